@@ -1,0 +1,2 @@
+//! qs-sim: cache and partition simulators driving the real engine. Empty until its issue.
+#![forbid(unsafe_code)]

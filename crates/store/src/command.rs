@@ -1,0 +1,144 @@
+//! What a caller asks of a partition and what it gets back. Storage outcomes are plain values,
+//! never errors (STYLE.md §5).
+
+use crate::item::Expiry;
+use crate::keyhash::KeyHash;
+
+/// How a store command treats an existing item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    Set,
+    /// Store only if absent.
+    Add,
+    /// Store only if present.
+    Replace,
+    /// Add the data after the existing value (flags and expiry kept).
+    Append,
+    /// Add the data before the existing value (flags and expiry kept).
+    Prepend,
+    /// Store only if the item's CAS unique equals this one.
+    Cas(u64),
+}
+
+/// One operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// get / gets: the value is appended to the output buffer.
+    Get,
+    /// gat / gats: set a new expiry, then as `Get`.
+    GetAndTouch {
+        /// The new expiry.
+        expiry: Expiry,
+    },
+    /// touch: set a new expiry.
+    Touch {
+        /// The new expiry.
+        expiry: Expiry,
+    },
+    /// set add replace append prepend cas.
+    Store {
+        /// Which of them.
+        mode: StoreMode,
+        /// The data.
+        value: &'a [u8],
+        /// memcached client flags.
+        flags: u32,
+        /// When it stops answering.
+        expiry: Expiry,
+    },
+    /// delete; with `cas` non-zero, only if the item's CAS matches (meta `md C`).
+    Delete {
+        /// Expected CAS, or 0 for any.
+        cas: u64,
+    },
+    /// incr / decr: incr wraps at 2^64, decr stops at 0.
+    Arith {
+        /// Amount.
+        delta: u64,
+        /// decr instead of incr.
+        decrement: bool,
+        /// Expected CAS, or 0 for any (meta `ma C`).
+        cas: u64,
+    },
+    /// Meta `md I`: mark the item stale with a new CAS instead of deleting it.
+    Invalidate,
+}
+
+/// A request to a partition: the key, its hash (computed once by the caller) and the command.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The key (at most 250 bytes).
+    pub key: &'a [u8],
+    /// `KeyHash::of(key)`.
+    pub hash: KeyHash,
+    /// What to do.
+    pub command: Command<'a>,
+}
+
+impl<'a> Request<'a> {
+    /// A request for `key`, hashing it.
+    pub fn new(key: &'a [u8], command: Command<'a>) -> Request<'a> {
+        Request { key, hash: KeyHash::of(key), command }
+    }
+}
+
+/// What a hit returns besides the value bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// Where the value starts in the output buffer.
+    pub value_start: usize,
+    /// Its length.
+    pub value_len: usize,
+    /// memcached client flags.
+    pub flags: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Expiry (after a touch, the new one).
+    pub expiry: Expiry,
+    /// Last access before this one, unix seconds.
+    pub last_access_secs: u32,
+    /// Whether it had been fetched before this access.
+    pub fetched_before: bool,
+    /// Marked stale by `Invalidate`.
+    pub stale: bool,
+    /// A win token was handed out for it.
+    pub win_sent: bool,
+}
+
+/// The result of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Found; the value is in the output buffer.
+    Hit(Hit),
+    /// Not found (absent, expired, flushed or dropped by the lossy index).
+    Miss,
+    /// Stored, with its new CAS unique.
+    Stored {
+        /// The new CAS unique.
+        cas: u64,
+    },
+    /// add on a present key, replace/append/prepend on an absent one.
+    NotStored,
+    /// cas (or a CAS-checked delete/arith) against a changed item.
+    Exists,
+    /// cas, delete, touch or arith on an absent key.
+    NotFound,
+    /// Deleted (or invalidated).
+    Deleted,
+    /// Touched.
+    Touched,
+    /// incr/decr result.
+    Counter {
+        /// The new value.
+        value: u64,
+        /// The new CAS unique.
+        cas: u64,
+    },
+    /// incr/decr on a value that is not a decimal number.
+    NonNumeric,
+    /// The item is larger than the item size limit or than half the partition's log.
+    TooLarge,
+    /// The key is empty or longer than 250 bytes.
+    BadKey,
+}

@@ -1,0 +1,95 @@
+//! How a partition is built.
+
+use crate::index::{BUCKET_BYTES, OFFSET_BITS_MAX, SLOTS_PER_BUCKET};
+use crate::item::HEADER_BYTES;
+use crate::region::HugePages;
+
+/// Which items are evicted at the log's head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Eviction {
+    /// First in, first out: the log's natural order.
+    Fifo,
+    /// Every read moves the item to the tail.
+    Lru,
+    /// Reads move an item to the tail only when it sits in the older half of the log (MICA §4.3.1).
+    #[default]
+    ApproxLru,
+}
+
+/// Who may touch a partition (MICA §4.1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Exclusive read, exclusive write: only the owner; no version words are written.
+    Erew,
+    /// Concurrent read, exclusive write: readers on other threads read optimistically through a
+    /// [`crate::Reader`]; the owner brackets every change with the bucket's version.
+    #[default]
+    Crew,
+}
+
+/// The default index load at which the index is sized: a full log of items of the expected
+/// size fills this fraction of the slots.
+pub const INDEX_LOAD_DEFAULT: f64 = 0.625;
+/// memcached's default item size limit (-I): 1 MiB.
+pub const ITEM_BYTES_MAX_DEFAULT: usize = 1 << 20;
+
+/// A partition's shape and policies.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Bytes of log (a power of two).
+    pub log_bytes: usize,
+    /// Index buckets (a power of two).
+    pub bucket_count: usize,
+    /// Largest item (header, key and value) a store accepts.
+    pub item_bytes_max: usize,
+    /// Eviction policy.
+    pub eviction: Eviction,
+    /// Access mode.
+    pub access: Access,
+    /// Which pages to ask for.
+    pub huge_pages: HugePages,
+    /// Width of logical offsets (48; tests narrow it to exercise the wrap).
+    pub offset_bits: u32,
+    /// This partition's number, folded into CAS uniques so they are unique server-wide.
+    pub partition_index: u16,
+    /// log2 of the partition count (the keyhash's high bits that choose the partition).
+    pub partition_bits: u32,
+}
+
+impl Config {
+    /// A partition with `log_bytes` of log and `bucket_count` buckets, default policies.
+    pub fn new(log_bytes: usize, bucket_count: usize) -> Config {
+        Config {
+            log_bytes,
+            bucket_count,
+            item_bytes_max: ITEM_BYTES_MAX_DEFAULT,
+            eviction: Eviction::default(),
+            access: Access::default(),
+            huge_pages: HugePages::Auto,
+            offset_bits: OFFSET_BITS_MAX,
+            partition_index: 0,
+            partition_bits: 0,
+        }
+    }
+
+    /// Splits `budget_bytes` (one partition's share of -m) between log and index so that a log
+    /// full of `expected_item_bytes` items (header included) loads the index to
+    /// [`INDEX_LOAD_DEFAULT`]. The log is the largest power of two that fits beside its index.
+    pub fn for_budget(budget_bytes: usize, expected_item_bytes: usize) -> Config {
+        let item_bytes = expected_item_bytes.max(HEADER_BYTES + 8) as f64;
+        let mut log_bytes = (budget_bytes / 2).next_power_of_two().max(4096);
+        loop {
+            let bucket_count = Self::buckets_for(log_bytes, item_bytes);
+            if log_bytes + bucket_count * BUCKET_BYTES <= budget_bytes || log_bytes <= 4096 {
+                return Config::new(log_bytes, bucket_count);
+            }
+            log_bytes /= 2;
+        }
+    }
+
+    fn buckets_for(log_bytes: usize, item_bytes: f64) -> usize {
+        let items = log_bytes as f64 / item_bytes;
+        let buckets = (items / (SLOTS_PER_BUCKET as f64 * INDEX_LOAD_DEFAULT)).ceil() as usize;
+        buckets.max(1).next_power_of_two()
+    }
+}

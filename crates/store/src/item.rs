@@ -1,0 +1,284 @@
+//! The log entry: a two-word header, an optional extension word, then key and value bytes,
+//! padded to whole words.
+//!
+//! ```text
+//! word 0  63      56 55      48 47                                              0
+//!        +----------+----------+-------------------------------------------------+
+//!        |   bits   | key len  |           CAS sequence (per partition)          |
+//!        +----------+----------+-------------------------------------------------+
+//! word 1  63                        32 31  28 27                                 0
+//!        +----------------------------+------+-----------------------------------+
+//!        |  last access (unix secs)   |slack |           value length            |
+//!        +----------------------------+------+-----------------------------------+
+//! ext     63                        32 31                                        0
+//! (if    +----------------------------+------------------------------------------+
+//!  EXT)  |  expiry (unix secs, 0=never)|            client flags                 |
+//!        +----------------------------+------------------------------------------+
+//! then   key bytes, value bytes, zero padding to a word, `slack` spare words
+//! ```
+//! Flags and expiry are stored only when either is non-zero, so a tiny item (8-byte key, 8-byte
+//! value) takes 32 bytes: 16 of header and 16 of data. `slack` keeps the item's initial size
+//! after an in-place update that shrank it, so it may grow back in place.
+
+/// Bytes in the fixed header.
+pub const HEADER_BYTES: usize = 16;
+/// Bytes of the optional flags/expiry extension.
+pub const EXT_BYTES: usize = 8;
+/// Longest key, as memcached.
+pub const KEY_BYTES_MAX: usize = 250;
+/// Longest value the header can describe.
+pub const VALUE_BYTES_MAX: usize = (1 << VALUE_LEN_BITS) - 1;
+/// Most spare words an item keeps after shrinking in place.
+pub const SLACK_WORDS_MAX: usize = (1 << SLACK_BITS) - 1;
+/// Bits of the per-partition CAS sequence.
+pub const CAS_BITS: u32 = 48;
+
+const VALUE_LEN_BITS: u32 = 28;
+const SLACK_BITS: u32 = 4;
+const CAS_MASK: u64 = (1 << CAS_BITS) - 1;
+
+/// Header bit: the item is superseded (overwritten, deleted, re-appended or dropped by the
+/// index); when the head passes it, it is not counted as an eviction.
+pub const BIT_DEAD: u8 = 1 << 0;
+/// Header bit: meta `md I` marked it stale; it answers with a new CAS and the X flag.
+pub const BIT_STALE: u8 = 1 << 1;
+/// Header bit: fetched at least once since stored (meta `h`, `evicted_unfetched`).
+pub const BIT_FETCHED: u8 = 1 << 2;
+/// Header bit: a win token (meta `W`) was handed out for it; later readers get `Z`.
+pub const BIT_WIN_SENT: u8 = 1 << 3;
+/// Header bit: the flags/expiry extension word follows the header.
+pub const BIT_EXT: u8 = 1 << 4;
+/// Header bit: not an item but padding to the end of the log's memory (padded wrap).
+pub const BIT_PAD: u8 = 1 << 5;
+
+/// Word 0 of a header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Word0(pub u64);
+
+impl Word0 {
+    /// Packs the fields.
+    pub const fn new(cas_seq: u64, key_len: usize, bits: u8) -> Word0 {
+        Word0((cas_seq & CAS_MASK) | (key_len as u64) << 48 | (bits as u64) << 56)
+    }
+    /// A padding record.
+    pub const PAD: Word0 = Word0((BIT_PAD as u64) << 56);
+    /// The CAS sequence number.
+    pub const fn cas_seq(self) -> u64 {
+        self.0 & CAS_MASK
+    }
+    /// Key length in bytes.
+    pub const fn key_len(self) -> usize {
+        (self.0 >> 48) as u8 as usize
+    }
+    /// Header bits (`BIT_*`).
+    pub const fn bits(self) -> u8 {
+        (self.0 >> 56) as u8
+    }
+    /// This word with `bit` set.
+    pub const fn with_bit(self, bit: u8) -> Word0 {
+        Word0(self.0 | (bit as u64) << 56)
+    }
+    /// This word with `bit` cleared.
+    pub const fn without_bit(self, bit: u8) -> Word0 {
+        Word0(self.0 & !((bit as u64) << 56))
+    }
+    /// This word with a new CAS sequence.
+    pub const fn with_cas_seq(self, cas_seq: u64) -> Word0 {
+        Word0(self.0 & !CAS_MASK | cas_seq & CAS_MASK)
+    }
+    /// Whether `bit` is set.
+    pub const fn has(self, bit: u8) -> bool {
+        self.bits() & bit != 0
+    }
+}
+
+/// Word 1 of a header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Word1(pub u64);
+
+impl Word1 {
+    /// Packs the fields.
+    pub const fn new(value_len: usize, slack_words: usize, last_access: u32) -> Word1 {
+        Word1(value_len as u64 | (slack_words as u64) << VALUE_LEN_BITS | (last_access as u64) << 32)
+    }
+    /// Value length in bytes.
+    pub const fn value_len(self) -> usize {
+        (self.0 & ((1 << VALUE_LEN_BITS) - 1)) as usize
+    }
+    /// Spare words after the data.
+    pub const fn slack_words(self) -> usize {
+        ((self.0 >> VALUE_LEN_BITS) & ((1 << SLACK_BITS) - 1)) as usize
+    }
+    /// Last access, unix seconds.
+    pub const fn last_access(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    /// This word with a new last access.
+    pub const fn with_last_access(self, now_secs: u32) -> Word1 {
+        Word1(self.0 & 0xFFFF_FFFF | (now_secs as u64) << 32)
+    }
+}
+
+/// The extension word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ext(pub u64);
+
+impl Ext {
+    /// Packs the fields.
+    pub const fn new(flags: u32, expiry: Expiry) -> Ext {
+        Ext(flags as u64 | (expiry.0 as u64) << 32)
+    }
+    /// memcached client flags.
+    pub const fn flags(self) -> u32 {
+        self.0 as u32
+    }
+    /// Expiry.
+    pub const fn expiry(self) -> Expiry {
+        Expiry((self.0 >> 32) as u32)
+    }
+}
+
+/// Bytes an item with these lengths occupies in the log, slack excluded.
+#[inline(always)]
+pub const fn item_bytes(key_len: usize, value_len: usize, ext: bool) -> usize {
+    HEADER_BYTES + if ext { EXT_BYTES } else { 0 } + (key_len + value_len).next_multiple_of(8)
+}
+
+/// When an item stops answering: 0 = never, otherwise the unix second from which it is expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord)]
+pub struct Expiry(pub u32);
+
+/// memcached's bound between relative and absolute exptimes: 30 days in seconds.
+pub const RELATIVE_EXPTIME_SECS_MAX: i64 = 60 * 60 * 24 * 30;
+
+impl Expiry {
+    /// Never expires.
+    pub const NEVER: Expiry = Expiry(0);
+    /// Already expired at any `now` after 1970-01-01T00:00:01.
+    pub const PAST: Expiry = Expiry(1);
+
+    /// memcached's rules: 0 never; negative already expired; up to 30 days relative to now;
+    /// beyond that an absolute unix time (in the past: already expired).
+    pub fn from_exptime(exptime: i64, now_secs: u32) -> Expiry {
+        if exptime == 0 {
+            Expiry::NEVER
+        } else if exptime < 0 {
+            Expiry::PAST
+        } else if exptime <= RELATIVE_EXPTIME_SECS_MAX {
+            Expiry(now_secs.saturating_add(exptime as u32))
+        } else if exptime <= now_secs as i64 {
+            Expiry::PAST
+        } else {
+            Expiry(exptime.min(u32::MAX as i64) as u32)
+        }
+    }
+
+    /// Whether the item no longer answers at `now_secs`.
+    #[inline(always)]
+    pub const fn is_expired(self, now_secs: u32) -> bool {
+        self.0 != 0 && self.0 <= now_secs
+    }
+}
+
+/// Parses a stored value as memcached's incr/decr do (`safe_strtoull`): optional leading white
+/// space, an optional sign, decimal digits that fit in 64 bits, then the end or white space.
+/// A minus sign is accepted only for zero. `None` means "non-numeric value".
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
+    let mut rest = value;
+    while let [first, tail @ ..] = rest {
+        if !first.is_ascii_whitespace() {
+            break;
+        }
+        rest = tail;
+    }
+    let negative = match rest.first() {
+        Some(b'-') => true,
+        Some(b'+') => false,
+        _ => {
+            return parse_digits(rest);
+        }
+    };
+    let number = parse_digits(&rest[1..])?;
+    (!negative || number == 0).then_some(number)
+}
+
+fn parse_digits(text: &[u8]) -> Option<u64> {
+    let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    if let Some(after) = text.get(digits) {
+        if !after.is_ascii_whitespace() {
+            return None;
+        }
+    }
+    text[..digits].iter().try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add((d - b'0') as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_words_round_trip() {
+        let word0 = Word0::new(0xFFFF_FFFF_FFFF, 250, BIT_EXT | BIT_FETCHED);
+        assert_eq!(word0.cas_seq(), 0xFFFF_FFFF_FFFF);
+        assert_eq!(word0.key_len(), 250);
+        assert!(word0.has(BIT_EXT) && word0.has(BIT_FETCHED) && !word0.has(BIT_DEAD));
+        assert_eq!(word0.with_bit(BIT_DEAD).without_bit(BIT_DEAD), word0);
+        assert_eq!(word0.with_cas_seq(5).cas_seq(), 5);
+        assert_eq!(word0.with_cas_seq(5).key_len(), 250);
+        let word1 = Word1::new(VALUE_BYTES_MAX, SLACK_WORDS_MAX, u32::MAX);
+        assert_eq!(word1.value_len(), VALUE_BYTES_MAX);
+        assert_eq!(word1.slack_words(), SLACK_WORDS_MAX);
+        assert_eq!(word1.last_access(), u32::MAX);
+        assert_eq!(word1.with_last_access(3).value_len(), VALUE_BYTES_MAX);
+        let ext = Ext::new(0xDEAD_BEEF, Expiry(77));
+        assert_eq!((ext.flags(), ext.expiry()), (0xDEAD_BEEF, Expiry(77)));
+        assert!(Word0::PAD.has(BIT_PAD));
+    }
+
+    #[test]
+    fn tiny_item_is_32_bytes() {
+        assert_eq!(item_bytes(8, 8, false), 32);
+        assert_eq!(item_bytes(8, 8, true), 40);
+        assert_eq!(item_bytes(1, 0, false), 24);
+        assert_eq!(item_bytes(0, 0, false), 16);
+    }
+
+    #[test]
+    fn exptime_follows_memcached() {
+        let now = 1_700_000_000;
+        assert_eq!(Expiry::from_exptime(0, now), Expiry::NEVER);
+        assert!(Expiry::from_exptime(-1, now).is_expired(now));
+        assert_eq!(Expiry::from_exptime(10, now), Expiry(now + 10));
+        assert_eq!(Expiry::from_exptime(RELATIVE_EXPTIME_SECS_MAX, now).0, now + 2_592_000);
+        assert_eq!(Expiry::from_exptime(RELATIVE_EXPTIME_SECS_MAX + 1, now), Expiry::PAST);
+        assert_eq!(Expiry::from_exptime(now as i64 + 5, now), Expiry(now + 5));
+        assert!(!Expiry(now + 1).is_expired(now));
+        assert!(Expiry(now + 1).is_expired(now + 1));
+        assert!(!Expiry::NEVER.is_expired(u32::MAX));
+    }
+
+    #[test]
+    fn counters_parse_as_strtoull() {
+        let cases: &[(&[u8], Option<u64>)] = &[
+            (b"0", Some(0)),
+            (b"42", Some(42)),
+            (b"  7", Some(7)),
+            (b"99 ", Some(99)),
+            (b"+5", Some(5)),
+            (b"-0", Some(0)),
+            (b"-1", None),
+            (b"18446744073709551615", Some(u64::MAX)),
+            (b"18446744073709551616", None),
+            (b"", None),
+            (b"abc", None),
+            (b"12abc", None),
+            (b"12 abc", Some(12)),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_counter(text), *expected, "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The keyhash: one 64-bit xxh3 hash of the key, computed once per request, whose disjoint bit
+//! ranges choose the partition, the bucket and the tag. This is the only place that says which
+//! hash bits feed which decision.
+//!
+//! ```text
+//!  63          64-P                      16+B            16 15             0
+//! +--------------+---------- ... --------+---------------+----------------+
+//! |  partition   |       (unused)        |    bucket     |      tag       |
+//! |   P bits     |                       |    B bits     |    16 bits     |
+//! +--------------+---------- ... --------+---------------+----------------+
+//! ```
+//! `P + B + 16 <= 64` is checked when a partition is configured.
+
+/// Bits of the keyhash used as the tag.
+pub const TAG_BITS: u32 = 16;
+
+/// A key's 64-bit hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KeyHash(pub u64);
+
+impl KeyHash {
+    /// Hashes `key` with xxh3-64.
+    #[inline(always)]
+    pub fn of(key: &[u8]) -> KeyHash {
+        KeyHash(xxhash_rust::xxh3::xxh3_64(key))
+    }
+
+    /// The partition among `1 << partition_bits`.
+    #[inline(always)]
+    pub const fn partition(self, partition_bits: u32) -> usize {
+        if partition_bits == 0 {
+            0
+        } else {
+            (self.0 >> (64 - partition_bits)) as usize
+        }
+    }
+
+    /// The bucket among `bucket_mask + 1` (a power of two).
+    #[inline(always)]
+    pub const fn bucket(self, bucket_mask: usize) -> usize {
+        (self.0 >> TAG_BITS) as usize & bucket_mask
+    }
+
+    /// The 16-bit tag; never 0, which marks an empty slot.
+    #[inline(always)]
+    pub const fn tag(self) -> u16 {
+        let tag = self.0 as u16;
+        if tag == 0 {
+            1
+        } else {
+            tag
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bit_ranges_are_disjoint() {
+        let hash = KeyHash(0xABCD_0000_0012_3456);
+        assert_eq!(hash.partition(4), 0xA);
+        assert_eq!(hash.partition(0), 0);
+        assert_eq!(hash.bucket(0xFF), 0x12);
+        assert_eq!(hash.tag(), 0x3456);
+        assert_eq!(KeyHash(0xFFFF_0000).tag(), 1, "tag 0 maps to 1");
+    }
+
+    #[test]
+    fn hash_is_xxh3() {
+        assert_eq!(KeyHash::of(b"").0, xxhash_rust::xxh3::xxh3_64(b""));
+        assert_ne!(KeyHash::of(b"a"), KeyHash::of(b"b"));
+    }
+}

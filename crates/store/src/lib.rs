@@ -1,0 +1,33 @@
+//! qs-store: Quicksilver's engine, MICA's cache mode (NSDI'14 §4.3.1–4.3.2).
+//!
+//! A [`Partition`] is a circular log of items plus a lossy set-associative index over it, owned
+//! by one thread. Requests come in batches ([`Partition::execute_batch`]) and go through a
+//! prefetch pipeline (buckets, then items, then execution). Time is an argument (`now_secs`,
+//! unix seconds); the crate reads no clock, does no I/O and starts no threads.
+//!
+//! Module map: [`keyhash`] (which hash bits do what), [`region`] (pages; the only `unsafe`),
+//! [`words`] (byte copies over shared atomic words), [`item`] (entry layout and memcached item
+//! rules), [`index`] (buckets and slots), [`log`] (circular log memory), [`partition`] (the
+//! operations), [`reader`] (CREW optimistic reads), [`command`] (requests and outcomes).
+
+pub mod command;
+pub mod config;
+pub mod index;
+pub mod item;
+pub mod keyhash;
+pub mod log;
+pub mod partition;
+pub mod reader;
+pub mod region;
+pub mod stats;
+mod sync;
+pub mod words;
+
+pub use command::{Command, Hit, Outcome, Request, StoreMode};
+pub use config::{Access, Config, Eviction};
+pub use item::{Expiry, KEY_BYTES_MAX};
+pub use keyhash::KeyHash;
+pub use partition::Partition;
+pub use reader::Reader;
+pub use region::{HugePages, PageKind};
+pub use stats::PartitionStats;

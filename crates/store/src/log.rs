@@ -1,0 +1,174 @@
+//! The circular log: a power-of-two block of words that items are appended to at the tail and
+//! evicted from at the head. Offsets are logical (they grow forever, kept modulo `2^offset_bits`
+//! in index slots); the physical position is `offset & (log_bytes - 1)`. An item never straddles
+//! the end of the memory: when it would, a padding record fills the rest and the item starts at
+//! physical 0 (padded wrap, which keeps anonymous transparent huge pages usable).
+
+use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_PAD, EXT_BYTES, HEADER_BYTES};
+use crate::region::{prefetch, HugePages, PageKind, Region};
+use crate::sync::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Geometry of a log, fixed at creation.
+#[derive(Clone, Copy, Debug)]
+pub struct LogGeometry {
+    /// Bytes of memory (a power of two).
+    pub log_bytes: u64,
+    /// Mask of the logical offset space stored in slots (`2^offset_bits - 1`).
+    pub offset_mask: u64,
+}
+
+impl LogGeometry {
+    /// Whether an item at logical `offset` is still inside the live window that starts at `head`.
+    /// Slots never point past the tail, so an offset at most one log size ahead of the head is live.
+    #[inline(always)]
+    pub fn is_live(self, offset: u64, head: u64) -> bool {
+        offset.wrapping_sub(head) & self.offset_mask < self.log_bytes
+    }
+
+    /// Byte position in memory of logical `offset`.
+    #[inline(always)]
+    pub fn physical(self, offset: u64) -> usize {
+        (offset & (self.log_bytes - 1)) as usize
+    }
+}
+
+/// What a header says about an item: decoded once, used by every operation.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    /// Word 0 (CAS sequence, key length, bits).
+    pub word0: Word0,
+    /// Word 1 (value length, slack, last access).
+    pub word1: Word1,
+    /// Flags and expiry (zero when absent).
+    pub ext: Ext,
+}
+
+impl Header {
+    /// Byte offset of the key from the item's start.
+    #[inline(always)]
+    pub fn key_start(&self) -> usize {
+        HEADER_BYTES + if self.word0.has(BIT_EXT) { EXT_BYTES } else { 0 }
+    }
+    /// Bytes the item occupies, its slack included.
+    #[inline(always)]
+    pub fn capacity(&self) -> usize {
+        crate::item::item_bytes(self.word0.key_len(), self.word1.value_len(), self.word0.has(BIT_EXT))
+            + self.word1.slack_words() * 8
+    }
+}
+
+/// The log's memory.
+pub struct Log {
+    region: Region,
+    geometry: LogGeometry,
+}
+
+impl Log {
+    /// A log of `log_bytes` (power of two) bytes, offsets wrapping at `2^offset_bits`.
+    pub fn new(log_bytes: usize, offset_bits: u32, huge_pages: HugePages) -> Log {
+        assert!(log_bytes.is_power_of_two() && log_bytes >= 64, "log size must be a power of two");
+        assert!(
+            offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * log_bytes as u64,
+            "the offset space must be at least four times the log"
+        );
+        let region = Region::new(log_bytes, huge_pages);
+        let geometry = LogGeometry { log_bytes: log_bytes as u64, offset_mask: (1 << offset_bits) - 1 };
+        Log { region, geometry }
+    }
+
+    /// The log's geometry.
+    #[inline(always)]
+    pub fn geometry(&self) -> LogGeometry {
+        self.geometry
+    }
+
+    /// The log's memory as words.
+    #[inline(always)]
+    pub fn words(&self) -> &[AtomicU64] {
+        self.region.words()
+    }
+
+    /// Pages backing the log.
+    pub fn page_kind(&self) -> PageKind {
+        self.region.page_kind()
+    }
+
+    /// Starts loading the first cache line of the item at `offset`.
+    #[inline(always)]
+    pub fn prefetch(&self, offset: u64) {
+        prefetch(self.words(), self.geometry.physical(offset) / 8);
+    }
+
+    /// Reads the header of the item at `offset`. Lengths may be garbage if a CREW reader races the
+    /// owner; callers bound them before use.
+    #[inline(always)]
+    pub fn header(&self, offset: u64) -> Header {
+        let words = self.words();
+        let at = self.geometry.physical(offset) / 8;
+        let word0 = Word0(words[at].load(Relaxed));
+        let word1 = Word1(words[(at + 1) & self.word_mask()].load(Relaxed));
+        let ext =
+            if word0.has(BIT_EXT) { Ext(words[(at + 2) & self.word_mask()].load(Relaxed)) } else { Ext(0) };
+        Header { word0, word1, ext }
+    }
+
+    /// Whether the record at `offset` is padding.
+    #[inline(always)]
+    pub fn is_padding(&self, offset: u64) -> bool {
+        Word0(self.words()[self.geometry.physical(offset) / 8].load(Relaxed)).has(BIT_PAD)
+    }
+
+    #[inline(always)]
+    fn word_mask(&self) -> usize {
+        (self.geometry.log_bytes / 8 - 1) as usize
+    }
+
+    /// Writes header word 0 of the item at `offset`.
+    #[inline(always)]
+    pub fn set_word0(&self, offset: u64, word0: Word0) {
+        self.words()[self.geometry.physical(offset) / 8].store(word0.0, Relaxed);
+    }
+
+    /// Writes header word 1 of the item at `offset`.
+    #[inline(always)]
+    pub fn set_word1(&self, offset: u64, word1: Word1) {
+        self.words()[self.geometry.physical(offset) / 8 + 1].store(word1.0, Relaxed);
+    }
+
+    /// Writes the extension word of the item at `offset` (which must have `BIT_EXT`).
+    #[inline(always)]
+    pub fn set_ext(&self, offset: u64, ext: Ext) {
+        self.words()[self.geometry.physical(offset) / 8 + 2].store(ext.0, Relaxed);
+    }
+
+    /// Writes a padding record at `offset`.
+    pub fn write_padding(&self, offset: u64) {
+        self.set_word0(offset, Word0::PAD);
+    }
+
+    /// Writes `bytes` at byte `start` of the item at `offset`.
+    #[inline(always)]
+    pub fn write_bytes(&self, offset: u64, start: usize, bytes: &[u8]) {
+        crate::words::store_bytes(self.words(), self.geometry.physical(offset) + start, bytes);
+    }
+
+    /// Appends `len` bytes from byte `start` of the item at `offset` to `out`.
+    #[inline(always)]
+    pub fn read_bytes(&self, offset: u64, start: usize, len: usize, out: &mut Vec<u8>) {
+        crate::words::load_bytes(self.words(), self.geometry.physical(offset) + start, len, out);
+    }
+
+    /// Whether the `expected.len()` bytes from byte `start` of the item at `offset` equal `expected`.
+    #[inline(always)]
+    pub fn bytes_equal(&self, offset: u64, start: usize, expected: &[u8]) -> bool {
+        crate::words::bytes_equal(self.words(), self.geometry.physical(offset) + start, expected)
+    }
+
+    /// Whether an item of `bytes` starting at `offset` lies inside the memory (it always does
+    /// when the header was read consistently; a racing CREW reader checks before copying).
+    #[inline(always)]
+    pub fn fits(&self, offset: u64, bytes: usize) -> bool {
+        self.geometry.physical(offset) + bytes <= self.geometry.log_bytes as usize
+    }
+}

@@ -1,0 +1,920 @@
+//! One partition: a circular log and its lossy index, owned by one thread, with every memcached
+//! operation on items. Readers on other threads (CREW) go through [`Reader`].
+//!
+//! Every change to a bucket or to an item reachable from it is bracketed by the bucket's version
+//! (odd while changing) in CREW mode; EREW skips the brackets. The head only moves forward, and
+//! it is published (with a release fence) before the memory it frees is written again.
+
+use crate::command::{Command, Hit, Outcome, Request, StoreMode};
+use crate::config::{Access, Config, Eviction};
+use crate::index::{Index, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
+use crate::item::{
+    self, parse_counter, Expiry, Ext, Word0, Word1, BIT_DEAD, BIT_EXT, BIT_FETCHED, BIT_STALE, BIT_WIN_SENT,
+    KEY_BYTES_MAX, SLACK_WORDS_MAX, VALUE_BYTES_MAX,
+};
+use crate::keyhash::KeyHash;
+use crate::log::{Header, Log, LogGeometry};
+use crate::region::PageKind;
+use crate::stats::PartitionStats;
+use crate::sync::{fence, Arc, AtomicU32, AtomicU64};
+use std::sync::atomic::Ordering::{Relaxed, Release};
+
+/// Bits of a CAS unique that carry the partition number.
+const CAS_PARTITION_BITS: u32 = 16;
+
+/// What the owner shares with readers.
+pub(crate) struct Shared {
+    pub(crate) log: Log,
+    pub(crate) index: Index,
+    /// Logical head: items before it are gone.
+    pub(crate) head: AtomicU64,
+    /// flush_all: items last accessed at or before this unix second are flushed (0: none).
+    pub(crate) oldest_live: AtomicU32,
+    /// Immediate flush_all: items whose CAS sequence is below this are flushed (0: none).
+    pub(crate) oldest_cas_seq: AtomicU64,
+    pub(crate) partition_index: u16,
+}
+
+impl Shared {
+    /// The memcached CAS unique of an item with CAS sequence `seq`.
+    #[inline(always)]
+    pub(crate) fn cas_unique(&self, seq: u64) -> u64 {
+        seq << CAS_PARTITION_BITS | self.partition_index as u64
+    }
+
+    /// Whether flush_all has made an item with this header stop answering.
+    #[inline(always)]
+    pub(crate) fn is_flushed(&self, header: &Header, now_secs: u32) -> bool {
+        let oldest_live = self.oldest_live.load(Relaxed);
+        if oldest_live == 0 || oldest_live > now_secs {
+            return false;
+        }
+        let oldest_cas_seq = self.oldest_cas_seq.load(Relaxed);
+        header.word1.last_access() <= oldest_live
+            || (oldest_cas_seq != 0 && header.word0.cas_seq() < oldest_cas_seq)
+    }
+
+    /// Whether the item with this header no longer answers.
+    #[inline(always)]
+    pub(crate) fn is_gone(&self, header: &Header, now_secs: u32) -> bool {
+        header.ext.expiry().is_expired(now_secs) || self.is_flushed(header, now_secs)
+    }
+}
+
+/// A located item.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    bucket: usize,
+    slot: usize,
+    offset: u64,
+    header: Header,
+}
+
+/// Outcome of looking a key up.
+enum Lookup {
+    Found(Found),
+    Absent,
+    /// It was there but expired or flushed; it has been removed.
+    Gone {
+        expired: bool,
+    },
+}
+
+/// A partition, owned by one thread.
+pub struct Partition {
+    shared: Arc<Shared>,
+    head: u64,
+    tail: u64,
+    next_cas_seq: u64,
+    crew: bool,
+    eviction: Eviction,
+    item_bytes_max: usize,
+    geometry: LogGeometry,
+    bucket_mask: usize,
+    scan_cursor: usize,
+    scan_credit_bytes: u64,
+    scan_stride_bytes: u64,
+    stats: PartitionStats,
+    scratch: Vec<u8>,
+    /// The latest `now_secs` seen, used to tell expired from live items passed by the head.
+    clock_secs: u32,
+}
+
+impl Partition {
+    /// Builds a partition (allocating and faulting in its memory).
+    pub fn new(config: Config) -> Partition {
+        let bucket_bits = config.bucket_count.trailing_zeros();
+        assert!(
+            config.partition_bits + bucket_bits + crate::keyhash::TAG_BITS <= 64,
+            "partition, bucket and tag bits must fit in the keyhash"
+        );
+        assert!(config.partition_bits <= CAS_PARTITION_BITS);
+        let log = Log::new(config.log_bytes, config.offset_bits, config.huge_pages);
+        let index = Index::new(config.bucket_count, config.huge_pages);
+        let geometry = log.geometry();
+        let bucket_mask = index.bucket_mask();
+        // The scan must visit every bucket before the tail advances by the offset space less
+        // two logs (MICA §4.3.2): one bucket per `stride` bytes appended.
+        let scan_window = (geometry.offset_mask + 1) - 2 * geometry.log_bytes;
+        let scan_stride_bytes = (scan_window / config.bucket_count as u64).max(1);
+        let shared = Shared {
+            log,
+            index,
+            head: AtomicU64::new(0),
+            oldest_live: AtomicU32::new(0),
+            oldest_cas_seq: AtomicU64::new(0),
+            partition_index: config.partition_index,
+        };
+        Partition {
+            shared: Arc::new(shared),
+            head: 0,
+            tail: 0,
+            next_cas_seq: 1,
+            crew: config.access == Access::Crew,
+            eviction: config.eviction,
+            item_bytes_max: config.item_bytes_max.min(config.log_bytes / 2),
+            geometry,
+            bucket_mask,
+            scan_cursor: 0,
+            scan_credit_bytes: 0,
+            scan_stride_bytes,
+            stats: PartitionStats::default(),
+            scratch: Vec::new(),
+            clock_secs: 0,
+        }
+    }
+
+    /// A handle other threads use to read this partition (CREW).
+    pub fn reader(&self) -> crate::Reader {
+        assert!(self.crew, "readers need Access::Crew");
+        crate::Reader::new(self.shared.clone())
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &PartitionStats {
+        &self.stats
+    }
+
+    /// Pages backing the log and the index.
+    pub fn page_kinds(&self) -> (PageKind, PageKind) {
+        (self.shared.log.page_kind(), self.shared.index.page_kind())
+    }
+
+    /// Bytes of log memory.
+    pub fn log_bytes(&self) -> usize {
+        self.geometry.log_bytes as usize
+    }
+
+    /// Bytes of index memory.
+    pub fn index_bytes(&self) -> usize {
+        self.shared.index.bytes()
+    }
+
+    /// Index slots in all.
+    pub fn slot_count(&self) -> usize {
+        self.shared.index.bucket_count() * SLOTS_PER_BUCKET
+    }
+
+    /// Largest item a store accepts here.
+    pub fn item_bytes_max(&self) -> usize {
+        self.item_bytes_max
+    }
+
+    /// Runs one request. A hit's value is appended to `out`.
+    pub fn execute(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+            return Outcome::BadKey;
+        }
+        let (hash, key) = (request.hash, request.key);
+        self.clock_secs = now_secs;
+        let outcome = match request.command {
+            Command::Get => self.get(hash, key, None, now_secs, out),
+            Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), now_secs, out),
+            Command::Touch { expiry } => self.touch(hash, key, expiry, now_secs),
+            Command::Store { mode, value, flags, expiry } => {
+                self.store(hash, key, mode, value, flags, expiry, now_secs)
+            }
+            Command::Delete { cas } => self.delete(hash, key, cas, now_secs),
+            Command::Arith { delta, decrement, cas } => {
+                self.arith(hash, key, delta, decrement, cas, now_secs)
+            }
+            Command::Invalidate => self.invalidate(hash, key, now_secs),
+        };
+        self.scan_if_due();
+        outcome
+    }
+
+    /// Runs a batch through the prefetch pipeline: prefetch every bucket, then every candidate
+    /// item, then execute in order. Results are pushed to `outcomes` in request order.
+    pub fn execute_batch(
+        &mut self,
+        requests: &[Request<'_>],
+        now_secs: u32,
+        prefetch: bool,
+        out: &mut Vec<u8>,
+        outcomes: &mut Vec<Outcome>,
+    ) {
+        if prefetch {
+            self.prefetch_buckets(requests);
+            self.prefetch_items(requests);
+        }
+        for request in requests {
+            let outcome = self.execute(request, now_secs, out);
+            outcomes.push(outcome);
+        }
+    }
+
+    /// Pipeline stage 1: start loading both lines of every request's bucket.
+    #[inline(always)]
+    fn prefetch_buckets(&self, requests: &[Request<'_>]) {
+        for request in requests {
+            self.shared.index.prefetch(request.hash.bucket(self.bucket_mask));
+        }
+    }
+
+    /// Pipeline stage 2: start loading the first line of each request's candidate item.
+    #[inline(always)]
+    fn prefetch_items(&self, requests: &[Request<'_>]) {
+        for request in requests {
+            let bucket = self.shared.index.bucket(request.hash.bucket(self.bucket_mask));
+            let tag = request.hash.tag();
+            for word in &bucket[1..] {
+                let slot = Slot(word.load(Relaxed));
+                if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.head) {
+                    self.shared.log.prefetch(slot.offset());
+                    break;
+                }
+            }
+        }
+    }
+
+    /// flush_all: items stored or accessed before the flush time stop answering, from
+    /// `now_secs + delay_secs` on (memcached's rules, including its CAS cut-off for an
+    /// immediate flush).
+    pub fn flush_all(&mut self, now_secs: u32, delay_secs: u32) {
+        let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
+        let oldest_live = flush_at.saturating_sub(1).max(1);
+        self.shared.oldest_live.store(oldest_live, Relaxed);
+        if oldest_live <= now_secs {
+            self.shared.oldest_cas_seq.store(self.next_cas_seq, Relaxed);
+        }
+    }
+
+    /// Scans up to `buckets` buckets for dangling slots (housekeeping; also done automatically,
+    /// at the rate the offset width needs, as the tail advances).
+    pub fn scan_buckets(&mut self, buckets: usize) {
+        for _ in 0..buckets.min(self.bucket_mask + 1) {
+            self.scan_one_bucket();
+        }
+    }
+
+    /// Checks the structure's invariants (for tests and fuzzers); panics when one fails.
+    pub fn check_invariants(&self) {
+        assert!(self.tail - self.head <= self.geometry.log_bytes, "live window exceeds the log");
+        assert_eq!(self.shared.head.load(Relaxed), self.head, "published head lags");
+        let (mut items, mut bytes, mut at) = (0u64, 0u64, self.head);
+        while at < self.tail {
+            if self.shared.log.is_padding(at) {
+                at += self.geometry.log_bytes - self.geometry.physical(at) as u64;
+                continue;
+            }
+            let header = self.shared.log.header(at);
+            assert!(self.shared.log.fits(at, header.capacity()), "item straddles the end");
+            if !header.word0.has(BIT_DEAD) {
+                items += 1;
+                bytes += header.capacity() as u64;
+            }
+            at += header.capacity() as u64;
+        }
+        assert_eq!(at, self.tail, "items do not tile the live window");
+        assert_eq!((items, bytes), (self.stats.items, self.stats.bytes), "item accounting drifted");
+        for bucket in 0..=self.bucket_mask {
+            let words = self.shared.index.bucket(bucket);
+            assert_eq!(words[0].load(Relaxed) & 1, 0, "bucket left mid-change");
+            for word in &words[1..] {
+                let slot = Slot(word.load(Relaxed));
+                if !slot.is_empty() && self.geometry.is_live(slot.offset(), self.head) {
+                    let header = self.shared.log.header(slot.offset());
+                    assert!(!header.word0.has(BIT_DEAD), "a slot points to a dead item");
+                }
+            }
+        }
+    }
+
+    // ---- lookups ---------------------------------------------------------------------------
+
+    #[inline(always)]
+    fn find(&self, hash: KeyHash, key: &[u8]) -> Option<Found> {
+        let bucket = hash.bucket(self.bucket_mask);
+        let words = self.shared.index.bucket(bucket);
+        let tag = hash.tag();
+        for (slot_index, word) in words[1..].iter().enumerate() {
+            let slot = Slot(word.load(Relaxed));
+            if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.head) {
+                continue;
+            }
+            let offset = slot.offset();
+            let header = self.shared.log.header(offset);
+            if header.word0.key_len() == key.len()
+                && self.shared.log.bytes_equal(offset, header.key_start(), key)
+            {
+                return Some(Found { bucket, slot: slot_index, offset, header });
+            }
+        }
+        None
+    }
+
+    /// Finds a key that still answers; an expired or flushed one is removed on the way.
+    #[inline(always)]
+    fn lookup(&mut self, hash: KeyHash, key: &[u8], now_secs: u32) -> Lookup {
+        let Some(found) = self.find(hash, key) else { return Lookup::Absent };
+        if !self.shared.is_gone(&found.header, now_secs) {
+            return Lookup::Found(found);
+        }
+        let expired = found.header.ext.expiry().is_expired(now_secs);
+        let version = self.begin_write(found.bucket);
+        self.unlink(&found);
+        self.retire(found.offset, &found.header);
+        self.count_reclaimed(&found.header);
+        self.end_write(found.bucket, version);
+        Lookup::Gone { expired }
+    }
+
+    // ---- operations ------------------------------------------------------------------------
+
+    fn get(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        touch: Option<Expiry>,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        self.stats.gets += 1;
+        let mut found = match self.lookup(hash, key, now_secs) {
+            Lookup::Found(found) => found,
+            Lookup::Absent => {
+                self.count_get_miss(touch.is_some());
+                return Outcome::Miss;
+            }
+            Lookup::Gone { expired } => {
+                if expired {
+                    self.stats.get_expired += 1;
+                } else {
+                    self.stats.get_flushed += 1;
+                }
+                self.count_get_miss(touch.is_some());
+                return Outcome::Miss;
+            }
+        };
+        self.stats.get_hits += 1;
+        if let Some(expiry) = touch {
+            self.stats.touch_hits += 1;
+            found = self.set_expiry(found, expiry, now_secs);
+        }
+        let header = found.header;
+        let value_start = out.len();
+        let value_len = header.word1.value_len();
+        self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, out);
+        let hit = Hit {
+            value_start,
+            value_len,
+            flags: header.ext.flags(),
+            cas: self.shared.cas_unique(header.word0.cas_seq()),
+            expiry: header.ext.expiry(),
+            last_access_secs: header.word1.last_access(),
+            fetched_before: header.word0.has(BIT_FETCHED),
+            stale: header.word0.has(BIT_STALE),
+            win_sent: header.word0.has(BIT_WIN_SENT),
+        };
+        self.after_read(&found, now_secs);
+        Outcome::Hit(hit)
+    }
+
+    fn count_get_miss(&mut self, touch: bool) {
+        self.stats.get_misses += 1;
+        if touch {
+            self.stats.touch_misses += 1;
+        }
+    }
+
+    /// Bookkeeping after a hit: fetched bit, last access, and the eviction policy's re-append.
+    #[inline(always)]
+    fn after_read(&mut self, found: &Found, now_secs: u32) {
+        let header = found.header;
+        let age = self.tail.wrapping_sub(found.offset) & self.geometry.offset_mask;
+        let reappend = match self.eviction {
+            Eviction::Fifo => false,
+            Eviction::Lru => age > header.capacity() as u64,
+            Eviction::ApproxLru => age > self.geometry.log_bytes / 2,
+        };
+        if reappend {
+            self.stats.reappends += 1;
+            self.move_to_tail(found, now_secs);
+            return;
+        }
+        let fetched = header.word0.has(BIT_FETCHED);
+        let accessed = header.word1.last_access() == now_secs;
+        if fetched && accessed {
+            return;
+        }
+        let version = self.begin_write(found.bucket);
+        if !fetched {
+            self.shared.log.set_word0(found.offset, header.word0.with_bit(BIT_FETCHED));
+        }
+        if !accessed {
+            self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
+        }
+        self.end_write(found.bucket, version);
+    }
+
+    /// Copies an item to the tail (LRU), keeping its CAS, flags, expiry and bits.
+    fn move_to_tail(&mut self, found: &Found, now_secs: u32) {
+        let header = found.header;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let key_len = header.word0.key_len();
+        self.shared.log.read_bytes(
+            found.offset,
+            header.key_start(),
+            key_len + header.word1.value_len(),
+            &mut scratch,
+        );
+        let (key, value) = scratch.split_at(key_len);
+        let bits = header.word0.bits() & !BIT_EXT | BIT_FETCHED;
+        let new_header = NewItem {
+            cas_seq: header.word0.cas_seq(),
+            bits,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access: now_secs,
+        };
+        let version = self.begin_write(found.bucket);
+        self.retire(found.offset, &header);
+        let offset = self.append(key, value, new_header);
+        self.set_slot(found.bucket, found.slot, Slot::new(found_tag(self, found), offset));
+        self.end_write(found.bucket, version);
+        self.scratch = scratch;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        mode: StoreMode,
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        now_secs: u32,
+    ) -> Outcome {
+        self.stats.sets += 1;
+        let existing = match self.lookup(hash, key, now_secs) {
+            Lookup::Found(found) => Some(found),
+            Lookup::Absent | Lookup::Gone { .. } => None,
+        };
+        match (mode, existing) {
+            (StoreMode::Add, Some(_)) => return Outcome::NotStored,
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => return Outcome::NotStored,
+            (StoreMode::Cas(_), None) => {
+                self.stats.cas_misses += 1;
+                return Outcome::NotFound;
+            }
+            (StoreMode::Cas(cas), Some(found)) => {
+                if self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+                    self.stats.cas_badval += 1;
+                    return Outcome::Exists;
+                }
+                self.stats.cas_hits += 1;
+            }
+            _ => {}
+        }
+        if let (StoreMode::Append | StoreMode::Prepend, Some(found)) = (mode, existing) {
+            return self.concatenate(hash, key, &found, value, mode == StoreMode::Append, now_secs);
+        }
+        let new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
+        self.put(hash, key, value, new_item, existing)
+    }
+
+    fn concatenate(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        found: &Found,
+        data: &[u8],
+        append: bool,
+        now_secs: u32,
+    ) -> Outcome {
+        let header = found.header;
+        let old_len = header.word1.value_len();
+        if old_len + data.len() > VALUE_BYTES_MAX {
+            self.stats.too_large += 1;
+            return Outcome::TooLarge;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if !append {
+            scratch.extend_from_slice(data);
+        }
+        let value_at = header.key_start() + header.word0.key_len();
+        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        if append {
+            scratch.extend_from_slice(data);
+        }
+        let new_item = NewItem {
+            cas_seq: 0,
+            bits: 0,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access: now_secs,
+        };
+        let outcome = self.put(hash, key, &scratch, new_item, Some(*found));
+        self.scratch = scratch;
+        outcome
+    }
+
+    /// Writes a new version of `key`: in place when it fits the existing item's space, else
+    /// appended at the tail with the old version retired.
+    fn put(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        mut new_item: NewItem,
+        existing: Option<Found>,
+    ) -> Outcome {
+        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
+        let size = item::item_bytes(key.len(), value.len(), ext);
+        if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
+            self.stats.too_large += 1;
+            return Outcome::TooLarge;
+        }
+        new_item.cas_seq = self.take_cas_seq();
+        self.stats.total_items += 1;
+        let cas = self.shared.cas_unique(new_item.cas_seq);
+        if let Some(found) = existing {
+            let capacity = found.header.capacity();
+            if size <= capacity && (capacity - size) / 8 <= SLACK_WORDS_MAX {
+                let version = self.begin_write(found.bucket);
+                self.write_item(found.offset, key, value, new_item, (capacity - size) / 8);
+                self.end_write(found.bucket, version);
+                return Outcome::Stored { cas };
+            }
+            let version = self.begin_write(found.bucket);
+            self.retire(found.offset, &found.header);
+            let offset = self.append(key, value, new_item);
+            self.set_slot(found.bucket, found.slot, Slot::new(hash.tag(), offset));
+            self.end_write(found.bucket, version);
+            return Outcome::Stored { cas };
+        }
+        let bucket = hash.bucket(self.bucket_mask);
+        let version = self.begin_write(bucket);
+        let offset = self.append(key, value, new_item);
+        self.link(bucket, Slot::new(hash.tag(), offset));
+        self.end_write(bucket, version);
+        Outcome::Stored { cas }
+    }
+
+    fn touch(&mut self, hash: KeyHash, key: &[u8], expiry: Expiry, now_secs: u32) -> Outcome {
+        match self.lookup(hash, key, now_secs) {
+            Lookup::Found(found) => {
+                self.stats.touch_hits += 1;
+                let found = self.set_expiry(found, expiry, now_secs);
+                self.after_read(&found, now_secs);
+                Outcome::Touched
+            }
+            Lookup::Absent | Lookup::Gone { .. } => {
+                self.stats.touch_misses += 1;
+                Outcome::NotFound
+            }
+        }
+    }
+
+    /// Gives an item a new expiry: in place when it has the extension word, else re-appended
+    /// with one. Returns where the item is now.
+    fn set_expiry(&mut self, found: Found, expiry: Expiry, now_secs: u32) -> Found {
+        let header = found.header;
+        if header.word0.has(BIT_EXT) {
+            let version = self.begin_write(found.bucket);
+            self.shared.log.set_ext(found.offset, Ext::new(header.ext.flags(), expiry));
+            self.end_write(found.bucket, version);
+            let header = Header { ext: Ext::new(header.ext.flags(), expiry), ..header };
+            return Found { header, ..found };
+        }
+        if expiry == Expiry::NEVER {
+            return found;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let key_len = header.word0.key_len();
+        let data_len = key_len + header.word1.value_len();
+        self.shared.log.read_bytes(found.offset, header.key_start(), data_len, &mut scratch);
+        let (key, value) = scratch.split_at(key_len);
+        let new_item = NewItem {
+            cas_seq: header.word0.cas_seq(),
+            bits: header.word0.bits(),
+            flags: 0,
+            expiry,
+            last_access: now_secs,
+        };
+        let version = self.begin_write(found.bucket);
+        let tag = found_tag(self, &found);
+        self.retire(found.offset, &header);
+        let offset = self.append(key, value, new_item);
+        self.set_slot(found.bucket, found.slot, Slot::new(tag, offset));
+        self.end_write(found.bucket, version);
+        self.scratch = scratch;
+        let header = self.shared.log.header(offset);
+        Found { offset, header, ..found }
+    }
+
+    fn delete(&mut self, hash: KeyHash, key: &[u8], cas: u64, now_secs: u32) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            self.stats.delete_misses += 1;
+            return Outcome::NotFound;
+        };
+        if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+            return Outcome::Exists;
+        }
+        self.stats.delete_hits += 1;
+        let version = self.begin_write(found.bucket);
+        self.unlink(&found);
+        self.retire(found.offset, &found.header);
+        self.end_write(found.bucket, version);
+        Outcome::Deleted
+    }
+
+    fn arith(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        delta: u64,
+        decrement: bool,
+        cas: u64,
+        now_secs: u32,
+    ) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            if decrement {
+                self.stats.decr_misses += 1;
+            } else {
+                self.stats.incr_misses += 1;
+            }
+            return Outcome::NotFound;
+        };
+        if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+            return Outcome::Exists;
+        }
+        let header = found.header;
+        let old_len = header.word1.value_len();
+        let mut digits = [0u8; 24];
+        if old_len > digits.len() {
+            return Outcome::NonNumeric;
+        }
+        let value_at = header.key_start() + header.word0.key_len();
+        let mut old = [0u8; 24];
+        crate::words::copy_out(
+            self.shared.log.words(),
+            self.geometry.physical(found.offset) + value_at,
+            &mut old[..old_len],
+        );
+        let Some(number) = parse_counter(&old[..old_len]) else { return Outcome::NonNumeric };
+        if decrement {
+            self.stats.decr_hits += 1;
+        } else {
+            self.stats.incr_hits += 1;
+        }
+        let value = if decrement { number.saturating_sub(delta) } else { number.wrapping_add(delta) };
+        let text = format_u64(value, &mut digits);
+        // memcached keeps the length when the number shrinks, padding with spaces.
+        let mut padded = [b' '; 24];
+        let stored_len = text.len().max(old_len);
+        padded[..text.len()].copy_from_slice(text);
+        let new_item = NewItem {
+            cas_seq: 0,
+            bits: 0,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access: now_secs,
+        };
+        match self.put(hash, key, &padded[..stored_len], new_item, Some(found)) {
+            Outcome::Stored { cas } => Outcome::Counter { value, cas },
+            other => other,
+        }
+    }
+
+    fn invalidate(&mut self, hash: KeyHash, key: &[u8], now_secs: u32) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            self.stats.delete_misses += 1;
+            return Outcome::NotFound;
+        };
+        self.stats.delete_hits += 1;
+        let cas_seq = self.take_cas_seq();
+        let word0 = found.header.word0.with_bit(BIT_STALE).without_bit(BIT_WIN_SENT).with_cas_seq(cas_seq);
+        let version = self.begin_write(found.bucket);
+        self.shared.log.set_word0(found.offset, word0);
+        self.end_write(found.bucket, version);
+        Outcome::Deleted
+    }
+
+    // ---- mechanics ---------------------------------------------------------------------------
+
+    #[inline(always)]
+    fn take_cas_seq(&mut self) -> u64 {
+        let seq = self.next_cas_seq;
+        self.next_cas_seq += 1;
+        seq
+    }
+
+    #[inline(always)]
+    fn begin_write(&self, bucket: usize) -> u64 {
+        if !self.crew {
+            return 0;
+        }
+        let version = &self.shared.index.bucket(bucket)[0];
+        let before = version.load(Relaxed);
+        version.store(before + 1, Relaxed);
+        fence(Release);
+        before
+    }
+
+    #[inline(always)]
+    fn end_write(&self, bucket: usize, before: u64) {
+        if self.crew {
+            self.shared.index.bucket(bucket)[0].store(before + 2, Release);
+        }
+    }
+
+    #[inline(always)]
+    fn set_slot(&self, bucket: usize, slot: usize, value: Slot) {
+        self.shared.index.bucket(bucket)[1 + slot].store(value.0, Relaxed);
+    }
+
+    fn unlink(&self, found: &Found) {
+        self.set_slot(found.bucket, found.slot, Slot::EMPTY);
+    }
+
+    /// Marks an item superseded and takes it out of the counts.
+    #[inline(always)]
+    fn retire(&mut self, offset: u64, header: &Header) {
+        self.shared.log.set_word0(offset, header.word0.with_bit(BIT_DEAD));
+        self.stats.items -= 1;
+        self.stats.bytes -= header.capacity() as u64;
+    }
+
+    fn count_reclaimed(&mut self, header: &Header) {
+        self.stats.reclaimed += 1;
+        if !header.word0.has(BIT_FETCHED) {
+            self.stats.expired_unfetched += 1;
+        }
+    }
+
+    /// Puts a new slot in a bucket: an empty or dangling slot if there is one, else the slot of
+    /// the oldest item, which is dropped (an index eviction).
+    fn link(&mut self, bucket: usize, slot: Slot) {
+        let words = self.shared.index.bucket(bucket);
+        let mut oldest = (0, 0u64);
+        for (slot_index, word) in words[1..].iter().enumerate() {
+            let current = Slot(word.load(Relaxed));
+            if current.is_empty() || !self.geometry.is_live(current.offset(), self.head) {
+                word.store(slot.0, Relaxed);
+                return;
+            }
+            let age = self.tail.wrapping_sub(current.offset()) & self.geometry.offset_mask;
+            if age > oldest.1 {
+                oldest = (slot_index, age);
+            }
+        }
+        let victim = Slot(words[1 + oldest.0].load(Relaxed));
+        let header = self.shared.log.header(victim.offset());
+        self.retire(victim.offset(), &header);
+        self.stats.index_evictions += 1;
+        if !header.word0.has(BIT_FETCHED) {
+            self.stats.evicted_unfetched += 1;
+        }
+        self.set_slot(bucket, oldest.0, slot);
+    }
+
+    /// Appends a new item at the tail, evicting at the head as needed; returns its offset.
+    fn append(&mut self, key: &[u8], value: &[u8], new_item: NewItem) -> u64 {
+        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
+        let size = item::item_bytes(key.len(), value.len(), ext);
+        let offset = self.reserve(size);
+        self.write_item(offset, key, value, new_item, 0);
+        self.stats.items += 1;
+        self.stats.bytes += size as u64;
+        offset
+    }
+
+    fn write_item(&self, offset: u64, key: &[u8], value: &[u8], new_item: NewItem, slack_words: usize) {
+        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
+        let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
+        let log = &self.shared.log;
+        log.set_word0(offset, Word0::new(new_item.cas_seq, key.len(), bits));
+        log.set_word1(offset, Word1::new(value.len(), slack_words, new_item.last_access));
+        let key_start = if ext {
+            log.set_ext(offset, Ext::new(new_item.flags, new_item.expiry));
+            item::HEADER_BYTES + item::EXT_BYTES
+        } else {
+            item::HEADER_BYTES
+        };
+        log.write_bytes(offset, key_start, key);
+        log.write_bytes(offset, key_start + key.len(), value);
+    }
+
+    /// Makes room for `size` bytes at the tail (padding to the end of memory if the item would
+    /// straddle it) and returns the logical offset of the room.
+    fn reserve(&mut self, size: usize) -> u64 {
+        let log_bytes = self.geometry.log_bytes;
+        let physical = self.geometry.physical(self.tail) as u64;
+        let padding = if physical + size as u64 > log_bytes { log_bytes - physical } else { 0 };
+        let need = padding + size as u64;
+        if log_bytes - (self.tail - self.head) < need {
+            while log_bytes - (self.tail - self.head) < need {
+                self.evict_head();
+            }
+            self.shared.head.store(self.head, Relaxed);
+            if self.crew {
+                fence(Release);
+            }
+        }
+        if padding > 0 {
+            self.shared.log.write_padding(self.tail);
+            self.tail += padding;
+        }
+        let offset = self.tail & self.geometry.offset_mask;
+        self.tail += size as u64;
+        self.scan_credit_bytes += need;
+        offset
+    }
+
+    /// Moves the head past one record, counting a live item as evicted (or reclaimed if expired).
+    fn evict_head(&mut self) {
+        let offset = self.head;
+        if self.shared.log.is_padding(offset) {
+            self.head += self.geometry.log_bytes - self.geometry.physical(offset) as u64;
+            return;
+        }
+        let header = self.shared.log.header(offset);
+        if !header.word0.has(BIT_DEAD) {
+            self.stats.items -= 1;
+            self.stats.bytes -= header.capacity() as u64;
+            if self.shared.is_gone(&header, self.clock_secs) {
+                self.count_reclaimed(&header);
+            } else {
+                self.stats.log_evictions += 1;
+                if !header.word0.has(BIT_FETCHED) {
+                    self.stats.evicted_unfetched += 1;
+                }
+            }
+        }
+        self.head += header.capacity() as u64;
+    }
+
+    fn scan_if_due(&mut self) {
+        while self.scan_credit_bytes >= self.scan_stride_bytes {
+            self.scan_credit_bytes -= self.scan_stride_bytes;
+            self.scan_one_bucket();
+        }
+    }
+
+    fn scan_one_bucket(&mut self) {
+        let bucket = self.scan_cursor;
+        self.scan_cursor = (self.scan_cursor + 1) & self.bucket_mask;
+        let version = self.begin_write(bucket);
+        for word in &self.shared.index.bucket(bucket)[1..BUCKET_WORDS] {
+            let slot = Slot(word.load(Relaxed));
+            if !slot.is_empty() && !self.geometry.is_live(slot.offset(), self.head) {
+                word.store(0, Relaxed);
+            }
+        }
+        self.end_write(bucket, version);
+    }
+}
+
+/// The tag stored in a found item's slot.
+fn found_tag(partition: &Partition, found: &Found) -> u16 {
+    Slot(partition.shared.index.bucket(found.bucket)[1 + found.slot].load(Relaxed)).tag()
+}
+
+/// Header fields of an item about to be written.
+#[derive(Clone, Copy, Debug)]
+struct NewItem {
+    cas_seq: u64,
+    bits: u8,
+    flags: u32,
+    expiry: Expiry,
+    last_access: u32,
+}
+
+/// Decimal text of `value` in `buffer`.
+fn format_u64(mut value: u64, buffer: &mut [u8; 24]) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &buffer[at..];
+        }
+    }
+}

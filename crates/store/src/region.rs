@@ -1,0 +1,261 @@
+//! Page-backed memory for logs and indexes, viewed as a slice of `AtomicU64` words.
+//!
+//! Where pages come from, in order (`HugePages::Auto`): explicit hugetlb pages when the kernel has
+//! them reserved, then anonymous memory with `madvise(MADV_HUGEPAGE)` (transparent huge pages,
+//! 2 MiB aligned) when THP is `always` or `madvise`, then plain 4 KiB pages. Allocation never fails
+//! for lack of huge pages. Memory is zeroed and faulted in at creation so that nothing on the data
+//! path page-faults. Under Miri the region is an ordinary heap allocation.
+//!
+//! This is the only module of the crate with `unsafe`; everything above it sees `&[AtomicU64]`.
+
+use std::sync::atomic::AtomicU64;
+
+/// Which pages a caller asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HugePages {
+    /// hugetlb if reserved, else transparent huge pages if enabled, else plain pages.
+    #[default]
+    Auto,
+    /// As `Auto`, but the caller wants to know it did not get huge pages (still never fails).
+    On,
+    /// Plain 4 KiB pages only.
+    Off,
+}
+
+/// Which pages a region got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageKind {
+    /// Explicit 2 MiB hugetlb pages (`MAP_HUGETLB`).
+    Hugetlb,
+    /// Anonymous memory advised for transparent huge pages, 2 MiB aligned.
+    TransparentHuge,
+    /// Plain pages.
+    Plain,
+    /// A heap allocation (Miri, or sizes too small to map).
+    Heap,
+}
+
+impl PageKind {
+    /// Short name for reports and `stats`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PageKind::Hugetlb => "hugetlb",
+            PageKind::TransparentHuge => "thp",
+            PageKind::Plain => "4k",
+            PageKind::Heap => "heap",
+        }
+    }
+}
+
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+const WORD_BYTES: usize = 8;
+
+/// A zeroed, word-aligned block of memory shared as atomics.
+pub struct Region {
+    backing: Backing,
+    words_len: usize,
+    kind: PageKind,
+}
+
+enum Backing {
+    Heap(#[allow(dead_code)] Box<[AtomicU64]>),
+    #[cfg(not(miri))]
+    Mapped {
+        map_base: *mut libc::c_void,
+        map_bytes: usize,
+        data: *const AtomicU64,
+    },
+}
+
+// SAFETY: the region is plain memory accessed only through `&[AtomicU64]`, which is Sync; the raw
+// pointers are owned by the region and unmapped only in `drop`, after every borrow has ended.
+unsafe impl Send for Region {}
+// SAFETY: as above: shared access is only ever through atomics.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// A zeroed region of at least `bytes` bytes (rounded up to whole words), with the best pages
+    /// `want` allows. Panics only if the machine is out of memory altogether.
+    pub fn new(bytes: usize, want: HugePages) -> Region {
+        let words_len = bytes.div_ceil(WORD_BYTES).max(1);
+        #[cfg(not(miri))]
+        if words_len * WORD_BYTES >= HUGE_PAGE_BYTES / 4 {
+            return map(words_len, want);
+        }
+        let _ = want;
+        heap(words_len)
+    }
+
+    /// The memory as words.
+    #[inline(always)]
+    pub fn words(&self) -> &[AtomicU64] {
+        match &self.backing {
+            Backing::Heap(words) => words,
+            #[cfg(not(miri))]
+            // SAFETY: `data` points to `words_len` zero-initialised, 8-byte aligned words mapped
+            // read-write for the life of `self`; AtomicU64 has the layout of u64, and all access
+            // through the returned slice is atomic, so no data race is possible.
+            Backing::Mapped { data, .. } => unsafe { std::slice::from_raw_parts(*data, self.words_len) },
+        }
+    }
+
+    /// Which pages backs this region.
+    pub fn page_kind(&self) -> PageKind {
+        self.kind
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.words_len * WORD_BYTES
+    }
+}
+
+fn heap(words_len: usize) -> Region {
+    let words: Box<[AtomicU64]> = (0..words_len).map(|_| AtomicU64::new(0)).collect();
+    Region { backing: Backing::Heap(words), words_len, kind: PageKind::Heap }
+}
+
+/// Whether the kernel will back `madvise(MADV_HUGEPAGE)` memory with huge pages.
+#[cfg(not(miri))]
+fn thp_enabled() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|mode| mode.contains("[always]") || mode.contains("[madvise]"))
+        .unwrap_or(false)
+}
+
+#[cfg(not(miri))]
+fn map(words_len: usize, want: HugePages) -> Region {
+    let bytes = words_len * WORD_BYTES;
+    if want != HugePages::Off {
+        let huge_bytes = bytes.next_multiple_of(HUGE_PAGE_BYTES);
+        if let Some(base) = mmap_anonymous(huge_bytes, libc::MAP_HUGETLB) {
+            populate(base, huge_bytes);
+            return mapped(base, huge_bytes, base, words_len, PageKind::Hugetlb);
+        }
+        if thp_enabled() {
+            // Over-allocate by one huge page so the data can start on a 2 MiB boundary.
+            let map_bytes = huge_bytes + HUGE_PAGE_BYTES;
+            if let Some(base) = mmap_anonymous(map_bytes, 0) {
+                let aligned = (base as usize).next_multiple_of(HUGE_PAGE_BYTES) as *mut libc::c_void;
+                // SAFETY: [aligned, aligned + huge_bytes) lies inside the mapping just made.
+                let advised = unsafe { libc::madvise(aligned, huge_bytes, libc::MADV_HUGEPAGE) };
+                if advised == 0 {
+                    populate(aligned, huge_bytes);
+                    return mapped(base, map_bytes, aligned, words_len, PageKind::TransparentHuge);
+                }
+                // SAFETY: unmapping exactly the mapping made above, never handed out.
+                unsafe { libc::munmap(base, map_bytes) };
+            }
+        }
+    }
+    match mmap_anonymous(bytes, 0) {
+        Some(base) => {
+            populate(base, bytes);
+            mapped(base, bytes, base, words_len, PageKind::Plain)
+        }
+        None => heap(words_len),
+    }
+}
+
+#[cfg(not(miri))]
+fn mapped(
+    map_base: *mut libc::c_void,
+    map_bytes: usize,
+    data: *mut libc::c_void,
+    words_len: usize,
+    kind: PageKind,
+) -> Region {
+    let data = data as *const AtomicU64;
+    Region { backing: Backing::Mapped { map_base, map_bytes, data }, words_len, kind }
+}
+
+#[cfg(not(miri))]
+fn mmap_anonymous(bytes: usize, extra_flags: libc::c_int) -> Option<*mut libc::c_void> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra_flags;
+    // SAFETY: a fresh anonymous mapping at an address the kernel picks; no existing memory is
+    // touched. hugetlb mappings are made without MAP_NORESERVE so the kernel reserves the pages
+    // now and a later fault cannot SIGBUS.
+    let flags = if extra_flags & libc::MAP_HUGETLB != 0 { flags & !libc::MAP_NORESERVE } else { flags };
+    // SAFETY: see above.
+    let base =
+        unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    (base != libc::MAP_FAILED).then_some(base)
+}
+
+/// Faults every page in now, so the data path never page-faults and the memory is really ours.
+#[cfg(not(miri))]
+fn populate(base: *mut libc::c_void, bytes: usize) {
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: [base, base + bytes) is a live read-write mapping owned by the caller.
+    if unsafe { libc::madvise(base, bytes, MADV_POPULATE_WRITE) } == 0 {
+        return;
+    }
+    // Older kernels: touch one byte per 4 KiB page (writing zero keeps the memory zeroed).
+    let base = base as *const AtomicU64;
+    for page in 0..bytes / 4096 {
+        // SAFETY: the word lies inside the live, aligned, zeroed mapping; nothing else has a
+        // reference to it yet.
+        let word = unsafe { &*base.add(page * 4096 / WORD_BYTES) };
+        word.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        #[cfg(not(miri))]
+        if let Backing::Mapped { map_base, map_bytes, .. } = self.backing {
+            // SAFETY: the mapping was made by `map` and is unmapped once; `&mut self` proves no
+            // borrow of its words is alive.
+            unsafe { libc::munmap(map_base, map_bytes) };
+        }
+    }
+}
+
+/// Asks the CPU to start loading the cache line holding `words[index]`. A hint only: it has no
+/// effect on program semantics and never faults.
+#[inline(always)]
+pub fn prefetch(words: &[AtomicU64], index: usize) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if let Some(word) = words.get(index) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetch is a hint that never dereferences the pointer architecturally; the
+        // pointer is derived from a live reference anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(word.as_ptr() as *const i8) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = (words, index);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn small_region_is_zeroed_heap() {
+        let region = Region::new(100, HugePages::Auto);
+        assert_eq!(region.words().len(), 13);
+        assert!(region.words().iter().all(|w| w.load(Relaxed) == 0));
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn large_region_is_mapped_zeroed_and_writable() {
+        for want in [HugePages::Auto, HugePages::Off] {
+            let region = Region::new(4 << 20, want);
+            assert_ne!(region.page_kind(), PageKind::Heap);
+            if want == HugePages::Off {
+                assert_eq!(region.page_kind(), PageKind::Plain);
+            }
+            let words = region.words();
+            assert_eq!(words.len(), (4 << 20) / 8);
+            assert_eq!(words.as_ptr() as usize % 8, 0);
+            if region.page_kind() != PageKind::Plain {
+                assert_eq!(words.as_ptr() as usize % HUGE_PAGE_BYTES, 0);
+            }
+            words[words.len() - 1].store(7, Relaxed);
+            assert_eq!(words[words.len() - 1].load(Relaxed), 7);
+            assert_eq!(words[12345].load(Relaxed), 0);
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Per-partition counters, kept by the owner with plain increments.
+
+/// What a partition counts. Names follow memcached's `stats` where one exists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Get requests (get, gets, gat, gats), one per key.
+    pub gets: u64,
+    /// Gets that found the key.
+    pub get_hits: u64,
+    /// Gets that did not.
+    pub get_misses: u64,
+    /// Gets that found the key expired.
+    pub get_expired: u64,
+    /// Gets that found the key flushed.
+    pub get_flushed: u64,
+    /// Store commands received.
+    pub sets: u64,
+    /// Items linked by a store (memcached `total_items`).
+    pub total_items: u64,
+    /// Deletes that found the key.
+    pub delete_hits: u64,
+    /// Deletes that did not.
+    pub delete_misses: u64,
+    /// incr that found the key.
+    pub incr_hits: u64,
+    /// incr that did not.
+    pub incr_misses: u64,
+    /// decr that found the key.
+    pub decr_hits: u64,
+    /// decr that did not.
+    pub decr_misses: u64,
+    /// cas that stored.
+    pub cas_hits: u64,
+    /// cas on an absent key.
+    pub cas_misses: u64,
+    /// cas with a stale CAS unique.
+    pub cas_badval: u64,
+    /// touch/gat that found the key.
+    pub touch_hits: u64,
+    /// touch/gat that did not.
+    pub touch_misses: u64,
+    /// Live items pushed out at the log's head.
+    pub log_evictions: u64,
+    /// Live items dropped because their index bucket was full (the lossy index's losses).
+    pub index_evictions: u64,
+    /// Evicted (either way) without ever being fetched.
+    pub evicted_unfetched: u64,
+    /// Expired items reclaimed (found on access or passed by the head).
+    pub reclaimed: u64,
+    /// Expired items reclaimed without ever being fetched.
+    pub expired_unfetched: u64,
+    /// Stores refused as too large.
+    pub too_large: u64,
+    /// Items stored now (memcached `curr_items`).
+    pub items: u64,
+    /// Log bytes those items occupy (memcached `bytes`).
+    pub bytes: u64,
+    /// Items moved to the tail by LRU / approximate LRU.
+    pub reappends: u64,
+}
+
+impl PartitionStats {
+    /// Adds `other` into `self` (for a server-wide total).
+    pub fn add(&mut self, other: &PartitionStats) {
+        let PartitionStats {
+            gets,
+            get_hits,
+            get_misses,
+            get_expired,
+            get_flushed,
+            sets,
+            total_items,
+            delete_hits,
+            delete_misses,
+            incr_hits,
+            incr_misses,
+            decr_hits,
+            decr_misses,
+            cas_hits,
+            cas_misses,
+            cas_badval,
+            touch_hits,
+            touch_misses,
+            log_evictions,
+            index_evictions,
+            evicted_unfetched,
+            reclaimed,
+            expired_unfetched,
+            too_large,
+            items,
+            bytes,
+            reappends,
+        } = *other;
+        self.gets += gets;
+        self.get_hits += get_hits;
+        self.get_misses += get_misses;
+        self.get_expired += get_expired;
+        self.get_flushed += get_flushed;
+        self.sets += sets;
+        self.total_items += total_items;
+        self.delete_hits += delete_hits;
+        self.delete_misses += delete_misses;
+        self.incr_hits += incr_hits;
+        self.incr_misses += incr_misses;
+        self.decr_hits += decr_hits;
+        self.decr_misses += decr_misses;
+        self.cas_hits += cas_hits;
+        self.cas_misses += cas_misses;
+        self.cas_badval += cas_badval;
+        self.touch_hits += touch_hits;
+        self.touch_misses += touch_misses;
+        self.log_evictions += log_evictions;
+        self.index_evictions += index_evictions;
+        self.evicted_unfetched += evicted_unfetched;
+        self.reclaimed += reclaimed;
+        self.expired_unfetched += expired_unfetched;
+        self.too_large += too_large;
+        self.items += items;
+        self.bytes += bytes;
+        self.reappends += reappends;
+    }
+}

@@ -1,0 +1,131 @@
+//! Byte copies into and out of word memory shared with other threads.
+//!
+//! Logs and indexes are `[AtomicU64]`: concurrent readers (CREW) may read bytes the owner is
+//! rewriting, which with plain memory would be a data race. Every access here is a relaxed atomic
+//! load or store of a whole word, which on x86-64 compiles to an ordinary `mov`; torn *values* are
+//! possible and are caught by the seqlock checks of the caller, torn *accesses* never happen.
+//! Bytes are little-endian within a word: byte `i` of the memory is bits `8*(i%8)..` of word `i/8`.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+const WORD_BYTES: usize = 8;
+
+/// Appends the `len` bytes at byte position `pos` to `out`.
+#[inline]
+pub fn load_bytes(words: &[AtomicU64], pos: usize, len: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + len, 0);
+    copy_out(words, pos, &mut out[start..]);
+}
+
+/// Fills `dst` with the bytes at byte position `pos`.
+#[inline]
+pub fn copy_out(words: &[AtomicU64], pos: usize, dst: &mut [u8]) {
+    let mut word_index = pos / WORD_BYTES;
+    let skip = pos % WORD_BYTES;
+    let mut dst = dst;
+    if skip != 0 && !dst.is_empty() {
+        let bytes = words[word_index].load(Relaxed).to_le_bytes();
+        let n = (WORD_BYTES - skip).min(dst.len());
+        dst[..n].copy_from_slice(&bytes[skip..skip + n]);
+        dst = &mut dst[n..];
+        word_index += 1;
+    }
+    let dst_len = dst.len();
+    let mut chunks = dst.chunks_exact_mut(WORD_BYTES);
+    let source = &words[word_index..];
+    for (chunk, word) in (&mut chunks).zip(source) {
+        chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let full_words = (dst_len - tail.len()) / WORD_BYTES;
+        let bytes = words[word_index + full_words].load(Relaxed).to_le_bytes();
+        tail.copy_from_slice(&bytes[..tail.len()]);
+    }
+}
+
+/// Writes `src` at byte position `pos`. Bytes of partially covered words outside the range are
+/// kept (read-modify-write, safe because only one thread ever writes a given region).
+#[inline]
+pub fn store_bytes(words: &[AtomicU64], pos: usize, src: &[u8]) {
+    let mut word_index = pos / WORD_BYTES;
+    let skip = pos % WORD_BYTES;
+    let mut src = src;
+    if skip != 0 && !src.is_empty() {
+        let n = (WORD_BYTES - skip).min(src.len());
+        let mut bytes = words[word_index].load(Relaxed).to_le_bytes();
+        bytes[skip..skip + n].copy_from_slice(&src[..n]);
+        words[word_index].store(u64::from_le_bytes(bytes), Relaxed);
+        src = &src[n..];
+        word_index += 1;
+    }
+    let mut chunks = src.chunks_exact(WORD_BYTES);
+    for (chunk, word) in (&mut chunks).zip(&words[word_index..]) {
+        word.store(u64::from_le_bytes(chunk.try_into().expect("8-byte chunk")), Relaxed);
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        let at = word_index + (src.len() - tail.len()) / WORD_BYTES;
+        let mut bytes = words[at].load(Relaxed).to_le_bytes();
+        bytes[..tail.len()].copy_from_slice(tail);
+        words[at].store(u64::from_le_bytes(bytes), Relaxed);
+    }
+}
+
+/// Whether the bytes at byte position `pos` equal `expected`, without copying them out.
+#[inline]
+pub fn bytes_equal(words: &[AtomicU64], pos: usize, expected: &[u8]) -> bool {
+    let mut buffer = [0u8; 64];
+    let mut done = 0;
+    while done < expected.len() {
+        let n = (expected.len() - done).min(buffer.len());
+        copy_out(words, pos + done, &mut buffer[..n]);
+        if buffer[..n] != expected[done..done + n] {
+            return false;
+        }
+        done += n;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn memory(words_len: usize) -> Vec<AtomicU64> {
+        (0..words_len).map(|i| AtomicU64::new(0x0101_0101_0101_0101 * (i as u64 % 7))).collect()
+    }
+
+    proptest! {
+        #[test]
+        fn store_then_load_round_trips_and_spares_neighbours(
+            pos in 0usize..40, data in proptest::collection::vec(any::<u8>(), 0..70)
+        ) {
+            let words = memory(16);
+            let mut before = Vec::new();
+            load_bytes(&words, 0, 128, &mut before);
+            store_bytes(&words, pos, &data);
+            let mut back = Vec::new();
+            load_bytes(&words, pos, data.len(), &mut back);
+            prop_assert_eq!(&back, &data);
+            prop_assert!(bytes_equal(&words, pos, &data));
+            let mut after = Vec::new();
+            load_bytes(&words, 0, 128, &mut after);
+            prop_assert_eq!(&after[..pos], &before[..pos]);
+            prop_assert_eq!(&after[pos + data.len()..], &before[pos + data.len()..]);
+        }
+    }
+
+    #[test]
+    fn unequal_bytes_are_detected_past_the_first_chunk() {
+        let words = memory(40);
+        let data: Vec<u8> = (0..200).map(|i| i as u8).collect();
+        store_bytes(&words, 3, &data);
+        let mut other = data.clone();
+        other[150] ^= 1;
+        assert!(bytes_equal(&words, 3, &data));
+        assert!(!bytes_equal(&words, 3, &other));
+    }
+}

@@ -1,0 +1,260 @@
+//! memcached item semantics with an injected clock: expiry, flush_all, CAS, append/prepend,
+//! incr/decr, touch, eviction order, limits.
+
+mod common;
+use common::*;
+use qs_store::{Command, Eviction, Expiry, Outcome, StoreMode};
+
+#[test]
+fn set_get_overwrite_delete() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    assert_eq!(get(&mut p, b"k", NOW), None);
+    set(&mut p, b"k", b"v1", NOW);
+    assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"v1"[..]));
+    set(&mut p, b"k", b"a much longer second value", NOW);
+    assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"a much longer second value"[..]));
+    set(&mut p, b"k", b"", NOW);
+    assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b""[..]));
+    assert_eq!(run(&mut p, b"k", Command::Delete { cas: 0 }, NOW).0, Outcome::Deleted);
+    assert_eq!(run(&mut p, b"k", Command::Delete { cas: 0 }, NOW).0, Outcome::NotFound);
+    assert_eq!(get(&mut p, b"k", NOW), None);
+    assert_eq!(p.stats().items, 0);
+}
+
+#[test]
+fn add_replace_append_prepend() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    assert_eq!(store(&mut p, StoreMode::Replace, b"k", b"x", NOW), Outcome::NotStored);
+    assert_eq!(store(&mut p, StoreMode::Append, b"k", b"x", NOW), Outcome::NotStored);
+    assert_eq!(store(&mut p, StoreMode::Prepend, b"k", b"x", NOW), Outcome::NotStored);
+    assert!(matches!(store_with(&mut p, StoreMode::Add, b"k", b"mid", 42, 100, NOW), Outcome::Stored { .. }));
+    assert_eq!(store(&mut p, StoreMode::Add, b"k", b"again", NOW), Outcome::NotStored);
+    assert!(matches!(store(&mut p, StoreMode::Append, b"k", b">>", NOW), Outcome::Stored { .. }));
+    assert!(matches!(store(&mut p, StoreMode::Prepend, b"k", b"<<", NOW), Outcome::Stored { .. }));
+    let (outcome, out) = run(&mut p, b"k", Command::Get, NOW);
+    let Outcome::Hit(hit) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(&out[hit.value_start..], b"<<mid>>");
+    assert_eq!(hit.flags, 42, "append keeps flags");
+    assert_eq!(hit.expiry, Expiry(NOW + 100), "append keeps expiry");
+    assert!(matches!(store(&mut p, StoreMode::Replace, b"k", b"new", NOW), Outcome::Stored { .. }));
+    assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"new"[..]));
+}
+
+#[test]
+fn cas_rules() {
+    let mut p = partition(1 << 16, 64, Eviction::Lru);
+    assert_eq!(store(&mut p, StoreMode::Cas(5), b"k", b"x", NOW), Outcome::NotFound);
+    let first = set(&mut p, b"k", b"v", NOW);
+    let second = set(&mut p, b"other", b"v", NOW);
+    assert_ne!(first, second, "CAS uniques are unique");
+    // A read (which under LRU moves the item) keeps the CAS.
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    assert_eq!(hit.cas, first);
+    assert_eq!(store(&mut p, StoreMode::Cas(first + 1), b"k", b"w", NOW), Outcome::Exists);
+    let Outcome::Stored { cas: third } = store(&mut p, StoreMode::Cas(first), b"k", b"w", NOW) else {
+        panic!()
+    };
+    assert_ne!(third, first);
+    assert_eq!(store(&mut p, StoreMode::Cas(first), b"k", b"z", NOW), Outcome::Exists);
+    assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"w"[..]));
+    assert_eq!((p.stats().cas_hits, p.stats().cas_badval, p.stats().cas_misses), (1, 2, 1));
+    assert_eq!(run(&mut p, b"k", Command::Delete { cas: first }, NOW).0, Outcome::Exists);
+    assert_eq!(run(&mut p, b"k", Command::Delete { cas: third }, NOW).0, Outcome::Deleted);
+}
+
+#[test]
+fn expiry_relative_absolute_negative() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    store_with(&mut p, StoreMode::Set, b"rel", b"v", 0, 10, NOW);
+    store_with(&mut p, StoreMode::Set, b"abs", b"v", 0, NOW as i64 + 20, NOW);
+    store_with(&mut p, StoreMode::Set, b"neg", b"v", 0, -1, NOW);
+    store_with(&mut p, StoreMode::Set, b"never", b"v", 0, 0, NOW);
+    assert!(get(&mut p, b"rel", NOW + 9).is_some());
+    assert!(get(&mut p, b"neg", NOW).is_none());
+    assert!(get(&mut p, b"rel", NOW + 10).is_none());
+    assert!(get(&mut p, b"abs", NOW + 19).is_some());
+    assert!(get(&mut p, b"abs", NOW + 20).is_none());
+    assert!(get(&mut p, b"never", u32::MAX - 1).is_some());
+    assert_eq!(p.stats().get_expired, 3);
+    assert_eq!(p.stats().items, 1, "expired items are reclaimed when found");
+}
+
+#[test]
+fn touch_and_get_and_touch() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    let touch = |secs: i64| Command::Touch { expiry: Expiry::from_exptime(secs, NOW) };
+    assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::NotFound);
+    set(&mut p, b"k", b"v", NOW);
+    assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::Touched, "adds an expiry to a plain item");
+    assert!(get(&mut p, b"k", NOW + 9).is_some());
+    assert!(get(&mut p, b"k", NOW + 10).is_none());
+    set(&mut p, b"k", b"v", NOW);
+    let gat = Command::GetAndTouch { expiry: Expiry::from_exptime(5, NOW) };
+    let (Outcome::Hit(hit), out) = run(&mut p, b"k", gat, NOW) else { panic!() };
+    assert_eq!((&out[..], hit.expiry), (&b"v"[..], Expiry(NOW + 5)));
+    assert_eq!(run(&mut p, b"k", touch(0), NOW).0, Outcome::Touched, "touch to never");
+    assert!(get(&mut p, b"k", NOW + 1000).is_some());
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    set(&mut p, b"a", b"1", NOW);
+    p.flush_all(NOW, 0);
+    assert!(get(&mut p, b"a", NOW).is_none(), "immediate flush hides items of the same second");
+    set(&mut p, b"b", b"2", NOW);
+    assert!(get(&mut p, b"b", NOW).is_some(), "items stored after the flush answer");
+    p.flush_all(NOW + 10, 5);
+    set(&mut p, b"c", b"3", NOW + 12);
+    // memcached sets oldest_live = flush time - 1 and applies it from that second on.
+    assert!(get(&mut p, b"b", NOW + 13).is_some(), "before the delay ends, items answer");
+    assert!(get(&mut p, b"b", NOW + 14).is_none());
+    assert!(get(&mut p, b"c", NOW + 14).is_none(), "stored before the flush time");
+    set(&mut p, b"d", b"4", NOW + 16);
+    assert!(get(&mut p, b"d", NOW + 16).is_some());
+}
+
+#[test]
+fn incr_decr() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    let arith = |delta, decrement| Command::Arith { delta, decrement, cas: 0 };
+    assert_eq!(run(&mut p, b"n", arith(1, false), NOW).0, Outcome::NotFound);
+    set(&mut p, b"n", b"99", NOW);
+    assert!(matches!(run(&mut p, b"n", arith(1, false), NOW).0, Outcome::Counter { value: 100, .. }));
+    assert_eq!(get(&mut p, b"n", NOW).as_deref(), Some(&b"100"[..]));
+    assert!(matches!(run(&mut p, b"n", arith(1, true), NOW).0, Outcome::Counter { value: 99, .. }));
+    assert_eq!(get(&mut p, b"n", NOW).as_deref(), Some(&b"99 "[..]), "memcached pads a shrunk number");
+    assert!(matches!(run(&mut p, b"n", arith(500, true), NOW).0, Outcome::Counter { value: 0, .. }));
+    set(&mut p, b"n", b"18446744073709551615", NOW);
+    assert!(matches!(run(&mut p, b"n", arith(2, false), NOW).0, Outcome::Counter { value: 1, .. }));
+    set(&mut p, b"t", b"12abc", NOW);
+    assert_eq!(run(&mut p, b"t", arith(1, false), NOW).0, Outcome::NonNumeric);
+    set(&mut p, b"t", b"", NOW);
+    assert_eq!(run(&mut p, b"t", arith(1, false), NOW).0, Outcome::NonNumeric);
+    store_with(&mut p, StoreMode::Set, b"f", b"5", 7, 100, NOW);
+    run(&mut p, b"f", arith(10, false), NOW);
+    let (Outcome::Hit(hit), _) = run(&mut p, b"f", Command::Get, NOW) else { panic!() };
+    assert_eq!((hit.flags, hit.expiry), (7, Expiry(NOW + 100)), "incr keeps flags and expiry");
+}
+
+#[test]
+fn limits_are_clean_outcomes() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    let long_key = [b'k'; 251];
+    assert_eq!(run(&mut p, &long_key, Command::Get, NOW).0, Outcome::BadKey);
+    assert_eq!(run(&mut p, b"", Command::Get, NOW).0, Outcome::BadKey);
+    set(&mut p, &[b'k'; 250], b"ok", NOW);
+    let big = vec![7u8; 40_000];
+    assert_eq!(store(&mut p, StoreMode::Set, b"big", &big, NOW), Outcome::TooLarge, "over half the log");
+    let fits = vec![7u8; 30_000];
+    set(&mut p, b"fits", &fits, NOW);
+    assert_eq!(get(&mut p, b"fits", NOW), Some(fits));
+    assert_eq!(p.stats().too_large, 1);
+}
+
+#[test]
+fn fifo_evicts_oldest_and_counts_it() {
+    let mut p = partition(4096, 64, Eviction::Fifo);
+    for i in 0..200u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[i as u8; 40], NOW);
+    }
+    assert!(get(&mut p, b"key0", NOW).is_none());
+    assert_eq!(get(&mut p, b"key199", NOW), Some(vec![199u8; 40]));
+    let stats = *p.stats();
+    assert!(stats.log_evictions > 0);
+    assert_eq!(stats.items + stats.log_evictions + stats.index_evictions, 200);
+}
+
+#[test]
+fn lru_keeps_what_is_read() {
+    for eviction in [Eviction::Lru, Eviction::ApproxLru] {
+        let mut p = partition(4096, 64, eviction);
+        set(&mut p, b"hot", b"h", NOW);
+        for i in 0..400u32 {
+            set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
+            assert!(get(&mut p, b"hot", NOW).is_some(), "{eviction:?} lost the hot key at {i}");
+        }
+        assert!(p.stats().reappends > 0);
+    }
+    let mut p = partition(4096, 64, Eviction::Fifo);
+    set(&mut p, b"hot", b"h", NOW);
+    for i in 0..400u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
+        get(&mut p, b"hot", NOW);
+    }
+    assert!(get(&mut p, b"hot", NOW).is_none(), "FIFO ignores reads");
+}
+
+#[test]
+fn full_bucket_evicts_its_oldest_slot() {
+    // One bucket: the 16th key must push out the oldest.
+    let mut p = partition(1 << 16, 1, Eviction::Fifo);
+    for i in 0..16u32 {
+        set(&mut p, format!("key{i}").as_bytes(), b"v", NOW);
+    }
+    assert_eq!(p.stats().index_evictions, 1);
+    assert!(get(&mut p, b"key0", NOW).is_none(), "the oldest went");
+    for i in 1..16u32 {
+        assert!(get(&mut p, format!("key{i}").as_bytes(), NOW).is_some());
+    }
+    assert_eq!(p.stats().items, 15);
+}
+
+#[test]
+fn in_place_update_keeps_the_initial_size() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    set(&mut p, b"k", &[1; 64], NOW);
+    let bytes = p.stats().bytes;
+    set(&mut p, b"k", &[2; 8], NOW);
+    set(&mut p, b"k", &[3; 60], NOW);
+    assert_eq!(p.stats().bytes, bytes, "shrinking and growing back stayed in place");
+    assert_eq!(get(&mut p, b"k", NOW), Some(vec![3; 60]));
+}
+
+#[test]
+fn invalidate_marks_stale_with_a_new_cas() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    let cas = set(&mut p, b"k", b"v", NOW);
+    assert_eq!(run(&mut p, b"k", Command::Invalidate, NOW).0, Outcome::Deleted);
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    assert!(hit.stale);
+    assert_ne!(hit.cas, cas);
+    assert!(!hit.fetched_before);
+    let (Outcome::Hit(again), _) = run(&mut p, b"k", Command::Get, NOW + 3) else { panic!() };
+    assert!(again.fetched_before);
+    assert_eq!(again.last_access_secs, NOW);
+}
+
+#[test]
+fn padded_wrap_keeps_items_contiguous() {
+    let mut p = partition(4096, 64, Eviction::Fifo);
+    for i in 0..500u32 {
+        let value = vec![i as u8; 1 + (i as usize * 37) % 300];
+        set(&mut p, format!("k{i}").as_bytes(), &value, NOW);
+        assert_eq!(get(&mut p, format!("k{i}").as_bytes(), NOW), Some(value));
+    }
+}
+
+#[test]
+fn narrow_offsets_wrap_safely() {
+    // A 20-bit offset space over a 4 KiB log wraps every 1 MiB appended; the incremental scan
+    // must clear stale slots before they look live again.
+    let mut config = qs_store::Config::new(4096, 16);
+    config.offset_bits = 14;
+    config.eviction = Eviction::Fifo;
+    config.huge_pages = qs_store::HugePages::Off;
+    let mut p = qs_store::Partition::new(config);
+    // "old" is written once and then pushed out; its slot must never answer again, even after
+    // the tail has wrapped the 14-bit space many times.
+    set(&mut p, b"old", b"stale value", NOW);
+    for round in 0..20_000u32 {
+        let key = format!("k{}", round % 97);
+        set(&mut p, key.as_bytes(), &[round as u8; 24], NOW);
+        if round > 200 {
+            assert_eq!(get(&mut p, b"old", NOW), None, "stale slot answered at round {round}");
+        }
+        if round % 1000 == 0 {
+            p.check_invariants();
+        }
+    }
+}

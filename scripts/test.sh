@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Quicksilver's test command (the README's): formatting, lints, every test, docs, and the engine's
+# concurrency checks (Miri on the unsafe parts, loom on the CREW read/write protocol).
+# Installs what it needs itself. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain components"
+if command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "cargo test"
+cargo test --workspace --quiet 2>&1 | tee /tmp/qs-test-output.txt
+test "${PIPESTATUS[0]}" -eq 0
+
+step "cargo doc (broken intra-doc links are errors)"
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
+    cargo doc --workspace --no-deps --quiet
+
+step "loom model of the CREW read/write protocol"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
+    cargo test -p qs-store --release --quiet --test loom_crew --target-dir target/loom
+
+step "Miri on the engine's unsafe and shared-memory code"
+if command -v rustup >/dev/null 2>&1 && \
+   rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1; then
+    MIRIFLAGS="-Zmiri-strict-provenance" PROPTEST_CASES=2 \
+        cargo +nightly miri test -p qs-store --lib --quiet -- miri_
+else
+    echo "SKIPPED: Miri is not installable on this machine (nightly toolchain unavailable)"
+fi
+
+step "all checks passed"
