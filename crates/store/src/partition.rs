@@ -666,29 +666,28 @@ impl Partition {
         }
         let header = found.header;
         let old_len = header.word1.value_len();
-        let mut digits = [0u8; 24];
-        if old_len > digits.len() {
-            return Outcome::NonNumeric;
-        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
         let value_at = header.key_start() + header.word0.key_len();
-        let mut old = [0u8; 24];
-        crate::words::copy_out(
-            self.shared.log.words(),
-            self.geometry.physical(found.offset) + value_at,
-            &mut old[..old_len],
-        );
-        let Some(number) = parse_counter(&old[..old_len]) else { return Outcome::NonNumeric };
+        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        let Some(number) = parse_counter(&scratch) else {
+            self.scratch = scratch;
+            return Outcome::NonNumeric;
+        };
         if decrement {
             self.stats.decr_hits += 1;
         } else {
             self.stats.incr_hits += 1;
         }
         let value = if decrement { number.saturating_sub(delta) } else { number.wrapping_add(delta) };
+        let mut digits = [0u8; 24];
         let text = format_u64(value, &mut digits);
-        // memcached keeps the length when the number shrinks, padding with spaces.
-        let mut padded = [b' '; 24];
-        let stored_len = text.len().max(old_len);
-        padded[..text.len()].copy_from_slice(text);
+        // memcached keeps the old length when the number is shorter, padding with spaces.
+        scratch.clear();
+        scratch.extend_from_slice(text);
+        if text.len() < old_len {
+            scratch.resize(old_len, b' ');
+        }
         let new_item = NewItem {
             cas_seq: 0,
             bits: 0,
@@ -696,7 +695,9 @@ impl Partition {
             expiry: header.ext.expiry(),
             last_access: now_secs,
         };
-        match self.put(hash, key, &padded[..stored_len], new_item, Some(found)) {
+        let outcome = self.put(hash, key, &scratch, new_item, Some(found));
+        self.scratch = scratch;
+        match outcome {
             Outcome::Stored { cas } => Outcome::Counter { value, cas },
             other => other,
         }

@@ -1,0 +1,299 @@
+//! Random operation sequences against an exact model. In a roomy partition (index load well
+//! under one half, log never full) nothing may be lost: every outcome and value matches the model.
+//! In a cramped one the engine may lose keys (evictions), but a get never returns another key's
+//! value, an old or deleted value, an expired value or torn bytes, and outcomes differ from the
+//! model only as if the lost key were absent.
+
+mod common;
+use common::*;
+use proptest::prelude::*;
+use qs_store::{Command, Config, Eviction, Expiry, HugePages, Outcome, Partition, Request, StoreMode};
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Store { key: u8, mode: u8, len: usize, flags: u32, ttl: i64 },
+    Cas { key: u8, len: usize, right: bool },
+    Number { key: u8, value: u64 },
+    Arith { key: u8, delta: u64, decrement: bool },
+    Delete { key: u8 },
+    Touch { key: u8, ttl: i64 },
+    Get { key: u8, touch: Option<i64> },
+    Advance { secs: u32 },
+    Flush,
+}
+
+fn ttl() -> impl Strategy<Value = i64> {
+    prop_oneof![4 => Just(0i64), 2 => 1i64..4, 1 => Just(-1i64)]
+}
+
+fn op(keys: u8) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..keys, 0u8..5, 0usize..120, prop_oneof![Just(0u32), any::<u32>()], ttl())
+            .prop_map(|(key, mode, len, flags, ttl)| Op::Store { key, mode, len, flags, ttl }),
+        1 => (0..keys, 0usize..60, any::<bool>()).prop_map(|(key, len, right)| Op::Cas { key, len, right }),
+        1 => (0..keys, prop_oneof![Just(u64::MAX), 0u64..1000]).prop_map(|(key, value)| Op::Number { key, value }),
+        2 => (0..keys, 0u64..200, any::<bool>()).prop_map(|(key, delta, decrement)| Op::Arith { key, delta, decrement }),
+        2 => (0..keys).prop_map(|key| Op::Delete { key }),
+        1 => (0..keys, ttl()).prop_map(|(key, ttl)| Op::Touch { key, ttl }),
+        8 => (0..keys, proptest::option::weighted(0.2, ttl())).prop_map(|(key, touch)| Op::Get { key, touch }),
+        1 => (0u32..3).prop_map(|secs| Op::Advance { secs }),
+        1 => Just(Op::Flush),
+    ]
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    value: Vec<u8>,
+    flags: u32,
+    expiry: Expiry,
+    cas: u64,
+}
+
+struct Harness {
+    partition: Partition,
+    model: HashMap<u8, Entry>,
+    now: u32,
+    version: u64,
+    lossy: bool,
+}
+
+fn key_bytes(key: u8) -> Vec<u8> {
+    format!("key:{key}").into_bytes()
+}
+
+impl Harness {
+    fn value(&mut self, key: u8, len: usize) -> Vec<u8> {
+        self.version += 1;
+        let mut value = format!("{key}/{}/", self.version).into_bytes();
+        value.resize(len.max(value.len()), b'.');
+        value
+    }
+
+    fn present(&self, key: u8) -> Option<&Entry> {
+        self.model.get(&key).filter(|entry| !entry.expiry.is_expired(self.now))
+    }
+
+    fn run(&mut self, key: u8, command: Command<'_>) -> (Outcome, Vec<u8>) {
+        let mut out = Vec::new();
+        let k = key_bytes(key);
+        let outcome = self.partition.execute(&Request::new(&k, command), self.now, &mut out);
+        self.partition.check_invariants();
+        (outcome, out)
+    }
+
+    /// The engine acted as if `key` were absent while the model has it: allowed only when lossy.
+    fn lost(&mut self, key: u8, what: &str) {
+        assert!(self.lossy, "roomy partition lost key {key} ({what}); stats {:?}", self.partition.stats());
+        let stats = self.partition.stats();
+        assert!(stats.log_evictions + stats.index_evictions > 0, "lost key {key} without any eviction");
+        self.model.remove(&key);
+    }
+
+    fn step(&mut self, op: Op) {
+        match op {
+            Op::Store { key, mode, len, flags, ttl } => self.store(key, mode, len, flags, ttl),
+            Op::Cas { key, len, right } => self.cas(key, len, right),
+            Op::Number { key, value } => {
+                let text = value.to_string().into_bytes();
+                let expiry = Expiry::NEVER;
+                let command = Command::Store { mode: StoreMode::Set, value: &text, flags: 0, expiry };
+                let (Outcome::Stored { cas }, _) = self.run(key, command) else { panic!("set failed") };
+                self.model.insert(key, Entry { value: text, flags: 0, expiry, cas });
+            }
+            Op::Arith { key, delta, decrement } => self.arith(key, delta, decrement),
+            Op::Delete { key } => {
+                let expected = self.present(key).is_some();
+                let (outcome, _) = self.run(key, Command::Delete { cas: 0 });
+                match (outcome, expected) {
+                    (Outcome::Deleted, true) | (Outcome::NotFound, false) => {}
+                    (Outcome::NotFound, true) => self.lost(key, "delete"),
+                    other => panic!("delete: {other:?}"),
+                }
+                self.model.remove(&key);
+            }
+            Op::Touch { key, ttl } => {
+                let expiry = Expiry::from_exptime(ttl, self.now);
+                let expected = self.present(key).is_some();
+                match (self.run(key, Command::Touch { expiry }).0, expected) {
+                    (Outcome::Touched, true) => self.model.get_mut(&key).unwrap().expiry = expiry,
+                    (Outcome::NotFound, false) => {}
+                    (Outcome::NotFound, true) => self.lost(key, "touch"),
+                    other => panic!("touch: {other:?}"),
+                }
+            }
+            Op::Get { key, touch } => self.get(key, touch),
+            Op::Advance { secs } => self.now += secs,
+            Op::Flush => {
+                self.partition.flush_all(self.now, 0);
+                self.model.clear();
+            }
+        }
+    }
+
+    fn store(&mut self, key: u8, mode: u8, len: usize, flags: u32, ttl: i64) {
+        let mode =
+            [StoreMode::Set, StoreMode::Add, StoreMode::Replace, StoreMode::Append, StoreMode::Prepend]
+                [mode as usize];
+        let data = self.value(key, len);
+        let expiry = Expiry::from_exptime(ttl, self.now);
+        let current = self.present(key).cloned();
+        let command = Command::Store { mode, value: &data, flags, expiry };
+        let (outcome, _) = self.run(key, command);
+        let expected_stored = match mode {
+            StoreMode::Set => true,
+            StoreMode::Add => current.is_none(),
+            _ => current.is_some(),
+        };
+        let cas = match outcome {
+            Outcome::Stored { cas } if expected_stored => cas,
+            Outcome::NotStored if !expected_stored => return,
+            Outcome::Stored { cas } if mode == StoreMode::Add => {
+                self.lost(key, "add");
+                cas
+            }
+            Outcome::NotStored
+                if matches!(mode, StoreMode::Replace | StoreMode::Append | StoreMode::Prepend) =>
+            {
+                self.lost(key, "replace/append/prepend");
+                return;
+            }
+            other => panic!("{mode:?}: {other:?} (model {current:?})"),
+        };
+        let entry = match (mode, self.model.get(&key).filter(|e| !e.expiry.is_expired(self.now))) {
+            (StoreMode::Append, Some(old)) => {
+                Entry { value: [&old.value[..], &data].concat(), cas, ..old.clone() }
+            }
+            (StoreMode::Prepend, Some(old)) => {
+                Entry { value: [&data[..], &old.value].concat(), cas, ..old.clone() }
+            }
+            _ => Entry { value: data, flags, expiry, cas },
+        };
+        self.model.insert(key, entry);
+    }
+
+    fn cas(&mut self, key: u8, len: usize, right: bool) {
+        let data = self.value(key, len);
+        let current = self.present(key).cloned();
+        let token = match (&current, right) {
+            (Some(entry), true) => entry.cas,
+            (Some(entry), false) => entry.cas ^ 0x10000,
+            (None, _) => 12345 << 16,
+        };
+        let command =
+            Command::Store { mode: StoreMode::Cas(token), value: &data, flags: 0, expiry: Expiry::NEVER };
+        match (self.run(key, command).0, &current) {
+            (Outcome::Stored { cas }, Some(_)) if right => {
+                self.model.insert(key, Entry { value: data, flags: 0, expiry: Expiry::NEVER, cas });
+            }
+            (Outcome::Exists, Some(_)) if !right => {}
+            (Outcome::NotFound, None) => {}
+            (Outcome::NotFound, Some(_)) => self.lost(key, "cas"),
+            other => panic!("cas: {other:?} (model {current:?})"),
+        }
+    }
+
+    fn arith(&mut self, key: u8, delta: u64, decrement: bool) {
+        let current = self.present(key).cloned();
+        let (outcome, _) = self.run(key, Command::Arith { delta, decrement, cas: 0 });
+        let Some(entry) = current else {
+            assert_eq!(outcome, Outcome::NotFound);
+            return;
+        };
+        let number = qs_store::item::parse_counter(&entry.value);
+        match (outcome, number) {
+            (Outcome::NotFound, _) => self.lost(key, "arith"),
+            (Outcome::NonNumeric, None) => {}
+            (Outcome::Counter { value, cas }, Some(number)) => {
+                let expected =
+                    if decrement { number.saturating_sub(delta) } else { number.wrapping_add(delta) };
+                assert_eq!(value, expected);
+                let mut text = expected.to_string().into_bytes();
+                if text.len() < entry.value.len() {
+                    text.resize(entry.value.len(), b' ');
+                }
+                self.model.insert(key, Entry { value: text, cas, ..entry });
+            }
+            other => panic!("arith on {:?}: {other:?}", String::from_utf8_lossy(&entry.value)),
+        }
+    }
+
+    fn get(&mut self, key: u8, touch: Option<i64>) {
+        let expiry = touch.map(|ttl| Expiry::from_exptime(ttl, self.now));
+        let command = match expiry {
+            Some(expiry) => Command::GetAndTouch { expiry },
+            None => Command::Get,
+        };
+        let current = self.present(key).cloned();
+        let (outcome, out) = self.run(key, command);
+        match (outcome, current) {
+            (Outcome::Hit(hit), Some(entry)) => {
+                let value = &out[hit.value_start..hit.value_start + hit.value_len];
+                assert_eq!(value, &entry.value[..], "key {key} returned a wrong value");
+                assert_eq!((hit.flags, hit.cas), (entry.flags, entry.cas));
+                if let Some(expiry) = expiry {
+                    self.model.get_mut(&key).unwrap().expiry = expiry;
+                }
+            }
+            (Outcome::Hit(hit), None) => {
+                panic!(
+                    "key {key} answered {:?} but is absent",
+                    String::from_utf8_lossy(&out[hit.value_start..])
+                )
+            }
+            (Outcome::Miss, Some(_)) => self.lost(key, "get"),
+            (Outcome::Miss, None) => {}
+            (other, _) => panic!("get: {other:?}"),
+        }
+    }
+}
+
+fn harness(log_bytes: usize, buckets: usize, eviction: Eviction, lossy: bool) -> Harness {
+    let mut config = Config::new(log_bytes, buckets);
+    config.eviction = eviction;
+    config.huge_pages = HugePages::Off;
+    Harness { partition: Partition::new(config), model: HashMap::new(), now: NOW, version: 0, lossy }
+}
+
+fn eviction() -> impl Strategy<Value = Eviction> {
+    prop_oneof![Just(Eviction::Fifo), Just(Eviction::Lru), Just(Eviction::ApproxLru)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn roomy_partition_loses_nothing(eviction in eviction(), ops in proptest::collection::vec(op(24), 1..300)) {
+        // 24 keys in 16 buckets of 15 slots: load 0.1; 1 MiB of log never fills.
+        let mut harness = harness(1 << 20, 16, eviction, false);
+        for op in ops {
+            harness.step(op);
+        }
+        let stats = *harness.partition.stats();
+        prop_assert_eq!(stats.log_evictions + stats.index_evictions, 0);
+    }
+
+    #[test]
+    fn cramped_partition_never_lies(eviction in eviction(), ops in proptest::collection::vec(op(32), 200..600)) {
+        // 32 keys in two buckets (30 slots) over a 2 KiB log: both kinds of eviction happen.
+        let mut harness = harness(2048, 2, eviction, true);
+        for op in ops {
+            harness.step(op);
+        }
+    }
+}
+
+#[test]
+fn cramped_cases_do_evict() {
+    // The same shape as the property test, driven to show that both kinds of loss occur there.
+    let mut harness = harness(2048, 2, Eviction::Fifo, true);
+    for round in 0..250u8 {
+        harness.step(Op::Store { key: round % 32, mode: 0, len: 4, flags: 0, ttl: 0 });
+        harness.step(Op::Get { key: (round * 7) % 32, touch: None });
+    }
+    assert!(harness.partition.stats().index_evictions > 0, "small items overflow the buckets first");
+    for round in 0..250u8 {
+        harness.step(Op::Store { key: round % 32, mode: 0, len: 100, flags: 0, ttl: 0 });
+    }
+    assert!(harness.partition.stats().log_evictions > 0, "large items fill the log first");
+}
