@@ -289,7 +289,7 @@ fn cramped_cases_do_evict() {
     let mut harness = harness(2048, 2, Eviction::Fifo, true);
     for round in 0..250u8 {
         harness.step(Op::Store { key: round % 32, mode: 0, len: 4, flags: 0, ttl: 0 });
-        harness.step(Op::Get { key: (round * 7) % 32, touch: None });
+        harness.step(Op::Get { key: round.wrapping_mul(7) % 32, touch: None });
     }
     assert!(harness.partition.stats().index_evictions > 0, "small items overflow the buckets first");
     for round in 0..250u8 {
