@@ -42,7 +42,7 @@ impl Reader {
         loop {
             let before = bucket[0].load(Acquire);
             if before & 1 == 1 {
-                std::hint::spin_loop();
+                crate::sync::spin_hint();
                 continue;
             }
             let head = self.shared.head.load(Relaxed);
@@ -56,6 +56,7 @@ impl Reader {
             };
             if before != after || !still_live {
                 out.truncate(value_start);
+                crate::sync::spin_hint();
                 continue;
             }
             return match found {

@@ -8,7 +8,7 @@
 //!
 //! This is the only module of the crate with `unsafe`; everything above it sees `&[AtomicU64]`.
 
-use std::sync::atomic::AtomicU64;
+use crate::sync::AtomicU64;
 
 /// Which pages a caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -47,6 +47,7 @@ impl PageKind {
     }
 }
 
+#[cfg_attr(any(miri, loom), allow(dead_code))]
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 const WORD_BYTES: usize = 8;
 
@@ -59,7 +60,7 @@ pub struct Region {
 
 enum Backing {
     Heap(#[allow(dead_code)] Box<[AtomicU64]>),
-    #[cfg(not(miri))]
+    #[cfg(not(any(miri, loom)))]
     Mapped {
         map_base: *mut libc::c_void,
         map_bytes: usize,
@@ -78,7 +79,7 @@ impl Region {
     /// `want` allows. Panics only if the machine is out of memory altogether.
     pub fn new(bytes: usize, want: HugePages) -> Region {
         let words_len = bytes.div_ceil(WORD_BYTES).max(1);
-        #[cfg(not(miri))]
+        #[cfg(not(any(miri, loom)))]
         if words_len * WORD_BYTES >= HUGE_PAGE_BYTES / 4 {
             return map(words_len, want);
         }
@@ -91,7 +92,7 @@ impl Region {
     pub fn words(&self) -> &[AtomicU64] {
         match &self.backing {
             Backing::Heap(words) => words,
-            #[cfg(not(miri))]
+            #[cfg(not(any(miri, loom)))]
             // SAFETY: `data` points to `words_len` zero-initialised, 8-byte aligned words mapped
             // read-write for the life of `self`; AtomicU64 has the layout of u64, and all access
             // through the returned slice is atomic, so no data race is possible.
@@ -116,14 +117,14 @@ fn heap(words_len: usize) -> Region {
 }
 
 /// Whether the kernel will back `madvise(MADV_HUGEPAGE)` memory with huge pages.
-#[cfg(not(miri))]
+#[cfg(not(any(miri, loom)))]
 fn thp_enabled() -> bool {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .map(|mode| mode.contains("[always]") || mode.contains("[madvise]"))
         .unwrap_or(false)
 }
 
-#[cfg(not(miri))]
+#[cfg(not(any(miri, loom)))]
 fn map(words_len: usize, want: HugePages) -> Region {
     let bytes = words_len * WORD_BYTES;
     if want != HugePages::Off {
@@ -157,7 +158,7 @@ fn map(words_len: usize, want: HugePages) -> Region {
     }
 }
 
-#[cfg(not(miri))]
+#[cfg(not(any(miri, loom)))]
 fn mapped(
     map_base: *mut libc::c_void,
     map_bytes: usize,
@@ -169,7 +170,7 @@ fn mapped(
     Region { backing: Backing::Mapped { map_base, map_bytes, data }, words_len, kind }
 }
 
-#[cfg(not(miri))]
+#[cfg(not(any(miri, loom)))]
 fn mmap_anonymous(bytes: usize, extra_flags: libc::c_int) -> Option<*mut libc::c_void> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra_flags;
     // SAFETY: a fresh anonymous mapping at an address the kernel picks; no existing memory is
@@ -183,7 +184,7 @@ fn mmap_anonymous(bytes: usize, extra_flags: libc::c_int) -> Option<*mut libc::c
 }
 
 /// Faults every page in now, so the data path never page-faults and the memory is really ours.
-#[cfg(not(miri))]
+#[cfg(not(any(miri, loom)))]
 fn populate(base: *mut libc::c_void, bytes: usize) {
     const MADV_POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: [base, base + bytes) is a live read-write mapping owned by the caller.
@@ -202,7 +203,7 @@ fn populate(base: *mut libc::c_void, bytes: usize) {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        #[cfg(not(miri))]
+        #[cfg(not(any(miri, loom)))]
         if let Backing::Mapped { map_base, map_bytes, .. } = self.backing {
             // SAFETY: the mapping was made by `map` and is unmapped once; `&mut self` proves no
             // borrow of its words is alive.
@@ -215,14 +216,14 @@ impl Drop for Region {
 /// effect on program semantics and never faults.
 #[inline(always)]
 pub fn prefetch(words: &[AtomicU64], index: usize) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
     if let Some(word) = words.get(index) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: prefetch is a hint that never dereferences the pointer architecturally; the
         // pointer is derived from a live reference anyway.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(word.as_ptr() as *const i8) };
     }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
     let _ = (words, index);
 }
 
@@ -232,7 +233,7 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
-    fn small_region_is_zeroed_heap() {
+    fn miri_small_region_is_zeroed_heap() {
         let region = Region::new(100, HugePages::Auto);
         assert_eq!(region.words().len(), 13);
         assert!(region.words().iter().all(|w| w.load(Relaxed) == 0));

@@ -9,3 +9,12 @@ pub use loom::sync::Arc;
 pub use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 #[cfg(not(loom))]
 pub use std::sync::Arc;
+
+/// Waits a moment for the owner to finish a change (under loom: lets the model switch threads).
+#[inline(always)]
+pub fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}

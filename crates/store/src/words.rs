@@ -6,7 +6,8 @@
 //! possible and are caught by the seqlock checks of the caller, torn *accesses* never happen.
 //! Bytes are little-endian within a word: byte `i` of the memory is bits `8*(i%8)..` of word `i/8`.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 const WORD_BYTES: usize = 8;
 
@@ -100,7 +101,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn store_then_load_round_trips_and_spares_neighbours(
+        fn miri_store_then_load_round_trips_and_spares_neighbours(
             pos in 0usize..40, data in proptest::collection::vec(any::<u8>(), 0..70)
         ) {
             let words = memory(16);
@@ -119,7 +120,7 @@ mod tests {
     }
 
     #[test]
-    fn unequal_bytes_are_detected_past_the_first_chunk() {
+    fn miri_unequal_bytes_are_detected_past_the_first_chunk() {
         let words = memory(40);
         let data: Vec<u8> = (0..200).map(|i| i as u8).collect();
         store_bytes(&words, 3, &data);
