@@ -3,7 +3,9 @@
 
 use crate::workload::{value_matches, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
 use qs_store::index::{BUCKET_BYTES, SLOTS_PER_BUCKET};
-use qs_store::{Access, Command, Config, Eviction, Expiry, HugePages, Outcome, Partition, Request, StoreMode};
+use qs_store::{
+    Access, Command, Config, Eviction, Expiry, HugePages, Outcome, Partition, Request, StoreMode,
+};
 use std::time::Instant;
 
 /// The clock the benchmark hands the engine (no item expires, so any fixed time will do).
@@ -204,9 +206,10 @@ fn timed_qs(
 ) -> Tally {
     let mut tally = Tally::default();
     let mut done = 0;
+    let get_below = (args.get_ratio * u64::MAX as f64) as u64;
     while done < ops {
         let count = (ops - done).min(args.batch as u64) as usize;
-        batcher.fill(count, |_| (chooser.next(rng), rng.next_f64() < args.get_ratio));
+        batcher.fill(count, |_| (chooser.next(rng), rng.next_u64() < get_below || args.get_ratio >= 1.0));
         batcher.execute(partition, prefetch);
         batcher.check(&mut tally);
         done += count as u64;
@@ -255,7 +258,11 @@ impl Batcher {
             let (number, get) = choose(i);
             write_key(number, &mut self.keys[i * self.key_len..(i + 1) * self.key_len]);
             if !get {
-                write_value(number, self.version, &mut self.values[i * self.value_len..(i + 1) * self.value_len]);
+                write_value(
+                    number,
+                    self.version,
+                    &mut self.values[i * self.value_len..(i + 1) * self.value_len],
+                );
             }
             self.numbers.push(number);
             self.gets.push(get);
@@ -425,8 +432,16 @@ mod tests {
                 for dist in ["uniform", "zipf"] {
                     for prefetch in ["on", "off"] {
                         let args = args(&[
-                            "--store", store, "--dataset", dataset, "--dist", dist, "--prefetch", prefetch,
-                            "--get-ratio", "0.5",
+                            "--store",
+                            store,
+                            "--dataset",
+                            dataset,
+                            "--dist",
+                            dist,
+                            "--prefetch",
+                            prefetch,
+                            "--get-ratio",
+                            "0.5",
                         ]);
                         let report = run(&args);
                         assert_eq!(report.wrong_values, 0, "{store} {dataset} {dist}");

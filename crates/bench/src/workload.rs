@@ -168,8 +168,10 @@ pub fn write_value(number: u64, version: u32, value: &mut [u8]) {
 /// Whether `value` is one written for key `number`.
 #[inline(always)]
 pub fn value_matches(number: u64, value: &[u8]) -> bool {
-    let head = value.len().min(8);
-    value[..head] == number.to_le_bytes()[..head]
+    match value.first_chunk::<8>() {
+        Some(head) => u64::from_le_bytes(*head) == number,
+        None => value.iter().zip(number.to_le_bytes()).all(|(a, b)| *a == b),
+    }
 }
 
 #[cfg(test)]

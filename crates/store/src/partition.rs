@@ -181,6 +181,7 @@ impl Partition {
     }
 
     /// Runs one request. A hit's value is appended to `out`.
+    #[inline]
     pub fn execute(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
         if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
             return Outcome::BadKey;
@@ -342,6 +343,7 @@ impl Partition {
 
     // ---- operations ------------------------------------------------------------------------
 
+    #[inline(always)]
     fn get(
         &mut self,
         hash: KeyHash,

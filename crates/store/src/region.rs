@@ -53,9 +53,11 @@ const WORD_BYTES: usize = 8;
 
 /// A zeroed, word-aligned block of memory shared as atomics.
 pub struct Region {
-    backing: Backing,
+    /// Start of the words, whichever backing holds them (kept here so `words` does not branch).
+    data: *const AtomicU64,
     words_len: usize,
     kind: PageKind,
+    backing: Backing,
 }
 
 enum Backing {
@@ -64,7 +66,6 @@ enum Backing {
     Mapped {
         map_base: *mut libc::c_void,
         map_bytes: usize,
-        data: *const AtomicU64,
     },
 }
 
@@ -90,14 +91,10 @@ impl Region {
     /// The memory as words.
     #[inline(always)]
     pub fn words(&self) -> &[AtomicU64] {
-        match &self.backing {
-            Backing::Heap(words) => words,
-            #[cfg(not(any(miri, loom)))]
-            // SAFETY: `data` points to `words_len` zero-initialised, 8-byte aligned words mapped
-            // read-write for the life of `self`; AtomicU64 has the layout of u64, and all access
-            // through the returned slice is atomic, so no data race is possible.
-            Backing::Mapped { data, .. } => unsafe { std::slice::from_raw_parts(*data, self.words_len) },
-        }
+        // SAFETY: `data` points to `words_len` initialised, 8-byte aligned words (a boxed slice or
+        // a read-write mapping) that live as long as `self`; AtomicU64 has u64's layout, and all
+        // access through the slice is atomic, so no data race is possible.
+        unsafe { std::slice::from_raw_parts(self.data, self.words_len) }
     }
 
     /// Which pages backs this region.
@@ -113,7 +110,7 @@ impl Region {
 
 fn heap(words_len: usize) -> Region {
     let words: Box<[AtomicU64]> = (0..words_len).map(|_| AtomicU64::new(0)).collect();
-    Region { backing: Backing::Heap(words), words_len, kind: PageKind::Heap }
+    Region { data: words.as_ptr(), words_len, kind: PageKind::Heap, backing: Backing::Heap(words) }
 }
 
 /// Whether the kernel will back `madvise(MADV_HUGEPAGE)` memory with huge pages.
@@ -167,7 +164,7 @@ fn mapped(
     kind: PageKind,
 ) -> Region {
     let data = data as *const AtomicU64;
-    Region { backing: Backing::Mapped { map_base, map_bytes, data }, words_len, kind }
+    Region { data, words_len, kind, backing: Backing::Mapped { map_base, map_bytes } }
 }
 
 #[cfg(not(any(miri, loom)))]
@@ -204,7 +201,7 @@ fn populate(base: *mut libc::c_void, bytes: usize) {
 impl Drop for Region {
     fn drop(&mut self) {
         #[cfg(not(any(miri, loom)))]
-        if let Backing::Mapped { map_base, map_bytes, .. } = self.backing {
+        if let Backing::Mapped { map_base, map_bytes } = self.backing {
             // SAFETY: the mapping was made by `map` and is unmapped once; `&mut self` proves no
             // borrow of its words is alive.
             unsafe { libc::munmap(map_base, map_bytes) };
