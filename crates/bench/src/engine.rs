@@ -82,6 +82,8 @@ pub enum AccessArg {
     Erew,
     /// Concurrent read, exclusive write.
     Crew,
+    /// Concurrent read, concurrent write: writes under the partition's lock (the comparison point).
+    Crcw,
 }
 
 /// `--huge-pages`.
@@ -143,7 +145,22 @@ pub fn run(args: &EngineArgs) -> EngineReport {
     }
 }
 
-fn partition_for(args: &EngineArgs) -> Partition {
+/// The partition under test: owned (EREW/CREW) or shared behind a writer lock (CRCW).
+enum Target {
+    Owned(Partition),
+    Shared(qs_store::SharedPartition),
+}
+
+impl Target {
+    fn inspect<R>(&self, read: impl FnOnce(&Partition) -> R) -> R {
+        match self {
+            Target::Owned(partition) => read(partition),
+            Target::Shared(partition) => partition.inspect(read),
+        }
+    }
+}
+
+fn partition_for(args: &EngineArgs) -> Target {
     let (key_len, value_len) = args.dataset.sizes();
     let item_bytes = qs_store::item::item_bytes(key_len, value_len, false);
     let data_bytes = args.keys as usize * item_bytes;
@@ -156,7 +173,10 @@ fn partition_for(args: &EngineArgs) -> Partition {
     config.eviction = Eviction::ApproxLru;
     config.access = if args.access == AccessArg::Erew { Access::Erew } else { Access::Crew };
     config.huge_pages = if args.huge_pages == HugePagesArg::Off { HugePages::Off } else { HugePages::Auto };
-    Partition::new(config)
+    match args.access {
+        AccessArg::Crcw => Target::Shared(qs_store::SharedPartition::new(config)),
+        _ => Target::Owned(Partition::new(config)),
+    }
 }
 
 fn run_qs(args: &EngineArgs) -> EngineReport {
@@ -177,8 +197,9 @@ fn run_qs(args: &EngineArgs) -> EngineReport {
     let started = Instant::now();
     let tally = timed_qs(&mut partition, &mut loader, &chooser, &mut rng, args, args.ops, prefetch);
     let secs = started.elapsed().as_secs_f64();
-    let stats = partition.stats();
-    let (log_pages, index_pages) = partition.page_kinds();
+    let (stats, (log_pages, index_pages), index_bytes, slot_count) = partition.inspect(|partition| {
+        (*partition.stats(), partition.page_kinds(), partition.index_bytes(), partition.slot_count())
+    });
     let item_bytes = qs_store::item::item_bytes(key_len, value_len, false) as f64;
     let index_share = BUCKET_BYTES as f64 / SLOTS_PER_BUCKET as f64 / qs_store::config::INDEX_LOAD_DEFAULT;
     let overhead = item_bytes - (key_len + value_len) as f64 + index_share;
@@ -186,8 +207,8 @@ fn run_qs(args: &EngineArgs) -> EngineReport {
         report.items_per_gib = (1u64 << 30) as f64 / (item_bytes + index_share);
         report.overhead_bytes_per_item = overhead;
         report.bytes_per_item_measured =
-            (stats.bytes as f64 + partition.index_bytes() as f64) / stats.items.max(1) as f64;
-        report.index_load = stats.items as f64 / partition.slot_count() as f64;
+            (stats.bytes as f64 + index_bytes as f64) / stats.items.max(1) as f64;
+        report.index_load = stats.items as f64 / slot_count as f64;
         report.log_pages = log_pages.name().into();
         report.index_pages = index_pages.name().into();
     })
@@ -196,7 +217,7 @@ fn run_qs(args: &EngineArgs) -> EngineReport {
 /// The timed loop: fill a batch of keys, run it through the pipeline, check every answer.
 #[inline(never)]
 fn timed_qs(
-    partition: &mut Partition,
+    partition: &mut Target,
     batcher: &mut Batcher,
     chooser: &KeyChooser,
     rng: &mut Rng,
@@ -270,7 +291,7 @@ impl Batcher {
     }
 
     #[inline(always)]
-    fn execute(&mut self, partition: &mut Partition, prefetch: bool) {
+    fn execute(&mut self, partition: &mut Target, prefetch: bool) {
         let mut requests = recycle(std::mem::take(&mut self.spare));
         for (i, &get) in self.gets.iter().enumerate() {
             let key = &self.keys[i * self.key_len..(i + 1) * self.key_len];
@@ -284,7 +305,14 @@ impl Batcher {
         }
         self.out.clear();
         self.outcomes.clear();
-        partition.execute_batch(&requests, NOW_SECS, prefetch, &mut self.out, &mut self.outcomes);
+        match partition {
+            Target::Owned(partition) => {
+                partition.execute_batch(&requests, NOW_SECS, prefetch, &mut self.out, &mut self.outcomes)
+            }
+            Target::Shared(partition) => {
+                partition.execute_batch(&requests, NOW_SECS, &mut self.out, &mut self.outcomes)
+            }
+        }
         self.spare = recycle(requests);
     }
 
@@ -450,6 +478,15 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn every_access_mode_runs() {
+        for access in ["erew", "crew", "crcw"] {
+            let report = run(&args(&["--access", access, "--get-ratio", "0.5"]));
+            assert_eq!(report.wrong_values, 0, "{access}");
+            assert!(report.hit_ratio > 0.99 && report.index_load > 0.0, "{access}");
         }
     }
 

@@ -12,6 +12,7 @@
 
 pub mod command;
 pub mod config;
+pub mod crcw;
 pub mod index;
 pub mod item;
 pub mod keyhash;
@@ -25,6 +26,7 @@ pub mod words;
 
 pub use command::{Command, Hit, Outcome, Request, StoreMode};
 pub use config::{Access, Config, Eviction};
+pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
 pub use partition::Partition;
