@@ -11,26 +11,32 @@ use std::sync::atomic::Ordering::Relaxed;
 
 const WORD_BYTES: usize = 8;
 
-/// Appends the `len` bytes at byte position `pos` to `out`: whole words are appended and the
-/// excess cut off, which is cheaper than copying byte ranges.
+/// Appends the `len` bytes at byte position `pos` to `out`: whole words are copied (fixed-size
+/// 8-byte moves) and the excess cut off, which is cheaper than copying byte ranges.
 #[inline]
 pub fn load_bytes(words: &[AtomicU64], pos: usize, len: usize, out: &mut Vec<u8>) {
-    let target = out.len() + len;
-    let (mut at, end) = (pos, pos + len);
-    if at % WORD_BYTES != 0 && at < end {
-        let bytes = words[at / WORD_BYTES].load(Relaxed).to_le_bytes();
-        let take = (WORD_BYTES - at % WORD_BYTES).min(len);
-        for &byte in &bytes[at % WORD_BYTES..at % WORD_BYTES + take] {
-            out.push(byte);
+    let start = out.len();
+    if len <= 2 * WORD_BYTES && pos % WORD_BYTES == 0 {
+        // Short aligned values (tiny items): one or two word appends.
+        let mut at = pos;
+        while at < pos + len {
+            out.extend_from_slice(&words[at / WORD_BYTES].load(Relaxed).to_le_bytes());
+            at += WORD_BYTES;
         }
-        at += take;
+        out.truncate(start + len);
+        return;
     }
-    out.reserve(end - at + WORD_BYTES);
-    while at < end {
-        out.extend_from_slice(&words[at / WORD_BYTES].load(Relaxed).to_le_bytes());
-        at += WORD_BYTES;
+    let first_word = pos / WORD_BYTES;
+    let skip = pos % WORD_BYTES;
+    let word_count = (skip + len).div_ceil(WORD_BYTES);
+    out.resize(start + word_count * WORD_BYTES, 0);
+    for (chunk, word) in out[start..].chunks_exact_mut(WORD_BYTES).zip(&words[first_word..]) {
+        chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
     }
-    out.truncate(target);
+    if skip != 0 {
+        out.copy_within(start + skip..start + skip + len, start);
+    }
+    out.truncate(start + len);
 }
 
 /// Fills `dst` with the bytes at byte position `pos`.
