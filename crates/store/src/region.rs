@@ -236,6 +236,26 @@ mod tests {
         assert!(region.words().iter().all(|w| w.load(Relaxed) == 0));
     }
 
+    /// With hugetlb pages reserved (`echo 8 > /proc/sys/vm/nr_hugepages`) the region uses them;
+    /// without, it falls back (covered by the test below).
+    #[cfg(not(miri))]
+    #[test]
+    fn reserved_hugetlb_pages_are_used() {
+        let free = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                let line = info.lines().find(|line| line.starts_with("HugePages_Free:"))?.to_owned();
+                line.split_whitespace().nth(1)?.parse::<usize>().ok()
+            })
+            .unwrap_or(0);
+        let region = Region::new(HUGE_PAGE_BYTES, HugePages::Auto);
+        if free >= 1 {
+            assert_eq!(region.page_kind(), PageKind::Hugetlb);
+        } else {
+            assert_ne!(region.page_kind(), PageKind::Hugetlb);
+        }
+    }
+
     #[cfg(not(miri))]
     #[test]
     fn large_region_is_mapped_zeroed_and_writable() {
