@@ -93,3 +93,25 @@ impl Config {
         buckets.max(1).next_power_of_two()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_split_stays_within_budget_and_loads_the_index_as_planned() {
+        for budget_mib in [1usize, 16, 64, 100, 1000] {
+            for expected_item_bytes in [32usize, 96, 1200] {
+                let budget = budget_mib << 20;
+                let config = Config::for_budget(budget, expected_item_bytes);
+                let index_bytes = config.bucket_count * BUCKET_BYTES;
+                assert!(config.log_bytes + index_bytes <= budget, "{budget_mib} MiB, {expected_item_bytes} B");
+                assert!(config.log_bytes.is_power_of_two() && config.bucket_count.is_power_of_two());
+                assert!(config.log_bytes * 4 >= budget, "the log gets most of the budget");
+                let items = config.log_bytes / expected_item_bytes;
+                let load = items as f64 / (config.bucket_count * SLOTS_PER_BUCKET) as f64;
+                assert!(load <= INDEX_LOAD_DEFAULT + 1e-9, "load {load}");
+            }
+        }
+    }
+}
