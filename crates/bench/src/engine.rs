@@ -250,6 +250,8 @@ struct Batcher {
     out: Vec<u8>,
     outcomes: Vec<Outcome>,
     version: u32,
+    /// Requests in the current batch.
+    count: usize,
 }
 
 impl Batcher {
@@ -266,39 +268,36 @@ impl Batcher {
             out: Vec::with_capacity(args.batch * value_len),
             outcomes: Vec::with_capacity(args.batch),
             version: 0,
+            count: 0,
         }
     }
 
     /// Chooses `count` (key number, is-get) pairs and writes their keys and values.
     #[inline(always)]
     fn fill(&mut self, count: usize, mut choose: impl FnMut(usize) -> (u64, bool)) {
-        self.numbers.truncate(0);
-        self.gets.truncate(0);
+        self.count = count;
         self.version = self.version.wrapping_add(1);
-        for i in 0..count {
-            let (number, get) = choose(i);
-            write_key(number, &mut self.keys[i * self.key_len..(i + 1) * self.key_len]);
-            if !get {
-                write_value(
-                    number,
-                    self.version,
-                    &mut self.values[i * self.value_len..(i + 1) * self.value_len],
-                );
+        let keys = self.keys.chunks_exact_mut(self.key_len);
+        let values = self.values.chunks_exact_mut(self.value_len);
+        let slots = self.numbers.iter_mut().zip(self.gets.iter_mut());
+        for (i, ((key, value), (number, get))) in keys.zip(values).zip(slots).take(count).enumerate() {
+            (*number, *get) = choose(i);
+            write_key(*number, key);
+            if !*get {
+                write_value(*number, self.version, value);
             }
-            self.numbers.push(number);
-            self.gets.push(get);
         }
     }
 
     #[inline(always)]
     fn execute(&mut self, partition: &mut Target, prefetch: bool) {
         let mut requests = recycle(std::mem::take(&mut self.spare));
-        for (i, &get) in self.gets.iter().enumerate() {
-            let key = &self.keys[i * self.key_len..(i + 1) * self.key_len];
+        let keys = self.keys.chunks_exact(self.key_len);
+        let values = self.values.chunks_exact(self.value_len);
+        for ((key, value), &get) in keys.zip(values).zip(&self.gets).take(self.count) {
             let command = if get {
                 Command::Get
             } else {
-                let value = &self.values[i * self.value_len..(i + 1) * self.value_len];
                 Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER }
             };
             requests.push(Request::new(key, command));
@@ -318,7 +317,7 @@ impl Batcher {
 
     #[inline(always)]
     fn check(&self, tally: &mut Tally) {
-        for (outcome, &number) in self.outcomes.iter().zip(&self.numbers) {
+        for (outcome, &number) in self.outcomes.iter().zip(&self.numbers[..self.count]) {
             match outcome {
                 Outcome::Hit(hit) => {
                     tally.hits += 1;

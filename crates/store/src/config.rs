@@ -105,7 +105,10 @@ mod tests {
                 let budget = budget_mib << 20;
                 let config = Config::for_budget(budget, expected_item_bytes);
                 let index_bytes = config.bucket_count * BUCKET_BYTES;
-                assert!(config.log_bytes + index_bytes <= budget, "{budget_mib} MiB, {expected_item_bytes} B");
+                assert!(
+                    config.log_bytes + index_bytes <= budget,
+                    "{budget_mib} MiB, {expected_item_bytes} B"
+                );
                 assert!(config.log_bytes.is_power_of_two() && config.bucket_count.is_power_of_two());
                 assert!(config.log_bytes * 4 >= budget, "the log gets most of the budget");
                 let items = config.log_bytes / expected_item_bytes;

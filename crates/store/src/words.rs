@@ -13,7 +13,7 @@ const WORD_BYTES: usize = 8;
 
 /// Appends the `len` bytes at byte position `pos` to `out`: whole words are copied (fixed-size
 /// 8-byte moves) and the excess cut off, which is cheaper than copying byte ranges.
-#[inline]
+#[inline(always)]
 pub fn load_bytes(words: &[AtomicU64], pos: usize, len: usize, out: &mut Vec<u8>) {
     let start = out.len();
     if len <= 2 * WORD_BYTES && pos % WORD_BYTES == 0 {
@@ -95,7 +95,7 @@ pub fn store_bytes(words: &[AtomicU64], pos: usize, src: &[u8]) {
 }
 
 /// Whether the bytes at byte position `pos` equal `expected`, without copying them out.
-#[inline]
+#[inline(always)]
 pub fn bytes_equal(words: &[AtomicU64], pos: usize, expected: &[u8]) -> bool {
     let (mut at, mut rest) = (pos, expected);
     while !rest.is_empty() {
