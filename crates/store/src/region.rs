@@ -61,12 +61,11 @@ pub struct Region {
 }
 
 enum Backing {
-    Heap(#[allow(dead_code)] Box<[AtomicU64]>),
+    /// A boxed slice turned into `data` by `Box::into_raw` (a raw pointer, so moving the region
+    /// does not retag a Box and invalidate `data`), rebuilt and freed in `drop`.
+    Heap,
     #[cfg(not(any(miri, loom)))]
-    Mapped {
-        map_base: *mut libc::c_void,
-        map_bytes: usize,
-    },
+    Mapped { map_base: *mut libc::c_void, map_bytes: usize },
 }
 
 // SAFETY: the region is plain memory accessed only through `&[AtomicU64]`, which is Sync; the raw
@@ -110,7 +109,8 @@ impl Region {
 
 fn heap(words_len: usize) -> Region {
     let words: Box<[AtomicU64]> = (0..words_len).map(|_| AtomicU64::new(0)).collect();
-    Region { data: words.as_ptr(), words_len, kind: PageKind::Heap, backing: Backing::Heap(words) }
+    let data = Box::into_raw(words) as *const AtomicU64;
+    Region { data, words_len, kind: PageKind::Heap, backing: Backing::Heap }
 }
 
 /// Whether the kernel will back `madvise(MADV_HUGEPAGE)` memory with huge pages.
@@ -200,11 +200,19 @@ fn populate(base: *mut libc::c_void, bytes: usize) {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        #[cfg(not(any(miri, loom)))]
-        if let Backing::Mapped { map_base, map_bytes } = self.backing {
-            // SAFETY: the mapping was made by `map` and is unmapped once; `&mut self` proves no
-            // borrow of its words is alive.
-            unsafe { libc::munmap(map_base, map_bytes) };
+        match self.backing {
+            Backing::Heap => {
+                let words = std::ptr::slice_from_raw_parts_mut(self.data as *mut AtomicU64, self.words_len);
+                // SAFETY: `data`/`words_len` came from `Box::into_raw` of exactly this slice in
+                // `heap` and are freed once, here; `&mut self` proves no borrow of them is alive.
+                drop(unsafe { Box::from_raw(words) });
+            }
+            #[cfg(not(any(miri, loom)))]
+            Backing::Mapped { map_base, map_bytes } => {
+                // SAFETY: the mapping was made by `map` and is unmapped once; `&mut self` proves
+                // no borrow of its words is alive.
+                unsafe { libc::munmap(map_base, map_bytes) };
+            }
         }
     }
 }
@@ -228,6 +236,17 @@ pub fn prefetch(words: &[AtomicU64], index: usize) {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering::Relaxed;
+
+    /// Regression: `words()` used a pointer taken before the heap Box was moved into the region,
+    /// which Miri reported as undefined behaviour (a moved Box is retagged).
+    #[test]
+    fn miri_region_words_survive_moving_the_region() {
+        let region = Region::new(64, HugePages::Off);
+        region.words()[3].store(5, Relaxed);
+        let moved = vec![region];
+        let boxed = Box::new(moved);
+        assert_eq!(boxed[0].words()[3].load(Relaxed), 5);
+    }
 
     #[test]
     fn miri_small_region_is_zeroed_heap() {
