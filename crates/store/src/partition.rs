@@ -220,9 +220,32 @@ impl Partition {
             self.prefetch_items(requests);
         }
         for request in requests {
-            let outcome = self.execute(request, now_secs, out);
+            let outcome = match request.command {
+                Command::Get => self.plain_get(request, now_secs, out),
+                _ => self.execute(request, now_secs, out),
+            };
             outcomes.push(outcome);
         }
+    }
+
+    /// The batch's common case, kept lean: a plain GET of a well-formed key. Anything unusual
+    /// (a bad key, an expired or flushed item to reclaim) goes through [`Partition::execute`].
+    #[inline(always)]
+    fn plain_get(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+            return self.execute(request, now_secs, out);
+        }
+        let Some(found) = self.find(request.hash, request.key) else {
+            self.stats.gets += 1;
+            self.count_get_miss(false);
+            return Outcome::Miss;
+        };
+        if self.shared.is_gone(&found.header, now_secs) {
+            return self.execute(request, now_secs, out);
+        }
+        self.stats.gets += 1;
+        self.stats.get_hits += 1;
+        self.answer_hit(found, now_secs, out)
     }
 
     /// Pipeline stage 1: start loading both lines of every request's bucket.
@@ -374,6 +397,12 @@ impl Partition {
             self.stats.touch_hits += 1;
             found = self.set_expiry(found, expiry, now_secs);
         }
+        self.answer_hit(found, now_secs, out)
+    }
+
+    /// Copies a found item's value to `out`, does the read's bookkeeping, and builds the hit.
+    #[inline(always)]
+    fn answer_hit(&mut self, found: Found, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
         let header = found.header;
         let value_start = out.len();
         let value_len = header.word1.value_len();
