@@ -222,6 +222,9 @@ impl Partition {
         for request in requests {
             let outcome = match request.command {
                 Command::Get => self.plain_get(request, now_secs, out),
+                Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
+                    self.plain_set(request, value, flags, expiry, now_secs, out)
+                }
                 _ => self.execute(request, now_secs, out),
             };
             outcomes.push(outcome);
@@ -246,6 +249,33 @@ impl Partition {
         self.stats.gets += 1;
         self.stats.get_hits += 1;
         self.answer_hit(found, now_secs, out)
+    }
+
+    /// The other common case: a plain SET of a well-formed key whose old version, if any, still
+    /// answers. Anything unusual goes through [`Partition::execute`].
+    #[inline(always)]
+    fn plain_set(
+        &mut self,
+        request: &Request<'_>,
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+            return self.execute(request, now_secs, out);
+        }
+        let existing = self.find(request.hash, request.key);
+        if existing.is_some_and(|found| self.shared.is_gone(&found.header, now_secs)) {
+            return self.execute(request, now_secs, out);
+        }
+        self.clock_secs = now_secs;
+        self.stats.sets += 1;
+        let new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
+        let outcome = self.put(request.hash, request.key, value, new_item, existing);
+        self.scan_if_due();
+        outcome
     }
 
     /// Pipeline stage 1: start loading both lines of every request's bucket.
@@ -587,7 +617,8 @@ impl Partition {
             let capacity = found.header.capacity();
             if size <= capacity && (capacity - size) / 8 <= SLACK_WORDS_MAX {
                 let version = self.begin_write(found.bucket);
-                self.write_item(found.offset, key, value, new_item, (capacity - size) / 8);
+                let key_in_place = found.header.word0.has(BIT_EXT) == ext;
+                self.write_item(found.offset, key, value, new_item, (capacity - size) / 8, key_in_place);
                 self.end_write(found.bucket, version);
                 return Outcome::Stored { cas };
             }
@@ -831,13 +862,24 @@ impl Partition {
         let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let size = item::item_bytes(key.len(), value.len(), ext);
         let offset = self.reserve(size);
-        self.write_item(offset, key, value, new_item, 0);
+        self.write_item(offset, key, value, new_item, 0, false);
         self.stats.items += 1;
         self.stats.bytes += size as u64;
         offset
     }
 
-    fn write_item(&self, offset: u64, key: &[u8], value: &[u8], new_item: NewItem, slack_words: usize) {
+    /// Writes an item at `offset`. `key_in_place` says the same key already sits where this
+    /// layout puts it (an in-place update that keeps the extension word or its absence), so it is
+    /// not written again.
+    fn write_item(
+        &self,
+        offset: u64,
+        key: &[u8],
+        value: &[u8],
+        new_item: NewItem,
+        slack_words: usize,
+        key_in_place: bool,
+    ) {
         let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
         let log = &self.shared.log;
@@ -849,7 +891,9 @@ impl Partition {
         } else {
             item::HEADER_BYTES
         };
-        log.write_bytes(offset, key_start, key);
+        if !key_in_place {
+            log.write_bytes(offset, key_start, key);
+        }
         log.write_bytes(offset, key_start + key.len(), value);
     }
 
