@@ -63,6 +63,22 @@ pub enum Command<'a> {
     },
     /// Meta `md I`: mark the item stale with a new CAS instead of deleting it.
     Invalidate,
+    /// Meta `mg` with its item-changing flags (T, N, R) and win/recache semantics: a hit on a
+    /// stale item, or on one whose remaining TTL is below `recache_below_secs`, hands out the win
+    /// token once (`Hit::won`; later readers see `Hit::win_sent`); a miss with `vivify` creates an
+    /// empty item with that expiry and hands the token to this caller ([`Outcome::Vivified`]).
+    MetaGet(MetaGet),
+}
+
+/// Options of [`Command::MetaGet`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetaGet {
+    /// `T`: new expiry on a hit.
+    pub touch: Option<Expiry>,
+    /// `N`: on a miss, create an empty item expiring then and win.
+    pub vivify: Option<Expiry>,
+    /// `R`: win when the remaining TTL is below this many seconds.
+    pub recache_below_secs: Option<u32>,
 }
 
 /// A request to a partition: the key, its hash (computed once by the caller) and the command.
@@ -102,8 +118,10 @@ pub struct Hit {
     pub fetched_before: bool,
     /// Marked stale by `Invalidate`.
     pub stale: bool,
-    /// A win token was handed out for it.
+    /// A win token had already been handed out for it (meta `Z`).
     pub win_sent: bool,
+    /// This request won the right to recache it (meta `W`; only from [`Command::MetaGet`]).
+    pub won: bool,
 }
 
 /// The result of one request.
@@ -113,6 +131,11 @@ pub enum Outcome {
     Hit(Hit),
     /// Not found (absent, expired, flushed or dropped by the lossy index).
     Miss,
+    /// Meta `mg N`: not found, so an empty item was created and this caller won (`EN` + `W`).
+    Vivified {
+        /// The new item's CAS unique.
+        cas: u64,
+    },
     /// Stored, with its new CAS unique.
     Stored {
         /// The new CAS unique.

@@ -24,7 +24,7 @@ pub mod stats;
 mod sync;
 pub mod words;
 
-pub use command::{Command, Hit, Outcome, Request, StoreMode};
+pub use command::{Command, Hit, MetaGet, Outcome, Request, StoreMode};
 pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};

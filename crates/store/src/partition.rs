@@ -5,7 +5,7 @@
 //! (odd while changing) in CREW mode; EREW skips the brackets. The head only moves forward, and
 //! it is published (with a release fence) before the memory it frees is written again.
 
-use crate::command::{Command, Hit, Outcome, Request, StoreMode};
+use crate::command::{Command, Hit, MetaGet, Outcome, Request, StoreMode};
 use crate::config::{Access, Config, Eviction};
 use crate::index::{Index, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
 use crate::item::{
@@ -200,6 +200,7 @@ impl Partition {
                 self.arith(hash, key, delta, decrement, cas, now_secs)
             }
             Command::Invalidate => self.invalidate(hash, key, now_secs),
+            Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, out),
         };
         self.scan_if_due();
         outcome
@@ -447,6 +448,7 @@ impl Partition {
             fetched_before: header.word0.has(BIT_FETCHED),
             stale: header.word0.has(BIT_STALE),
             win_sent: header.word0.has(BIT_WIN_SENT),
+            won: false,
         };
         self.after_read(&found, now_secs);
         Outcome::Hit(hit)
@@ -761,6 +763,46 @@ impl Partition {
         self.scratch = scratch;
         match outcome {
             Outcome::Stored { cas } => Outcome::Counter { value, cas },
+            other => other,
+        }
+    }
+
+    fn meta_get(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        options: MetaGet,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        match self.get(hash, key, options.touch, now_secs, out) {
+            Outcome::Hit(mut hit) => {
+                let remaining = hit.expiry.0.saturating_sub(now_secs);
+                let recache = options
+                    .recache_below_secs
+                    .is_some_and(|below| hit.expiry != Expiry::NEVER && remaining < below);
+                if (hit.stale || recache) && !hit.win_sent {
+                    // The read may have moved the item (LRU): find it again to claim the token.
+                    if let Some(found) = self.find(hash, key) {
+                        let version = self.begin_write(found.bucket);
+                        self.shared.log.set_word0(found.offset, found.header.word0.with_bit(BIT_WIN_SENT));
+                        self.end_write(found.bucket, version);
+                        hit.won = true;
+                    }
+                }
+                Outcome::Hit(hit)
+            }
+            Outcome::Miss => match options.vivify {
+                Some(expiry) => {
+                    let stub =
+                        NewItem { cas_seq: 0, bits: BIT_WIN_SENT, flags: 0, expiry, last_access: now_secs };
+                    match self.put(hash, key, &[], stub, None) {
+                        Outcome::Stored { cas } => Outcome::Vivified { cas },
+                        other => other,
+                    }
+                }
+                None => Outcome::Miss,
+            },
             other => other,
         }
     }

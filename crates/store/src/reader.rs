@@ -111,6 +111,7 @@ impl Reader {
                 fetched_before: header.word0.has(BIT_FETCHED),
                 stale: header.word0.has(BIT_STALE),
                 win_sent: header.word0.has(BIT_WIN_SENT),
+                won: false,
             };
             return Some((offset, Some(hit)));
         }

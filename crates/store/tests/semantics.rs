@@ -272,3 +272,56 @@ fn incr_on_a_long_value_parses_its_numeric_prefix() {
     expected.resize(old.len(), b' ');
     assert_eq!(get(&mut p, b"n", NOW), Some(expected));
 }
+
+fn meta_get(p: &mut qs_store::Partition, key: &[u8], options: qs_store::MetaGet, now: u32) -> Outcome {
+    run(p, key, Command::MetaGet(options), now).0
+}
+
+#[test]
+fn meta_get_hands_the_win_token_once_for_a_stale_item() {
+    let mut p = partition(1 << 16, 64, Eviction::Lru);
+    set(&mut p, b"k", b"v", NOW);
+    let plain = qs_store::MetaGet::default();
+    let Outcome::Hit(first) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
+    assert!(!first.won && !first.win_sent && !first.stale, "a fresh item wins nothing");
+    run(&mut p, b"k", Command::Invalidate, NOW);
+    let Outcome::Hit(winner) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
+    assert!(winner.stale && winner.won && !winner.win_sent, "first reader of a stale item wins (X W)");
+    let Outcome::Hit(later) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
+    assert!(later.stale && !later.won && later.win_sent, "later readers see X Z");
+    set(&mut p, b"k", b"fresh", NOW);
+    let Outcome::Hit(after) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
+    assert!(!after.stale && !after.won && !after.win_sent, "a new value clears stale and the token");
+}
+
+#[test]
+fn meta_get_vivifies_a_miss_for_one_winner() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    let vivify = qs_store::MetaGet { vivify: Some(Expiry(NOW + 30)), ..Default::default() };
+    assert!(matches!(meta_get(&mut p, b"k", vivify, NOW), Outcome::Vivified { .. }), "EN W");
+    let (Outcome::Hit(stub), out) = run(&mut p, b"k", Command::MetaGet(vivify), NOW) else { panic!() };
+    assert!(out.is_empty() && stub.value_len == 0 && stub.win_sent && !stub.won, "stub: empty, Z");
+    assert_eq!(stub.expiry, Expiry(NOW + 30));
+    assert!(get(&mut p, b"k", NOW + 30).is_none(), "the stub expires with its TTL");
+    let plain = qs_store::MetaGet::default();
+    assert_eq!(meta_get(&mut p, b"absent", plain, NOW), Outcome::Miss, "without N a miss is a miss");
+}
+
+#[test]
+fn meta_get_recache_wins_once_when_ttl_runs_low() {
+    let mut p = partition(1 << 16, 64, Eviction::Fifo);
+    store_with(&mut p, StoreMode::Set, b"k", b"v", 0, 100, NOW);
+    let recache = qs_store::MetaGet { recache_below_secs: Some(30), ..Default::default() };
+    let Outcome::Hit(early) = meta_get(&mut p, b"k", recache, NOW) else { panic!() };
+    assert!(!early.won, "100 s left is not below 30");
+    let Outcome::Hit(late) = meta_get(&mut p, b"k", recache, NOW + 80) else { panic!() };
+    assert!(late.won && !late.stale, "20 s left: W");
+    let Outcome::Hit(again) = meta_get(&mut p, b"k", recache, NOW + 81) else { panic!() };
+    assert!(!again.won && again.win_sent, "Z afterwards");
+    set(&mut p, b"never", b"v", NOW);
+    let Outcome::Hit(never) = meta_get(&mut p, b"never", recache, NOW) else { panic!() };
+    assert!(!never.won, "an item without TTL never needs recaching");
+    let touch = qs_store::MetaGet { touch: Some(Expiry(NOW + 500)), ..Default::default() };
+    let Outcome::Hit(touched) = meta_get(&mut p, b"never", touch, NOW) else { panic!() };
+    assert_eq!(touched.expiry, Expiry(NOW + 500), "T updates the TTL");
+}
