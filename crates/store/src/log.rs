@@ -45,6 +45,24 @@ pub struct Header {
 }
 
 impl Header {
+    /// What a read of this item answers besides its value bytes (which start at `value_start` in
+    /// the caller's buffer); `cas` is the item's server-wide CAS unique.
+    #[inline(always)]
+    pub fn hit(&self, value_start: usize, cas: u64) -> crate::command::Hit {
+        crate::command::Hit {
+            value_start,
+            value_len: self.word1.value_len(),
+            flags: self.ext.flags(),
+            cas,
+            expiry: self.ext.expiry(),
+            last_access_secs: self.word1.last_access(),
+            fetched_before: self.word0.has(crate::item::BIT_FETCHED),
+            stale: self.word0.has(crate::item::BIT_STALE),
+            win_sent: self.word0.has(crate::item::BIT_WIN_SENT),
+            won: false,
+        }
+    }
+
     /// Byte offset of the key from the item's start.
     #[inline(always)]
     pub fn key_start(&self) -> usize {

@@ -5,7 +5,7 @@
 //! (odd while changing) in CREW mode; EREW skips the brackets. The head only moves forward, and
 //! it is published (with a release fence) before the memory it frees is written again.
 
-use crate::command::{Command, Hit, MetaGet, Outcome, Request, StoreMode};
+use crate::command::{Command, MetaGet, Outcome, Request, StoreMode};
 use crate::config::{Access, Config, Eviction};
 use crate::index::{Index, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
 use crate::item::{
@@ -438,18 +438,7 @@ impl Partition {
         let value_start = out.len();
         let value_len = header.word1.value_len();
         self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, out);
-        let hit = Hit {
-            value_start,
-            value_len,
-            flags: header.ext.flags(),
-            cas: self.shared.cas_unique(header.word0.cas_seq()),
-            expiry: header.ext.expiry(),
-            last_access_secs: header.word1.last_access(),
-            fetched_before: header.word0.has(BIT_FETCHED),
-            stale: header.word0.has(BIT_STALE),
-            win_sent: header.word0.has(BIT_WIN_SENT),
-            won: false,
-        };
+        let hit = header.hit(value_start, self.shared.cas_unique(header.word0.cas_seq()));
         self.after_read(&found, now_secs);
         Outcome::Hit(hit)
     }
@@ -584,13 +573,7 @@ impl Partition {
         if append {
             scratch.extend_from_slice(data);
         }
-        let new_item = NewItem {
-            cas_seq: 0,
-            bits: 0,
-            flags: header.ext.flags(),
-            expiry: header.ext.expiry(),
-            last_access: now_secs,
-        };
+        let new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
         let outcome = self.put(hash, key, &scratch, new_item, Some(*found));
         self.scratch = scratch;
         outcome
@@ -752,13 +735,7 @@ impl Partition {
         if text.len() < old_len {
             scratch.resize(old_len, b' ');
         }
-        let new_item = NewItem {
-            cas_seq: 0,
-            bits: 0,
-            flags: header.ext.flags(),
-            expiry: header.ext.expiry(),
-            last_access: now_secs,
-        };
+        let new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
         let outcome = self.put(hash, key, &scratch, new_item, Some(found));
         self.scratch = scratch;
         match outcome {
@@ -1022,6 +999,19 @@ struct NewItem {
     flags: u32,
     expiry: Expiry,
     last_access: u32,
+}
+
+impl NewItem {
+    /// A new version of an item that keeps its flags and expiry (append, prepend, incr, decr).
+    fn keeping_flags_and_expiry(header: &Header, now_secs: u32) -> NewItem {
+        NewItem {
+            cas_seq: 0,
+            bits: 0,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access: now_secs,
+        }
+    }
 }
 
 /// Decimal text of `value` in `buffer`.

@@ -13,7 +13,7 @@
 
 use crate::command::{Hit, Outcome};
 use crate::index::Slot;
-use crate::item::{BIT_FETCHED, BIT_STALE, BIT_WIN_SENT, KEY_BYTES_MAX};
+use crate::item::KEY_BYTES_MAX;
 use crate::keyhash::KeyHash;
 use crate::partition::Shared;
 use crate::sync::{fence, Arc};
@@ -99,20 +99,8 @@ impl Reader {
             if self.shared.is_gone(&header, now_secs) {
                 return Some((offset, None));
             }
-            let value_len = header.word1.value_len();
-            log.read_bytes(offset, header.key_start() + key.len(), value_len, out);
-            let hit = Hit {
-                value_start: 0,
-                value_len,
-                flags: header.ext.flags(),
-                cas: self.shared.cas_unique(header.word0.cas_seq()),
-                expiry: header.ext.expiry(),
-                last_access_secs: header.word1.last_access(),
-                fetched_before: header.word0.has(BIT_FETCHED),
-                stale: header.word0.has(BIT_STALE),
-                win_sent: header.word0.has(BIT_WIN_SENT),
-                won: false,
-            };
+            log.read_bytes(offset, header.key_start() + key.len(), header.word1.value_len(), out);
+            let hit = header.hit(0, self.shared.cas_unique(header.word0.cas_seq()));
             return Some((offset, Some(hit)));
         }
         None
