@@ -39,33 +39,6 @@ pub fn load_bytes(words: &[AtomicU64], pos: usize, len: usize, out: &mut Vec<u8>
     out.truncate(start + len);
 }
 
-/// Fills `dst` with the bytes at byte position `pos`.
-#[inline]
-pub fn copy_out(words: &[AtomicU64], pos: usize, dst: &mut [u8]) {
-    let mut word_index = pos / WORD_BYTES;
-    let skip = pos % WORD_BYTES;
-    let mut dst = dst;
-    if skip != 0 && !dst.is_empty() {
-        let bytes = words[word_index].load(Relaxed).to_le_bytes();
-        let n = (WORD_BYTES - skip).min(dst.len());
-        dst[..n].copy_from_slice(&bytes[skip..skip + n]);
-        dst = &mut dst[n..];
-        word_index += 1;
-    }
-    let dst_len = dst.len();
-    let mut chunks = dst.chunks_exact_mut(WORD_BYTES);
-    let source = &words[word_index..];
-    for (chunk, word) in (&mut chunks).zip(source) {
-        chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
-    }
-    let tail = chunks.into_remainder();
-    if !tail.is_empty() {
-        let full_words = (dst_len - tail.len()) / WORD_BYTES;
-        let bytes = words[word_index + full_words].load(Relaxed).to_le_bytes();
-        tail.copy_from_slice(&bytes[..tail.len()]);
-    }
-}
-
 /// Writes `src` at byte position `pos`. Bytes of partially covered words outside the range are
 /// kept (read-modify-write, safe because only one thread ever writes a given region).
 #[inline]

@@ -325,3 +325,15 @@ fn meta_get_recache_wins_once_when_ttl_runs_low() {
     let Outcome::Hit(touched) = meta_get(&mut p, b"never", touch, NOW) else { panic!() };
     assert_eq!(touched.expiry, Expiry(NOW + 500), "T updates the TTL");
 }
+
+#[test]
+fn housekeeping_scan_clears_dangling_slots_without_losing_live_ones() {
+    let mut p = partition(4096, 4, Eviction::Fifo);
+    for i in 0..300u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[1; 24], NOW);
+    }
+    p.scan_buckets(4);
+    p.check_invariants();
+    assert!(get(&mut p, b"key0", NOW).is_none());
+    assert_eq!(get(&mut p, b"key299", NOW), Some(vec![1; 24]), "the scan keeps live items");
+}
