@@ -1,0 +1,272 @@
+//! memcached's meta protocol (protocol.txt "Meta Commands"): mg ms md ma me (mn is parsed with
+//! the text commands). Flags are single letters, some with a token after them; the reply
+//! reflects the return flags in the order the request gave them.
+
+use crate::number::{strtol, strtoull};
+use crate::text::{Request, BAD_FORMAT, ERROR};
+use crate::tokens::Tokens;
+use crate::{Limits, Parsed, KEY_BYTES_MAX};
+use base64::Engine;
+
+/// Which meta command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaCommand {
+    /// mg.
+    Get,
+    /// ms.
+    Set,
+    /// md.
+    Delete,
+    /// ma.
+    Arith,
+    /// me.
+    Debug,
+}
+
+impl MetaCommand {
+    /// The command for `m<byte>` (mn is a text command: it takes no key).
+    pub fn from_byte(byte: u8) -> Option<MetaCommand> {
+        Some(match byte {
+            b'g' => MetaCommand::Get,
+            b's' => MetaCommand::Set,
+            b'd' => MetaCommand::Delete,
+            b'a' => MetaCommand::Arith,
+            b'e' => MetaCommand::Debug,
+            _ => return None,
+        })
+    }
+}
+
+/// memcached's MFLAG_MAX_OPT_LENGTH: more tokens than this (terminal included) is refused.
+const META_TOKENS_MAX: usize = 20;
+/// Longest opaque token, `O` included (memcached's MFLAG_MAX_OPAQUE_LENGTH).
+pub const OPAQUE_BYTES_MAX: usize = 32;
+/// A base64 key of [`KEY_BYTES_MAX`] characters decodes to at most this many bytes.
+const DECODED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX / 4 * 3 + 3;
+
+/// A meta request, borrowing the read buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Meta<'a> {
+    /// Which command.
+    pub command: MetaCommand,
+    /// The key token as sent (base64 when the `b` flag is given).
+    pub key_token: &'a [u8],
+    decoded: Option<([u8; DECODED_KEY_BYTES_MAX], u8)>,
+    /// The flag tokens as a line.
+    flags_line: &'a [u8],
+    /// ms: the declared data length.
+    pub value_len: usize,
+    /// Parsed flag values.
+    pub options: MetaOptions,
+    /// ms: the data block, without its `\r\n`.
+    pub data: &'a [u8],
+}
+
+/// Values of the meta flags that carry them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MetaOptions {
+    /// Which flag letters were given (bit `c - 64` for ASCII letter `c`).
+    seen: u64,
+    /// `T`: new TTL.
+    pub ttl: Option<i32>,
+    /// `N`: vivify on miss with this TTL.
+    pub vivify: Option<i32>,
+    /// `R`: win when the remaining TTL is below this.
+    pub recache: Option<i32>,
+    /// `C`: compare CAS.
+    pub cas: Option<u64>,
+    /// `F`: client flags.
+    pub client_flags: u32,
+    /// `M`: mode character.
+    pub mode: Option<u8>,
+    /// `D`: delta (default 1).
+    pub delta: u64,
+    /// `J`: initial value on vivify (default 0).
+    pub initial: u64,
+}
+
+impl MetaOptions {
+    /// Whether flag `letter` was given.
+    pub fn has(&self, letter: u8) -> bool {
+        (b'A'..=b'z').contains(&letter) && self.seen & (1 << (letter - b'A')) != 0
+    }
+
+    /// `q`: suppress the nominal reply.
+    pub fn quiet(&self) -> bool {
+        self.has(b'q')
+    }
+
+    /// `b`: the key is base64.
+    pub fn base64(&self) -> bool {
+        self.has(b'b')
+    }
+}
+
+impl<'a> Meta<'a> {
+    /// The key the item is stored under (decoded when `b` was given).
+    pub fn key(&self) -> &[u8] {
+        match &self.decoded {
+            Some((bytes, len)) => &bytes[..*len as usize],
+            None => self.key_token,
+        }
+    }
+
+    /// The flag tokens in request order (each starts with its letter).
+    pub fn flag_tokens(&self) -> impl Iterator<Item = &'a [u8]> {
+        crate::tokens::words(self.flags_line)
+    }
+}
+
+fn refuse(reply: &'static str, len: usize) -> Parsed<'static> {
+    Parsed::Refused { reply, len, noreply: false }
+}
+
+/// Parses a meta command line (`line` without its ending, `line_len` with it).
+pub(crate) fn parse<'a>(
+    command: MetaCommand,
+    line: &'a [u8],
+    line_len: usize,
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Parsed<'a> {
+    let tokens = Tokens::split(line);
+    let ntokens = tokens.len() + 1;
+    if ntokens < 3 {
+        return refuse(ERROR, line_len);
+    }
+    let key_token = tokens.get(1);
+    if key_token.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, line_len);
+    }
+    if ntokens > META_TOKENS_MAX {
+        return refuse("CLIENT_ERROR options flags are too long\r\n", line_len);
+    }
+    let mut first_flag = 2;
+    let mut swallow = 0;
+    if command == MetaCommand::Set {
+        let Some(value_len) = strtol(tokens.get(2)).filter(|&len| (0..=i32::MAX - 2).contains(&len)) else {
+            return refuse(BAD_FORMAT, line_len);
+        };
+        first_flag = 3;
+        swallow = value_len as usize + 2;
+    }
+    let len = line_len + swallow;
+    let flags_line = match tokens.as_slice().get(first_flag) {
+        Some(first) => &line[first.as_ptr() as usize - line.as_ptr() as usize..],
+        None => &[],
+    };
+    let mut meta = Meta {
+        command,
+        key_token,
+        decoded: None,
+        flags_line,
+        value_len: swallow.saturating_sub(2),
+        options: MetaOptions { delta: 1, ..MetaOptions::default() },
+        data: &[],
+    };
+    if let Err(reply) = parse_flags(&mut meta, &tokens.as_slice()[first_flag.min(tokens.len())..]) {
+        return refuse(reply, len);
+    }
+    if command == MetaCommand::Set {
+        if let Some(mode) = meta.options.mode {
+            if !b"EAPRS".contains(&mode) {
+                return refuse("CLIENT_ERROR invalid mode for ms M token\r\n", len);
+            }
+        }
+        if swallow - 2 > limits.item_bytes_max {
+            return Parsed::Request { request: Request::Meta(meta), len };
+        }
+        if buf.len() < len {
+            return Parsed::Incomplete;
+        }
+        if &buf[len - 2..len] != b"\r\n" {
+            return refuse("CLIENT_ERROR bad data chunk\r\n", len);
+        }
+        meta.data = &buf[line_len..len - 2];
+    }
+    if command == MetaCommand::Arith {
+        if let Some(mode) = meta.options.mode {
+            if !b"ID+-".contains(&mode) {
+                return refuse("CLIENT_ERROR invalid mode for ma M token\r\n", len);
+            }
+        }
+    }
+    Parsed::Request { request: Request::Meta(meta), len }
+}
+
+impl Meta<'_> {
+    /// ms: whether the declared data block exceeds the item size limit (then `data` is empty
+    /// and the request's length covers the block to skip).
+    pub fn too_large(&self, limits: &Limits) -> bool {
+        self.command == MetaCommand::Set && self.value_len > limits.item_bytes_max
+    }
+
+    /// ma: decrement mode.
+    pub fn decrement(&self) -> bool {
+        matches!(self.options.mode, Some(b'D' | b'-'))
+    }
+}
+
+const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format\r\n";
+
+/// memcached's `_meta_flag_preparse`: every flag once, known letters only, tokens well formed.
+fn parse_flags(meta: &mut Meta<'_>, flag_tokens: &[&[u8]]) -> Result<(), &'static str> {
+    let options = &mut meta.options;
+    let mut error = None;
+    for &token in flag_tokens {
+        let letter = token[0];
+        if !(b'A'..=b'z').contains(&letter) || options.has(letter) {
+            return Err(if (b'A'..=b'z').contains(&letter) {
+                "CLIENT_ERROR duplicate flag\r\n"
+            } else {
+                "CLIENT_ERROR invalid flag\r\n"
+            });
+        }
+        options.seen |= 1 << (letter - b'A');
+        let value = &token[1..];
+        let failed = match letter {
+            b'b' => {
+                let mut bytes = [0u8; DECODED_KEY_BYTES_MAX];
+                match base64::engine::general_purpose::STANDARD.decode_slice(meta.key_token, &mut bytes) {
+                    Ok(len) if len > 0 => {
+                        meta.decoded = Some((bytes, len as u8));
+                        None
+                    }
+                    _ => Some("CLIENT_ERROR error decoding key\r\n"),
+                }
+            }
+            b'N' => strtol(value).map(|ttl| options.vivify = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
+            b'T' => strtol(value).map(|ttl| options.ttl = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
+            b'R' => strtol(value).map(|ttl| options.recache = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
+            b'C' => strtoull(value).map(|cas| options.cas = Some(cas)).map_or(Some(BAD_TOKEN), |_| None),
+            b'F' => crate::number::strtoul(value)
+                .map(|flags| options.client_flags = flags)
+                .map_or(Some(BAD_FORMAT), |_| None),
+            b'M' => match value {
+                [mode] => {
+                    options.mode = Some(*mode);
+                    None
+                }
+                _ => Some("CLIENT_ERROR incorrect length for M token\r\n"),
+            },
+            b'J' => strtoull(value)
+                .map(|initial| options.initial = initial)
+                .map_or(Some("CLIENT_ERROR invalid numeric initial value\r\n"), |_| None),
+            b'D' => strtoull(value)
+                .map(|delta| options.delta = delta)
+                .map_or(Some("CLIENT_ERROR invalid numeric delta value\r\n"), |_| None),
+            b'O' if token.len() > OPAQUE_BYTES_MAX => Some("CLIENT_ERROR opaque token too long\r\n"),
+            b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'l' | b'I' => {
+                None
+            }
+            _ => return Err("CLIENT_ERROR invalid flag\r\n"),
+        };
+        if error.is_none() {
+            error = failed;
+        }
+    }
+    error.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests;

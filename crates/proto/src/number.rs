@@ -1,0 +1,116 @@
+//! Numbers as memcached's `safe_strto*` helpers read them (util.c): C's strtol/strtoul with
+//! base 10, then memcached's own end and sign checks. Their quirks are part of the protocol
+//! (a 64-bit value where 32 bits are expected is truncated, not refused), so they are kept.
+
+/// C `isspace`.
+fn is_c_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// What C's `strtoull`/`strtoll` see in `text`: the sign, the digits' value (`None` on
+/// overflow of 64 bits) and whether any digit was read. Trailing bytes must be the end or a
+/// space (memcached's check), else `None` is returned for the whole parse.
+struct Scanned {
+    negative: bool,
+    magnitude: Option<u64>,
+}
+
+fn scan(text: &[u8]) -> Option<Scanned> {
+    let mut at = text.iter().position(|&byte| !is_c_space(byte))?;
+    let negative = match text[at] {
+        b'-' => {
+            at += 1;
+            true
+        }
+        b'+' => {
+            at += 1;
+            false
+        }
+        _ => false,
+    };
+    let digits_start = at;
+    let mut magnitude = Some(0u64);
+    while let Some(&byte) = text.get(at) {
+        if !byte.is_ascii_digit() {
+            break;
+        }
+        magnitude = magnitude.and_then(|m| m.checked_mul(10)).and_then(|m| m.checked_add((byte - b'0') as u64));
+        at += 1;
+    }
+    if at == digits_start {
+        return None;
+    }
+    match text.get(at) {
+        None => Some(Scanned { negative, magnitude }),
+        Some(&byte) if is_c_space(byte) => Some(Scanned { negative, magnitude }),
+        Some(_) => None,
+    }
+}
+
+/// `safe_strtoull`: an unsigned 64-bit decimal. A minus sign is refused unless the value,
+/// negated, still looks non-negative as a signed number (so `-0` passes, as in memcached).
+pub fn strtoull(text: &[u8]) -> Option<u64> {
+    let scanned = scan(text)?;
+    let magnitude = scanned.magnitude?;
+    let value = if scanned.negative { magnitude.wrapping_neg() } else { magnitude };
+    if (value as i64) < 0 && text.contains(&b'-') {
+        return None;
+    }
+    Some(value)
+}
+
+/// `safe_strtoul` on a 64-bit platform: as [`strtoull`], then truncated to 32 bits (memcached
+/// stores the `unsigned long` into a `uint32_t`).
+pub fn strtoul(text: &[u8]) -> Option<u32> {
+    strtoull(text).map(|value| value as u32)
+}
+
+/// `safe_strtol`: a signed decimal read as a 64-bit `long` (refused on overflow), then
+/// truncated to 32 bits.
+pub fn strtol(text: &[u8]) -> Option<i32> {
+    let scanned = scan(text)?;
+    let magnitude = scanned.magnitude?;
+    let value: i64 = if scanned.negative {
+        if magnitude > 1 << 63 {
+            return None;
+        }
+        (magnitude as i64).wrapping_neg()
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    Some(value as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsigned_64() {
+        assert_eq!(strtoull(b"0"), Some(0));
+        assert_eq!(strtoull(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(strtoull(b"18446744073709551616"), None);
+        assert_eq!(strtoull(b"-1"), None);
+        assert_eq!(strtoull(b"-0"), Some(0));
+        assert_eq!(strtoull(b"+5"), Some(5));
+        assert_eq!(strtoull(b"12abc"), None);
+        assert_eq!(strtoull(b""), None);
+        assert_eq!(strtoull(b"abc"), None);
+    }
+
+    #[test]
+    fn unsigned_32_truncates_like_memcached() {
+        assert_eq!(strtoul(b"4294967296"), Some(0));
+        assert_eq!(strtoul(b"4294967295"), Some(u32::MAX));
+        assert_eq!(strtoul(b"-1"), None);
+    }
+
+    #[test]
+    fn signed_32_truncates_like_memcached() {
+        assert_eq!(strtol(b"-1"), Some(-1));
+        assert_eq!(strtol(b"99999999999"), Some(99999999999i64 as i32));
+        assert_eq!(strtol(b"9223372036854775808"), None);
+        assert_eq!(strtol(b"-9223372036854775808"), Some(0));
+        assert_eq!(strtol(b"x"), None);
+    }
+}

@@ -1,0 +1,113 @@
+//! Replies, byte for byte as memcached 1.6 writes them.
+
+use crate::meta::Meta;
+
+/// `STORED`.
+pub const STORED: &[u8] = b"STORED\r\n";
+/// `NOT_STORED`.
+pub const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
+/// `EXISTS`.
+pub const EXISTS: &[u8] = b"EXISTS\r\n";
+/// `NOT_FOUND`.
+pub const NOT_FOUND: &[u8] = b"NOT_FOUND\r\n";
+/// `DELETED`.
+pub const DELETED: &[u8] = b"DELETED\r\n";
+/// `TOUCHED`.
+pub const TOUCHED: &[u8] = b"TOUCHED\r\n";
+/// `END`.
+pub const END: &[u8] = b"END\r\n";
+/// `OK`.
+pub const OK: &[u8] = b"OK\r\n";
+/// `ERROR`.
+pub const ERROR: &[u8] = b"ERROR\r\n";
+/// The reply to a store whose item exceeds the item size limit.
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+/// The reply to a store that finds no memory (store mode).
+pub const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+/// incr/decr on a value that is not a number.
+pub const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+/// A key longer than allowed, or otherwise malformed.
+pub const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+
+/// Appends `value` in decimal.
+#[inline]
+pub fn push_u64(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+/// Appends `value` in decimal.
+#[inline]
+pub fn push_i64(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`; the caller appends the data and `\r\n`.
+#[inline]
+pub fn value_line(out: &mut Vec<u8>, key: &[u8], flags: u32, value_len: usize, cas: Option<u64>) {
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    push_u64(out, flags as u64);
+    out.push(b' ');
+    push_u64(out, value_len as u64);
+    if let Some(cas) = cas {
+        out.push(b' ');
+        push_u64(out, cas);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What a meta reply may report about an item.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MetaItem {
+    /// CAS unique.
+    pub cas: u64,
+    /// Client flags.
+    pub flags: u32,
+    /// Value bytes.
+    pub value_len: usize,
+    /// Remaining TTL in seconds, -1 for none.
+    pub ttl_secs: i64,
+    /// Seconds since the last access before this request.
+    pub idle_secs: u32,
+    /// Fetched before this request.
+    pub fetched_before: bool,
+}
+
+/// Appends the return flags of `meta`, in request order: `O` and `k` always, the item's
+/// figures (`c f s t l h`) when `item` is known. `letters` limits which item figures this
+/// command reports.
+pub fn meta_flags(out: &mut Vec<u8>, meta: &Meta<'_>, item: Option<&MetaItem>, letters: &[u8]) {
+    for token in meta.flag_tokens() {
+        let letter = token[0];
+        match letter {
+            b'O' => {
+                out.push(b' ');
+                out.extend_from_slice(token);
+            }
+            b'k' => {
+                out.extend_from_slice(b" k");
+                out.extend_from_slice(meta.key_token);
+                if meta.options.base64() {
+                    out.extend_from_slice(b" b");
+                }
+            }
+            _ => {
+                let Some(item) = item.filter(|_| letters.contains(&letter)) else {
+                    continue;
+                };
+                out.push(b' ');
+                out.push(letter);
+                match letter {
+                    b'c' => push_u64(out, item.cas),
+                    b'f' => push_u64(out, item.flags as u64),
+                    b's' => push_u64(out, item.value_len as u64),
+                    b't' => push_i64(out, item.ttl_secs),
+                    b'l' => push_u64(out, item.idle_secs as u64),
+                    b'h' => out.push(if item.fetched_before { b'1' } else { b'0' }),
+                    _ => unreachable!("letters lists only item figures"),
+                }
+            }
+        }
+    }
+}

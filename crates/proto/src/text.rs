@@ -1,0 +1,327 @@
+//! memcached's text protocol: the classic commands (protocol.txt "Commands"), with memcached
+//! 1.6's token-count rules and error replies.
+
+use crate::meta::Meta;
+use crate::number::{strtol, strtoul, strtoull};
+use crate::tokens::Tokens;
+use crate::{Limits, Parsed, KEY_BYTES_MAX};
+
+/// Which of the get commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetKind {
+    /// get: values.
+    Get,
+    /// gets: values with CAS uniques.
+    Gets,
+    /// gat: touch, then values.
+    Gat {
+        /// New exptime (memcached rules).
+        exptime: i32,
+    },
+    /// gats: touch, then values with CAS uniques.
+    Gats {
+        /// New exptime.
+        exptime: i32,
+    },
+}
+
+impl GetKind {
+    /// Whether the reply carries CAS uniques.
+    pub fn with_cas(self) -> bool {
+        matches!(self, GetKind::Gets | GetKind::Gats { .. })
+    }
+
+    /// The new exptime, for gat/gats.
+    pub fn touch(self) -> Option<i32> {
+        match self {
+            GetKind::Gat { exptime } | GetKind::Gats { exptime } => Some(exptime),
+            _ => None,
+        }
+    }
+}
+
+/// Which storage command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    /// set.
+    Set,
+    /// add.
+    Add,
+    /// replace.
+    Replace,
+    /// append.
+    Append,
+    /// prepend.
+    Prepend,
+    /// cas, with the client's CAS unique.
+    Cas(u64),
+}
+
+/// A parsed request, borrowing the read buffer.
+#[derive(Debug)]
+pub enum Request<'a> {
+    /// get gets gat gats: `keys` is the rest of the line (space-separated keys, at least one,
+    /// each checked against [`KEY_BYTES_MAX`] as it is answered).
+    Get {
+        /// Which command.
+        kind: GetKind,
+        /// The keys, as a line.
+        keys: &'a [u8],
+    },
+    /// set add replace append prepend cas.
+    Store {
+        /// Which command.
+        mode: StoreMode,
+        /// The key.
+        key: &'a [u8],
+        /// Client flags.
+        flags: u32,
+        /// Exptime (memcached rules).
+        exptime: i32,
+        /// The data block, without its `\r\n`.
+        data: &'a [u8],
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// A storage command whose data block is larger than the item size limit: reply
+    /// `SERVER_ERROR object too large for cache` (unless noreply); a refused `set` also removes
+    /// the key's old value, as memcached does. The request's `len` covers the whole data block
+    /// and may run past the buffer.
+    TooLarge {
+        /// Which command.
+        mode: StoreMode,
+        /// The key.
+        key: &'a [u8],
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// delete.
+    Delete {
+        /// The key.
+        key: &'a [u8],
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// incr / decr.
+    Arith {
+        /// The key.
+        key: &'a [u8],
+        /// Amount.
+        delta: u64,
+        /// decr.
+        decrement: bool,
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// touch.
+    Touch {
+        /// The key.
+        key: &'a [u8],
+        /// New exptime.
+        exptime: i32,
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// flush_all [delay].
+    FlushAll {
+        /// Seconds from now (0: now).
+        delay: i32,
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// stats [group].
+    Stats {
+        /// The argument (empty for plain `stats`).
+        group: &'a [u8],
+    },
+    /// version.
+    Version,
+    /// verbosity.
+    Verbosity {
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// quit: close the connection.
+    Quit,
+    /// A meta command (mg ms md ma me).
+    Meta(Meta<'a>),
+    /// mn.
+    MetaNoop,
+}
+
+pub(crate) const ERROR: &str = "ERROR\r\n";
+pub(crate) const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format\r\n";
+const BAD_DATA_CHUNK: &str = "CLIENT_ERROR bad data chunk\r\n";
+const INVALID_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument\r\n";
+const INVALID_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument\r\n";
+const DELETE_USAGE: &str = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
+
+fn done(request: Request<'_>, len: usize) -> Parsed<'_> {
+    Parsed::Request { request, len }
+}
+
+fn refuse(reply: &'static str, len: usize, noreply: bool) -> Parsed<'static> {
+    Parsed::Refused { reply, len, noreply }
+}
+
+/// Parses a text command whose line (line ending stripped) is `line`, `line_len` bytes with
+/// its ending, at the front of `buf`.
+pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let tokens = Tokens::split(line);
+    let ntokens = tokens.len() + 1;
+    match tokens.get(0) {
+        b"get" | b"gets" => parse_get(&tokens, line, line_len, 1),
+        b"gat" | b"gats" => parse_get(&tokens, line, line_len, 2),
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" if ntokens == 6 || ntokens == 7 => {
+            parse_store(&tokens, line_len, buf, limits)
+        }
+        b"cas" if ntokens == 7 || ntokens == 8 => parse_store(&tokens, line_len, buf, limits),
+        b"delete" if (3..=5).contains(&ntokens) => parse_delete(&tokens, line_len),
+        b"incr" | b"decr" if ntokens == 4 || ntokens == 5 => parse_arith(&tokens, line_len),
+        b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(&tokens, line_len),
+        b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(&tokens, line_len),
+        b"stats" => done(Request::Stats { group: tokens.get(1) }, line_len),
+        b"version" if ntokens == 2 => done(Request::Version, line_len),
+        b"quit" if ntokens == 2 => done(Request::Quit, line_len),
+        b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(&tokens, line_len),
+        b"mn" if ntokens == 2 => done(Request::MetaNoop, line_len),
+        _ => refuse(ERROR, line_len, false),
+    }
+}
+
+/// get family: the keys start after `key_index` tokens; the line must hold at least one key.
+fn parse_get<'a>(tokens: &Tokens<'a>, line: &'a [u8], line_len: usize, key_index: usize) -> Parsed<'a> {
+    if tokens.len() <= key_index {
+        return refuse(ERROR, line_len, false);
+    }
+    let kind = match tokens.get(0) {
+        b"get" => GetKind::Get,
+        b"gets" => GetKind::Gets,
+        command => {
+            let Some(exptime) = strtol(tokens.get(1)) else {
+                return refuse(INVALID_EXPTIME, line_len, false);
+            };
+            if command == b"gat" {
+                GetKind::Gat { exptime }
+            } else {
+                GetKind::Gats { exptime }
+            }
+        }
+    };
+    // The keys are the rest of the line after the command (and exptime) tokens.
+    let last_fixed = tokens.get(key_index - 1);
+    let keys_start = last_fixed.as_ptr() as usize - line.as_ptr() as usize + last_fixed.len();
+    done(Request::Get { kind, keys: &line[keys_start..] }, line_len)
+}
+
+fn store_mode(tokens: &Tokens<'_>) -> Option<StoreMode> {
+    Some(match tokens.get(0) {
+        b"set" => StoreMode::Set,
+        b"add" => StoreMode::Add,
+        b"replace" => StoreMode::Replace,
+        b"append" => StoreMode::Append,
+        b"prepend" => StoreMode::Prepend,
+        _ => StoreMode::Cas(strtoull(tokens.get(5))?),
+    })
+}
+
+fn parse_store<'a>(tokens: &Tokens<'a>, line_len: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let noreply = tokens.noreply();
+    let key = tokens.get(1);
+    if key.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    }
+    let (Some(flags), Some(exptime), Some(value_len)) =
+        (strtoul(tokens.get(2)), strtol(tokens.get(3)), strtol(tokens.get(4)))
+    else {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    };
+    let Some(mode) = store_mode(tokens) else {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    };
+    if value_len < 0 || value_len > i32::MAX - 2 {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    }
+    let value_len = value_len as usize;
+    let len = line_len + value_len + 2;
+    if value_len > limits.item_bytes_max {
+        return done(Request::TooLarge { mode, key, noreply }, len);
+    }
+    if buf.len() < len {
+        return Parsed::Incomplete;
+    }
+    if &buf[len - 2..len] != b"\r\n" {
+        return refuse(BAD_DATA_CHUNK, len, noreply);
+    }
+    let data = &buf[line_len..line_len + value_len];
+    done(Request::Store { mode, key, flags, exptime, data, noreply }, len)
+}
+
+fn parse_delete<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
+    let key = tokens.get(1);
+    // memcached accepts a trailing "0" (an old delete-with-hold-time form) and noreply only.
+    let extra = tokens.len() - 1 - noreply as usize;
+    if extra > 1 || (extra == 1 && tokens.get(2) != b"0") {
+        return refuse(DELETE_USAGE, line_len, noreply);
+    }
+    if key.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    }
+    done(Request::Delete { key, noreply }, line_len)
+}
+
+fn parse_arith<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
+    let key = tokens.get(1);
+    if key.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    }
+    let Some(delta) = strtoull(tokens.get(2)) else {
+        return refuse(INVALID_DELTA, line_len, noreply);
+    };
+    let decrement = tokens.get(0) == b"decr";
+    done(Request::Arith { key, delta, decrement, noreply }, line_len)
+}
+
+fn parse_touch<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
+    let key = tokens.get(1);
+    if key.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    }
+    let Some(exptime) = strtol(tokens.get(2)) else {
+        return refuse(INVALID_EXPTIME, line_len, noreply);
+    };
+    done(Request::Touch { key, exptime, noreply }, line_len)
+}
+
+fn parse_flush_all<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
+    let args = tokens.len() - 1 - noreply as usize;
+    let delay = if args == 0 {
+        0
+    } else {
+        match strtol(tokens.get(1)) {
+            Some(delay) => delay,
+            None => return refuse(INVALID_EXPTIME, line_len, noreply),
+        }
+    };
+    done(Request::FlushAll { delay, noreply }, line_len)
+}
+
+fn parse_verbosity<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
+    if noreply && tokens.len() == 2 {
+        // "verbosity noreply" lacks the level: memcached answers ERROR despite the noreply.
+        return refuse(ERROR, line_len, false);
+    }
+    // memcached reads the level with strtoul semantics and ignores its value here.
+    if strtoul(tokens.get(1)).is_none() {
+        return refuse(BAD_FORMAT, line_len, noreply);
+    }
+    done(Request::Verbosity { noreply }, line_len)
+}
+
+#[cfg(test)]
+mod tests;

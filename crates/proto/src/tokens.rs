@@ -1,0 +1,95 @@
+//! memcached's tokenizer: a command line split on single spaces (runs of spaces give no empty
+//! tokens), at most `TOKENS_MAX - 1` real tokens; what follows them is left unread (memcached's
+//! terminal token), which makes a command with too many arguments fail its token-count check.
+
+/// memcached's MAX_TOKENS, counting its terminal empty token: 23 real tokens at most.
+pub const TOKENS_MAX: usize = 24;
+
+/// The tokens of one line, borrowed from it.
+#[derive(Clone, Copy)]
+pub struct Tokens<'a> {
+    items: [&'a [u8]; TOKENS_MAX],
+    len: usize,
+    /// Whether bytes followed the last token read.
+    more: bool,
+}
+
+impl<'a> Tokens<'a> {
+    /// Splits `line` (without its line ending).
+    pub fn split(line: &'a [u8]) -> Tokens<'a> {
+        let mut items: [&'a [u8]; TOKENS_MAX] = [&[]; TOKENS_MAX];
+        let mut len = 0;
+        let mut rest = line;
+        loop {
+            while let [b' ', tail @ ..] = rest {
+                rest = tail;
+            }
+            if rest.is_empty() {
+                return Tokens { items, len, more: false };
+            }
+            if len == TOKENS_MAX - 1 {
+                return Tokens { items, len, more: true };
+            }
+            let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+            items[len] = &rest[..end];
+            len += 1;
+            rest = &rest[end..];
+        }
+    }
+
+    /// Real tokens (memcached's `ntokens` is this plus one).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the line had more tokens than were read.
+    pub fn has_more(&self) -> bool {
+        self.more
+    }
+
+    /// Whether the line had no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Token `index`, or empty past the end.
+    pub fn get(&self, index: usize) -> &'a [u8] {
+        self.items[index]
+    }
+
+    /// All tokens.
+    pub fn as_slice(&self) -> &[&'a [u8]] {
+        &self.items[..self.len]
+    }
+
+    /// Whether the last token is `noreply` (memcached's `set_noreply_maybe`).
+    pub fn noreply(&self) -> bool {
+        self.len > 0 && self.items[self.len - 1] == b"noreply"
+    }
+}
+
+/// Iterates the space-separated tokens of `line` without any count limit (for multi-key gets).
+pub fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|&byte| byte == b' ').filter(|word| !word.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_on_spaces_only() {
+        let tokens = Tokens::split(b"get  a\tb   c ");
+        assert_eq!(tokens.as_slice(), &[&b"get"[..], b"a\tb", b"c"]);
+    }
+
+    #[test]
+    fn reading_stops_after_23_tokens() {
+        let line: Vec<u8> = (0..30).flat_map(|i| format!("t{i} ").into_bytes()).collect();
+        let tokens = Tokens::split(&line);
+        assert_eq!(tokens.len(), TOKENS_MAX - 1);
+        assert_eq!(tokens.get(TOKENS_MAX - 2), b"t22");
+        assert!(tokens.has_more());
+        assert!(!Tokens::split(b"a b").has_more());
+    }
+}
