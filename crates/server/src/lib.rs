@@ -1,2 +1,166 @@
-//! qs-server: the runtime (workers, event loops, sockets, request direction, config, stats) and the
-//! `quicksilver` binary. Built by the server issue; empty until then.
+//! qs-server: Quicksilver's runtime — one pinned worker thread per core, each with its own
+//! epoll loop, connections and partitions; memcached's text and meta protocols over TCP;
+//! MICA's request direction (CREW reads anywhere, writes handed to the owner over SPSC rings,
+//! or a port per worker for partition-aware clients).
+//!
+//! Data path: socket bytes -> [`conn`] read buffer -> `qs_proto::parse` -> [`engine::Engine::route`]
+//! -> run here ([`engine`]) or hand over ([`worker`] rings) -> reply bytes in request order
+//! ([`conn::Output`]) -> one send per connection per loop turn.
+
+pub mod config;
+pub mod conn;
+pub mod engine;
+pub mod shared;
+pub mod stats;
+pub mod sys;
+pub mod worker;
+
+use config::{AccessArg, Config, EvictionArg, HugePagesArg};
+use qs_store::{Access, Eviction, HugePages, Partition};
+use shared::{Padded, Shared, WorkerFigures};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// This build's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Expected bytes of an item (header, key and value) when sizing the index.
+const EXPECTED_ITEM_BYTES: usize = 128;
+
+/// A partition's memory plan for a budget of `budget_bytes` of log: the largest power of two
+/// that fits, and an index sized for items of [`EXPECTED_ITEM_BYTES`].
+pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_store::Config {
+    let budget_bytes = ((config.memory_mib << 20) / partitions as u64) as usize;
+    let log_bytes = 1usize << (usize::BITS - 1 - budget_bytes.leading_zeros());
+    let slots = log_bytes / EXPECTED_ITEM_BYTES;
+    let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
+        .max(1)
+        .next_power_of_two();
+    let mut partition = qs_store::Config::new(log_bytes, buckets);
+    partition.item_bytes_max = config.item_bytes_max;
+    partition.access = match config.access {
+        AccessArg::Erew => Access::Erew,
+        _ => Access::Crew,
+    };
+    partition.eviction = match config.eviction {
+        EvictionArg::Fifo => Eviction::Fifo,
+        EvictionArg::Lru => Eviction::Lru,
+        EvictionArg::ApproxLru => Eviction::ApproxLru,
+    };
+    partition.huge_pages = match config.huge_pages {
+        HugePagesArg::Auto => HugePages::Auto,
+        HugePagesArg::On => HugePages::On,
+        HugePagesArg::Off => HugePages::Off,
+    };
+    partition.partition_index = index as u16;
+    partition.partition_bits = partitions.trailing_zeros();
+    partition
+}
+
+/// A server that is listening; [`Server::wait`] runs it to the end.
+pub struct Server {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Builds the partitions, binds the listeners and starts the workers.
+    pub fn start(config: Config) -> Result<Server, String> {
+        config.validate()?;
+        let workers = config.workers();
+        let partition_count = config.partition_count();
+        let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
+        let partitions: Vec<Partition> =
+            (0..partition_count).map(|p| Partition::new(partition_config(&config, p, partition_count))).collect();
+        let readers = if config.access == AccessArg::Erew {
+            Vec::new()
+        } else {
+            partitions.iter().map(Partition::reader).collect()
+        };
+        let first = &partitions[0];
+        let now = sys::now_secs();
+        let shared = Arc::new(Shared {
+            workers,
+            partition_bits: partition_count.trailing_zeros(),
+            owner: owner.clone(),
+            readers,
+            partitions: (0..partition_count).map(|_| Mutex::default()).collect(),
+            workers_published: (0..workers)
+                .map(|_| Mutex::new(WorkerFigures { remote_reads: vec![(0, 0); partition_count], ..Default::default() }))
+                .collect(),
+            curr_connections: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            sleeping: (0..workers).map(|_| Padded(AtomicBool::new(false))).collect(),
+            wakers: (0..workers).map(|_| OnceLock::new()).collect(),
+            stop: AtomicBool::new(false),
+            started: std::time::Instant::now(),
+            started_secs: now,
+            log_bytes: first.log_bytes(),
+            index_bytes: first.index_bytes(),
+            item_bytes_max: config.item_bytes_max,
+            page_kinds: first.page_kinds(),
+            config: config.clone(),
+        });
+        let mut owned: Vec<Vec<Option<Partition>>> =
+            (0..workers).map(|_| (0..partition_count).map(|_| None).collect()).collect();
+        for (index, partition) in partitions.into_iter().enumerate() {
+            owned[owner[index]][index] = Some(partition);
+        }
+        let main_addr = SocketAddr::new(config.listen, config.port);
+        let mut rings = worker::rings(workers);
+        let mut threads = Vec::new();
+        for (index, partitions) in owned.into_iter().enumerate().rev() {
+            let mut listeners = vec![sys::listener(main_addr, true)
+                .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?];
+            if config.worker_port_base != 0 {
+                let port = config.worker_port_base as usize + index;
+                let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
+                let addr = SocketAddr::new(config.listen, port);
+                listeners.push(sys::listener(addr, false).map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?);
+            }
+            let poll = mio::Poll::new().map_err(|e| e.to_string())?;
+            let waker = mio::Waker::new(poll.registry(), mio::Token(0)).map_err(|e| e.to_string())?;
+            let _ = shared.wakers[index].set(waker);
+            let engine = engine::Engine::new(index, partitions, shared.clone());
+            let worker_rings = rings.pop().expect("one ring set per worker");
+            let worker = worker::Worker::new(index, shared.clone(), poll, listeners, engine, worker_rings)
+                .map_err(|e| e.to_string())?;
+            let pin = config.pin;
+            let thread = std::thread::Builder::new()
+                .name(format!("worker-{index}"))
+                .spawn(move || {
+                    if pin {
+                        let _ = sys::pin_to_core(index);
+                    }
+                    worker.run();
+                })
+                .map_err(|e| e.to_string())?;
+            threads.push(thread);
+        }
+        Ok(Server { shared, threads })
+    }
+
+    /// Asks the workers to stop: no new connections; what was received is answered.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Relaxed);
+        self.shared.wake_all();
+    }
+
+    /// A handle that stops the server from another thread.
+    pub fn stopper(&self) -> impl Fn() + Send + 'static {
+        let shared = self.shared.clone();
+        move || {
+            shared.stop.store(true, Relaxed);
+            shared.wake_all();
+        }
+    }
+
+    /// Waits for every worker to finish.
+    pub fn wait(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}

@@ -61,8 +61,12 @@ pub enum Command<'a> {
         /// Expected CAS, or 0 for any (meta `ma C`).
         cas: u64,
     },
-    /// Meta `md I`: mark the item stale with a new CAS instead of deleting it.
-    Invalidate,
+    /// Meta `md I`: mark the item stale with a new CAS instead of deleting it; with `cas`
+    /// non-zero, only if the item's CAS matches (`md I C`).
+    Invalidate {
+        /// Expected CAS, or 0 for any.
+        cas: u64,
+    },
     /// Meta `mg` with its item-changing flags (T, N, R) and win/recache semantics: a hit on a
     /// stale item, or on one whose remaining TTL is below `recache_below_secs`, hands out the win
     /// token once (`Hit::won`; later readers see `Hit::win_sent`); a miss with `vivify` creates an

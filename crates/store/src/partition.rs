@@ -199,7 +199,7 @@ impl Partition {
             Command::Arith { delta, decrement, cas } => {
                 self.arith(hash, key, delta, decrement, cas, now_secs)
             }
-            Command::Invalidate => self.invalidate(hash, key, now_secs),
+            Command::Invalidate { cas } => self.invalidate(hash, key, cas, now_secs),
             Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, out),
         };
         self.scan_if_due();
@@ -221,14 +221,42 @@ impl Partition {
             self.prefetch_items(requests);
         }
         for request in requests {
-            let outcome = match request.command {
-                Command::Get => self.plain_get(request, now_secs, out),
-                Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
-                    self.plain_set(request, value, flags, expiry, now_secs, out)
-                }
-                _ => self.execute(request, now_secs, out),
-            };
-            outcomes.push(outcome);
+            outcomes.push(self.run(request, now_secs, out));
+        }
+    }
+
+    /// Runs one request as [`Partition::execute_batch`] does (lean paths for plain GET and
+    /// SET). For callers that build their own pipeline over several partitions with
+    /// [`Partition::prefetch_bucket`] and [`Partition::prefetch_item`].
+    #[inline]
+    pub fn run(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        match request.command {
+            Command::Get => self.plain_get(request, now_secs, out),
+            Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
+                self.plain_set(request, value, flags, expiry, now_secs, out)
+            }
+            _ => self.execute(request, now_secs, out),
+        }
+    }
+
+    /// Pipeline stage 1 for one key: start loading its bucket.
+    #[inline(always)]
+    pub fn prefetch_bucket(&self, hash: KeyHash) {
+        self.shared.index.prefetch(hash.bucket(self.bucket_mask));
+    }
+
+    /// Pipeline stage 2 for one key: start loading its candidate item (after stage 1 had time
+    /// to bring the bucket in).
+    #[inline(always)]
+    pub fn prefetch_item(&self, hash: KeyHash) {
+        let bucket = self.shared.index.bucket(hash.bucket(self.bucket_mask));
+        let tag = hash.tag();
+        for word in &bucket[1..] {
+            let slot = Slot(word.load(Relaxed));
+            if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.head) {
+                self.shared.log.prefetch(slot.offset());
+                break;
+            }
         }
     }
 
@@ -283,7 +311,7 @@ impl Partition {
     #[inline(always)]
     fn prefetch_buckets(&self, requests: &[Request<'_>]) {
         for request in requests {
-            self.shared.index.prefetch(request.hash.bucket(self.bucket_mask));
+            self.prefetch_bucket(request.hash);
         }
     }
 
@@ -291,15 +319,7 @@ impl Partition {
     #[inline(always)]
     fn prefetch_items(&self, requests: &[Request<'_>]) {
         for request in requests {
-            let bucket = self.shared.index.bucket(request.hash.bucket(self.bucket_mask));
-            let tag = request.hash.tag();
-            for word in &bucket[1..] {
-                let slot = Slot(word.load(Relaxed));
-                if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.head) {
-                    self.shared.log.prefetch(slot.offset());
-                    break;
-                }
-            }
+            self.prefetch_item(request.hash);
         }
     }
 
@@ -784,11 +804,15 @@ impl Partition {
         }
     }
 
-    fn invalidate(&mut self, hash: KeyHash, key: &[u8], now_secs: u32) -> Outcome {
+    fn invalidate(&mut self, hash: KeyHash, key: &[u8], cas: u64, now_secs: u32) -> Outcome {
         let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
             self.stats.delete_misses += 1;
             return Outcome::NotFound;
         };
+        if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+            self.stats.delete_misses += 1;
+            return Outcome::Exists;
+        }
         self.stats.delete_hits += 1;
         let cas_seq = self.take_cas_seq();
         let word0 = found.header.word0.with_bit(BIT_STALE).without_bit(BIT_WIN_SENT).with_cas_seq(cas_seq);

@@ -215,7 +215,7 @@ fn in_place_update_keeps_the_initial_size() {
 fn invalidate_marks_stale_with_a_new_cas() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     let cas = set(&mut p, b"k", b"v", NOW);
-    assert_eq!(run(&mut p, b"k", Command::Invalidate, NOW).0, Outcome::Deleted);
+    assert_eq!(run(&mut p, b"k", Command::Invalidate { cas: 0 }, NOW).0, Outcome::Deleted);
     let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
     assert!(hit.stale);
     assert_ne!(hit.cas, cas);
@@ -284,7 +284,7 @@ fn meta_get_hands_the_win_token_once_for_a_stale_item() {
     let plain = qs_store::MetaGet::default();
     let Outcome::Hit(first) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
     assert!(!first.won && !first.win_sent && !first.stale, "a fresh item wins nothing");
-    run(&mut p, b"k", Command::Invalidate, NOW);
+    run(&mut p, b"k", Command::Invalidate { cas: 0 }, NOW);
     let Outcome::Hit(winner) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
     assert!(winner.stale && winner.won && !winner.win_sent, "first reader of a stale item wins (X W)");
     let Outcome::Hit(later) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };

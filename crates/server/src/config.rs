@@ -1,0 +1,184 @@
+//! The command line, in memcached's spelling where it has one.
+
+use clap::{Parser, ValueEnum};
+use std::net::IpAddr;
+
+/// quicksilver: a memcached-compatible cache server on MICA's data path.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "quicksilver", version = crate::VERSION, about, max_term_width = 100)]
+pub struct Config {
+    /// TCP port to listen on.
+    #[arg(short = 'p', long = "port", default_value_t = 11211)]
+    pub port: u16,
+    /// Interface to listen on.
+    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
+    pub listen: IpAddr,
+    /// UDP port (0 = off; UDP is not served yet, so only 0 is accepted).
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    pub udp_port: u16,
+    /// Item memory in megabytes (the logs; the index and buffers come on top, see README).
+    #[arg(short = 'm', long = "memory-limit", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub memory_mib: u64,
+    /// Most simultaneous connections.
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Worker threads, one per core (default: the cores this process may run on).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Largest item, e.g. 1m, 512k or 2097152 (memcached's -I).
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
+    pub item_bytes_max: usize,
+    /// Verbose: -v logs errors and warnings, -vv also connections.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// cache evicts the oldest items when full; store (memcached's -M) refuses instead.
+    #[arg(long, value_enum, default_value_t = Mode::Cache)]
+    pub mode: Mode,
+    /// memcached's -M: return an error when memory is exhausted (store mode).
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub no_evictions: bool,
+    /// Who may touch a partition: erew forwards every request to its owner, crew lets any
+    /// worker read any partition.
+    #[arg(long, value_enum, default_value_t = AccessArg::Crew)]
+    pub access: AccessArg,
+    /// Which items leave first when the log is full.
+    #[arg(long, value_enum, default_value_t = EvictionArg::ApproxLru)]
+    pub eviction: EvictionArg,
+    /// Partitions (a power of two, at least the worker count; default 4 per worker).
+    #[arg(long)]
+    pub partitions: Option<usize>,
+    /// 2 MiB pages: auto uses them when the system offers them, off never.
+    #[arg(long, value_enum, default_value_t = HugePagesArg::Auto)]
+    pub huge_pages: HugePagesArg,
+    /// With a base port, worker i also listens on BASE + i and serves only there what it owns
+    /// (client-assisted direction). 0 = off.
+    #[arg(long, default_value_t = 0)]
+    pub worker_port_base: u16,
+    /// Pin workers to cores.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pin: bool,
+}
+
+/// --mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Evict when full (memcached's default).
+    Cache,
+    /// Never evict; refuse writes when full.
+    Store,
+}
+
+/// --access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AccessArg {
+    /// Exclusive read, exclusive write.
+    Erew,
+    /// Concurrent read, exclusive write.
+    Crew,
+    /// Concurrent read, concurrent write.
+    Crcw,
+}
+
+/// --eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EvictionArg {
+    /// First in, first out.
+    Fifo,
+    /// Least recently used.
+    Lru,
+    /// Approximate LRU (MICA's).
+    ApproxLru,
+}
+
+/// --huge-pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HugePagesArg {
+    /// Use them when available.
+    Auto,
+    /// Ask for them (still starts without them).
+    On,
+    /// Never.
+    Off,
+}
+
+/// memcached's -I syntax: bytes, or a number with a k or m suffix.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let lower = text.to_ascii_lowercase();
+    let (digits, unit) = match lower.as_bytes().last() {
+        Some(b'k') => (&lower[..lower.len() - 1], 1 << 10),
+        Some(b'm') => (&lower[..lower.len() - 1], 1 << 20),
+        _ => (&lower[..], 1),
+    };
+    let value: usize = digits.parse().map_err(|_| format!("not a size: {text}"))?;
+    let bytes = value.checked_mul(unit).ok_or("size too large")?;
+    if !(1024..=1 << 30).contains(&bytes) {
+        return Err("item size must be between 1k and 1024m".into());
+    }
+    Ok(bytes)
+}
+
+impl Config {
+    /// Worker count.
+    pub fn workers(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
+    }
+
+    /// Partition count.
+    pub fn partition_count(&self) -> usize {
+        self.partitions.unwrap_or(4 * self.workers().next_power_of_two())
+    }
+
+    /// Checks what clap cannot; the message is for the user.
+    pub fn validate(&self) -> Result<(), String> {
+        let workers = self.workers();
+        let partitions = self.partition_count();
+        if workers > 256 {
+            return Err("at most 256 worker threads".into());
+        }
+        if !partitions.is_power_of_two() || partitions < workers || partitions > 4096 {
+            return Err(format!(
+                "--partitions {partitions}: must be a power of two, at least the worker count ({workers}), at most 4096"
+            ));
+        }
+        if self.udp_port != 0 {
+            return Err("-U: UDP is not served yet; use TCP (-U 0)".into());
+        }
+        if self.mode == Mode::Store || self.no_evictions {
+            return Err("--mode store (-M) is not available yet; use --mode cache".into());
+        }
+        if self.access == AccessArg::Crcw {
+            return Err("--access crcw is not served yet; use crew or erew".into());
+        }
+        let per_partition = (self.memory_mib << 20) / partitions as u64;
+        if per_partition < 1 << 20 {
+            return Err(format!("-m {}: at least 1 MiB per partition ({partitions} partitions)", self.memory_mib));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_memcached_syntax() {
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("2097152"), Ok(2 << 20));
+        assert!(parse_size("12").is_err());
+        assert!(parse_size("x").is_err());
+    }
+
+    #[test]
+    fn partitions_default_to_four_per_worker() {
+        let config = Config::parse_from(["quicksilver", "-t", "2"]);
+        assert_eq!(config.partition_count(), 8);
+        assert!(config.validate().is_ok());
+        let bad = Config::parse_from(["quicksilver", "-t", "2", "--partitions", "6"]);
+        assert!(bad.validate().is_err());
+        let three = Config::parse_from(["quicksilver", "-t", "3"]);
+        assert_eq!(three.partition_count(), 16);
+        assert!(three.validate().is_ok());
+    }
+}

@@ -1,0 +1,258 @@
+//! A client connection: its read buffer and its ordered output. Replies that another worker
+//! is computing wait in segments, so responses leave in request order.
+
+use std::collections::VecDeque;
+
+/// Output beyond which a connection's requests are not processed (and its socket not read)
+/// until the client reads: bounds memory for clients that never read their replies.
+pub const OUTPUT_BYTES_HIGH: usize = 4 << 20;
+/// Initial read buffer.
+const READ_BUFFER_BYTES: usize = 16 << 10;
+
+/// Input side: bytes read and not yet parsed are `buf[start..end]`.
+pub struct Input {
+    /// Fully initialized buffer.
+    pub buf: Vec<u8>,
+    /// First unparsed byte.
+    pub start: usize,
+    /// End of the bytes read.
+    pub end: usize,
+    /// Bytes still to discard (a refused data block that runs past what was read).
+    pub skip: usize,
+    /// Largest the buffer may grow to.
+    pub limit: usize,
+}
+
+impl Input {
+    /// An empty input that may grow to `limit` bytes.
+    pub fn new(limit: usize) -> Input {
+        Input { buf: vec![0; READ_BUFFER_BYTES], start: 0, end: 0, skip: 0, limit }
+    }
+
+    /// The unparsed bytes.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Marks `len` bytes parsed; what runs past the buffer is skipped as it arrives.
+    pub fn consume(&mut self, len: usize) {
+        let available = self.end - self.start;
+        if len <= available {
+            self.start += len;
+        } else {
+            self.start = self.end;
+            self.skip += len - available;
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Discards skipped bytes that have arrived; true when none remain to skip.
+    pub fn apply_skip(&mut self) -> bool {
+        let now = self.skip.min(self.end - self.start);
+        self.consume(now);
+        self.skip -= now;
+        self.skip == 0
+    }
+
+    /// Room to read into: moves unparsed bytes to the front and grows the buffer when it is
+    /// full. Empty when the buffer is at its limit.
+    pub fn spare(&mut self) -> &mut [u8] {
+        if self.start > 0 && self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() && self.buf.len() < self.limit {
+            let grown = (self.buf.len() * 2).min(self.limit);
+            self.buf.resize(grown, 0);
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Gives a large buffer back once it is empty (idle connections stay small).
+    pub fn shrink_if_idle(&mut self) {
+        if self.start == self.end && self.buf.len() > READ_BUFFER_BYTES {
+            self.buf = vec![0; READ_BUFFER_BYTES];
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+}
+
+/// A reply position: ready bytes, or a slot another worker will fill.
+pub enum Segment {
+    /// Waiting for forwarded request `id`.
+    Waiting {
+        /// Forward id.
+        id: u64,
+        /// The worker computing it.
+        owner: usize,
+    },
+    /// Bytes ready to send.
+    Ready(Vec<u8>),
+}
+
+/// Output side.
+pub struct Output {
+    /// Bytes ready to send; `out[sent..]` is unsent.
+    pub out: Vec<u8>,
+    /// Bytes of `out` already sent.
+    pub sent: usize,
+    /// Replies after `out`, when some wait on other workers.
+    pub segments: VecDeque<Segment>,
+    /// Forwarded requests waiting, per worker.
+    pub pending: Vec<u32>,
+    /// Forwarded requests waiting in all.
+    pub pending_total: u32,
+    next_id: u64,
+}
+
+impl Output {
+    /// Output for a server with `workers` workers.
+    pub fn new(workers: usize) -> Output {
+        Output {
+            out: Vec::new(),
+            sent: 0,
+            segments: VecDeque::new(),
+            pending: vec![0; workers],
+            pending_total: 0,
+            next_id: 0,
+        }
+    }
+
+    /// Where a reply computed here goes: behind everything before it.
+    pub fn reply_buf(&mut self) -> &mut Vec<u8> {
+        if self.segments.is_empty() {
+            return &mut self.out;
+        }
+        if !matches!(self.segments.back(), Some(Segment::Ready(_))) {
+            self.segments.push_back(Segment::Ready(Vec::new()));
+        }
+        match self.segments.back_mut() {
+            Some(Segment::Ready(bytes)) => bytes,
+            _ => unreachable!("a ready segment was just pushed"),
+        }
+    }
+
+    /// Reserves the next reply position for a request forwarded to `owner`.
+    pub fn wait_for(&mut self, owner: usize) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.segments.push_back(Segment::Waiting { id, owner });
+        self.pending[owner] += 1;
+        self.pending_total += 1;
+        id
+    }
+
+    /// Fills the position of forwarded request `id`; replies ready at the front move to `out`.
+    /// False if no such request waits (a bug in the sender).
+    pub fn fill(&mut self, id: u64, bytes: &[u8]) -> bool {
+        let Some(position) =
+            self.segments.iter().position(|segment| matches!(segment, Segment::Waiting { id: waiting, .. } if *waiting == id))
+        else {
+            return false;
+        };
+        let Segment::Waiting { owner, .. } = self.segments[position] else { unreachable!() };
+        self.pending[owner] -= 1;
+        self.pending_total -= 1;
+        self.segments[position] = Segment::Ready(bytes.to_vec());
+        while let Some(Segment::Ready(_)) = self.segments.front() {
+            if let Some(Segment::Ready(bytes)) = self.segments.pop_front() {
+                self.out.extend_from_slice(&bytes);
+            }
+        }
+        true
+    }
+
+    /// Bytes held for this connection (unsent and waiting).
+    pub fn held_bytes(&self) -> usize {
+        let segments: usize = self
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Ready(bytes) => bytes.len(),
+                Segment::Waiting { .. } => 0,
+            })
+            .sum();
+        self.out.len() - self.sent + segments
+    }
+
+    /// Unsent bytes ready to go.
+    pub fn unsent(&self) -> &[u8] {
+        &self.out[self.sent..]
+    }
+
+    /// Marks `len` bytes sent.
+    pub fn advance(&mut self, len: usize) {
+        self.sent += len;
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+            if self.out.capacity() > OUTPUT_BYTES_HIGH {
+                self.out = Vec::new();
+            }
+        }
+    }
+}
+
+/// A connection.
+pub struct Conn {
+    /// The socket.
+    pub stream: mio::net::TcpStream,
+    /// Distinguishes this connection from earlier ones in the same slot.
+    pub generation: u32,
+    /// Input.
+    pub input: Input,
+    /// Output.
+    pub output: Output,
+    /// The socket may have more to read.
+    pub read_ready: bool,
+    /// The socket refused a write; wait for writable.
+    pub write_blocked: bool,
+    /// Processing stops until every forwarded request has come back.
+    pub stalled: bool,
+    /// Close once the output is sent (quit, end of input, shutdown).
+    pub closing: bool,
+    /// Close now.
+    pub dead: bool,
+    /// Queued for servicing this loop turn.
+    pub queued: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_leave_in_request_order() {
+        let mut output = Output::new(2);
+        output.reply_buf().extend_from_slice(b"a");
+        let first = output.wait_for(1);
+        output.reply_buf().extend_from_slice(b"c");
+        let second = output.wait_for(1);
+        output.reply_buf().extend_from_slice(b"e");
+        assert_eq!(output.unsent(), b"a");
+        assert!(output.fill(second, b"d"));
+        assert_eq!(output.unsent(), b"a");
+        assert!(output.fill(first, b"b"));
+        assert_eq!(output.unsent(), b"abcde");
+        assert_eq!(output.pending_total, 0);
+        assert!(!output.fill(first, b"x"));
+    }
+
+    #[test]
+    fn skipping_runs_past_the_buffer() {
+        let mut input = Input::new(1 << 20);
+        input.buf[..4].copy_from_slice(b"abcd");
+        input.end = 4;
+        input.consume(10);
+        assert_eq!(input.skip, 6);
+        input.buf[..8].copy_from_slice(b"123456xy");
+        input.end = 8;
+        assert!(input.apply_skip());
+        assert_eq!(input.pending(), b"xy");
+    }
+}

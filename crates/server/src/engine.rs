@@ -1,0 +1,644 @@
+//! One worker's view of the data: the partitions it owns (written only here) and CREW readers
+//! for the rest. Executes parsed requests and writes memcached's replies.
+//!
+//! Routing (which worker must run a request) is decided by [`Engine::route`]; `execute` then
+//! assumes every key it touches is either owned here or readable here.
+
+use crate::shared::{Shared, WorkerCounters};
+use qs_proto::response::{self as reply, MetaItem};
+use qs_proto::{GetKind, Meta, MetaCommand, Request, StoreMode};
+use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
+use std::sync::Arc;
+
+/// Where a request must run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Here.
+    Local,
+    /// On this worker (the owner of its key).
+    Forward(usize),
+    /// A multi-key get whose keys live on other workers (EREW): key by key.
+    SplitGet,
+    /// flush_all: on every worker.
+    Broadcast,
+    /// Needs every earlier request of the connection finished first, then runs here.
+    AfterPending,
+}
+
+/// What executing a request asks of the connection afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exec {
+    /// Done; the reply is in the output.
+    Done,
+    /// quit: close once the output is written.
+    Close,
+    /// Must run on this owner after all (a CREW read that found a stale item to win).
+    Forward(usize),
+}
+
+/// The version we report: memcached's, whose behaviour we follow (clients pick features by
+/// it), then our own name.
+pub const VERSION: &str = "1.6.18-quicksilver";
+/// The reply to `version`.
+pub const VERSION_REPLY: &[u8] = b"VERSION 1.6.18-quicksilver\r\n";
+
+/// A worker's partitions and readers.
+pub struct Engine {
+    /// This worker's number.
+    pub worker: usize,
+    /// Partitions, `Some` where this worker owns them.
+    pub partitions: Vec<Option<Partition>>,
+    shared: Arc<Shared>,
+    /// The clock, read once per loop turn.
+    pub now_secs: u32,
+    scratch: Vec<u8>,
+    /// This worker's counters.
+    pub counters: WorkerCounters,
+    /// Per partition: reads served here for other owners (gets, hits).
+    pub remote_reads: Vec<(u64, u64)>,
+    /// Parser limits.
+    pub limits: qs_proto::Limits,
+    crew: bool,
+}
+
+impl Engine {
+    /// An engine for `worker` owning `partitions`.
+    pub fn new(worker: usize, partitions: Vec<Option<Partition>>, shared: Arc<Shared>) -> Engine {
+        let count = partitions.len();
+        let limits = qs_proto::Limits { item_bytes_max: shared.item_bytes_max };
+        let crew = !shared.readers.is_empty();
+        Engine {
+            worker,
+            partitions,
+            shared,
+            now_secs: crate::sys::now_secs(),
+            scratch: Vec::new(),
+            counters: WorkerCounters::default(),
+            remote_reads: vec![(0, 0); count],
+            limits,
+            crew,
+        }
+    }
+
+    fn locate(&self, key: &[u8]) -> (KeyHash, usize) {
+        let hash = KeyHash::of(key);
+        (hash, hash.partition(self.shared.partition_bits))
+    }
+
+    fn owner(&self, partition: usize) -> usize {
+        self.shared.owner[partition]
+    }
+
+    /// The worker that owns `key`.
+    pub fn owner_of(&self, key: &[u8]) -> usize {
+        self.owner(self.locate(key).1)
+    }
+
+    /// Where `request` must run, given how many requests this connection has waiting on each
+    /// worker (a later request for the same worker must queue behind them to keep order).
+    pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
+        let key = match request {
+            Request::Get { keys, .. } => return self.route_get(keys, pending),
+            Request::Store { key, .. }
+            | Request::TooLarge { key, .. }
+            | Request::Delete { key, .. }
+            | Request::Arith { key, .. }
+            | Request::Touch { key, .. } => *key,
+            Request::Meta(meta) => return self.route_meta(meta, pending),
+            Request::FlushAll { .. } => return Route::Broadcast,
+            Request::Stats { .. } => return Route::AfterPending,
+            Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => {
+                return Route::Local
+            }
+        };
+        if key.len() > qs_proto::KEY_BYTES_MAX {
+            return Route::Local;
+        }
+        let owner = self.owner(self.locate(key).1);
+        if owner == self.worker {
+            Route::Local
+        } else {
+            Route::Forward(owner)
+        }
+    }
+
+    fn route_get(&self, keys: &[u8], pending: &[u32]) -> Route {
+        let mut remote = None;
+        let mut several = false;
+        for key in qs_proto::tokens::words(keys) {
+            if key.len() > qs_proto::KEY_BYTES_MAX {
+                // Answered here with an error, no key read.
+                return Route::Local;
+            }
+            let owner = self.owner(self.locate(key).1);
+            if owner == self.worker {
+                continue;
+            }
+            if self.crew && pending[owner] == 0 {
+                continue;
+            }
+            several |= remote.is_some_and(|other| other != owner);
+            remote = Some(owner);
+        }
+        match remote {
+            None => Route::Local,
+            Some(_) if self.crew => Route::AfterPending,
+            Some(owner) if !several && single_key(keys) => Route::Forward(owner),
+            Some(_) => Route::SplitGet,
+        }
+    }
+
+    fn route_meta(&self, meta: &Meta<'_>, pending: &[u32]) -> Route {
+        if meta.key().len() > qs_proto::KEY_BYTES_MAX {
+            return Route::Local;
+        }
+        let owner = self.owner(self.locate(meta.key()).1);
+        if owner == self.worker {
+            return Route::Local;
+        }
+        let options = &meta.options;
+        let read_only = match meta.command {
+            MetaCommand::Get => !(options.has(b'T') || options.has(b'N') || options.has(b'R')),
+            MetaCommand::Debug => true,
+            _ => false,
+        };
+        if self.crew && read_only && pending[owner] == 0 {
+            Route::Local
+        } else {
+            Route::Forward(owner)
+        }
+    }
+
+    /// Runs `request` here, appending its reply to `out` (nothing for noreply).
+    pub fn execute(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Exec {
+        match *request {
+            Request::Get { kind, keys } => {
+                // memcached drops the partial reply of a get with a key too long: check first.
+                if qs_proto::tokens::words(keys).any(|key| key.len() > qs_proto::KEY_BYTES_MAX) {
+                    out.extend_from_slice(reply::BAD_FORMAT);
+                    return Exec::Done;
+                }
+                for key in qs_proto::tokens::words(keys) {
+                    self.get_one(kind, key, out);
+                }
+                out.extend_from_slice(reply::END);
+            }
+            Request::Store { mode, key, flags, exptime, data, noreply } => {
+                let reply = self.store(mode, key, flags, exptime, data);
+                if !noreply {
+                    out.extend_from_slice(reply);
+                }
+            }
+            Request::TooLarge { mode, key, noreply } => {
+                self.counters.cmd_set += 1;
+                if mode == StoreMode::Set {
+                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                }
+                if !noreply {
+                    out.extend_from_slice(reply::TOO_LARGE);
+                }
+            }
+            Request::Delete { key, noreply } => {
+                let reply = match self.run(key, Command::Delete { cas: 0 }, &mut Vec::new()) {
+                    Outcome::Deleted => reply::DELETED,
+                    _ => reply::NOT_FOUND,
+                };
+                if !noreply {
+                    out.extend_from_slice(reply);
+                }
+            }
+            Request::Arith { key, delta, decrement, noreply } => {
+                let outcome = self.run(key, Command::Arith { delta, decrement, cas: 0 }, &mut Vec::new());
+                if !noreply {
+                    match outcome {
+                        Outcome::Counter { value, .. } => {
+                            reply::push_u64(out, value);
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        Outcome::NonNumeric => out.extend_from_slice(reply::NON_NUMERIC),
+                        _ => out.extend_from_slice(reply::NOT_FOUND),
+                    }
+                }
+            }
+            Request::Touch { key, exptime, noreply } => {
+                self.counters.cmd_touch += 1;
+                let expiry = self.expiry(exptime);
+                let reply = match self.run(key, Command::Touch { expiry }, &mut Vec::new()) {
+                    Outcome::Touched => reply::TOUCHED,
+                    _ => reply::NOT_FOUND,
+                };
+                if !noreply {
+                    out.extend_from_slice(reply);
+                }
+            }
+            Request::FlushAll { delay, noreply } => {
+                self.flush_local(delay);
+                if !noreply {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Request::Stats { group } => crate::stats::write(&self.shared, group, out),
+            Request::Version => out.extend_from_slice(VERSION_REPLY),
+            Request::Verbosity { noreply } => {
+                if !noreply {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Request::Quit => return Exec::Close,
+            Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
+            Request::Meta(ref meta) => return self.meta(meta, out),
+        }
+        Exec::Done
+    }
+
+    /// flush_all on the partitions owned here.
+    pub fn flush_local(&mut self, delay: i32) {
+        self.counters.cmd_flush += 1;
+        let now = self.now_secs;
+        let delay = delay.max(0) as u32;
+        for partition in self.partitions.iter_mut().flatten() {
+            partition.flush_all(now, delay);
+        }
+    }
+
+    fn expiry(&self, exptime: i32) -> Expiry {
+        Expiry::from_exptime(exptime as i64, self.now_secs)
+    }
+
+    /// Runs one command on `key`'s partition (owned here: routing made sure).
+    fn run(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
+        let (hash, partition) = self.locate(key);
+        let request = qs_store::Request { key, hash, command };
+        let now = self.now_secs;
+        match &mut self.partitions[partition] {
+            Some(partition) => partition.run(&request, now, out),
+            None => panic!("request for partition {partition} routed to worker {}", self.worker),
+        }
+    }
+
+    /// A read of `key`: through the partition when owned, else through its CREW reader.
+    fn read(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
+        let (hash, partition) = self.locate(key);
+        if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
+            return self.run(key, command, out);
+        }
+        let outcome = self.shared.readers[partition].get(hash, key, self.now_secs, out);
+        let counts = &mut self.remote_reads[partition];
+        counts.0 += 1;
+        if matches!(outcome, Outcome::Hit(_)) {
+            counts.1 += 1;
+            self.counters.remote_get_hits += 1;
+        } else {
+            self.counters.remote_get_misses += 1;
+        }
+        outcome
+    }
+
+    /// One key of a get: its VALUE block (nothing on a miss). `false` for a key too long.
+    pub fn get_one(&mut self, kind: GetKind, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if key.len() > qs_proto::KEY_BYTES_MAX {
+            return false;
+        }
+        self.counters.cmd_get += 1;
+        let command = match kind.touch() {
+            Some(exptime) => {
+                self.counters.cmd_touch += 1;
+                Command::GetAndTouch { expiry: self.expiry(exptime) }
+            }
+            None => Command::Get,
+        };
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        if let Outcome::Hit(hit) = self.read(key, command, &mut value) {
+            let cas = kind.with_cas().then_some(hit.cas);
+            reply::value_line(out, key, hit.flags, hit.value_len, cas);
+            out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.scratch = value;
+        true
+    }
+
+    fn store(&mut self, mode: StoreMode, key: &[u8], flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
+        self.counters.cmd_set += 1;
+        let mode = store_mode(mode);
+        let expiry = self.expiry(exptime);
+        let outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
+        match outcome {
+            Outcome::Stored { .. } => reply::STORED,
+            Outcome::NotStored => reply::NOT_STORED,
+            Outcome::Exists => reply::EXISTS,
+            Outcome::NotFound => reply::NOT_FOUND,
+            Outcome::TooLarge => {
+                if mode == qs_store::StoreMode::Set {
+                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                }
+                reply::TOO_LARGE
+            }
+            _ => reply::BAD_FORMAT,
+        }
+    }
+
+    fn meta(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
+        self.counters.meta_cmds += 1;
+        match meta.command {
+            MetaCommand::Get => return self.meta_get(meta, out),
+            MetaCommand::Set => self.meta_set(meta, out),
+            MetaCommand::Delete => self.meta_delete(meta, out),
+            MetaCommand::Arith => self.meta_arith(meta, out),
+            MetaCommand::Debug => self.meta_debug(meta, out),
+        }
+        Exec::Done
+    }
+
+    fn meta_item(&self, hit: &qs_store::Hit) -> MetaItem {
+        MetaItem {
+            cas: hit.cas,
+            flags: hit.flags,
+            value_len: hit.value_len,
+            ttl_secs: ttl_secs(hit.expiry, self.now_secs),
+            idle_secs: self.now_secs.saturating_sub(hit.last_access_secs),
+            fetched_before: hit.fetched_before,
+        }
+    }
+
+    fn meta_get(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
+        let options = &meta.options;
+        let key = meta.key();
+        let (_, partition) = self.locate(key);
+        let owned = self.partitions[partition].is_some();
+        self.counters.cmd_get += 1;
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        let outcome = if owned {
+            let touch = options.ttl.map(|ttl| self.expiry(ttl));
+            let vivify = options.vivify.map(|ttl| self.expiry(ttl));
+            let recache_below_secs = options.recache.map(|secs| secs.max(0) as u32);
+            if touch.is_some() {
+                self.counters.cmd_touch += 1;
+            }
+            self.run(key, Command::MetaGet(MetaGet { touch, vivify, recache_below_secs }), &mut value)
+        } else {
+            self.read(key, Command::Get, &mut value)
+        };
+        let (item, data, won, stale, win_sent) = match outcome {
+            Outcome::Hit(hit) => {
+                if !owned && hit.stale && !hit.win_sent {
+                    // The win token is the owner's to hand out.
+                    self.scratch = value;
+                    return Exec::Forward(self.owner(partition));
+                }
+                let data = hit.value_start..hit.value_start + hit.value_len;
+                (self.meta_item(&hit), data, hit.won, hit.stale, hit.win_sent)
+            }
+            Outcome::Vivified { cas } => {
+                let ttl_secs = options.vivify.map_or(-1, |ttl| ttl_secs(self.expiry(ttl), self.now_secs));
+                (MetaItem { cas, ttl_secs, ..MetaItem::default() }, 0..0, true, false, false)
+            }
+            _ => {
+                if !options.quiet() {
+                    out.extend_from_slice(b"EN\r\n");
+                }
+                self.scratch = value;
+                return Exec::Done;
+            }
+        };
+        let with_value = options.has(b'v');
+        if with_value {
+            out.extend_from_slice(b"VA ");
+            reply::push_u64(out, item.value_len as u64);
+        } else {
+            out.extend_from_slice(b"HD");
+        }
+        reply::meta_flags(out, meta, Some(&item), b"cfstlh");
+        if win_sent {
+            out.extend_from_slice(b" Z");
+        }
+        if stale {
+            out.extend_from_slice(b" X");
+        }
+        if won {
+            out.extend_from_slice(b" W");
+        }
+        out.extend_from_slice(b"\r\n");
+        if with_value {
+            out.extend_from_slice(&value[data]);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.scratch = value;
+        Exec::Done
+    }
+
+    fn meta_set(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let options = &meta.options;
+        let key = meta.key();
+        self.counters.cmd_set += 1;
+        let mut mode = match options.mode {
+            Some(b'E') => qs_store::StoreMode::Add,
+            Some(b'A') => qs_store::StoreMode::Append,
+            Some(b'P') => qs_store::StoreMode::Prepend,
+            Some(b'R') => qs_store::StoreMode::Replace,
+            _ => qs_store::StoreMode::Set,
+        };
+        if let Some(cas) = options.cas {
+            if matches!(mode, qs_store::StoreMode::Set | qs_store::StoreMode::Replace) {
+                mode = qs_store::StoreMode::Cas(cas);
+            }
+        }
+        if meta.too_large(&self.limits) {
+            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+            out.extend_from_slice(reply::TOO_LARGE);
+            return;
+        }
+        let expiry = self.expiry(options.ttl.unwrap_or(0));
+        let command = Command::Store { mode, value: meta.data, flags: options.client_flags, expiry };
+        let (code, cas) = match self.run(key, command, &mut Vec::new()) {
+            Outcome::Stored { cas } => ("HD", cas),
+            Outcome::NotStored => ("NS", 0),
+            Outcome::Exists => ("EX", 0),
+            Outcome::NotFound => ("NF", 0),
+            Outcome::TooLarge => {
+                self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                out.extend_from_slice(reply::TOO_LARGE);
+                return;
+            }
+            _ => {
+                out.extend_from_slice(reply::BAD_FORMAT);
+                return;
+            }
+        };
+        if code == "HD" && options.quiet() {
+            return;
+        }
+        out.extend_from_slice(code.as_bytes());
+        let item = MetaItem { cas, ..MetaItem::default() };
+        reply::meta_flags(out, meta, Some(&item), b"c");
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn meta_delete(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let options = &meta.options;
+        let key = meta.key();
+        let cas = options.cas.unwrap_or(0);
+        let outcome = if options.has(b'I') {
+            let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
+            if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
+                let expiry = self.expiry(ttl);
+                self.run(key, Command::Touch { expiry }, &mut Vec::new());
+            }
+            outcome
+        } else {
+            self.run(key, Command::Delete { cas }, &mut Vec::new())
+        };
+        let code: &[u8] = match outcome {
+            Outcome::Deleted if options.quiet() => return,
+            Outcome::Deleted => b"HD",
+            Outcome::Exists => b"EX",
+            _ => b"NF",
+        };
+        out.extend_from_slice(code);
+        reply::meta_flags(out, meta, None, b"");
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn meta_arith(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let options = &meta.options;
+        let key = meta.key();
+        let decrement = meta.decrement();
+        let command = Command::Arith { delta: options.delta, decrement, cas: options.cas.unwrap_or(0) };
+        let mut outcome = self.run(key, command, &mut Vec::new());
+        if outcome == Outcome::NotFound {
+            if let Some(ttl) = options.vivify {
+                let expiry = self.expiry(ttl);
+                let mut digits = itoa::Buffer::new();
+                let value = digits.format(options.initial).as_bytes();
+                let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
+                outcome = match self.run(key, store, &mut Vec::new()) {
+                    Outcome::Stored { cas } => Outcome::Counter { value: options.initial, cas },
+                    _ => Outcome::NotStored,
+                };
+            }
+        }
+        let (value, cas) = match outcome {
+            Outcome::Counter { value, cas } => (value, cas),
+            Outcome::NonNumeric => {
+                out.extend_from_slice(reply::NON_NUMERIC);
+                return;
+            }
+            other => {
+                out.extend_from_slice(match other {
+                    Outcome::Exists => b"EX",
+                    Outcome::NotStored => b"NS",
+                    _ => b"NF",
+                });
+                reply::meta_flags(out, meta, None, b"");
+                out.extend_from_slice(b"\r\n");
+                return;
+            }
+        };
+        let mut ttl_secs = -1;
+        if let Some(ttl) = options.ttl {
+            let expiry = self.expiry(ttl);
+            self.run(key, Command::Touch { expiry }, &mut Vec::new());
+            ttl_secs = self::ttl_secs(expiry, self.now_secs);
+        }
+        let mut digits = itoa::Buffer::new();
+        let number = digits.format(value).as_bytes();
+        if options.has(b'v') {
+            out.extend_from_slice(b"VA ");
+            reply::push_u64(out, number.len() as u64);
+        } else if options.quiet() {
+            return;
+        } else {
+            out.extend_from_slice(b"HD");
+        }
+        let item = MetaItem { cas, ttl_secs, ..MetaItem::default() };
+        reply::meta_flags(out, meta, Some(&item), b"ct");
+        out.extend_from_slice(b"\r\n");
+        if options.has(b'v') {
+            out.extend_from_slice(number);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    fn meta_debug(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let key = meta.key();
+        let (hash, partition) = self.locate(key);
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        // A side-effect-free look: the reader when there is one, else a plain get.
+        let outcome = match self.shared.readers.get(partition) {
+            Some(reader) => reader.get(hash, key, self.now_secs, &mut value),
+            None => self.run(key, Command::Get, &mut value),
+        };
+        self.scratch = value;
+        let Outcome::Hit(hit) = outcome else {
+            out.extend_from_slice(b"EN\r\n");
+            return;
+        };
+        out.extend_from_slice(b"ME ");
+        out.extend_from_slice(meta.key_token);
+        out.extend_from_slice(b" exp=");
+        reply::push_i64(out, ttl_secs(hit.expiry, self.now_secs));
+        out.extend_from_slice(b" la=");
+        reply::push_u64(out, self.now_secs.saturating_sub(hit.last_access_secs) as u64);
+        out.extend_from_slice(b" cas=");
+        reply::push_u64(out, hit.cas);
+        out.extend_from_slice(if hit.fetched_before { b" fetch=yes" } else { b" fetch=no" });
+        out.extend_from_slice(b" cls=1 size=");
+        let size = qs_store::item::item_bytes(key.len(), hit.value_len, true);
+        reply::push_u64(out, size as u64);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// Publishes this worker's partition figures and counters for `stats`.
+    pub fn publish(&self) {
+        for (index, partition) in self.partitions.iter().enumerate() {
+            if let Some(partition) = partition {
+                *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) = *partition.stats();
+            }
+        }
+        let mut published = self.shared.workers_published[self.worker].lock().unwrap_or_else(|e| e.into_inner());
+        published.counters = self.counters;
+        published.remote_reads.clone_from(&self.remote_reads);
+    }
+}
+
+/// A get of one key in the form of `kind`, as request bytes (to hand one key to its owner).
+pub fn single_get_line(kind: GetKind, key: &[u8], line: &mut Vec<u8>) {
+    match kind {
+        GetKind::Get => line.extend_from_slice(b"get "),
+        GetKind::Gets => line.extend_from_slice(b"gets "),
+        GetKind::Gat { exptime } | GetKind::Gats { exptime } => {
+            line.extend_from_slice(if kind.with_cas() { b"gats " } else { b"gat " });
+            reply::push_i64(line, exptime as i64);
+            line.push(b' ');
+        }
+    }
+    line.extend_from_slice(key);
+    line.extend_from_slice(b"\r\n");
+}
+
+fn single_key(keys: &[u8]) -> bool {
+    qs_proto::tokens::words(keys).nth(1).is_none()
+}
+
+fn store_mode(mode: StoreMode) -> qs_store::StoreMode {
+    match mode {
+        StoreMode::Set => qs_store::StoreMode::Set,
+        StoreMode::Add => qs_store::StoreMode::Add,
+        StoreMode::Replace => qs_store::StoreMode::Replace,
+        StoreMode::Append => qs_store::StoreMode::Append,
+        StoreMode::Prepend => qs_store::StoreMode::Prepend,
+        StoreMode::Cas(cas) => qs_store::StoreMode::Cas(cas),
+    }
+}
+
+/// Remaining seconds of an expiry, -1 for none (meta `t`).
+fn ttl_secs(expiry: Expiry, now_secs: u32) -> i64 {
+    if expiry == Expiry::NEVER {
+        -1
+    } else {
+        (expiry.0 as i64 - now_secs as i64).max(0)
+    }
+}

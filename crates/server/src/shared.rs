@@ -1,0 +1,131 @@
+//! What every worker can see: the partition map, CREW readers, published counters, wake-up
+//! handles. Written at start-up, then only through atomics and per-partition mutexes that the
+//! owner locks once per event-loop turn (never per request).
+
+use crate::config::Config;
+use qs_store::{PageKind, PartitionStats, Reader};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// A worker's own counters (memcached's per-thread stats), published once per loop turn.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerCounters {
+    /// get/gets/gat/gats/mg keys.
+    pub cmd_get: u64,
+    /// Storage commands.
+    pub cmd_set: u64,
+    /// flush_all.
+    pub cmd_flush: u64,
+    /// touch and gat/gats keys.
+    pub cmd_touch: u64,
+    /// Meta commands.
+    pub meta_cmds: u64,
+    /// Bytes read from clients.
+    pub bytes_read: u64,
+    /// Bytes written to clients.
+    pub bytes_written: u64,
+    /// Reads of other workers' partitions served here (CREW), per outcome.
+    pub remote_get_hits: u64,
+    /// As above, misses.
+    pub remote_get_misses: u64,
+    /// Requests handed to another worker.
+    pub forwarded: u64,
+    /// Requests executed for another worker.
+    pub executed_for_others: u64,
+    /// Connections closed for misbehaving (over-long lines, unread output).
+    pub conns_dropped: u64,
+}
+
+impl WorkerCounters {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &WorkerCounters) {
+        self.cmd_get += other.cmd_get;
+        self.cmd_set += other.cmd_set;
+        self.cmd_flush += other.cmd_flush;
+        self.cmd_touch += other.cmd_touch;
+        self.meta_cmds += other.meta_cmds;
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.remote_get_hits += other.remote_get_hits;
+        self.remote_get_misses += other.remote_get_misses;
+        self.forwarded += other.forwarded;
+        self.executed_for_others += other.executed_for_others;
+        self.conns_dropped += other.conns_dropped;
+    }
+}
+
+/// What a worker publishes for `stats`.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerFigures {
+    /// Its counters.
+    pub counters: WorkerCounters,
+    /// Per partition: reads of other workers' partitions served here (gets, hits).
+    pub remote_reads: Vec<(u64, u64)>,
+}
+
+/// A value on its own cache line, so workers' flags do not share lines.
+#[repr(align(128))]
+#[derive(Default)]
+pub struct Padded<T>(pub T);
+
+/// Server-wide state.
+pub struct Shared {
+    /// The command line.
+    pub config: Config,
+    /// Workers.
+    pub workers: usize,
+    /// log2 of the partition count.
+    pub partition_bits: u32,
+    /// Owner worker of each partition.
+    pub owner: Vec<usize>,
+    /// CREW readers, one per partition (empty under EREW).
+    pub readers: Vec<Reader>,
+    /// Published per-partition counters (by the owner).
+    pub partitions: Vec<Mutex<PartitionStats>>,
+    /// Published per-worker figures.
+    pub workers_published: Vec<Mutex<WorkerFigures>>,
+    /// Open client connections.
+    pub curr_connections: AtomicU64,
+    /// Connections accepted since start.
+    pub total_connections: AtomicU64,
+    /// Connections refused at the -c limit.
+    pub rejected_connections: AtomicU64,
+    /// Set when a worker is about to sleep in epoll.
+    pub sleeping: Vec<Padded<AtomicBool>>,
+    /// Wakes a worker (eventfd).
+    pub wakers: Vec<OnceLock<mio::Waker>>,
+    /// Set by SIGTERM/SIGINT: stop accepting, finish, exit.
+    pub stop: AtomicBool,
+    /// Start time (for uptime).
+    pub started: Instant,
+    /// Unix time at start.
+    pub started_secs: u32,
+    /// Log bytes per partition.
+    pub log_bytes: usize,
+    /// Index bytes per partition.
+    pub index_bytes: usize,
+    /// Largest item accepted (header, key and value).
+    pub item_bytes_max: usize,
+    /// Pages the logs and index got (of partition 0).
+    pub page_kinds: (PageKind, PageKind),
+}
+
+impl Shared {
+    /// Wakes worker `worker` if it sleeps (or is about to).
+    pub fn wake_if_sleeping(&self, worker: usize) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.sleeping[worker].0.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            if let Some(waker) = self.wakers[worker].get() {
+                let _ = waker.wake();
+            }
+        }
+    }
+
+    /// Wakes every worker (shutdown).
+    pub fn wake_all(&self) {
+        for waker in self.wakers.iter().filter_map(OnceLock::get) {
+            let _ = waker.wake();
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `stats`, `stats settings` and `stats partitions`, with memcached's field names (exporters
+//! and dashboards parse them). Figures come from what owners publish once per loop turn.
+
+use crate::shared::{Shared, WorkerFigures};
+use qs_store::PartitionStats;
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::atomic::Ordering::Relaxed;
+
+fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
+    let _ = write!(out, "STAT {name} {value}\r\n");
+}
+
+fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures) {
+    let mut partitions = PartitionStats::default();
+    for published in &shared.partitions {
+        partitions.add(&published.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    let mut workers = WorkerFigures { remote_reads: vec![(0, 0); shared.partitions.len()], ..Default::default() };
+    for published in &shared.workers_published {
+        let published = published.lock().unwrap_or_else(|e| e.into_inner());
+        workers.counters.add(&published.counters);
+        for (total, (gets, hits)) in workers.remote_reads.iter_mut().zip(&published.remote_reads) {
+            total.0 += gets;
+            total.1 += hits;
+        }
+    }
+    (partitions, workers)
+}
+
+/// Writes the reply to `stats <group>`.
+pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
+    match group {
+        b"" => general(shared, out),
+        b"settings" => settings(shared, out),
+        b"partitions" => partitions(shared, out),
+        b"items" | b"slabs" | b"sizes" | b"conns" | b"extstore" => {}
+        _ => {
+            out.extend_from_slice(b"ERROR\r\n");
+            return;
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+fn general(shared: &Shared, out: &mut Vec<u8>) {
+    let (p, w) = totals(shared);
+    let c = &w.counters;
+    let now = crate::sys::now_secs();
+    let (user, system) = crate::sys::cpu_times_secs();
+    let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
+    let remote_gets: u64 = w.remote_reads.iter().map(|r| r.0).sum();
+    stat(out, "pid", std::process::id());
+    stat(out, "uptime", shared.started.elapsed().as_secs());
+    stat(out, "time", now);
+    stat(out, "version", crate::engine::VERSION);
+    stat(out, "pointer_size", usize::BITS);
+    stat(out, "rusage_user", format_args!("{user:.6}"));
+    stat(out, "rusage_system", format_args!("{system:.6}"));
+    stat(out, "max_connections", shared.config.max_connections);
+    stat(out, "curr_connections", shared.curr_connections.load(Relaxed));
+    stat(out, "total_connections", shared.total_connections.load(Relaxed));
+    stat(out, "rejected_connections", shared.rejected_connections.load(Relaxed));
+    stat(out, "cmd_get", c.cmd_get);
+    stat(out, "cmd_set", c.cmd_set);
+    stat(out, "cmd_flush", c.cmd_flush);
+    stat(out, "cmd_touch", c.cmd_touch);
+    stat(out, "cmd_meta", c.meta_cmds);
+    stat(out, "get_hits", p.get_hits + remote_hits);
+    stat(out, "get_misses", p.get_misses + (remote_gets - remote_hits));
+    stat(out, "get_expired", p.get_expired);
+    stat(out, "get_flushed", p.get_flushed);
+    stat(out, "delete_misses", p.delete_misses);
+    stat(out, "delete_hits", p.delete_hits);
+    stat(out, "incr_misses", p.incr_misses);
+    stat(out, "incr_hits", p.incr_hits);
+    stat(out, "decr_misses", p.decr_misses);
+    stat(out, "decr_hits", p.decr_hits);
+    stat(out, "cas_misses", p.cas_misses);
+    stat(out, "cas_hits", p.cas_hits);
+    stat(out, "cas_badval", p.cas_badval);
+    stat(out, "touch_hits", p.touch_hits);
+    stat(out, "touch_misses", p.touch_misses);
+    stat(out, "store_too_large", p.too_large);
+    stat(out, "store_no_memory", 0);
+    stat(out, "bytes_read", c.bytes_read);
+    stat(out, "bytes_written", c.bytes_written);
+    stat(out, "limit_maxbytes", shared.log_bytes * shared.partitions.len());
+    stat(out, "accepting_conns", 1);
+    stat(out, "threads", shared.workers);
+    stat(out, "conn_dropped", c.conns_dropped);
+    stat(out, "bytes", p.bytes);
+    stat(out, "curr_items", p.items);
+    stat(out, "total_items", p.total_items);
+    stat(out, "expired_unfetched", p.expired_unfetched);
+    stat(out, "evicted_unfetched", p.evicted_unfetched);
+    stat(out, "evictions", p.log_evictions + p.index_evictions);
+    stat(out, "reclaimed", p.reclaimed);
+    stat(out, "log_evictions", p.log_evictions);
+    stat(out, "index_evictions", p.index_evictions);
+    stat(out, "requests_forwarded", c.forwarded);
+    stat(out, "remote_reads", remote_gets);
+}
+
+fn settings(shared: &Shared, out: &mut Vec<u8>) {
+    let config = &shared.config;
+    stat(out, "maxbytes", shared.log_bytes * shared.partitions.len());
+    stat(out, "maxconns", config.max_connections);
+    stat(out, "tcpport", config.port);
+    stat(out, "udpport", config.udp_port);
+    stat(out, "interface", config.listen);
+    stat(out, "verbosity", config.verbose);
+    stat(out, "evictions", "on");
+    stat(out, "num_threads", shared.workers);
+    stat(out, "cas_enabled", "yes");
+    stat(out, "item_size_max", config.item_bytes_max);
+    stat(out, "partitions", shared.partitions.len());
+    stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
+    stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());
+    stat(out, "log_bytes_per_partition", shared.log_bytes);
+    stat(out, "index_bytes_per_partition", shared.index_bytes);
+    stat(out, "log_pages", format_args!("{:?}", shared.page_kinds.0).to_string().to_lowercase());
+    stat(out, "index_pages", format_args!("{:?}", shared.page_kinds.1).to_string().to_lowercase());
+    stat(out, "worker_port_base", config.worker_port_base);
+}
+
+fn partitions(shared: &Shared, out: &mut Vec<u8>) {
+    let (_, w) = totals(shared);
+    for (index, published) in shared.partitions.iter().enumerate() {
+        let p = *published.lock().unwrap_or_else(|e| e.into_inner());
+        let (remote_gets, remote_hits) = w.remote_reads[index];
+        let mut field = |name: &str, value: u64| {
+            let _ = write!(out, "STAT {index}:{name} {value}\r\n");
+        };
+        field("owner_worker", shared.owner[index] as u64);
+        field("items", p.items);
+        field("bytes", p.bytes);
+        field("gets", p.gets + remote_gets);
+        field("hits", p.get_hits + remote_hits);
+        field("sets", p.sets);
+        field("log_evictions", p.log_evictions);
+        field("index_evictions", p.index_evictions);
+    }
+}

@@ -1,0 +1,61 @@
+//! The few operating-system calls the standard library and mio do not offer. Each `unsafe`
+//! block is one libc call on values this module owns.
+
+use std::io;
+use std::net::SocketAddr;
+
+/// Pins the calling thread to `core` (modulo the cores this process may use). Failing to pin
+/// is not fatal: the worker runs unpinned.
+pub fn pin_to_core(core: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `allowed` is a valid, writable cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let cores: Vec<usize> =
+        // SAFETY: CPU_ISSET reads the set within its fixed size (index < CPU_SETSIZE).
+        (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) }).collect();
+    if cores.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the index comes from the allowed set, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cores[core % cores.len()], &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// This process's user and system CPU time, in seconds.
+pub fn cpu_times_secs() -> (f64, f64) {
+    // SAFETY: rusage is plain data; zeroed is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime), secs(usage.ru_stime))
+}
+
+/// A non-blocking listener; with `reuse_port` several workers can bind the same port and the
+/// kernel spreads connections over them.
+pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(mio::net::TcpListener::from_std(socket.into()))
+}
+
+/// Unix seconds now.
+pub fn now_secs() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)
+}

@@ -1,0 +1,632 @@
+//! A worker: one thread, pinned, with its own epoll instance, connections and partitions.
+//!
+//! Each loop turn: wait for events (sleeping only when no ring has work), read and process
+//! every ready connection (parse all buffered requests, run them here or hand them to their
+//! owner), run the requests other workers handed over, place the replies that came back,
+//! push the turn's hand-over batches (waking a worker only if it sleeps), publish counters,
+//! then write every connection's output with one send each.
+
+use crate::conn::{Conn, Input, Output, OUTPUT_BYTES_HIGH};
+use crate::engine::{Engine, Exec, Route};
+use crate::shared::Shared;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use qs_proto::{Parsed, Request};
+use rtrb::{Consumer, Producer};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAKER: Token = Token(0);
+const LISTENER_BASE: usize = 1;
+const CONN_BASE: usize = 16;
+/// How long a stopping server keeps answering what it has already received.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+/// memcached's reply when the connection limit is reached.
+const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// What happens to a forwarded request's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// Sent to the client as is.
+    Reply,
+    /// One key of a split multi-get: the VALUE block without the END line.
+    StripEnd,
+    /// Not sent (flush_all on other workers, the delete after a refused set).
+    Discard,
+}
+
+/// One forwarded request.
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    conn: u32,
+    generation: u32,
+    id: u64,
+    kind: OpKind,
+    request: (u32, u32),
+    response: (u32, u32),
+}
+
+/// Requests handed to one worker in one loop turn, and (on the way back) their replies.
+#[derive(Default)]
+pub struct Batch {
+    ops: Vec<Op>,
+    requests: Vec<u8>,
+    responses: Vec<u8>,
+}
+
+/// Ring ends a worker holds, indexed by the other worker.
+pub struct Rings {
+    /// Requests to each worker.
+    pub to: Vec<Option<Producer<Box<Batch>>>>,
+    /// Requests from each worker.
+    pub from: Vec<Option<Consumer<Box<Batch>>>>,
+    /// Replies to each worker.
+    pub reply_to: Vec<Option<Producer<Box<Batch>>>>,
+    /// Replies from each worker.
+    pub reply_from: Vec<Option<Consumer<Box<Batch>>>>,
+}
+
+/// Ring capacity in batches (one batch per loop turn per pair).
+pub const RING_BATCHES: usize = 64;
+
+/// Builds the rings between `workers` workers.
+pub fn rings(workers: usize) -> Vec<Rings> {
+    let mut all: Vec<Rings> = (0..workers)
+        .map(|_| Rings {
+            to: (0..workers).map(|_| None).collect(),
+            from: (0..workers).map(|_| None).collect(),
+            reply_to: (0..workers).map(|_| None).collect(),
+            reply_from: (0..workers).map(|_| None).collect(),
+        })
+        .collect();
+    for a in 0..workers {
+        for b in 0..workers {
+            if a == b {
+                continue;
+            }
+            let (producer, consumer) = rtrb::RingBuffer::new(RING_BATCHES);
+            all[a].to[b] = Some(producer);
+            all[b].from[a] = Some(consumer);
+            let (producer, consumer) = rtrb::RingBuffer::new(RING_BATCHES);
+            all[b].reply_to[a] = Some(producer);
+            all[a].reply_from[b] = Some(consumer);
+        }
+    }
+    all
+}
+
+/// A worker thread's state.
+pub struct Worker {
+    index: usize,
+    shared: Arc<Shared>,
+    poll: Poll,
+    listeners: Vec<TcpListener>,
+    conns: Vec<Option<Conn>>,
+    generations: Vec<u32>,
+    free: Vec<usize>,
+    engine: Engine,
+    rings: Rings,
+    outgoing: Vec<Option<Box<Batch>>>,
+    unsent_replies: Vec<VecDeque<Box<Batch>>>,
+    spare: Vec<Box<Batch>>,
+    work: Vec<usize>,
+    flush: Vec<usize>,
+    input_limit: usize,
+    executed: bool,
+}
+
+impl Worker {
+    /// A worker with its poll instance, listeners, engine and rings.
+    pub fn new(
+        index: usize,
+        shared: Arc<Shared>,
+        poll: Poll,
+        mut listeners: Vec<TcpListener>,
+        engine: Engine,
+        rings: Rings,
+    ) -> io::Result<Worker> {
+        for (offset, listener) in listeners.iter_mut().enumerate() {
+            poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
+        }
+        let workers = shared.workers;
+        let input_limit = shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
+        Ok(Worker {
+            index,
+            shared,
+            poll,
+            listeners,
+            conns: Vec::new(),
+            generations: Vec::new(),
+            free: Vec::new(),
+            engine,
+            rings,
+            outgoing: (0..workers).map(|_| None).collect(),
+            unsent_replies: (0..workers).map(|_| VecDeque::new()).collect(),
+            spare: Vec::new(),
+            work: Vec::new(),
+            flush: Vec::new(),
+            input_limit,
+            executed: false,
+        })
+    }
+
+    /// Runs until the server stops.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        let mut stop_deadline: Option<Instant> = None;
+        loop {
+            let timeout = self.timeout();
+            if let Err(error) = self.poll.poll(&mut events, timeout) {
+                if error.kind() != io::ErrorKind::Interrupted {
+                    eprintln!("worker {}: poll failed: {error}", self.index);
+                    return;
+                }
+            }
+            self.shared.sleeping[self.index].0.store(false, SeqCst);
+            self.engine.now_secs = crate::sys::now_secs();
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {}
+                    Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
+                    Token(token) => {
+                        let index = token - CONN_BASE;
+                        if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                                conn.read_ready = true;
+                            }
+                            if event.is_writable() {
+                                conn.write_blocked = false;
+                            }
+                            queue(&mut self.work, conn, index);
+                        }
+                    }
+                }
+            }
+            self.run_handed_over();
+            self.place_replies();
+            while let Some(index) = self.work.pop() {
+                self.service(index);
+            }
+            self.send_outgoing();
+            if self.executed {
+                self.engine.publish();
+                self.executed = false;
+            }
+            self.write_all();
+            if self.shared.stop.load(Relaxed) {
+                let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
+                if self.conns.iter().all(Option::is_none) || Instant::now() > deadline {
+                    self.engine.publish();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Zero when work is queued; otherwise announce sleep, re-check the rings, and sleep.
+    fn timeout(&self) -> Option<Duration> {
+        let busy = !self.work.is_empty()
+            || self.outgoing.iter().any(Option::is_some)
+            || self.unsent_replies.iter().any(|queue| !queue.is_empty());
+        if busy {
+            return Some(Duration::ZERO);
+        }
+        if self.shared.stop.load(Relaxed) {
+            return Some(Duration::from_millis(10));
+        }
+        self.shared.sleeping[self.index].0.store(true, SeqCst);
+        std::sync::atomic::fence(SeqCst);
+        let rings_have_work = self.rings.from.iter().flatten().any(|ring| !ring.is_empty())
+            || self.rings.reply_from.iter().flatten().any(|ring| !ring.is_empty());
+        if rings_have_work {
+            self.shared.sleeping[self.index].0.store(false, SeqCst);
+            return Some(Duration::ZERO);
+        }
+        Some(Duration::from_secs(1))
+    }
+
+    fn begin_stop(&mut self) -> Instant {
+        for mut listener in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut listener);
+        }
+        for index in 0..self.conns.len() {
+            if self.conns[index].is_some() {
+                self.service(index);
+                if let Some(conn) = self.conns[index].as_mut() {
+                    conn.closing = true;
+                    queue_flush(&mut self.flush, index);
+                }
+            }
+        }
+        self.write_all();
+        Instant::now() + SHUTDOWN_GRACE
+    }
+
+    fn accept(&mut self, listener: usize) {
+        loop {
+            let Some(socket) = self.listeners.get(listener) else { return };
+            let (mut stream, _) = match socket.accept() {
+                Ok(accepted) => accepted,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+                Err(error) => {
+                    if self.shared.config.verbose > 0 {
+                        eprintln!("accept: {error}");
+                    }
+                    return;
+                }
+            };
+            let open = self.shared.curr_connections.fetch_add(1, Relaxed);
+            if open >= self.shared.config.max_connections as u64 {
+                self.shared.curr_connections.fetch_sub(1, Relaxed);
+                self.shared.rejected_connections.fetch_add(1, Relaxed);
+                let _ = stream.write(TOO_MANY_CONNECTIONS);
+                continue;
+            }
+            self.shared.total_connections.fetch_add(1, Relaxed);
+            let _ = stream.set_nodelay(true);
+            let index = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.generations.push(0);
+                self.conns.len() - 1
+            });
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err() {
+                self.shared.curr_connections.fetch_sub(1, Relaxed);
+                self.free.push(index);
+                continue;
+            }
+            if self.shared.config.verbose > 1 {
+                eprintln!("worker {}: new connection {index}", self.index);
+            }
+            self.generations[index] = self.generations[index].wrapping_add(1);
+            let conn = Conn {
+                stream,
+                generation: self.generations[index],
+                input: Input::new(self.input_limit),
+                output: Output::new(self.shared.workers),
+                read_ready: true,
+                write_blocked: false,
+                stalled: false,
+                closing: false,
+                dead: false,
+                queued: false,
+            };
+            self.conns[index] = Some(conn);
+            self.work.push(index);
+            if let Some(conn) = self.conns[index].as_mut() {
+                conn.queued = true;
+            }
+        }
+    }
+
+    /// Processes buffered requests and reads more until the socket is drained or the
+    /// connection must wait.
+    fn service(&mut self, index: usize) {
+        let Some(conn) = self.conns[index].as_mut() else { return };
+        conn.queued = false;
+        loop {
+            self.process(index);
+            let Some(conn) = self.conns[index].as_mut() else { return };
+            let can_read = conn.read_ready
+                && !conn.dead
+                && !conn.closing
+                && !conn.stalled
+                && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH;
+            if !can_read {
+                break;
+            }
+            let spare = conn.input.spare();
+            if spare.is_empty() {
+                // A request larger than the buffer may grow: the parser would have refused
+                // it, so this is garbage without a line end.
+                conn.dead = true;
+                self.engine.counters.conns_dropped += 1;
+                break;
+            }
+            let room = spare.len();
+            match conn.stream.read(spare) {
+                Ok(0) => {
+                    conn.read_ready = false;
+                    conn.closing = true;
+                }
+                Ok(read) => {
+                    conn.input.end += read;
+                    self.engine.counters.bytes_read += read as u64;
+                    if read < room {
+                        // A short read drained the socket; edge-triggered epoll reports
+                        // whatever arrives next.
+                        conn.read_ready = false;
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.read_ready = false,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    conn.read_ready = false;
+                    conn.dead = true;
+                }
+            }
+        }
+        if let Some(conn) = self.conns[index].as_mut() {
+            conn.input.shrink_if_idle();
+        }
+        queue_flush(&mut self.flush, index);
+    }
+
+    /// Parses and runs (or hands over) every complete request buffered on connection `index`.
+    fn process(&mut self, index: usize) {
+        let Worker { conns, engine, outgoing, spare, index: me, executed, .. } = self;
+        let me = *me;
+        let Some(conn) = conns[index].as_mut() else { return };
+        let Conn { input, output, stalled, closing, dead, generation, .. } = conn;
+        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation };
+        loop {
+            if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
+                return;
+            }
+            if *stalled {
+                if output.pending_total > 0 {
+                    return;
+                }
+                *stalled = false;
+            }
+            if !input.apply_skip() {
+                return;
+            }
+            let pending = input.pending();
+            if pending.is_empty() {
+                return;
+            }
+            let (request, len) = match qs_proto::parse(pending, &engine.limits) {
+                Parsed::Incomplete => return,
+                Parsed::Close => {
+                    *dead = true;
+                    engine.counters.conns_dropped += 1;
+                    return;
+                }
+                Parsed::Refused { reply, len, noreply } => {
+                    if !noreply {
+                        output.reply_buf().extend_from_slice(reply.as_bytes());
+                    }
+                    input.consume(len);
+                    continue;
+                }
+                Parsed::Request { request, len } => (request, len),
+            };
+            if let Some((owner, delete)) = too_large(&request, engine) {
+                // The data block never enters the buffer: answer here, and let the owner
+                // drop the old value as memcached does.
+                if owner == me {
+                    *executed = true;
+                    engine.execute(&request, output.reply_buf());
+                } else {
+                    if let Some(delete) = delete {
+                        hand.over(owner, &delete, OpKind::Discard, output, engine);
+                    }
+                    if !matches!(request, Request::TooLarge { noreply: true, .. }) {
+                        output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE);
+                    }
+                }
+                input.consume(len);
+                continue;
+            }
+            match engine.route(&request, &output.pending) {
+                Route::Local => {}
+                Route::AfterPending if output.pending_total > 0 => {
+                    *stalled = true;
+                    return;
+                }
+                Route::AfterPending => {}
+                Route::Forward(owner) => {
+                    hand.over(owner, &pending[..len], OpKind::Reply, output, engine);
+                    input.consume(len);
+                    continue;
+                }
+                Route::SplitGet => {
+                    let Request::Get { kind, keys } = request else { unreachable!("split gets are gets") };
+                    *executed = true;
+                    for key in qs_proto::tokens::words(keys) {
+                        let owner = engine.owner_of(key);
+                        if owner == me {
+                            engine.get_one(kind, key, output.reply_buf());
+                        } else {
+                            let mut line = Vec::with_capacity(key.len() + 24);
+                            crate::engine::single_get_line(kind, key, &mut line);
+                            hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                        }
+                    }
+                    output.reply_buf().extend_from_slice(qs_proto::response::END);
+                    input.consume(len);
+                    continue;
+                }
+                Route::Broadcast => {
+                    for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
+                        hand.over(owner, &pending[..len], OpKind::Discard, output, engine);
+                    }
+                    *stalled = true;
+                }
+            }
+            *executed = true;
+            match engine.execute(&request, output.reply_buf()) {
+                Exec::Done => {}
+                Exec::Close => *closing = true,
+                Exec::Forward(owner) => hand.over(owner, &pending[..len], OpKind::Reply, output, engine),
+            }
+            input.consume(len);
+        }
+    }
+
+    /// Runs the requests other workers handed over and queues their replies.
+    fn run_handed_over(&mut self) {
+        for from in 0..self.rings.from.len() {
+            while let Some(mut batch) = self.rings.from[from].as_mut().and_then(|ring| ring.pop().ok()) {
+                self.executed = true;
+                let Batch { ops, requests, responses } = &mut *batch;
+                responses.clear();
+                for op in ops.iter_mut() {
+                    let (start, len) = (op.request.0 as usize, op.request.1 as usize);
+                    let response_start = responses.len();
+                    match qs_proto::parse(&requests[start..start + len], &self.engine.limits) {
+                        Parsed::Request { request, .. } => {
+                            // Every key of a handed-over request is owned here, so nothing
+                            // is handed on.
+                            self.engine.execute(&request, responses);
+                        }
+                        other => panic!("handed-over request did not parse: {other:?}"),
+                    }
+                    match op.kind {
+                        OpKind::Reply => {}
+                        OpKind::StripEnd => {
+                            if responses[response_start..].ends_with(qs_proto::response::END) {
+                                responses.truncate(responses.len() - qs_proto::response::END.len());
+                            }
+                        }
+                        OpKind::Discard => responses.truncate(response_start),
+                    }
+                    op.response = (response_start as u32, (responses.len() - response_start) as u32);
+                    self.engine.counters.executed_for_others += 1;
+                }
+                self.unsent_replies[from].push_back(batch);
+            }
+        }
+    }
+
+    /// Places replies that came back into their connections' output.
+    fn place_replies(&mut self) {
+        for from in 0..self.rings.reply_from.len() {
+            while let Some(mut batch) = self.rings.reply_from[from].as_mut().and_then(|ring| ring.pop().ok()) {
+                for op in &batch.ops {
+                    let index = op.conn as usize;
+                    let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) else { continue };
+                    if conn.generation != op.generation {
+                        continue;
+                    }
+                    let (start, len) = (op.response.0 as usize, op.response.1 as usize);
+                    let placed = conn.output.fill(op.id, &batch.responses[start..start + len]);
+                    debug_assert!(placed, "a reply for a request that was not waiting");
+                    queue(&mut self.work, conn, index);
+                }
+                batch.ops.clear();
+                batch.requests.clear();
+                batch.responses.clear();
+                self.spare.push(batch);
+            }
+        }
+    }
+
+    /// Pushes this turn's batches and held replies onto the rings, waking sleeping owners.
+    fn send_outgoing(&mut self) {
+        for owner in 0..self.outgoing.len() {
+            if let Some(batch) = self.outgoing[owner].take() {
+                let ring = self.rings.to[owner].as_mut().expect("no ring to self");
+                match ring.push(batch) {
+                    Ok(()) => self.shared.wake_if_sleeping(owner),
+                    Err(rtrb::PushError::Full(batch)) => self.outgoing[owner] = Some(batch),
+                }
+            }
+            while let Some(batch) = self.unsent_replies[owner].pop_front() {
+                let ring = self.rings.reply_to[owner].as_mut().expect("no ring to self");
+                match ring.push(batch) {
+                    Ok(()) => self.shared.wake_if_sleeping(owner),
+                    Err(rtrb::PushError::Full(batch)) => {
+                        self.unsent_replies[owner].push_front(batch);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes every connection's ready output with one send each; closes finished ones.
+    fn write_all(&mut self) {
+        while let Some(index) = self.flush.pop() {
+            let Some(conn) = self.conns[index].as_mut() else { continue };
+            while !conn.dead && !conn.write_blocked && !conn.output.unsent().is_empty() {
+                match conn.stream.write(conn.output.unsent()) {
+                    Ok(written) => {
+                        self.engine.counters.bytes_written += written as u64;
+                        conn.output.advance(written);
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.write_blocked = true,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => conn.dead = true,
+                }
+            }
+            let finished = conn.closing && conn.output.held_bytes() == 0 && conn.output.pending_total == 0;
+            if conn.dead || finished {
+                self.close(index);
+            } else if !conn.write_blocked && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH && !conn.stalled {
+                // Output drained below the limit: resume reading if it had stopped.
+                if conn.read_ready || conn.input.start < conn.input.end {
+                    queue(&mut self.work, conn, index);
+                }
+            }
+        }
+        // Connections queued by the flush run next turn (poll returns at once).
+    }
+
+    fn close(&mut self, index: usize) {
+        if let Some(mut conn) = self.conns[index].take() {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.shared.curr_connections.fetch_sub(1, Relaxed);
+            self.free.push(index);
+            if self.shared.config.verbose > 1 {
+                eprintln!("worker {}: closed connection {index}", self.index);
+            }
+        }
+    }
+}
+
+fn queue(work: &mut Vec<usize>, conn: &mut Conn, index: usize) {
+    if !conn.queued {
+        conn.queued = true;
+        work.push(index);
+    }
+}
+
+fn queue_flush(flush: &mut Vec<usize>, index: usize) {
+    if !flush.contains(&index) {
+        flush.push(index);
+    }
+}
+
+/// Hands requests of one connection over to their owners.
+struct Hand<'a> {
+    outgoing: &'a mut Vec<Option<Box<Batch>>>,
+    spare: &'a mut Vec<Box<Batch>>,
+    conn: u32,
+    generation: u32,
+}
+
+impl Hand<'_> {
+    /// Adds `request` (complete request bytes) to this turn's batch for `owner` and reserves
+    /// its reply's place in `output`.
+    fn over(&mut self, owner: usize, request: &[u8], kind: OpKind, output: &mut Output, engine: &mut Engine) {
+        let id = output.wait_for(owner);
+        let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
+        let start = batch.requests.len();
+        batch.requests.extend_from_slice(request);
+        let request = (start as u32, request.len() as u32);
+        batch.ops.push(Op { conn: self.conn, generation: self.generation, id, kind, request, response: (0, 0) });
+        engine.counters.forwarded += 1;
+    }
+}
+
+/// For a storage request whose data block exceeds the item size limit: the key's owner, and
+/// the request that drops the old value there when memcached would (a refused set; any ms).
+fn too_large(request: &Request<'_>, engine: &Engine) -> Option<(usize, Option<Vec<u8>>)> {
+    match request {
+        Request::TooLarge { key, mode, .. } => {
+            let delete = (*mode == qs_proto::StoreMode::Set).then(|| [b"delete ", *key, b" noreply\r\n"].concat());
+            Some((engine.owner_of(key), delete))
+        }
+        Request::Meta(meta) if meta.too_large(&engine.limits) => {
+            let base64: &[u8] = if meta.options.base64() { b" b" } else { b"" };
+            let delete = [b"md ", meta.key_token, base64, b" q\r\n"].concat();
+            Some((engine.owner_of(meta.key()), Some(delete)))
+        }
+        _ => None,
+    }
+}
