@@ -165,6 +165,11 @@ pub(crate) fn parse<'a>(
         data: &[],
     };
     if let Err(reply) = parse_flags(&mut meta, &tokens.as_slice()[first_flag.min(tokens.len())..]) {
+        // memcached's md and ma report every flag error the same way.
+        let reply = match command {
+            MetaCommand::Delete | MetaCommand::Arith => "CLIENT_ERROR invalid or duplicate flag\r\n",
+            _ => reply,
+        };
         return refuse(reply, len);
     }
     if command == MetaCommand::Set {

@@ -191,7 +191,8 @@ pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: 
 
 /// get family: the keys start after `key_index` tokens; the line must hold at least one key.
 fn parse_get<'a>(tokens: &Tokens<'a>, line: &'a [u8], line_len: usize, key_index: usize) -> Parsed<'a> {
-    if tokens.len() <= key_index {
+    // get needs a key; gat needs its exptime, and with no key answers just END.
+    if tokens.len() < 2 {
         return refuse(ERROR, line_len, false);
     }
     let kind = match tokens.get(0) {
@@ -261,7 +262,7 @@ fn parse_delete<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
     let noreply = tokens.noreply();
     let key = tokens.get(1);
     // memcached accepts a trailing "0" (an old delete-with-hold-time form) and noreply only.
-    let extra = tokens.len() - 1 - noreply as usize;
+    let extra = tokens.len() - 2 - noreply as usize;
     if extra > 1 || (extra == 1 && tokens.get(2) != b"0") {
         return refuse(DELETE_USAGE, line_len, noreply);
     }

@@ -98,7 +98,7 @@ impl Engine {
     /// worker (a later request for the same worker must queue behind them to keep order).
     pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
         let key = match request {
-            Request::Get { keys, .. } => return self.route_get(keys, pending),
+            Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
             Request::Store { key, .. }
             | Request::TooLarge { key, .. }
             | Request::Delete { key, .. }
@@ -122,7 +122,9 @@ impl Engine {
         }
     }
 
-    fn route_get(&self, keys: &[u8], pending: &[u32]) -> Route {
+    fn route_get(&self, kind: GetKind, keys: &[u8], pending: &[u32]) -> Route {
+        // gat/gats write (the new expiry), so only plain gets may read other partitions.
+        let read_only = kind.touch().is_none();
         let mut remote = None;
         let mut several = false;
         for key in qs_proto::tokens::words(keys) {
@@ -131,10 +133,7 @@ impl Engine {
                 return Route::Local;
             }
             let owner = self.owner(self.locate(key).1);
-            if owner == self.worker {
-                continue;
-            }
-            if self.crew && pending[owner] == 0 {
+            if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
                 continue;
             }
             several |= remote.is_some_and(|other| other != owner);
@@ -142,7 +141,7 @@ impl Engine {
         }
         match remote {
             None => Route::Local,
-            Some(_) if self.crew => Route::AfterPending,
+            Some(_) if self.crew && read_only => Route::AfterPending,
             Some(owner) if !several && single_key(keys) => Route::Forward(owner),
             Some(_) => Route::SplitGet,
         }
@@ -383,8 +382,9 @@ impl Engine {
         };
         let (item, data, won, stale, win_sent) = match outcome {
             Outcome::Hit(hit) => {
-                if !owned && hit.stale && !hit.win_sent {
-                    // The win token is the owner's to hand out.
+                if !owned && ((hit.stale && !hit.win_sent) || !hit.fetched_before) {
+                    // The win token is the owner's to hand out, and the first fetch marks the
+                    // item fetched (meta `h`): both are writes, so the owner serves them.
                     self.scratch = value;
                     return Exec::Forward(self.owner(partition));
                 }

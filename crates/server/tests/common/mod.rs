@@ -1,0 +1,212 @@
+//! Test helpers: start the real `quicksilver` binary or a real memcached on a free loopback
+//! port, wait until it answers (polling, never a fixed sleep), stop it by PID when dropped.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start answering.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a test waits for one reply.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server process under test.
+pub struct ServerProcess {
+    child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// What it is, for messages.
+    pub name: &'static str,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+impl ServerProcess {
+    /// Starts quicksilver with `args` (plus -p and -l).
+    pub fn quicksilver(args: &[&str]) -> ServerProcess {
+        Self::spawn("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), args)
+    }
+
+    /// Starts memcached 1.6 from PATH with `args`.
+    pub fn memcached(args: &[&str]) -> ServerProcess {
+        let mut all = vec!["-U", "0"];
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            all.extend(["-u", "nobody"]);
+        }
+        all.extend_from_slice(args);
+        Self::spawn("memcached", "memcached", &all)
+    }
+
+    fn spawn(name: &'static str, program: &str, args: &[&str]) -> ServerProcess {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let port_text = port.to_string();
+            let mut command = Command::new(program);
+            command.args(["-p", &port_text, "-l", "127.0.0.1"]).args(args);
+            command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+            let child = command.spawn().unwrap_or_else(|e| {
+                panic!("cannot start {program} (scripts/test.sh installs memcached): {e}")
+            });
+            let mut server = ServerProcess { child, port, name };
+            if server.wait_until_answering() {
+                return server;
+            }
+        }
+        panic!("{name} did not start");
+    }
+
+    fn wait_until_answering(&mut self) -> bool {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false; // exited (port taken?)
+            }
+            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                if stream.write_all(b"version\r\n").is_ok() {
+                    let mut buf = [0u8; 64];
+                    if let Ok(n) = stream.read(&mut buf) {
+                        if buf[..n].starts_with(b"VERSION") {
+                            return true;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// A new client connection.
+    pub fn connect(&self) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream.set_read_timeout(Some(REPLY_TIMEOUT)).expect("timeout");
+        stream.set_nodelay(true).expect("nodelay");
+        Client { stream, buf: Vec::new() }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill with a child pid we own.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{} did not stop on SIGTERM", self.name);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking client connection for tests.
+pub struct Client {
+    /// The socket.
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    /// Sends bytes.
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    /// Reads until the bytes received end with `suffix`; returns them (without clearing
+    /// anything that arrived after).
+    pub fn read_until(&mut self, suffix: &[u8]) -> Vec<u8> {
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            if let Some(end) = find(&self.buf, suffix) {
+                let rest = self.buf.split_off(end + suffix.len());
+                return std::mem::replace(&mut self.buf, rest);
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {:?}", String::from_utf8_lossy(suffix));
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => panic!(
+                    "connection closed while waiting for {:?}; got {:?}",
+                    String::from_utf8_lossy(suffix),
+                    String::from_utf8_lossy(&self.buf)
+                ),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("read: {e}; got {:?}", String::from_utf8_lossy(&self.buf)),
+            }
+        }
+    }
+
+    /// Sends `request` then `mn`, and returns everything before the `MN` (works for quiet
+    /// and noreply requests, which answer nothing).
+    pub fn call(&mut self, request: &[u8]) -> Vec<u8> {
+        self.send(request);
+        self.send(b"mn\r\n");
+        let mut reply = self.read_until(b"MN\r\n");
+        reply.truncate(reply.len() - 4);
+        reply
+    }
+
+    /// Reads until the server closes the connection; returns what came before.
+    pub fn read_to_close(&mut self) -> Vec<u8> {
+        let mut all = std::mem::take(&mut self.buf);
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            assert!(Instant::now() < deadline, "the server did not close the connection");
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return all,
+                Ok(n) => all.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return all,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|window| window == needle)
+}
+
+/// Reads `stats` into (name, value) pairs.
+pub fn stats(client: &mut Client, group: &str) -> Vec<(String, String)> {
+    let request = if group.is_empty() { "stats\r\n".to_string() } else { format!("stats {group}\r\n") };
+    client.send(request.as_bytes());
+    let reply = client.read_until(b"END\r\n");
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.strip_prefix("STAT ")?.splitn(2, ' ');
+            Some((parts.next()?.to_string(), parts.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// One statistic as a number.
+pub fn stat(client: &mut Client, name: &str) -> u64 {
+    stats(client, "")
+        .into_iter()
+        .find(|(key, _)| key == name)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+        .1
+        .parse()
+        .expect("a number")
+}

@@ -1,0 +1,209 @@
+//! The conformance suite: every case runs against real memcached 1.6 and against quicksilver,
+//! and the replies must match byte for byte (after CAS uniques, which differ by design, are
+//! masked) unless docs/COMPATIBILITY.md lists the case as an intended difference.
+//!
+//! A case is a list of steps sent on one connection; each step's reply is read up to the `mn`
+//! sent after it, so quiet and noreply requests are covered too. `{cas}` in a step is replaced
+//! by the last CAS unique that server returned; `@DATA<n>` at the end of a step by `n` bytes
+//! of data and `\r\n` (large values).
+
+mod common;
+
+use common::{Client, ServerProcess};
+
+struct Case {
+    name: &'static str,
+    steps: &'static [&'static [u8]],
+}
+
+macro_rules! cases {
+    ($($name:literal => [$($step:expr),* $(,)?]),* $(,)?) => {
+        &[$(Case { name: $name, steps: &[$($step),*] }),*]
+    };
+}
+
+const CASES: &[Case] = cases![
+    // --- storage commands (protocol.txt "Storage commands")
+    "set_then_get" => [b"set k 5 0 3\r\nabc\r\n", b"get k\r\n"],
+    "set_noreply" => [b"set k 0 0 1 noreply\r\na\r\n", b"get k\r\n"],
+    "set_empty_value" => [b"set k 0 0 0\r\n\r\n", b"get k\r\n"],
+    "set_binary_value" => [b"set k 0 0 4\r\n\r\n\x00\xff\r\n", b"get k\r\n"],
+    "set_flags_max" => [b"set k 4294967295 0 1\r\na\r\n", b"get k\r\n"],
+    "set_flags_truncated" => [b"set k 4294967296 0 1\r\na\r\n", b"get k\r\n"],
+    "set_flags_negative" => [b"set k -1 0 1\r\na\r\n"],
+    "set_flags_text" => [b"set k x 0 1\r\na\r\n"],
+    "set_length_negative" => [b"set k 0 0 -1\r\n"],
+    "set_length_text" => [b"set k 0 0 abc\r\n"],
+    "set_missing_length" => [b"set k 0 0\r\n"],
+    "set_extra_tokens" => [b"set k 0 0 1 extra junk\r\na\r\n"],
+    "set_bad_data_chunk" => [b"set k 0 0 5\r\nhelloXX\r\n", b"get k\r\n"],
+    "set_key_too_long" => [b"set kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\na\r\n"],
+    "set_key_250" => [b"set kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\na\r\n"],
+    "set_exptime_huge" => [b"set k 0 99999999999 1\r\na\r\n", b"get k\r\n"],
+    "set_exptime_negative" => [b"set k 0 -1 1\r\na\r\n", b"get k\r\n"],
+    "set_exptime_absolute_past" => [b"set k 0 2592001 1\r\na\r\n", b"get k\r\n"],
+    "set_exptime_relative" => [b"set k 0 100 1\r\na\r\n", b"get k\r\n"],
+    "set_too_large" => [b"set k 0 0 1\r\na\r\n", b"set k 0 0 2000000\r\n@DATA2000000", b"get k\r\n"],
+    "set_too_large_noreply" => [b"set k 0 0 2000000 noreply\r\n@DATA2000000"],
+    "set_bad_format_noreply" => [b"set k x 0 1 noreply\r\na\r\n"],
+    "add_absent_then_present" => [b"add k 0 0 1\r\na\r\n", b"add k 0 0 1\r\nb\r\n", b"get k\r\n"],
+    "replace_absent_then_present" => [b"replace k 0 0 1\r\na\r\n", b"set k 0 0 1\r\na\r\n", b"replace k 3 0 1\r\nb\r\n", b"get k\r\n"],
+    "append_prepend" => [b"append k 0 0 1\r\na\r\n", b"set k 7 0 2\r\nmm\r\n", b"append k 0 0 2\r\nzz\r\n", b"prepend k 0 0 2\r\naa\r\n", b"get k\r\n"],
+    "cas_flow" => [b"cas k 0 0 1 1\r\na\r\n", b"set k 0 0 1\r\na\r\n", b"gets k\r\n", b"cas k 0 0 1 {cas}\r\nb\r\n", b"cas k 0 0 1 {cas}\r\nc\r\n", b"get k\r\n"],
+    "cas_missing_unique" => [b"cas k 0 0 1\r\na\r\n"],
+    "cas_bad_unique" => [b"cas k 0 0 1 abc\r\na\r\n"],
+    "cas_noreply" => [b"set k 0 0 1\r\na\r\n", b"cas k 0 0 1 1 noreply\r\nb\r\n", b"get k\r\n"],
+    // --- retrieval
+    "get_missing" => [b"get nothing\r\n"],
+    "get_no_key" => [b"get\r\n"],
+    "get_many_spaces" => [b"set k 0 0 1\r\na\r\n", b"get  k   k \r\n"],
+    "get_multi_mixed" => [b"set a 1 0 1\r\n1\r\n", b"set c 3 0 1\r\n3\r\n", b"get a b c d\r\n"],
+    "get_key_too_long" => [b"set a 0 0 1\r\n1\r\n", b"get a kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk\r\n", b"get a\r\n"],
+    "gets_has_cas" => [b"set k 0 0 1\r\na\r\n", b"gets k\r\n"],
+    "gat_gats" => [b"set k 9 0 1\r\na\r\n", b"gat 100 k\r\n", b"gats 100 k missing\r\n"],
+    "gat_bad_exptime" => [b"gat abc k\r\n"],
+    "gat_no_key" => [b"gat 10\r\n"],
+    "gat_expire_now" => [b"set k 0 0 1\r\na\r\n", b"gat -1 k\r\n", b"get k\r\n"],
+    "lf_line_endings" => [b"set k 0 0 1\nz\r\n", b"get k\n"],
+    // --- delete, incr/decr, touch
+    "delete" => [b"delete k\r\n", b"set k 0 0 1\r\na\r\n", b"delete k\r\n", b"get k\r\n"],
+    "delete_zero_and_noreply" => [b"set k 0 0 1\r\na\r\n", b"delete k 0\r\n", b"set k 0 0 1\r\na\r\n", b"delete k 0 noreply\r\n", b"get k\r\n"],
+    "delete_bad_time" => [b"delete k 1\r\n"],
+    "delete_noreply" => [b"set k 0 0 1\r\na\r\n", b"delete k noreply\r\n", b"get k\r\n"],
+    "incr_decr" => [b"incr n 1\r\n", b"set n 0 0 2\r\n10\r\n", b"incr n 5\r\n", b"decr n 100\r\n", b"get n\r\n"],
+    "incr_wraps" => [b"set n 0 0 20\r\n18446744073709551615\r\n", b"incr n 2\r\n", b"get n\r\n"],
+    "incr_non_numeric" => [b"set n 0 0 3\r\nabc\r\n", b"incr n 1\r\n"],
+    "incr_bad_delta" => [b"incr n abc\r\n", b"incr n -1\r\n", b"incr n 18446744073709551616\r\n"],
+    "incr_noreply" => [b"set n 0 0 1\r\n1\r\n", b"incr n 1 noreply\r\n", b"get n\r\n"],
+    "incr_grows_value" => [b"set n 0 0 1\r\n9\r\n", b"incr n 1\r\n", b"get n\r\n"],
+    "touch" => [b"touch k 10\r\n", b"set k 0 0 1\r\na\r\n", b"touch k 10\r\n", b"touch k -1\r\n", b"get k\r\n"],
+    "touch_bad_exptime" => [b"touch k x\r\n"],
+    // --- other commands
+    "flush_all" => [b"set k 0 0 1\r\na\r\n", b"flush_all\r\n", b"get k\r\n", b"set k 0 0 1\r\nb\r\n", b"get k\r\n"],
+    "flush_all_noreply" => [b"flush_all noreply\r\n"],
+    "flush_all_bad" => [b"flush_all abc\r\n"],
+    "flush_all_delayed" => [b"set k 0 0 1\r\na\r\n", b"flush_all 100\r\n", b"get k\r\n", b"flush_all 0\r\n"],
+    "verbosity" => [b"verbosity 1\r\n", b"verbosity\r\n", b"verbosity x\r\n", b"verbosity 1 noreply\r\n"],
+    "unknown_and_empty" => [b"\r\n", b"x\r\n", b"GET k\r\n", b"sets k\r\n"],
+    // --- meta get (protocol.txt "Meta Get")
+    "mg_bare" => [b"set k 3 0 2\r\nhi\r\n", b"mg k\r\n", b"mg missing\r\n"],
+    "mg_value_and_flags" => [b"set k 3 0 2\r\nhi\r\n", b"mg k v f s t k O42\r\n", b"mg k s v\r\n"],
+    "mg_quiet_miss" => [b"mg missing v q\r\n", b"mg missing v q k O1\r\n"],
+    "mg_quiet_hit" => [b"set k 0 0 1\r\na\r\n", b"mg k v q\r\n"],
+    "mg_cas" => [b"set k 0 0 1\r\na\r\n", b"mg k c\r\n"],
+    "mg_hit_before" => [b"set k 0 0 1\r\na\r\n", b"mg k h\r\n", b"mg k h\r\n"],
+    "mg_ttl" => [b"set k 0 100 1\r\na\r\n", b"mg k t\r\n", b"mg k T200 t\r\n"],
+    "mg_invalid_flag" => [b"mg k !\r\n", b"mg k E5\r\n"],
+    "mg_duplicate_flag" => [b"mg k v v\r\n"],
+    "mg_bad_token" => [b"mg k T\r\n", b"mg k Tabc\r\n", b"mg k N\r\n"],
+    "mg_opaque_too_long" => [b"mg k O123456789012345678901234567890123\r\n"],
+    "mg_no_key" => [b"mg\r\n"],
+    "mg_key_too_long" => [b"mg kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk v\r\n"],
+    "mg_vivify" => [b"mg k N30 v t c\r\n", b"mg k N30 v\r\n", b"ms k 1 T30\r\nx\r\n", b"mg k v\r\n"],
+    "mg_recache" => [b"set k 0 10 1\r\na\r\n", b"mg k R30 v\r\n", b"mg k R30 v\r\n", b"mg k R5 v\r\n"],
+    "mg_base64" => [b"ms Yg== 2 b\r\nhi\r\n", b"mg Yg== b v\r\n", b"get b\r\n", b"mg !!! b v\r\n"],
+    "mg_ignored_tokens" => [b"set k 0 0 1\r\na\r\n", b"mg k v P L\r\n"],
+    "mn" => [b"mn\r\n"],
+    // --- meta set
+    "ms_basic" => [b"ms k 2\r\nhi\r\n", b"mg k v\r\n", b"ms k 2 T0 F5 O9 k\r\nho\r\n", b"mg k v f\r\n"],
+    "ms_quiet" => [b"ms k 2 q\r\nhi\r\n", b"ms k 2 q ME\r\nhi\r\n"],
+    "ms_modes" => [b"ms k 1 ME\r\na\r\n", b"ms k 1 ME\r\nb\r\n", b"ms k 1 MA\r\nc\r\n", b"ms k 1 MP\r\nd\r\n", b"ms k 1 MR\r\ne\r\n", b"ms x 1 MR\r\ne\r\n", b"ms k 1 MS\r\nf\r\n", b"mg k v\r\n"],
+    "ms_bad_mode" => [b"ms k 1 MX\r\na\r\n", b"ms k 1 MSS\r\na\r\n", b"mg k v\r\n"],
+    "ms_cas" => [b"ms k 1 c\r\na\r\n", b"ms k 1 C{cas} c\r\nb\r\n", b"ms k 1 C1\r\nc\r\n", b"ms missing 1 C1\r\nc\r\n", b"mg k v\r\n"],
+    "ms_bad_length" => [b"ms k abc\r\n", b"ms k\r\n", b"ms k -1\r\n"],
+    "ms_bad_data_chunk" => [b"ms k 2\r\nabcd\r\n"],
+    "ms_too_large" => [b"ms k 1\r\na\r\n", b"ms k 2000000 T0\r\n@DATA2000000", b"mg k v\r\n"],
+    "ms_invalid_flag" => [b"ms k 1 !\r\na\r\n", b"ms k 1 v v\r\na\r\n"],
+    "ms_flags_token" => [b"ms k 1 Fabc\r\na\r\n"],
+    // --- meta delete
+    "md_basic" => [b"md k\r\n", b"set k 0 0 1\r\na\r\n", b"md k O5 k\r\n", b"mg k v\r\n"],
+    "md_quiet" => [b"set k 0 0 1\r\na\r\n", b"md k q\r\n", b"md k q\r\n"],
+    "md_cas" => [b"ms k 1 c\r\na\r\n", b"md k C1\r\n", b"md k C{cas}\r\n", b"mg k\r\n"],
+    "md_invalidate" => [b"set k 0 0 1\r\na\r\n", b"md k I T30\r\n", b"mg k v c t\r\n", b"mg k v\r\n", b"ms k 1\r\nb\r\n", b"mg k v\r\n"],
+    "md_invalid_flag" => [b"md k !\r\n", b"md k q q\r\n"],
+    // --- meta arithmetic
+    "ma_basic" => [b"ma n\r\n", b"set n 0 0 1\r\n5\r\n", b"ma n\r\n", b"ma n v\r\n", b"ma n D10 v\r\n", b"ma n MD D100 v\r\n", b"ma n M- v\r\n", b"ma n M+ D3 v\r\n"],
+    "ma_vivify" => [b"ma n N0 J10 v\r\n", b"ma n N0 J10 v\r\n", b"ma m N0 v\r\n"],
+    "ma_quiet" => [b"set n 0 0 1\r\n5\r\n", b"ma n q\r\n", b"ma missing q\r\n", b"mg n v\r\n"],
+    "ma_cas" => [b"ms n 1 c\r\n1\r\n", b"ma n C1 v\r\n", b"ma n C{cas} v\r\n"],
+    "ma_non_numeric" => [b"set n 0 0 1\r\nx\r\n", b"ma n\r\n"],
+    "ma_bad_tokens" => [b"ma n Dabc\r\n", b"ma n Jx\r\n", b"ma n MX\r\n", b"ma n MII\r\n"],
+    "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
+];
+
+/// Masks what legitimately differs between servers (CAS uniques) and notes the last CAS.
+fn normalize(reply: &[u8], last_cas: &mut String) -> String {
+    let text = String::from_utf8_lossy(reply);
+    let mut lines = Vec::new();
+    for line in text.split("\r\n") {
+        let mut tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
+        if tokens[0] == "VALUE" && tokens.len() == 5 {
+            *last_cas = tokens[4].clone();
+            tokens[4] = "<cas>".into();
+        }
+        if matches!(tokens[0].as_str(), "VA" | "HD" | "NS" | "EX" | "NF") {
+            for token in tokens.iter_mut().skip(1) {
+                if token.len() > 1 && token.starts_with('c') && token[1..].bytes().all(|b| b.is_ascii_digit()) {
+                    *last_cas = token[1..].to_string();
+                    *token = "c<cas>".into();
+                }
+            }
+        }
+        lines.push(tokens.join(" "));
+    }
+    lines.join("\r\n")
+}
+
+/// Fills in `{cas}` and `@DATA<n>`.
+fn expand(step: &[u8], last_cas: &str) -> Vec<u8> {
+    if !step.is_ascii() {
+        return step.to_vec(); // binary values are sent as given
+    }
+    let text = String::from_utf8_lossy(step).replace("{cas}", last_cas);
+    match text.split_once("@DATA") {
+        Some((head, len)) => {
+            let len: usize = len.parse().expect("@DATA<n>");
+            let mut bytes = head.as_bytes().to_vec();
+            bytes.resize(bytes.len() + len, b'x');
+            bytes.extend_from_slice(b"\r\n");
+            bytes
+        }
+        None => text.into_bytes(),
+    }
+}
+
+fn run_case(client: &mut Client, case: &Case) -> Vec<String> {
+    let mut last_cas = String::from("0");
+    let mut replies = vec![normalize(&client.call(b"flush_all\r\n"), &mut last_cas)];
+    for &step in case.steps {
+        replies.push(normalize(&client.call(&expand(step, &last_cas)), &mut last_cas));
+    }
+    replies
+}
+
+/// Names of the cases docs/COMPATIBILITY.md lists as intended differences.
+fn intended_differences() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/COMPATIBILITY.md");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_case_answers_as_memcached_does() {
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+    let allowed = intended_differences();
+    let mut failures = Vec::new();
+    for case in CASES {
+        let expected = run_case(&mut memcached.connect(), case);
+        let got = run_case(&mut quicksilver.connect(), case);
+        if expected != got && !allowed.iter().any(|name| name == case.name) {
+            failures.push(format!("{}:\n  memcached:   {:?}\n  quicksilver: {:?}", case.name, expected, got));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), CASES.len(), failures.join("\n"));
+}
