@@ -45,13 +45,14 @@ pub const OPAQUE_BYTES_MAX: usize = 32;
 const DECODED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX / 4 * 3 + 3;
 
 /// A meta request, borrowing the read buffer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Meta<'a> {
     /// Which command.
     pub command: MetaCommand,
     /// The key token as sent (base64 when the `b` flag is given).
     pub key_token: &'a [u8],
-    decoded: Option<([u8; DECODED_KEY_BYTES_MAX], u8)>,
+    /// The decoded key (`b` flag; the rare path, so it may allocate).
+    decoded: Option<Vec<u8>>,
     /// The flag tokens as a line.
     flags_line: &'a [u8],
     /// ms: the declared data length.
@@ -105,10 +106,7 @@ impl MetaOptions {
 impl<'a> Meta<'a> {
     /// The key the item is stored under (decoded when `b` was given).
     pub fn key(&self) -> &[u8] {
-        match &self.decoded {
-            Some((bytes, len)) => &bytes[..*len as usize],
-            None => self.key_token,
-        }
+        self.decoded.as_deref().unwrap_or(self.key_token)
     }
 
     /// The flag tokens in request order (each starts with its letter).
@@ -234,7 +232,7 @@ fn parse_flags(meta: &mut Meta<'_>, flag_tokens: &[&[u8]]) -> Result<(), &'stati
                 let mut bytes = [0u8; DECODED_KEY_BYTES_MAX];
                 match base64::engine::general_purpose::STANDARD.decode_slice(meta.key_token, &mut bytes) {
                     Ok(len) if len > 0 => {
-                        meta.decoded = Some((bytes, len as u8));
+                        meta.decoded = Some(bytes[..len].to_vec());
                         None
                     }
                     _ => Some("CLIENT_ERROR error decoding key\r\n"),

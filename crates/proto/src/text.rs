@@ -240,7 +240,7 @@ fn parse_store<'a>(tokens: &Tokens<'a>, line_len: usize, buf: &'a [u8], limits: 
     let Some(mode) = store_mode(tokens) else {
         return refuse(BAD_FORMAT, line_len, noreply);
     };
-    if value_len < 0 || value_len > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&value_len) {
         return refuse(BAD_FORMAT, line_len, noreply);
     }
     let value_len = value_len as usize;

@@ -60,13 +60,13 @@ pub struct Batch {
 /// Ring ends a worker holds, indexed by the other worker.
 pub struct Rings {
     /// Requests to each worker.
-    pub to: Vec<Option<Producer<Box<Batch>>>>,
+    pub to: Vec<Option<Producer<Batch>>>,
     /// Requests from each worker.
-    pub from: Vec<Option<Consumer<Box<Batch>>>>,
+    pub from: Vec<Option<Consumer<Batch>>>,
     /// Replies to each worker.
-    pub reply_to: Vec<Option<Producer<Box<Batch>>>>,
+    pub reply_to: Vec<Option<Producer<Batch>>>,
     /// Replies from each worker.
-    pub reply_from: Vec<Option<Consumer<Box<Batch>>>>,
+    pub reply_from: Vec<Option<Consumer<Batch>>>,
 }
 
 /// Ring capacity in batches (one batch per loop turn per pair).
@@ -109,9 +109,9 @@ pub struct Worker {
     free: Vec<usize>,
     engine: Engine,
     rings: Rings,
-    outgoing: Vec<Option<Box<Batch>>>,
-    unsent_replies: Vec<VecDeque<Box<Batch>>>,
-    spare: Vec<Box<Batch>>,
+    outgoing: Vec<Option<Batch>>,
+    unsent_replies: Vec<VecDeque<Batch>>,
+    spare: Vec<Batch>,
     work: Vec<usize>,
     flush: Vec<usize>,
     input_limit: usize,
@@ -463,7 +463,7 @@ impl Worker {
         for from in 0..self.rings.from.len() {
             while let Some(mut batch) = self.rings.from[from].as_mut().and_then(|ring| ring.pop().ok()) {
                 self.executed = true;
-                let Batch { ops, requests, responses } = &mut *batch;
+                let Batch { ops, requests, responses } = &mut batch;
                 responses.clear();
                 for op in ops.iter_mut() {
                     let (start, len) = (op.request.0 as usize, op.request.1 as usize);
@@ -594,8 +594,8 @@ fn queue_flush(flush: &mut Vec<usize>, index: usize) {
 
 /// Hands requests of one connection over to their owners.
 struct Hand<'a> {
-    outgoing: &'a mut Vec<Option<Box<Batch>>>,
-    spare: &'a mut Vec<Box<Batch>>,
+    outgoing: &'a mut Vec<Option<Batch>>,
+    spare: &'a mut Vec<Batch>,
     conn: u32,
     generation: u32,
 }

@@ -1,1 +1,143 @@
 use super::*;
+use crate::{parse, Parsed};
+
+fn limits() -> Limits {
+    Limits { item_bytes_max: 1 << 20 }
+}
+
+/// Parses every request in `buf`, returning each as its debug form and length.
+fn parse_all(buf: &[u8]) -> (Vec<String>, usize) {
+    let mut at = 0;
+    let mut parsed = Vec::new();
+    loop {
+        match parse(&buf[at..], &limits()) {
+            Parsed::Incomplete => return (parsed, at),
+            Parsed::Close => {
+                parsed.push("close".into());
+                return (parsed, at);
+            }
+            Parsed::Request { request, len } => {
+                parsed.push(format!("{request:?}"));
+                at += len;
+            }
+            Parsed::Refused { reply, len, .. } => {
+                parsed.push(reply.to_string());
+                at = (at + len).min(buf.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pipeline_parses_the_same_at_every_split_point() {
+    let pipeline: &[u8] = b"set a 1 2 3\r\nabc\r\nget a b\r\ngets a\r\ngat 5 a\r\ndelete a noreply\r\nincr n 7\r\n\
+        touch a 9\r\nmg a v c O1\r\nms b 2 T5\r\nhi\r\nmd b q\r\nma n D3\r\nmn\r\nbogus\r\nflush_all 3\r\n\
+        version\r\nverbosity 1\r\nstats\r\nappend a 0 0 1\nx\r\ncas a 0 0 1 99\r\ny\r\n";
+    let (whole, len) = parse_all(pipeline);
+    assert_eq!(len, pipeline.len());
+    assert_eq!(whole.len(), 19);
+    for split in 0..pipeline.len() {
+        // What the first part yields must be a prefix of the whole, and parsing resumes
+        // where it stopped once the rest arrives.
+        let (first, consumed) = parse_all(&pipeline[..split]);
+        assert_eq!(first[..], whole[..first.len()], "split at {split}");
+        let (rest, _) = parse_all(&pipeline[consumed..]);
+        assert_eq!([first, rest].concat(), whole, "split at {split}");
+    }
+}
+
+#[test]
+fn requests_parse_to_what_they_say() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"get a  b\r\n", r#"Get { kind: Get, keys: [32, 97, 32, 32, 98] }"#),
+        (b"gat 10 a\r\n", r#"Get { kind: Gat { exptime: 10 }, keys: [32, 97] }"#),
+        (b"gat 10\r\n", r#"Get { kind: Gat { exptime: 10 }, keys: [] }"#),
+        (b"delete k 0\r\n", r#"Delete { key: [107], noreply: false }"#),
+        (b"delete k 0 noreply\r\n", r#"Delete { key: [107], noreply: true }"#),
+        (b"incr k 18446744073709551615\r\n", r#"Arith { key: [107], delta: 18446744073709551615, decrement: false, noreply: false }"#),
+        (b"flush_all\r\n", r#"FlushAll { delay: 0, noreply: false }"#),
+        (b"flush_all 10 noreply\r\n", r#"FlushAll { delay: 10, noreply: true }"#),
+        (b"stats settings\r\n", r#"Stats { group: [115, 101, 116, 116, 105, 110, 103, 115] }"#),
+        (b"quit\r\n", "Quit"),
+        (b"mn\r\n", "MetaNoop"),
+        (b"set k 4294967296 99999999999 1\r\nx\r\n", r#"Store { mode: Set, key: [107], flags: 0, exptime: 1215752191, data: [120], noreply: false }"#),
+    ];
+    for (input, expected) in cases {
+        match parse(input, &limits()) {
+            Parsed::Request { request, len } => {
+                assert_eq!(format!("{request:?}"), *expected, "{:?}", String::from_utf8_lossy(input));
+                assert_eq!(len, input.len());
+            }
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
+        }
+    }
+}
+
+#[test]
+fn refusals_carry_memcached_replies_and_skip_lengths() {
+    let long_key = "k".repeat(251);
+    let set_long_key = format!("set {long_key} 0 0 1\r\n");
+    let cases: &[(&[u8], &str, usize)] = &[
+        (b"\r\n", "ERROR\r\n", 2),
+        (b"GET k\r\n", "ERROR\r\n", 7),
+        (b"get\r\n", "ERROR\r\n", 5),
+        (b"set k 0 0\r\n", "ERROR\r\n", 11),
+        (b"set k -1 0 1\r\n", "CLIENT_ERROR bad command line format\r\n", 14),
+        (b"set k 0 0 -1\r\n", "CLIENT_ERROR bad command line format\r\n", 14),
+        (set_long_key.as_bytes(), "CLIENT_ERROR bad command line format\r\n", set_long_key.len()),
+        (b"set k 0 0 2\r\nabcd\r\n", "CLIENT_ERROR bad data chunk\r\n", 17),
+        (b"cas k 0 0 1 x\r\n", "CLIENT_ERROR bad command line format\r\n", 15),
+        (b"touch k x\r\n", "CLIENT_ERROR invalid exptime argument\r\n", 11),
+        (b"incr k -1\r\n", "CLIENT_ERROR invalid numeric delta argument\r\n", 11),
+        (b"delete k 1\r\n", "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n", 12),
+        (b"verbosity noreply\r\n", "ERROR\r\n", 19),
+        (b"mg k !\r\n", "CLIENT_ERROR invalid flag\r\n", 8),
+        (b"mg k v v\r\n", "CLIENT_ERROR duplicate flag\r\n", 10),
+        (b"md k v v\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n", 10),
+        (b"ms k 2 MX\r\nab\r\n", "CLIENT_ERROR invalid mode for ms M token\r\n", 15),
+    ];
+    for (input, reply, skip) in cases {
+        match parse(input, &limits()) {
+            Parsed::Refused { reply: got, len, .. } => {
+                assert_eq!((got, len), (*reply, *skip), "{:?}", String::from_utf8_lossy(input));
+            }
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
+        }
+    }
+}
+
+#[test]
+fn a_too_large_value_is_skipped_without_buffering_it() {
+    match parse(b"set k 0 0 2000000 noreply\r\n", &limits()) {
+        Parsed::Request { request: Request::TooLarge { mode: StoreMode::Set, key: b"k", noreply: true }, len } => {
+            assert_eq!(len, 27 + 2_000_002);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn over_long_lines_close_unless_they_are_gets() {
+    let junk = vec![b'x'; crate::LINE_BYTES_MAX + 1];
+    assert!(matches!(parse(&junk, &limits()), Parsed::Close));
+    let mut get = b"get ".to_vec();
+    get.resize(crate::LINE_BYTES_MAX * 4, b'k');
+    assert!(matches!(parse(&get, &limits()), Parsed::Incomplete));
+    get.resize(crate::GET_LINE_BYTES_MAX + 1, b'k');
+    assert!(matches!(parse(&get, &limits()), Parsed::Close));
+}
+
+proptest::proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic_and_lengths_stay_sane(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+        match parse(&bytes, &limits()) {
+            Parsed::Request { len, request } => {
+                let data_block = matches!(request, Request::TooLarge { .. });
+                proptest::prop_assert!(data_block || len <= bytes.len());
+                proptest::prop_assert!(len > 0);
+            }
+            Parsed::Refused { len, .. } => proptest::prop_assert!(len > 0),
+            Parsed::Incomplete | Parsed::Close => {}
+        }
+    }
+}
