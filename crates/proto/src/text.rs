@@ -181,8 +181,9 @@ pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: 
         b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(&tokens, line_len),
         b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(&tokens, line_len),
         b"stats" => done(Request::Stats { group: tokens.get(1) }, line_len),
-        b"version" if ntokens == 2 => done(Request::Version, line_len),
-        b"quit" if ntokens == 2 => done(Request::Quit, line_len),
+        // memcached ignores arguments to these two.
+        b"version" => done(Request::Version, line_len),
+        b"quit" => done(Request::Quit, line_len),
         b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(&tokens, line_len),
         b"mn" if ntokens == 2 => done(Request::MetaNoop, line_len),
         _ => refuse(ERROR, line_len, false),
@@ -313,10 +314,6 @@ fn parse_flush_all<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
 
 fn parse_verbosity<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
     let noreply = tokens.noreply();
-    if noreply && tokens.len() == 2 {
-        // "verbosity noreply" lacks the level: memcached answers ERROR despite the noreply.
-        return refuse(ERROR, line_len, false);
-    }
     // memcached reads the level with strtoul semantics and ignores its value here.
     if strtoul(tokens.get(1)).is_none() {
         return refuse(BAD_FORMAT, line_len, noreply);

@@ -90,7 +90,6 @@ fn refusals_carry_memcached_replies_and_skip_lengths() {
         (b"touch k x\r\n", "CLIENT_ERROR invalid exptime argument\r\n", 11),
         (b"incr k -1\r\n", "CLIENT_ERROR invalid numeric delta argument\r\n", 11),
         (b"delete k 1\r\n", "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n", 12),
-        (b"verbosity noreply\r\n", "ERROR\r\n", 19),
         (b"mg k !\r\n", "CLIENT_ERROR invalid flag\r\n", 8),
         (b"mg k v v\r\n", "CLIENT_ERROR duplicate flag\r\n", 10),
         (b"md k v v\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n", 10),

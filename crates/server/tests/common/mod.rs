@@ -164,6 +164,32 @@ impl Client {
         reply
     }
 
+    /// As [`Client::call`], but `None` when the server closes the connection instead (what it
+    /// sent before closing is dropped).
+    pub fn try_call(&mut self, request: &[u8]) -> Option<Vec<u8>> {
+        if self.stream.write_all(request).and_then(|_| self.stream.write_all(b"mn\r\n")).is_err() {
+            return None;
+        }
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            if let Some(end) = find(&self.buf, b"MN\r\n") {
+                let rest = self.buf.split_off(end + 4);
+                let mut reply = std::mem::replace(&mut self.buf, rest);
+                reply.truncate(end);
+                return Some(reply);
+            }
+            assert!(Instant::now() < deadline, "timed out; got {:?}", String::from_utf8_lossy(&self.buf));
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read: {e}; got {:?}", String::from_utf8_lossy(&self.buf)),
+            }
+        }
+    }
+
     /// Reads until the server closes the connection; returns what came before.
     pub fn read_to_close(&mut self) -> Vec<u8> {
         let mut all = std::mem::take(&mut self.buf);
