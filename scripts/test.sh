@@ -12,6 +12,22 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache"
+missing=()
+command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
+command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
+/usr/bin/python3 -c "import pymemcache" >/dev/null 2>&1 || missing+=(python3-pymemcache)
+if [ "${#missing[@]}" -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+# Debian starts services on install where it can; tests start their own on free ports.
+pkill -x memcached >/dev/null 2>&1 || true
+pkill -x nutcracker >/dev/null 2>&1 || true
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

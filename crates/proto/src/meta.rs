@@ -259,9 +259,8 @@ fn parse_flags(meta: &mut Meta<'_>, flag_tokens: &[&[u8]]) -> Result<(), &'stati
                 .map(|delta| options.delta = delta)
                 .map_or(Some("CLIENT_ERROR invalid numeric delta value\r\n"), |_| None),
             b'O' if token.len() > OPAQUE_BYTES_MAX => Some("CLIENT_ERROR opaque token too long\r\n"),
-            b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'l' | b'I' => {
-                None
-            }
+            b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'l'
+            | b'I' => None,
             _ => return Err("CLIENT_ERROR invalid flag\r\n"),
         };
         if error.is_none() {

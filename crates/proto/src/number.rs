@@ -34,7 +34,8 @@ fn scan(text: &[u8]) -> Option<Scanned> {
         if !byte.is_ascii_digit() {
             break;
         }
-        magnitude = magnitude.and_then(|m| m.checked_mul(10)).and_then(|m| m.checked_add((byte - b'0') as u64));
+        magnitude =
+            magnitude.and_then(|m| m.checked_mul(10)).and_then(|m| m.checked_add((byte - b'0') as u64));
         at += 1;
     }
     if at == digits_start {

@@ -151,7 +151,10 @@ impl Config {
         }
         let per_partition = (self.memory_mib << 20) / partitions as u64;
         if per_partition < 1 << 20 {
-            return Err(format!("-m {}: at least 1 MiB per partition ({partitions} partitions)", self.memory_mib));
+            return Err(format!(
+                "-m {}: at least 1 MiB per partition ({partitions} partitions)",
+                self.memory_mib
+            ));
         }
         Ok(())
     }

@@ -150,8 +150,10 @@ impl Output {
     /// Fills the position of forwarded request `id`; replies ready at the front move to `out`.
     /// False if no such request waits (a bug in the sender).
     pub fn fill(&mut self, id: u64, bytes: &[u8]) -> bool {
-        let Some(position) =
-            self.segments.iter().position(|segment| matches!(segment, Segment::Waiting { id: waiting, .. } if *waiting == id))
+        let Some(position) = self
+            .segments
+            .iter()
+            .position(|segment| matches!(segment, Segment::Waiting { id: waiting, .. } if *waiting == id))
         else {
             return false;
         };

@@ -598,7 +598,8 @@ impl Engine {
                 *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) = *partition.stats();
             }
         }
-        let mut published = self.shared.workers_published[self.worker].lock().unwrap_or_else(|e| e.into_inner());
+        let mut published =
+            self.shared.workers_published[self.worker].lock().unwrap_or_else(|e| e.into_inner());
         published.counters = self.counters;
         published.remote_reads.clone_from(&self.remote_reads);
     }

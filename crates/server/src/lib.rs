@@ -71,8 +71,9 @@ impl Server {
         let workers = config.workers();
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
-        let partitions: Vec<Partition> =
-            (0..partition_count).map(|p| Partition::new(partition_config(&config, p, partition_count))).collect();
+        let partitions: Vec<Partition> = (0..partition_count)
+            .map(|p| Partition::new(partition_config(&config, p, partition_count)))
+            .collect();
         let readers = if config.access == AccessArg::Erew {
             Vec::new()
         } else {
@@ -87,7 +88,12 @@ impl Server {
             readers,
             partitions: (0..partition_count).map(|_| Mutex::default()).collect(),
             workers_published: (0..workers)
-                .map(|_| Mutex::new(WorkerFigures { remote_reads: vec![(0, 0); partition_count], ..Default::default() }))
+                .map(|_| {
+                    Mutex::new(WorkerFigures {
+                        remote_reads: vec![(0, 0); partition_count],
+                        ..Default::default()
+                    })
+                })
                 .collect(),
             curr_connections: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
@@ -118,7 +124,10 @@ impl Server {
                 let port = config.worker_port_base as usize + index;
                 let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
                 let addr = SocketAddr::new(config.listen, port);
-                listeners.push(sys::listener(addr, false).map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?);
+                listeners.push(
+                    sys::listener(addr, false)
+                        .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
+                );
             }
             let poll = mio::Poll::new().map_err(|e| e.to_string())?;
             let waker = mio::Waker::new(poll.registry(), mio::Token(0)).map_err(|e| e.to_string())?;

@@ -16,7 +16,8 @@ fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures) {
     for published in &shared.partitions {
         partitions.add(&published.lock().unwrap_or_else(|e| e.into_inner()));
     }
-    let mut workers = WorkerFigures { remote_reads: vec![(0, 0); shared.partitions.len()], ..Default::default() };
+    let mut workers =
+        WorkerFigures { remote_reads: vec![(0, 0); shared.partitions.len()], ..Default::default() };
     for published in &shared.workers_published {
         let published = published.lock().unwrap_or_else(|e| e.into_inner());
         workers.counters.add(&published.counters);

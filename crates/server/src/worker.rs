@@ -132,7 +132,8 @@ impl Worker {
             poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
         }
         let workers = shared.workers;
-        let input_limit = shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
+        let input_limit =
+            shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
         Ok(Worker {
             index,
             shared,
@@ -496,7 +497,8 @@ impl Worker {
     /// Places replies that came back into their connections' output.
     fn place_replies(&mut self) {
         for from in 0..self.rings.reply_from.len() {
-            while let Some(mut batch) = self.rings.reply_from[from].as_mut().and_then(|ring| ring.pop().ok()) {
+            while let Some(mut batch) = self.rings.reply_from[from].as_mut().and_then(|ring| ring.pop().ok())
+            {
                 for op in &batch.ops {
                     let index = op.conn as usize;
                     let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) else { continue };
@@ -609,7 +611,14 @@ impl Hand<'_> {
         let start = batch.requests.len();
         batch.requests.extend_from_slice(request);
         let request = (start as u32, request.len() as u32);
-        batch.ops.push(Op { conn: self.conn, generation: self.generation, id, kind, request, response: (0, 0) });
+        batch.ops.push(Op {
+            conn: self.conn,
+            generation: self.generation,
+            id,
+            kind,
+            request,
+            response: (0, 0),
+        });
         engine.counters.forwarded += 1;
     }
 }
@@ -619,7 +628,8 @@ impl Hand<'_> {
 fn too_large(request: &Request<'_>, engine: &Engine) -> Option<(usize, Option<Vec<u8>>)> {
     match request {
         Request::TooLarge { key, mode, .. } => {
-            let delete = (*mode == qs_proto::StoreMode::Set).then(|| [b"delete ", *key, b" noreply\r\n"].concat());
+            let delete =
+                (*mode == qs_proto::StoreMode::Set).then(|| [b"delete ", *key, b" noreply\r\n"].concat());
             Some((engine.owner_of(key), delete))
         }
         Request::Meta(meta) if meta.too_large(&engine.limits) => {

@@ -151,7 +151,8 @@ fn normalize(reply: &[u8], last_cas: &mut String) -> String {
         }
         if matches!(tokens[0].as_str(), "VA" | "HD" | "NS" | "EX" | "NF") {
             for token in tokens.iter_mut().skip(1) {
-                if token.len() > 1 && token.starts_with('c') && token[1..].bytes().all(|b| b.is_ascii_digit()) {
+                if token.len() > 1 && token.starts_with('c') && token[1..].bytes().all(|b| b.is_ascii_digit())
+                {
                     *last_cas = token[1..].to_string();
                     *token = "c<cas>".into();
                 }
@@ -219,7 +220,13 @@ fn compare_with_memcached(quicksilver_args: &[&str]) {
             failures.push(format!("{}:\n  memcached:   {:?}\n  quicksilver: {:?}", case.name, expected, got));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), CASES.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        CASES.len(),
+        failures.join("\n")
+    );
 }
 
 /// The default: two workers, CREW (reads anywhere, writes handed to the owner).

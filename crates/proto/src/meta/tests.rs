@@ -54,7 +54,8 @@ fn base64_keys_decode() {
 #[test]
 fn replies_reflect_flags_in_request_order() {
     let get = meta(b"mg aw== s O7 v t k c f b\r\n");
-    let item = crate::response::MetaItem { cas: 5, flags: 3, value_len: 2, ttl_secs: -1, ..Default::default() };
+    let item =
+        crate::response::MetaItem { cas: 5, flags: 3, value_len: 2, ttl_secs: -1, ..Default::default() };
     let mut out = Vec::new();
     crate::response::meta_flags(&mut out, &get, Some(&item), b"cfstlh");
     assert_eq!(String::from_utf8_lossy(&out), " s2 O7 t-1 kaw== b c5 f3");

@@ -30,7 +30,8 @@ fn parse_all(buf: &[u8]) -> (Vec<String>, usize) {
 
 #[test]
 fn a_pipeline_parses_the_same_at_every_split_point() {
-    let pipeline: &[u8] = b"set a 1 2 3\r\nabc\r\nget a b\r\ngets a\r\ngat 5 a\r\ndelete a noreply\r\nincr n 7\r\n\
+    let pipeline: &[u8] =
+        b"set a 1 2 3\r\nabc\r\nget a b\r\ngets a\r\ngat 5 a\r\ndelete a noreply\r\nincr n 7\r\n\
         touch a 9\r\nmg a v c O1\r\nms b 2 T5\r\nhi\r\nmd b q\r\nma n D3\r\nmn\r\nbogus\r\nflush_all 3\r\n\
         version\r\nverbosity 1\r\nstats\r\nappend a 0 0 1\nx\r\ncas a 0 0 1 99\r\ny\r\n";
     let (whole, len) = parse_all(pipeline);
@@ -54,13 +55,19 @@ fn requests_parse_to_what_they_say() {
         (b"gat 10\r\n", r#"Get { kind: Gat { exptime: 10 }, keys: [] }"#),
         (b"delete k 0\r\n", r#"Delete { key: [107], noreply: false }"#),
         (b"delete k 0 noreply\r\n", r#"Delete { key: [107], noreply: true }"#),
-        (b"incr k 18446744073709551615\r\n", r#"Arith { key: [107], delta: 18446744073709551615, decrement: false, noreply: false }"#),
+        (
+            b"incr k 18446744073709551615\r\n",
+            r#"Arith { key: [107], delta: 18446744073709551615, decrement: false, noreply: false }"#,
+        ),
         (b"flush_all\r\n", r#"FlushAll { delay: 0, noreply: false }"#),
         (b"flush_all 10 noreply\r\n", r#"FlushAll { delay: 10, noreply: true }"#),
         (b"stats settings\r\n", r#"Stats { group: [115, 101, 116, 116, 105, 110, 103, 115] }"#),
         (b"quit\r\n", "Quit"),
         (b"mn\r\n", "MetaNoop"),
-        (b"set k 4294967296 99999999999 1\r\nx\r\n", r#"Store { mode: Set, key: [107], flags: 0, exptime: 1215752191, data: [120], noreply: false }"#),
+        (
+            b"set k 4294967296 99999999999 1\r\nx\r\n",
+            r#"Store { mode: Set, key: [107], flags: 0, exptime: 1215752191, data: [120], noreply: false }"#,
+        ),
     ];
     for (input, expected) in cases {
         match parse(input, &limits()) {
@@ -108,7 +115,10 @@ fn refusals_carry_memcached_replies_and_skip_lengths() {
 #[test]
 fn a_too_large_value_is_skipped_without_buffering_it() {
     match parse(b"set k 0 0 2000000 noreply\r\n", &limits()) {
-        Parsed::Request { request: Request::TooLarge { mode: StoreMode::Set, key: b"k", noreply: true }, len } => {
+        Parsed::Request {
+            request: Request::TooLarge { mode: StoreMode::Set, key: b"k", noreply: true },
+            len,
+        } => {
             assert_eq!(len, 27 + 2_000_002);
         }
         other => panic!("{other:?}"),

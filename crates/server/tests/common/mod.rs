@@ -125,6 +125,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client over an already connected stream.
+    pub fn from_stream(stream: TcpStream) -> Client {
+        Client { stream, buf: Vec::new() }
+    }
+
     /// Sends bytes.
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("send");
