@@ -23,10 +23,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}" >/dev/null
+    # Debian starts the services it installs where it can; tests start their own on free ports.
+    $SUDO service memcached stop >/dev/null 2>&1 || true
+    $SUDO service nutcracker stop >/dev/null 2>&1 || true
 fi
-# Debian starts services on install where it can; tests start their own on free ports.
-pkill -x memcached >/dev/null 2>&1 || true
-pkill -x nutcracker >/dev/null 2>&1 || true
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -222,6 +222,8 @@ pub struct Conn {
     pub dead: bool,
     /// Queued for servicing this loop turn.
     pub queued: bool,
+    /// Processing stopped until this turn's hand-over batches are sent.
+    pub waiting: bool,
 }
 
 #[cfg(test)]

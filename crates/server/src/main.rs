@@ -10,6 +10,10 @@ fn main() {
         std::process::exit(2);
     }
     let verbose = config.verbose;
+    let fds = qs_server::sys::raise_fd_limit(config.max_connections as u64 + 64);
+    if fds < config.max_connections as u64 + 16 && verbose > 0 {
+        eprintln!("quicksilver: open-file limit {fds} is below -c {}", config.max_connections);
+    }
     let server = match qs_server::Server::start(config) {
         Ok(server) => server,
         Err(message) => {

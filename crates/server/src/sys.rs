@@ -59,3 +59,20 @@ pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpL
 pub fn now_secs() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)
 }
+
+/// Raises the open-file limit to at least `wanted` (up to the hard limit), as memcached does
+/// for its connection limit. Returns the soft limit in force afterwards.
+pub fn raise_fd_limit(wanted: u64) -> u64 {
+    // SAFETY: rlimit is plain data; zeroed is a valid value.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `limit` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 0;
+    }
+    if limit.rlim_cur < wanted {
+        limit.rlim_cur = wanted.min(limit.rlim_max);
+        // SAFETY: `limit` is a valid rlimit with cur <= max.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+    limit.rlim_cur
+}

@@ -71,6 +71,13 @@ pub struct Rings {
 
 /// Ring capacity in batches (one batch per loop turn per pair).
 pub const RING_BATCHES: usize = 64;
+/// A batch stops taking requests at this many request bytes until it has been sent; the
+/// connections that wanted to add to it wait (bounds memory when an owner falls behind).
+const BATCH_BYTES_MAX: usize = 2 << 20;
+/// A connection with this many requests waiting on other workers stops until some return.
+const PENDING_PER_CONN_MAX: u32 = 256;
+/// Spare batches kept for reuse.
+const SPARE_BATCHES_MAX: usize = 16;
 
 /// Builds the rings between `workers` workers.
 pub fn rings(workers: usize) -> Vec<Rings> {
@@ -114,6 +121,8 @@ pub struct Worker {
     spare: Vec<Batch>,
     work: Vec<usize>,
     flush: Vec<usize>,
+    /// Connections that stopped because a batch was full: serviced again next turn.
+    retry: Vec<usize>,
     input_limit: usize,
     executed: bool,
 }
@@ -149,6 +158,7 @@ impl Worker {
             spare: Vec::new(),
             work: Vec::new(),
             flush: Vec::new(),
+            retry: Vec::new(),
             input_limit,
             executed: false,
         })
@@ -192,6 +202,11 @@ impl Worker {
                 self.service(index);
             }
             self.send_outgoing();
+            for index in std::mem::take(&mut self.retry) {
+                if let Some(conn) = self.conns[index].as_mut() {
+                    queue(&mut self.work, conn, index);
+                }
+            }
             if self.executed {
                 self.engine.publish();
                 self.executed = false;
@@ -294,6 +309,7 @@ impl Worker {
                 closing: false,
                 dead: false,
                 queued: false,
+                waiting: false,
             };
             self.conns[index] = Some(conn);
             self.work.push(index);
@@ -312,6 +328,7 @@ impl Worker {
             self.process(index);
             let Some(conn) = self.conns[index].as_mut() else { return };
             let can_read = conn.read_ready
+                && !conn.waiting
                 && !conn.dead
                 && !conn.closing
                 && !conn.stalled
@@ -358,10 +375,11 @@ impl Worker {
 
     /// Parses and runs (or hands over) every complete request buffered on connection `index`.
     fn process(&mut self, index: usize) {
-        let Worker { conns, engine, outgoing, spare, index: me, executed, .. } = self;
+        let Worker { conns, engine, outgoing, spare, index: me, executed, retry, .. } = self;
         let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
-        let Conn { input, output, stalled, closing, dead, generation, .. } = conn;
+        let Conn { input, output, stalled, closing, dead, generation, waiting, .. } = conn;
+        *waiting = false;
         let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation };
         loop {
             if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
@@ -372,6 +390,16 @@ impl Worker {
                     return;
                 }
                 *stalled = false;
+            }
+            if output.pending_total >= PENDING_PER_CONN_MAX {
+                *stalled = true;
+                return;
+            }
+            if hand.outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX) {
+                // An owner is behind: wait until this turn's batches are sent.
+                retry.push(index);
+                *waiting = true;
+                return;
             }
             if !input.apply_skip() {
                 return;
@@ -510,10 +538,14 @@ impl Worker {
                     debug_assert!(placed, "a reply for a request that was not waiting");
                     queue(&mut self.work, conn, index);
                 }
-                batch.ops.clear();
-                batch.requests.clear();
-                batch.responses.clear();
-                self.spare.push(batch);
+                if self.spare.len() < SPARE_BATCHES_MAX {
+                    batch.ops.clear();
+                    batch.requests.clear();
+                    batch.responses.clear();
+                    batch.requests.shrink_to(BATCH_BYTES_MAX);
+                    batch.responses.shrink_to(BATCH_BYTES_MAX);
+                    self.spare.push(batch);
+                }
             }
         }
     }

@@ -1,0 +1,334 @@
+//! End-to-end behaviour of the real binary over sockets: pipelines, request order across
+//! workers, large and split values, limits and bad input (each must leave other clients and
+//! stored data untouched), memory bounds, and shutdown.
+
+mod common;
+
+use common::{stat, stats, Client, ServerProcess};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// Stores `key` = `value` and checks the reply.
+fn set(client: &mut Client, key: &str, value: &[u8]) {
+    client.send(format!("set {key} 0 0 {}\r\n", value.len()).as_bytes());
+    client.send(value);
+    client.send(b"\r\n");
+    assert_eq!(client.read_until(b"\r\n"), b"STORED\r\n", "set {key}");
+}
+
+fn get(client: &mut Client, key: &str) -> Option<Vec<u8>> {
+    client.send(format!("get {key}\r\n").as_bytes());
+    let reply = client.read_until(b"END\r\n");
+    if reply == b"END\r\n" {
+        return None;
+    }
+    let header_end = reply.windows(2).position(|w| w == b"\r\n").expect("a VALUE line");
+    Some(reply[header_end + 2..reply.len() - 7].to_vec())
+}
+
+/// Other clients and stored data are unaffected: a canary key still reads back.
+fn assert_healthy(server: &ServerProcess) {
+    let mut client = server.connect();
+    assert_eq!(get(&mut client, "canary").as_deref(), Some(&b"alive"[..]), "canary lost");
+    set(&mut client, "canary", b"alive");
+}
+
+fn server_with_canary(args: &[&str]) -> ServerProcess {
+    let server = ServerProcess::quicksilver(args);
+    set(&mut server.connect(), "canary", b"alive");
+    server
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
+}
+
+#[test]
+fn deep_pipelines_across_partitions_answer_in_order_and_read_their_writes() {
+    for access in ["crew", "erew"] {
+        let server = ServerProcess::quicksilver(&["-t", "2", "--access", access]);
+        let mut client = server.connect();
+        // One write: 2000 requests, each key written then read back at once, three rounds.
+        let mut pipeline = Vec::new();
+        let mut expected = Vec::new();
+        for round in 0..3 {
+            for key in 0..200 {
+                let value = format!("v{round}-{key}");
+                pipeline.extend(
+                    format!("set k{key} {round} 0 {}\r\n{value}\r\nget k{key}\r\n", value.len()).bytes(),
+                );
+                expected.extend(b"STORED\r\n");
+                expected
+                    .extend(format!("VALUE k{key} {round} {}\r\n{value}\r\nEND\r\n", value.len()).bytes());
+            }
+        }
+        let keys: Vec<String> = (0..200).map(|k| format!("k{k}")).collect();
+        pipeline.extend(format!("get {}\r\nmn\r\n", keys.join(" ")).bytes());
+        for key in 0..200 {
+            let value = format!("v2-{key}");
+            expected.extend(format!("VALUE k{key} 2 {}\r\n{value}\r\n", value.len()).bytes());
+        }
+        expected.extend(b"END\r\nMN\r\n");
+        client.send(&pipeline);
+        let reply = client.read_until(b"MN\r\n");
+        assert!(reply == expected, "{access}: replies out of order or wrong");
+        let forwarded = stat(&mut client, "requests_forwarded");
+        assert!(forwarded > 0, "{access}: nothing was handed to the other worker");
+    }
+}
+
+#[test]
+fn a_value_split_over_many_reads_and_binary_bytes_round_trip() {
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    let mut client = server.connect();
+    let value: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    client.send(format!("set big 0 0 {}\r\n", value.len()).as_bytes());
+    for chunk in value.chunks(997) {
+        client.stream.write_all(chunk).expect("send");
+        client.stream.flush().expect("flush");
+    }
+    client.send(b"\r\n");
+    assert_eq!(client.read_until(b"\r\n"), b"STORED\r\n");
+    assert_eq!(get(&mut client, "big").as_deref(), Some(&value[..]));
+    // The largest value -I allows, and one byte more.
+    let largest = vec![b'z'; (1 << 20) - 100];
+    set(&mut client, "largest", &largest);
+    assert_eq!(get(&mut client, "largest").map(|v| v.len()), Some(largest.len()));
+}
+
+#[test]
+fn the_connection_limit_refuses_like_memcached() {
+    let server = server_with_canary(&["-t", "2", "-c", "4"]);
+    // Earlier connections close asynchronously: wait until only this one is counted.
+    let mut first = server.connect();
+    let wait_for = |client: &mut Client, open: u64| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stat(client, "curr_connections") != open {
+            assert!(Instant::now() < deadline, "curr_connections never reached {open}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for(&mut first, 1);
+    let held: Vec<Client> = (0..3).map(|_| server.connect()).collect();
+    wait_for(&mut first, 4);
+    let mut refused = server.connect();
+    assert_eq!(refused.read_to_close(), b"ERROR Too many open connections\r\n");
+    drop(held);
+    wait_for(&mut first, 1);
+    assert!(stat(&mut first, "rejected_connections") >= 1);
+    drop(first);
+    assert_healthy(&server);
+}
+
+#[test]
+fn an_over_long_line_closes_only_that_connection() {
+    let server = server_with_canary(&["-t", "2"]);
+    let mut client = server.connect();
+    client.send(&vec![b'x'; 5000]);
+    assert_eq!(client.read_to_close(), b"");
+    assert_healthy(&server);
+}
+
+#[test]
+fn binary_garbage_gets_errors_and_harms_no_one() {
+    let server = server_with_canary(&["-t", "2"]);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..20 {
+        let mut client = server.connect();
+        let garbage: Vec<u8> = (0..3000)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        let _ = client.stream.write_all(&garbage);
+        let _ = client.stream.write_all(b"\r\n");
+    }
+    assert_healthy(&server);
+}
+
+#[test]
+fn half_sent_requests_and_abrupt_closes_harm_no_one() {
+    let server = server_with_canary(&["-t", "2"]);
+    for partial in
+        [&b"set canary 0 0 5\r\nxx"[..], b"get cana", b"ms canary 5 T0\r\nab", b"set canary 0 0 100\r\n"]
+    {
+        let mut client = server.connect();
+        client.send(partial);
+        drop(client);
+    }
+    assert_healthy(&server);
+}
+
+#[test]
+fn a_client_that_never_reads_is_bounded() {
+    let server = server_with_canary(&["-t", "2"]);
+    let mut writer = server.connect();
+    set(&mut writer, "big", &vec![b'b'; 500_000]);
+    let baseline = rss_bytes(server.pid());
+    // Ask for 1 GB of replies and never read them.
+    let mut reader = server.connect();
+    reader.stream.set_nonblocking(true).expect("nonblocking");
+    let request = b"get big\r\n".repeat(100);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut sent = 0usize;
+    while Instant::now() < deadline && sent < 2000 * request.len() {
+        match reader.stream.write(&request) {
+            Ok(n) => sent += n,
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let grown = rss_bytes(server.pid()).saturating_sub(baseline);
+    assert!(grown < 64 << 20, "the server buffered {grown} bytes for a client that does not read");
+    assert_healthy(&server);
+}
+
+#[test]
+fn thousands_of_idle_connections() {
+    let server = server_with_canary(&["-t", "2", "-c", "5000"]);
+    let idle: Vec<Client> = (0..3000).map(|_| server.connect()).collect();
+    assert_healthy(&server);
+    let mut client = server.connect();
+    assert!(stat(&mut client, "curr_connections") >= 3000);
+    let rss = rss_bytes(server.pid());
+    assert!(rss < 400 << 20, "3000 idle connections use {rss} bytes");
+    drop(idle);
+}
+
+#[test]
+fn resident_memory_stays_within_the_limit_while_writing_a_gibibyte() {
+    let server = ServerProcess::quicksilver(&["-t", "2", "-m", "64"]);
+    let mut client = server.connect();
+    let value = vec![b'v'; 16 << 10];
+    let mut batch = Vec::new();
+    let total_bytes = 1usize << 30;
+    let sets = total_bytes / value.len();
+    for i in 0..sets {
+        batch.extend(format!("set key{i} 0 0 {} noreply\r\n", value.len()).bytes());
+        batch.extend_from_slice(&value);
+        batch.extend(b"\r\n");
+        if batch.len() > 1 << 20 || i == sets - 1 {
+            client.send(&batch);
+            batch.clear();
+        }
+    }
+    assert!(client.call(b"").is_empty());
+    let rss = rss_bytes(server.pid());
+    // -m 64 of logs, their index (1/8 of -m here), and a fixed allowance for the program,
+    // thread stacks and buffers (docs/ARCHITECTURE.md, "Memory").
+    let bound = (64u64 << 20) + (8 << 20) + (32 << 20);
+    assert!(rss <= bound, "resident {rss} bytes > {bound}");
+    let figures = stats(&mut client, "");
+    let evictions: u64 =
+        figures.iter().find(|(k, _)| k == "evictions").map(|(_, v)| v.parse().unwrap()).unwrap();
+    assert!(evictions > 0, "a gibibyte into 64 MiB must evict");
+    let last = format!("key{}", sets - 1);
+    assert_eq!(get(&mut client, &last).map(|v| v.len()), Some(value.len()), "the newest item is kept");
+}
+
+#[test]
+fn stats_report_memcached_names_and_counts() {
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    let mut client = server.connect();
+    for key in 0..50 {
+        set(&mut client, &format!("s{key}"), b"x");
+    }
+    for key in 0..60 {
+        let _ = get(&mut client, &format!("s{key}"));
+    }
+    let figures = stats(&mut client, "");
+    let value = |name: &str| -> u64 {
+        figures.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no {name}")).1.parse().unwrap_or(0)
+    };
+    for name in [
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "pointer_size",
+        "rusage_user",
+        "rusage_system",
+        "curr_connections",
+        "total_connections",
+        "cmd_get",
+        "cmd_set",
+        "cmd_flush",
+        "cmd_touch",
+        "get_hits",
+        "get_misses",
+        "get_expired",
+        "delete_hits",
+        "delete_misses",
+        "incr_hits",
+        "incr_misses",
+        "decr_hits",
+        "decr_misses",
+        "cas_hits",
+        "cas_misses",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+        "bytes_read",
+        "bytes_written",
+        "limit_maxbytes",
+        "threads",
+        "curr_items",
+        "total_items",
+        "bytes",
+        "evictions",
+        "expired_unfetched",
+        "evicted_unfetched",
+        "reclaimed",
+    ] {
+        assert!(figures.iter().any(|(k, _)| k == name), "stats lacks {name}");
+    }
+    assert_eq!(value("curr_items"), 50);
+    assert_eq!(value("cmd_set"), 50);
+    assert_eq!(value("get_hits"), 50);
+    assert_eq!(value("get_misses"), 10);
+    assert_eq!(value("cmd_get"), 60);
+    assert_eq!(value("threads"), 2);
+    let partitions = stats(&mut client, "partitions");
+    let items: u64 = partitions
+        .iter()
+        .filter(|(k, _)| k.ends_with(":items"))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(items, 50);
+    assert!(partitions.iter().filter(|(k, _)| k.ends_with(":owner_worker")).any(|(_, v)| v == "1"));
+    let settings = stats(&mut client, "settings");
+    assert!(settings.iter().any(|(k, v)| k == "maxconns" && v == "1024"));
+}
+
+#[test]
+fn sigterm_answers_what_was_received_then_exits_zero() {
+    let server = server_with_canary(&["-t", "2"]);
+    let mut client = server.connect();
+    assert_eq!(get(&mut client, "canary").as_deref(), Some(&b"alive"[..]));
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[test]
+fn bad_command_lines_exit_with_status_two() {
+    for args in
+        [&["--no-such-flag"][..], &["-p", "notaport"], &["--partitions", "3"], &["-U", "11211"], &["-m", "0"]]
+    {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+            .args(args)
+            .output()
+            .expect("run quicksilver");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(!output.stderr.is_empty(), "{args:?}: no message");
+    }
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver")).arg("-h").output().expect("run");
+    assert!(help.status.success() && String::from_utf8_lossy(&help.stdout).contains("-m"));
+    let version =
+        std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver")).arg("-V").output().expect("run");
+    assert!(version.status.success() && String::from_utf8_lossy(&version.stdout).contains("quicksilver"));
+}
