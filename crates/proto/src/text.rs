@@ -122,14 +122,14 @@ pub enum Request<'a> {
         /// No reply wanted.
         noreply: bool,
     },
-    /// flush_all [delay].
+    /// flush_all, with an optional delay.
     FlushAll {
         /// Seconds from now (0: now).
         delay: i32,
         /// No reply wanted.
         noreply: bool,
     },
-    /// stats [group].
+    /// stats, with an optional group.
     Stats {
         /// The argument (empty for plain `stats`).
         group: &'a [u8],

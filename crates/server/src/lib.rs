@@ -29,7 +29,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 const EXPECTED_ITEM_BYTES: usize = 128;
 
 /// A partition's memory plan for a budget of `budget_bytes` of log: the largest power of two
-/// that fits, and an index sized for items of [`EXPECTED_ITEM_BYTES`].
+/// that fits, and an index sized for items of `EXPECTED_ITEM_BYTES` (128).
 pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_store::Config {
     let budget_bytes = ((config.memory_mib << 20) / partitions as u64) as usize;
     let log_bytes = 1usize << (usize::BITS - 1 - budget_bytes.leading_zeros());
