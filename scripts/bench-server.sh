@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Side-by-side server benchmark: quicksilver and memcached 1.6 in the same run, driven by the
+# same load generator (qs-bench run, memcached text protocol, 50 connections, closed loop).
+#   1 worker:  each server pinned to core 0, the load on core 1.
+#   2 workers: each server on cores 0-1, the load sharing them.
+# Prints one JSON line per measurement (to stdout) for scripts/bench-server-table.py.
+# Usage: scripts/bench-server.sh [seconds per point, default 3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-3}"
+cargo build --release -q -p qs-server -p qs-bench
+bench=./target/release/qs-bench
+qs=./target/release/quicksilver
+port_qs=22401
+port_mc=22402
+user_flag=()
+[ "$(id -u)" -eq 0 ] && user_flag=(-u nobody)
+
+run_pair() { # workers server_cores load_cores
+    local workers=$1 server_cores=$2 load_cores=$3
+    taskset -c "$server_cores" "$qs" -p $port_qs -t "$workers" -m 1024 & local qs_pid=$!
+    taskset -c "$server_cores" memcached "${user_flag[@]}" -p $port_mc -l 127.0.0.1 -U 0 -t "$workers" -m 1024 & local mc_pid=$!
+    sleep 1
+    for dataset in tiny small; do
+        for get in 0.95 0.5; do
+            for dist in uniform zipf; do
+                for depth in 1 16; do
+                    # Interleave the two servers point by point so drift hits both alike.
+                    for target in "qs $port_qs $qs_pid" "mc $port_mc $mc_pid"; do
+                        set -- $target
+                        taskset -c "$load_cores" "$bench" run --server 127.0.0.1:$2 --server-pid $3 \
+                            --dataset $dataset --get-ratio $get --dist $dist --depth $depth \
+                            --connections 50 --keys 100000 --duration "$secs" --warmup 1 --json \
+                            | tail -1 | sed "s/^{/{\"name\":\"$1\",\"workers\":$workers,/"
+                    done
+                done
+            done
+        done
+    done
+    kill $qs_pid $mc_pid
+    wait $qs_pid $mc_pid 2>/dev/null || true
+}
+
+run_pair 1 0 1
+run_pair 2 0-1 0-1
