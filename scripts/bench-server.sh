@@ -16,11 +16,21 @@ port_mc=22402
 user_flag=()
 [ "$(id -u)" -eq 0 ] && user_flag=(-u nobody)
 
+wait_port() { # poll until a server answers on 127.0.0.1:$1
+    for _ in $(seq 1 300); do
+        if (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing answers on port $1" >&2
+    return 1
+}
+
 run_pair() { # workers server_cores load_cores
     local workers=$1 server_cores=$2 load_cores=$3
     taskset -c "$server_cores" "$qs" -p $port_qs -t "$workers" -m 1024 & local qs_pid=$!
     taskset -c "$server_cores" memcached "${user_flag[@]}" -p $port_mc -l 127.0.0.1 -U 0 -t "$workers" -m 1024 & local mc_pid=$!
-    sleep 1
+    wait_port $port_qs
+    wait_port $port_mc
     for dataset in tiny small; do
         for get in 0.95 0.5; do
             for dist in uniform zipf; do
