@@ -172,9 +172,11 @@ fn parse_reply(input: &[u8], sent: &Sent, key_len: usize, value_len: usize) -> O
             return Some((line_end + 2, false, true));
         }
         if line.starts_with(b"VALUE ") {
-            let bytes: usize = line.rsplit(|&b| b == b' ').next()?.iter().try_fold(0usize, |n, &d| {
-                d.is_ascii_digit().then(|| n * 10 + (d - b'0') as usize)
-            })?;
+            let bytes: usize = line
+                .rsplit(|&b| b == b' ')
+                .next()?
+                .iter()
+                .try_fold(0usize, |n, &d| d.is_ascii_digit().then(|| n * 10 + (d - b'0') as usize))?;
             let total = line_end + 2 + bytes + 2 + 5;
             if input.len() < total {
                 return None;
@@ -307,7 +309,8 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
             }
             let mut consumed = 0;
             while let Some(sent) = conn.inflight.front().copied() {
-                let Some((len, hit, ok)) = parse_reply(&conn.input[consumed..], &sent, key_len, value_len) else {
+                let Some((len, hit, ok)) = parse_reply(&conn.input[consumed..], &sent, key_len, value_len)
+                else {
                     break;
                 };
                 consumed += len;
