@@ -19,7 +19,7 @@ use config::{AccessArg, Config, EvictionArg, HugePagesArg};
 use qs_store::{Access, Eviction, HugePages, Partition};
 use shared::{Padded, Shared, WorkerFigures};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// This build's version.
@@ -80,7 +80,6 @@ impl Server {
             partitions.iter().map(Partition::reader).collect()
         };
         let first = &partitions[0];
-        let now = sys::now_secs();
         let shared = Arc::new(Shared {
             workers,
             partition_bits: partition_count.trailing_zeros(),
@@ -102,7 +101,6 @@ impl Server {
             wakers: (0..workers).map(|_| OnceLock::new()).collect(),
             stop: AtomicBool::new(false),
             started: std::time::Instant::now(),
-            started_secs: now,
             log_bytes: first.log_bytes(),
             index_bytes: first.index_bytes(),
             item_bytes_max: config.item_bytes_max,
@@ -153,17 +151,13 @@ impl Server {
 
     /// Asks the workers to stop: no new connections; what was received is answered.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Relaxed);
-        self.shared.wake_all();
+        self.shared.request_stop();
     }
 
     /// A handle that stops the server from another thread.
     pub fn stopper(&self) -> impl Fn() + Send + 'static {
         let shared = self.shared.clone();
-        move || {
-            shared.stop.store(true, Relaxed);
-            shared.wake_all();
-        }
+        move || shared.request_stop()
     }
 
     /// Waits for every worker to finish.

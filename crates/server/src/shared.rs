@@ -99,8 +99,6 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Start time (for uptime).
     pub started: Instant,
-    /// Unix time at start.
-    pub started_secs: u32,
     /// Log bytes per partition.
     pub log_bytes: usize,
     /// Index bytes per partition.
@@ -120,6 +118,12 @@ impl Shared {
                 let _ = waker.wake();
             }
         }
+    }
+
+    /// Asks every worker to stop: no new connections; what was received is answered.
+    pub fn request_stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.wake_all();
     }
 
     /// Wakes every worker (shutdown).
