@@ -95,7 +95,7 @@ fn free_port() -> u16 {
 fn start_twemproxy(servers: &[ServerProcess], dir: &std::path::Path) -> Option<(Twemproxy, common::Client)> {
     let (proxy_port, stats_port) = (free_port(), free_port());
     let mut config = format!(
-        "quicksilver:\n  listen: 127.0.0.1:{proxy_port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
+        "quicksilver:\n  listen: 127.0.0.1:{proxy_port}\n  hash: md5\n  distribution: ketama\n  \
          timeout: 4000\n  auto_eject_hosts: false\n  servers:\n"
     );
     for server in servers {
