@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quicksilver's test command (the README's): formatting, lints, every test, docs, and the engine's
-# concurrency checks (Miri on the unsafe parts, loom on the CREW read/write protocol).
+# concurrency checks (Miri on the unsafe parts, loom on the CREW read/write protocol), and a short
+# fuzzing run of the protocol parsers.
 # Installs what it needs itself. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,27 @@ if command -v rustup >/dev/null 2>&1 && \
         cargo +nightly miri test -p qs-store --lib --quiet -- miri_
 else
     echo "SKIPPED: Miri is not installable on this machine (nightly toolchain unavailable)"
+fi
+
+step "fuzz the text and meta parsers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
+if command -v rustup >/dev/null 2>&1 && rustup run nightly rustc --version >/dev/null 2>&1; then
+    command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
+    for target in text meta; do
+        # New inputs go to a scratch directory; the committed seeds stay as they are.
+        scratch=$(mktemp -d)
+        status=0
+        cargo +nightly fuzz run "$target" "$scratch" "fuzz/corpus/$target" -- \
+            -max_total_time="$QS_FUZZ_SECONDS" -max_len=4096 >"$scratch.log" 2>&1 || status=$?
+        grep -E "^Done|panicked|SUMMARY" "$scratch.log" || true
+        if [ "$status" -ne 0 ]; then
+            tail -n 60 "$scratch.log"
+            echo "fuzz target $target failed; the input is in fuzz/artifacts/$target/"
+            exit 1
+        fi
+        rm -rf "$scratch" "$scratch.log"
+    done
+else
+    echo "SKIPPED: cargo-fuzz needs a nightly toolchain, which this machine lacks"
 fi
 
 step "all checks passed"

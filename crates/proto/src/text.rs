@@ -260,7 +260,9 @@ fn parse_store<'a>(tokens: &Tokens<'a>, line_len: usize, buf: &'a [u8], limits: 
 }
 
 fn parse_delete<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
-    let noreply = tokens.noreply();
+    // memcached looks for noreply only after the key: `delete noreply` deletes the key
+    // "noreply" and answers.
+    let noreply = tokens.len() > 2 && tokens.noreply();
     let key = tokens.get(1);
     // memcached accepts a trailing "0" (an old delete-with-hold-time form) and noreply only.
     let extra = tokens.len() - 2 - noreply as usize;

@@ -68,6 +68,7 @@ const CASES: &[Case] = cases![
     // --- delete, incr/decr, touch
     "delete" => [b"delete k\r\n", b"set k 0 0 1\r\na\r\n", b"delete k\r\n", b"get k\r\n"],
     "delete_zero_and_noreply" => [b"set k 0 0 1\r\na\r\n", b"delete k 0\r\n", b"set k 0 0 1\r\na\r\n", b"delete k 0 noreply\r\n", b"get k\r\n"],
+    "delete_a_key_named_noreply" => [b"set noreply 0 0 1\r\nx\r\n", b"delete noreply\r\n", b"get noreply\r\n", b"delete  noreply\r\n"],
     "delete_bad_time" => [b"delete k 1\r\n"],
     "delete_noreply" => [b"set k 0 0 1\r\na\r\n", b"delete k noreply\r\n", b"get k\r\n"],
     "incr_decr" => [b"incr n 1\r\n", b"set n 0 0 2\r\n10\r\n", b"incr n 5\r\n", b"decr n 100\r\n", b"get n\r\n"],

@@ -1,0 +1,215 @@
+//! Invariants of [`parse`] over a whole connection's byte stream, for property tests and the
+//! fuzz targets (`fuzz/`): whatever the bytes, the parser must not panic, every request and
+//! refusal must move the stream forward, what it borrows must respect the protocol's limits,
+//! every reply must be one whole line, and the requests seen must not depend on how the bytes
+//! were split into reads.
+
+use crate::{parse, GetKind, Limits, Meta, MetaCommand, Parsed, Request, KEY_BYTES_MAX};
+
+/// What a connection saw: one entry per request, refusal or close, in order.
+pub type Transcript = Vec<String>;
+
+/// Feeds `data` to a simulated connection in reads that end at each of `splits` (sorted or
+/// not; out-of-range ones are ignored) and returns what it saw, or the first broken
+/// invariant. The simulation keeps the server's rules: the buffer holds unparsed bytes, a
+/// refusal's skip may run past the buffer and swallows later bytes, a close ends the stream.
+pub fn transcript(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Transcript, String> {
+    let mut ends: Vec<usize> = splits.iter().copied().filter(|&s| s < data.len()).collect();
+    ends.push(data.len());
+    ends.sort_unstable();
+    ends.dedup();
+    let mut seen = Transcript::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut skip = 0usize;
+    let mut start = 0;
+    for end in ends {
+        let mut chunk = &data[start..end];
+        start = end;
+        let skipped = skip.min(chunk.len());
+        skip -= skipped;
+        chunk = &chunk[skipped..];
+        buf.extend_from_slice(chunk);
+        let mut at = 0;
+        loop {
+            let pending = &buf[at..];
+            match parse(pending, limits) {
+                Parsed::Incomplete => break,
+                Parsed::Close => {
+                    seen.push("close".into());
+                    return Ok(seen);
+                }
+                Parsed::Refused { reply, len, noreply } => {
+                    check_reply(reply)?;
+                    if len == 0 {
+                        return Err(format!("refusal {reply:?} consumed nothing"));
+                    }
+                    seen.push(format!("refused {reply:?} noreply={noreply}"));
+                    let here = len.min(pending.len());
+                    skip = len - here;
+                    at += here;
+                }
+                Parsed::Request { request, len } => {
+                    check_request(&request, len, pending, limits)?;
+                    seen.push(format!("{request:?}"));
+                    let here = len.min(pending.len());
+                    skip = len - here;
+                    at += here;
+                }
+            }
+            if skip > 0 {
+                break;
+            }
+        }
+        buf.drain(..at);
+    }
+    Ok(seen)
+}
+
+/// Checks that the transcript of `data` is the same when it arrives in one read and when it
+/// arrives in reads ending at `splits`; returns the transcript.
+pub fn check_stream(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Transcript, String> {
+    let whole = transcript(data, &[], limits)?;
+    let split = transcript(data, splits, limits)?;
+    if whole != split {
+        return Err(format!(
+            "reads ending at {splits:?} changed what was parsed:\n{whole:#?}\nvs\n{split:#?}"
+        ));
+    }
+    Ok(whole)
+}
+
+/// A reply is empty (nothing to send) or exactly one line ending in `\r\n`.
+fn check_reply(reply: &str) -> Result<(), String> {
+    if reply.is_empty() {
+        return Ok(());
+    }
+    let Some(body) = reply.strip_suffix("\r\n") else {
+        return Err(format!("reply {reply:?} does not end a line"));
+    };
+    if body.is_empty() || body.contains(['\r', '\n']) {
+        return Err(format!("reply {reply:?} is not one line"));
+    }
+    Ok(())
+}
+
+fn check_key(key: &[u8], what: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(format!("{what}: key of {} bytes", key.len()));
+    }
+    if key.iter().any(|&b| b == b' ' || b == b'\n') {
+        return Err(format!("{what}: key {key:?} holds a separator"));
+    }
+    Ok(())
+}
+
+fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits) -> Result<(), String> {
+    if len == 0 {
+        return Err(format!("{request:?} consumed nothing"));
+    }
+    let refused_block = match request {
+        Request::TooLarge { .. } => true,
+        Request::Meta(meta) => meta.command == MetaCommand::Set && meta.value_len > limits.item_bytes_max,
+        _ => false,
+    };
+    if len > buf.len() && !refused_block {
+        return Err(format!("{request:?} claims {len} bytes of a {}-byte buffer", buf.len()));
+    }
+    match request {
+        Request::Get { kind, keys } => {
+            // gat/gats with no key answer END, as memcached does; get/gets need one.
+            let keyless = matches!(kind, GetKind::Get | GetKind::Gets);
+            if keyless && crate::tokens::words(keys).next().is_none() {
+                return Err("get without keys".into());
+            }
+        }
+        Request::Store { key, data, .. } => {
+            check_key(key, "store")?;
+            if data.len() > limits.item_bytes_max {
+                return Err(format!("accepted a {}-byte data block", data.len()));
+            }
+            if !buf[..len].ends_with(b"\r\n") {
+                return Err("a data block not ended by \\r\\n".into());
+            }
+        }
+        Request::TooLarge { key, .. } => check_key(key, "too large")?,
+        Request::Delete { key, .. } | Request::Arith { key, .. } | Request::Touch { key, .. } => {
+            check_key(key, "keyed command")?;
+        }
+        Request::Meta(meta) => check_meta(meta, len, buf, limits)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_meta(meta: &Meta<'_>, len: usize, buf: &[u8], limits: &Limits) -> Result<(), String> {
+    let key = meta.key();
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(format!("meta key of {} bytes", key.len()));
+    }
+    if meta.command == MetaCommand::Set && meta.value_len > limits.item_bytes_max {
+        // Too large: the server refuses it and skips the block, which never enters the buffer.
+        if !meta.data.is_empty() {
+            return Err("a too-large ms carried data".into());
+        }
+    } else if meta.command == MetaCommand::Set {
+        if meta.data.len() != meta.value_len {
+            return Err(format!("ms data of {} bytes, {} declared", meta.data.len(), meta.value_len));
+        }
+        if meta.data.len() > limits.item_bytes_max {
+            return Err(format!("ms accepted a {}-byte data block", meta.data.len()));
+        }
+        if !buf[..len].ends_with(b"\r\n") {
+            return Err("an ms data block not ended by \\r\\n".into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits { item_bytes_max: 64 }
+    }
+
+    #[test]
+    fn a_refused_block_is_swallowed_across_reads() {
+        let data = b"set k 0 0 100\r\n".iter().chain([b'x'; 102].iter()).chain(b"get k\r\n").copied();
+        let data: Vec<u8> = data.collect();
+        let seen = check_stream(&data, &[3, 20, 60, 117], &limits()).unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[1].starts_with("Get"), "{seen:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn streams_of_requests_parse_the_same_however_they_are_split(
+            lines in proptest::collection::vec(proptest::sample::select(vec![
+                "get a b\r\n", "gets a\r\n", "set a 1 2 3\r\nabc\r\n", "set a 0 0 70\r\n", "x\r\n",
+                "mg a v k O123 q\r\n", "ms a 2 T1 F5\r\nhi\r\n", "ms a 99\r\n", "md a q\r\n", "mn\r\n",
+                "ma a D5 N0 J3\r\n", "incr a 5\r\n", "delete a noreply\r\n", "touch a 1\r\n", "bogus\r\n",
+                "cas a 0 0 1 7\r\nz\r\n", "gat 1 a\r\n", "mg\r\n", "me a\r\n", "\r\n", "flush_all 0\r\n",
+                "get \u{7f}\r\n", "ms YQ== 1 b\r\nq\r\n", "mg a a a a a a a a a a a a a a a a a a a a a\r\n",
+            ]), 0..12),
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            splits in proptest::collection::vec(0usize..600, 0..6),
+        ) {
+            let mut data: Vec<u8> = lines.concat().into_bytes();
+            data.extend_from_slice(&noise);
+            if let Err(broken) = check_stream(&data, &splits, &limits()) {
+                proptest::prop_assert!(false, "{}", broken);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_keep_the_invariants(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            splits in proptest::collection::vec(0usize..400, 0..6),
+        ) {
+            if let Err(broken) = check_stream(&data, &splits, &limits()) {
+                proptest::prop_assert!(false, "{}", broken);
+            }
+        }
+    }
+}
