@@ -32,6 +32,11 @@ pub const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 /// Appends `value` in decimal.
 #[inline]
 pub fn push_u64(out: &mut Vec<u8>, value: u64) {
+    if value < 10 {
+        // Flags are usually 0 and tiny values one digit: skip the formatter.
+        out.push(b'0' + value as u8);
+        return;
+    }
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
@@ -44,6 +49,8 @@ pub fn push_i64(out: &mut Vec<u8>, value: i64) {
 /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`; the caller appends the data and `\r\n`.
 #[inline]
 pub fn value_line(out: &mut Vec<u8>, key: &[u8], flags: u32, value_len: usize, cas: Option<u64>) {
+    // One reservation up front, so the pushes below never reallocate.
+    out.reserve(b"VALUE ".len() + key.len() + 3 * 21 + 2);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     out.push(b' ');

@@ -167,6 +167,11 @@ fn refuse(reply: &'static str, len: usize, noreply: bool) -> Parsed<'static> {
 /// Parses a text command whose line (line ending stripped) is `line`, `line_len` bytes with
 /// its ending, at the front of `buf`.
 pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    // The hot path: get and gets need only their command token, and their keys are the
+    // rest of the line, so they skip the tokenizer.
+    if let Some(parsed) = parse_get_fast(line, line_len) {
+        return parsed;
+    }
     let tokens = Tokens::split(line);
     let ntokens = tokens.len() + 1;
     match tokens.get(0) {
@@ -188,6 +193,20 @@ pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: 
         b"mn" if ntokens == 2 => done(Request::MetaNoop, line_len),
         _ => refuse(ERROR, line_len, false),
     }
+}
+
+/// `get <keys>` and `gets <keys>` without tokenizing; `None` for any other line.
+fn parse_get_fast(line: &[u8], line_len: usize) -> Option<Parsed<'_>> {
+    let (kind, keys) = if let Some(keys) = line.strip_prefix(b"get ") {
+        (GetKind::Get, keys)
+    } else {
+        (GetKind::Gets, line.strip_prefix(b"gets ")?)
+    };
+    // Like the tokenizer's count check: a get with no key is an unknown command.
+    if keys.iter().all(|&byte| byte == b' ') {
+        return Some(refuse(ERROR, line_len, false));
+    }
+    Some(done(Request::Get { kind, keys }, line_len))
 }
 
 /// get family: the keys start after `key_index` tokens; the line must hold at least one key.

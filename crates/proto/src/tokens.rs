@@ -30,7 +30,8 @@ impl<'a> Tokens<'a> {
             if len == TOKENS_MAX - 1 {
                 return Tokens { items, len, more: true };
             }
-            let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+            // Tokens are short: a plain scan beats memchr's vector set-up here.
+            let end = rest.iter().position(|&byte| byte == b' ').unwrap_or(rest.len());
             items[len] = &rest[..end];
             len += 1;
             rest = &rest[end..];
@@ -68,6 +69,15 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// The only token of `line`, if it has exactly one (the common single-key get), found
+/// without the iterator machinery of [`words`].
+pub fn single_word(line: &[u8]) -> Option<&[u8]> {
+    let start = line.iter().position(|&byte| byte != b' ')?;
+    let rest = &line[start..];
+    let end = rest.iter().position(|&byte| byte == b' ').unwrap_or(rest.len());
+    rest[end..].iter().all(|&byte| byte == b' ').then_some(&rest[..end])
+}
+
 /// Iterates the space-separated tokens of `line` without any count limit (for multi-key gets).
 pub fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
     line.split(|&byte| byte == b' ').filter(|word| !word.is_empty())
@@ -76,6 +86,16 @@ pub fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_single_word_is_found_only_when_alone() {
+        assert_eq!(single_word(b"  key  "), Some(&b"key"[..]));
+        assert_eq!(single_word(b"key"), Some(&b"key"[..]));
+        assert_eq!(single_word(b"a b"), None);
+        assert_eq!(single_word(b"   "), None);
+        assert_eq!(single_word(b""), None);
+        assert_eq!(single_word(b"a\tb"), Some(&b"a\tb"[..]));
+    }
 
     #[test]
     fn splits_on_spaces_only() {

@@ -25,6 +25,9 @@ pub enum Route {
     AfterPending,
 }
 
+/// A key's hash and partition, computed once per request.
+pub type Located = (KeyHash, usize);
+
 /// What executing a request asks of the connection afterwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exec {
@@ -59,6 +62,9 @@ pub struct Engine {
     /// Parser limits.
     pub limits: qs_proto::Limits,
     crew: bool,
+    /// The located key of the request being run (its address, length and place), so it is
+    /// hashed once: set by [`Engine::hint`], cleared by [`Engine::hint_clear`].
+    hint: Option<(usize, usize, Located)>,
 }
 
 impl Engine {
@@ -77,12 +83,60 @@ impl Engine {
             remote_reads: vec![(0, 0); count],
             limits,
             crew,
+            hint: None,
         }
     }
 
-    fn locate(&self, key: &[u8]) -> (KeyHash, usize) {
+    fn locate(&self, key: &[u8]) -> Located {
+        if let Some((address, len, located)) = self.hint {
+            // The very bytes of the request being run (same address and length in the
+            // unchanged read buffer): its hash is known.
+            if address == key.as_ptr() as usize && len == key.len() {
+                return located;
+            }
+        }
         let hash = KeyHash::of(key);
         (hash, hash.partition(self.shared.partition_bits))
+    }
+
+    /// The one key of a single-key request, located; `None` for other requests and for keys
+    /// too long to look up.
+    pub fn locate_request(&self, request: &Request<'_>) -> Option<Located> {
+        let key = single_key_of(request)?;
+        (key.len() <= qs_proto::KEY_BYTES_MAX).then(|| self.locate(key))
+    }
+
+    /// Prefetch stage 1: start loading the key's bucket.
+    #[inline]
+    pub fn prefetch_bucket(&self, (hash, partition): Located) {
+        match &self.partitions[partition] {
+            Some(owned) => owned.prefetch_bucket(hash),
+            None if self.crew => self.shared.readers[partition].prefetch_bucket(hash),
+            None => {}
+        }
+    }
+
+    /// Prefetch stage 2, after stage 1 had time: start loading the key's item.
+    #[inline]
+    pub fn prefetch_item(&self, (hash, partition): Located) {
+        match &self.partitions[partition] {
+            Some(owned) => owned.prefetch_item(hash),
+            None if self.crew => self.shared.readers[partition].prefetch_item(hash),
+            None => {}
+        }
+    }
+
+    /// Remembers where `request`'s key was located, for the request about to run.
+    pub fn hint(&mut self, request: &Request<'_>, located: Option<Located>) {
+        self.hint = match (single_key_of(request), located) {
+            (Some(key), Some(located)) => Some((key.as_ptr() as usize, key.len(), located)),
+            _ => None,
+        };
+    }
+
+    /// Forgets the hint (the read buffer may change after this).
+    pub fn hint_clear(&mut self) {
+        self.hint = None;
     }
 
     fn owner(&self, partition: usize) -> usize {
@@ -97,6 +151,14 @@ impl Engine {
     /// Where `request` must run, given how many requests this connection has waiting on each
     /// worker (a later request for the same worker must queue behind them to keep order).
     pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
+        let keyed = !matches!(
+            request,
+            Request::FlushAll { .. } | Request::Stats { .. } | Request::Version | Request::Verbosity { .. }
+        );
+        if keyed && self.shared.workers == 1 {
+            // Every partition is here: no need to hash the keys twice.
+            return Route::Local;
+        }
         let key = match request {
             Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
             Request::Store { key, .. }
@@ -172,6 +234,14 @@ impl Engine {
     pub fn execute(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Exec {
         match *request {
             Request::Get { kind, keys } => {
+                if let Some(key) = qs_proto::tokens::single_word(keys) {
+                    if !self.get_one(kind, key, out) {
+                        out.extend_from_slice(reply::BAD_FORMAT);
+                        return Exec::Done;
+                    }
+                    out.extend_from_slice(reply::END);
+                    return Exec::Done;
+                }
                 // memcached drops the partial reply of a get with a key too long: check first.
                 if qs_proto::tokens::words(keys).any(|key| key.len() > qs_proto::KEY_BYTES_MAX) {
                     out.extend_from_slice(reply::BAD_FORMAT);
@@ -267,6 +337,18 @@ impl Engine {
     /// Runs one command on `key`'s partition (owned here: routing made sure).
     fn run(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
         let (hash, partition) = self.locate(key);
+        self.run_at(hash, partition, key, command, out)
+    }
+
+    /// [`Engine::run`] with the key already hashed.
+    fn run_at(
+        &mut self,
+        hash: KeyHash,
+        partition: usize,
+        key: &[u8],
+        command: Command<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
         let request = qs_store::Request { key, hash, command };
         let now = self.now_secs;
         match &mut self.partitions[partition] {
@@ -279,7 +361,7 @@ impl Engine {
     fn read(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
         let (hash, partition) = self.locate(key);
         if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
-            return self.run(key, command, out);
+            return self.run_at(hash, partition, key, command, out);
         }
         let outcome = self.shared.readers[partition].get(hash, key, self.now_secs, out);
         let counts = &mut self.remote_reads[partition];
@@ -618,6 +700,21 @@ pub fn single_get_line(kind: GetKind, key: &[u8], line: &mut Vec<u8>) {
     }
     line.extend_from_slice(key);
     line.extend_from_slice(b"\r\n");
+}
+
+/// The key of a request that names exactly one.
+fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
+    match request {
+        Request::Get { keys, .. } => qs_proto::tokens::single_word(keys),
+        Request::Store { key, .. }
+        | Request::TooLarge { key, .. }
+        | Request::Delete { key, .. }
+        | Request::Arith { key, .. }
+        | Request::Touch { key, .. } => Some(key),
+        // A base64 key is decoded into the request itself: its address is not the buffer's.
+        Request::Meta(meta) if !meta.options.base64() => Some(meta.key()),
+        _ => None,
+    }
 }
 
 fn single_key(keys: &[u8]) -> bool {

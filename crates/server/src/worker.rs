@@ -7,8 +7,9 @@
 //! then write every connection's output with one send each.
 
 use crate::conn::{Conn, Input, Output, OUTPUT_BYTES_HIGH};
-use crate::engine::{Engine, Exec, Route};
+use crate::engine::{Engine, Exec, Located, Route};
 use crate::shared::Shared;
+use arrayvec::ArrayVec;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use qs_proto::{Parsed, Request};
@@ -76,6 +77,8 @@ pub const RING_BATCHES: usize = 64;
 const BATCH_BYTES_MAX: usize = 2 << 20;
 /// A connection with this many requests waiting on other workers stops until some return.
 const PENDING_PER_CONN_MAX: u32 = 256;
+/// Requests parsed and prefetched ahead of running them.
+const WINDOW: usize = 16;
 /// Spare batches kept for reuse.
 const SPARE_BATCHES_MAX: usize = 16;
 
@@ -374,116 +377,170 @@ impl Worker {
     }
 
     /// Parses and runs (or hands over) every complete request buffered on connection `index`.
+    ///
+    /// Requests are taken a window at a time: the window is parsed first, its keys hashed
+    /// and their buckets and then their items prefetched, so the memory loads of a pipeline
+    /// overlap instead of stalling one request at a time (MICA's prefetch pipeline).
     fn process(&mut self, index: usize) {
         let Worker { conns, engine, outgoing, spare, index: me, executed, retry, .. } = self;
         let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
         let Conn { input, output, stalled, closing, dead, generation, waiting, .. } = conn;
         *waiting = false;
-        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation };
+        let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX);
+        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, full };
         loop {
-            if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
-                return;
-            }
-            if *stalled {
-                if output.pending_total > 0 {
-                    return;
-                }
+            if *stalled && output.pending_total == 0 {
+                // What it waited for has arrived (service reads again only once this clears).
                 *stalled = false;
-            }
-            if output.pending_total >= PENDING_PER_CONN_MAX {
-                *stalled = true;
-                return;
-            }
-            if hand.outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX) {
-                // An owner is behind: wait until this turn's batches are sent.
-                retry.push(index);
-                *waiting = true;
-                return;
             }
             if !input.apply_skip() {
                 return;
             }
             let pending = input.pending();
-            if pending.is_empty() {
+            let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
+            let mut ahead = 0;
+            while !window.is_full() && ahead < pending.len() {
+                let parsed = qs_proto::parse(&pending[ahead..], &engine.limits);
+                let (len, located) = match &parsed {
+                    Parsed::Incomplete => break,
+                    Parsed::Close => (usize::MAX, None),
+                    Parsed::Refused { len, .. } => (*len, None),
+                    Parsed::Request { request, len } => (*len, engine.locate_request(request)),
+                };
+                if let Some(located) = located {
+                    engine.prefetch_bucket(located);
+                }
+                window.push((parsed, located));
+                if len >= pending.len() - ahead {
+                    // A close, or a refused block running past the buffer: nothing follows.
+                    break;
+                }
+                ahead += len;
+            }
+            if window.is_empty() {
                 return;
             }
-            let (request, len) = match qs_proto::parse(pending, &engine.limits) {
-                Parsed::Incomplete => return,
-                Parsed::Close => {
-                    *dead = true;
-                    engine.counters.conns_dropped += 1;
-                    return;
+            for (_, located) in &window {
+                if let Some(located) = located {
+                    engine.prefetch_item(*located);
                 }
-                Parsed::Refused { reply, len, noreply } => {
-                    if !noreply {
-                        output.reply_buf().extend_from_slice(reply.as_bytes());
-                    }
-                    input.consume(len);
-                    continue;
-                }
-                Parsed::Request { request, len } => (request, len),
-            };
-            if let Some((owner, delete)) = too_large(&request, engine) {
-                // The data block never enters the buffer: answer here, and let the owner
-                // drop the old value as memcached does.
-                if owner == me {
-                    *executed = true;
-                    engine.execute(&request, output.reply_buf());
-                } else {
-                    if let Some(delete) = delete {
-                        hand.over(owner, &delete, OpKind::Discard, output, engine);
-                    }
-                    if !matches!(request, Request::TooLarge { noreply: true, .. }) {
-                        output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE);
-                    }
-                }
-                input.consume(len);
-                continue;
             }
-            match engine.route(&request, &output.pending) {
-                Route::Local => {}
-                Route::AfterPending if output.pending_total > 0 => {
+            let mut consumed = 0;
+            let mut stop = false;
+            for (parsed, located) in &window {
+                if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
+                    stop = true;
+                    break;
+                }
+                if *stalled {
+                    if output.pending_total > 0 {
+                        stop = true;
+                        break;
+                    }
+                    *stalled = false;
+                }
+                if output.pending_total >= PENDING_PER_CONN_MAX {
                     *stalled = true;
-                    return;
+                    stop = true;
+                    break;
                 }
-                Route::AfterPending => {}
-                Route::Forward(owner) => {
-                    hand.over(owner, &pending[..len], OpKind::Reply, output, engine);
-                    input.consume(len);
-                    continue;
+                if hand.full {
+                    // An owner is behind: wait until this turn's batches are sent.
+                    retry.push(index);
+                    *waiting = true;
+                    stop = true;
+                    break;
                 }
-                Route::SplitGet => {
-                    let Request::Get { kind, keys } = request else { unreachable!("split gets are gets") };
-                    *executed = true;
-                    for key in qs_proto::tokens::words(keys) {
-                        let owner = engine.owner_of(key);
-                        if owner == me {
-                            engine.get_one(kind, key, output.reply_buf());
-                        } else {
-                            let mut line = Vec::with_capacity(key.len() + 24);
-                            crate::engine::single_get_line(kind, key, &mut line);
-                            hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                let here = &pending[consumed..];
+                let (request, len) = match parsed {
+                    Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
+                    Parsed::Close => {
+                        *dead = true;
+                        engine.counters.conns_dropped += 1;
+                        stop = true;
+                        break;
+                    }
+                    Parsed::Refused { reply, len, noreply } => {
+                        if !noreply {
+                            output.reply_buf().extend_from_slice(reply.as_bytes());
+                        }
+                        consumed += len;
+                        continue;
+                    }
+                    Parsed::Request { request, len } => (request, *len),
+                };
+                engine.hint(request, *located);
+                if let Some((owner, delete)) = too_large(request, engine) {
+                    // The data block never enters the buffer: answer here, and let the owner
+                    // drop the old value as memcached does.
+                    if owner == me {
+                        *executed = true;
+                        engine.execute(request, output.reply_buf());
+                    } else {
+                        if let Some(delete) = delete {
+                            hand.over(owner, &delete, OpKind::Discard, output, engine);
+                        }
+                        if !matches!(request, Request::TooLarge { noreply: true, .. }) {
+                            output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE);
                         }
                     }
-                    output.reply_buf().extend_from_slice(qs_proto::response::END);
-                    input.consume(len);
+                    consumed += len;
                     continue;
                 }
-                Route::Broadcast => {
-                    for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
-                        hand.over(owner, &pending[..len], OpKind::Discard, output, engine);
+                match engine.route(request, &output.pending) {
+                    Route::Local => {}
+                    Route::AfterPending if output.pending_total > 0 => {
+                        *stalled = true;
+                        stop = true;
+                        break;
                     }
-                    *stalled = true;
+                    Route::AfterPending => {}
+                    Route::Forward(owner) => {
+                        hand.over(owner, &here[..len], OpKind::Reply, output, engine);
+                        consumed += len;
+                        continue;
+                    }
+                    Route::SplitGet => {
+                        let Request::Get { kind, keys } = *request else {
+                            unreachable!("split gets are gets")
+                        };
+                        *executed = true;
+                        for key in qs_proto::tokens::words(keys) {
+                            let owner = engine.owner_of(key);
+                            if owner == me {
+                                engine.get_one(kind, key, output.reply_buf());
+                            } else {
+                                let mut line = Vec::with_capacity(key.len() + 24);
+                                crate::engine::single_get_line(kind, key, &mut line);
+                                hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                            }
+                        }
+                        output.reply_buf().extend_from_slice(qs_proto::response::END);
+                        consumed += len;
+                        continue;
+                    }
+                    Route::Broadcast => {
+                        for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
+                            hand.over(owner, &here[..len], OpKind::Discard, output, engine);
+                        }
+                        *stalled = true;
+                    }
                 }
+                *executed = true;
+                match engine.execute(request, output.reply_buf()) {
+                    Exec::Done => {}
+                    Exec::Close => *closing = true,
+                    Exec::Forward(owner) => hand.over(owner, &here[..len], OpKind::Reply, output, engine),
+                }
+                consumed += len;
             }
-            *executed = true;
-            match engine.execute(&request, output.reply_buf()) {
-                Exec::Done => {}
-                Exec::Close => *closing = true,
-                Exec::Forward(owner) => hand.over(owner, &pending[..len], OpKind::Reply, output, engine),
+            engine.hint_clear();
+            drop(window);
+            input.consume(consumed);
+            if stop {
+                return;
             }
-            input.consume(len);
         }
     }
 
@@ -632,6 +689,8 @@ struct Hand<'a> {
     spare: &'a mut Vec<Batch>,
     conn: u32,
     generation: u32,
+    /// Some owner's batch reached [`BATCH_BYTES_MAX`] this turn.
+    full: bool,
 }
 
 impl Hand<'_> {
@@ -642,6 +701,7 @@ impl Hand<'_> {
         let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
         let start = batch.requests.len();
         batch.requests.extend_from_slice(request);
+        self.full |= batch.requests.len() >= BATCH_BYTES_MAX;
         let request = (start as u32, request.len() as u32);
         batch.ops.push(Op {
             conn: self.conn,

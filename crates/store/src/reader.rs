@@ -69,6 +69,30 @@ impl Reader {
         }
     }
 
+    /// Pipeline stage 1 for one key: start loading its bucket.
+    #[inline(always)]
+    pub fn prefetch_bucket(&self, hash: KeyHash) {
+        let index = &self.shared.index;
+        index.prefetch(hash.bucket(index.bucket_mask()));
+    }
+
+    /// Pipeline stage 2 for one key: start loading its candidate item. A hint only: the
+    /// bucket may change meanwhile, and [`Reader::get`] checks everything again.
+    #[inline(always)]
+    pub fn prefetch_item(&self, hash: KeyHash) {
+        let index = &self.shared.index;
+        let bucket = index.bucket(hash.bucket(index.bucket_mask()));
+        let (log, tag) = (&self.shared.log, hash.tag());
+        let head = self.shared.head.load(Relaxed);
+        for word in &bucket[1..] {
+            let slot = Slot(word.load(Relaxed));
+            if slot.tag() == tag && log.geometry().is_live(slot.offset(), head) {
+                log.prefetch(slot.offset());
+                break;
+            }
+        }
+    }
+
     /// One optimistic attempt: `Some((offset, hit))` when the key's item was found (`hit` is
     /// `None` if it had expired or been flushed).
     fn read_once(
