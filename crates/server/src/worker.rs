@@ -397,146 +397,149 @@ impl Worker {
             if !input.apply_skip() {
                 return;
             }
-            let pending = input.pending();
-            let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
-            let mut ahead = 0;
-            while !window.is_full() && ahead < pending.len() {
-                let parsed = qs_proto::parse(&pending[ahead..], &engine.limits);
-                let (len, located) = match &parsed {
-                    Parsed::Incomplete => break,
-                    Parsed::Close => (usize::MAX, None),
-                    Parsed::Refused { len, .. } => (*len, None),
-                    Parsed::Request { request, len } => (*len, engine.locate_request(request)),
-                };
-                if let Some(located) = located {
-                    engine.prefetch_bucket(located);
+            // The window borrows the read buffer: it lives in this block, dropped in place.
+            let (consumed, stop) = {
+                let pending = input.pending();
+                let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
+                let mut ahead = 0;
+                while !window.is_full() && ahead < pending.len() {
+                    let parsed = qs_proto::parse(&pending[ahead..], &engine.limits);
+                    let (len, located) = match &parsed {
+                        Parsed::Incomplete => break,
+                        Parsed::Close => (usize::MAX, None),
+                        Parsed::Refused { len, .. } => (*len, None),
+                        Parsed::Request { request, len } => (*len, engine.locate_request(request)),
+                    };
+                    if let Some(located) = located {
+                        engine.prefetch_bucket(located);
+                    }
+                    window.push((parsed, located));
+                    if len >= pending.len() - ahead {
+                        // A close, or a refused block running past the buffer: nothing follows.
+                        break;
+                    }
+                    ahead += len;
                 }
-                window.push((parsed, located));
-                if len >= pending.len() - ahead {
-                    // A close, or a refused block running past the buffer: nothing follows.
-                    break;
+                if window.is_empty() {
+                    return;
                 }
-                ahead += len;
-            }
-            if window.is_empty() {
-                return;
-            }
-            for (_, located) in &window {
-                if let Some(located) = located {
-                    engine.prefetch_item(*located);
+                for (_, located) in &window {
+                    if let Some(located) = located {
+                        engine.prefetch_item(*located);
+                    }
                 }
-            }
-            let mut consumed = 0;
-            let mut stop = false;
-            for (parsed, located) in &window {
-                if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
-                    stop = true;
-                    break;
-                }
-                if *stalled {
-                    if output.pending_total > 0 {
+                let mut consumed = 0;
+                let mut stop = false;
+                for (parsed, located) in &window {
+                    if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
                         stop = true;
                         break;
                     }
-                    *stalled = false;
-                }
-                if output.pending_total >= PENDING_PER_CONN_MAX {
-                    *stalled = true;
-                    stop = true;
-                    break;
-                }
-                if hand.full {
-                    // An owner is behind: wait until this turn's batches are sent.
-                    retry.push(index);
-                    *waiting = true;
-                    stop = true;
-                    break;
-                }
-                let here = &pending[consumed..];
-                let (request, len) = match parsed {
-                    Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
-                    Parsed::Close => {
-                        *dead = true;
-                        engine.counters.conns_dropped += 1;
-                        stop = true;
-                        break;
-                    }
-                    Parsed::Refused { reply, len, noreply } => {
-                        if !noreply {
-                            output.reply_buf().extend_from_slice(reply.as_bytes());
+                    if *stalled {
+                        if output.pending_total > 0 {
+                            stop = true;
+                            break;
                         }
-                        consumed += len;
-                        continue;
+                        *stalled = false;
                     }
-                    Parsed::Request { request, len } => (request, *len),
-                };
-                engine.hint(request, *located);
-                if let Some((owner, delete)) = too_large(request, engine) {
-                    // The data block never enters the buffer: answer here, and let the owner
-                    // drop the old value as memcached does.
-                    if owner == me {
-                        *executed = true;
-                        engine.execute(request, output.reply_buf());
-                    } else {
-                        if let Some(delete) = delete {
-                            hand.over(owner, &delete, OpKind::Discard, output, engine);
-                        }
-                        if !matches!(request, Request::TooLarge { noreply: true, .. }) {
-                            output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE);
-                        }
-                    }
-                    consumed += len;
-                    continue;
-                }
-                match engine.route(request, &output.pending) {
-                    Route::Local => {}
-                    Route::AfterPending if output.pending_total > 0 => {
+                    if output.pending_total >= PENDING_PER_CONN_MAX {
                         *stalled = true;
                         stop = true;
                         break;
                     }
-                    Route::AfterPending => {}
-                    Route::Forward(owner) => {
-                        hand.over(owner, &here[..len], OpKind::Reply, output, engine);
-                        consumed += len;
-                        continue;
+                    if hand.full {
+                        // An owner is behind: wait until this turn's batches are sent.
+                        retry.push(index);
+                        *waiting = true;
+                        stop = true;
+                        break;
                     }
-                    Route::SplitGet => {
-                        let Request::Get { kind, keys } = *request else {
-                            unreachable!("split gets are gets")
-                        };
-                        *executed = true;
-                        for key in qs_proto::tokens::words(keys) {
-                            let owner = engine.owner_of(key);
-                            if owner == me {
-                                engine.get_one(kind, key, output.reply_buf());
-                            } else {
-                                let mut line = Vec::with_capacity(key.len() + 24);
-                                crate::engine::single_get_line(kind, key, &mut line);
-                                hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                    let here = &pending[consumed..];
+                    let (request, len) = match parsed {
+                        Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
+                        Parsed::Close => {
+                            *dead = true;
+                            engine.counters.conns_dropped += 1;
+                            stop = true;
+                            break;
+                        }
+                        Parsed::Refused { reply, len, noreply } => {
+                            if !noreply {
+                                output.reply_buf().extend_from_slice(reply.as_bytes());
+                            }
+                            consumed += len;
+                            continue;
+                        }
+                        Parsed::Request { request, len } => (request, *len),
+                    };
+                    engine.hint(request, *located);
+                    if let Some((owner, delete)) = too_large(request, engine) {
+                        // The data block never enters the buffer: answer here, and let the owner
+                        // drop the old value as memcached does.
+                        if owner == me {
+                            *executed = true;
+                            engine.execute(request, output.reply_buf());
+                        } else {
+                            if let Some(delete) = delete {
+                                hand.over(owner, &delete, OpKind::Discard, output, engine);
+                            }
+                            if !matches!(request, Request::TooLarge { noreply: true, .. }) {
+                                output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE);
                             }
                         }
-                        output.reply_buf().extend_from_slice(qs_proto::response::END);
                         consumed += len;
                         continue;
                     }
-                    Route::Broadcast => {
-                        for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
-                            hand.over(owner, &here[..len], OpKind::Discard, output, engine);
+                    match engine.route(request, &output.pending) {
+                        Route::Local => {}
+                        Route::AfterPending if output.pending_total > 0 => {
+                            *stalled = true;
+                            stop = true;
+                            break;
                         }
-                        *stalled = true;
+                        Route::AfterPending => {}
+                        Route::Forward(owner) => {
+                            hand.over(owner, &here[..len], OpKind::Reply, output, engine);
+                            consumed += len;
+                            continue;
+                        }
+                        Route::SplitGet => {
+                            let Request::Get { kind, keys } = *request else {
+                                unreachable!("split gets are gets")
+                            };
+                            *executed = true;
+                            for key in qs_proto::tokens::words(keys) {
+                                let owner = engine.owner_of(key);
+                                if owner == me {
+                                    engine.get_one(kind, key, output.reply_buf());
+                                } else {
+                                    let mut line = Vec::with_capacity(key.len() + 24);
+                                    crate::engine::single_get_line(kind, key, &mut line);
+                                    hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                                }
+                            }
+                            output.reply_buf().extend_from_slice(qs_proto::response::END);
+                            consumed += len;
+                            continue;
+                        }
+                        Route::Broadcast => {
+                            for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
+                                hand.over(owner, &here[..len], OpKind::Discard, output, engine);
+                            }
+                            *stalled = true;
+                        }
                     }
+                    *executed = true;
+                    match engine.execute(request, output.reply_buf()) {
+                        Exec::Done => {}
+                        Exec::Close => *closing = true,
+                        Exec::Forward(owner) => hand.over(owner, &here[..len], OpKind::Reply, output, engine),
+                    }
+                    consumed += len;
                 }
-                *executed = true;
-                match engine.execute(request, output.reply_buf()) {
-                    Exec::Done => {}
-                    Exec::Close => *closing = true,
-                    Exec::Forward(owner) => hand.over(owner, &here[..len], OpKind::Reply, output, engine),
-                }
-                consumed += len;
-            }
-            engine.hint_clear();
-            drop(window);
+                engine.hint_clear();
+                (consumed, stop)
+            };
             input.consume(consumed);
             if stop {
                 return;
