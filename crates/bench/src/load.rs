@@ -1,7 +1,10 @@
-//! `qs-bench run`: a closed-loop load generator over memcached's text protocol on TCP, so it
-//! drives memcached and quicksilver alike. Each connection keeps `depth` requests in flight;
-//! every GET reply is checked against the key it asked for; the server's CPU time per
-//! operation comes from /proc when its PID is given.
+//! `qs-bench run`: a load generator over memcached's text protocol on TCP, so it drives
+//! memcached and quicksilver alike. Closed loop by default: each connection keeps `depth`
+//! requests in flight. With `--rate R`, open loop: requests arrive as a Poisson process of R per
+//! second over all connections whatever the server does, and each latency is measured from the
+//! request's scheduled time, so a stalled server is charged for the requests it delayed (no
+//! coordinated omission). Every GET reply is checked against the key it asked for; the server's
+//! CPU time per operation comes from /proc when its PID is given.
 
 use crate::workload::{Distribution, KeyChooser, Rng};
 use clap::{Args, ValueEnum};
@@ -44,9 +47,13 @@ pub struct LoadArgs {
     /// Connections.
     #[arg(long, default_value_t = 50)]
     pub connections: usize,
-    /// Requests in flight per connection.
+    /// Requests in flight per connection (closed loop); with --rate, the most a connection
+    /// pipelines before later arrivals wait (their latency still counts from their schedule).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
+    /// Open loop: offered operations per second over all connections (Poisson arrivals).
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Key and value sizes.
     #[arg(long, value_enum, default_value_t = LoadDataset::Tiny)]
     pub dataset: LoadDataset,
@@ -97,6 +104,8 @@ pub struct LoadReport {
     pub connections: usize,
     /// Depth.
     pub depth: usize,
+    /// Offered operations per second (open loop), or none (closed loop).
+    pub offered_rate: Option<f64>,
     /// Operations completed in the measured window.
     pub ops: u64,
     /// Operations per second.
@@ -105,7 +114,8 @@ pub struct LoadReport {
     pub hit_ratio: f64,
     /// Replies that were errors or carried another key's value.
     pub wrong: u64,
-    /// Latency percentiles in microseconds (request sent to reply read).
+    /// Latency percentiles in microseconds (request sent, or scheduled in open loop, to reply
+    /// read).
     pub p50_us: f64,
     /// 99th percentile.
     pub p99_us: f64,
@@ -145,12 +155,57 @@ fn value_for(number: u64, len: usize, out: &mut Vec<u8>) {
 struct Sent {
     key: u64,
     get: bool,
+    /// When it was sent (closed loop) or scheduled (open loop).
     at: Instant,
+}
+
+/// Poisson arrivals at `rate` per second, as offsets from the start of the run: the open
+/// loop's clock-free schedule (tests drive it with a fake clock).
+#[derive(Clone, Debug)]
+pub struct Arrivals {
+    mean_gap_secs: f64,
+    next: Duration,
+    rng: Rng,
+}
+
+impl Arrivals {
+    /// Arrivals at `rate` per second from time zero.
+    pub fn new(rate: f64, seed: u64) -> Arrivals {
+        assert!(rate > 0.0, "the offered rate must be positive");
+        let mut arrivals = Arrivals { mean_gap_secs: 1.0 / rate, next: Duration::ZERO, rng: Rng::new(seed) };
+        arrivals.next = arrivals.gap();
+        arrivals
+    }
+
+    fn gap(&mut self) -> Duration {
+        // Inverse transform of the exponential distribution; 1 - u is in (0, 1].
+        let u = 1.0 - self.rng.next_f64();
+        Duration::from_secs_f64(-u.ln() * self.mean_gap_secs)
+    }
+
+    /// The next arrival due at or before `now`, advancing past it; `None` when the next is
+    /// later. A caller that falls behind gets every missed arrival with its original time.
+    pub fn due(&mut self, now: Duration) -> Option<Duration> {
+        if self.next > now {
+            return None;
+        }
+        let due = self.next;
+        let gap = self.gap();
+        self.next += gap;
+        Some(due)
+    }
+
+    /// When the next arrival is due.
+    pub fn next_at(&self) -> Duration {
+        self.next
+    }
 }
 
 struct Conn {
     stream: TcpStream,
     inflight: VecDeque<Sent>,
+    /// Open loop: arrivals waiting because `depth` requests are already in flight.
+    backlog: VecDeque<Instant>,
     input: Vec<u8>,
     output: Vec<u8>,
 }
@@ -195,6 +250,10 @@ fn parse_reply(input: &[u8], sent: &Sent, key_len: usize, value_len: usize) -> O
 }
 
 fn request(args: &LoadArgs, rng: &mut Rng, chooser: &KeyChooser, out: &mut Vec<u8>) -> Sent {
+    request_at(args, rng, chooser, out, Instant::now())
+}
+
+fn request_at(args: &LoadArgs, rng: &mut Rng, chooser: &KeyChooser, out: &mut Vec<u8>, at: Instant) -> Sent {
     let (key_len, value_len) = args.dataset.sizes();
     let key = chooser.next(rng);
     let get = rng.next_f64() < args.get_ratio;
@@ -209,7 +268,7 @@ fn request(args: &LoadArgs, rng: &mut Rng, chooser: &KeyChooser, out: &mut Vec<u
         value_for(key, value_len, out);
         out.extend_from_slice(b"\r\n");
     }
-    Sent { key, get, at: Instant::now() }
+    Sent { key, get, at }
 }
 
 /// Stores every key once (pipelined, noreply), then waits for the server to catch up.
@@ -258,9 +317,18 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
         std_stream.set_nonblocking(true)?;
         let mut stream = TcpStream::from_std(std_stream);
         poll.registry().register(&mut stream, Token(index), Interest::READABLE)?;
-        conns.push(Conn { stream, inflight: VecDeque::new(), input: Vec::new(), output: Vec::new() });
+        conns.push(Conn {
+            stream,
+            inflight: VecDeque::new(),
+            backlog: VecDeque::new(),
+            input: Vec::new(),
+            output: Vec::new(),
+        });
     }
-    for conn in &mut conns {
+    let open = args.rate.is_some();
+    let mut arrivals = args.rate.map(|rate| Arrivals::new(rate, args.seed ^ 0xA5A5));
+    let mut next_conn = 0;
+    for conn in conns.iter_mut().filter(|_| !open) {
         for _ in 0..args.depth {
             let sent = request(args, &mut rng, &chooser, &mut conn.output);
             conn.inflight.push_back(sent);
@@ -296,7 +364,31 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
         if now >= end {
             break;
         }
-        poll.poll(&mut events, Some(Duration::from_millis(10)))?;
+        let mut timeout = Duration::from_millis(10);
+        if let Some(arrivals) = arrivals.as_mut() {
+            // Hand each due arrival to the next connection, round robin.
+            let since_start = now - start;
+            while let Some(due) = arrivals.due(since_start) {
+                conns[next_conn].backlog.push_back(start + due);
+                next_conn = (next_conn + 1) % conns.len();
+            }
+            for conn in &mut conns {
+                let before = conn.output.len();
+                while conn.inflight.len() < args.depth {
+                    let Some(at) = conn.backlog.pop_front() else { break };
+                    let sent = request_at(args, &mut rng, &chooser, &mut conn.output, at);
+                    conn.inflight.push_back(sent);
+                }
+                if conn.output.len() > before {
+                    conn.stream.write_all(&conn.output)?;
+                    conn.output.clear();
+                }
+            }
+            // epoll waits in whole milliseconds: spin when the next arrival is sooner.
+            let until_next = arrivals.next_at().saturating_sub(since_start);
+            timeout = if until_next < Duration::from_millis(1) { Duration::ZERO } else { until_next.min(timeout) };
+        }
+        poll.poll(&mut events, Some(timeout))?;
         for event in events.iter() {
             let conn = &mut conns[event.token().0];
             loop {
@@ -320,8 +412,10 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
                 counters.hits += hit as u64;
                 counters.wrong += !ok as u64;
                 let _ = counters.latency.record(sent.at.elapsed().as_micros().max(1) as u64);
-                let next = request(args, &mut rng, &chooser, &mut conn.output);
-                conn.inflight.push_back(next);
+                if !open {
+                    let next = request(args, &mut rng, &chooser, &mut conn.output);
+                    conn.inflight.push_back(next);
+                }
             }
             conn.input.drain(..consumed);
             if !conn.output.is_empty() {
@@ -343,6 +437,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
         get_ratio: args.get_ratio,
         connections: args.connections,
         depth: args.depth,
+        offered_rate: args.rate,
         ops: counters.ops,
         ops_per_sec: counters.ops as f64 / elapsed,
         hit_ratio: counters.hits as f64 / counters.gets.max(1) as f64,
@@ -357,6 +452,52 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_follow_a_poisson_process_on_a_fake_clock() {
+        let rate = 10_000.0;
+        let mut arrivals = Arrivals::new(rate, 7);
+        let mut times = Vec::new();
+        // Tick the fake clock every 100 µs for 10 s.
+        for tick in 1..=100_000u64 {
+            let now = Duration::from_micros(tick * 100);
+            while let Some(due) = arrivals.due(now) {
+                assert!(due <= now, "an arrival came before its time");
+                times.push(due.as_secs_f64());
+            }
+        }
+        let count = times.len() as f64;
+        assert!((count - 100_000.0).abs() < 1_500.0, "{count} arrivals in 10 s at 10k/s");
+        let gaps: Vec<f64> = times.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        assert!(gaps.iter().all(|&gap| gap >= 0.0), "arrivals go forward");
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let variance = gaps.iter().map(|gap| (gap - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+        // Exponential gaps: mean 1/rate and a coefficient of variation of 1.
+        assert!((mean * rate - 1.0).abs() < 0.02, "mean gap {mean}");
+        assert!((variance.sqrt() / mean - 1.0).abs() < 0.03, "cv {}", variance.sqrt() / mean);
+        // Poisson counts per 10 ms window: variance equals the mean (100).
+        let mut windows = vec![0.0f64; 1000];
+        for time in &times {
+            windows[((time * 100.0) as usize).min(999)] += 1.0;
+        }
+        let window_mean = windows.iter().sum::<f64>() / 1000.0;
+        let window_var = windows.iter().map(|n| (n - window_mean).powi(2)).sum::<f64>() / 1000.0;
+        assert!((window_var / window_mean - 1.0).abs() < 0.15, "dispersion {}", window_var / window_mean);
+    }
+
+    #[test]
+    fn a_late_caller_gets_every_missed_arrival_at_its_own_time() {
+        let mut arrivals = Arrivals::new(1_000.0, 3);
+        assert_eq!(arrivals.due(Duration::ZERO), None);
+        // The generator stalls for a second: the arrivals it missed keep their schedule, so
+        // their latency counts from then (no coordinated omission).
+        let late = Duration::from_secs(1);
+        let missed: Vec<Duration> = std::iter::from_fn(|| arrivals.due(late)).collect();
+        assert!((900..1100).contains(&missed.len()), "{} missed", missed.len());
+        assert!(missed.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert!(missed[0] < Duration::from_millis(20), "the first was due at {:?}", missed[0]);
+        assert!(arrivals.next_at() > late);
+    }
 
     #[test]
     fn replies_parse_and_values_are_checked() {
