@@ -6,4 +6,5 @@
 
 pub mod engine;
 pub mod load;
+pub mod probe;
 pub mod workload;

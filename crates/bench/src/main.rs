@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use qs_bench::engine::{self, EngineArgs, EngineReport};
 use qs_bench::load::{self, LoadArgs};
+use qs_bench::probe::{self, ProbeArgs};
 
 #[derive(Parser)]
 #[command(name = "qs-bench", version, about = "Quicksilver benchmarks")]
@@ -17,9 +18,15 @@ enum Subcommands {
     /// The engine in process on one core: MICA's datasets through the prefetching batch pipeline,
     /// or the hashbrown reference (`--store hashbrown`) on the same keys.
     Engine(EngineArgs),
-    /// Closed-loop load over memcached's text protocol against a running server (memcached,
+    /// Closed- or open-loop (--rate) load over memcached's text protocol against a running server (memcached,
     /// quicksilver, or any compatible one): throughput, latency, server CPU per operation.
     Run(LoadArgs),
+    /// This machine's limits as references: a bare epoll echo server's CPU per message over
+    /// loopback TCP at each pipeline depth (run as `taskset -c 1 qs-bench probe`).
+    Probe(ProbeArgs),
+    /// The probe's echo server (started by `probe`; prints its address, runs until killed).
+    #[command(hide = true)]
+    ProbeEcho,
 }
 
 fn main() {
@@ -31,6 +38,32 @@ fn main() {
                 println!("{}", serde_json::to_string(&report).expect("report serialises"));
             }
         }
+        Subcommands::ProbeEcho => {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+            println!("{}", listener.local_addr().expect("bound address"));
+            if let Err(error) = probe::echo_server(listener) {
+                eprintln!("qs-bench probe-echo: {error}");
+                std::process::exit(1);
+            }
+        }
+        Subcommands::Probe(args) => match probe::run(&args) {
+            Ok(report) => {
+                println!("loopback TCP echo, {} connections, {}-byte messages:", report.connections, report.message);
+                for figure in &report.tcp_echo {
+                    println!(
+                        "  depth {:>3}: {:>9.0} messages/s  server CPU {:.3} us/message",
+                        figure.depth, figure.messages_per_sec, figure.server_cpu_us_per_message
+                    );
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+                }
+            }
+            Err(error) => {
+                eprintln!("qs-bench probe: {error}");
+                std::process::exit(1);
+            }
+        },
         Subcommands::Run(args) => match load::run(&args) {
             Ok(report) => {
                 println!(
