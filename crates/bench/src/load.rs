@@ -386,7 +386,8 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
             }
             // epoll waits in whole milliseconds: spin when the next arrival is sooner.
             let until_next = arrivals.next_at().saturating_sub(since_start);
-            timeout = if until_next < Duration::from_millis(1) { Duration::ZERO } else { until_next.min(timeout) };
+            timeout =
+                if until_next < Duration::from_millis(1) { Duration::ZERO } else { until_next.min(timeout) };
         }
         poll.poll(&mut events, Some(timeout))?;
         for event in events.iter() {

@@ -48,7 +48,10 @@ fn main() {
         }
         Subcommands::Probe(args) => match probe::run(&args) {
             Ok(report) => {
-                println!("loopback TCP echo, {} connections, {}-byte messages:", report.connections, report.message);
+                println!(
+                    "loopback TCP echo, {} connections, {}-byte messages:",
+                    report.connections, report.message
+                );
                 for figure in &report.tcp_echo {
                     println!(
                         "  depth {:>3}: {:>9.0} messages/s  server CPU {:.3} us/message",

@@ -119,16 +119,16 @@ fn start_echo(cores: &str) -> io::Result<(EchoChild, SocketAddr)> {
         .spawn()
         .map(EchoChild)?;
     // The child prints its address on its first line.
-    let mut stdout = child.0.stdout.take().ok_or_else(|| io::Error::other("no stdout from the echo server"))?;
+    let mut stdout =
+        child.0.stdout.take().ok_or_else(|| io::Error::other("no stdout from the echo server"))?;
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     while stdout.read(&mut byte)? == 1 && byte[0] != b'\n' {
         line.push(byte[0]);
     }
-    let address = String::from_utf8_lossy(&line)
-        .trim()
-        .parse()
-        .map_err(|_| io::Error::other(format!("the echo server said {:?}", String::from_utf8_lossy(&line))))?;
+    let address = String::from_utf8_lossy(&line).trim().parse().map_err(|_| {
+        io::Error::other(format!("the echo server said {:?}", String::from_utf8_lossy(&line)))
+    })?;
     Ok((child, address))
 }
 
