@@ -1,16 +1,48 @@
 #!/usr/bin/env python3
-"""Reads scripts/bench-server.sh JSON lines (stdin) and prints a markdown table of ratios."""
+"""Reads scripts/bench-server.sh JSON lines (stdin) and prints markdown tables: the echo floor,
+open-loop latency at equal offered load, and the closed-loop matrix with CPU ratios."""
 import json
 import sys
 
 rows = {}
+open_rows = {}
+echo = None
 for line in sys.stdin:
     line = line.strip()
     if not line.startswith("{"):
         continue
     r = json.loads(line)
+    if r["name"] == "echo":
+        echo = {f["depth"]: f["server_cpu_us_per_message"] for f in r["tcp_echo"]}
+        continue
+    if r.get("offered_rate"):
+        open_rows.setdefault((r["workers"], r["offered_rate"]), {})[r["name"]] = r
+        continue
     key = (r["workers"], r["dataset"], r["get_ratio"], r["dist"], r["depth"])
     rows.setdefault(key, {})[r["name"]] = r
+
+if echo:
+    print("Echo floor (qs-bench probe, 50 connections, 24-byte messages): " +
+          ", ".join(f"depth {d}: {cpu:.3f} µs/message" for d, cpu in sorted(echo.items())))
+    for depth in sorted(echo):
+        q = rows.get((1, "Tiny", 0.95, "uniform", depth), {}).get("qs")
+        if q:
+            print(f"- quicksilver, 1 worker, tiny 95% GET uniform, depth {depth}: "
+                  f"{q['server_cpu_us_per_op']:.3f} µs/op = {q['server_cpu_us_per_op'] / echo[depth]:.2f}x the echo floor")
+    print()
+
+if open_rows:
+    print("| workers | offered ops/s | qs done ops/s | mc done ops/s | qs p50/p99/p99.9 µs | mc p50/p99/p99.9 µs | qs CPU µs/op | mc CPU µs/op |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key in sorted(open_rows):
+        pair = open_rows[key]
+        if "qs" not in pair or "mc" not in pair:
+            continue
+        q, m = pair["qs"], pair["mc"]
+        print(f"| {key[0]} | {key[1]:.0f} | {q['ops_per_sec']:.0f} | {m['ops_per_sec']:.0f} "
+              f"| {q['p50_us']:.0f}/{q['p99_us']:.0f}/{q['p999_us']:.0f} | {m['p50_us']:.0f}/{m['p99_us']:.0f}/{m['p999_us']:.0f} "
+              f"| {q['server_cpu_us_per_op']:.2f} | {m['server_cpu_us_per_op']:.2f} |")
+    print()
 
 print("| workers | dataset | GET | dist | depth | qs kops/s | mc kops/s | qs CPU µs/op | mc CPU µs/op | CPU ratio qs/mc | qs p50/p99/p99.9 µs | mc p50/p99/p99.9 µs |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")

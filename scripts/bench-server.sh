@@ -3,6 +3,8 @@
 # same load generator (qs-bench run, memcached text protocol, 50 connections, closed loop).
 #   1 worker:  each server pinned to core 0, the load on core 1.
 #   2 workers: each server on cores 0-1, the load sharing them.
+# First the machine's floor (qs-bench probe: a bare epoll echo server), then per worker count
+# open-loop points at equal offered load, then the closed-loop matrix.
 # Prints one JSON line per measurement (to stdout) for scripts/bench-server-table.py.
 # Usage: scripts/bench-server.sh [seconds per point, default 3]
 set -euo pipefail
@@ -25,12 +27,22 @@ wait_port() { # poll until a server answers on 127.0.0.1:$1
     return 1
 }
 
-run_pair() { # workers server_cores load_cores
-    local workers=$1 server_cores=$2 load_cores=$3
+run_pair() { # workers server_cores load_cores open-loop-rates
+    local workers=$1 server_cores=$2 load_cores=$3 rates=$4
     taskset -c "$server_cores" "$qs" -p $port_qs -t "$workers" -m 1024 & local qs_pid=$!
     taskset -c "$server_cores" memcached "${user_flag[@]}" -p $port_mc -l 127.0.0.1 -U 0 -t "$workers" -m 1024 & local mc_pid=$!
     wait_port $port_qs
     wait_port $port_mc
+    # Open loop at equal offered load (Poisson arrivals, latency from the scheduled time).
+    for rate in $rates; do
+        for target in "qs $port_qs $qs_pid" "mc $port_mc $mc_pid"; do
+            set -- $target
+            taskset -c "$load_cores" "$bench" run --server 127.0.0.1:$2 --server-pid $3 \
+                --dataset tiny --get-ratio 0.95 --dist uniform --depth 16 --rate "$rate" \
+                --connections 50 --keys 100000 --duration "$secs" --warmup 1 --json \
+                | tail -1 | sed "s/^{/{\"name\":\"$1\",\"workers\":$workers,/"
+        done
+    done
     for dataset in tiny small; do
         for get in 0.95 0.5; do
             for dist in uniform zipf; do
@@ -51,5 +63,7 @@ run_pair() { # workers server_cores load_cores
     wait $qs_pid $mc_pid 2>/dev/null || true
 }
 
-run_pair 1 0 1
-run_pair 2 0-1 0-1
+# The machine's floor: a bare epoll echo server on core 0, its load on core 1.
+taskset -c 1 "$bench" probe --server-cores 0 --duration "$secs" --json | tail -1 | sed 's/^{/{"name":"echo",/'
+run_pair 1 0 1 "50000 100000 150000"
+run_pair 2 0-1 0-1 "50000 100000"
