@@ -4,6 +4,11 @@ open-loop latency at equal offered load, and the closed-loop matrix with CPU rat
 import json
 import sys
 
+def latency(r):
+    """p50/p99/p99.9 in whole microseconds."""
+    return f"{r['p50_us']:.0f}/{r['p99_us']:.0f}/{r['p999_us']:.0f}"
+
+
 rows = {}
 open_rows = {}
 echo = None
@@ -40,7 +45,7 @@ if open_rows:
             continue
         q, m = pair["qs"], pair["mc"]
         print(f"| {key[0]} | {key[1]:.0f} | {q['ops_per_sec']:.0f} | {m['ops_per_sec']:.0f} "
-              f"| {q['p50_us']:.0f}/{q['p99_us']:.0f}/{q['p999_us']:.0f} | {m['p50_us']:.0f}/{m['p99_us']:.0f}/{m['p999_us']:.0f} "
+              f"| {latency(q)} | {latency(m)} "
               f"| {q['server_cpu_us_per_op']:.2f} | {m['server_cpu_us_per_op']:.2f} |")
     print()
 
@@ -54,6 +59,6 @@ for key in sorted(rows):
     ratio = q["server_cpu_us_per_op"] / m["server_cpu_us_per_op"]
     print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {q['ops_per_sec']/1e3:.0f} | {m['ops_per_sec']/1e3:.0f} "
           f"| {q['server_cpu_us_per_op']:.2f} | {m['server_cpu_us_per_op']:.2f} | {ratio:.2f} "
-          f"| {q['p50_us']:.0f}/{q['p99_us']:.0f}/{q['p999_us']:.0f} | {m['p50_us']:.0f}/{m['p99_us']:.0f}/{m['p999_us']:.0f} |")
+          f"| {latency(q)} | {latency(m)} |")
     if q["wrong"] or m["wrong"]:
         print(f"| | wrong replies: qs {q['wrong']} mc {m['wrong']} |")

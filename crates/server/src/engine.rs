@@ -204,7 +204,7 @@ impl Engine {
         match remote {
             None => Route::Local,
             Some(_) if self.crew && read_only => Route::AfterPending,
-            Some(owner) if !several && single_key(keys) => Route::Forward(owner),
+            Some(owner) if !several && qs_proto::tokens::single_word(keys).is_some() => Route::Forward(owner),
             Some(_) => Route::SplitGet,
         }
     }
@@ -715,10 +715,6 @@ fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
         Request::Meta(meta) if !meta.options.base64() => Some(meta.key()),
         _ => None,
     }
-}
-
-fn single_key(keys: &[u8]) -> bool {
-    qs_proto::tokens::words(keys).nth(1).is_none()
 }
 
 fn store_mode(mode: StoreMode) -> qs_store::StoreMode {
