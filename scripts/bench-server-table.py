@@ -12,13 +12,19 @@ def latency(r):
 rows = {}
 open_rows = {}
 echo = None
+uring = {}
 for line in sys.stdin:
     line = line.strip()
     if not line.startswith("{"):
         continue
     r = json.loads(line)
     if r["name"] == "echo":
-        echo = {f["depth"]: f["server_cpu_us_per_message"] for f in r["tcp_echo"]}
+        # The floor is the epoll echo server's (quicksilver drives its sockets with epoll);
+        # an io_uring echo server, where measured, is shown beside it.
+        echo = {f["depth"]: f["server_cpu_us_per_message"]
+                for f in r["tcp_echo"] if f.get("io", "epoll") == "epoll"}
+        uring = {f["depth"]: f["server_cpu_us_per_message"]
+                 for f in r["tcp_echo"] if f.get("io") == "uring"}
         continue
     if r.get("offered_rate"):
         open_rows.setdefault((r["workers"], r["offered_rate"]), {})[r["name"]] = r
@@ -29,6 +35,9 @@ for line in sys.stdin:
 if echo:
     print("Echo floor (qs-bench probe, 50 connections, 24-byte messages): " +
           ", ".join(f"depth {d}: {cpu:.3f} µs/message" for d, cpu in sorted(echo.items())))
+    if uring:
+        print("io_uring echo server, same load: " +
+              ", ".join(f"depth {d}: {cpu:.3f} µs/message" for d, cpu in sorted(uring.items())))
     for depth in sorted(echo):
         q = rows.get((1, "Tiny", 0.95, "uniform", depth), {}).get("qs")
         if q:

@@ -3,7 +3,7 @@
 # same load generator (qs-bench run, memcached text protocol, 50 connections, closed loop).
 #   1 worker:  each server pinned to core 0, the load on core 1.
 #   2 workers: each server on cores 0-1, the load sharing them.
-# First the machine's floor (qs-bench probe: a bare epoll echo server), then per worker count
+# First the machine's floor (qs-bench probe: bare epoll and io_uring echo servers), then per worker count
 # open-loop points at equal offered load, then the closed-loop matrix.
 # Prints one JSON line per measurement (to stdout) for scripts/bench-server-table.py.
 # Usage: scripts/bench-server.sh [seconds per point, default 3]
@@ -63,7 +63,7 @@ run_pair() { # workers server_cores load_cores open-loop-rates
     wait $qs_pid $mc_pid 2>/dev/null || true
 }
 
-# The machine's floor: a bare epoll echo server on core 0, its load on core 1.
+# The machine's floor: bare echo servers (epoll, io_uring) on core 0, its load on core 1.
 taskset -c 1 "$bench" probe --server-cores 0 --duration "$secs" --json | tail -1 | sed 's/^{/{"name":"echo",/'
 run_pair 1 0 1 "50000 100000 150000"
 run_pair 2 0-1 0-1 "50000 100000"

@@ -1,8 +1,10 @@
-//! qs-bench: Quicksilver's benchmarks: `qs-bench engine` (the engine in process) and
-//! `qs-bench run` (a closed-loop load generator over memcached's text protocol, for any
-//! compatible server). The side-by-side harness and the papers' workloads come with the bench
-//! issue.
-#![forbid(unsafe_code)]
+//! qs-bench: Quicksilver's benchmarks: `qs-bench engine` (the engine in process),
+//! `qs-bench run` (closed- and open-loop load over memcached's text protocol, for any
+//! compatible server) and `qs-bench probe` (the machine's floor, measured with bare echo
+//! servers).
+//!
+//! Unsafe code is denied except in the io_uring echo server, whose kernel interface requires it.
+#![deny(unsafe_code)]
 
 pub mod engine;
 pub mod load;

@@ -21,12 +21,16 @@ enum Subcommands {
     /// Closed- or open-loop (--rate) load over memcached's text protocol against a running server (memcached,
     /// quicksilver, or any compatible one): throughput, latency, server CPU per operation.
     Run(LoadArgs),
-    /// This machine's limits as references: a bare epoll echo server's CPU per message over
-    /// loopback TCP at each pipeline depth (run as `taskset -c 1 qs-bench probe`).
+    /// This machine's limits as references: bare echo servers' CPU per message (epoll and
+    /// io_uring) over loopback TCP at each pipeline depth (run as `taskset -c 1 qs-bench probe`).
     Probe(ProbeArgs),
     /// The probe's echo server (started by `probe`; prints its address, runs until killed).
     #[command(hide = true)]
-    ProbeEcho,
+    ProbeEcho {
+        /// epoll or uring.
+        #[arg(long, value_enum, default_value = "epoll")]
+        io: probe::EchoIo,
+    },
 }
 
 fn main() {
@@ -38,10 +42,14 @@ fn main() {
                 println!("{}", serde_json::to_string(&report).expect("report serialises"));
             }
         }
-        Subcommands::ProbeEcho => {
+        Subcommands::ProbeEcho { io } => {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
             println!("{}", listener.local_addr().expect("bound address"));
-            if let Err(error) = probe::echo_server(listener) {
+            let served = match io {
+                probe::EchoIo::Epoll => probe::echo_server(listener),
+                probe::EchoIo::Uring => probe::echo_server_uring(listener),
+            };
+            if let Err(error) = served {
                 eprintln!("qs-bench probe-echo: {error}");
                 std::process::exit(1);
             }
@@ -54,8 +62,11 @@ fn main() {
                 );
                 for figure in &report.tcp_echo {
                     println!(
-                        "  depth {:>3}: {:>9.0} messages/s  server CPU {:.3} us/message",
-                        figure.depth, figure.messages_per_sec, figure.server_cpu_us_per_message
+                        "  {:<5} depth {:>3}: {:>9.0} messages/s  server CPU {:.3} us/message",
+                        format!("{:?}", figure.io).to_lowercase(),
+                        figure.depth,
+                        figure.messages_per_sec,
+                        figure.server_cpu_us_per_message
                     );
                 }
                 if args.json {

@@ -3,6 +3,11 @@
 //! measure) answers fixed-size messages from a closed-loop client over loopback TCP; its CPU
 //! time per message is the floor a memcached-protocol server's CPU per operation is compared
 //! against: the kernel's TCP work plus the least user work a server can do.
+//!
+//! The echo server comes in two kinds: epoll readiness with one read and one write per
+//! ready connection, and io_uring completions with a receive always posted on every
+//! connection and one `io_uring_enter` per loop turn submitting every send and re-posted
+//! receive at once — the two ways a server can drive the kernel's sockets.
 
 use clap::Args;
 use mio::net::{TcpListener, TcpStream};
@@ -22,6 +27,9 @@ pub struct ProbeArgs {
     /// Message size in bytes (a tiny GET and its reply are about this size).
     #[arg(long, default_value_t = 24)]
     pub message: usize,
+    /// Echo server kinds to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [EchoIo::Epoll, EchoIo::Uring])]
+    pub io: Vec<EchoIo>,
     /// Pipeline depths to measure.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 16])]
     pub depths: Vec<usize>,
@@ -37,9 +45,30 @@ pub struct ProbeArgs {
     pub json: bool,
 }
 
+/// How the echo server drives its sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EchoIo {
+    /// epoll readiness, one read and one write per ready connection.
+    Epoll,
+    /// io_uring completions, one submission per loop turn for every connection.
+    Uring,
+}
+
+impl EchoIo {
+    fn name(self) -> &'static str {
+        match self {
+            EchoIo::Epoll => "epoll",
+            EchoIo::Uring => "uring",
+        }
+    }
+}
+
 /// One measured depth.
 #[derive(Debug, Clone, Serialize)]
 pub struct EchoFigure {
+    /// The echo server's kind.
+    pub io: EchoIo,
     /// Messages in flight per connection.
     pub depth: usize,
     /// Messages echoed per second.
@@ -85,14 +114,135 @@ pub fn echo_server(listener: std::net::TcpListener) -> io::Result<()> {
                 match stream.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
-                        stream.write_all(&buf[..n])?;
-                        if n < buf.len() {
+                        // A client that went away ends only its own connection.
+                        if stream.write_all(&buf[..n]).is_err() || n < buf.len() {
                             break;
                         }
                     }
-                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(error) => return Err(error),
+                    Err(_) => break,
                 }
+            }
+        }
+    }
+}
+
+/// What `user_data` of an io_uring completion names.
+const UD_ACCEPT: u64 = 0;
+const UD_RECV: u64 = 1;
+const UD_SEND: u64 = 2;
+/// Receive/send `ioprio` flag: arm the poll before trying the socket.
+const IORING_RECVSEND_POLL_FIRST: u16 = 1;
+
+/// One connection of the io_uring echo server.
+struct UringConn {
+    stream: std::net::TcpStream,
+    /// The posted receive writes here: never touched while `receiving`.
+    incoming: Box<[u8]>,
+    /// Received, not yet handed to a send.
+    outgoing: Vec<u8>,
+    /// The posted send reads from here: never touched while `sending` is set.
+    in_flight: Vec<u8>,
+    sending: bool,
+    receiving: bool,
+}
+
+/// The io_uring echo server: a receive always posted on every connection; each loop turn
+/// collects the completions, queues a send for every connection with output and no send in
+/// flight, and submits everything with one `io_uring_enter` that also waits for the next
+/// completion. Runs until the process is killed.
+#[allow(unsafe_code)] // io_uring's submission contract: buffers outlive their operations.
+pub fn echo_server_uring(listener: std::net::TcpListener) -> io::Result<()> {
+    use io_uring::{opcode, squeue, types, IoUring};
+    use std::os::fd::AsRawFd;
+
+    fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: every entry built here points into a buffer of a `UringConn` that is
+        // neither dropped, moved out of its box/vector allocation, nor written (receive
+        // buffer) or changed (send buffer) until the entry's completion arrives: the
+        // `receiving`/`sending` flags guard them, and connections are never removed.
+        while unsafe { ring.submission().push(entry) }.is_err() {
+            ring.submit()?;
+        }
+        Ok(())
+    }
+
+    // Completions are reaped only in `io_uring_enter` (no interrupting task work), and a
+    // receive re-posted on an empty socket waits for data instead of trying first: the
+    // cheapest of the variants measured (docs/BENCHMARKS.md).
+    let mut ring: IoUring =
+        IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_cqsize(4096).build(1024)?;
+    let listen_fd = types::Fd(listener.as_raw_fd());
+    let accept = opcode::Accept::new(listen_fd, std::ptr::null_mut(), std::ptr::null_mut())
+        .build()
+        .user_data(UD_ACCEPT);
+    push(&mut ring, &accept)?;
+    let mut conns: Vec<UringConn> = Vec::new();
+    let mut completions: Vec<(u64, i32)> = Vec::new();
+    let mut dirty: Vec<usize> = Vec::new();
+    loop {
+        ring.submit_and_wait(1)?;
+        completions.extend(ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
+        for (user_data, result) in completions.drain(..) {
+            let (index, kind) = ((user_data >> 2) as usize, user_data & 3);
+            match kind {
+                UD_ACCEPT => {
+                    push(&mut ring, &accept)?;
+                    if result < 0 {
+                        continue;
+                    }
+                    // SAFETY: a successful accept completion's result is a new descriptor
+                    // that nothing else owns.
+                    let stream =
+                        unsafe { <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(result) };
+                    stream.set_nodelay(true)?;
+                    conns.push(UringConn {
+                        stream,
+                        incoming: vec![0u8; 64 << 10].into_boxed_slice(),
+                        outgoing: Vec::new(),
+                        in_flight: Vec::new(),
+                        sending: false,
+                        receiving: false,
+                    });
+                    dirty.push(conns.len() - 1);
+                }
+                UD_RECV => {
+                    let conn = &mut conns[index];
+                    conn.receiving = false;
+                    if result > 0 {
+                        conn.outgoing.extend_from_slice(&conn.incoming[..result as usize]);
+                        dirty.push(index);
+                    }
+                }
+                _ => {
+                    let conn = &mut conns[index];
+                    conn.sending = false;
+                    if result > 0 {
+                        conn.in_flight.drain(..result as usize);
+                        dirty.push(index);
+                    }
+                }
+            }
+        }
+        for index in dirty.drain(..) {
+            let conn = &mut conns[index];
+            let fd = types::Fd(conn.stream.as_raw_fd());
+            if !conn.receiving {
+                conn.receiving = true;
+                let recv = opcode::Recv::new(fd, conn.incoming.as_mut_ptr(), conn.incoming.len() as u32)
+                    .ioprio(IORING_RECVSEND_POLL_FIRST)
+                    .build()
+                    .user_data((index as u64) << 2 | UD_RECV);
+                push(&mut ring, &recv)?;
+            }
+            if !conn.sending && (!conn.in_flight.is_empty() || !conn.outgoing.is_empty()) {
+                if conn.in_flight.is_empty() {
+                    std::mem::swap(&mut conn.in_flight, &mut conn.outgoing);
+                }
+                conn.sending = true;
+                let send = opcode::Send::new(fd, conn.in_flight.as_ptr(), conn.in_flight.len() as u32)
+                    .build()
+                    .user_data((index as u64) << 2 | UD_SEND);
+                push(&mut ring, &send)?;
             }
         }
     }
@@ -109,12 +259,13 @@ impl Drop for EchoChild {
 }
 
 /// Starts `qs-bench probe-echo` pinned to `cores` and returns it with its address.
-fn start_echo(cores: &str) -> io::Result<(EchoChild, SocketAddr)> {
+fn start_echo(cores: &str, kind: EchoIo) -> io::Result<(EchoChild, SocketAddr)> {
     let exe = std::env::current_exe()?;
     let mut child = Command::new("taskset")
         .args(["-c", cores])
         .arg(exe)
         .arg("probe-echo")
+        .args(["--io", kind.name()])
         .stdout(Stdio::piped())
         .spawn()
         .map(EchoChild)?;
@@ -133,7 +284,13 @@ fn start_echo(cores: &str) -> io::Result<(EchoChild, SocketAddr)> {
 }
 
 /// Closed-loop echo load: `depth` messages in flight on each connection for `duration`.
-fn echo_load(address: SocketAddr, pid: u32, args: &ProbeArgs, depth: usize) -> io::Result<EchoFigure> {
+fn echo_load(
+    address: SocketAddr,
+    pid: u32,
+    args: &ProbeArgs,
+    io: EchoIo,
+    depth: usize,
+) -> io::Result<EchoFigure> {
     let mut poll = Poll::new()?;
     let mut conns = Vec::new();
     let message = vec![b'x'; args.message];
@@ -193,6 +350,7 @@ fn echo_load(address: SocketAddr, pid: u32, args: &ProbeArgs, depth: usize) -> i
         _ => return Err(io::Error::other("cannot read the echo server's CPU time from /proc")),
     };
     Ok(EchoFigure {
+        io,
         depth,
         messages_per_sec: messages as f64 / args.duration,
         server_cpu_us_per_message: cpu * 1e6 / messages.max(1) as f64,
@@ -203,9 +361,11 @@ fn echo_load(address: SocketAddr, pid: u32, args: &ProbeArgs, depth: usize) -> i
 pub fn run(args: &ProbeArgs) -> io::Result<ProbeReport> {
     let mut tcp_echo = Vec::new();
     for &depth in &args.depths {
-        // A fresh server per depth, so one depth's connections do not linger into the next.
-        let (child, address) = start_echo(&args.server_cores)?;
-        tcp_echo.push(echo_load(address, child.0.id(), args, depth)?);
+        for &io in &args.io {
+            // A fresh server per run, so one run's connections do not linger into the next.
+            let (child, address) = start_echo(&args.server_cores, io)?;
+            tcp_echo.push(echo_load(address, child.0.id(), args, io, depth)?);
+        }
     }
     Ok(ProbeReport { connections: args.connections, message: args.message, tcp_echo })
 }
@@ -214,16 +374,30 @@ pub fn run(args: &ProbeArgs) -> io::Result<ProbeReport> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_echo_server_echoes() {
+    fn echoes(server: fn(std::net::TcpListener) -> io::Result<()>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
-        std::thread::spawn(move || echo_server(listener));
-        let mut client = std::net::TcpStream::connect(address).unwrap();
-        client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        client.write_all(b"hello, echo").unwrap();
-        let mut reply = [0u8; 11];
-        client.read_exact(&mut reply).unwrap();
-        assert_eq!(&reply, b"hello, echo");
+        std::thread::spawn(move || server(listener));
+        let mut clients: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(address).unwrap()).collect();
+        for round in 0..3 {
+            for (index, client) in clients.iter_mut().enumerate() {
+                client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let message = format!("hello {index} {round}");
+                client.write_all(message.as_bytes()).unwrap();
+                let mut reply = vec![0u8; message.len()];
+                client.read_exact(&mut reply).unwrap();
+                assert_eq!(reply, message.as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn the_epoll_echo_server_echoes() {
+        echoes(echo_server);
+    }
+
+    #[test]
+    fn the_uring_echo_server_echoes() {
+        echoes(echo_server_uring);
     }
 }
