@@ -10,6 +10,7 @@
 //! rules), [`index`] (buckets and slots), [`log`] (circular log memory), [`partition`] (the
 //! operations), [`reader`] (CREW optimistic reads), [`command`] (requests and outcomes).
 
+pub mod arena;
 pub mod command;
 pub mod config;
 pub mod crcw;
