@@ -168,4 +168,7 @@ pub enum Outcome {
     TooLarge,
     /// The key is empty or longer than 250 bytes.
     BadKey,
+    /// Store mode: no room for the item (arena space or spare buckets exhausted); nothing was
+    /// evicted and the old version, if any, is unchanged.
+    OutOfMemory,
 }

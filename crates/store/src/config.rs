@@ -30,6 +30,9 @@ pub enum Access {
 /// The default index load at which the index is sized: a full log of items of the expected
 /// size fills this fraction of the slots.
 pub const INDEX_LOAD_DEFAULT: f64 = 0.625;
+/// Store mode's spare buckets as a fraction of the main buckets (MICA §4.3.3: 10% held its
+/// whole data set).
+pub const SPARE_BUCKETS_RATIO_DEFAULT: f64 = 0.1;
 /// memcached's default item size limit (-I): 1 MiB.
 pub const ITEM_BYTES_MAX_DEFAULT: usize = 1 << 20;
 
@@ -54,6 +57,11 @@ pub struct Config {
     pub partition_index: u16,
     /// log2 of the partition count (the keyhash's high bits that choose the partition).
     pub partition_bits: u32,
+    /// Store mode (MICA §4.3.3): `log_bytes` is an arena managed by segregated fits (any
+    /// multiple of 8 bytes), the index is lossless by bulk chaining, and nothing is evicted.
+    pub store_mode: bool,
+    /// Store mode's spare buckets for bulk chaining.
+    pub spare_buckets: usize,
 }
 
 impl Config {
@@ -69,7 +77,18 @@ impl Config {
             offset_bits: OFFSET_BITS_MAX,
             partition_index: 0,
             partition_bits: 0,
+            store_mode: false,
+            spare_buckets: 0,
         }
+    }
+
+    /// A store-mode partition: an arena of `arena_bytes` (rounded down to 8 bytes), `bucket_count`
+    /// main buckets and spare buckets [`SPARE_BUCKETS_RATIO_DEFAULT`] of their number.
+    pub fn store(arena_bytes: usize, bucket_count: usize) -> Config {
+        let mut config = Config::new(arena_bytes & !7, bucket_count);
+        config.store_mode = true;
+        config.spare_buckets = ((bucket_count as f64 * SPARE_BUCKETS_RATIO_DEFAULT).ceil() as usize).max(1);
+        config
     }
 
     /// Splits `budget_bytes` (one partition's share of -m) between log and index so that a log

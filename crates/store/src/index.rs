@@ -9,6 +9,11 @@
 //! ```
 //! A slot of all zeroes is empty (tags are never 0). The version is a seqlock for CREW readers:
 //! odd while the owner changes the bucket or one of its items.
+//!
+//! Store mode makes the index lossless by bulk chaining (MICA §4.3.3): spare buckets follow the
+//! main ones in the same memory, and a full bucket's last slot becomes a link (tag 0, the spare
+//! bucket's number as the offset) to a spare bucket that holds the overflow. Every change to a
+//! chain is bracketed by its main bucket's version.
 
 use crate::region::{prefetch, HugePages, PageKind, Region};
 use crate::sync::AtomicU64;
@@ -52,20 +57,37 @@ impl Slot {
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// A link to bucket `bucket` (a spare bucket, never bucket 0).
+    #[inline(always)]
+    pub const fn link(bucket: usize) -> Slot {
+        Slot(bucket as u64)
+    }
+    /// Whether this is a link to another bucket rather than an item.
+    #[inline(always)]
+    pub const fn is_link(self) -> bool {
+        self.tag() == 0 && self.0 != 0
+    }
 }
 
 /// The buckets of one partition.
 pub struct Index {
     region: Region,
     bucket_mask: usize,
+    spare_count: usize,
 }
 
 impl Index {
-    /// `bucket_count` buckets (a power of two), all empty.
-    pub fn new(bucket_count: usize, huge_pages: HugePages) -> Index {
+    /// `bucket_count` main buckets (a power of two) and `spare_count` spare buckets after
+    /// them, all empty.
+    pub fn new(bucket_count: usize, spare_count: usize, huge_pages: HugePages) -> Index {
         assert!(bucket_count.is_power_of_two(), "bucket count must be a power of two");
-        let region = Region::new(bucket_count * BUCKET_BYTES, huge_pages);
-        Index { region, bucket_mask: bucket_count - 1 }
+        let region = Region::new((bucket_count + spare_count) * BUCKET_BYTES, huge_pages);
+        Index { region, bucket_mask: bucket_count - 1, spare_count }
+    }
+
+    /// Number of spare buckets (bucket numbers `bucket_count()..bucket_count() + spare_count()`).
+    pub fn spare_count(&self) -> usize {
+        self.spare_count
     }
 
     /// Mask that turns a keyhash's bucket bits into a bucket number.
@@ -74,7 +96,7 @@ impl Index {
         self.bucket_mask
     }
 
-    /// Number of buckets.
+    /// Number of main buckets.
     pub fn bucket_count(&self) -> usize {
         self.bucket_mask + 1
     }
@@ -122,7 +144,7 @@ mod tests {
 
     #[test]
     fn buckets_are_two_lines_and_disjoint() {
-        let index = Index::new(4, HugePages::Off);
+        let index = Index::new(4, 0, HugePages::Off);
         assert_eq!(index.bytes(), 4 * 128);
         index.bucket(1)[15].store(9, Relaxed);
         assert_eq!(index.bucket(2)[0].load(Relaxed), 0);

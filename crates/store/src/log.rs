@@ -95,6 +95,17 @@ impl Log {
         Log { region, geometry }
     }
 
+    /// Store mode's arena memory: `bytes` (a multiple of 8), not necessarily a power of two.
+    /// Its offsets never wrap; the geometry is that of the next power of two, so every offset
+    /// in it is "live" from head 0 and maps to itself.
+    pub fn new_arena(bytes: usize, huge_pages: HugePages) -> Log {
+        assert!(bytes % 8 == 0 && bytes >= 64, "arena size must be a multiple of 8 bytes");
+        let region = Region::new(bytes, huge_pages);
+        let log_bytes = bytes.next_power_of_two() as u64;
+        let geometry = LogGeometry { log_bytes, offset_mask: (1 << crate::index::OFFSET_BITS_MAX) - 1 };
+        Log { region, geometry }
+    }
+
     /// The log's geometry.
     #[inline(always)]
     pub fn geometry(&self) -> LogGeometry {
@@ -187,6 +198,6 @@ impl Log {
     /// when the header was read consistently; a racing CREW reader checks before copying).
     #[inline(always)]
     pub fn fits(&self, offset: u64, bytes: usize) -> bool {
-        self.geometry.physical(offset) + bytes <= self.geometry.log_bytes as usize
+        self.geometry.physical(offset).saturating_add(bytes) <= self.words().len() * 8
     }
 }

@@ -5,6 +5,7 @@
 //! (odd while changing) in CREW mode; EREW skips the brackets. The head only moves forward, and
 //! it is published (with a release fence) before the memory it frees is written again.
 
+use crate::arena::{Arena, ArenaStats};
 use crate::command::{Command, MetaGet, Outcome, Request, StoreMode};
 use crate::config::{Access, Config, Eviction};
 use crate::index::{Index, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
@@ -64,7 +65,10 @@ impl Shared {
 /// A located item.
 #[derive(Clone, Copy, Debug)]
 struct Found {
+    /// The key's main bucket (whose version brackets changes).
     bucket: usize,
+    /// The bucket holding the slot: the main bucket, or in store mode a spare one chained to it.
+    slot_bucket: usize,
     slot: usize,
     offset: u64,
     header: Header,
@@ -98,6 +102,15 @@ pub struct Partition {
     scratch: Vec<u8>,
     /// The latest `now_secs` seen, used to tell expired from live items passed by the head.
     clock_secs: u32,
+    /// Store mode's allocator and spare buckets (`None` in cache mode).
+    store: Option<StoreState>,
+}
+
+/// What store mode keeps besides the arena memory and the index.
+struct StoreState {
+    arena: Arena,
+    /// Spare buckets not in any chain.
+    spare_free: Vec<usize>,
 }
 
 impl Partition {
@@ -109,14 +122,24 @@ impl Partition {
             "partition, bucket and tag bits must fit in the keyhash"
         );
         assert!(config.partition_bits <= CAS_PARTITION_BITS);
-        let log = Log::new(config.log_bytes, config.offset_bits, config.huge_pages);
-        let index = Index::new(config.bucket_count, config.huge_pages);
+        let (log, index) = if config.store_mode {
+            let log = Log::new_arena(config.log_bytes, config.huge_pages);
+            (log, Index::new(config.bucket_count, config.spare_buckets, config.huge_pages))
+        } else {
+            let log = Log::new(config.log_bytes, config.offset_bits, config.huge_pages);
+            (log, Index::new(config.bucket_count, 0, config.huge_pages))
+        };
         let geometry = log.geometry();
         let bucket_mask = index.bucket_mask();
         // The scan must visit every bucket before the tail advances by the offset space less
         // two logs (MICA §4.3.2): one bucket per `stride` bytes appended.
         let scan_window = (geometry.offset_mask + 1) - 2 * geometry.log_bytes;
         let scan_stride_bytes = (scan_window / config.bucket_count as u64).max(1);
+        let item_bytes_max = config.item_bytes_max.min(config.log_bytes / 2);
+        let store = config.store_mode.then(|| StoreState {
+            arena: Arena::new(log.words(), item_bytes_max),
+            spare_free: (config.bucket_count..config.bucket_count + config.spare_buckets).rev().collect(),
+        });
         let shared = Shared {
             log,
             index,
@@ -131,8 +154,9 @@ impl Partition {
             tail: 0,
             next_cas_seq: 1,
             crew: config.access == Access::Crew,
-            eviction: config.eviction,
-            item_bytes_max: config.item_bytes_max.min(config.log_bytes / 2),
+            // Store mode never moves items: nothing is evicted for reads to protect.
+            eviction: if config.store_mode { Eviction::Fifo } else { config.eviction },
+            item_bytes_max,
             geometry,
             bucket_mask,
             scan_cursor: 0,
@@ -141,6 +165,28 @@ impl Partition {
             stats: PartitionStats::default(),
             scratch: Vec::new(),
             clock_secs: 0,
+            store,
+        }
+    }
+
+    /// Whether this partition is in store mode.
+    pub fn is_store_mode(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Store mode's memory statistics (walks the free lists: for `stats`, not the data path).
+    pub fn arena_stats(&self) -> Option<ArenaStats> {
+        self.store.as_ref().map(|store| store.arena.stats(self.shared.log.words()))
+    }
+
+    /// Store mode's spare buckets: (in use, in all).
+    pub fn spare_buckets(&self) -> (usize, usize) {
+        match &self.store {
+            Some(store) => {
+                let all = self.shared.index.spare_count();
+                (all - store.spare_free.len(), all)
+            }
+            None => (0, 0),
         }
     }
 
@@ -339,12 +385,19 @@ impl Partition {
     /// at the rate the offset width needs, as the tail advances).
     pub fn scan_buckets(&mut self, buckets: usize) {
         for _ in 0..buckets.min(self.bucket_mask + 1) {
-            self.scan_one_bucket();
+            if self.store.is_some() {
+                self.reclaim_step();
+            } else {
+                self.scan_one_bucket();
+            }
         }
     }
 
     /// Checks the structure's invariants (for tests and fuzzers); panics when one fails.
     pub fn check_invariants(&self) {
+        if let Some(store) = &self.store {
+            return self.check_store_invariants(store);
+        }
         assert!(self.tail - self.head <= self.geometry.log_bytes, "live window exceeds the log");
         assert_eq!(self.shared.head.load(Relaxed), self.head, "published head lags");
         let (mut items, mut bytes, mut at) = (0u64, 0u64, self.head);
@@ -376,27 +429,81 @@ impl Partition {
         }
     }
 
+    /// Store mode: the arena's own invariants, every allocated block referenced by exactly one
+    /// slot, every slot pointing at an allocated block, chains and spare counts consistent, and
+    /// the item counts right.
+    fn check_store_invariants(&self, store: &StoreState) {
+        let words = self.shared.log.words();
+        let walk = store.arena.check(words);
+        let allocated: std::collections::HashSet<u64> = walk.allocated.iter().copied().collect();
+        let mut referenced = std::collections::HashSet::new();
+        let mut chained = 0;
+        for bucket in 0..=self.bucket_mask {
+            assert_eq!(self.shared.index.bucket(bucket)[0].load(Relaxed) & 1, 0, "bucket left mid-change");
+            let mut at = bucket;
+            loop {
+                let slots = &self.shared.index.bucket(at)[1..];
+                for word in slots {
+                    let slot = Slot(word.load(Relaxed));
+                    if slot.is_empty() || slot.is_link() {
+                        continue;
+                    }
+                    assert!(allocated.contains(&slot.offset()), "slot points at no allocated block");
+                    assert!(referenced.insert(slot.offset()), "two slots point at one item");
+                    let header = self.shared.log.header(slot.offset());
+                    assert!(!header.word0.has(BIT_DEAD), "a slot points to a dead item");
+                    assert_eq!(slot.tag(), KeyHash::of(&self.key_of(slot.offset(), &header)).tag(), "tag");
+                }
+                let last = Slot(slots[SLOTS_PER_BUCKET - 1].load(Relaxed));
+                if !last.is_link() {
+                    break;
+                }
+                chained += 1;
+                at = last.offset() as usize;
+                assert!(at > self.bucket_mask, "a link to a main bucket");
+            }
+        }
+        assert_eq!(referenced.len(), allocated.len(), "allocated blocks no slot refers to (leaked)");
+        assert_eq!(chained + store.spare_free.len(), self.shared.index.spare_count(), "spare buckets lost");
+        assert_eq!(self.stats.items, allocated.len() as u64, "item count drifted");
+        assert_eq!(self.stats.bytes, walk.allocated_bytes, "byte count drifted");
+    }
+
+    fn key_of(&self, offset: u64, header: &Header) -> Vec<u8> {
+        let mut key = Vec::new();
+        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        key
+    }
+
     // ---- lookups ---------------------------------------------------------------------------
 
     #[inline(always)]
     fn find(&self, hash: KeyHash, key: &[u8]) -> Option<Found> {
         let bucket = hash.bucket(self.bucket_mask);
-        let words = self.shared.index.bucket(bucket);
         let tag = hash.tag();
-        for (slot_index, word) in words[1..].iter().enumerate() {
-            let slot = Slot(word.load(Relaxed));
-            if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.head) {
-                continue;
+        let mut slot_bucket = bucket;
+        loop {
+            let words = self.shared.index.bucket(slot_bucket);
+            for (slot_index, word) in words[1..].iter().enumerate() {
+                let slot = Slot(word.load(Relaxed));
+                if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.head) {
+                    continue;
+                }
+                let offset = slot.offset();
+                let header = self.shared.log.header(offset);
+                if header.word0.key_len() == key.len()
+                    && self.shared.log.bytes_equal(offset, header.key_start(), key)
+                {
+                    return Some(Found { bucket, slot_bucket, slot: slot_index, offset, header });
+                }
             }
-            let offset = slot.offset();
-            let header = self.shared.log.header(offset);
-            if header.word0.key_len() == key.len()
-                && self.shared.log.bytes_equal(offset, header.key_start(), key)
-            {
-                return Some(Found { bucket, slot: slot_index, offset, header });
+            // Only store mode chains buckets; a cache-mode slot is never a link.
+            let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+            if !last.is_link() {
+                return None;
             }
+            slot_bucket = last.offset() as usize;
         }
-        None
     }
 
     /// Finds a key that still answers; an expired or flushed one is removed on the way.
@@ -524,7 +631,7 @@ impl Partition {
         let version = self.begin_write(found.bucket);
         self.retire(found.offset, &header);
         let offset = self.append(key, value, new_header);
-        self.set_slot(found.bucket, found.slot, Slot::new(found_tag(self, found), offset));
+        self.set_slot(found.slot_bucket, found.slot, Slot::new(found_tag(self, found), offset));
         self.end_write(found.bucket, version);
         self.scratch = scratch;
     }
@@ -609,6 +716,9 @@ impl Partition {
         mut new_item: NewItem,
         existing: Option<Found>,
     ) -> Outcome {
+        if self.store.is_some() {
+            return self.put_store(hash, key, value, new_item, existing);
+        }
         let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let size = item::item_bytes(key.len(), value.len(), ext);
         if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
@@ -630,7 +740,7 @@ impl Partition {
             let version = self.begin_write(found.bucket);
             self.retire(found.offset, &found.header);
             let offset = self.append(key, value, new_item);
-            self.set_slot(found.bucket, found.slot, Slot::new(hash.tag(), offset));
+            self.set_slot(found.slot_bucket, found.slot, Slot::new(hash.tag(), offset));
             self.end_write(found.bucket, version);
             return Outcome::Stored { cas };
         }
@@ -640,6 +750,141 @@ impl Partition {
         self.link(bucket, Slot::new(hash.tag(), offset));
         self.end_write(bucket, version);
         Outcome::Stored { cas }
+    }
+
+    /// Store mode's [`Partition::put`]: in place when the new item fits the old one's block;
+    /// otherwise a new block is allocated first and the old one freed after, so a refused
+    /// write leaves the old version. Items always carry the flags/expiry word, so touch never
+    /// needs to move them. Out of arena space or spare buckets: [`Outcome::OutOfMemory`].
+    fn put_store(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        mut new_item: NewItem,
+        existing: Option<Found>,
+    ) -> Outcome {
+        let size = item::item_bytes(key.len(), value.len(), true);
+        if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
+            self.stats.too_large += 1;
+            return Outcome::TooLarge;
+        }
+        let store = self.store.as_mut().expect("store mode");
+        if let Some(found) = existing {
+            if size <= store.arena.item_capacity(self.shared.log.words(), found.offset) {
+                new_item.cas_seq = self.take_cas_seq();
+                self.stats.total_items += 1;
+                let version = self.begin_write(found.bucket);
+                self.write_item(found.offset, key, value, new_item, 0, true);
+                self.end_write(found.bucket, version);
+                return Outcome::Stored { cas: self.shared.cas_unique(new_item.cas_seq) };
+            }
+        }
+        let Some(offset) = store.arena.alloc(self.shared.log.words(), size) else {
+            self.stats.refused += 1;
+            return Outcome::OutOfMemory;
+        };
+        let block = store.arena.block_size(self.shared.log.words(), offset);
+        new_item.cas_seq = self.take_cas_seq();
+        let bucket = hash.bucket(self.bucket_mask);
+        let version = self.begin_write(bucket);
+        self.write_item(offset, key, value, new_item, 0, false);
+        let slot = Slot::new(hash.tag(), offset);
+        match existing {
+            Some(found) => {
+                self.set_slot(found.slot_bucket, found.slot, slot);
+                self.retire(found.offset, &found.header);
+            }
+            None => {
+                if !self.link_chained(bucket, slot) {
+                    let store = self.store.as_mut().expect("store mode");
+                    store.arena.free(self.shared.log.words(), offset);
+                    self.end_write(bucket, version);
+                    self.stats.refused += 1;
+                    return Outcome::OutOfMemory;
+                }
+            }
+        }
+        self.end_write(bucket, version);
+        self.stats.items += 1;
+        self.stats.bytes += block;
+        self.stats.total_items += 1;
+        self.reclaim_step();
+        Outcome::Stored { cas: self.shared.cas_unique(new_item.cas_seq) }
+    }
+
+    /// Store mode: puts a slot in the first empty slot of `bucket`'s chain, chaining a spare
+    /// bucket when the chain is full. `false` when no spare bucket is left.
+    fn link_chained(&mut self, bucket: usize, slot: Slot) -> bool {
+        let index = &self.shared.index;
+        let mut at = bucket;
+        loop {
+            let words = index.bucket(at);
+            for word in &words[1..] {
+                if word.load(Relaxed) == 0 {
+                    word.store(slot.0, Relaxed);
+                    return true;
+                }
+            }
+            let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+            if last.is_link() {
+                at = last.offset() as usize;
+                continue;
+            }
+            let Some(spare) = self.store.as_mut().and_then(|store| store.spare_free.pop()) else {
+                return false;
+            };
+            // The last slot's item moves to the spare bucket and the link takes its place.
+            let spare_words = index.bucket(spare);
+            spare_words[1].store(last.0, Relaxed);
+            spare_words[2].store(slot.0, Relaxed);
+            words[BUCKET_WORDS - 1].store(Slot::link(spare).0, Relaxed);
+            return true;
+        }
+    }
+
+    /// Store mode's housekeeping step, one bucket chain per write: expired and flushed items
+    /// are freed so their space is reused without anyone reading them.
+    fn reclaim_step(&mut self) {
+        let bucket = self.scan_cursor;
+        self.scan_cursor = (self.scan_cursor + 1) & self.bucket_mask;
+        self.reclaim_bucket(bucket);
+    }
+
+    fn reclaim_bucket(&mut self, bucket: usize) {
+        let now_secs = self.clock_secs;
+        loop {
+            let Some(found) = self.first_gone(bucket, now_secs) else { return };
+            let version = self.begin_write(bucket);
+            self.unlink(&found);
+            self.retire(found.offset, &found.header);
+            self.count_reclaimed(&found.header);
+            self.end_write(bucket, version);
+        }
+    }
+
+    /// The first item of `bucket`'s chain that no longer answers.
+    fn first_gone(&self, bucket: usize, now_secs: u32) -> Option<Found> {
+        let mut slot_bucket = bucket;
+        loop {
+            let words = self.shared.index.bucket(slot_bucket);
+            for (slot_index, word) in words[1..].iter().enumerate() {
+                let slot = Slot(word.load(Relaxed));
+                if slot.is_empty() || slot.is_link() {
+                    continue;
+                }
+                let header = self.shared.log.header(slot.offset());
+                if self.shared.is_gone(&header, now_secs) {
+                    let offset = slot.offset();
+                    return Some(Found { bucket, slot_bucket, slot: slot_index, offset, header });
+                }
+            }
+            let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+            if !last.is_link() {
+                return None;
+            }
+            slot_bucket = last.offset() as usize;
+        }
     }
 
     fn touch(&mut self, hash: KeyHash, key: &[u8], expiry: Expiry, now_secs: u32) -> Outcome {
@@ -688,7 +933,7 @@ impl Partition {
         let tag = found_tag(self, &found);
         self.retire(found.offset, &header);
         let offset = self.append(key, value, new_item);
-        self.set_slot(found.bucket, found.slot, Slot::new(tag, offset));
+        self.set_slot(found.slot_bucket, found.slot, Slot::new(tag, offset));
         self.end_write(found.bucket, version);
         self.scratch = scratch;
         let header = self.shared.log.header(offset);
@@ -855,8 +1100,36 @@ impl Partition {
         self.shared.index.bucket(bucket)[1 + slot].store(value.0, Relaxed);
     }
 
-    fn unlink(&self, found: &Found) {
-        self.set_slot(found.bucket, found.slot, Slot::EMPTY);
+    fn unlink(&mut self, found: &Found) {
+        self.set_slot(found.slot_bucket, found.slot, Slot::EMPTY);
+        if found.slot_bucket != found.bucket {
+            self.release_spare_if_empty(found.bucket, found.slot_bucket);
+        }
+    }
+
+    /// Store mode: takes an emptied spare bucket at the end of its chain out of the chain.
+    fn release_spare_if_empty(&mut self, bucket: usize, spare: usize) {
+        let index = &self.shared.index;
+        if index.bucket(spare)[1..].iter().any(|word| word.load(Relaxed) != 0) {
+            return;
+        }
+        let mut previous = bucket;
+        loop {
+            let link = &index.bucket(previous)[BUCKET_WORDS - 1];
+            let next = Slot(link.load(Relaxed));
+            if !next.is_link() {
+                debug_assert!(false, "spare bucket {spare} not in the chain of {bucket}");
+                return;
+            }
+            if next.offset() as usize == spare {
+                link.store(0, Relaxed);
+                break;
+            }
+            previous = next.offset() as usize;
+        }
+        if let Some(store) = self.store.as_mut() {
+            store.spare_free.push(spare);
+        }
     }
 
     /// Marks an item superseded and takes it out of the counts.
@@ -864,7 +1137,14 @@ impl Partition {
     fn retire(&mut self, offset: u64, header: &Header) {
         self.shared.log.set_word0(offset, header.word0.with_bit(BIT_DEAD));
         self.stats.items -= 1;
-        self.stats.bytes -= header.capacity() as u64;
+        match self.store.as_mut() {
+            None => self.stats.bytes -= header.capacity() as u64,
+            Some(store) => {
+                let words = self.shared.log.words();
+                self.stats.bytes -= store.arena.block_size(words, offset);
+                store.arena.free(words, offset);
+            }
+        }
     }
 
     fn count_reclaimed(&mut self, header: &Header) {
@@ -923,7 +1203,7 @@ impl Partition {
         slack_words: usize,
         key_in_place: bool,
     ) {
-        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
+        let ext = self.store.is_some() || new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
         let log = &self.shared.log;
         log.set_word0(offset, Word0::new(new_item.cas_seq, key.len(), bits));
@@ -1012,7 +1292,7 @@ impl Partition {
 
 /// The tag stored in a found item's slot.
 fn found_tag(partition: &Partition, found: &Found) -> u16 {
-    Slot(partition.shared.index.bucket(found.bucket)[1 + found.slot].load(Relaxed)).tag()
+    Slot(partition.shared.index.bucket(found.slot_bucket)[1 + found.slot].load(Relaxed)).tag()
 }
 
 /// Header fields of an item about to be written.

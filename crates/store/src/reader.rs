@@ -106,6 +106,42 @@ impl Reader {
     ) -> Option<(u64, Option<Hit>)> {
         let log = &self.shared.log;
         let geometry = log.geometry();
+        let index = &self.shared.index;
+        let mut words = bucket;
+        // Store mode's chains: a racing change can make a link point anywhere, so links are
+        // bounded (the version check then sends the reader round again).
+        let mut hops = 0;
+        loop {
+            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now_secs, out) {
+                return Some(found);
+            }
+            let last = Slot(words[crate::index::BUCKET_WORDS - 1].load(Relaxed));
+            let next = last.offset() as usize;
+            hops += 1;
+            if !last.is_link()
+                || next < index.bucket_count()
+                || next >= index.bucket_count() + index.spare_count()
+                || hops > index.spare_count()
+            {
+                return None;
+            }
+            words = index.bucket(next);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn scan_bucket(
+        &self,
+        bucket: &[crate::sync::AtomicU64],
+        tag: u16,
+        key: &[u8],
+        head: u64,
+        geometry: crate::log::LogGeometry,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Option<(u64, Option<Hit>)> {
+        let log = &self.shared.log;
         for word in &bucket[1..] {
             let slot = Slot(word.load(Relaxed));
             if slot.tag() != tag || !geometry.is_live(slot.offset(), head) {

@@ -57,6 +57,8 @@ pub struct PartitionStats {
     pub bytes: u64,
     /// Items moved to the tail by LRU / approximate LRU.
     pub reappends: u64,
+    /// Store mode: writes refused for lack of arena space or spare buckets.
+    pub refused: u64,
 }
 
 impl PartitionStats {
@@ -90,6 +92,7 @@ impl PartitionStats {
             items,
             bytes,
             reappends,
+            refused,
         } = *other;
         self.gets += gets;
         self.get_hits += get_hits;
@@ -118,5 +121,6 @@ impl PartitionStats {
         self.items += items;
         self.bytes += bytes;
         self.reappends += reappends;
+        self.refused += refused;
     }
 }
