@@ -205,7 +205,10 @@ impl Arena {
             let mut previous = NIL;
             let mut block = head;
             while block != NIL {
-                assert!(free_seen.remove(&block), "listed block {block} is not a free block (or listed twice)");
+                assert!(
+                    free_seen.remove(&block),
+                    "listed block {block} is not a free block (or listed twice)"
+                );
                 let size = tag_size(load(words, block));
                 assert_eq!(self.class_of(size), class, "block {block} of {size} bytes in class {class}");
                 assert_eq!(load(words, block + 16), previous, "prev link broken at {block}");
