@@ -24,6 +24,8 @@ pub const ERROR: &[u8] = b"ERROR\r\n";
 pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 /// The reply to a store that finds no memory (store mode).
 pub const OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+/// memcached's reply when incr/decr cannot allocate the longer number (store mode, full).
+pub const ARITH_OUT_OF_MEMORY: &[u8] = b"SERVER_ERROR out of memory\r\n";
 /// incr/decr on a value that is not a number.
 pub const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
 /// A key longer than allowed, or otherwise malformed.

@@ -123,6 +123,11 @@ impl Config {
         self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
     }
 
+    /// Whether store mode is on (--mode store or -M).
+    pub fn store_mode(&self) -> bool {
+        self.mode == Mode::Store || self.no_evictions
+    }
+
     /// Partition count.
     pub fn partition_count(&self) -> usize {
         self.partitions.unwrap_or(4 * self.workers().next_power_of_two())
@@ -142,9 +147,6 @@ impl Config {
         }
         if self.udp_port != 0 {
             return Err("-U: UDP is not served yet; use TCP (-U 0)".into());
-        }
-        if self.mode == Mode::Store || self.no_evictions {
-            return Err("--mode store (-M) is not available yet; use --mode cache".into());
         }
         if self.access == AccessArg::Crcw {
             return Err("--access crcw is not served yet; use crew or erew".into());

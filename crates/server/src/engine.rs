@@ -285,6 +285,7 @@ impl Engine {
                             out.extend_from_slice(b"\r\n");
                         }
                         Outcome::NonNumeric => out.extend_from_slice(reply::NON_NUMERIC),
+                        Outcome::OutOfMemory => out.extend_from_slice(reply::ARITH_OUT_OF_MEMORY),
                         _ => out.extend_from_slice(reply::NOT_FOUND),
                     }
                 }
@@ -416,6 +417,13 @@ impl Engine {
                 }
                 reply::TOO_LARGE
             }
+            Outcome::OutOfMemory => {
+                // memcached -M drops the old value of a set it could not store.
+                if mode == qs_store::StoreMode::Set {
+                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                }
+                reply::OUT_OF_MEMORY
+            }
             _ => reply::BAD_FORMAT,
         }
     }
@@ -544,6 +552,12 @@ impl Engine {
                 out.extend_from_slice(reply::TOO_LARGE);
                 return;
             }
+            Outcome::OutOfMemory => {
+                // As memcached -M: the old value does not outlive a refused ms.
+                self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                out.extend_from_slice(reply::OUT_OF_MEMORY);
+                return;
+            }
             _ => {
                 out.extend_from_slice(reply::BAD_FORMAT);
                 return;
@@ -605,6 +619,10 @@ impl Engine {
             Outcome::Counter { value, cas } => (value, cas),
             Outcome::NonNumeric => {
                 out.extend_from_slice(reply::NON_NUMERIC);
+                return;
+            }
+            Outcome::OutOfMemory => {
+                out.extend_from_slice(reply::ARITH_OUT_OF_MEMORY);
                 return;
             }
             other => {
@@ -677,7 +695,8 @@ impl Engine {
     pub fn publish(&self) {
         for (index, partition) in self.partitions.iter().enumerate() {
             if let Some(partition) = partition {
-                *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) = *partition.stats();
+                *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) =
+                    partition.stats_snapshot();
             }
         }
         let mut published =

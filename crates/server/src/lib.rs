@@ -32,12 +32,21 @@ const EXPECTED_ITEM_BYTES: usize = 128;
 /// that fits, and an index sized for items of `EXPECTED_ITEM_BYTES` (128).
 pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_store::Config {
     let budget_bytes = ((config.memory_mib << 20) / partitions as u64) as usize;
-    let log_bytes = 1usize << (usize::BITS - 1 - budget_bytes.leading_zeros());
-    let slots = log_bytes / EXPECTED_ITEM_BYTES;
-    let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
-        .max(1)
-        .next_power_of_two();
-    let mut partition = qs_store::Config::new(log_bytes, buckets);
+    let mut partition = if config.store_mode() {
+        // Store mode: the whole share is arena (segregated fits need no power of two), and
+        // the index must hold every item, so it is sized for items of half the expected size
+        // (plus 10% spare buckets for chains).
+        let slots = budget_bytes / (EXPECTED_ITEM_BYTES / 2);
+        let buckets = slots.div_ceil(15).max(1).next_power_of_two();
+        qs_store::Config::store(budget_bytes, buckets)
+    } else {
+        let log_bytes = 1usize << (usize::BITS - 1 - budget_bytes.leading_zeros());
+        let slots = log_bytes / EXPECTED_ITEM_BYTES;
+        let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
+            .max(1)
+            .next_power_of_two();
+        qs_store::Config::new(log_bytes, buckets)
+    };
     partition.item_bytes_max = config.item_bytes_max;
     partition.access = match config.access {
         AccessArg::Erew => Access::Erew,

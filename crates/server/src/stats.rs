@@ -83,7 +83,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "touch_hits", p.touch_hits);
     stat(out, "touch_misses", p.touch_misses);
     stat(out, "store_too_large", p.too_large);
-    stat(out, "store_no_memory", 0);
+    stat(out, "store_no_memory", p.refused);
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
     stat(out, "limit_maxbytes", shared.log_bytes * shared.partitions.len());
@@ -101,6 +101,23 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "index_evictions", p.index_evictions);
     stat(out, "requests_forwarded", c.forwarded);
     stat(out, "remote_reads", remote_gets);
+    if shared.config.store_mode() {
+        // Store mode's memory: the arenas of all partitions.
+        let used = p.arena_bytes - p.arena_free_bytes;
+        let fragmentation = if p.arena_free_bytes == 0 {
+            0.0
+        } else {
+            1.0 - p.arena_largest_free as f64 / p.arena_free_bytes as f64
+        };
+        stat(out, "store_arena_bytes", p.arena_bytes);
+        stat(out, "store_arena_used_bytes", used);
+        stat(out, "store_arena_free_bytes", p.arena_free_bytes);
+        stat(out, "store_largest_free_block", p.arena_largest_free);
+        stat(out, "store_fragmentation", format!("{fragmentation:.4}"));
+        stat(out, "store_spare_buckets_used", p.spare_buckets_used);
+        stat(out, "store_spare_buckets", p.spare_buckets);
+        stat(out, "store_refused_writes", p.refused);
+    }
 }
 
 fn settings(shared: &Shared, out: &mut Vec<u8>) {
@@ -111,7 +128,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "udpport", config.udp_port);
     stat(out, "interface", config.listen);
     stat(out, "verbosity", config.verbose);
-    stat(out, "evictions", "on");
+    stat(out, "evictions", if config.store_mode() { "off" } else { "on" });
+    stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
     stat(out, "num_threads", shared.workers);
     stat(out, "cas_enabled", "yes");
     stat(out, "item_size_max", config.item_bytes_max);

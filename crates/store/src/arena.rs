@@ -230,6 +230,23 @@ impl Arena {
         walk
     }
 
+    /// The largest free block, cheaply: the highest class with a free block (exact sizes),
+    /// walking only the open-ended last class's list.
+    pub fn largest_free(&self, words: &[AtomicU64]) -> u64 {
+        let Some(summary_word) = self.summary.iter().rposition(|&word| word != 0) else { return 0 };
+        let word = summary_word * 64 + 63 - self.summary[summary_word].leading_zeros() as usize;
+        let class = word * 64 + 63 - self.bitmap[word].leading_zeros() as usize;
+        if class < self.heads.len() - 1 {
+            return class as u64 * 8;
+        }
+        let (mut block, mut largest) = (self.heads[class], 0);
+        while block != NIL {
+            largest = largest.max(tag_size(load(words, block)));
+            block = load(words, block + 8);
+        }
+        largest
+    }
+
     /// Statistics (walks the free lists; for `stats`, not the data path).
     pub fn stats(&self, words: &[AtomicU64]) -> ArenaStats {
         let mut free_by_class = Vec::new();
@@ -383,6 +400,7 @@ mod tests {
         }
         let walk = arena.check(&words);
         assert_eq!((walk.free_blocks, walk.free_bytes), (1, 4080));
+        assert_eq!(arena.largest_free(&words), 4080);
     }
 
     #[test]
@@ -461,6 +479,7 @@ mod tests {
                     }
                 }
                 let walk = arena.check(&words);
+                prop_assert_eq!(arena.largest_free(&words), walk.largest_free);
                 prop_assert_eq!(walk.allocated.len(), live.len());
                 prop_assert_eq!(walk.allocated_bytes + walk.free_bytes, arena.capacity());
             }

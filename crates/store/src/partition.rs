@@ -169,6 +169,20 @@ impl Partition {
         }
     }
 
+    /// Counters with store mode's memory figures filled in (cheap: for publishing each turn).
+    pub fn stats_snapshot(&self) -> PartitionStats {
+        let mut stats = self.stats;
+        if let Some(store) = &self.store {
+            stats.arena_bytes = store.arena.capacity();
+            stats.arena_free_bytes = store.arena.free_bytes();
+            stats.arena_largest_free = store.arena.largest_free(self.shared.log.words());
+            let (used, all) = self.spare_buckets();
+            stats.spare_buckets_used = used as u64;
+            stats.spare_buckets = all as u64;
+        }
+        stats
+    }
+
     /// Whether this partition is in store mode.
     pub fn is_store_mode(&self) -> bool {
         self.store.is_some()
@@ -208,7 +222,10 @@ impl Partition {
 
     /// Bytes of log memory.
     pub fn log_bytes(&self) -> usize {
-        self.geometry.log_bytes as usize
+        match self.store {
+            Some(_) => self.shared.log.words().len() * 8,
+            None => self.geometry.log_bytes as usize,
+        }
     }
 
     /// Bytes of index memory.

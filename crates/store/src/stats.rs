@@ -59,6 +59,16 @@ pub struct PartitionStats {
     pub reappends: u64,
     /// Store mode: writes refused for lack of arena space or spare buckets.
     pub refused: u64,
+    /// Store mode: arena bytes (filled in by [`crate::Partition::stats_snapshot`]).
+    pub arena_bytes: u64,
+    /// Store mode: arena bytes in free blocks.
+    pub arena_free_bytes: u64,
+    /// Store mode: the largest free block (a total takes the largest of its parts).
+    pub arena_largest_free: u64,
+    /// Store mode: spare buckets chained into the index.
+    pub spare_buckets_used: u64,
+    /// Store mode: spare buckets in all.
+    pub spare_buckets: u64,
 }
 
 impl PartitionStats {
@@ -93,6 +103,11 @@ impl PartitionStats {
             bytes,
             reappends,
             refused,
+            arena_bytes,
+            arena_free_bytes,
+            arena_largest_free,
+            spare_buckets_used,
+            spare_buckets,
         } = *other;
         self.gets += gets;
         self.get_hits += get_hits;
@@ -122,5 +137,10 @@ impl PartitionStats {
         self.bytes += bytes;
         self.reappends += reappends;
         self.refused += refused;
+        self.arena_bytes += arena_bytes;
+        self.arena_free_bytes += arena_free_bytes;
+        self.arena_largest_free = self.arena_largest_free.max(arena_largest_free);
+        self.spare_buckets_used += spare_buckets_used;
+        self.spare_buckets += spare_buckets;
     }
 }
