@@ -64,6 +64,9 @@ pub struct EngineArgs {
     /// Access mode of the partition (CREW brackets writes with bucket versions).
     #[arg(long, value_enum, default_value = "crew")]
     pub access: AccessArg,
+    /// Cache mode (circular log, lossy index) or store mode (arena, lossless chained index).
+    #[arg(long, value_enum, default_value = "cache")]
+    pub mode: ModeArg,
     /// Huge pages for the log and index.
     #[arg(long, value_enum, default_value = "auto")]
     pub huge_pages: HugePagesArg,
@@ -86,6 +89,16 @@ pub enum AccessArg {
     Crcw,
 }
 
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeArg {
+    /// Circular log and lossy index: evicts the oldest items.
+    Cache,
+    /// Segregated-fits arena and bulk-chained index: never evicts.
+    Store,
+}
+
 /// `--huge-pages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HugePagesArg {
@@ -99,6 +112,7 @@ pub enum HugePagesArg {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct EngineReport {
     pub store: Store,
+    pub mode: ModeArg,
     pub dataset: Dataset,
     pub dist: Distribution,
     pub theta: f64,
@@ -162,15 +176,23 @@ impl Target {
 
 fn partition_for(args: &EngineArgs) -> Target {
     let (key_len, value_len) = args.dataset.sizes();
-    let item_bytes = qs_store::item::item_bytes(key_len, value_len, false);
+    let store_mode = args.mode == ModeArg::Store;
+    let item_bytes = qs_store::item::item_bytes(key_len, value_len, store_mode);
     let data_bytes = args.keys as usize * item_bytes;
+    // Store mode: the arena holds every item once in its tagged block (overwrites of the same
+    // size stay in place), with an eighth spare.
+    let block_bytes = (item_bytes + qs_store::arena::TAG_OVERHEAD).max(qs_store::arena::BLOCK_BYTES_MIN);
+    let arena_bytes = (args.keys as usize * block_bytes * 9 / 8).max(1 << 16);
     // Twice the data, so that approximate-LRU re-appends (which leave dead copies behind) never
     // push live keys out during a run: misses then come only from the lossy index.
     let log_bytes = (data_bytes * 2).next_power_of_two().max(1 << 16);
     let slots_wanted = args.keys as f64 / qs_store::config::INDEX_LOAD_DEFAULT;
     let buckets = ((slots_wanted / SLOTS_PER_BUCKET as f64).ceil() as usize).next_power_of_two();
-    let mut config = Config::new(log_bytes, buckets);
-    config.eviction = Eviction::ApproxLru;
+    let mut config =
+        if store_mode { Config::store(arena_bytes, buckets) } else { Config::new(log_bytes, buckets) };
+    if !store_mode {
+        config.eviction = Eviction::ApproxLru;
+    }
     config.access = if args.access == AccessArg::Erew { Access::Erew } else { Access::Crew };
     config.huge_pages = if args.huge_pages == HugePagesArg::Off { HugePages::Off } else { HugePages::Auto };
     match args.access {
@@ -200,7 +222,14 @@ fn run_qs(args: &EngineArgs) -> EngineReport {
     let (stats, (log_pages, index_pages), index_bytes, slot_count) = partition.inspect(|partition| {
         (*partition.stats(), partition.page_kinds(), partition.index_bytes(), partition.slot_count())
     });
-    let item_bytes = qs_store::item::item_bytes(key_len, value_len, false) as f64;
+    let store_mode = args.mode == ModeArg::Store;
+    let item_bytes = qs_store::item::item_bytes(key_len, value_len, store_mode);
+    // Store mode: an item costs its whole tagged block.
+    let item_bytes = if store_mode {
+        (item_bytes + qs_store::arena::TAG_OVERHEAD).max(qs_store::arena::BLOCK_BYTES_MIN)
+    } else {
+        item_bytes
+    } as f64;
     let index_share = BUCKET_BYTES as f64 / SLOTS_PER_BUCKET as f64 / qs_store::config::INDEX_LOAD_DEFAULT;
     let overhead = item_bytes - (key_len + value_len) as f64 + index_share;
     report(args, tally, secs, load_secs, |report| {
@@ -411,6 +440,7 @@ fn report(
     let lookups = (tally.hits + tally.misses).max(1);
     let mut report = EngineReport {
         store: args.store,
+        mode: args.mode,
         dataset: args.dataset,
         dist: args.distribution,
         theta: args.theta,
@@ -486,6 +516,26 @@ mod tests {
             let report = run(&args(&["--access", access, "--get-ratio", "0.5"]));
             assert_eq!(report.wrong_values, 0, "{access}");
             assert!(report.hit_ratio > 0.99 && report.index_load > 0.0, "{access}");
+        }
+    }
+
+    #[test]
+    fn store_mode_runs_every_dataset_and_access_and_loses_nothing() {
+        for dataset in ["tiny", "small", "large", "xlarge"] {
+            for access in ["erew", "crew", "crcw"] {
+                let report = run(&args(&[
+                    "--mode",
+                    "store",
+                    "--dataset",
+                    dataset,
+                    "--access",
+                    access,
+                    "--get-ratio",
+                    "0.5",
+                ]));
+                assert_eq!(report.wrong_values, 0, "{dataset} {access}");
+                assert_eq!(report.hit_ratio, 1.0, "{dataset} {access}: store mode never loses a key");
+            }
         }
     }
 

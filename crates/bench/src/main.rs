@@ -110,8 +110,9 @@ fn main() {
 
 fn print_table(report: &EngineReport) {
     println!(
-        "store={:?} dataset={:?} dist={:?} get_ratio={} keys={} batch={} prefetch={:?}",
+        "store={:?} mode={:?} dataset={:?} dist={:?} get_ratio={} keys={} batch={} prefetch={:?}",
         report.store,
+        report.mode,
         report.dataset,
         report.dist,
         report.get_ratio,

@@ -95,6 +95,7 @@ impl Server {
             owner: owner.clone(),
             readers,
             partitions: (0..partition_count).map(|_| Mutex::default()).collect(),
+            free_groups: partitions.iter().filter_map(Partition::free_groups).collect(),
             workers_published: (0..workers)
                 .map(|_| {
                     Mutex::new(WorkerFigures {

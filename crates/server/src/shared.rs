@@ -83,6 +83,8 @@ pub struct Shared {
     pub readers: Vec<Reader>,
     /// Published per-partition counters (by the owner).
     pub partitions: Vec<Mutex<PartitionStats>>,
+    /// Store mode: each partition's free space by size (empty in cache mode).
+    pub free_groups: Vec<std::sync::Arc<qs_store::arena::FreeGroups>>,
     /// Published per-worker figures.
     pub workers_published: Vec<Mutex<WorkerFigures>>,
     /// Open client connections.

@@ -35,6 +35,7 @@ pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
         b"" => general(shared, out),
         b"settings" => settings(shared, out),
         b"partitions" => partitions(shared, out),
+        b"arena" => arena(shared, out),
         b"items" | b"slabs" | b"sizes" | b"conns" | b"extstore" => {}
         _ => {
             out.extend_from_slice(b"ERROR\r\n");
@@ -141,6 +142,24 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "log_pages", format_args!("{:?}", shared.page_kinds.0).to_string().to_lowercase());
     stat(out, "index_pages", format_args!("{:?}", shared.page_kinds.1).to_string().to_lowercase());
     stat(out, "worker_port_base", config.worker_port_base);
+}
+
+/// Store mode's free space by block size, summed over partitions: for each group of size
+/// classes that has free blocks (four groups per power of two; 8-byte classes below 64 bytes),
+/// `STAT <smallest block bytes>:free_bytes` and `:free_blocks`. Empty in cache mode.
+fn arena(shared: &Shared, out: &mut Vec<u8>) {
+    let mut groups = std::collections::BTreeMap::<u64, (u64, u64)>::new();
+    for partition in &shared.free_groups {
+        for (floor, bytes, blocks) in partition.snapshot() {
+            let group = groups.entry(floor).or_default();
+            group.0 += bytes;
+            group.1 += blocks;
+        }
+    }
+    for (floor, (bytes, blocks)) in groups {
+        stat(out, &format!("{floor}:free_bytes"), bytes);
+        stat(out, &format!("{floor}:free_blocks"), blocks);
+    }
 }
 
 fn partitions(shared: &Shared, out: &mut Vec<u8>) {

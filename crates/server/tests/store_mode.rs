@@ -95,6 +95,16 @@ fn store_mode_refuses_like_memcached_and_loses_nothing() {
     for n in &gone {
         assert_eq!(client.call(format!("delete k{n}\r\n").as_bytes()), b"DELETED\r\n");
     }
+    // `stats arena` shows the freed space by block size, and it sums to the free total.
+    let arena = stats(&mut client, "arena");
+    let free: u64 = arena
+        .iter()
+        .filter(|(k, _)| k.ends_with(":free_bytes"))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum();
+    let groups = arena.iter().filter(|(k, _)| k.ends_with(":free_blocks")).count();
+    assert!(groups > 1, "freed blocks of many sizes, but {groups} groups: {arena:?}");
+    assert_eq!(free, stat(&mut client, "store_arena_free_bytes"), "{arena:?}");
     let (refilled, _) = fill(&mut client, "r");
     assert!(refilled.len() > stored.len() / 4, "only {} new items after freeing half", refilled.len());
     for n in kept {

@@ -63,6 +63,60 @@ pub struct ArenaStats {
     pub fragmentation: f64,
 }
 
+/// Groups of size classes for statistics: four per power of two from [`BLOCK_BYTES_MIN`] up
+/// (sizes below 64 bytes are then exact 8-byte classes), up to 2^40 bytes.
+pub const FREE_GROUPS: usize = 4 * (40 - 5);
+
+/// The statistics group of a free block of `size` bytes.
+#[inline(always)]
+pub fn free_group(size: u64) -> usize {
+    let lg = 63 - size.max(BLOCK_BYTES_MIN as u64).leading_zeros() as usize;
+    let group = (lg - 5) * 4 + (size >> (lg - 2) & 3) as usize;
+    group.min(FREE_GROUPS - 1)
+}
+
+/// The smallest block size in statistics group `group`.
+pub fn free_group_floor(group: usize) -> u64 {
+    (4 + group as u64 % 4) << (group / 4 + 3)
+}
+
+/// Free bytes and blocks per statistics group, written by the arena's owner as its lists change
+/// and readable from any thread (for `stats`) without a walk or a per-turn copy. Plain std
+/// atomics: figures, not part of any read protocol; a reader may see a group mid-update.
+pub struct FreeGroups {
+    groups: Box<[[std::sync::atomic::AtomicU64; 2]]>,
+}
+
+impl FreeGroups {
+    fn new() -> FreeGroups {
+        FreeGroups { groups: (0..FREE_GROUPS).map(|_| Default::default()).collect() }
+    }
+
+    /// Only the owner calls this (a load and a store, no read-modify-write).
+    #[inline(always)]
+    fn change(&self, size: u64, blocks_up: bool) {
+        let [bytes, blocks] = &self.groups[free_group(size)];
+        let (bytes_now, blocks_now) = (bytes.load(Relaxed), blocks.load(Relaxed));
+        if blocks_up {
+            bytes.store(bytes_now + size, Relaxed);
+            blocks.store(blocks_now + 1, Relaxed);
+        } else {
+            bytes.store(bytes_now - size, Relaxed);
+            blocks.store(blocks_now - 1, Relaxed);
+        }
+    }
+
+    /// (smallest block size of the group, free bytes, free blocks) for each group that has
+    /// free blocks, smallest first.
+    pub fn snapshot(&self) -> Vec<(u64, u64, u64)> {
+        let groups = self.groups.iter().enumerate();
+        let figures = groups.map(|(group, [bytes, blocks])| {
+            (free_group_floor(group), bytes.load(Relaxed), blocks.load(Relaxed))
+        });
+        figures.filter(|figure| figure.2 > 0).collect()
+    }
+}
+
 /// Free lists and their bitmap. The blocks themselves live in the arena memory.
 pub struct Arena {
     /// Bytes of arena memory.
@@ -74,6 +128,8 @@ pub struct Arena {
     /// Bit `w` set when `bitmap[w]` is not zero.
     summary: Vec<u64>,
     free_bytes: u64,
+    /// Free bytes and blocks per statistics group, kept as the lists change.
+    groups: std::sync::Arc<FreeGroups>,
 }
 
 /// Block bytes for an item of `item_bytes`.
@@ -96,6 +152,7 @@ impl Arena {
             bitmap: vec![0; bitmap_words],
             summary: vec![0; bitmap_words.div_ceil(64)],
             free_bytes: 0,
+            groups: std::sync::Arc::new(FreeGroups::new()),
         };
         words[0].store(ALLOCATED, Relaxed);
         words[words.len() - 1].store(ALLOCATED, Relaxed);
@@ -111,6 +168,11 @@ impl Arena {
     /// Bytes in free blocks.
     pub fn free_bytes(&self) -> u64 {
         self.free_bytes
+    }
+
+    /// Free space by size, readable from other threads (see [`FreeGroups`]).
+    pub fn free_groups(&self) -> std::sync::Arc<FreeGroups> {
+        self.groups.clone()
     }
 
     /// Allocates a block for an item of `item_bytes`; returns the item's offset (8 past the
@@ -226,6 +288,20 @@ impl Arena {
             }
         }
         assert!(free_seen.is_empty(), "free blocks missing from the lists: {free_seen:?}");
+        let mut groups = std::collections::BTreeMap::new();
+        for &head in &self.heads {
+            let mut block = head;
+            while block != NIL {
+                let size = tag_size(load(words, block));
+                let group: &mut (u64, u64) = groups.entry(free_group_floor(free_group(size))).or_default();
+                group.0 += size;
+                group.1 += 1;
+                block = load(words, block + 8);
+            }
+        }
+        let groups: Vec<_> =
+            groups.into_iter().map(|(floor, (bytes, blocks))| (floor, bytes, blocks)).collect();
+        assert_eq!(groups, self.groups.snapshot(), "per-group free counts drifted");
         assert_eq!(listed, walk.free_blocks);
         walk
     }
@@ -320,6 +396,7 @@ impl Arena {
         self.bitmap[class / 64] |= 1 << (class % 64);
         self.summary[class / 4096] |= 1 << (class / 64 % 64);
         self.free_bytes += size;
+        self.groups.change(size, true);
     }
 
     fn remove_free(&mut self, words: &[AtomicU64], block: u64, size: u64) {
@@ -341,6 +418,7 @@ impl Arena {
             }
         }
         self.free_bytes -= size;
+        self.groups.change(size, false);
     }
 }
 
@@ -370,6 +448,24 @@ fn set_tags(words: &[AtomicU64], block: u64, size: u64, allocated: bool) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn free_groups_cover_sizes_in_order_and_small_ones_exactly() {
+        let mut previous = 0;
+        for group in 0..FREE_GROUPS {
+            let floor = free_group_floor(group);
+            assert!(floor > previous, "group {group}");
+            assert_eq!(free_group(floor), group);
+            if group > 0 {
+                assert_eq!(free_group(floor - 8), group - 1, "the size below a floor is in the group before");
+            }
+            previous = floor;
+        }
+        for size in (32..64).step_by(8) {
+            assert_eq!(free_group_floor(free_group(size)), size);
+        }
+        assert_eq!(free_group(!7), FREE_GROUPS - 1);
+    }
 
     fn memory(bytes: usize) -> Vec<AtomicU64> {
         (0..bytes / 8).map(|_| AtomicU64::new(0)).collect()

@@ -193,6 +193,11 @@ impl Partition {
         self.store.as_ref().map(|store| store.arena.stats(self.shared.log.words()))
     }
 
+    /// Store mode's free space by size, readable from any thread (`None` in cache mode).
+    pub fn free_groups(&self) -> Option<std::sync::Arc<crate::arena::FreeGroups>> {
+        self.store.as_ref().map(|store| store.arena.free_groups())
+    }
+
     /// Store mode's spare buckets: (in use, in all).
     pub fn spare_buckets(&self) -> (usize, usize) {
         match &self.store {
