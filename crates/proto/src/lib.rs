@@ -17,6 +17,7 @@ pub mod number;
 pub mod response;
 pub mod text;
 pub mod tokens;
+pub mod udp;
 
 pub use meta::{Meta, MetaCommand};
 pub use text::{GetKind, Request, StoreMode};

@@ -13,7 +13,8 @@ pub struct Config {
     /// Interface to listen on.
     #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
     pub listen: IpAddr,
-    /// UDP port (0 = off; UDP is not served yet, so only 0 is accepted).
+    /// UDP port for memcached's UDP protocol (0 = off, the default: UDP replies can be used for
+    /// amplification, so turn it on only where clients are trusted).
     #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
     pub udp_port: u16,
     /// Item memory in megabytes (the logs; the index and buffers come on top, see README).
@@ -144,9 +145,6 @@ impl Config {
             return Err(format!(
                 "--partitions {partitions}: must be a power of two, at least the worker count ({workers}), at most 4096"
             ));
-        }
-        if self.udp_port != 0 {
-            return Err("-U: UDP is not served yet; use TCP (-U 0)".into());
         }
         if self.access == AccessArg::Crcw {
             return Err("--access crcw is not served yet; use crew or erew".into());

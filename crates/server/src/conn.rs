@@ -93,6 +93,8 @@ pub enum Segment {
     },
     /// Bytes ready to send.
     Ready(Vec<u8>),
+    /// The end of one command's reply (UDP connections only): see [`Output::mark`].
+    Mark(Option<Box<[u8]>>),
 }
 
 /// Output side.
@@ -107,6 +109,9 @@ pub struct Output {
     pub pending: Vec<u32>,
     /// Forwarded requests waiting in all.
     pub pending_total: u32,
+    /// UDP: where each command's reply ends in `out`, and the get's last key for a get (the
+    /// reply is then split at its VALUE blocks, as memcached does).
+    pub marks: Vec<(usize, Option<Box<[u8]>>)>,
     next_id: u64,
 }
 
@@ -119,6 +124,7 @@ impl Output {
             segments: VecDeque::new(),
             pending: vec![0; workers],
             pending_total: 0,
+            marks: Vec::new(),
             next_id: 0,
         }
     }
@@ -134,6 +140,15 @@ impl Output {
         match self.segments.back_mut() {
             Some(Segment::Ready(bytes)) => bytes,
             _ => unreachable!("a ready segment was just pushed"),
+        }
+    }
+
+    /// Ends one command's reply (UDP replies go out as one message per command's reply).
+    pub fn mark(&mut self, last_key: Option<Box<[u8]>>) {
+        if self.segments.is_empty() {
+            self.marks.push((self.out.len(), last_key));
+        } else {
+            self.segments.push_back(Segment::Mark(last_key));
         }
     }
 
@@ -161,9 +176,11 @@ impl Output {
         self.pending[owner] -= 1;
         self.pending_total -= 1;
         self.segments[position] = Segment::Ready(bytes.to_vec());
-        while let Some(Segment::Ready(_)) = self.segments.front() {
-            if let Some(Segment::Ready(bytes)) = self.segments.pop_front() {
-                self.out.extend_from_slice(&bytes);
+        while matches!(self.segments.front(), Some(Segment::Ready(_) | Segment::Mark(_))) {
+            match self.segments.pop_front() {
+                Some(Segment::Ready(bytes)) => self.out.extend_from_slice(&bytes),
+                Some(Segment::Mark(last_key)) => self.marks.push((self.out.len(), last_key)),
+                _ => unreachable!("the front was ready or a mark"),
             }
         }
         true
@@ -176,7 +193,7 @@ impl Output {
             .iter()
             .map(|segment| match segment {
                 Segment::Ready(bytes) => bytes.len(),
-                Segment::Waiting { .. } => 0,
+                Segment::Waiting { .. } | Segment::Mark(_) => 0,
             })
             .sum();
         self.out.len() - self.sent + segments
@@ -200,10 +217,24 @@ impl Output {
     }
 }
 
+/// Where a connection's requests come from.
+pub enum Transport {
+    /// A TCP connection.
+    Tcp(mio::net::TcpStream),
+    /// One UDP datagram's requests: answered to `peer` through the worker's UDP socket, then
+    /// the connection ends.
+    Udp {
+        /// The client's address.
+        peer: std::net::SocketAddr,
+        /// The frame header's request id, echoed in every reply datagram.
+        request_id: u16,
+    },
+}
+
 /// A connection.
 pub struct Conn {
     /// The socket.
-    pub stream: mio::net::TcpStream,
+    pub transport: Transport,
     /// Distinguishes this connection from earlier ones in the same slot.
     pub generation: u32,
     /// Input.
@@ -245,6 +276,21 @@ mod tests {
         assert_eq!(output.unsent(), b"abcde");
         assert_eq!(output.pending_total, 0);
         assert!(!output.fill(first, b"x"));
+    }
+
+    #[test]
+    fn marks_land_where_each_reply_ends_once_replies_are_in_order() {
+        let mut output = Output::new(2);
+        output.reply_buf().extend_from_slice(b"aa");
+        output.mark(None);
+        let waiting = output.wait_for(1);
+        output.mark(Some(b"k".as_slice().into()));
+        output.reply_buf().extend_from_slice(b"c");
+        output.mark(None);
+        assert_eq!(output.marks, vec![(2, None)]);
+        assert!(output.fill(waiting, b"bbb"));
+        assert_eq!(output.unsent(), b"aabbbc");
+        assert_eq!(output.marks, vec![(2, None), (5, Some(b"k".as_slice().into())), (6, None)]);
     }
 
     #[test]

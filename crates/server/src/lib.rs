@@ -137,13 +137,21 @@ impl Server {
                         .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
                 );
             }
+            let udp = match config.udp_port {
+                0 => None,
+                port => Some(
+                    sys::udp_socket(SocketAddr::new(config.listen, port), true)
+                        .map_err(|e| format!("failed to listen on UDP port {port}: {e}"))?,
+                ),
+            };
             let poll = mio::Poll::new().map_err(|e| e.to_string())?;
             let waker = mio::Waker::new(poll.registry(), mio::Token(0)).map_err(|e| e.to_string())?;
             let _ = shared.wakers[index].set(waker);
             let engine = engine::Engine::new(index, partitions, shared.clone());
             let worker_rings = rings.pop().expect("one ring set per worker");
-            let worker = worker::Worker::new(index, shared.clone(), poll, listeners, engine, worker_rings)
-                .map_err(|e| e.to_string())?;
+            let worker =
+                worker::Worker::new(index, shared.clone(), poll, listeners, udp, engine, worker_rings)
+                    .map_err(|e| e.to_string())?;
             let pin = config.pin;
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{index}"))

@@ -55,6 +55,23 @@ pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpL
     Ok(mio::net::TcpListener::from_std(socket.into()))
 }
 
+/// A non-blocking UDP socket bound to `addr`; with `reuse_port` every worker binds the same
+/// port and the kernel spreads clients over them (by address, so a client's datagrams stay
+/// with one worker).
+pub fn udp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::UdpSocket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, None)?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    // Room for bursts (the kernel caps it at net.core.rmem_max).
+    let _ = socket.set_recv_buffer_size(4 << 20);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(mio::net::UdpSocket::from_std(socket.into()))
+}
+
 /// Unix seconds now.
 pub fn now_secs() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)

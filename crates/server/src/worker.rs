@@ -6,7 +6,7 @@
 //! push the turn's hand-over batches (waking a worker only if it sleeps), publish counters,
 //! then write every connection's output with one send each.
 
-use crate::conn::{Conn, Input, Output, OUTPUT_BYTES_HIGH};
+use crate::conn::{Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
 use crate::engine::{Engine, Exec, Located, Route};
 use crate::shared::Shared;
 use arrayvec::ArrayVec;
@@ -22,7 +22,14 @@ use std::time::{Duration, Instant};
 
 const WAKER: Token = Token(0);
 const LISTENER_BASE: usize = 1;
+const UDP: Token = Token(15);
 const CONN_BASE: usize = 16;
+/// Datagrams taken from the UDP socket per loop turn before TCP connections get their turn.
+const UDP_DATAGRAMS_PER_TURN: usize = 64;
+/// Largest UDP datagram.
+const DATAGRAM_BYTES_MAX: usize = 65536;
+/// memcached's reply when a UDP request's replies outgrow what is held for one connection.
+const UDP_REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR out of memory writing get response\r\n";
 /// How long a stopping server keeps answering what it has already received.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// memcached's reply when the connection limit is reached.
@@ -114,6 +121,12 @@ pub struct Worker {
     shared: Arc<Shared>,
     poll: Poll,
     listeners: Vec<TcpListener>,
+    /// memcached's UDP port (-U), bound by every worker.
+    udp: Option<mio::net::UdpSocket>,
+    /// The UDP socket may have datagrams waiting.
+    udp_ready: bool,
+    /// Receive buffer for one datagram, and the send buffer for one reply datagram.
+    udp_buf: Vec<u8>,
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
     free: Vec<usize>,
@@ -137,11 +150,15 @@ impl Worker {
         shared: Arc<Shared>,
         poll: Poll,
         mut listeners: Vec<TcpListener>,
+        mut udp: Option<mio::net::UdpSocket>,
         engine: Engine,
         rings: Rings,
     ) -> io::Result<Worker> {
         for (offset, listener) in listeners.iter_mut().enumerate() {
             poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
+        }
+        if let Some(socket) = udp.as_mut() {
+            poll.registry().register(socket, UDP, Interest::READABLE)?;
         }
         let workers = shared.workers;
         let input_limit =
@@ -151,6 +168,9 @@ impl Worker {
             shared,
             poll,
             listeners,
+            udp_ready: udp.is_some(),
+            udp,
+            udp_buf: vec![0; DATAGRAM_BYTES_MAX],
             conns: Vec::new(),
             generations: Vec::new(),
             free: Vec::new(),
@@ -184,6 +204,7 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER => {}
+                    UDP => self.udp_ready = true,
                     Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
                     Token(token) => {
                         let index = token - CONN_BASE;
@@ -198,6 +219,9 @@ impl Worker {
                         }
                     }
                 }
+            }
+            if self.udp_ready {
+                self.receive_udp();
             }
             self.run_handed_over();
             self.place_replies();
@@ -228,6 +252,7 @@ impl Worker {
     /// Zero when work is queued; otherwise announce sleep, re-check the rings, and sleep.
     fn timeout(&self) -> Option<Duration> {
         let busy = !self.work.is_empty()
+            || self.udp_ready
             || self.outgoing.iter().any(Option::is_some)
             || self.unsent_replies.iter().any(|queue| !queue.is_empty());
         if busy {
@@ -250,6 +275,11 @@ impl Worker {
     fn begin_stop(&mut self) -> Instant {
         for mut listener in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(&mut listener);
+        }
+        if let Some(socket) = self.udp.as_mut() {
+            // Kept for sending the replies of datagrams already received.
+            let _ = self.poll.registry().deregister(socket);
+            self.udp_ready = false;
         }
         for index in 0..self.conns.len() {
             if self.conns[index].is_some() {
@@ -302,7 +332,7 @@ impl Worker {
             }
             self.generations[index] = self.generations[index].wrapping_add(1);
             let conn = Conn {
-                stream,
+                transport: Transport::Tcp(stream),
                 generation: self.generations[index],
                 input: Input::new(self.input_limit),
                 output: Output::new(self.shared.workers),
@@ -348,7 +378,8 @@ impl Worker {
                 break;
             }
             let room = spare.len();
-            match conn.stream.read(spare) {
+            let Transport::Tcp(stream) = &mut conn.transport else { break };
+            match stream.read(spare) {
                 Ok(0) => {
                     conn.read_ready = false;
                     conn.closing = true;
@@ -371,7 +402,9 @@ impl Worker {
             }
         }
         if let Some(conn) = self.conns[index].as_mut() {
-            conn.input.shrink_if_idle();
+            if matches!(conn.transport, Transport::Tcp(_)) {
+                conn.input.shrink_if_idle();
+            }
         }
         queue_flush(&mut self.flush, index);
     }
@@ -385,7 +418,8 @@ impl Worker {
         let Worker { conns, engine, outgoing, spare, index: me, executed, retry, .. } = self;
         let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
-        let Conn { input, output, stalled, closing, dead, generation, waiting, .. } = conn;
+        let Conn { input, output, stalled, closing, dead, generation, waiting, transport, .. } = conn;
+        let udp = matches!(transport, Transport::Udp { .. });
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX);
         let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, full };
@@ -430,7 +464,12 @@ impl Worker {
                 }
                 let mut consumed = 0;
                 let mut stop = false;
+                // UDP: the reply of the request handled last, still to be marked as ended.
+                let mut unmarked: Option<Option<Box<[u8]>>> = None;
                 for (parsed, located) in &window {
+                    if let Some(last_key) = unmarked.take() {
+                        output.mark(last_key);
+                    }
                     if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
                         stop = true;
                         break;
@@ -453,6 +492,9 @@ impl Worker {
                         *waiting = true;
                         stop = true;
                         break;
+                    }
+                    if udp {
+                        unmarked = Some(get_last_key(parsed));
                     }
                     let here = &pending[consumed..];
                     let (request, len) = match parsed {
@@ -536,6 +578,9 @@ impl Worker {
                         Exec::Forward(owner) => hand.over(owner, &here[..len], OpKind::Reply, output, engine),
                     }
                     consumed += len;
+                }
+                if let Some(last_key) = unmarked.take() {
+                    output.mark(last_key);
                 }
                 engine.hint_clear();
                 (consumed, stop)
@@ -637,8 +682,12 @@ impl Worker {
     fn write_all(&mut self) {
         while let Some(index) = self.flush.pop() {
             let Some(conn) = self.conns[index].as_mut() else { continue };
+            let Transport::Tcp(stream) = &mut conn.transport else {
+                self.finish_udp(index);
+                continue;
+            };
             while !conn.dead && !conn.write_blocked && !conn.output.unsent().is_empty() {
-                match conn.stream.write(conn.output.unsent()) {
+                match stream.write(conn.output.unsent()) {
                     Ok(written) => {
                         self.engine.counters.bytes_written += written as u64;
                         conn.output.advance(written);
@@ -661,9 +710,108 @@ impl Worker {
         // Connections queued by the flush run next turn (poll returns at once).
     }
 
+    /// Takes waiting datagrams (a bounded number per turn): each valid one becomes a connection
+    /// of its own whose input is the datagram's requests, run like any other connection's.
+    fn receive_udp(&mut self) {
+        for _ in 0..UDP_DATAGRAMS_PER_TURN {
+            let Some(socket) = self.udp.as_ref() else {
+                self.udp_ready = false;
+                return;
+            };
+            let (len, peer) = match socket.recv_from(&mut self.udp_buf) {
+                Ok(received) => received,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // WouldBlock: drained (edge-triggered epoll reports what arrives next).
+                    self.udp_ready = false;
+                    return;
+                }
+            };
+            self.engine.counters.bytes_read += len as u64;
+            let datagram = &self.udp_buf[..len];
+            // memcached serves single-datagram requests and ignores anything else.
+            let Some(header) = qs_proto::udp::FrameHeader::parse(datagram) else { continue };
+            if !header.is_single_request() || len == qs_proto::udp::HEADER_BYTES {
+                continue;
+            }
+            let payload = datagram[qs_proto::udp::HEADER_BYTES..].to_vec();
+            let index = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.generations.push(0);
+                self.conns.len() - 1
+            });
+            self.generations[index] = self.generations[index].wrapping_add(1);
+            let end = payload.len();
+            self.conns[index] = Some(Conn {
+                transport: Transport::Udp { peer, request_id: header.request_id },
+                generation: self.generations[index],
+                input: Input { limit: end, buf: payload, start: 0, end, skip: 0 },
+                output: Output::new(self.shared.workers),
+                read_ready: false,
+                write_blocked: false,
+                stalled: false,
+                closing: false,
+                dead: false,
+                queued: true,
+                waiting: false,
+            });
+            self.work.push(index);
+        }
+    }
+
+    /// Sends a UDP connection's replies once every request of its datagram has run and every
+    /// reply is in, one message per command's reply (a get's split at its VALUE blocks), each
+    /// in numbered datagrams as memcached does; then the connection ends.
+    fn finish_udp(&mut self, index: usize) {
+        let Some(conn) = self.conns[index].as_mut() else { return };
+        let Transport::Udp { peer, request_id } = conn.transport else { return };
+        if conn.stalled || conn.waiting || conn.output.pending_total > 0 {
+            return;
+        }
+        if conn.output.held_bytes() > OUTPUT_BYTES_HIGH && conn.input.start < conn.input.end {
+            // Processing stopped at the output limit; what is left of the datagram is dropped.
+            conn.output.reply_buf().extend_from_slice(UDP_REPLY_TOO_LARGE);
+            conn.output.mark(None);
+        }
+        let output = &conn.output;
+        let mut messages = Vec::new();
+        let mut start = 0;
+        for (end, last_key) in &output.marks {
+            messages.extend(qs_proto::udp::Messages::new(&output.out[start..*end], last_key.as_deref()));
+            start = *end;
+        }
+        messages.extend(qs_proto::udp::Messages::new(&output.out[start..], None));
+        if let Some(socket) = self.udp.as_ref() {
+            for message in messages {
+                let Some((count, chunks)) = qs_proto::udp::datagrams(message) else { continue };
+                for (sequence, chunk) in chunks.enumerate() {
+                    let header = qs_proto::udp::FrameHeader {
+                        request_id,
+                        sequence: sequence as u16,
+                        count,
+                        reserved: 0,
+                    };
+                    self.udp_buf.clear();
+                    self.udp_buf.extend_from_slice(&header.to_bytes());
+                    self.udp_buf.extend_from_slice(chunk);
+                    // A full socket buffer drops the datagram: UDP clients retry.
+                    if socket.send_to(&self.udp_buf, peer).is_ok() {
+                        self.engine.counters.bytes_written += self.udp_buf.len() as u64;
+                    }
+                }
+            }
+            self.udp_buf.resize(DATAGRAM_BYTES_MAX, 0);
+        }
+        self.close(index);
+    }
+
     fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
-            let _ = self.poll.registry().deregister(&mut conn.stream);
+            let Transport::Tcp(stream) = &mut conn.transport else {
+                self.free.push(index);
+                return;
+            };
+            let _ = self.poll.registry().deregister(stream);
             self.shared.curr_connections.fetch_sub(1, Relaxed);
             self.free.push(index);
             if self.shared.config.verbose > 1 {
@@ -731,6 +879,16 @@ fn too_large(request: &Request<'_>, engine: &Engine) -> Option<(usize, Option<Ve
             let base64: &[u8] = if meta.options.base64() { b" b" } else { b"" };
             let delete = [b"md ", meta.key_token, base64, b" q\r\n"].concat();
             Some((engine.owner_of(meta.key()), Some(delete)))
+        }
+        _ => None,
+    }
+}
+
+/// For a UDP reply's message split: a get's last key (its reply is split at VALUE blocks).
+fn get_last_key(parsed: &Parsed<'_>) -> Option<Box<[u8]>> {
+    match parsed {
+        Parsed::Request { request: Request::Get { keys, .. }, .. } => {
+            qs_proto::tokens::words(keys).last().map(Box::from)
         }
         _ => None,
     }

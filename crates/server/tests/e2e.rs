@@ -316,9 +316,13 @@ fn sigterm_answers_what_was_received_then_exits_zero() {
 
 #[test]
 fn bad_command_lines_exit_with_status_two() {
-    for args in
-        [&["--no-such-flag"][..], &["-p", "notaport"], &["--partitions", "3"], &["-U", "11211"], &["-m", "0"]]
-    {
+    for args in [
+        &["--no-such-flag"][..],
+        &["-p", "notaport"],
+        &["--partitions", "3"],
+        &["-U", "notaport"],
+        &["-m", "0"],
+    ] {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
             .args(args)
             .output()

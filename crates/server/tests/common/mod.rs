@@ -17,6 +17,8 @@ pub struct ServerProcess {
     child: Child,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// Its UDP port on 127.0.0.1 (0: UDP off).
+    pub udp_port: u16,
     /// What it is, for messages.
     pub name: &'static str,
 }
@@ -29,6 +31,40 @@ impl ServerProcess {
     /// Starts quicksilver with `args` (plus -p and -l).
     pub fn quicksilver(args: &[&str]) -> ServerProcess {
         Self::spawn("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), args)
+    }
+
+    /// Starts quicksilver with UDP on a free port (-U), plus `args`.
+    pub fn quicksilver_udp(args: &[&str]) -> ServerProcess {
+        Self::spawn_udp("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), &[], args)
+    }
+
+    /// Starts memcached with UDP on a free port (-U), plus `args`.
+    pub fn memcached_udp(args: &[&str]) -> ServerProcess {
+        let mut first = Vec::new();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            first.extend(["-u", "nobody"]);
+        }
+        Self::spawn_udp("memcached", "memcached", &first, args)
+    }
+
+    fn spawn_udp(name: &'static str, program: &str, first: &[&str], args: &[&str]) -> ServerProcess {
+        for _attempt in 0..5 {
+            let udp_port = std::net::UdpSocket::bind("127.0.0.1:0")
+                .and_then(|s| s.local_addr())
+                .map(|a| a.port())
+                .expect("a free UDP port");
+            let udp_text = udp_port.to_string();
+            let mut all: Vec<&str> = first.to_vec();
+            all.extend(["-U", &udp_text]);
+            all.extend_from_slice(args);
+            let mut server = Self::spawn(name, program, &all);
+            server.udp_port = udp_port;
+            if UdpClient::new(udp_port).exchange(b"mn\r\n").is_some() {
+                return server;
+            }
+        }
+        panic!("{name} did not start with UDP");
     }
 
     /// Starts memcached 1.6 from PATH with `args`.
@@ -52,7 +88,7 @@ impl ServerProcess {
             let child = command.spawn().unwrap_or_else(|e| {
                 panic!("cannot start {program} (scripts/test.sh installs memcached): {e}")
             });
-            let mut server = ServerProcess { child, port, name };
+            let mut server = ServerProcess { child, port, udp_port: 0, name };
             if server.wait_until_answering() {
                 return server;
             }
@@ -240,4 +276,69 @@ pub fn stat(client: &mut Client, name: &str) -> u64 {
         .1
         .parse()
         .expect("a number")
+}
+
+/// One datagram of a UDP reply: frame header fields and payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    /// Request id, sequence number, datagram count, reserved.
+    pub header: [u16; 4],
+    /// What follows the header.
+    pub payload: Vec<u8>,
+}
+
+/// A memcached UDP client for tests.
+pub struct UdpClient {
+    /// Its socket.
+    pub socket: std::net::UdpSocket,
+    port: u16,
+    next_id: u16,
+}
+
+impl UdpClient {
+    /// A client of the server's UDP port.
+    pub fn new(port: u16) -> UdpClient {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        UdpClient { socket, port, next_id: 1 }
+    }
+
+    /// Sends raw bytes as one datagram.
+    pub fn send_raw(&self, datagram: &[u8]) {
+        self.socket.send_to(datagram, ("127.0.0.1", self.port)).expect("send");
+    }
+
+    /// Sends `payload` behind a frame header (a fresh request id, sequence 0, count 1) and
+    /// collects reply datagrams until one ends in `MN\r\n` (callers end their requests with
+    /// `mn`), or `None` after a quiet second.
+    pub fn exchange(&mut self, payload: &[u8]) -> Option<Vec<Datagram>> {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let mut datagram =
+            [id.to_be_bytes(), 0u16.to_be_bytes(), 1u16.to_be_bytes(), 0u16.to_be_bytes()].concat();
+        datagram.extend_from_slice(payload);
+        self.send_raw(&datagram);
+        self.receive_until_mn(id)
+    }
+
+    /// Collects datagrams of request `id` until one ends in `MN\r\n`; `None` after a quiet second.
+    pub fn receive_until_mn(&mut self, id: u16) -> Option<Vec<Datagram>> {
+        self.socket.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let len = self.socket.recv(&mut buf).ok()?;
+            assert!(len >= 8, "a reply datagram shorter than its header");
+            let field = |at: usize| u16::from_be_bytes([buf[at], buf[at + 1]]);
+            let datagram =
+                Datagram { header: [field(0), field(2), field(4), field(6)], payload: buf[8..len].to_vec() };
+            if datagram.header[0] != id {
+                continue; // a late reply to an earlier request
+            }
+            let done = datagram.payload.ends_with(b"MN\r\n");
+            got.push(datagram);
+            if done {
+                return Some(got);
+            }
+        }
+    }
 }
