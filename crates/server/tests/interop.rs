@@ -1,6 +1,7 @@
 //! Interop with real third-party clients and tools (installed by scripts/test.sh): libmemcached's
 //! memcapable conformance checker and its command-line tools, pymemcache's whole client API, and
-//! twemproxy (nutcracker) with ketama hashing in front of three quicksilver instances.
+//! twemproxy (nutcracker) with ketama hashing in front of three quicksilver instances;
+//! libmemcached's UDP mode (memccp --udp) and memaslap's UDP load (gets and sets over UDP).
 
 mod common;
 
@@ -61,6 +62,43 @@ fn libmemcached_tools_copy_read_remove_flush_stat_and_load() {
 
     let load = run("memcslap", &[&servers, "--concurrency=4", "--execute-number=500", "--flush"]);
     assert!(load.status.success(), "memcslap: {}", String::from_utf8_lossy(&load.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn libmemcached_and_memaslap_over_udp() {
+    let server = ServerProcess::quicksilver_udp_same_port(&["-t", "2"]);
+    let servers = format!("--servers=127.0.0.1:{}", server.port);
+    let dir = std::env::temp_dir().join(format!("qs-interop-udp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("over-udp.txt");
+    std::fs::File::create(&file).and_then(|mut f| f.write_all(b"sent by datagram\n")).expect("file");
+    // libmemcached's UDP mode sends sets without waiting for replies; read it back over TCP.
+    let copied = run("memccp", &["--udp", &servers, file.to_str().expect("utf-8 path")]);
+    assert!(copied.status.success(), "memccp --udp: {copied:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let read = run("memccat", &[&servers, "over-udp.txt"]);
+        if stdout(&read).starts_with("sent by datagram\n") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the UDP set never arrived: {read:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // memaslap: 90% gets, 10% sets over UDP, for two seconds; it counts lost, reordered and
+    // timed-out datagrams and misses.
+    let target = format!("127.0.0.1:{}", server.port);
+    let load = run("memcaslap", &["-s", &target, "-U", "-t", "2s", "-T", "1", "-c", "4"]);
+    let text = stdout(&load);
+    let figure = |name: &str| -> u64 {
+        let line =
+            text.lines().find(|line| line.starts_with(name)).unwrap_or_else(|| panic!("{name}? {text}"));
+        line.rsplit(' ').next().and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    };
+    assert!(figure("cmd_get:") > 1000, "{text}");
+    for name in ["get_misses:", "packet_disorder:", "packet_drop:", "udp_timeout:"] {
+        assert_eq!(figure(name), 0, "{name} {text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

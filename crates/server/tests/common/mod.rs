@@ -78,9 +78,37 @@ impl ServerProcess {
         Self::spawn("memcached", "memcached", &all)
     }
 
-    fn spawn(name: &'static str, program: &str, args: &[&str]) -> ServerProcess {
+    /// Starts quicksilver with TCP and UDP on the same port number (as memaslap's UDP mode
+    /// needs), plus `args`.
+    pub fn quicksilver_udp_same_port(args: &[&str]) -> ServerProcess {
         for _attempt in 0..5 {
             let port = free_port();
+            if std::net::UdpSocket::bind(("127.0.0.1", port)).is_err() {
+                continue;
+            }
+            let port_text = port.to_string();
+            let all: Vec<&str> = ["-U", port_text.as_str()].into_iter().chain(args.iter().copied()).collect();
+            if let Some(mut server) =
+                Self::spawn_at("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), port, &all)
+            {
+                server.udp_port = port;
+                return server;
+            }
+        }
+        panic!("quicksilver did not start with TCP and UDP on one port");
+    }
+
+    fn spawn(name: &'static str, program: &str, args: &[&str]) -> ServerProcess {
+        for _attempt in 0..5 {
+            if let Some(server) = Self::spawn_at(name, program, free_port(), args) {
+                return server;
+            }
+        }
+        panic!("{name} did not start");
+    }
+
+    fn spawn_at(name: &'static str, program: &str, port: u16, args: &[&str]) -> Option<ServerProcess> {
+        {
             let port_text = port.to_string();
             let mut command = Command::new(program);
             command.args(["-p", &port_text, "-l", "127.0.0.1"]).args(args);
@@ -89,11 +117,8 @@ impl ServerProcess {
                 panic!("cannot start {program} (scripts/test.sh installs memcached): {e}")
             });
             let mut server = ServerProcess { child, port, udp_port: 0, name };
-            if server.wait_until_answering() {
-                return server;
-            }
+            server.wait_until_answering().then_some(server)
         }
-        panic!("{name} did not start");
     }
 
     fn wait_until_answering(&mut self) -> bool {
