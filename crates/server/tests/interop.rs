@@ -22,6 +22,16 @@ fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A file `name` holding `contents` in a fresh directory of its own (for memccp, which names
+/// the key after the file); returns the directory (to remove) and the file's path.
+fn temp_file(dir_name: &str, name: &str, contents: &[u8]) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("{dir_name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join(name);
+    std::fs::File::create(&file).and_then(|mut f| f.write_all(contents)).expect("file");
+    (dir, file.to_str().expect("utf-8 path").to_owned())
+}
+
 #[test]
 fn libmemcached_memcapable_ascii_suite_passes() {
     let server = ServerProcess::quicksilver(&["-t", "2"]);
@@ -35,12 +45,9 @@ fn libmemcached_memcapable_ascii_suite_passes() {
 fn libmemcached_tools_copy_read_remove_flush_stat_and_load() {
     let server = ServerProcess::quicksilver(&["-t", "2"]);
     let servers = format!("--servers=127.0.0.1:{}", server.port);
-    let dir = std::env::temp_dir().join(format!("qs-interop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("greeting.txt");
-    std::fs::File::create(&file).and_then(|mut f| f.write_all(b"hello from memccp\n")).expect("file");
+    let (dir, file) = temp_file("qs-interop", "greeting.txt", b"hello from memccp\n");
 
-    let copied = run("memccp", &[&servers, file.to_str().expect("utf-8 path")]);
+    let copied = run("memccp", &[&servers, &file]);
     assert!(copied.status.success(), "memccp: {copied:?}");
     let read = run("memccat", &[&servers, "greeting.txt"]);
     assert!(stdout(&read).starts_with("hello from memccp\n"), "memccat: {read:?}");
@@ -50,7 +57,7 @@ fn libmemcached_tools_copy_read_remove_flush_stat_and_load() {
     let gone = run("memccat", &[&servers, "greeting.txt"]);
     assert!(!gone.status.success() || stdout(&gone).is_empty(), "still there after memcrm");
 
-    run("memccp", &[&servers, file.to_str().expect("utf-8 path")]);
+    run("memccp", &[&servers, &file]);
     let flushed = run("memcflush", &[&servers]);
     assert!(flushed.status.success(), "memcflush: {flushed:?}");
     let gone = run("memccat", &[&servers, "greeting.txt"]);
@@ -69,12 +76,9 @@ fn libmemcached_tools_copy_read_remove_flush_stat_and_load() {
 fn libmemcached_and_memaslap_over_udp() {
     let server = ServerProcess::quicksilver_udp_same_port(&["-t", "2"]);
     let servers = format!("--servers=127.0.0.1:{}", server.port);
-    let dir = std::env::temp_dir().join(format!("qs-interop-udp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("over-udp.txt");
-    std::fs::File::create(&file).and_then(|mut f| f.write_all(b"sent by datagram\n")).expect("file");
+    let (dir, file) = temp_file("qs-interop-udp", "over-udp.txt", b"sent by datagram\n");
     // libmemcached's UDP mode sends sets without waiting for replies; read it back over TCP.
-    let copied = run("memccp", &["--udp", &servers, file.to_str().expect("utf-8 path")]);
+    let copied = run("memccp", &["--udp", &servers, &file]);
     assert!(copied.status.success(), "memccp --udp: {copied:?}");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
