@@ -184,15 +184,18 @@ impl Arena {
         let size = tag_size(load(words, block));
         debug_assert!(size >= need);
         self.remove_free(words, block, size);
-        let rest = size - need;
-        let used = if rest >= BLOCK_BYTES_MIN as u64 {
-            self.insert_free(words, block + need, rest);
-            need
-        } else {
-            size
-        };
-        set_tags(words, block, used, true);
-        Some(block + 8)
+        if size - need < BLOCK_BYTES_MIN as u64 {
+            set_tags(words, block, size, true);
+            return Some(block + 8);
+        }
+        let (at, used) = placement(block, size, need, item_bytes as u64);
+        if at > block {
+            self.insert_free(words, block, at - block);
+        } else if used < size {
+            self.insert_free(words, block + used, size - used);
+        }
+        set_tags(words, at, used, true);
+        Some(at + 8)
     }
 
     /// Frees the block of the item at `item_offset`, merging it with free neighbours.
@@ -422,6 +425,35 @@ impl Arena {
     }
 }
 
+/// Where in a free block of `size` bytes at `block` an item of `item_bytes` (a block of `need`
+/// bytes) goes: `(block start, block bytes)`. At the start of the free block unless the item
+/// would then touch one cache line more than it must; then at the end, with padding of up to a
+/// quarter of the block (at least a word) after the item, kept in its block so an update may
+/// grow into it, if that keeps it within its fewest lines. (Filling, a tiny 40-byte item then
+/// takes 64 bytes instead of 56, a small 104-byte one 128 instead of 120.) The front remainder must be a whole free
+/// block (at least [`BLOCK_BYTES_MIN`]) or nothing. Small items only: a 40-byte item that
+/// straddles two lines costs a second DRAM access on every read, one more line in ten matters little.
+#[inline]
+fn placement(block: u64, size: u64, need: u64, item_bytes: u64) -> (u64, u64) {
+    let extra_line = |at: u64| (at + 8 + item_bytes - 1) / 64 - (at + 8) / 64 + 1 > item_bytes.div_ceil(64);
+    if item_bytes > PLACED_ITEM_BYTES_MAX || !extra_line(block) {
+        return (block, need);
+    }
+    let pad_max = (need / 4).max(8);
+    let mut used = need;
+    while used <= size && used - need <= pad_max {
+        let front = size - used;
+        if (front == 0 || front >= BLOCK_BYTES_MIN as u64) && !extra_line(block + front) {
+            return (block + front, used);
+        }
+        used += 8;
+    }
+    (block, need)
+}
+
+/// Items up to this size are placed to touch as few cache lines as their size allows.
+const PLACED_ITEM_BYTES_MAX: u64 = 256;
+
 #[inline(always)]
 fn tag_size(tag: u64) -> u64 {
     tag & !7
@@ -484,7 +516,8 @@ mod tests {
     fn splitting_and_coalescing_restore_one_block() {
         let words = memory(4096);
         let mut arena = Arena::new(&words, 1000);
-        let blocks: Vec<u64> = (0..10).map(|i| arena.alloc(&words, 40 + i * 8).unwrap()).collect();
+        // Items above the placed size, so that blocks follow one another from the start.
+        let blocks: Vec<u64> = (0..10).map(|i| arena.alloc(&words, 300 + i * 8).unwrap()).collect();
         arena.check(&words);
         for &block in blocks.iter().step_by(2) {
             arena.free(&words, block);
@@ -516,6 +549,36 @@ mod tests {
         assert_eq!(arena.alloc(&words, 100), Some(a));
         assert_eq!(arena.block_size(&words, a), 120);
         arena.check(&words);
+    }
+
+    fn lines(offset: u64, item_bytes: usize) -> u64 {
+        (offset + item_bytes as u64 - 1) / 64 - offset / 64 + 1
+    }
+
+    #[test]
+    fn small_items_touch_no_more_lines_than_their_size_needs() {
+        for item_bytes in [24, 40, 48, 56, 64, 72, 104, 120, 200, 256] {
+            let words = memory(1 << 16);
+            let mut arena = Arena::new(&words, 1000);
+            let need = block_bytes(item_bytes) as u64;
+            let (mut extra, mut count) = (0, 0);
+            while let Some(offset) = arena.alloc(&words, item_bytes) {
+                let padding = arena.block_size(&words, offset) - need;
+                assert!(padding <= (need / 4).max(8), "{item_bytes}: {padding} bytes of padding");
+                extra += lines(offset, item_bytes) - item_bytes.div_ceil(64) as u64;
+                count += 1;
+                if arena.free_bytes() < 1024 {
+                    break;
+                }
+            }
+            arena.check(&words);
+            // Items with two words or more to spare in their lines (the datasets' tiny 40 and
+            // small 104 bytes among them) never take an extra line; fuller ones may, rather
+            // than be padded by more than a quarter.
+            if item_bytes.div_ceil(64) * 64 - item_bytes >= 16 {
+                assert_eq!(extra, 0, "{item_bytes}-byte items: {extra} of {count} on an extra line");
+            }
+        }
     }
 
     #[test]
