@@ -13,6 +13,7 @@
 
 pub mod check;
 pub mod meta;
+pub mod native;
 pub mod number;
 pub mod response;
 pub mod text;

@@ -55,6 +55,10 @@ pub struct Config {
     /// (client-assisted direction). 0 = off.
     #[arg(long, default_value_t = 0)]
     pub worker_port_base: u16,
+    /// With a base port, partition i answers the native protocol (docs/PROTOCOL.md) on UDP
+    /// port BASE + i, bound only by its owner (client-assisted direction). 0 = off.
+    #[arg(long, default_value_t = 0)]
+    pub native_port: u16,
     /// Pin workers to cores.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub pin: bool,
@@ -148,6 +152,13 @@ impl Config {
         }
         if self.access == AccessArg::Crcw {
             return Err("--access crcw is not served yet; use crew or erew".into());
+        }
+        if self.native_port != 0 && self.native_port as usize + partitions > 65536 {
+            return Err(format!(
+                "--native-port {}: {partitions} partitions need ports up to {}",
+                self.native_port,
+                self.native_port as usize + partitions - 1
+            ));
         }
         let per_partition = (self.memory_mib << 20) / partitions as u64;
         if per_partition < 1 << 20 {

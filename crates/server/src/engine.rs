@@ -331,7 +331,22 @@ impl Engine {
         }
     }
 
-    fn expiry(&self, exptime: i32) -> Expiry {
+    /// Runs `command` on `partition` when this worker owns it (`None` when another does), for
+    /// callers that located the key themselves (the native protocol).
+    pub fn run_owned(
+        &mut self,
+        hash: KeyHash,
+        partition: usize,
+        key: &[u8],
+        command: Command<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let owned = self.partitions.get(partition)?.is_some();
+        owned.then(|| self.run_at(hash, partition, key, command, out))
+    }
+
+    /// memcached's exptime as an expiry, by this turn's clock.
+    pub fn expiry(&self, exptime: i32) -> Expiry {
         Expiry::from_exptime(exptime as i64, self.now_secs)
     }
 

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod native;
 pub mod shared;
 pub mod stats;
 pub mod sys;
@@ -115,6 +116,8 @@ impl Server {
             index_bytes: first.index_bytes(),
             item_bytes_max: config.item_bytes_max,
             page_kinds: first.page_kinds(),
+            native_epoch: (random_u64() as u32) | 1,
+            native_secret: random_u64(),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =
@@ -144,14 +147,32 @@ impl Server {
                         .map_err(|e| format!("failed to listen on UDP port {port}: {e}"))?,
                 ),
             };
+            let mut ports = Vec::new();
+            if config.native_port != 0 {
+                for partition in (0..partition_count).filter(|&p| owner[p] == index) {
+                    let port = config.native_port + partition as u16;
+                    let socket = sys::udp_socket(SocketAddr::new(config.listen, port), false)
+                        .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;
+                    ports.push(native::Port { partition, socket, ready: true });
+                }
+            }
+            let native = native::Native::new(ports, shared.clone());
             let poll = mio::Poll::new().map_err(|e| e.to_string())?;
             let waker = mio::Waker::new(poll.registry(), mio::Token(0)).map_err(|e| e.to_string())?;
             let _ = shared.wakers[index].set(waker);
             let engine = engine::Engine::new(index, partitions, shared.clone());
             let worker_rings = rings.pop().expect("one ring set per worker");
-            let worker =
-                worker::Worker::new(index, shared.clone(), poll, listeners, udp, engine, worker_rings)
-                    .map_err(|e| e.to_string())?;
+            let worker = worker::Worker::new(
+                index,
+                shared.clone(),
+                poll,
+                listeners,
+                udp,
+                native,
+                engine,
+                worker_rings,
+            )
+            .map_err(|e| e.to_string())?;
             let pin = config.pin;
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{index}"))
@@ -184,4 +205,10 @@ impl Server {
             let _ = thread.join();
         }
     }
+}
+
+/// A random 64-bit number (std's per-process hash keys, which come from the OS).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }

@@ -35,6 +35,20 @@ pub struct WorkerCounters {
     pub executed_for_others: u64,
     /// Connections closed for misbehaving (over-long lines, unread output).
     pub conns_dropped: u64,
+    /// Native protocol: datagrams received on the partitions' ports.
+    pub native_datagrams_in: u64,
+    /// Native protocol: datagrams sent.
+    pub native_datagrams_out: u64,
+    /// Native protocol: requests answered (any status).
+    pub native_requests: u64,
+    /// Native protocol: requests for a partition another worker owns (stale directories).
+    pub native_redirects: u64,
+    /// Native protocol: malformed requests, and datagrams that were not the protocol's.
+    pub native_bad: u64,
+    /// Native protocol: retransmitted incr/decr answered from the de-duplication table.
+    pub native_duplicates: u64,
+    /// Native protocol: reply datagrams dropped because the socket's send buffer was full.
+    pub native_replies_dropped: u64,
 }
 
 impl WorkerCounters {
@@ -52,6 +66,13 @@ impl WorkerCounters {
         self.forwarded += other.forwarded;
         self.executed_for_others += other.executed_for_others;
         self.conns_dropped += other.conns_dropped;
+        self.native_datagrams_in += other.native_datagrams_in;
+        self.native_datagrams_out += other.native_datagrams_out;
+        self.native_requests += other.native_requests;
+        self.native_redirects += other.native_redirects;
+        self.native_bad += other.native_bad;
+        self.native_duplicates += other.native_duplicates;
+        self.native_replies_dropped += other.native_replies_dropped;
     }
 }
 
@@ -109,6 +130,11 @@ pub struct Shared {
     pub item_bytes_max: usize,
     /// Pages the logs and index got (of partition 0).
     pub page_kinds: (PageKind, PageKind),
+    /// Native protocol: the directory's epoch, drawn at start (a restart, which is when the map
+    /// can change, draws another).
+    pub native_epoch: u32,
+    /// Native protocol: the key of the address cookies (random at start).
+    pub native_secret: u64,
 }
 
 impl Shared {

@@ -91,6 +91,15 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "accepting_conns", 1);
     stat(out, "threads", shared.workers);
     stat(out, "conn_dropped", c.conns_dropped);
+    if shared.config.native_port != 0 {
+        stat(out, "native_datagrams_in", c.native_datagrams_in);
+        stat(out, "native_datagrams_out", c.native_datagrams_out);
+        stat(out, "native_requests", c.native_requests);
+        stat(out, "native_redirects", c.native_redirects);
+        stat(out, "native_bad", c.native_bad);
+        stat(out, "native_duplicates", c.native_duplicates);
+        stat(out, "native_replies_dropped", c.native_replies_dropped);
+    }
     stat(out, "bytes", p.bytes);
     stat(out, "curr_items", p.items);
     stat(out, "total_items", p.total_items);

@@ -93,3 +93,167 @@ pub fn raise_fd_limit(wanted: u64) -> u64 {
     }
     limit.rlim_cur
 }
+
+/// Most datagrams one [`Burst`] call moves.
+pub const BURST_MAX: usize = 64;
+
+/// Buffers for bursts of datagrams: `slots` receive slots of `slot_bytes` each, filled by one
+/// `recvmmsg`, and [`send_burst`] for the replies. Plain memory (no pointers kept between
+/// calls), so it may move between threads.
+pub struct Burst {
+    buf: Vec<u8>,
+    slot_bytes: usize,
+    lens: Vec<usize>,
+    truncated: Vec<bool>,
+    peers: Vec<Option<SocketAddr>>,
+}
+
+impl Burst {
+    /// Room for `slots` (at most [`BURST_MAX`]) datagrams of up to `slot_bytes` each.
+    pub fn new(slots: usize, slot_bytes: usize) -> Burst {
+        let slots = slots.clamp(1, BURST_MAX);
+        Burst {
+            buf: vec![0; slots * slot_bytes],
+            slot_bytes,
+            lens: vec![0; slots],
+            truncated: vec![false; slots],
+            peers: vec![None; slots],
+        }
+    }
+
+    /// Receives up to the burst's slots of datagrams from `fd` without blocking, in one
+    /// `recvmmsg`; returns how many (an error of kind WouldBlock when none are waiting).
+    pub fn recv(&mut self, fd: std::os::fd::RawFd) -> io::Result<usize> {
+        let slots = self.lens.len();
+        // SAFETY: iovec, mmsghdr and sockaddr_storage are plain data; zeroed is valid for each.
+        let mut iovecs: [libc::iovec; BURST_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut headers: [libc::mmsghdr; BURST_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut names: [libc::sockaddr_storage; BURST_MAX] = unsafe { std::mem::zeroed() };
+        for (slot, chunk) in self.buf.chunks_exact_mut(self.slot_bytes).enumerate() {
+            iovecs[slot] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: chunk.len() };
+        }
+        for slot in 0..slots {
+            let header = &mut headers[slot].msg_hdr;
+            header.msg_iov = &mut iovecs[slot];
+            header.msg_iovlen = 1;
+            header.msg_name = (&mut names[slot] as *mut libc::sockaddr_storage).cast();
+            header.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        }
+        // SAFETY: every header points at its own iovec (one slot of `self.buf`, which outlives
+        // the call and is not otherwise borrowed) and its own sockaddr_storage, with the
+        // lengths of those; `slots` headers are passed and no more exist.
+        let received = unsafe {
+            libc::recvmmsg(
+                fd,
+                headers.as_mut_ptr(),
+                slots as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if received < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let received = received as usize;
+        for slot in 0..received {
+            self.lens[slot] = (headers[slot].msg_len as usize).min(self.slot_bytes);
+            self.truncated[slot] = headers[slot].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let len = headers[slot].msg_hdr.msg_namelen;
+            // SAFETY: the kernel wrote a socket address of `len` bytes into the storage.
+            self.peers[slot] = unsafe { socket2::SockAddr::new(names[slot], len) }.as_socket();
+        }
+        Ok(received)
+    }
+
+    /// Datagram `slot` of the last receive: its bytes, whether it was longer than a slot (and
+    /// cut), and its sender (`None` for an address that is not IP).
+    pub fn datagram(&self, slot: usize) -> (&[u8], bool, Option<SocketAddr>) {
+        let start = slot * self.slot_bytes;
+        (&self.buf[start..start + self.lens[slot]], self.truncated[slot], self.peers[slot])
+    }
+}
+
+/// Sends `datagrams` (peer, bytes) from `fd` with `sendmmsg`, up to [`BURST_MAX`] per call,
+/// without blocking; returns how many were sent (fewer when the socket's buffer filled).
+pub fn send_burst(fd: std::os::fd::RawFd, datagrams: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    let mut sent = 0;
+    while sent < datagrams.len() {
+        let chunk = &datagrams[sent..(sent + BURST_MAX).min(datagrams.len())];
+        // SAFETY: plain data, zeroed is valid.
+        let mut iovecs: [libc::iovec; BURST_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut headers: [libc::mmsghdr; BURST_MAX] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut names: [libc::sockaddr_storage; BURST_MAX] = unsafe { std::mem::zeroed() };
+        for (slot, (peer, bytes)) in chunk.iter().enumerate() {
+            let name = socket2::SockAddr::from(*peer);
+            let name_len = name.len();
+            names[slot] = name.as_storage();
+            iovecs[slot] =
+                libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+            let header = &mut headers[slot].msg_hdr;
+            header.msg_iov = &mut iovecs[slot];
+            header.msg_iovlen = 1;
+            header.msg_name = (&mut names[slot] as *mut libc::sockaddr_storage).cast();
+            header.msg_namelen = name_len;
+        }
+        // SAFETY: every header points at its own iovec over a borrowed byte slice that lives
+        // through the call (the kernel only reads it) and at its own address of the stated
+        // length; `chunk.len()` headers are passed.
+        let done = unsafe {
+            libc::sendmmsg(fd, headers.as_mut_ptr(), chunk.len() as libc::c_uint, libc::MSG_DONTWAIT)
+        };
+        if done < 0 {
+            let error = io::Error::last_os_error();
+            if sent > 0 && error.kind() == io::ErrorKind::WouldBlock {
+                return Ok(sent);
+            }
+            return Err(error);
+        }
+        sent += done as usize;
+        if (done as usize) < chunk.len() {
+            return Ok(sent);
+        }
+    }
+    Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_burst_sends_and_receives_many_datagrams_in_one_call_each() {
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = server.local_addr().unwrap();
+        let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 1 + i as usize * 10]).collect();
+        let datagrams: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (to, p.as_slice())).collect();
+        assert_eq!(send_burst(client.as_raw_fd(), &datagrams).unwrap(), 40);
+        // One more, longer than a slot.
+        client.send_to(&[7; 600], to).unwrap();
+        let mut burst = Burst::new(32, 512);
+        let mut seen = Vec::new();
+        let mut truncated = 0;
+        while seen.len() < 41 {
+            let count = burst.recv(server.as_raw_fd()).unwrap();
+            assert!(count <= 32);
+            for slot in 0..count {
+                let (bytes, cut, peer) = burst.datagram(slot);
+                assert_eq!(peer, Some(client.local_addr().unwrap()));
+                truncated += usize::from(cut);
+                seen.push(bytes.to_vec());
+            }
+        }
+        for (i, payload) in payloads.iter().enumerate() {
+            assert_eq!(&seen[i], payload, "datagram {i}");
+        }
+        assert_eq!(seen[40].len(), 512);
+        assert_eq!(truncated, 1);
+        let error = burst.recv(server.as_raw_fd()).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
+    }
+}

@@ -24,6 +24,8 @@ const WAKER: Token = Token(0);
 const LISTENER_BASE: usize = 1;
 const UDP: Token = Token(15);
 const CONN_BASE: usize = 16;
+/// Tokens of the native ports (far above any connection's).
+const NATIVE_BASE: usize = 1 << 40;
 /// Datagrams taken from the UDP socket per loop turn before TCP connections get their turn.
 const UDP_DATAGRAMS_PER_TURN: usize = 64;
 /// Largest UDP datagram.
@@ -127,6 +129,8 @@ pub struct Worker {
     udp_ready: bool,
     /// Receive buffer for one datagram, and the send buffer for one reply datagram.
     udp_buf: Vec<u8>,
+    /// The native protocol's ports of this worker's partitions.
+    native: crate::native::Native,
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
     free: Vec<usize>,
@@ -151,6 +155,7 @@ impl Worker {
         poll: Poll,
         mut listeners: Vec<TcpListener>,
         mut udp: Option<mio::net::UdpSocket>,
+        mut native: crate::native::Native,
         engine: Engine,
         rings: Rings,
     ) -> io::Result<Worker> {
@@ -159,6 +164,9 @@ impl Worker {
         }
         if let Some(socket) = udp.as_mut() {
             poll.registry().register(socket, UDP, Interest::READABLE)?;
+        }
+        for (offset, port) in native.ports.iter_mut().enumerate() {
+            poll.registry().register(&mut port.socket, Token(NATIVE_BASE + offset), Interest::READABLE)?;
         }
         let workers = shared.workers;
         let input_limit =
@@ -171,6 +179,7 @@ impl Worker {
             udp_ready: udp.is_some(),
             udp,
             udp_buf: vec![0; DATAGRAM_BYTES_MAX],
+            native,
             conns: Vec::new(),
             generations: Vec::new(),
             free: Vec::new(),
@@ -206,6 +215,11 @@ impl Worker {
                     WAKER => {}
                     UDP => self.udp_ready = true,
                     Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
+                    Token(token) if token >= NATIVE_BASE => {
+                        if let Some(port) = self.native.ports.get_mut(token - NATIVE_BASE) {
+                            port.ready = true;
+                        }
+                    }
                     Token(token) => {
                         let index = token - CONN_BASE;
                         if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
@@ -222,6 +236,9 @@ impl Worker {
             }
             if self.udp_ready {
                 self.receive_udp();
+            }
+            if self.native.ready() && self.native.serve(&mut self.engine) {
+                self.executed = true;
             }
             self.run_handed_over();
             self.place_replies();
@@ -253,6 +270,7 @@ impl Worker {
     fn timeout(&self) -> Option<Duration> {
         let busy = !self.work.is_empty()
             || self.udp_ready
+            || self.native.ready()
             || self.outgoing.iter().any(Option::is_some)
             || self.unsent_replies.iter().any(|queue| !queue.is_empty());
         if busy {
@@ -280,6 +298,10 @@ impl Worker {
             // Kept for sending the replies of datagrams already received.
             let _ = self.poll.registry().deregister(socket);
             self.udp_ready = false;
+        }
+        for port in &mut self.native.ports {
+            let _ = self.poll.registry().deregister(&mut port.socket);
+            port.ready = false;
         }
         for index in 0..self.conns.len() {
             if self.conns[index].is_some() {

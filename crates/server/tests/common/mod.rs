@@ -19,12 +19,37 @@ pub struct ServerProcess {
     pub port: u16,
     /// Its UDP port on 127.0.0.1 (0: UDP off).
     pub udp_port: u16,
+    /// Its native protocol's base port (partition i on base + i; 0: off).
+    pub native_port: u16,
     /// What it is, for messages.
     pub name: &'static str,
 }
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// The first of `count` consecutive UDP ports that were free a moment ago.
+pub fn free_udp_ports(count: u16) -> u16 {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let seed = now
+        ^ (std::process::id() as u64) << 32
+        ^ CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 48;
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for _ in 0..1000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let base = 20_000 + (state % 30_000) as u16;
+        let all_free =
+            (base..base + count).all(|port| std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no {count} consecutive free UDP ports");
 }
 
 impl ServerProcess {
@@ -98,6 +123,29 @@ impl ServerProcess {
         panic!("quicksilver did not start with TCP and UDP on one port");
     }
 
+    /// Starts quicksilver with the native protocol on `ports` free consecutive UDP ports
+    /// (--native-port), plus `args`.
+    pub fn quicksilver_native(ports: u16, args: &[&str]) -> ServerProcess {
+        for _attempt in 0..10 {
+            let base = free_udp_ports(ports);
+            if let Some(server) = Self::quicksilver_native_at(base, args) {
+                return server;
+            }
+        }
+        panic!("quicksilver did not start with native ports");
+    }
+
+    /// Starts quicksilver with the native protocol from UDP port `base`; `None` when it could
+    /// not bind (or did not start).
+    pub fn quicksilver_native_at(base: u16, args: &[&str]) -> Option<ServerProcess> {
+        let base_text = base.to_string();
+        let all: Vec<&str> =
+            ["--native-port", base_text.as_str()].into_iter().chain(args.iter().copied()).collect();
+        let mut server = Self::spawn_at("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), free_port(), &all)?;
+        server.native_port = base;
+        Some(server)
+    }
+
     fn spawn(name: &'static str, program: &str, args: &[&str]) -> ServerProcess {
         for _attempt in 0..5 {
             if let Some(server) = Self::spawn_at(name, program, free_port(), args) {
@@ -116,7 +164,7 @@ impl ServerProcess {
             let child = command.spawn().unwrap_or_else(|e| {
                 panic!("cannot start {program} (scripts/test.sh installs memcached): {e}")
             });
-            let mut server = ServerProcess { child, port, udp_port: 0, name };
+            let mut server = ServerProcess { child, port, udp_port: 0, native_port: 0, name };
             server.wait_until_answering().then_some(server)
         }
     }

@@ -1,0 +1,434 @@
+//! The native protocol's server side (docs/PROTOCOL.md). Partition i answers on UDP port
+//! BASE + i, bound only by its owner, so a client that knows the directory reaches the owning
+//! core with no software hop (MICA's client-assisted direction). A port is read in bursts (one
+//! `recvmmsg` of up to [`BURST`] datagrams), every request of the burst goes through the
+//! prefetch pipeline (all buckets, then all items, then execution), and the replies leave in
+//! one `sendmmsg`.
+//!
+//! The server hashes every key itself: a keyhash that is not the key's is refused, and a key
+//! whose partition another worker owns (a stale directory) is answered [`Status::Redirect`]
+//! with the current epoch, never served by the wrong owner. Replies to a client that has not
+//! proven its address (the directory's cookie) are at most [`wire::UNPROVEN_REPLY_FACTOR`]
+//! times the size of its datagram, so the port cannot amplify spoofed traffic.
+
+use crate::engine::Engine;
+use crate::shared::{Shared, WorkerCounters};
+use crate::sys::Burst;
+use qs_proto::native::{self as wire, Directory, Header, Kind, Opcode, RequestMsg, Requests, Status};
+use qs_store::{Command, KeyHash, Outcome, StoreMode};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+/// Datagrams per receive call.
+pub const BURST: usize = 32;
+/// Bursts one port may take per loop turn before the worker attends to its other work.
+const BURSTS_PER_TURN: usize = 4;
+/// incr/decr replies remembered so that a retransmission is not applied twice.
+const DEDUPE_ENTRIES: usize = 4096;
+
+/// One partition's native port.
+pub struct Port {
+    /// The partition it serves.
+    pub partition: usize,
+    /// The socket (bound by this worker only).
+    pub socket: mio::net::UdpSocket,
+    /// Datagrams may be waiting.
+    pub ready: bool,
+}
+
+/// A request of the burst waiting for execution: its datagram, where in it, its key's place.
+struct Pending {
+    slot: usize,
+    at: usize,
+    hash: KeyHash,
+    partition: usize,
+}
+
+/// The replies to one received datagram: datagrams of at most [`wire::DATAGRAM_BYTES_MAX`].
+struct Reply {
+    peer: Option<SocketAddr>,
+    datagrams: Vec<Vec<u8>>,
+    /// Messages in the last datagram.
+    count: u16,
+    /// Bytes of replies still allowed (unproven clients).
+    budget: usize,
+    epoch: u32,
+}
+
+impl Reply {
+    fn reset(&mut self, spare: &mut Vec<Vec<u8>>) {
+        for mut datagram in self.datagrams.drain(..) {
+            datagram.clear();
+            spare.push(datagram);
+        }
+        self.peer = None;
+        self.count = 0;
+    }
+
+    /// Appends one response, starting a new datagram when the current one is full. A response
+    /// that fits no datagram becomes [`Status::UseTcp`], one over an unproven client's budget
+    /// [`Status::ProveAddress`].
+    fn push(
+        &mut self,
+        spare: &mut Vec<Vec<u8>>,
+        status: Status,
+        request: (u8, u32),
+        flags: u32,
+        number: u64,
+        value: &[u8],
+    ) {
+        let (opcode, request_id) = request;
+        let mut len = wire::RESPONSE_BYTES + value.len();
+        let (status, flags, number, value) = if wire::HEADER_BYTES + len > wire::DATAGRAM_BYTES_MAX {
+            len = wire::RESPONSE_BYTES;
+            (Status::UseTcp, 0, 0, &[][..])
+        } else if len > self.budget && !value.is_empty() {
+            len = wire::RESPONSE_BYTES;
+            (Status::ProveAddress, 0, 0, &[][..])
+        } else {
+            (status, flags, number, value)
+        };
+        self.budget = self.budget.saturating_sub(len);
+        let full = match self.datagrams.last() {
+            Some(last) => last.len() + len > wire::DATAGRAM_BYTES_MAX,
+            None => true,
+        };
+        if full {
+            self.close_datagram();
+            let mut datagram = spare.pop().unwrap_or_default();
+            Header { kind: Kind::Responses, count: 0, epoch: self.epoch, cookie: 0 }.write(&mut datagram);
+            self.datagrams.push(datagram);
+        }
+        let datagram = self.datagrams.last_mut().expect("a datagram was just opened");
+        wire::write_response_fixed(datagram, status, opcode, request_id, value.len(), flags, number);
+        datagram.extend_from_slice(value);
+        self.count += 1;
+    }
+
+    /// Writes the message count into the last datagram.
+    fn close_datagram(&mut self) {
+        if let Some(last) = self.datagrams.last_mut() {
+            Header::set_count(last, self.count);
+        }
+        self.count = 0;
+    }
+}
+
+/// A worker's native ports and the buffers to serve them.
+pub struct Native {
+    /// The ports of the partitions this worker owns.
+    pub ports: Vec<Port>,
+    burst: Burst,
+    pending: Vec<Pending>,
+    replies: Vec<Reply>,
+    spare: Vec<Vec<u8>>,
+    dedupe: HashMap<(SocketAddr, u32), (Status, u64)>,
+    dedupe_order: VecDeque<(SocketAddr, u32)>,
+    scratch: Vec<u8>,
+    shared: Arc<Shared>,
+}
+
+impl Native {
+    /// Serves `ports` (this worker's partitions' native ports).
+    pub fn new(ports: Vec<Port>, shared: Arc<Shared>) -> Native {
+        let epoch = shared.native_epoch;
+        Native {
+            ports,
+            burst: Burst::new(BURST, wire::DATAGRAM_BYTES_MAX),
+            pending: Vec::new(),
+            replies: (0..BURST)
+                .map(|_| Reply { peer: None, datagrams: Vec::new(), count: 0, budget: 0, epoch })
+                .collect(),
+            spare: Vec::new(),
+            dedupe: HashMap::new(),
+            dedupe_order: VecDeque::new(),
+            scratch: Vec::new(),
+            shared,
+        }
+    }
+
+    /// Whether any port may have datagrams waiting.
+    pub fn ready(&self) -> bool {
+        self.ports.iter().any(|port| port.ready)
+    }
+
+    /// Serves every ready port for a few bursts; returns whether any request ran.
+    pub fn serve(&mut self, engine: &mut Engine) -> bool {
+        let mut served = false;
+        for index in 0..self.ports.len() {
+            for _ in 0..BURSTS_PER_TURN {
+                if !self.ports[index].ready {
+                    break;
+                }
+                let fd = self.ports[index].socket.as_raw_fd();
+                match self.burst.recv(fd) {
+                    Ok(count) => {
+                        self.process(count, engine);
+                        self.send(index, &mut engine.counters);
+                        served = true;
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    // WouldBlock: drained (edge-triggered epoll reports what arrives next).
+                    Err(_) => self.ports[index].ready = false,
+                }
+            }
+        }
+        served
+    }
+
+    /// The address proof of `peer`: a keyed hash of its address and port (not a MAC; it only
+    /// has to be unguessable for a sender that never sees the directory reply).
+    fn cookie(&self, peer: SocketAddr) -> u64 {
+        let mut bytes = [0u8; 18];
+        match peer.ip() {
+            std::net::IpAddr::V4(ip) => bytes[..4].copy_from_slice(&ip.octets()),
+            std::net::IpAddr::V6(ip) => bytes[..16].copy_from_slice(&ip.octets()),
+        }
+        bytes[16..].copy_from_slice(&peer.port().to_le_bytes());
+        xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, self.shared.native_secret).max(1)
+    }
+
+    fn directory(&self, cookie: u64) -> Directory {
+        let shared = &self.shared;
+        let base = shared.config.native_port;
+        Directory {
+            epoch: shared.native_epoch,
+            workers: shared.workers as u16,
+            hash: wire::HASH_XXH3_64,
+            partition_bits: shared.partition_bits as u8,
+            access: if shared.readers.is_empty() { wire::ACCESS_EREW } else { wire::ACCESS_CREW },
+            mode: if shared.config.store_mode() { wire::MODE_STORE } else { wire::MODE_CACHE },
+            datagram_max: wire::DATAGRAM_BYTES_MAX as u16,
+            cookie,
+            partitions: (0..shared.owner.len())
+                .map(|p| (shared.owner[p] as u16, (base as usize + p) as u16))
+                .collect(),
+        }
+    }
+
+    /// Runs the `count` datagrams of the burst: parse and locate every request (prefetching
+    /// its bucket), prefetch every item, execute in order.
+    fn process(&mut self, count: usize, engine: &mut Engine) {
+        engine.counters.native_datagrams_in += count as u64;
+        self.pending.clear();
+        for slot in 0..count {
+            self.replies[slot].reset(&mut self.spare);
+            let (bytes, truncated, peer) = self.burst.datagram(slot);
+            engine.counters.bytes_read += bytes.len() as u64;
+            let (Some(peer), Some(header)) = (peer, Header::parse(bytes)) else {
+                engine.counters.native_bad += 1;
+                continue;
+            };
+            match header.kind {
+                Kind::DirectoryRequest => {
+                    let directory = self.directory(self.cookie(peer));
+                    let reply_bytes = wire::HEADER_BYTES + directory.encoded_len();
+                    if bytes.len() < wire::DIRECTORY_REQUEST_BYTES_MIN
+                        || reply_bytes > wire::UNPROVEN_REPLY_FACTOR * bytes.len()
+                    {
+                        engine.counters.native_bad += 1;
+                        continue;
+                    }
+                    let mut datagram = self.spare.pop().unwrap_or_default();
+                    let header =
+                        Header { kind: Kind::Directory, count: 1, epoch: directory.epoch, cookie: 0 };
+                    header.write(&mut datagram);
+                    directory.write(&mut datagram);
+                    let reply = &mut self.replies[slot];
+                    reply.peer = Some(peer);
+                    reply.datagrams.push(datagram);
+                }
+                Kind::Requests => {
+                    let proven = header.cookie != 0 && header.cookie == self.cookie(peer);
+                    let reply = &mut self.replies[slot];
+                    reply.peer = Some(peer);
+                    reply.budget =
+                        if proven { usize::MAX } else { wire::UNPROVEN_REPLY_FACTOR * bytes.len() };
+                    let body = &bytes[wire::HEADER_BYTES..];
+                    let mut requests = Requests::new(body, header.count);
+                    loop {
+                        let at = wire::HEADER_BYTES + body.len() - requests.remaining();
+                        let Some(request) = requests.next() else { break };
+                        engine.counters.native_requests += 1;
+                        let request = match request {
+                            Ok(request) => request,
+                            Err(bad) => {
+                                // A request cut by the receive buffer: it was too large to send.
+                                let status = if truncated && !bad.resumable {
+                                    Status::UseTcp
+                                } else {
+                                    Status::BadRequest
+                                };
+                                engine.counters.native_bad += u64::from(status == Status::BadRequest);
+                                reply.push(&mut self.spare, status, (bad.opcode, bad.request_id), 0, 0, b"");
+                                continue;
+                            }
+                        };
+                        let hash = KeyHash::of(request.key);
+                        let id = (request.opcode as u8, request.request_id);
+                        if hash.0 != request.keyhash {
+                            engine.counters.native_bad += 1;
+                            reply.push(&mut self.spare, Status::BadRequest, id, 0, 0, b"");
+                            continue;
+                        }
+                        let partition = hash.partition(self.shared.partition_bits);
+                        if engine.partitions[partition].is_none() {
+                            engine.counters.native_redirects += 1;
+                            reply.push(&mut self.spare, Status::Redirect, id, 0, 0, b"");
+                            continue;
+                        }
+                        engine.prefetch_bucket((hash, partition));
+                        self.pending.push(Pending { slot, at, hash, partition });
+                    }
+                }
+                Kind::Responses | Kind::Directory => engine.counters.native_bad += 1,
+            }
+        }
+        for pending in &self.pending {
+            engine.prefetch_item((pending.hash, pending.partition));
+        }
+        for index in 0..self.pending.len() {
+            let Pending { slot, at, hash, partition } = self.pending[index];
+            let (bytes, _, _) = self.burst.datagram(slot);
+            let Some(Ok(request)) = Requests::new(&bytes[at..], 1).next() else {
+                unreachable!("a request read once reads again")
+            };
+            let peer = self.replies[slot].peer.expect("a request datagram has a peer");
+            execute(
+                engine,
+                &request,
+                hash,
+                partition,
+                peer,
+                &mut self.scratch,
+                (&mut self.dedupe, &mut self.dedupe_order),
+                (&mut self.replies[slot], &mut self.spare),
+            );
+        }
+        for reply in &mut self.replies[..count] {
+            reply.close_datagram();
+        }
+    }
+
+    /// Sends the burst's replies from port `index` in one `sendmmsg` (more if over
+    /// [`crate::sys::BURST_MAX`]); what the socket cannot take is dropped (clients retransmit).
+    fn send(&mut self, index: usize, counters: &mut WorkerCounters) {
+        let datagrams: Vec<(SocketAddr, &[u8])> = self
+            .replies
+            .iter()
+            .filter_map(|reply| Some((reply.peer?, &reply.datagrams)))
+            .flat_map(|(peer, datagrams)| datagrams.iter().map(move |datagram| (peer, datagram.as_slice())))
+            .collect();
+        if datagrams.is_empty() {
+            return;
+        }
+        let fd = self.ports[index].socket.as_raw_fd();
+        let sent = crate::sys::send_burst(fd, &datagrams).unwrap_or(0);
+        let bytes: usize = datagrams[..sent].iter().map(|(_, bytes)| bytes.len()).sum();
+        counters.bytes_written += bytes as u64;
+        counters.native_datagrams_out += sent as u64;
+        counters.native_replies_dropped += (datagrams.len() - sent) as u64;
+    }
+}
+
+/// Runs one request on its (owned) partition and appends its response.
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    engine: &mut Engine,
+    request: &RequestMsg<'_>,
+    hash: KeyHash,
+    partition: usize,
+    peer: SocketAddr,
+    scratch: &mut Vec<u8>,
+    (dedupe, order): (&mut HashMap<(SocketAddr, u32), (Status, u64)>, &mut VecDeque<(SocketAddr, u32)>),
+    (reply, spare): (&mut Reply, &mut Vec<Vec<u8>>),
+) {
+    let id = (request.opcode as u8, request.request_id);
+    let key = request.key;
+    let run = |engine: &mut Engine, command: Command<'_>, out: &mut Vec<u8>| {
+        engine.run_owned(hash, partition, key, command, out).expect("routed to the owner")
+    };
+    match request.opcode {
+        Opcode::Get => {
+            engine.counters.cmd_get += 1;
+            scratch.clear();
+            match run(engine, Command::Get, scratch) {
+                Outcome::Hit(hit) => {
+                    let value = &scratch[hit.value_start..hit.value_start + hit.value_len];
+                    reply.push(spare, Status::Ok, id, hit.flags, hit.cas, value);
+                }
+                _ => reply.push(spare, Status::NotFound, id, 0, 0, b""),
+            }
+        }
+        Opcode::Set | Opcode::Add | Opcode::Replace => {
+            engine.counters.cmd_set += 1;
+            let mode = match (request.opcode, request.operand) {
+                (Opcode::Add, _) => StoreMode::Add,
+                (_, 0) if request.opcode == Opcode::Set => StoreMode::Set,
+                (_, 0) => StoreMode::Replace,
+                (_, cas) => StoreMode::Cas(cas),
+            };
+            let expiry = engine.expiry(request.exptime);
+            let command = Command::Store { mode, value: request.value, flags: request.flags, expiry };
+            let (status, cas) = match run(engine, command, &mut Vec::new()) {
+                Outcome::Stored { cas } => (Status::Ok, cas),
+                Outcome::NotStored => (Status::NotStored, 0),
+                Outcome::Exists => (Status::Exists, 0),
+                Outcome::NotFound => (Status::NotFound, 0),
+                outcome @ (Outcome::TooLarge | Outcome::OutOfMemory) => {
+                    // As memcached: a set that cannot be stored removes the old value.
+                    if mode == StoreMode::Set {
+                        run(engine, Command::Delete { cas: 0 }, &mut Vec::new());
+                    }
+                    (if outcome == Outcome::TooLarge { Status::TooLarge } else { Status::OutOfMemory }, 0)
+                }
+                _ => (Status::BadRequest, 0),
+            };
+            reply.push(spare, status, id, 0, cas, b"");
+        }
+        Opcode::Delete => {
+            let status = match run(engine, Command::Delete { cas: request.operand }, &mut Vec::new()) {
+                Outcome::Deleted => Status::Ok,
+                Outcome::Exists => Status::Exists,
+                _ => Status::NotFound,
+            };
+            reply.push(spare, status, id, 0, 0, b"");
+        }
+        Opcode::Incr | Opcode::Decr => {
+            let seen = (peer, request.request_id);
+            if let Some(&(status, value)) = dedupe.get(&seen) {
+                engine.counters.native_duplicates += 1;
+                reply.push(spare, status, id, 0, value, b"");
+                return;
+            }
+            let decrement = request.opcode == Opcode::Decr;
+            let command = Command::Arith { delta: request.operand, decrement, cas: 0 };
+            let (status, value) = match run(engine, command, &mut Vec::new()) {
+                Outcome::Counter { value, .. } => (Status::Ok, value),
+                Outcome::NonNumeric => (Status::NonNumeric, 0),
+                Outcome::OutOfMemory => (Status::OutOfMemory, 0),
+                _ => (Status::NotFound, 0),
+            };
+            if order.len() == DEDUPE_ENTRIES {
+                if let Some(oldest) = order.pop_front() {
+                    dedupe.remove(&oldest);
+                }
+            }
+            dedupe.insert(seen, (status, value));
+            order.push_back(seen);
+            reply.push(spare, status, id, 0, value, b"");
+        }
+        Opcode::Touch => {
+            engine.counters.cmd_touch += 1;
+            let expiry = engine.expiry(request.exptime);
+            let status = match run(engine, Command::Touch { expiry }, &mut Vec::new()) {
+                Outcome::Touched => Status::Ok,
+                _ => Status::NotFound,
+            };
+            reply.push(spare, status, id, 0, 0, b"");
+        }
+    }
+}
