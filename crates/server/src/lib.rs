@@ -166,9 +166,7 @@ impl Server {
                 index,
                 shared.clone(),
                 poll,
-                listeners,
-                udp,
-                native,
+                worker::Sockets { listeners, udp, native },
                 engine,
                 worker_rings,
             )

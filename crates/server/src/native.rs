@@ -117,6 +117,31 @@ impl Reply {
     }
 }
 
+/// The last [`DEDUPE_ENTRIES`] incr/decr answers by (client address, request id), so that a
+/// retransmission is answered without being applied again.
+#[derive(Default)]
+struct Dedupe {
+    answers: HashMap<(SocketAddr, u32), (Status, u64)>,
+    order: VecDeque<(SocketAddr, u32)>,
+}
+
+impl Dedupe {
+    fn get(&self, request: (SocketAddr, u32)) -> Option<(Status, u64)> {
+        self.answers.get(&request).copied()
+    }
+
+    fn insert(&mut self, request: (SocketAddr, u32), answer: (Status, u64)) {
+        if self.order.len() == DEDUPE_ENTRIES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.answers.remove(&oldest);
+            }
+        }
+        if self.answers.insert(request, answer).is_none() {
+            self.order.push_back(request);
+        }
+    }
+}
+
 /// A worker's native ports and the buffers to serve them.
 pub struct Native {
     /// The ports of the partitions this worker owns.
@@ -125,8 +150,7 @@ pub struct Native {
     pending: Vec<Pending>,
     replies: Vec<Reply>,
     spare: Vec<Vec<u8>>,
-    dedupe: HashMap<(SocketAddr, u32), (Status, u64)>,
-    dedupe_order: VecDeque<(SocketAddr, u32)>,
+    dedupe: Dedupe,
     scratch: Vec<u8>,
     shared: Arc<Shared>,
 }
@@ -143,8 +167,7 @@ impl Native {
                 .map(|_| Reply { peer: None, datagrams: Vec::new(), count: 0, budget: 0, epoch })
                 .collect(),
             spare: Vec::new(),
-            dedupe: HashMap::new(),
-            dedupe_order: VecDeque::new(),
+            dedupe: Dedupe::default(),
             scratch: Vec::new(),
             shared,
         }
@@ -304,7 +327,7 @@ impl Native {
                 partition,
                 peer,
                 &mut self.scratch,
-                (&mut self.dedupe, &mut self.dedupe_order),
+                &mut self.dedupe,
                 (&mut self.replies[slot], &mut self.spare),
             );
         }
@@ -343,7 +366,7 @@ fn execute(
     partition: usize,
     peer: SocketAddr,
     scratch: &mut Vec<u8>,
-    (dedupe, order): (&mut HashMap<(SocketAddr, u32), (Status, u64)>, &mut VecDeque<(SocketAddr, u32)>),
+    dedupe: &mut Dedupe,
     (reply, spare): (&mut Reply, &mut Vec<Vec<u8>>),
 ) {
     let id = (request.opcode as u8, request.request_id);
@@ -399,7 +422,7 @@ fn execute(
         }
         Opcode::Incr | Opcode::Decr => {
             let seen = (peer, request.request_id);
-            if let Some(&(status, value)) = dedupe.get(&seen) {
+            if let Some((status, value)) = dedupe.get(seen) {
                 engine.counters.native_duplicates += 1;
                 reply.push(spare, status, id, 0, value, b"");
                 return;
@@ -412,13 +435,7 @@ fn execute(
                 Outcome::OutOfMemory => (Status::OutOfMemory, 0),
                 _ => (Status::NotFound, 0),
             };
-            if order.len() == DEDUPE_ENTRIES {
-                if let Some(oldest) = order.pop_front() {
-                    dedupe.remove(&oldest);
-                }
-            }
             dedupe.insert(seen, (status, value));
-            order.push_back(seen);
             reply.push(spare, status, id, 0, value, b"");
         }
         Opcode::Touch => {

@@ -117,6 +117,16 @@ pub fn rings(workers: usize) -> Vec<Rings> {
     all
 }
 
+/// What a worker listens on.
+pub struct Sockets {
+    /// TCP: the main port (shared by every worker) and, with --worker-port-base, its own.
+    pub listeners: Vec<TcpListener>,
+    /// memcached's UDP port (-U), shared by every worker.
+    pub udp: Option<mio::net::UdpSocket>,
+    /// The native ports of the partitions it owns.
+    pub native: crate::native::Native,
+}
+
 /// A worker thread's state.
 pub struct Worker {
     index: usize,
@@ -153,12 +163,11 @@ impl Worker {
         index: usize,
         shared: Arc<Shared>,
         poll: Poll,
-        mut listeners: Vec<TcpListener>,
-        mut udp: Option<mio::net::UdpSocket>,
-        mut native: crate::native::Native,
+        sockets: Sockets,
         engine: Engine,
         rings: Rings,
     ) -> io::Result<Worker> {
+        let Sockets { mut listeners, mut udp, mut native } = sockets;
         for (offset, listener) in listeners.iter_mut().enumerate() {
             poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
         }

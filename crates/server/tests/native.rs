@@ -18,6 +18,9 @@ fn client(server: &ServerProcess) -> NativeClient {
     NativeClient::connect(base(server)).expect("the directory")
 }
 
+/// A response as (status, request id, number, value).
+type Answer = (Status, u32, u64, Vec<u8>);
+
 /// A raw socket for hand-built datagrams.
 struct Raw {
     socket: UdpSocket,
@@ -51,12 +54,7 @@ impl Raw {
     }
 
     /// Sends `requests` in one datagram and returns the replies of the datagrams that come back.
-    fn exchange(
-        &self,
-        to: SocketAddr,
-        cookie: u64,
-        requests: &[RequestMsg<'_>],
-    ) -> (Header, Vec<(Status, u32, u64, Vec<u8>)>) {
+    fn exchange(&self, to: SocketAddr, cookie: u64, requests: &[RequestMsg<'_>]) -> (Header, Vec<Answer>) {
         let mut datagram = Vec::new();
         Header { kind: Kind::Requests, count: requests.len() as u16, epoch: 0, cookie }.write(&mut datagram);
         for request in requests {
@@ -65,7 +63,7 @@ impl Raw {
         self.send_raw(to, &datagram)
     }
 
-    fn send_raw(&self, to: SocketAddr, datagram: &[u8]) -> (Header, Vec<(Status, u32, u64, Vec<u8>)>) {
+    fn send_raw(&self, to: SocketAddr, datagram: &[u8]) -> (Header, Vec<Answer>) {
         self.socket.send_to(datagram, to).unwrap();
         let reply = self.receive().expect("a reply");
         let header = Header::parse(&reply).unwrap();
@@ -417,8 +415,7 @@ impl Datagrams for Lossy {
             return deliver(buf, held);
         }
         let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else { break };
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
             self.socket.set_read_timeout(Some(left.max(Duration::from_micros(1))))?;
             let (len, from) = match self.socket.recv_from(buf) {
                 Ok(received) => received,
