@@ -1,6 +1,7 @@
 //! qs-bench: Quicksilver's benchmarks: `qs-bench engine` (the engine in process),
 //! `qs-bench run` (closed- and open-loop load over memcached's text protocol, for any
-//! compatible server) and `qs-bench probe` (the machine's floor, measured with bare echo
+//! compatible server), `qs-bench native` (load over the native UDP protocol, with a recvmmsg echo
+//! server as its floor) and `qs-bench probe` (the machine's floor, measured with bare echo
 //! servers).
 //!
 //! Unsafe code is denied except in the io_uring echo server, whose kernel interface requires it.
@@ -8,5 +9,6 @@
 
 pub mod engine;
 pub mod load;
+pub mod native;
 pub mod probe;
 pub mod workload;

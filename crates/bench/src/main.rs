@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use qs_bench::engine::{self, EngineArgs, EngineReport};
 use qs_bench::load::{self, LoadArgs};
+use qs_bench::native::{self, NativeArgs};
 use qs_bench::probe::{self, ProbeArgs};
 
 #[derive(Parser)]
@@ -21,6 +22,13 @@ enum Subcommands {
     /// Closed- or open-loop (--rate) load over memcached's text protocol against a running server (memcached,
     /// quicksilver, or any compatible one): throughput, latency, server CPU per operation.
     Run(LoadArgs),
+    /// Closed-loop load over Quicksilver's native UDP protocol (qs-client, client-assisted
+    /// direction): requests per second, server CPU per request and per datagram; with
+    /// --echo-probe, against a bare recvmmsg/sendmmsg echo server's CPU per datagram.
+    Native(NativeArgs),
+    /// The native probe's UDP echo server (started by `native --echo-probe`).
+    #[command(hide = true)]
+    UdpEcho,
     /// This machine's limits as references: bare echo servers' CPU per message (epoll and
     /// io_uring) over loopback TCP at each pipeline depth (run as `taskset -c 1 qs-bench probe`).
     Probe(ProbeArgs),
@@ -35,6 +43,49 @@ enum Subcommands {
 
 fn main() {
     match Cli::parse().command {
+        Subcommands::UdpEcho => {
+            if let Err(error) = native::udp_echo_server() {
+                eprintln!("qs-bench udp-echo: {error}");
+                std::process::exit(1);
+            }
+        }
+        Subcommands::Native(args) => match native::run(&args) {
+            Ok(report) => {
+                let figure = |value: Option<f64>, digits: usize| {
+                    value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
+                };
+                println!(
+                    "native {:?} get={} partitions={} batch={}: {:.0} requests/s  {:.1} requests/datagram  batch p50 {} us  p99 {} us  hit {:.3}  wrong {}  retransmitted {}  redirected {}",
+                    report.dataset,
+                    report.get_ratio,
+                    report.partitions,
+                    report.batch,
+                    report.requests_per_sec,
+                    report.requests_per_datagram,
+                    report.batch_p50_us,
+                    report.batch_p99_us,
+                    report.hit_ratio,
+                    report.wrong,
+                    report.retransmitted,
+                    report.redirected,
+                );
+                println!(
+                    "  server CPU {} ns/request, {} us/datagram; echo {} us/datagram ({} datagrams/s); server/echo datagrams per CPU-second {}",
+                    figure(report.server_cpu_ns_per_request, 1),
+                    figure(report.server_cpu_us_per_datagram, 3),
+                    figure(report.echo_cpu_us_per_datagram, 3),
+                    figure(report.echo_datagrams_per_sec, 0),
+                    figure(report.server_over_echo, 2),
+                );
+                if args.json {
+                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+                }
+            }
+            Err(error) => {
+                eprintln!("qs-bench native: {error}");
+                std::process::exit(1);
+            }
+        },
         Subcommands::Engine(args) => {
             let report = engine::run(&args);
             print_table(&report);
