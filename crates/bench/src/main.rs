@@ -55,10 +55,11 @@ fn main() {
                     value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
                 };
                 println!(
-                    "native {:?} get={} partitions={} batch={}: {:.0} requests/s  {:.1} requests/datagram  batch p50 {} us  p99 {} us  hit {:.3}  wrong {}  retransmitted {}  redirected {}",
+                    "native {:?} get={} partitions={} window={} batch={}: {:.0} requests/s  {:.1} requests/datagram  batch p50 {} us  p99 {} us  hit {:.3}  wrong {}  retransmitted {}  redirected {}",
                     report.dataset,
                     report.get_ratio,
                     report.partitions,
+                    report.window,
                     report.batch,
                     report.requests_per_sec,
                     report.requests_per_datagram,

@@ -37,9 +37,13 @@ pub struct NativeArgs {
     /// Zipf skew.
     #[arg(long, default_value_t = 0.99)]
     pub theta: f64,
-    /// Requests per datagram on average: a batch is this many times the partition count.
+    /// Requests per datagram on average: a batch is this many times the partition count
+    /// times the window.
     #[arg(long, default_value_t = 32)]
     pub per_datagram: usize,
+    /// Datagrams in flight per partition (each batch sends this many to every partition).
+    #[arg(long, default_value_t = 1)]
+    pub window: usize,
     /// Measured seconds.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
@@ -77,6 +81,8 @@ pub struct NativeReport {
     pub partitions: usize,
     /// Requests per batch.
     pub batch: usize,
+    /// Datagrams in flight per partition.
+    pub window: usize,
     /// Requests answered in the measured window.
     pub requests: u64,
     /// Requests per second.
@@ -148,8 +154,9 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
     if !args.no_load {
         preload(&mut client, args)?;
     }
+    client.set_requests_per_datagram(args.per_datagram.max(1));
     let partitions = client.directory().partitions.len();
-    let batch = args.per_datagram.max(1) * partitions;
+    let batch = args.per_datagram.max(1) * partitions * args.window.max(1);
     let (key_len, value_len) = args.dataset.sizes();
     let chooser = KeyChooser::new(args.dist, args.keys, args.theta);
     let mut rng = Rng::new(args.seed);
@@ -235,6 +242,7 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
         get_ratio: args.get_ratio,
         partitions,
         batch,
+        window: args.window.max(1),
         requests,
         requests_per_sec: requests as f64 / secs,
         datagrams,
@@ -255,7 +263,7 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
         // The same datagrams: a request datagram's average size, as many in flight.
         let request_bytes = qs_proto::native::REQUEST_BYTES + key_len + value_len;
         let size = qs_proto::native::HEADER_BYTES + request_bytes * args.per_datagram.max(1);
-        let (echo_cpu, echo_rate) = udp_echo_probe(args, size, partitions)?;
+        let (echo_cpu, echo_rate) = udp_echo_probe(args, size, partitions * args.window.max(1))?;
         report.echo_cpu_us_per_datagram = Some(echo_cpu);
         report.echo_datagrams_per_sec = Some(echo_rate);
         report.server_over_echo = server_cpu_us_per_datagram.map(|server| echo_cpu / server);

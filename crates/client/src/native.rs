@@ -218,6 +218,8 @@ pub struct NativeClient<D: Datagrams = UdpSocket> {
     directory: Directory,
     next_id: u32,
     retry: Retry,
+    /// Most requests packed into one datagram.
+    per_datagram: usize,
     buf: Vec<u8>,
     stats: ClientStats,
 }
@@ -252,6 +254,7 @@ impl<D: Datagrams> NativeClient<D> {
             },
             next_id: 1,
             retry,
+            per_datagram: usize::from(u16::MAX),
             buf: vec![0; 1 << 16],
             stats: ClientStats::default(),
         };
@@ -262,6 +265,11 @@ impl<D: Datagrams> NativeClient<D> {
     /// The directory in use.
     pub fn directory(&self) -> &Directory {
         &self.directory
+    }
+
+    /// Packs at most `requests` requests into one datagram (by default as many as fit).
+    pub fn set_requests_per_datagram(&mut self, requests: usize) {
+        self.per_datagram = requests.clamp(1, usize::from(u16::MAX));
     }
 
     /// Traffic figures.
@@ -396,7 +404,10 @@ impl<D: Datagrams> NativeClient<D> {
             header.write(&mut datagram);
             for &index in indexes {
                 let request = &requests[index];
-                if count > 0 && (datagram.len() + request.encoded_len() > max || count == u16::MAX) {
+                if count > 0
+                    && (datagram.len() + request.encoded_len() > max
+                        || usize::from(count) == self.per_datagram)
+                {
                     Header::set_count(&mut datagram, count);
                     self.io.send_to(&datagram, to)?;
                     self.stats.datagrams_sent += 1;

@@ -192,6 +192,11 @@ impl Native {
                         self.process(count, engine);
                         self.send(index, &mut engine.counters);
                         served = true;
+                        // A short burst drained the socket: epoll reports every later
+                        // arrival, so no second call just to hear "would block".
+                        if count < self.burst.slots() {
+                            self.ports[index].ready = false;
+                        }
                     }
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                     // WouldBlock: drained (edge-triggered epoll reports what arrives next).

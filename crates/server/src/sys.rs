@@ -106,6 +106,8 @@ pub struct Burst {
     lens: Vec<usize>,
     truncated: Vec<bool>,
     peers: Vec<Option<SocketAddr>>,
+    /// Where the kernel writes the senders' addresses.
+    names: Vec<libc::sockaddr_storage>,
 }
 
 impl Burst {
@@ -118,36 +120,42 @@ impl Burst {
             lens: vec![0; slots],
             truncated: vec![false; slots],
             peers: vec![None; slots],
+            // SAFETY: sockaddr_storage is plain data; zeroed is a valid value.
+            names: vec![unsafe { std::mem::zeroed() }; slots],
         }
+    }
+
+    /// Datagrams one receive can take.
+    pub fn slots(&self) -> usize {
+        self.lens.len()
     }
 
     /// Receives up to the burst's slots of datagrams from `fd` without blocking, in one
     /// `recvmmsg`; returns how many (an error of kind WouldBlock when none are waiting).
     pub fn recv(&mut self, fd: std::os::fd::RawFd) -> io::Result<usize> {
+        use std::mem::MaybeUninit;
         let slots = self.lens.len();
-        // SAFETY: iovec, mmsghdr and sockaddr_storage are plain data; zeroed is valid for each.
-        let mut iovecs: [libc::iovec; BURST_MAX] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut headers: [libc::mmsghdr; BURST_MAX] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut names: [libc::sockaddr_storage; BURST_MAX] = unsafe { std::mem::zeroed() };
-        for (slot, chunk) in self.buf.chunks_exact_mut(self.slot_bytes).enumerate() {
-            iovecs[slot] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: chunk.len() };
+        let mut iovecs = [MaybeUninit::<libc::iovec>::uninit(); BURST_MAX];
+        let mut headers = [MaybeUninit::<libc::mmsghdr>::uninit(); BURST_MAX];
+        let chunks = self.buf.chunks_exact_mut(self.slot_bytes);
+        for (slot, (chunk, name)) in chunks.zip(self.names.iter_mut()).enumerate() {
+            let iovec =
+                iovecs[slot].write(libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: chunk.len() });
+            // SAFETY: mmsghdr is plain data; zeroed is valid (null pointers, zero lengths).
+            let header = headers[slot].write(unsafe { std::mem::zeroed() });
+            header.msg_hdr.msg_iov = iovec;
+            header.msg_hdr.msg_iovlen = 1;
+            header.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            header.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         }
-        for slot in 0..slots {
-            let header = &mut headers[slot].msg_hdr;
-            header.msg_iov = &mut iovecs[slot];
-            header.msg_iovlen = 1;
-            header.msg_name = (&mut names[slot] as *mut libc::sockaddr_storage).cast();
-            header.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        }
-        // SAFETY: every header points at its own iovec (one slot of `self.buf`, which outlives
-        // the call and is not otherwise borrowed) and its own sockaddr_storage, with the
-        // lengths of those; `slots` headers are passed and no more exist.
+        // SAFETY: the first `slots` headers were initialised above, each pointing at its own
+        // initialised iovec (one slot of `self.buf`) and its own sockaddr_storage in
+        // `self.names`, with their lengths; both outlive the call and are not otherwise
+        // borrowed during it. The kernel reads and writes only those `slots` headers.
         let received = unsafe {
             libc::recvmmsg(
                 fd,
-                headers.as_mut_ptr(),
+                headers.as_mut_ptr().cast::<libc::mmsghdr>(),
                 slots as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -158,11 +166,13 @@ impl Burst {
         }
         let received = received as usize;
         for slot in 0..received {
-            self.lens[slot] = (headers[slot].msg_len as usize).min(self.slot_bytes);
-            self.truncated[slot] = headers[slot].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let len = headers[slot].msg_hdr.msg_namelen;
+            // SAFETY: initialised above (slot < received <= slots).
+            let header = unsafe { headers[slot].assume_init_ref() };
+            self.lens[slot] = (header.msg_len as usize).min(self.slot_bytes);
+            self.truncated[slot] = header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let len = header.msg_hdr.msg_namelen;
             // SAFETY: the kernel wrote a socket address of `len` bytes into the storage.
-            self.peers[slot] = unsafe { socket2::SockAddr::new(names[slot], len) }.as_socket();
+            self.peers[slot] = unsafe { socket2::SockAddr::new(self.names[slot], len) }.as_socket();
         }
         Ok(received)
     }
