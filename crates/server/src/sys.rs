@@ -165,9 +165,9 @@ impl Burst {
             return Err(io::Error::last_os_error());
         }
         let received = received as usize;
-        for slot in 0..received {
+        for (slot, header) in headers[..received].iter().enumerate() {
             // SAFETY: initialised above (slot < received <= slots).
-            let header = unsafe { headers[slot].assume_init_ref() };
+            let header = unsafe { header.assume_init_ref() };
             self.lens[slot] = (header.msg_len as usize).min(self.slot_bytes);
             self.truncated[slot] = header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             let len = header.msg_hdr.msg_namelen;
