@@ -159,6 +159,8 @@ pub enum Error {
     Io(io::Error),
     /// The server's directory could not be read.
     NoDirectory,
+    /// The server said something the client does not understand (an error line, a bad reply).
+    Protocol(String),
 }
 
 impl std::fmt::Display for Error {
@@ -169,6 +171,7 @@ impl std::fmt::Display for Error {
             Error::BadKey => write!(f, "keys are 1 to 250 bytes"),
             Error::Io(error) => write!(f, "{error}"),
             Error::NoDirectory => write!(f, "the server sent no directory"),
+            Error::Protocol(what) => write!(f, "unexpected reply: {what}"),
         }
     }
 }

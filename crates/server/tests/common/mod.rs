@@ -29,6 +29,17 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
+/// The first of `count` consecutive TCP ports that were free a moment ago.
+pub fn free_tcp_ports(count: u16) -> u16 {
+    for _ in 0..100 {
+        let base = free_udp_ports(count);
+        if (base..base + count).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no {count} consecutive free TCP ports");
+}
+
 /// The first of `count` consecutive UDP ports that were free a moment ago.
 pub fn free_udp_ports(count: u16) -> u16 {
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
