@@ -151,6 +151,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "log_pages", format_args!("{:?}", shared.page_kinds.0).to_string().to_lowercase());
     stat(out, "index_pages", format_args!("{:?}", shared.page_kinds.1).to_string().to_lowercase());
     stat(out, "worker_port_base", config.worker_port_base);
+    stat(out, "native_port", config.native_port);
 }
 
 /// Store mode's free space by block size, summed over partitions: for each group of size

@@ -90,6 +90,12 @@ const PENDING_PER_CONN_MAX: u32 = 256;
 const WINDOW: usize = 16;
 /// Spare batches kept for reuse.
 const SPARE_BATCHES_MAX: usize = 16;
+/// Bytes a spare batch keeps of its buffers (a batch of large values gives the rest back).
+const SPARE_BATCH_BYTES: usize = 64 << 10;
+/// Request bytes handed to one owner and not yet answered; beyond this, connections that want
+/// to hand it more wait for its replies (with the batch limit, this bounds the memory an owner
+/// that falls behind can make its peers hold).
+const INFLIGHT_BYTES_MAX: usize = 4 << 20;
 
 /// Builds the rings between `workers` workers.
 pub fn rings(workers: usize) -> Vec<Rings> {
@@ -149,6 +155,8 @@ pub struct Worker {
     outgoing: Vec<Option<Batch>>,
     unsent_replies: Vec<VecDeque<Batch>>,
     spare: Vec<Batch>,
+    /// Per owner: request bytes handed over and not yet answered.
+    inflight: Vec<usize>,
     work: Vec<usize>,
     flush: Vec<usize>,
     /// Connections that stopped because a batch was full: serviced again next turn.
@@ -197,6 +205,7 @@ impl Worker {
             outgoing: (0..workers).map(|_| None).collect(),
             unsent_replies: (0..workers).map(|_| VecDeque::new()).collect(),
             spare: Vec::new(),
+            inflight: vec![0; workers],
             work: Vec::new(),
             flush: Vec::new(),
             retry: Vec::new(),
@@ -446,13 +455,14 @@ impl Worker {
     /// and their buckets and then their items prefetched, so the memory loads of a pipeline
     /// overlap instead of stalling one request at a time (MICA's prefetch pipeline).
     fn process(&mut self, index: usize) {
-        let Worker { conns, engine, outgoing, spare, index: me, executed, retry, .. } = self;
+        let Worker { conns, engine, outgoing, spare, inflight, index: me, executed, retry, .. } = self;
         let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
         let Conn { input, output, stalled, closing, dead, generation, waiting, transport, .. } = conn;
         let udp = matches!(transport, Transport::Udp { .. });
         *waiting = false;
-        let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX);
+        let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
+            || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
         let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, full };
         loop {
             if *stalled && output.pending_total == 0 {
@@ -674,12 +684,13 @@ impl Worker {
                     debug_assert!(placed, "a reply for a request that was not waiting");
                     queue(&mut self.work, conn, index);
                 }
+                self.inflight[from] -= batch.requests.len();
                 if self.spare.len() < SPARE_BATCHES_MAX {
                     batch.ops.clear();
                     batch.requests.clear();
                     batch.responses.clear();
-                    batch.requests.shrink_to(BATCH_BYTES_MAX);
-                    batch.responses.shrink_to(BATCH_BYTES_MAX);
+                    batch.requests.shrink_to(SPARE_BATCH_BYTES);
+                    batch.responses.shrink_to(SPARE_BATCH_BYTES);
                     self.spare.push(batch);
                 }
             }
@@ -691,8 +702,12 @@ impl Worker {
         for owner in 0..self.outgoing.len() {
             if let Some(batch) = self.outgoing[owner].take() {
                 let ring = self.rings.to[owner].as_mut().expect("no ring to self");
+                let bytes = batch.requests.len();
                 match ring.push(batch) {
-                    Ok(()) => self.shared.wake_if_sleeping(owner),
+                    Ok(()) => {
+                        self.inflight[owner] += bytes;
+                        self.shared.wake_if_sleeping(owner);
+                    }
                     Err(rtrb::PushError::Full(batch)) => self.outgoing[owner] = Some(batch),
                 }
             }
