@@ -11,9 +11,8 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use qs_client::{NativeClient, Op, Status};
 use serde::Serialize;
-use std::io::{self, Read};
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Options of `qs-bench native`.
@@ -271,37 +270,10 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
     Ok(report)
 }
 
-/// Kills the echo server when dropped.
-struct EchoChild(Child);
-
-impl Drop for EchoChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Bounces `window` datagrams of `size` bytes at a time off `qs-bench udp-echo` pinned to the
 /// echo cores; returns its CPU microseconds per datagram and datagrams per second.
 fn udp_echo_probe(args: &NativeArgs, size: usize, window: usize) -> io::Result<(f64, f64)> {
-    let exe = std::env::current_exe()?;
-    let mut child = Command::new("taskset")
-        .args(["-c", &args.echo_cores])
-        .arg(exe)
-        .arg("udp-echo")
-        .stdout(Stdio::piped())
-        .spawn()
-        .map(EchoChild)?;
-    let mut stdout =
-        child.0.stdout.take().ok_or_else(|| io::Error::other("no stdout from the echo server"))?;
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while stdout.read(&mut byte)? == 1 && byte[0] != b'\n' {
-        line.push(byte[0]);
-    }
-    let address: SocketAddr = String::from_utf8_lossy(&line).trim().parse().map_err(|_| {
-        io::Error::other(format!("the echo server said {:?}", String::from_utf8_lossy(&line)))
-    })?;
+    let (child, address) = crate::probe::start_pinned(&args.echo_cores, &["udp-echo"])?;
     let socket = UdpSocket::bind("127.0.0.1:0")?;
     socket.set_read_timeout(Some(Duration::from_millis(50)))?;
     let datagram = vec![b'x'; size];

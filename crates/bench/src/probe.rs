@@ -249,7 +249,7 @@ pub fn echo_server_uring(listener: std::net::TcpListener) -> io::Result<()> {
 }
 
 /// Kills the echo child however the probe ends.
-struct EchoChild(Child);
+pub(crate) struct EchoChild(pub(crate) Child);
 
 impl Drop for EchoChild {
     fn drop(&mut self) {
@@ -260,16 +260,20 @@ impl Drop for EchoChild {
 
 /// Starts `qs-bench probe-echo` pinned to `cores` and returns it with its address.
 fn start_echo(cores: &str, kind: EchoIo) -> io::Result<(EchoChild, SocketAddr)> {
+    start_pinned(cores, &["probe-echo", "--io", kind.name()])
+}
+
+/// Starts this program with `args` pinned to `cores` (taskset); the child prints the address
+/// it serves on its first line, which is returned with it.
+pub(crate) fn start_pinned(cores: &str, args: &[&str]) -> io::Result<(EchoChild, SocketAddr)> {
     let exe = std::env::current_exe()?;
     let mut child = Command::new("taskset")
         .args(["-c", cores])
         .arg(exe)
-        .arg("probe-echo")
-        .args(["--io", kind.name()])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .map(EchoChild)?;
-    // The child prints its address on its first line.
     let mut stdout =
         child.0.stdout.take().ok_or_else(|| io::Error::other("no stdout from the echo server"))?;
     let mut line = Vec::new();
