@@ -10,5 +10,6 @@
 pub mod engine;
 pub mod load;
 pub mod native;
+pub mod plot;
 pub mod probe;
 pub mod workload;

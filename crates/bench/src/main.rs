@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use qs_bench::engine::{self, EngineArgs, EngineReport};
 use qs_bench::load::{self, LoadArgs};
 use qs_bench::native::{self, NativeArgs};
+use qs_bench::plot;
 use qs_bench::probe::{self, ProbeArgs};
 
 #[derive(Parser)]
@@ -130,24 +131,40 @@ fn main() {
                 std::process::exit(1);
             }
         },
+        Subcommands::Run(args) if args.search => match load::search(&args) {
+            Ok(report) => {
+                print_load(&report.closed);
+                println!("  p99 target   best ops/s   offered/s   p99");
+                for sla in &report.sla {
+                    let figure =
+                        |value: Option<f64>| value.map_or("-".to_string(), |value| format!("{value:.0}"));
+                    println!(
+                        "  {:>7} us  {:>11}  {:>10}  {:>5} us",
+                        sla.p99_target_us,
+                        figure(sla.ops_per_sec),
+                        figure(sla.offered_rate),
+                        figure(sla.p99_us)
+                    );
+                }
+                if let Some(path) = &args.plot {
+                    let curve = plot::Curve::of(&format!("{}", args.server), &report.points);
+                    match plot::latency_curves(path, &plot::title(&report.closed), &[curve]) {
+                        Ok(()) => println!("  plot: {}", path.display()),
+                        Err(error) => eprintln!("qs-bench run: the plot: {error}"),
+                    }
+                }
+                if args.json {
+                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+                }
+            }
+            Err(error) => {
+                eprintln!("qs-bench run: {error}");
+                std::process::exit(1);
+            }
+        },
         Subcommands::Run(args) => match load::run(&args) {
             Ok(report) => {
-                println!(
-                    "{} {:?} {} get={} conns={} depth={}: {:.0} ops/s  p50 {} us  p99 {} us  p99.9 {} us  hit {:.3}  wrong {}  server CPU {} us/op",
-                    report.server,
-                    report.dataset,
-                    report.dist,
-                    report.get_ratio,
-                    report.connections,
-                    report.depth,
-                    report.ops_per_sec,
-                    report.p50_us,
-                    report.p99_us,
-                    report.p999_us,
-                    report.hit_ratio,
-                    report.wrong,
-                    report.server_cpu_us_per_op.map_or("?".to_string(), |us| format!("{us:.3}")),
-                );
+                print_load(&report);
                 if args.json {
                     println!("{}", serde_json::to_string(&report).expect("report serialises"));
                 }
@@ -158,6 +175,41 @@ fn main() {
             }
         },
     }
+}
+
+fn print_load(report: &load::LoadReport) {
+    let workload = match report.ycsb {
+        Some(ycsb) => format!("ycsb-{ycsb:?}").to_lowercase(),
+        None => format!("get={}", report.get_ratio),
+    };
+    println!(
+        "{} {:?} {:?} {} {} conns={} depth={}: {:.0} ops/s  p50 {} us  p99 {} us  p99.9 {} us  hit {:.3}  errors {}  wrong {}  stale {}",
+        report.server,
+        report.protocol,
+        report.dataset,
+        report.dist,
+        workload,
+        report.connections,
+        report.depth,
+        report.ops_per_sec,
+        report.p50_us,
+        report.p99_us,
+        report.p999_us,
+        report.hit_ratio,
+        report.errors,
+        report.wrong_values,
+        report.stale_values,
+    );
+    let figure = |value: Option<f64>, digits: usize| {
+        value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
+    };
+    println!(
+        "  server CPU {} us/op  client CPU {:.3} us/op  server RSS {} MB  {} ops/s per GB",
+        figure(report.server_cpu_us_per_op, 3),
+        report.client_cpu_us_per_op,
+        figure(report.server_rss_mb, 1),
+        figure(report.ops_per_sec_per_gb, 0),
+    );
 }
 
 fn print_table(report: &EngineReport) {

@@ -35,6 +35,8 @@ pub enum Distribution {
     Uniform,
     /// Zipf with exponent theta, ranks scrambled over the key space (YCSB).
     Zipf,
+    /// YCSB's "latest": zipf over recency, the newest key the most popular (YCSB D).
+    Latest,
 }
 
 /// xoshiro-style 64-bit generator (wyrand): fast, seeded, good enough for load generation.
@@ -80,9 +82,31 @@ impl Zipf {
     pub fn new(n: u64, theta: f64) -> Zipf {
         assert!(n >= 2 && theta > 0.0 && theta < 1.0, "zipf needs n >= 2 and 0 < theta < 1");
         let zeta_n = zeta(n, theta);
-        let zeta_2 = zeta(2, theta);
-        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta_2 / zeta_n);
-        Zipf { n: n as f64, theta, alpha: 1.0 / (1.0 - theta), zeta_n, eta }
+        let mut zipf = Zipf { n: n as f64, theta, alpha: 1.0 / (1.0 - theta), zeta_n, eta: 0.0 };
+        zipf.eta = zipf.eta_for_n();
+        zipf
+    }
+
+    fn eta_for_n(&self) -> f64 {
+        let zeta_2 = 1.0 + 0.5f64.powf(self.theta);
+        (1.0 - (2.0 / self.n).powf(1.0 - self.theta)) / (1.0 - zeta_2 / self.zeta_n)
+    }
+
+    /// Ranks now `[0, n)` for a larger `n` (inserted items), updating zeta incrementally as
+    /// YCSB's generator does.
+    pub fn grow(&mut self, n: u64) {
+        let old = self.n as u64;
+        if n <= old {
+            return;
+        }
+        self.zeta_n += (old + 1..=n).map(|i| (i as f64).powf(-self.theta)).sum::<f64>();
+        self.n = n as f64;
+        self.eta = self.eta_for_n();
+    }
+
+    /// How many ranks.
+    pub fn items(&self) -> u64 {
+        self.n as u64
     }
 
     /// The next rank (0 is the most popular).
@@ -123,6 +147,8 @@ pub enum KeyChooser {
     Uniform(u64),
     /// Scrambled zipf over [0, keys).
     Zipf(Zipf, u64),
+    /// Zipf over recency: rank 0 is the newest key (the highest number).
+    Latest(Zipf),
 }
 
 impl KeyChooser {
@@ -131,6 +157,15 @@ impl KeyChooser {
         match distribution {
             Distribution::Uniform => KeyChooser::Uniform(keys),
             Distribution::Zipf => KeyChooser::Zipf(Zipf::new(keys, theta), keys),
+            Distribution::Latest => KeyChooser::Latest(Zipf::new(keys, theta)),
+        }
+    }
+
+    /// Keys `[0, keys)` now exist (after inserts): "latest" follows the newest; the others keep
+    /// drawing from the keys they started with, as YCSB's do.
+    pub fn grow(&mut self, keys: u64) {
+        if let KeyChooser::Latest(zipf) = self {
+            zipf.grow(keys);
         }
     }
     /// The next key number.
@@ -139,6 +174,7 @@ impl KeyChooser {
         match self {
             KeyChooser::Uniform(keys) => rng.below(*keys),
             KeyChooser::Zipf(zipf, keys) => scramble(zipf.next(rng), *keys),
+            KeyChooser::Latest(zipf) => zipf.items() - 1 - zipf.next(rng),
         }
     }
 }
@@ -154,23 +190,109 @@ pub fn write_key(number: u64, key: &mut [u8]) {
     }
 }
 
-/// Writes a value for key `number` at `version`: the key number, the version, then filler, so a
-/// reader can check it got the right key.
+/// What a value of some length carries: the key number's low bits and the version's low bits.
+/// From 12 bytes: the whole key number (8 bytes, little-endian) then a 4-byte version; from 8
+/// bytes (MICA's tiny items): 5 bytes of key number then 3 of version; shorter: key bytes only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueLayout {
+    key_bytes: usize,
+    version_bytes: usize,
+}
+
+impl ValueLayout {
+    /// The layout of a `len`-byte value.
+    pub const fn of(len: usize) -> ValueLayout {
+        if len >= 12 {
+            ValueLayout { key_bytes: 8, version_bytes: 4 }
+        } else if len >= 8 {
+            ValueLayout { key_bytes: 5, version_bytes: 3 }
+        } else {
+            ValueLayout { key_bytes: len, version_bytes: 0 }
+        }
+    }
+
+    /// The key number bits a value keeps.
+    pub const fn key_mask(self) -> u64 {
+        if self.key_bytes >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * self.key_bytes)) - 1
+        }
+    }
+
+    /// The version bits a value keeps (0: none, versions not checked).
+    pub const fn version_mask(self) -> u32 {
+        if self.version_bytes >= 4 {
+            u32::MAX
+        } else {
+            (1u32 << (8 * self.version_bytes)) - 1
+        }
+    }
+}
+
+/// Writes a value for key `number` at `version` (see [`ValueLayout`]), filler after, so a
+/// reader can check it got the right key and a version it may see.
 #[inline(always)]
 pub fn write_value(number: u64, version: u32, value: &mut [u8]) {
-    let head = value.len().min(8);
-    value[..head].copy_from_slice(&number.to_le_bytes()[..head]);
-    if value.len() >= 12 {
-        value[8..12].copy_from_slice(&version.to_le_bytes());
+    let layout = ValueLayout::of(value.len());
+    let (key, rest) = value.split_at_mut(layout.key_bytes);
+    key.copy_from_slice(&number.to_le_bytes()[..layout.key_bytes]);
+    let (stamp, filler) = rest.split_at_mut(layout.version_bytes);
+    stamp.copy_from_slice(&version.to_le_bytes()[..layout.version_bytes]);
+    for (i, byte) in filler.iter_mut().enumerate() {
+        *byte = b'v' ^ i as u8;
     }
+}
+
+/// The (key number bits, version bits) a value carries.
+#[inline(always)]
+pub fn read_value(value: &[u8]) -> (u64, u32) {
+    let layout = ValueLayout::of(value.len());
+    let mut key = [0u8; 8];
+    key[..layout.key_bytes].copy_from_slice(&value[..layout.key_bytes]);
+    let mut version = [0u8; 4];
+    version[..layout.version_bytes]
+        .copy_from_slice(&value[layout.key_bytes..layout.key_bytes + layout.version_bytes]);
+    (u64::from_le_bytes(key), u32::from_le_bytes(version))
 }
 
 /// Whether `value` is one written for key `number`.
 #[inline(always)]
 pub fn value_matches(number: u64, value: &[u8]) -> bool {
-    match value.first_chunk::<8>() {
-        Some(head) => u64::from_le_bytes(*head) == number,
-        None => value.iter().zip(number.to_le_bytes()).all(|(a, b)| *a == b),
+    read_value(value).0 == number & ValueLayout::of(value.len()).key_mask()
+}
+
+/// What a read's value says about the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Another key's value, or a version nobody wrote yet.
+    Wrong,
+    /// Older than a write acknowledged before the read was sent.
+    Stale,
+    /// A version the read may see.
+    Fresh,
+}
+
+/// Judges a read of key `number` that returned `value`: `floor` is the newest version of the key
+/// acknowledged before the read was sent, `issued` the newest sent so far (versions compare
+/// modulo the layout's width; writes in flight may or may not be seen).
+pub fn judge(number: u64, value: &[u8], floor: u32, issued: u32) -> Verdict {
+    let layout = ValueLayout::of(value.len());
+    let (key, version) = read_value(value);
+    if key != number & layout.key_mask() {
+        return Verdict::Wrong;
+    }
+    let mask = layout.version_mask();
+    let (seen, floor, issued) = (version & mask, floor & mask, issued & mask);
+    let window = issued.wrapping_sub(floor) & mask;
+    let behind_issued = issued.wrapping_sub(seen) & mask;
+    if behind_issued <= window {
+        Verdict::Fresh
+    } else if seen.wrapping_sub(floor) & mask > mask / 2 {
+        // Behind the floor (within half the version space): an acknowledged write was lost.
+        Verdict::Stale
+    } else {
+        Verdict::Wrong
     }
 }
 
@@ -205,8 +327,144 @@ mod tests {
         let mut key = [0u8; 16];
         write_key(42, &mut key);
         assert_eq!(&key[..8], &42u64.to_le_bytes());
-        let mut value = [0u8; 64];
-        write_value(42, 7, &mut value);
-        assert!(value_matches(42, &value) && !value_matches(43, &value));
+        for len in [4, 8, 11, 12, 64, 1152] {
+            let mut value = vec![0u8; len];
+            write_value(42, 7, &mut value);
+            assert!(value_matches(42, &value) && !value_matches(43, &value), "{len}");
+            let (key, version) = read_value(&value);
+            assert_eq!(key, 42);
+            assert_eq!(version, 7 & ValueLayout::of(len).version_mask());
+        }
+    }
+
+    #[test]
+    fn reads_are_judged_by_key_and_version() {
+        let value = |key: u64, version: u32, len: usize| {
+            let mut value = vec![0u8; len];
+            write_value(key, version, &mut value);
+            value
+        };
+        for len in [8, 64] {
+            // Acknowledged up to 5, writes 6 and 7 in flight: 5, 6 and 7 may be seen.
+            for seen in 5..=7 {
+                assert_eq!(judge(9, &value(9, seen, len), 5, 7), Verdict::Fresh, "{len} {seen}");
+            }
+            assert_eq!(judge(9, &value(9, 4, len), 5, 7), Verdict::Stale);
+            assert_eq!(judge(9, &value(9, 0, len), 5, 7), Verdict::Stale);
+            assert_eq!(judge(9, &value(9, 8, len), 5, 7), Verdict::Wrong, "never written");
+            assert_eq!(judge(9, &value(10, 6, len), 5, 7), Verdict::Wrong, "another key");
+        }
+        // Versions wrap in a 3-byte field: acknowledged 0xFFFFFE, issued 1 (wrapped).
+        let mask = ValueLayout::of(8).version_mask();
+        assert_eq!(mask, 0xFF_FFFF);
+        assert_eq!(judge(3, &value(3, 0xFF_FFFF, 8), 0xFF_FFFE, 1), Verdict::Fresh);
+        assert_eq!(judge(3, &value(3, 0, 8), 0xFF_FFFE, 1), Verdict::Fresh);
+        assert_eq!(judge(3, &value(3, 0xFF_FFFD, 8), 0xFF_FFFE, 1), Verdict::Stale);
+        assert_eq!(judge(3, &value(3, 2, 8), 0xFF_FFFE, 1), Verdict::Wrong);
+        // Short values carry no version: only the key is checked.
+        assert_eq!(judge(3, &value(3, 0, 4), 9, 12), Verdict::Fresh);
+    }
+
+    /// Chi-square of observed counts against expected probabilities.
+    fn chi_square(counts: &[u64], expected: &[f64]) -> f64 {
+        let total: u64 = counts.iter().sum();
+        counts
+            .iter()
+            .zip(expected)
+            .map(|(&seen, &p)| {
+                let want = p * total as f64;
+                (seen as f64 - want).powi(2) / want
+            })
+            .sum()
+    }
+
+    /// The exact distribution of Gray et al.'s generator over ranks: rank 0 for u < 1/zeta(n),
+    /// rank 1 up to (1 + 0.5^theta)/zeta(n), then floor(n (eta u - eta + 1)^alpha), which is
+    /// at least k from u = ((k/n)^(1/alpha) - 1 + eta) / eta.
+    fn gray_probabilities(zipf: &Zipf) -> Vec<f64> {
+        let n = zipf.items() as usize;
+        let u1 = (1.0 + 0.5f64.powf(zipf.theta)) / zipf.zeta_n;
+        let from = |k: usize| ((k as f64 / zipf.n).powf(1.0 / zipf.alpha) - 1.0 + zipf.eta) / zipf.eta;
+        let mut p = vec![0.0; n];
+        p[0] = 1.0 / zipf.zeta_n;
+        p[1] = 0.5f64.powf(zipf.theta) / zipf.zeta_n;
+        for (k, share) in p.iter_mut().enumerate() {
+            let low = if k == 0 { u1 } else { from(k).max(u1) };
+            let high = if k + 1 == n { 1.0 } else { from(k + 1).min(1.0) };
+            *share += (high - low).max(0.0);
+        }
+        p
+    }
+
+    #[test]
+    fn zipf_matches_theory_by_chi_square() {
+        // Small n, where every rank has a large expected count; critical values at p = 0.001.
+        // Gray's generator is exact for ranks 0 and 1 and approximates the rest with a
+        // continuous curve (YCSB's, deliberately): its draws must fit that exact
+        // distribution, whose distance from pure zipf is bounded.
+        for (n, theta, critical) in
+            [(3u64, 0.99, 13.82), (10, 0.99, 27.88), (10, 0.5, 27.88), (30, 0.8, 59.70)]
+        {
+            let zipf = Zipf::new(n, theta);
+            let mut rng = Rng::new(n ^ theta.to_bits());
+            let mut counts = vec![0u64; n as usize];
+            for _ in 0..200_000 {
+                counts[zipf.next(&mut rng) as usize] += 1;
+            }
+            let expected = gray_probabilities(&zipf);
+            assert!((expected.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{expected:?}");
+            let statistic = chi_square(&counts, &expected);
+            assert!(statistic < critical, "n {n} theta {theta}: chi-square {statistic:.1} >= {critical}");
+            // Against pure zipf: ranks 0 and 1 exact, total variation under 6%.
+            let norm = zeta(n, theta);
+            let pure: Vec<f64> = (1..=n).map(|i| (i as f64).powf(-theta) / norm).collect();
+            assert!((expected[0] - pure[0]).abs() < 1e-12 && (expected[1] - pure[1]).abs() < 0.02);
+            let distance: f64 = expected.iter().zip(&pure).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0;
+            assert!(distance < 0.06, "n {n} theta {theta}: total variation {distance:.3}");
+        }
+    }
+
+    #[test]
+    fn a_grown_zipf_equals_one_built_at_that_size() {
+        let mut grown = Zipf::new(100, 0.99);
+        grown.grow(1000);
+        let built = Zipf::new(1000, 0.99);
+        assert!((grown.zeta_n - built.zeta_n).abs() < 1e-9);
+        assert!((grown.eta - built.eta).abs() < 1e-12);
+        assert_eq!(grown.items(), 1000);
+    }
+
+    #[test]
+    fn latest_prefers_the_newest_keys_and_follows_inserts() {
+        let mut chooser = KeyChooser::new(Distribution::Latest, 1000, 0.99);
+        let mut rng = Rng::new(5);
+        let draws: Vec<u64> = (0..10_000).map(|_| chooser.next(&mut rng)).collect();
+        assert!(draws.iter().all(|&key| key < 1000));
+        let newest = draws.iter().filter(|&&key| key == 999).count();
+        assert!(newest > 1000, "the newest key is the most popular: {newest}");
+        chooser.grow(1010);
+        let after: Vec<u64> = (0..10_000).map(|_| chooser.next(&mut rng)).collect();
+        assert!(after.iter().all(|&key| key < 1010));
+        assert!(after.iter().filter(|&&key| key == 1009).count() > 1000);
+    }
+
+    #[test]
+    fn scrambling_spreads_the_hot_ranks_over_the_key_space() {
+        let keys = 1_000_000;
+        let hot: Vec<u64> = (0..100).map(|rank| scramble(rank, keys)).collect();
+        assert!(hot.iter().all(|&key| key < keys));
+        // The 100 hottest keys land all over the space, not on the lowest numbers.
+        let low = hot.iter().filter(|&&key| key < keys / 10).count();
+        assert!((2..=25).contains(&low), "{low} of the hottest 100 in the lowest tenth");
+        let mut unique = hot.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert!(unique.len() >= 99, "distinct ranks stay distinct keys");
+        // Skew survives: under scrambled zipf the most drawn key takes a large share.
+        let chooser = KeyChooser::new(Distribution::Zipf, keys, 0.99);
+        let mut rng = Rng::new(9);
+        let top = scramble(0, keys);
+        let hits = (0..100_000).filter(|_| chooser.next(&mut rng) == top).count();
+        assert!(hits > 3_000, "the hottest key drew {hits} of 100000");
     }
 }

@@ -24,7 +24,8 @@ fn memcached() -> Memcached {
     let port =
         TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
     let mut command = Command::new("memcached");
-    command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-m", "64"]);
+    // TCP and UDP on the same port number (UDP is free when TCP was: a test port is short-lived).
+    command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", &port.to_string(), "-m", "64"]);
     // memcached refuses to run as root without -u.
     if Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.starts_with(b"0\n")) {
         command.args(["-u", "nobody"]);
@@ -64,7 +65,7 @@ fn a_closed_loop_run_against_memcached_checks_every_reply() {
     let report = load::run(&args(&server, &["--depth", "4", "--dist", "zipf", "--get-ratio", "0.9"]))
         .expect("the run");
     assert!(report.ops > 100, "{report:?}");
-    assert_eq!(report.wrong, 0, "{report:?}");
+    assert_eq!(report.wrong_values, 0, "{report:?}");
     assert_eq!(report.hit_ratio, 1.0, "every key was loaded first: {report:?}");
     assert!(report.server_cpu_us_per_op.is_some(), "{report:?}");
     assert!(report.p50_us <= report.p99_us && report.p99_us <= report.p999_us, "{report:?}");
@@ -74,8 +75,44 @@ fn a_closed_loop_run_against_memcached_checks_every_reply() {
 fn an_open_loop_run_against_memcached_delivers_the_offered_rate() {
     let server = memcached();
     let report = load::run(&args(&server, &["--rate", "2000", "--depth", "8"])).expect("the run");
-    assert_eq!(report.wrong, 0, "{report:?}");
+    assert_eq!(report.wrong_values, 0, "{report:?}");
     assert_eq!(report.offered_rate, Some(2000.0));
     // 2000/s is far below what memcached serves: what was offered is what completed.
     assert!((report.ops_per_sec - 2000.0).abs() < 400.0, "{report:?}");
+}
+
+#[test]
+fn every_protocol_and_ycsb_workload_runs_clean_against_memcached() {
+    let server = memcached();
+    for extra in [
+        &["--protocol", "meta", "--get-ratio", "0.5", "--dist", "zipf", "--depth", "4"][..],
+        &["--protocol", "mc-udp", "--get-ratio", "0.5", "--dataset", "xlarge", "--depth", "2"],
+        &["--ycsb", "a", "--dataset", "small", "--depth", "4"],
+        &["--ycsb", "d", "--protocol", "meta"],
+        &["--ycsb", "f", "--depth", "4"],
+    ] {
+        let report = load::run(&args(&server, extra)).expect("the run");
+        assert!(report.ops > 100, "{extra:?}: {report:?}");
+        assert_eq!(
+            (report.errors, report.wrong_values, report.stale_values),
+            (0, 0, 0),
+            "{extra:?}: {report:?}"
+        );
+        assert!(report.hit_ratio > 0.99, "{extra:?}: {report:?}");
+        assert!(report.client_cpu_us_per_op > 0.0 && report.server_rss_mb.is_some(), "{report:?}");
+    }
+    let refused = load::run(&args(&server, &["--ycsb", "e"])).expect_err("E has range scans");
+    assert!(refused.to_string().contains("range scan"), "{refused}");
+}
+
+#[test]
+fn a_search_finds_a_rate_under_a_loose_target() {
+    let server = memcached();
+    let mut options = args(&server, &["--sla-us", "50000"]);
+    (options.duration, options.warmup) = (0.2, 0.05);
+    let report = load::search(&options).expect("search");
+    assert_eq!(report.points.len(), 12);
+    assert!(report.points.windows(2).all(|pair| pair[0].offered_rate < pair[1].offered_rate));
+    let loose = &report.sla[0];
+    assert!(loose.ops_per_sec.is_some_and(|ops| ops > 0.0), "{report:?}");
 }

@@ -1,0 +1,154 @@
+//! Plots a person would rather look at than read: latency against throughput (one curve per
+//! server, p50 and p99) and a bar chart per partition, as SVG.
+
+use crate::load::LoadReport;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One server's latency-throughput curve.
+#[derive(Clone, Debug)]
+pub struct Curve {
+    /// Legend name.
+    pub name: String,
+    /// (delivered ops/s, p50 µs, p99 µs), in offered order.
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+impl Curve {
+    /// The curve of a sweep's open-loop points.
+    pub fn of(name: &str, points: &[LoadReport]) -> Curve {
+        Curve {
+            name: name.to_string(),
+            points: points.iter().map(|point| (point.ops_per_sec, point.p50_us, point.p99_us)).collect(),
+        }
+    }
+}
+
+/// A title naming a run's workload.
+pub fn title(report: &LoadReport) -> String {
+    let workload = match report.ycsb {
+        Some(ycsb) => format!("YCSB {ycsb:?}"),
+        None => format!("{:.0}% GET", report.get_ratio * 100.0),
+    };
+    format!(
+        "{:?} {:?}, {}, {}, {} connections x depth {}",
+        report.protocol, report.dataset, workload, report.dist, report.connections, report.depth
+    )
+    .to_lowercase()
+}
+
+const COLOURS: [RGBColor; 4] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+];
+
+/// Latency (log scale, µs) against delivered throughput: p99 solid, p50 thin, per curve.
+pub fn latency_curves(path: &Path, title: &str, curves: &[Curve]) -> Result<(), String> {
+    let all = curves.iter().flat_map(|curve| curve.points.iter());
+    let max_x = all.clone().map(|point| point.0).fold(1.0, f64::max) * 1.05;
+    let max_y = all.clone().map(|point| point.2.max(point.1)).fold(10.0, f64::max) * 2.0;
+    let min_y =
+        all.map(|point| point.1.min(point.2)).fold(f64::INFINITY, f64::min).clamp(1.0, max_y / 10.0) / 2.0;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| error.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..max_x, (min_y..max_y).log_scale())
+        .map_err(|error| error.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("delivered operations per second")
+        .y_desc("latency (µs, log scale)")
+        .x_label_formatter(&|x| format!("{:.0}k", x / 1e3))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(|error| error.to_string())?;
+    for (index, curve) in curves.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        let p99: Vec<(f64, f64)> = curve.points.iter().map(|point| (point.0, point.2.max(min_y))).collect();
+        let p50: Vec<(f64, f64)> = curve.points.iter().map(|point| (point.0, point.1.max(min_y))).collect();
+        chart
+            .draw_series(LineSeries::new(p99.clone(), colour.stroke_width(2)))
+            .map_err(|error| error.to_string())?
+            .label(format!("{} p99", curve.name))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(p99.iter().map(|&point| Circle::new(point, 3, colour.filled())))
+            .map_err(|error| error.to_string())?;
+        chart
+            .draw_series(LineSeries::new(p50, colour.stroke_width(1)))
+            .map_err(|error| error.to_string())?
+            .label(format!("{} p50", curve.name))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(1)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| error.to_string())?;
+    root.present().map_err(|error| error.to_string())
+}
+
+/// A bar per label (e.g. per partition), one colour per series, side by side.
+pub fn bars(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    labels: &[String],
+    series: &[(String, Vec<f64>)],
+) -> Result<(), String> {
+    let max_y = series.iter().flat_map(|(_, values)| values.iter().copied()).fold(1.0, f64::max) * 1.15;
+    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| error.to_string())?;
+    let count = labels.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..count as f64, 0.0..max_y)
+        .map_err(|error| error.to_string())?;
+    let names = labels.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(count.min(32))
+        .x_label_formatter(&move |x| {
+            let index = x.floor() as usize;
+            if (*x - index as f64 - 0.5).abs() < 0.26 {
+                names.get(index).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|error| error.to_string())?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (index, (name, values)) in series.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        chart
+            .draw_series(values.iter().enumerate().map(|(bar, &value)| {
+                let left = bar as f64 + 0.1 + index as f64 * width;
+                Rectangle::new([(left, 0.0), (left + width, value)], colour.filled())
+            }))
+            .map_err(|error| error.to_string())?
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| error.to_string())?;
+    root.present().map_err(|error| error.to_string())
+}
