@@ -7,6 +7,7 @@
 //! Unsafe code is denied except in the io_uring echo server, whose kernel interface requires it.
 #![deny(unsafe_code)]
 
+pub mod compare;
 pub mod engine;
 pub mod load;
 pub mod native;

@@ -164,6 +164,17 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
+    /// Options as `qs-bench run` parses them from `argv` (without the program name).
+    pub fn from_argv(argv: &[&str]) -> Result<LoadArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: LoadArgs,
+        }
+        let argv = std::iter::once("run").chain(argv.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).map(|cli| cli.load)
+    }
+
     /// The operation mix and distribution the options ask for.
     pub fn workload(&self) -> Result<(Mix, Distribution), String> {
         match self.ycsb {

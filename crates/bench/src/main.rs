@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+use qs_bench::compare::{self, CompareArgs};
 use qs_bench::engine::{self, EngineArgs, EngineReport};
 use qs_bench::load::{self, LoadArgs};
 use qs_bench::native::{self, NativeArgs};
@@ -20,9 +21,13 @@ enum Subcommands {
     /// The engine in process on one core: MICA's datasets through the prefetching batch pipeline,
     /// or the hashbrown reference (`--store hashbrown`) on the same keys.
     Engine(EngineArgs),
-    /// Closed- or open-loop (--rate) load over memcached's text protocol against a running server (memcached,
-    /// quicksilver, or any compatible one): throughput, latency, server CPU per operation.
+    /// Closed- or open-loop (--rate) load against a running server (memcached, quicksilver, or any
+    /// compatible one) over the text, meta, memcached UDP or native protocol: throughput, latency,
+    /// server CPU per operation; --search finds the best rate under p99 targets.
     Run(LoadArgs),
+    /// quicksilver and memcached side by side: starts both (equal memory and workers, pinned to
+    /// the same cores), runs the same matrix against each, stops both, prints a ratio table.
+    Compare(CompareArgs),
     /// Closed-loop load over Quicksilver's native UDP protocol (qs-client, client-assisted
     /// direction): requests per second, server CPU per request and per datagram; with
     /// --echo-probe, against a bare recvmmsg/sendmmsg echo server's CPU per datagram.
@@ -44,6 +49,18 @@ enum Subcommands {
 
 fn main() {
     match Cli::parse().command {
+        Subcommands::Compare(args) => match compare::run(&args) {
+            Ok(report) => {
+                compare::print(&report);
+                if args.json {
+                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+                }
+            }
+            Err(error) => {
+                eprintln!("qs-bench compare: {error}");
+                std::process::exit(1);
+            }
+        },
         Subcommands::UdpEcho => {
             if let Err(error) = native::udp_echo_server() {
                 eprintln!("qs-bench udp-echo: {error}");

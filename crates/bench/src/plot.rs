@@ -100,6 +100,7 @@ pub fn latency_curves(path: &Path, title: &str, curves: &[Curve]) -> Result<(), 
 pub fn bars(
     path: &Path,
     title: &str,
+    x_desc: &str,
     y_desc: &str,
     labels: &[String],
     series: &[(String, Vec<f64>)],
@@ -119,15 +120,16 @@ pub fn bars(
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(count.min(32))
+        .x_labels((2 * count + 1).min(65))
         .x_label_formatter(&move |x| {
             let index = x.floor() as usize;
-            if (*x - index as f64 - 0.5).abs() < 0.26 {
+            if (*x - index as f64 - 0.5).abs() < 0.01 {
                 names.get(index).cloned().unwrap_or_default()
             } else {
                 String::new()
             }
         })
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .draw()
         .map_err(|error| error.to_string())?;
@@ -151,4 +153,40 @@ pub fn bars(
         .draw()
         .map_err(|error| error.to_string())?;
     root.present().map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plots_are_written_as_svg() {
+        let dir = std::env::temp_dir().join(format!("qs-plot-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let curves = [
+            Curve {
+                name: "a".into(),
+                points: vec![(1e3, 20.0, 40.0), (2e3, 25.0, 80.0), (3e3, 60.0, 900.0)],
+            },
+            Curve { name: "b".into(), points: vec![(1e3, 30.0, 50.0), (1.5e3, 300.0, 5000.0)] },
+        ];
+        let path = dir.join("curves.svg");
+        latency_curves(&path, "test curves", &curves).expect("curves drawn");
+        let svg = std::fs::read_to_string(&path).expect("written");
+        assert!(svg.starts_with("<svg") && svg.contains("test curves") && svg.contains("a p99"));
+        let labels: Vec<String> = (0..4).map(|i| i.to_string()).collect();
+        let path = dir.join("bars.svg");
+        bars(
+            &path,
+            "test bars",
+            "partition",
+            "%",
+            &labels,
+            &[("share".into(), vec![25.0, 24.0, 26.0, 25.0])],
+        )
+        .expect("bars drawn");
+        let svg = std::fs::read_to_string(&path).expect("written");
+        assert!(svg.contains("test bars") && svg.matches("<rect").count() >= 5);
+        std::fs::remove_dir_all(&dir).expect("cleaned up");
+    }
 }

@@ -1,0 +1,536 @@
+//! `qs-bench compare`: quicksilver and memcached side by side on this machine, in one run.
+//! Starts both with equal memory and worker counts, pins each to the same cores and the load
+//! to the others, runs the same matrix of workloads against each (interleaved point by point,
+//! so drift hits both alike), stops both, and prints one table of ratios (quicksilver /
+//! memcached) with the raw figures: throughput, server CPU per operation, p99, and latency at
+//! equal offered load. `--quick` is a one-minute version; `--plot DIR` adds latency-throughput
+//! curves and quicksilver's per-partition load as SVG.
+
+use crate::load::{self, LoadArgs, LoadReport};
+use crate::plot;
+use clap::Args;
+use serde::Serialize;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Options of `qs-bench compare`.
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// A one-minute version: one worker, three workloads, short points.
+    #[arg(long)]
+    pub quick: bool,
+    /// Worker (thread) counts to run, each a server process pair (default: 1,2; quick: 1).
+    #[arg(long, value_delimiter = ',')]
+    pub workers: Vec<usize>,
+    /// Memory for each server, MiB (-m).
+    #[arg(long)]
+    pub memory: Option<u64>,
+    /// Keys loaded before each point.
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// Measured seconds per point.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Unmeasured seconds before each point.
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Connections.
+    #[arg(long, default_value_t = 50)]
+    pub connections: usize,
+    /// The memcached binary.
+    #[arg(long, default_value = "memcached")]
+    pub memcached: String,
+    /// The quicksilver binary (default: next to qs-bench, else on PATH).
+    #[arg(long)]
+    pub quicksilver: Option<String>,
+    /// Write SVG plots into this directory (latency against throughput; per-partition load).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Print a JSON line after the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One workload of the matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    /// Dataset name.
+    pub dataset: &'static str,
+    /// GET fraction.
+    pub get_ratio: f64,
+    /// uniform or zipf.
+    pub dist: &'static str,
+    /// Pipeline depth.
+    pub depth: usize,
+}
+
+/// One workload measured on both servers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// Worker count of both servers.
+    pub workers: usize,
+    /// The workload.
+    pub point: Point,
+    /// Quicksilver's figures.
+    pub quicksilver: LoadReport,
+    /// memcached's figures.
+    pub memcached: LoadReport,
+    /// Throughput ratio (quicksilver / memcached).
+    pub ops_ratio: f64,
+    /// Server CPU per operation ratio (quicksilver / memcached; lower is better).
+    pub cpu_ratio: Option<f64>,
+    /// p99 ratio (quicksilver / memcached; lower is better).
+    pub p99_ratio: f64,
+}
+
+/// What `compare` measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct CompareReport {
+    /// `quicksilver -V`.
+    pub quicksilver_version: String,
+    /// `memcached -V`.
+    pub memcached_version: String,
+    /// Closed-loop matrix.
+    pub rows: Vec<Row>,
+    /// Open loop at equal offered load (tiny, 95% GET, uniform, depth 16).
+    pub equal_load: Vec<Row>,
+    /// Plots written.
+    pub plots: Vec<String>,
+}
+
+/// A server process, killed and reaped when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn running_as_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+/// Starts `program args` pinned to `cores` and waits until it answers `version`.
+fn start(program: &str, args: &[String], cores: &str, port: u16) -> io::Result<Server> {
+    let child = Command::new("taskset")
+        .args(["-c", cores, program])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|error| io::Error::other(format!("starting {program} under taskset: {error}")))?;
+    let mut server = Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            return Err(io::Error::other(format!("{program} exited at start ({status})")));
+        }
+        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            stream.write_all(b"version\r\n")?;
+            let mut reply = [0u8; 64];
+            if stream.read(&mut reply).is_ok_and(|n| reply[..n].starts_with(b"VERSION")) {
+                return Ok(server);
+            }
+        }
+        if Instant::now() > deadline {
+            server.child.kill()?;
+            return Err(io::Error::other(format!("{program} did not answer on port {port}")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn version_of(program: &str) -> String {
+    Command::new(program)
+        .arg("-V")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+fn quicksilver_binary(args: &CompareArgs) -> String {
+    if let Some(path) = &args.quicksilver {
+        return path.clone();
+    }
+    let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("quicksilver")));
+    match beside {
+        Some(path) if path.exists() => path.display().to_string(),
+        _ => "quicksilver".to_string(),
+    }
+}
+
+/// Pins this process (every thread) to `cores`.
+fn pin_self(cores: &str) -> io::Result<()> {
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", cores, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("taskset could not pin qs-bench to cores {cores}")))
+    }
+}
+
+fn matrix(quick: bool) -> Vec<Point> {
+    if quick {
+        return vec![
+            Point { dataset: "tiny", get_ratio: 0.95, dist: "uniform", depth: 1 },
+            Point { dataset: "tiny", get_ratio: 0.95, dist: "uniform", depth: 16 },
+            Point { dataset: "small", get_ratio: 0.5, dist: "zipf", depth: 16 },
+        ];
+    }
+    let mut points = Vec::new();
+    for dataset in ["tiny", "small"] {
+        for get_ratio in [0.95, 0.5] {
+            for dist in ["uniform", "zipf"] {
+                for depth in [1, 16] {
+                    points.push(Point { dataset, get_ratio, dist, depth });
+                }
+            }
+        }
+    }
+    points
+}
+
+struct Settings {
+    keys: u64,
+    duration: f64,
+    warmup: f64,
+    connections: usize,
+}
+
+fn load_args(server: &Server, point: &Point, settings: &Settings, rate: Option<f64>) -> io::Result<LoadArgs> {
+    let address = format!("127.0.0.1:{}", server.port);
+    let pid = server.child.id().to_string();
+    let (keys, duration, warmup) =
+        (settings.keys.to_string(), settings.duration.to_string(), settings.warmup.to_string());
+    let (get_ratio, depth, connections) =
+        (point.get_ratio.to_string(), point.depth.to_string(), settings.connections.to_string());
+    let mut argv = vec![
+        "--server",
+        &address,
+        "--server-pid",
+        &pid,
+        "--dataset",
+        point.dataset,
+        "--get-ratio",
+        &get_ratio,
+        "--dist",
+        point.dist,
+        "--depth",
+        &depth,
+        "--connections",
+        &connections,
+        "--keys",
+        &keys,
+        "--duration",
+        &duration,
+        "--warmup",
+        &warmup,
+        "--quiet",
+    ];
+    let rate = rate.map(|rate| rate.to_string());
+    if let Some(rate) = &rate {
+        argv.extend_from_slice(&["--rate", rate]);
+    }
+    LoadArgs::from_argv(&argv).map_err(|error| io::Error::other(error.to_string()))
+}
+
+fn row(workers: usize, point: &Point, quicksilver: LoadReport, memcached: LoadReport) -> Row {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    Row {
+        workers,
+        point: point.clone(),
+        ops_ratio: ratio(quicksilver.ops_per_sec, memcached.ops_per_sec),
+        cpu_ratio: quicksilver
+            .server_cpu_us_per_op
+            .zip(memcached.server_cpu_us_per_op)
+            .map(|(a, b)| ratio(a, b)),
+        p99_ratio: ratio(quicksilver.p99_us, memcached.p99_us),
+        quicksilver,
+        memcached,
+    }
+}
+
+fn describe(point: &Point) -> String {
+    format!("{} {:.0}% GET {}", point.dataset, point.get_ratio * 100.0, point.dist)
+}
+
+fn cores_list(range: std::ops::Range<usize>) -> String {
+    range.map(|core| core.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// Runs the comparison and prints progress on stderr.
+pub fn run(args: &CompareArgs) -> io::Result<CompareReport> {
+    let quick = args.quick;
+    let workers = if args.workers.is_empty() {
+        if quick {
+            vec![1]
+        } else {
+            vec![1, 2]
+        }
+    } else {
+        args.workers.clone()
+    };
+    let settings = Settings {
+        keys: args.keys.unwrap_or(if quick { 50_000 } else { 100_000 }),
+        duration: args.duration.unwrap_or(if quick { 2.0 } else { 3.0 }),
+        warmup: args.warmup.unwrap_or(if quick { 0.5 } else { 1.0 }),
+        connections: args.connections,
+    };
+    let memory = args.memory.unwrap_or(if quick { 256 } else { 1024 }).to_string();
+    let quicksilver = quicksilver_binary(args);
+    let report_versions = (version_of(&quicksilver), version_of(&args.memcached));
+    if report_versions.1 == "?" {
+        return Err(io::Error::other(format!(
+            "{} -V failed: is memcached installed (apt-get install memcached)?",
+            args.memcached
+        )));
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut rows = Vec::new();
+    let mut equal_load = Vec::new();
+    let mut plots = Vec::new();
+    for &count in &workers {
+        let server_cores = cores_list(0..count.min(cpus));
+        let load_cores = if count < cpus { cores_list(count..cpus) } else { cores_list(0..cpus) };
+        pin_self(&load_cores)?;
+        eprintln!(
+            "{count} worker(s): servers on cores {server_cores}, load on cores {load_cores}, {} connections, {} keys, {} s per point",
+            settings.connections, settings.keys, settings.duration
+        );
+        let (qs_port, mc_port) = (free_port()?, free_port()?);
+        let threads = count.to_string();
+        let qs_args: Vec<String> =
+            ["-l", "127.0.0.1", "-p", &qs_port.to_string(), "-t", &threads, "-m", &memory]
+                .iter()
+                .map(|arg| arg.to_string())
+                .collect();
+        let mut mc_args: Vec<String> =
+            ["-l", "127.0.0.1", "-p", &mc_port.to_string(), "-U", "0", "-t", &threads, "-m", &memory]
+                .iter()
+                .map(|arg| arg.to_string())
+                .collect();
+        if running_as_root() {
+            mc_args.extend(["-u".to_string(), "nobody".to_string()]);
+        }
+        let qs = start(&quicksilver, &qs_args, &server_cores, qs_port)?;
+        let mc = start(&args.memcached, &mc_args, &server_cores, mc_port)?;
+        for (index, point) in matrix(quick).iter().enumerate() {
+            // Alternate which server goes first, so neither always follows the other.
+            let (first, second) = if index % 2 == 0 { (&qs, &mc) } else { (&mc, &qs) };
+            let a = load::run(&load_args(first, point, &settings, None)?)?;
+            let b = load::run(&load_args(second, point, &settings, None)?)?;
+            let (qs_report, mc_report) = if index % 2 == 0 { (a, b) } else { (b, a) };
+            let row = row(count, point, qs_report, mc_report);
+            eprintln!(
+                "  {:<26} depth {:>2}: quicksilver {:>9.0} ops/s, memcached {:>9.0} ops/s ({:.2}x)",
+                describe(point),
+                point.depth,
+                row.quicksilver.ops_per_sec,
+                row.memcached.ops_per_sec,
+                row.ops_ratio
+            );
+            rows.push(row);
+        }
+        // Latency at equal offered load: fractions of the slower server's maximum.
+        let base = Point { dataset: "tiny", get_ratio: 0.95, dist: "uniform", depth: 16 };
+        let slower = rows
+            .iter()
+            .filter(|row| row.workers == count && row.point.depth == 16 && row.point.dataset == "tiny")
+            .map(|row| row.quicksilver.ops_per_sec.min(row.memcached.ops_per_sec))
+            .fold(f64::INFINITY, f64::min);
+        let fractions: &[f64] = if quick { &[0.5] } else { &[0.25, 0.5, 0.8] };
+        for &fraction in fractions.iter().filter(|_| slower.is_finite()) {
+            let rate = (slower * fraction).round();
+            let qs_report = load::run(&load_args(&qs, &base, &settings, Some(rate))?)?;
+            let mc_report = load::run(&load_args(&mc, &base, &settings, Some(rate))?)?;
+            equal_load.push(row(count, &base, qs_report, mc_report));
+        }
+        if let Some(dir) = &args.plot {
+            std::fs::create_dir_all(dir)?;
+            plots.extend(sweep_plots(dir, count, &base, &settings, &qs, &mc, &rows, quick)?);
+        }
+    }
+    Ok(CompareReport {
+        quicksilver_version: report_versions.0,
+        memcached_version: report_versions.1,
+        rows,
+        equal_load,
+        plots,
+    })
+}
+
+/// Each server's open-loop sweep up to its own maximum, drawn as latency-throughput curves;
+/// quicksilver's per-partition GETs drawn as bars.
+#[allow(clippy::too_many_arguments)]
+fn sweep_plots(
+    dir: &std::path::Path,
+    workers: usize,
+    base: &Point,
+    settings: &Settings,
+    qs: &Server,
+    mc: &Server,
+    rows: &[Row],
+    quick: bool,
+) -> io::Result<Vec<String>> {
+    let Some(top) = rows.iter().find(|row| row.workers == workers && row.point.depth == 16) else {
+        return Ok(Vec::new());
+    };
+    let fractions: &[f64] = if quick {
+        &[0.2, 0.4, 0.6, 0.8, 0.9, 1.0]
+    } else {
+        &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0]
+    };
+    let sweep_settings =
+        Settings { duration: settings.duration.min(1.5), warmup: settings.warmup.min(0.3), ..*settings };
+    let mut curves = Vec::new();
+    let mut title = String::new();
+    for (name, server, max) in
+        [("quicksilver", qs, top.quicksilver.ops_per_sec), ("memcached", mc, top.memcached.ops_per_sec)]
+    {
+        let mut points = Vec::new();
+        for fraction in fractions {
+            let rate = (max * fraction).max(1.0);
+            points.push(load::run(&load_args(server, base, &sweep_settings, Some(rate))?)?);
+        }
+        title = format!("{} ({workers} worker(s) each)", plot::title(&points[0]));
+        curves.push(plot::Curve::of(name, &points));
+    }
+    let latency = dir.join(format!("latency-throughput-{workers}w.svg"));
+    plot::latency_curves(&latency, &title, &curves).map_err(io::Error::other)?;
+    let mut written = vec![latency.display().to_string()];
+    if let Some(gets) = partition_gets(qs.port)? {
+        let labels: Vec<String> = (0..gets.len()).map(|index| index.to_string()).collect();
+        let total: f64 = gets.iter().sum::<f64>().max(1.0);
+        let shares: Vec<f64> = gets.iter().map(|gets| 100.0 * gets / total).collect();
+        let bars = dir.join(format!("partition-load-{workers}w.svg"));
+        plot::bars(
+            &bars,
+            &format!("quicksilver: share of GETs per partition over the run ({workers} worker(s))"),
+            "partition",
+            "% of GETs",
+            &labels,
+            &[("GETs".to_string(), shares)],
+        )
+        .map_err(io::Error::other)?;
+        written.push(bars.display().to_string());
+    }
+    Ok(written)
+}
+
+/// Quicksilver's GETs per partition (`stats partitions`).
+pub fn partition_gets(port: u16) -> io::Result<Option<Vec<f64>>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(b"stats partitions\r\n")?;
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !text.ends_with(b"END\r\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        text.extend_from_slice(&chunk[..n]);
+    }
+    let mut gets = Vec::new();
+    for line in String::from_utf8_lossy(&text).lines() {
+        let mut fields = line.split_whitespace();
+        let (Some("STAT"), Some(name), Some(value)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((index, "gets")) = name.split_once(':') else { continue };
+        let (Ok(index), Ok(value)) = (index.parse::<usize>(), value.parse::<f64>()) else { continue };
+        gets.resize(gets.len().max(index + 1), 0.0);
+        gets[index] = value;
+    }
+    Ok((!gets.is_empty()).then_some(gets))
+}
+
+/// Prints the ratio table.
+pub fn print(report: &CompareReport) {
+    println!(
+        "{} against {}; ratios are quicksilver / memcached",
+        report.quicksilver_version, report.memcached_version
+    );
+    println!(
+        "{:>7}  {:<26} {:>5}  {:>10} {:>10} {:>6}  {:>8} {:>8} {:>6}  {:>7} {:>7} {:>6}  {:>6}",
+        "workers",
+        "workload",
+        "depth",
+        "qs ops/s",
+        "mc ops/s",
+        "ratio",
+        "qs CPU",
+        "mc CPU",
+        "ratio",
+        "qs p99",
+        "mc p99",
+        "ratio",
+        "errors"
+    );
+    let figure = |value: Option<f64>, digits: usize| {
+        value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
+    };
+    for row in &report.rows {
+        println!(
+            "{:>7}  {:<26} {:>5}  {:>10.0} {:>10.0} {:>5.2}x  {:>8} {:>8} {:>5}x  {:>7.0} {:>7.0} {:>5.2}x  {:>6}",
+            row.workers,
+            describe(&row.point),
+            row.point.depth,
+            row.quicksilver.ops_per_sec,
+            row.memcached.ops_per_sec,
+            row.ops_ratio,
+            figure(row.quicksilver.server_cpu_us_per_op, 2),
+            figure(row.memcached.server_cpu_us_per_op, 2),
+            figure(row.cpu_ratio, 2),
+            row.quicksilver.p99_us,
+            row.memcached.p99_us,
+            row.p99_ratio,
+            errors(&row.quicksilver) + errors(&row.memcached),
+        );
+    }
+    println!("(server CPU in µs per operation from /proc; p99 in µs, closed loop)");
+    if !report.equal_load.is_empty() {
+        println!("equal offered load, open loop (tiny, 95% GET, uniform, depth 16; latency from the scheduled time):");
+        println!(
+            "{:>7}  {:>10}  {:>10} {:>10}  {:>16} {:>16}  {:>6}",
+            "workers", "offered/s", "qs done/s", "mc done/s", "qs p50/p99/p99.9", "mc p50/p99/p99.9", "p99 x"
+        );
+        for row in &report.equal_load {
+            let tail = |r: &LoadReport| format!("{:.0}/{:.0}/{:.0}", r.p50_us, r.p99_us, r.p999_us);
+            println!(
+                "{:>7}  {:>10.0}  {:>10.0} {:>10.0}  {:>16} {:>16}  {:>5.2}x",
+                row.workers,
+                row.quicksilver.offered_rate.unwrap_or(0.0),
+                row.quicksilver.ops_per_sec,
+                row.memcached.ops_per_sec,
+                tail(&row.quicksilver),
+                tail(&row.memcached),
+                row.p99_ratio,
+            );
+        }
+    }
+    for plot in &report.plots {
+        println!("plot: {plot}");
+    }
+}
+
+/// Errors, wrong and stale values of one run.
+fn errors(report: &LoadReport) -> u64 {
+    report.errors + report.wrong_values + report.stale_values
+}

@@ -1,0 +1,74 @@
+//! `qs-bench compare` end to end: the real qs-bench binary starts the real quicksilver and
+//! memcached binaries, runs the quick matrix with short points, and prints the ratio table and
+//! a JSON report; the plots are written.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The quicksilver binary of this build (beside qs-bench), built first when missing.
+fn quicksilver() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_qs-bench"));
+    let path = bench.with_file_name("quicksilver");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-q", "-p", "qs-server", "--bin", "quicksilver"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        assert!(build.status().expect("cargo runs").success(), "building quicksilver");
+    }
+    path
+}
+
+#[test]
+fn compare_quick_prints_the_ratio_table_and_json() {
+    let plots = std::env::temp_dir().join(format!("qs-compare-test-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_qs-bench"))
+        .args([
+            "compare",
+            "--quick",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--keys",
+            "2000",
+            "--memory",
+            "64",
+        ])
+        .args(["--connections", "8", "--json", "--plot"])
+        .arg(&plots)
+        .arg("--quicksilver")
+        .arg(quicksilver())
+        .output()
+        .expect("qs-bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ratios are quicksilver / memcached"), "{stdout}");
+    assert!(stdout.contains("tiny 95% GET uniform") && stdout.contains("equal offered load"), "{stdout}");
+    let json: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a JSON line")).expect("the last line is JSON");
+    let rows = json["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{json}");
+    for row in rows {
+        for server in ["quicksilver", "memcached"] {
+            let report = &row[server];
+            assert!(report["ops"].as_u64().is_some_and(|ops| ops > 0), "{row}");
+            for bad in ["errors", "wrong_values", "stale_values"] {
+                assert_eq!(report[bad].as_u64(), Some(0), "{server} {bad}: {row}");
+            }
+            assert!(report["server_cpu_us_per_op"].as_f64().is_some(), "{row}");
+        }
+        assert!(row["ops_ratio"].as_f64().is_some_and(f64::is_finite), "{row}");
+    }
+    assert!(json["memcached_version"].as_str().is_some_and(|v| v.starts_with("memcached 1.")), "{json}");
+    let written = json["plots"].as_array().expect("plots");
+    assert_eq!(written.len(), 2, "{json}");
+    for plot in written {
+        let svg = std::fs::read_to_string(plot.as_str().expect("a path")).expect("the plot exists");
+        assert!(svg.starts_with("<svg"));
+    }
+    std::fs::remove_dir_all(&plots).expect("cleaned up");
+}
