@@ -32,11 +32,16 @@ enum Subcommands {
     /// direction): requests per second, server CPU per request and per datagram; with
     /// --echo-probe, against a bare recvmmsg/sendmmsg echo server's CPU per datagram.
     Native(NativeArgs),
-    /// The native probe's UDP echo server (started by `native --echo-probe`).
+    /// The native probe's UDP echo server (started by `native --echo-probe` and `probe`).
     #[command(hide = true)]
-    UdpEcho,
-    /// This machine's limits as references: bare echo servers' CPU per message (epoll and
-    /// io_uring) over loopback TCP at each pipeline depth (run as `taskset -c 1 qs-bench probe`).
+    UdpEcho {
+        /// One recvfrom and one sendto per datagram instead of recvmmsg/sendmmsg bursts.
+        #[arg(long)]
+        plain: bool,
+    },
+    /// This machine's limits as references: bare echo servers' CPU per message over loopback
+    /// TCP (epoll and io_uring) and UDP (plain and recvmmsg/sendmmsg) at each depth, and DRAM
+    /// random-access latency and throughput (run as `taskset -c 1 qs-bench probe`).
     Probe(ProbeArgs),
     /// The probe's echo server (started by `probe`; prints its address, runs until killed).
     #[command(hide = true)]
@@ -61,8 +66,9 @@ fn main() {
                 std::process::exit(1);
             }
         },
-        Subcommands::UdpEcho => {
-            if let Err(error) = native::udp_echo_server() {
+        Subcommands::UdpEcho { plain } => {
+            let served = if plain { probe::udp_echo_plain() } else { native::udp_echo_server() };
+            if let Err(error) = served {
                 eprintln!("qs-bench udp-echo: {error}");
                 std::process::exit(1);
             }
@@ -137,6 +143,31 @@ fn main() {
                         figure.depth,
                         figure.messages_per_sec,
                         figure.server_cpu_us_per_message
+                    );
+                }
+                if !report.udp_echo.is_empty() {
+                    println!(
+                        "loopback UDP echo, {} sockets, {}-byte datagrams:",
+                        args.udp_sockets, report.message
+                    );
+                }
+                for figure in &report.udp_echo {
+                    println!(
+                        "  {:<7} depth {:>3}: {:>9.0} datagrams/s  server CPU {:.3} us/datagram",
+                        format!("{:?}", figure.io).to_lowercase(),
+                        figure.depth,
+                        figure.datagrams_per_sec,
+                        figure.server_cpu_us_per_datagram
+                    );
+                }
+                if let Some(dram) = &report.dram {
+                    println!(
+                        "DRAM random access over {} MiB ({} pages): {:.1} ns dependent, {:.1} ns each with {} in flight",
+                        dram.bytes >> 20,
+                        dram.pages,
+                        dram.dependent_ns,
+                        dram.parallel_ns_per_access,
+                        dram.chains
                     );
                 }
                 if args.json {

@@ -8,6 +8,13 @@
 //! ready connection, and io_uring completions with a receive always posted on every
 //! connection and one `io_uring_enter` per loop turn submitting every send and re-posted
 //! receive at once — the two ways a server can drive the kernel's sockets.
+//!
+//! Over UDP the same is measured with a bare echo server reading one datagram per `recvfrom`
+//! and answering with one `sendto` (plain, as memcached's UDP does) or reading and answering up
+//! to 32 per `recvmmsg`/`sendmmsg` (batched, as quicksilver's native port does). And memory:
+//! DRAM random-access latency (one chain of dependent loads over a large region) and throughput
+//! (16 independent chains, as a prefetching batch keeps in flight), on the same kind of pages
+//! the engine gets.
 
 use clap::Args;
 use mio::net::{TcpListener, TcpStream};
@@ -40,6 +47,15 @@ pub struct ProbeArgs {
     /// e.g. `taskset -c 1 qs-bench probe`.
     #[arg(long, default_value = "0")]
     pub server_cores: String,
+    /// UDP echo kinds to measure (none: --udp '').
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [UdpEcho::Plain, UdpEcho::Batched])]
+    pub udp: Vec<UdpEcho>,
+    /// UDP sockets of the UDP load.
+    #[arg(long, default_value_t = 16)]
+    pub udp_sockets: usize,
+    /// MiB of memory for the DRAM probe (0: skip it).
+    #[arg(long, default_value_t = 1024)]
+    pub dram_mib: usize,
     /// Print a JSON line after the table.
     #[arg(long)]
     pub json: bool,
@@ -77,6 +93,44 @@ pub struct EchoFigure {
     pub server_cpu_us_per_message: f64,
 }
 
+/// How the UDP echo server reads and answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UdpEcho {
+    /// One `recvfrom` and one `sendto` per datagram.
+    Plain,
+    /// Up to 32 datagrams per `recvmmsg` and per `sendmmsg`.
+    Batched,
+}
+
+/// One measured UDP depth.
+#[derive(Debug, Clone, Serialize)]
+pub struct UdpFigure {
+    /// The echo server's kind.
+    pub io: UdpEcho,
+    /// Datagrams in flight per socket.
+    pub depth: usize,
+    /// Datagrams echoed per second.
+    pub datagrams_per_sec: f64,
+    /// Echo server user+system CPU microseconds per datagram.
+    pub server_cpu_us_per_datagram: f64,
+}
+
+/// DRAM random access.
+#[derive(Debug, Clone, Serialize)]
+pub struct DramFigure {
+    /// Bytes of the region walked.
+    pub bytes: usize,
+    /// Pages the region got (hugetlb, thp, 4k).
+    pub pages: String,
+    /// Nanoseconds per load when each depends on the last.
+    pub dependent_ns: f64,
+    /// Independent chains walked together.
+    pub chains: usize,
+    /// Nanoseconds per load with `chains` loads in flight.
+    pub parallel_ns_per_access: f64,
+}
+
 /// What the probe measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeReport {
@@ -86,6 +140,10 @@ pub struct ProbeReport {
     pub message: usize,
     /// One entry per depth.
     pub tcp_echo: Vec<EchoFigure>,
+    /// UDP echo, one entry per kind and depth.
+    pub udp_echo: Vec<UdpFigure>,
+    /// DRAM random access (when measured).
+    pub dram: Option<DramFigure>,
 }
 
 /// Runs the echo server on `listener` until the process is killed: read what arrived, write it
@@ -361,6 +419,141 @@ fn echo_load(
     })
 }
 
+/// Closed-loop UDP echo load: `depth` datagrams in flight on each of `udp_sockets` sockets. A
+/// socket that hears nothing for 200 ms refills its window (datagrams may be dropped).
+fn udp_load(
+    address: SocketAddr,
+    pid: u32,
+    args: &ProbeArgs,
+    io: UdpEcho,
+    depth: usize,
+) -> io::Result<UdpFigure> {
+    let mut poll = Poll::new()?;
+    let mut sockets = Vec::new();
+    let message = vec![b'x'; args.message];
+    for index in 0..args.udp_sockets {
+        let mut socket = mio::net::UdpSocket::bind("127.0.0.1:0".parse().expect("an address"))?;
+        socket.connect(address)?;
+        poll.registry().register(&mut socket, Token(index), Interest::READABLE)?;
+        for _ in 0..depth {
+            socket.send(&message)?;
+        }
+        sockets.push((socket, Instant::now()));
+    }
+    let mut events = Events::with_capacity(1024);
+    let mut buf = vec![0u8; 64 << 10];
+    let warmup_end = Instant::now() + Duration::from_millis(500);
+    let end = warmup_end + Duration::from_secs_f64(args.duration);
+    let mut measuring = None;
+    let mut datagrams = 0u64;
+    loop {
+        let now = Instant::now();
+        if measuring.is_none() && now >= warmup_end {
+            measuring = Some(crate::load::process_cpu_secs(pid));
+            datagrams = 0;
+        }
+        if now >= end {
+            break;
+        }
+        poll.poll(&mut events, Some(Duration::from_millis(10)))?;
+        for event in events.iter() {
+            let (socket, heard) = &mut sockets[event.token().0];
+            loop {
+                match socket.recv(&mut buf) {
+                    Ok(_) => {
+                        datagrams += 1;
+                        *heard = now;
+                        // A full socket buffer drops the datagram; the refill below recovers.
+                        let _ = socket.send(&message);
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        for (socket, heard) in &mut sockets {
+            if now.duration_since(*heard) > Duration::from_millis(200) {
+                *heard = now;
+                for _ in 0..depth {
+                    let _ = socket.send(&message);
+                }
+            }
+        }
+    }
+    let cpu = match (measuring.flatten(), crate::load::process_cpu_secs(pid)) {
+        (Some(a), Some(b)) => b - a,
+        _ => return Err(io::Error::other("cannot read the echo server's CPU time from /proc")),
+    };
+    Ok(UdpFigure {
+        io,
+        depth,
+        datagrams_per_sec: datagrams as f64 / args.duration,
+        server_cpu_us_per_datagram: cpu * 1e6 / datagrams.max(1) as f64,
+    })
+}
+
+/// The plain UDP echo server: one `recvfrom` and one `sendto` per datagram, until killed.
+pub fn udp_echo_plain() -> io::Result<()> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    println!("{}", socket.local_addr()?);
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, peer) = socket.recv_from(&mut buf)?;
+        // A client gone away must not stop the server.
+        let _ = socket.send_to(&buf[..n], peer);
+    }
+}
+
+/// Walks a random cycle over the cache lines of a `bytes` region: first one dependent chain,
+/// then `CHAINS` chains at once.
+pub fn dram(bytes: usize, accesses: usize) -> DramFigure {
+    use qs_store::region::{HugePages, Region};
+    use std::sync::atomic::Ordering::Relaxed;
+    const CHAINS: usize = 16;
+    const WORDS_PER_LINE: usize = 8;
+    let region = Region::new(bytes, HugePages::Auto);
+    let words = region.words();
+    let lines = words.len() / WORDS_PER_LINE;
+    // Sattolo's shuffle: next[i] forms one cycle through every line.
+    let mut next: Vec<u32> = (0..lines as u32).collect();
+    let mut rng = crate::workload::Rng::new(0xD7A3);
+    for i in (1..lines).rev() {
+        let j = rng.below(i as u64) as usize;
+        next.swap(i, j);
+    }
+    for (line, &to) in next.iter().enumerate() {
+        words[line * WORDS_PER_LINE].store(u64::from(to), Relaxed);
+    }
+    let step = |line: usize| words[line * WORDS_PER_LINE].load(Relaxed) as usize;
+    let mut at = 0;
+    let started = Instant::now();
+    for _ in 0..accesses {
+        at = step(at);
+    }
+    let dependent_ns = started.elapsed().as_nanos() as f64 / accesses as f64;
+    std::hint::black_box(at);
+    let mut cursors = [0usize; CHAINS];
+    for (chain, cursor) in cursors.iter_mut().enumerate() {
+        *cursor = next[chain * (lines / CHAINS)] as usize;
+    }
+    let rounds = accesses * 4 / CHAINS;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        for cursor in &mut cursors {
+            *cursor = step(*cursor);
+        }
+    }
+    let parallel_ns_per_access = started.elapsed().as_nanos() as f64 / (rounds * CHAINS) as f64;
+    std::hint::black_box(cursors);
+    DramFigure {
+        bytes: region.bytes(),
+        pages: region.page_kind().name().to_string(),
+        dependent_ns,
+        chains: CHAINS,
+        parallel_ns_per_access,
+    }
+}
+
 /// Runs the probe.
 pub fn run(args: &ProbeArgs) -> io::Result<ProbeReport> {
     let mut tcp_echo = Vec::new();
@@ -371,7 +564,16 @@ pub fn run(args: &ProbeArgs) -> io::Result<ProbeReport> {
             tcp_echo.push(echo_load(address, child.0.id(), args, io, depth)?);
         }
     }
-    Ok(ProbeReport { connections: args.connections, message: args.message, tcp_echo })
+    let mut udp_echo = Vec::new();
+    for &depth in &args.depths {
+        for &io in &args.udp {
+            let kind = if io == UdpEcho::Plain { &["udp-echo", "--plain"][..] } else { &["udp-echo"] };
+            let (child, address) = start_pinned(&args.server_cores, kind)?;
+            udp_echo.push(udp_load(address, child.0.id(), args, io, depth)?);
+        }
+    }
+    let dram = (args.dram_mib > 0).then(|| dram(args.dram_mib << 20, 2_000_000));
+    Ok(ProbeReport { connections: args.connections, message: args.message, tcp_echo, udp_echo, dram })
 }
 
 #[cfg(test)]
@@ -403,5 +605,13 @@ mod tests {
     #[test]
     fn the_uring_echo_server_echoes() {
         echoes(echo_server_uring);
+    }
+
+    #[test]
+    fn the_dram_walk_visits_a_full_cycle_and_reports_its_pages() {
+        let figure = dram(4 << 20, 10_000);
+        assert!(figure.bytes >= 4 << 20);
+        assert!(["hugetlb", "thp", "4k", "heap"].contains(&figure.pages.as_str()), "{figure:?}");
+        assert!(figure.dependent_ns > 0.0 && figure.parallel_ns_per_access > 0.0, "{figure:?}");
     }
 }

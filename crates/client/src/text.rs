@@ -7,7 +7,11 @@
 //! map from `stats settings` and `stats partitions`, opens one connection to every worker's own
 //! port (`--worker-port-base`) and sends each request to the worker that owns its key, so the
 //! server never hands a request from one core to another.
+//!
+//! Fleet mode ([`TextClient::connect_fleet`]) spreads keys over many servers with ketama
+//! consistent hashing compatible with libmemcached's ([`crate::ketama`]).
 
+use crate::ketama::{Continuum, Flavor, Server};
 use crate::native::{Error, Op, Reply};
 use qs_proto::native::Status;
 use std::io::{self, BufRead, BufReader, Write};
@@ -70,16 +74,54 @@ impl PartitionMap {
     }
 }
 
+/// Which connection a key's requests go to.
+enum Routing {
+    /// One server.
+    Single,
+    /// A Quicksilver server's workers, by partition owner.
+    Partitions(PartitionMap),
+    /// A fleet of servers, by ketama consistent hashing (as libmemcached places keys).
+    Ketama(Continuum),
+}
+
 /// A pipelining memcached text-protocol client.
 pub struct TextClient {
     conns: Vec<Conn>,
-    map: Option<PartitionMap>,
+    routing: Routing,
 }
 
 impl TextClient {
     /// One connection to `addr`.
     pub fn connect(addr: SocketAddr) -> Result<TextClient, Error> {
-        Ok(TextClient { conns: vec![Conn::open(addr)?], map: None })
+        Ok(TextClient { conns: vec![Conn::open(addr)?], routing: Routing::Single })
+    }
+
+    /// One connection to each server of a fleet (memcached, Quicksilver, or a mix); each key's
+    /// requests go to the server ketama places it on, the same server libmemcached-based
+    /// clients (in the same [`Flavor`]), twemproxy and other ketama clients pick.
+    pub fn connect_fleet(servers: &[Server], flavor: Flavor) -> Result<TextClient, Error> {
+        if servers.is_empty() {
+            return Err(Error::Protocol("a fleet needs at least one server".into()));
+        }
+        let conns = servers
+            .iter()
+            .map(|server| {
+                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(server.host.as_str(), server.port))?
+                    .next()
+                    .ok_or_else(|| io::Error::other(format!("{server} does not resolve")))?;
+                Conn::open(addr)
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(TextClient { conns, routing: Routing::Ketama(Continuum::new(servers, flavor)) })
+    }
+
+    /// The index (in the fleet's list) of the server `key` goes to.
+    pub fn server_for(&self, key: &[u8]) -> usize {
+        match &self.routing {
+            Routing::Single => 0,
+            Routing::Partitions(map) => map.worker_of(key),
+            Routing::Ketama(continuum) => continuum.server_for(key).unwrap_or(0),
+        }
     }
 
     /// Connects to a Quicksilver server at `addr`, reads its partition map, and opens a
@@ -115,12 +157,15 @@ impl TextClient {
             .map(|worker| Conn::open(SocketAddr::new(addr.ip(), (base + worker) as u16)))
             .collect::<io::Result<Vec<_>>>()?;
         let map = PartitionMap { partition_bits: partitions.trailing_zeros(), owners };
-        Ok(TextClient { conns, map: Some(map) })
+        Ok(TextClient { conns, routing: Routing::Partitions(map) })
     }
 
     /// The partition map in partition-aware mode.
     pub fn partition_map(&self) -> Option<&PartitionMap> {
-        self.map.as_ref()
+        match &self.routing {
+            Routing::Partitions(map) => Some(map),
+            _ => None,
+        }
     }
 
     /// Runs a batch: every request is written before any reply is read (one write per
@@ -139,7 +184,7 @@ impl TextClient {
                 placed.push(None);
                 continue;
             }
-            let conn = self.map.as_ref().map_or(0, |map| map.worker_of(key));
+            let conn = self.server_for(key);
             write_request(&mut self.conns[conn].out, op);
             placed.push(Some(conn));
         }

@@ -59,9 +59,35 @@ pub struct Config {
     /// port BASE + i, bound only by its owner (client-assisted direction). 0 = off.
     #[arg(long, default_value_t = 0)]
     pub native_port: u16,
-    /// Pin workers to cores.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub pin: bool,
+    /// Pin workers to cores: auto pins only when the workers leave a core of the process's
+    /// cores free (pinned workers that share their cores with other busy threads, a co-located
+    /// client or proxy, wait for them instead of moving: docs/BENCHMARKS.md).
+    #[arg(long, value_enum, default_value_t = Pin::Auto)]
+    pub pin: Pin,
+}
+
+/// --pin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Pin {
+    /// Pin when there are fewer workers than cores this process may use.
+    Auto,
+    /// Always pin worker i to the i-th allowed core.
+    #[value(name = "true")]
+    Always,
+    /// Never pin.
+    #[value(name = "false")]
+    Never,
+}
+
+impl Pin {
+    /// Whether `workers` workers are pinned when the process may use `cores` cores.
+    pub fn applies(self, workers: usize, cores: usize) -> bool {
+        match self {
+            Pin::Auto => workers < cores,
+            Pin::Always => true,
+            Pin::Never => false,
+        }
+    }
 }
 
 /// --mode.
@@ -194,5 +220,19 @@ mod tests {
         let three = Config::parse_from(["quicksilver", "-t", "3"]);
         assert_eq!(three.partition_count(), 16);
         assert!(three.validate().is_ok());
+    }
+}
+
+#[cfg(test)]
+mod pin_tests {
+    use super::Pin;
+
+    #[test]
+    fn auto_pins_only_with_a_core_to_spare() {
+        assert!(Pin::Auto.applies(1, 2));
+        assert!(!Pin::Auto.applies(2, 2));
+        assert!(!Pin::Auto.applies(4, 2));
+        assert!(Pin::Always.applies(2, 2));
+        assert!(!Pin::Never.applies(1, 8));
     }
 }

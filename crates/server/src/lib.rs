@@ -171,7 +171,8 @@ impl Server {
                 worker_rings,
             )
             .map_err(|e| e.to_string())?;
-            let pin = config.pin;
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let pin = config.pin.applies(workers, cores);
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{index}"))
                 .spawn(move || {

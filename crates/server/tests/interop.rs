@@ -1,7 +1,9 @@
 //! Interop with real third-party clients and tools (installed by scripts/test.sh): libmemcached's
 //! memcapable conformance checker and its command-line tools, pymemcache's whole client API, and
 //! twemproxy (nutcracker) with ketama hashing in front of three quicksilver instances;
-//! libmemcached's UDP mode (memccp --udp) and memaslap's UDP load (gets and sets over UDP).
+//! libmemcached's UDP mode (memccp --udp) and memaslap's UDP load (gets and sets over UDP);
+//! ketama placement on a mixed memcached/quicksilver fleet agreeing with libmemcached (pylibmc)
+//! and twemproxy, key for key.
 
 mod common;
 
@@ -204,5 +206,102 @@ fn twemproxy_with_ketama_spreads_keys_over_three_instances() {
     // Ketama places keys by hashes of "host:port", so the split varies with the ports.
     assert!(spread.iter().all(|&held| held > 0), "keys per instance: {spread:?}");
     assert_eq!(total, KEYS, "every key is on exactly one instance");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the pylibmc script; panics with its output on failure.
+fn pylibmc(flavor: &str, action: &str, prefix: &str, count: usize, servers: &[String]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/pylibmc_ketama.py");
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|python| run(python, &["-c", "import pylibmc"]).status.success())
+        .expect("pylibmc is not installed (scripts/test.sh installs python3-pylibmc)");
+    let count = count.to_string();
+    let mut args = vec![script, flavor, action, prefix, &count];
+    args.extend(servers.iter().map(String::as_str));
+    let output = run(python, &args);
+    assert!(
+        output.status.success(),
+        "pylibmc {flavor} {action}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Which servers hold `key` (asked directly).
+fn holders(clients: &mut [common::Client], key: &str) -> Vec<usize> {
+    let mut held = Vec::new();
+    for (index, client) in clients.iter_mut().enumerate() {
+        client.send(format!("get {key}\r\n").as_bytes());
+        if client.read_until(b"END\r\n").starts_with(b"VALUE") {
+            held.push(index);
+        }
+    }
+    held
+}
+
+#[test]
+fn ketama_places_keys_as_libmemcached_and_twemproxy_do_on_a_mixed_fleet() {
+    use qs_client::{Continuum, Flavor, Op, Server, TextClient};
+    // Two quicksilver and two memcached servers, on ports other than 11211 ("host:port-i").
+    let fleet = [
+        ServerProcess::quicksilver(&["-t", "1"]),
+        ServerProcess::memcached(&[]),
+        ServerProcess::quicksilver(&["-t", "1"]),
+        ServerProcess::memcached(&[]),
+    ];
+    let servers: Vec<Server> = fleet.iter().map(|server| Server::new("127.0.0.1", server.port)).collect();
+    let names: Vec<String> = servers.iter().map(Server::to_string).collect();
+    let mut direct: Vec<common::Client> = fleet.iter().map(ServerProcess::connect).collect();
+    const KEYS: usize = 400;
+    for (flavor, name) in [
+        (Flavor::Libmemcached, "ketama"),
+        (Flavor::LibmemcachedMd5, "ketama_md5"),
+        (Flavor::Weighted, "ketama_weighted"),
+    ] {
+        let continuum = Continuum::new(&servers, flavor);
+        // libmemcached stores; each key must sit exactly where our continuum puts it.
+        let prefix = format!("lm-{name}");
+        pylibmc(name, "set", &prefix, KEYS, &names);
+        let mut spread = [0usize; 4];
+        for i in 0..KEYS {
+            let key = format!("{prefix}:{i}");
+            let expected = continuum.server_for(key.as_bytes()).expect("servers");
+            assert_eq!(holders(&mut direct, &key), vec![expected], "{name}: {key}");
+            spread[expected] += 1;
+        }
+        assert!(spread.iter().all(|&keys| keys > KEYS / 10), "{name}: {spread:?}");
+        // qs-client stores through its fleet mode; libmemcached finds every key.
+        let prefix = format!("qs-{name}");
+        let mut client = TextClient::connect_fleet(&servers, flavor).expect("fleet");
+        let keys: Vec<String> = (0..KEYS).map(|i| format!("{prefix}:{i}")).collect();
+        let values: Vec<String> = (0..KEYS).map(|i| format!("value:{i}")).collect();
+        let ops: Vec<Op<'_>> = keys
+            .iter()
+            .zip(&values)
+            .map(|(key, value)| Op::Set {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                flags: 0,
+                exptime: 0,
+                cas: 0,
+            })
+            .collect();
+        assert!(client.execute(&ops).iter().all(|result| result.is_ok()));
+        pylibmc(name, "get", &prefix, KEYS, &names);
+    }
+    // twemproxy's ketama (md5, weight 1 each) is the weighted flavour: same placement.
+    let dir = std::env::temp_dir().join(format!("qs-twemproxy-mixed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (_proxy, mut proxy) = (0..5)
+        .find_map(|_| start_twemproxy(&fleet, &dir))
+        .expect("nutcracker did not start (scripts/test.sh installs it)");
+    let continuum = Continuum::new(&servers, Flavor::Weighted);
+    for i in 0..KEYS {
+        let key = format!("tw:{i}");
+        proxy.send(format!("set {key} 0 0 1\r\nx\r\n").as_bytes());
+        assert_eq!(proxy.read_until(b"\r\n"), b"STORED\r\n");
+        let expected = continuum.server_for(key.as_bytes()).expect("servers");
+        assert_eq!(holders(&mut direct, &key), vec![expected], "twemproxy: {key}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
