@@ -172,19 +172,6 @@ fn quicksilver_binary(args: &CompareArgs) -> String {
     }
 }
 
-/// Pins this process (every thread) to `cores`.
-fn pin_self(cores: &str) -> io::Result<()> {
-    let status = Command::new("taskset")
-        .args(["-a", "-p", "-c", cores, &std::process::id().to_string()])
-        .stdout(Stdio::null())
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!("taskset could not pin qs-bench to cores {cores}")))
-    }
-}
-
 fn matrix(quick: bool) -> Vec<Point> {
     if quick {
         return vec![
@@ -308,7 +295,7 @@ pub fn run(args: &CompareArgs) -> io::Result<CompareReport> {
     for &count in &workers {
         let server_cores = cores_list(0..count.min(cpus));
         let load_cores = if count < cpus { cores_list(count..cpus) } else { cores_list(0..cpus) };
-        pin_self(&load_cores)?;
+        load::pin_self(&load_cores)?;
         eprintln!(
             "{count} worker(s): servers on cores {server_cores}, load on cores {load_cores}, {} connections, {} keys, {} s per point",
             settings.connections, settings.keys, settings.duration

@@ -79,7 +79,7 @@ fn main() {
                     value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
                 };
                 println!(
-                    "native {:?} get={} partitions={} window={} batch={}: {:.0} requests/s  {:.1} requests/datagram  batch p50 {} us  p99 {} us  hit {:.3}  wrong {}  retransmitted {}  redirected {}",
+                    "native {:?} get={} partitions={} window={} batch={}: {:.0} requests/s  {:.1} requests/datagram  p50 {} us  p99 {} us  p99.9 {} us  hit {:.3}  wrong {}  retransmitted {}  redirected {}",
                     report.dataset,
                     report.get_ratio,
                     report.partitions,
@@ -87,8 +87,9 @@ fn main() {
                     report.batch,
                     report.requests_per_sec,
                     report.requests_per_datagram,
-                    report.batch_p50_us,
-                    report.batch_p99_us,
+                    report.p50_us,
+                    report.p99_us,
+                    report.p999_us,
                     report.hit_ratio,
                     report.wrong,
                     report.retransmitted,

@@ -5,7 +5,7 @@
 //! flight) are bounced off a bare recvmmsg/sendmmsg echo server first, pinned to the same cores,
 //! so the report can say how close the server comes to what the kernel's UDP path allows.
 
-use crate::load::process_cpu_secs;
+use crate::load::{process_cpu_secs, Arrivals};
 use crate::workload::{value_matches, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -43,6 +43,10 @@ pub struct NativeArgs {
     /// Datagrams in flight per partition (each batch sends this many to every partition).
     #[arg(long, default_value_t = 1)]
     pub window: usize,
+    /// Open loop: offered requests per second (Poisson arrivals); each request's latency counts
+    /// from its scheduled time, and a batch takes what is due (at most the closed-loop batch).
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Measured seconds.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
@@ -98,10 +102,15 @@ pub struct NativeReport {
     pub retransmitted: u64,
     /// Requests the server redirected (should be 0 with a fresh directory).
     pub redirected: u64,
-    /// Batch latency percentiles, microseconds.
-    pub batch_p50_us: f64,
+    /// Offered requests per second (open loop), or none (closed loop).
+    pub offered_rate: Option<f64>,
+    /// Request latency percentiles, microseconds: sent to answered in a closed loop (every
+    /// request of a batch takes the batch's time), scheduled to answered in an open loop.
+    pub p50_us: f64,
     /// 99th percentile.
-    pub batch_p99_us: f64,
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
     /// Server CPU nanoseconds per request (with --server-pid).
     pub server_cpu_ns_per_request: Option<f64>,
     /// Server CPU microseconds per request datagram.
@@ -172,6 +181,8 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
     let mut cpu_start = None;
     let mut stats_start = client.stats();
     let mut measured_from = measure_from;
+    let mut arrivals = args.rate.map(|rate| Arrivals::new(rate, args.seed ^ 0x5A5A));
+    let mut scheduled: Vec<Instant> = Vec::with_capacity(batch);
     loop {
         let now = Instant::now();
         if now >= end {
@@ -183,7 +194,30 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
             cpu_start = args.server_pid.and_then(process_cpu_secs);
             stats_start = client.stats();
         }
-        for (i, slot) in numbers.iter_mut().enumerate() {
+        let count = match arrivals.as_mut() {
+            None => batch,
+            Some(arrivals) => {
+                // What is due, in arrival order, at most a closed-loop batch at a time; the
+                // rest waits and is charged for it.
+                scheduled.clear();
+                let since = now - start;
+                while scheduled.len() < batch {
+                    let Some(due) = arrivals.due(since) else { break };
+                    scheduled.push(start + due);
+                }
+                if scheduled.is_empty() {
+                    let wait = arrivals.next_at().saturating_sub(since);
+                    if wait > Duration::from_micros(300) {
+                        std::thread::sleep(wait - Duration::from_micros(200));
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                    continue;
+                }
+                scheduled.len()
+            }
+        };
+        for (i, slot) in numbers[..count].iter_mut().enumerate() {
             let number = chooser.next(&mut rng);
             let get = rng.next_f64() < args.get_ratio;
             *slot = (number, get);
@@ -193,7 +227,7 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
             }
         }
         version = version.wrapping_add(1);
-        let ops: Vec<Op<'_>> = numbers
+        let ops: Vec<Op<'_>> = numbers[..count]
             .iter()
             .enumerate()
             .map(|(i, &(_, get))| {
@@ -208,11 +242,18 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
             .collect();
         let sent = Instant::now();
         let replies = client.execute(&ops);
-        let elapsed = sent.elapsed();
+        let done = Instant::now();
         if !measuring {
             continue;
         }
-        histogram.saturating_record(elapsed.as_micros().max(1) as u64);
+        if arrivals.is_some() {
+            for at in &scheduled {
+                histogram.saturating_record(done.duration_since(*at).as_micros().max(1) as u64);
+            }
+        } else {
+            let micros = done.duration_since(sent).as_micros().max(1) as u64;
+            let _ = histogram.record_n(micros, count as u64);
+        }
         for (reply, &(number, get)) in replies.iter().zip(&numbers) {
             requests += 1;
             match reply {
@@ -250,8 +291,10 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
         wrong,
         retransmitted: stats.retransmitted - stats_start.retransmitted,
         redirected: stats.redirected - stats_start.redirected,
-        batch_p50_us: histogram.value_at_quantile(0.5) as f64,
-        batch_p99_us: histogram.value_at_quantile(0.99) as f64,
+        offered_rate: args.rate,
+        p50_us: histogram.value_at_quantile(0.5) as f64,
+        p99_us: histogram.value_at_quantile(0.99) as f64,
+        p999_us: histogram.value_at_quantile(0.999) as f64,
         server_cpu_ns_per_request,
         server_cpu_us_per_datagram,
         echo_cpu_us_per_datagram: None,

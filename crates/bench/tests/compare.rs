@@ -72,3 +72,81 @@ fn compare_quick_prints_the_ratio_table_and_json() {
     }
     std::fs::remove_dir_all(&plots).expect("cleaned up");
 }
+
+/// A quicksilver with its native port on, stopped when dropped.
+struct Native(std::process::Child, u16, u16);
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts quicksilver with 4 partitions on native ports BASE..BASE+3 (retrying other bases if
+/// one is taken) and waits until its TCP port answers.
+fn native_server() -> Native {
+    for _ in 0..10 {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let base = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if base > 65000 || (1..4).any(|i| std::net::UdpSocket::bind(("127.0.0.1", base + i)).is_err()) {
+            continue;
+        }
+        let mut child = Command::new(quicksilver())
+            .args(["-l", "127.0.0.1", "-p", &tcp.to_string(), "-t", "1", "-m", "64", "--partitions", "4"])
+            .args(["--native-port", &base.to_string()])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("quicksilver starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", tcp)).is_ok() {
+                return Native(child, tcp, base);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("quicksilver with a native port did not start");
+}
+
+#[test]
+fn run_drives_the_native_protocol_closed_and_open_loop() {
+    let server = native_server();
+    let address = format!("127.0.0.1:{}", server.2);
+    let pid = server.0.id().to_string();
+    for extra in [&["--depth", "2"][..], &["--rate", "5000", "--no-load"]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_qs-bench"))
+            .args([
+                "run",
+                "--protocol",
+                "native",
+                "--server",
+                &address,
+                "--server-pid",
+                &pid,
+                "--keys",
+                "2000",
+            ])
+            .args(["--duration", "0.5", "--warmup", "0.2", "--quiet", "--json"])
+            .args(extra)
+            .output()
+            .expect("qs-bench runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        let json: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().expect("JSON")).expect("JSON");
+        assert!(json["ops"].as_u64().is_some_and(|ops| ops > 500), "{json}");
+        assert_eq!(json["wrong_values"].as_u64(), Some(0), "{json}");
+        assert_eq!(json["hit_ratio"].as_f64(), Some(1.0), "{json}");
+        if extra.contains(&"--rate") {
+            // 5000/s is far below what the server does: what was offered is what completed.
+            let rate = json["ops_per_sec"].as_f64().expect("rate");
+            assert!((rate - 5000.0).abs() < 1000.0, "{json}");
+        }
+    }
+}
