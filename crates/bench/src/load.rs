@@ -103,9 +103,9 @@ pub struct LoadArgs {
     /// For --protocol native: datagrams in flight per partition.
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
-    /// For --protocol native: requests per datagram.
-    #[arg(long, default_value_t = 32)]
-    pub batch: usize,
+    /// Requests per datagram (--protocol native only; default 32).
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// Open loop: offered operations per second over all connections (Poisson arrivals).
     #[arg(long)]
     pub rate: Option<f64>,
@@ -787,6 +787,12 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
     if args.protocol == Protocol::Native {
         return run_native(args);
     }
+    if args.batch.is_some() {
+        return Err(std::io::Error::other(
+            "--batch (requests per datagram) applies to --protocol native; over text, meta and \
+             mc-udp each request is its own command",
+        ));
+    }
     let mut workload = Workload::new(args).map_err(std::io::Error::other)?;
     if args.connections == 0 || args.depth == 0 {
         return Err(std::io::Error::other("--connections and --depth must be at least 1"));
@@ -945,7 +951,7 @@ fn run_native(args: &LoadArgs) -> std::io::Result<LoadReport> {
         get_ratio: mix.read,
         dist,
         theta: args.theta,
-        per_datagram: args.batch,
+        per_datagram: args.batch.unwrap_or(32),
         window: args.depth,
         rate: args.rate,
         duration: args.duration,

@@ -74,7 +74,7 @@ fn compare_quick_prints_the_ratio_table_and_json() {
 }
 
 /// A quicksilver with its native port on, stopped when dropped.
-struct Native(std::process::Child, u16, u16);
+struct Native(std::process::Child, u16);
 
 impl Drop for Native {
     fn drop(&mut self) {
@@ -104,7 +104,7 @@ fn native_server() -> Native {
                 break;
             }
             if std::net::TcpStream::connect(("127.0.0.1", tcp)).is_ok() {
-                return Native(child, tcp, base);
+                return Native(child, base);
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -117,7 +117,7 @@ fn native_server() -> Native {
 #[test]
 fn run_drives_the_native_protocol_closed_and_open_loop() {
     let server = native_server();
-    let address = format!("127.0.0.1:{}", server.2);
+    let address = format!("127.0.0.1:{}", server.1);
     let pid = server.0.id().to_string();
     for extra in [&["--depth", "2"][..], &["--rate", "5000", "--no-load"]] {
         let output = Command::new(env!("CARGO_BIN_EXE_qs-bench"))
