@@ -155,6 +155,10 @@ pub struct LoadArgs {
     /// No progress line on the terminal.
     #[arg(long)]
     pub quiet: bool,
+    /// Never sleep waiting for answers: poll the sockets without blocking (the generator then
+    /// uses its whole core, and the server never pays to wake it).
+    #[arg(long)]
+    pub spin: bool,
     /// Pin the generator to these cores (taskset's list syntax, e.g. 1 or 2-3).
     #[arg(long)]
     pub cores: Option<String>,
@@ -860,7 +864,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
                 }
             }
         }
-        let mut timeout = Duration::from_millis(10);
+        let mut timeout = if args.spin { Duration::ZERO } else { Duration::from_millis(10) };
         if let Some(arrivals) = arrivals.as_mut() {
             // Hand each due arrival to the next connection, round robin.
             let since_start = now - start;
