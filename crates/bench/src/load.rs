@@ -280,6 +280,14 @@ pub fn pin_self(cores: &str) -> std::io::Result<()> {
     }
 }
 
+/// This process's CPU seconds since `start` (a [`process_cpu_secs`] reading), 0 if unreadable.
+fn own_cpu_since(start: Option<f64>) -> f64 {
+    match (start, process_cpu_secs(std::process::id())) {
+        (Some(a), Some(b)) => b - a,
+        _ => 0.0,
+    }
+}
+
 /// A process's resident memory in bytes.
 pub fn process_rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -905,10 +913,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
         (Some(a), Some(b)) if counters.ops > 0 => Some((b - a) * 1e6 / counters.ops as f64),
         _ => None,
     };
-    let client_cpu = match (client_cpu_start, process_cpu_secs(std::process::id())) {
-        (Some(a), Some(b)) => b - a,
-        _ => 0.0,
-    };
+    let client_cpu = own_cpu_since(client_cpu_start);
     let ops_per_sec = counters.ops as f64 / elapsed;
     let rss = args.server_pid.and_then(process_rss_bytes);
     let (mix, dist) = args.workload().map_err(std::io::Error::other)?;
@@ -969,10 +974,7 @@ fn run_native(args: &LoadArgs) -> std::io::Result<LoadReport> {
     };
     let client_cpu_start = process_cpu_secs(std::process::id());
     let report = crate::native::run(&native_args)?;
-    let client_cpu = match (client_cpu_start, process_cpu_secs(std::process::id())) {
-        (Some(a), Some(b)) => b - a,
-        _ => 0.0,
-    };
+    let client_cpu = own_cpu_since(client_cpu_start);
     let rss = args.server_pid.and_then(process_rss_bytes);
     Ok(LoadReport {
         server: args.server.to_string(),

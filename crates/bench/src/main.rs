@@ -57,27 +57,18 @@ fn main() {
         Subcommands::Compare(args) => match compare::run(&args) {
             Ok(report) => {
                 compare::print(&report);
-                if args.json {
-                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
-                }
+                print_json(args.json, &report);
             }
-            Err(error) => {
-                eprintln!("qs-bench compare: {error}");
-                std::process::exit(1);
-            }
+            Err(error) => fail("compare", error),
         },
         Subcommands::UdpEcho { plain } => {
             let served = if plain { probe::udp_echo_plain() } else { native::udp_echo_server() };
             if let Err(error) = served {
-                eprintln!("qs-bench udp-echo: {error}");
-                std::process::exit(1);
+                fail("udp-echo", error);
             }
         }
         Subcommands::Native(args) => match native::run(&args) {
             Ok(report) => {
-                let figure = |value: Option<f64>, digits: usize| {
-                    value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
-                };
                 println!(
                     "native {:?} get={} partitions={} window={} batch={}: {:.0} requests/s  {:.1} requests/datagram  p50 {} us  p99 {} us  p99.9 {} us  hit {:.3}  wrong {}  retransmitted {}  redirected {}",
                     report.dataset,
@@ -103,21 +94,14 @@ fn main() {
                     figure(report.echo_datagrams_per_sec, 0),
                     figure(report.server_over_echo, 2),
                 );
-                if args.json {
-                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
-                }
+                print_json(args.json, &report);
             }
-            Err(error) => {
-                eprintln!("qs-bench native: {error}");
-                std::process::exit(1);
-            }
+            Err(error) => fail("native", error),
         },
         Subcommands::Engine(args) => {
             let report = engine::run(&args);
             print_table(&report);
-            if args.json {
-                println!("{}", serde_json::to_string(&report).expect("report serialises"));
-            }
+            print_json(args.json, &report);
         }
         Subcommands::ProbeEcho { io } => {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
@@ -127,8 +111,7 @@ fn main() {
                 probe::EchoIo::Uring => probe::echo_server_uring(listener),
             };
             if let Err(error) = served {
-                eprintln!("qs-bench probe-echo: {error}");
-                std::process::exit(1);
+                fail("probe-echo", error);
             }
         }
         Subcommands::Probe(args) => match probe::run(&args) {
@@ -171,14 +154,9 @@ fn main() {
                         dram.chains
                     );
                 }
-                if args.json {
-                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
-                }
+                print_json(args.json, &report);
             }
-            Err(error) => {
-                eprintln!("qs-bench probe: {error}");
-                std::process::exit(1);
-            }
+            Err(error) => fail("probe", error),
         },
         Subcommands::Run(args) if args.search => match load::search(&args) {
             Ok(report) => {
@@ -202,26 +180,16 @@ fn main() {
                         Err(error) => eprintln!("qs-bench run: the plot: {error}"),
                     }
                 }
-                if args.json {
-                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
-                }
+                print_json(args.json, &report);
             }
-            Err(error) => {
-                eprintln!("qs-bench run: {error}");
-                std::process::exit(1);
-            }
+            Err(error) => fail("run", error),
         },
         Subcommands::Run(args) => match load::run(&args) {
             Ok(report) => {
                 print_load(&report);
-                if args.json {
-                    println!("{}", serde_json::to_string(&report).expect("report serialises"));
-                }
+                print_json(args.json, &report);
             }
-            Err(error) => {
-                eprintln!("qs-bench run: {error}");
-                std::process::exit(1);
-            }
+            Err(error) => fail("run", error),
         },
     }
 }
@@ -249,9 +217,6 @@ fn print_load(report: &load::LoadReport) {
         report.wrong_values,
         report.stale_values,
     );
-    let figure = |value: Option<f64>, digits: usize| {
-        value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
-    };
     println!(
         "  server CPU {} us/op  client CPU {:.3} us/op  server RSS {} MB  {} ops/s per GB",
         figure(report.server_cpu_us_per_op, 3),
@@ -286,4 +251,22 @@ fn print_table(report: &EngineReport) {
         report.log_pages,
         report.index_pages
     );
+}
+
+/// Reports a failed subcommand and exits non-zero.
+fn fail(command: &str, error: impl std::fmt::Display) -> ! {
+    eprintln!("qs-bench {command}: {error}");
+    std::process::exit(1);
+}
+
+/// Prints `report` as one JSON line when asked to.
+fn print_json(json: bool, report: &impl serde::Serialize) {
+    if json {
+        println!("{}", serde_json::to_string(report).expect("report serialises"));
+    }
+}
+
+/// A figure with `digits` decimals, or `?` when it was not measured.
+fn figure(value: Option<f64>, digits: usize) -> String {
+    value.map_or("?".to_string(), |value| format!("{value:.digits$}"))
 }
