@@ -37,6 +37,9 @@ pub enum Distribution {
     Zipf,
     /// YCSB's "latest": zipf over recency, the newest key the most popular (YCSB D).
     Latest,
+    /// YCSB's "sequential": every key in turn, 0, 1, ... keys-1, then around again (what
+    /// memaslap's gets do over the keys it has set: a working set that stays warm in the caches).
+    Sequential,
 }
 
 /// xoshiro-style 64-bit generator (wyrand): fast, seeded, good enough for load generation.
@@ -149,6 +152,8 @@ pub enum KeyChooser {
     Zipf(Zipf, u64),
     /// Zipf over recency: rank 0 is the newest key (the highest number).
     Latest(Zipf),
+    /// Keys in turn over [0, keys): the next one to hand out.
+    Sequential { keys: u64, next: std::cell::Cell<u64> },
 }
 
 impl KeyChooser {
@@ -158,6 +163,7 @@ impl KeyChooser {
             Distribution::Uniform => KeyChooser::Uniform(keys),
             Distribution::Zipf => KeyChooser::Zipf(Zipf::new(keys, theta), keys),
             Distribution::Latest => KeyChooser::Latest(Zipf::new(keys, theta)),
+            Distribution::Sequential => KeyChooser::Sequential { keys, next: std::cell::Cell::new(0) },
         }
     }
 
@@ -175,6 +181,11 @@ impl KeyChooser {
             KeyChooser::Uniform(keys) => rng.below(*keys),
             KeyChooser::Zipf(zipf, keys) => scramble(zipf.next(rng), *keys),
             KeyChooser::Latest(zipf) => zipf.items() - 1 - zipf.next(rng),
+            KeyChooser::Sequential { keys, next } => {
+                let key = next.get();
+                next.set(if key + 1 == *keys { 0 } else { key + 1 });
+                key
+            }
         }
     }
 }
@@ -320,6 +331,14 @@ mod tests {
             seen[rng.below(10) as usize] = true;
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn sequential_visits_every_key_in_turn_and_wraps() {
+        let chooser = KeyChooser::new(Distribution::Sequential, 5, 0.99);
+        let mut rng = Rng::new(3);
+        let drawn: Vec<u64> = (0..12).map(|_| chooser.next(&mut rng)).collect();
+        assert_eq!(drawn, [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]);
     }
 
     #[test]

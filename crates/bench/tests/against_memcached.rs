@@ -89,6 +89,7 @@ fn every_protocol_and_ycsb_workload_runs_clean_against_memcached() {
         &["--protocol", "mc-udp", "--get-ratio", "0.5", "--dataset", "xlarge", "--depth", "2"],
         &["--ycsb", "a", "--dataset", "small", "--depth", "4"],
         &["--ycsb", "d", "--protocol", "meta"],
+        &["--dist", "sequential", "--get-ratio", "0.5", "--depth", "2"],
         &["--ycsb", "f", "--depth", "4"],
     ] {
         let report = load::run(&args(&server, extra)).expect("the run");
