@@ -242,15 +242,7 @@ impl Engine {
                     out.extend_from_slice(reply::END);
                     return Exec::Done;
                 }
-                // memcached drops the partial reply of a get with a key too long: check first.
-                if qs_proto::tokens::words(keys).any(|key| key.len() > qs_proto::KEY_BYTES_MAX) {
-                    out.extend_from_slice(reply::BAD_FORMAT);
-                    return Exec::Done;
-                }
-                for key in qs_proto::tokens::words(keys) {
-                    self.get_one(kind, key, out);
-                }
-                out.extend_from_slice(reply::END);
+                self.get_many(kind, keys, out, usize::MAX);
             }
             Request::Store { mode, key, flags, exptime, data, noreply } => {
                 let reply = self.store(mode, key, flags, exptime, data);
@@ -389,6 +381,36 @@ impl Engine {
             self.counters.remote_get_misses += 1;
         }
         outcome
+    }
+
+    /// A get of several keys, bounded: runs them in order until the reply has grown by more
+    /// than `budget` bytes, then stops and returns the keys not yet run (a suffix of `keys`,
+    /// starting at a key), to be run as a get of their own once the client has read what is
+    /// written; `None` when every key has run and END ends the reply. At least one key runs
+    /// per call, so a resumed get always moves on.
+    pub fn get_many<'k>(
+        &mut self,
+        kind: GetKind,
+        keys: &'k [u8],
+        out: &mut Vec<u8>,
+        budget: usize,
+    ) -> Option<&'k [u8]> {
+        // memcached drops the partial reply of a get with a key too long: check first.
+        if qs_proto::tokens::words(keys).any(|key| key.len() > qs_proto::KEY_BYTES_MAX) {
+            out.extend_from_slice(reply::BAD_FORMAT);
+            return None;
+        }
+        let start = out.len();
+        for key in qs_proto::tokens::words(keys) {
+            self.get_one(kind, key, out);
+            if out.len() - start > budget {
+                if let Some(rest) = keys_after(keys, key) {
+                    return Some(rest);
+                }
+            }
+        }
+        out.extend_from_slice(reply::END);
+        None
     }
 
     /// One key of a get: its VALUE block (nothing on a miss). `false` for a key too long.
@@ -769,4 +791,13 @@ fn ttl_secs(expiry: Expiry, now_secs: u32) -> i64 {
     } else {
         (expiry.0 as i64 - now_secs as i64).max(0)
     }
+}
+
+/// The keys of `keys` after `key` (a word of it), from the next key on; `None` if none follow.
+pub fn keys_after<'k>(keys: &'k [u8], key: &[u8]) -> Option<&'k [u8]> {
+    // `key` is a subslice of `keys`: where it ends is plain address arithmetic.
+    let end = key.as_ptr() as usize - keys.as_ptr() as usize + key.len();
+    let rest = &keys[end..];
+    let next = rest.iter().position(|&byte| byte != b' ')?;
+    Some(&rest[next..])
 }

@@ -473,7 +473,7 @@ impl Worker {
                 return;
             }
             // The window borrows the read buffer: it lives in this block, dropped in place.
-            let (consumed, stop) = {
+            let (mut consumed, stop, resume) = {
                 let pending = input.pending();
                 let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
                 let mut ahead = 0;
@@ -505,6 +505,7 @@ impl Worker {
                 }
                 let mut consumed = 0;
                 let mut stop = false;
+                let mut resume = None;
                 // UDP: the reply of the request handled last, still to be marked as ended.
                 let mut unmarked: Option<Option<Box<[u8]>>> = None;
                 for (parsed, located) in &window {
@@ -591,15 +592,32 @@ impl Worker {
                                 unreachable!("split gets are gets")
                             };
                             *executed = true;
+                            let budget = OUTPUT_BYTES_HIGH.saturating_sub(output.held_bytes());
+                            let mut added = 0;
+                            let mut rest = None;
                             for key in qs_proto::tokens::words(keys) {
                                 let owner = engine.owner_of(key);
                                 if owner == me {
-                                    engine.get_one(kind, key, output.reply_buf());
+                                    let buf = output.reply_buf();
+                                    let before = buf.len();
+                                    engine.get_one(kind, key, buf);
+                                    added += buf.len() - before;
                                 } else {
                                     let mut line = Vec::with_capacity(key.len() + 24);
                                     crate::engine::single_get_line(kind, key, &mut line);
                                     hand.over(owner, &line, OpKind::StripEnd, output, engine);
                                 }
+                                if added > budget || output.pending_total >= PENDING_PER_CONN_MAX {
+                                    rest = crate::engine::keys_after(keys, key);
+                                    if rest.is_some() {
+                                        break;
+                                    }
+                                }
+                            }
+                            if let Some(rest) = rest {
+                                resume = Some(Resume::of(pending, here, keys, rest));
+                                stop = true;
+                                break;
                             }
                             output.reply_buf().extend_from_slice(qs_proto::response::END);
                             consumed += len;
@@ -613,6 +631,20 @@ impl Worker {
                         }
                     }
                     *executed = true;
+                    if let Request::Get { kind, keys } = *request {
+                        if qs_proto::tokens::single_word(keys).is_none() {
+                            // Several keys: their replies may outgrow the output bound, so the
+                            // get runs in pieces as the client reads.
+                            let budget = OUTPUT_BYTES_HIGH.saturating_sub(output.held_bytes());
+                            if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
+                                resume = Some(Resume::of(pending, here, keys, rest));
+                                stop = true;
+                                break;
+                            }
+                            consumed += len;
+                            continue;
+                        }
+                    }
                     match engine.execute(request, output.reply_buf()) {
                         Exec::Done => {}
                         Exec::Close => *closing = true,
@@ -624,8 +656,11 @@ impl Worker {
                     output.mark(last_key);
                 }
                 engine.hint_clear();
-                (consumed, stop)
+                (consumed, stop, resume)
             };
+            if let Some(resume) = resume {
+                consumed = resume.apply(input);
+            }
             input.consume(consumed);
             if stop {
                 return;
@@ -937,5 +972,41 @@ fn get_last_key(parsed: &Parsed<'_>) -> Option<Box<[u8]>> {
             qs_proto::tokens::words(keys).last().map(Box::from)
         }
         _ => None,
+    }
+}
+
+/// A multi-key get stopped part way (its replies reached the output bound): the keys not yet
+/// run become a get line of their own, written over the keys already run, and wait in the read
+/// buffer until the client has read enough.
+struct Resume {
+    /// Where the get's line starts in the unparsed bytes.
+    line: usize,
+    /// Length of the line's command part without trailing spaces (`get`, `gat <exptime>`).
+    prefix: usize,
+    /// Where the keys not yet run start in the unparsed bytes.
+    rest: usize,
+}
+
+impl Resume {
+    /// `line` is the get's line within `pending`, `keys` its keys and `rest` the suffix of
+    /// them still to run (all subslices of `pending`).
+    fn of(pending: &[u8], line: &[u8], keys: &[u8], rest: &[u8]) -> Resume {
+        let at = |part: &[u8]| part.as_ptr() as usize - pending.as_ptr() as usize;
+        let command = &pending[at(line)..at(keys)];
+        let prefix = command.iter().rposition(|&byte| byte != b' ').map_or(0, |last| last + 1);
+        Resume { line: at(line), prefix, rest: at(rest) }
+    }
+
+    /// Rewrites the line as a get of the remaining keys; returns how many unparsed bytes are
+    /// done with (everything before the rewritten line).
+    fn apply(&self, input: &mut Input) -> usize {
+        // At least one key and its separator were run, so the command part and a space fit
+        // before `rest`.
+        let start = self.rest - self.prefix - 1;
+        debug_assert!(start > self.line);
+        let base = input.start;
+        input.buf.copy_within(base + self.line..base + self.line + self.prefix, base + start);
+        input.buf[base + self.rest - 1] = b' ';
+        start
     }
 }

@@ -188,6 +188,58 @@ fn a_client_that_never_reads_is_bounded() {
     assert_healthy(&server);
 }
 
+/// Reads `expected` from `client` in pieces, comparing as it goes.
+fn expect_stream(client: &mut Client, expected: &[u8], what: &str) {
+    use std::io::Read;
+    let mut got = vec![0; expected.len()];
+    client.stream.read_exact(&mut got).unwrap_or_else(|e| panic!("{what}: {e}"));
+    if got != expected {
+        let at = got.iter().zip(expected).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "{what}: differs at byte {at}: got {:?}, expected {:?}",
+            String::from_utf8_lossy(&got[at..(at + 40).min(got.len())]),
+            String::from_utf8_lossy(&expected[at..(at + 40).min(expected.len())])
+        );
+    }
+}
+
+#[test]
+fn a_multi_get_of_large_values_is_answered_in_pieces_as_the_client_reads() {
+    // One request line asking for 300 MB: the server must not build the whole reply at once
+    // (memcached streams it from its items), and the request after it must still run.
+    for workers in ["1", "2"] {
+        let server = server_with_canary(&["-t", workers]);
+        let mut writer = server.connect();
+        let size = 500_000;
+        let values: Vec<Vec<u8>> = (0..4u8).map(|i| vec![b'a' + i; size]).collect();
+        for (i, value) in values.iter().enumerate() {
+            set(&mut writer, &format!("big{i}"), value);
+        }
+        let baseline = rss_bytes(server.pid());
+        for command in ["get", "gat 0"] {
+            let keys: Vec<String> = (0..600).map(|i| format!("big{}", i % 4)).collect();
+            let mut reader = server.connect();
+            reader.send(format!("{command} {}\r\nset after 0 0 1\r\nx\r\n", keys.join(" ")).as_bytes());
+            std::thread::sleep(Duration::from_millis(300));
+            let grown = rss_bytes(server.pid()).saturating_sub(baseline);
+            assert!(grown < 64 << 20, "{command} with {workers} workers: {grown} bytes buffered");
+            for (i, key) in keys.iter().enumerate() {
+                let mut block = format!("VALUE {key} 0 {size}\r\n").into_bytes();
+                block.extend_from_slice(&values[i % 4]);
+                block.extend_from_slice(b"\r\n");
+                expect_stream(&mut reader, &block, &format!("{command}, key {i}, {workers} workers"));
+            }
+            expect_stream(
+                &mut reader,
+                b"END\r\nSTORED\r\n",
+                &format!("{command}: the end and the next request"),
+            );
+            assert_eq!(reader.call(b"get after\r\n"), b"VALUE after 0 1\r\nx\r\nEND\r\n");
+        }
+        assert_healthy(&server);
+    }
+}
+
 #[test]
 fn thousands_of_idle_connections() {
     let server = server_with_canary(&["-t", "2", "-c", "5000"]);
