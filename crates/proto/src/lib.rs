@@ -71,7 +71,7 @@ pub enum Parsed<'a> {
 
 /// Parses the request at the front of `buf`.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
-    let Some(newline) = memchr::memchr(b'\n', buf) else {
+    let Some(newline) = find_newline(buf) else {
         return if too_long_without_newline(buf) { Parsed::Close } else { Parsed::Incomplete };
     };
     let line_len = newline + 1;
@@ -85,6 +85,33 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     text::parse(line, line_len, buf, limits)
 }
 
+/// Where the first newline of `buf` is. Request lines are short, so the first 32 bytes are
+/// scanned a word at a time and then byte by byte (memchr's vector set-up costs more than that
+/// on a short line); longer lines go to memchr.
+#[inline]
+fn find_newline(buf: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const NEWLINES: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    let head = buf.len().min(32);
+    let mut at = 0;
+    while at + 8 <= head {
+        let word = u64::from_le_bytes(buf[at..at + 8].try_into().expect("eight bytes"));
+        let x = word ^ NEWLINES;
+        // A zero byte of x sets its high bit here; bytes above the first zero may be set too
+        // (borrows), so the lowest set bit is exactly the first newline.
+        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
+        if zeros != 0 {
+            return Some(at + (zeros.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    if let Some(i) = buf[at..head].iter().position(|&byte| byte == b'\n') {
+        return Some(at + i);
+    }
+    memchr::memchr(b'\n', &buf[head..]).map(|i| head + i)
+}
+
 /// Whether a buffer with no newline yet has grown past what memcached tolerates.
 fn too_long_without_newline(buf: &[u8]) -> bool {
     if buf.len() <= LINE_BYTES_MAX {
@@ -92,4 +119,35 @@ fn too_long_without_newline(buf: &[u8]) -> bool {
     }
     let is_get = buf.starts_with(b"get ") || buf.starts_with(b"gets ");
     !is_get || buf.len() > GET_LINE_BYTES_MAX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_first_newline_is_found_in_every_word_position() {
+        for len in 0..80 {
+            for at in 0..len {
+                let mut buf = vec![b'x'; len];
+                buf[at] = b'\n';
+                if at + 1 < len {
+                    buf[len - 1] = b'\n';
+                }
+                assert_eq!(find_newline(&buf), Some(at), "len {len}, newline at {at}");
+            }
+            assert_eq!(find_newline(&vec![b'x'; len]), None);
+        }
+        // Bytes that borrow into their neighbours (0x0b is 0x0a ^ 1, 0x8a sets the high bit).
+        assert_eq!(find_newline(b"\x0b\x8a\n\x0b\x0b\x0b\x0b\x0b\n"), Some(2));
+    }
+
+    proptest! {
+        #[test]
+        fn find_newline_agrees_with_memchr(buf in proptest::collection::vec(
+            prop_oneof![Just(b'\n'), Just(b'\r'), Just(0x0b_u8), Just(0x8a_u8), any::<u8>()], 0..100)) {
+            prop_assert_eq!(find_newline(&buf), memchr::memchr(b'\n', &buf));
+        }
+    }
 }

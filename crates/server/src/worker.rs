@@ -632,9 +632,10 @@ impl Worker {
                     }
                     *executed = true;
                     if let Request::Get { kind, keys } = *request {
-                        if qs_proto::tokens::single_word(keys).is_none() {
-                            // Several keys: their replies may outgrow the output bound, so the
-                            // get runs in pieces as the client reads.
+                        // Not located: several keys (or one too long). Several keys' replies
+                        // may outgrow the output bound, so the get runs in pieces as the
+                        // client reads.
+                        if located.is_none() {
                             let budget = OUTPUT_BYTES_HIGH.saturating_sub(output.held_bytes());
                             if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
                                 resume = Some(Resume::of(pending, here, keys, rest));
