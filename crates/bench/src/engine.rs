@@ -149,7 +149,12 @@ struct Tally {
 pub fn run(args: &EngineArgs) -> EngineReport {
     assert!(args.keys >= 2 && args.batch >= 1 && (0.0..=1.0).contains(&args.get_ratio));
     match args.store {
-        Store::Qs => run_qs(args),
+        Store::Qs => match args.dataset {
+            Dataset::Tiny => run_qs::<8, 8>(args),
+            Dataset::Small => run_qs::<16, 64>(args),
+            Dataset::Large => run_qs::<128, 1024>(args),
+            Dataset::Xlarge => run_qs::<250, 1152>(args),
+        },
         Store::Hashbrown => match args.dataset {
             Dataset::Tiny => run_hashbrown::<8, 8>(args),
             Dataset::Small => run_hashbrown::<16, 64>(args),
@@ -202,11 +207,11 @@ fn partition_for(args: &EngineArgs) -> Target {
     }
 }
 
-fn run_qs(args: &EngineArgs) -> EngineReport {
-    let (key_len, value_len) = args.dataset.sizes();
+fn run_qs<const K: usize, const V: usize>(args: &EngineArgs) -> EngineReport {
+    let (key_len, value_len) = (K, V);
     let mut partition = partition_for(args);
     let started = Instant::now();
-    let mut loader = Batcher::new(args);
+    let mut loader = Batcher::<K, V>::new(args.batch);
     for first in (0..args.keys).step_by(args.batch) {
         let count = (args.keys - first).min(args.batch as u64) as usize;
         loader.fill(count, |i| (first + i as u64, false));
@@ -243,9 +248,9 @@ fn run_qs(args: &EngineArgs) -> EngineReport {
 
 /// The timed loop: fill a batch of keys, run it through the pipeline, check every answer.
 #[inline(never)]
-fn timed_qs(
+fn timed_qs<const K: usize, const V: usize>(
     partition: &mut Target,
-    batcher: &mut Batcher,
+    batcher: &mut Batcher<K, V>,
     chooser: &KeyChooser,
     rng: &mut Rng,
     args: &EngineArgs,
@@ -265,12 +270,11 @@ fn timed_qs(
     tally
 }
 
-/// Keys, values and requests of one batch, allocated once.
-struct Batcher {
-    key_len: usize,
-    value_len: usize,
-    keys: Vec<u8>,
-    values: Vec<u8>,
+/// Keys, values and requests of one batch, allocated once; `K`-byte keys and `V`-byte values,
+/// sized at compile time as the hashbrown side's are.
+struct Batcher<const K: usize, const V: usize> {
+    keys: Vec<[u8; K]>,
+    values: Vec<[u8; V]>,
     numbers: Vec<u64>,
     gets: Vec<bool>,
     spare: Vec<Request<'static>>,
@@ -281,19 +285,16 @@ struct Batcher {
     count: usize,
 }
 
-impl Batcher {
-    fn new(args: &EngineArgs) -> Batcher {
-        let (key_len, value_len) = args.dataset.sizes();
+impl<const K: usize, const V: usize> Batcher<K, V> {
+    fn new(batch: usize) -> Batcher<K, V> {
         Batcher {
-            key_len,
-            value_len,
-            keys: vec![0; args.batch * key_len],
-            values: vec![0; args.batch * value_len],
-            numbers: vec![0; args.batch],
-            gets: vec![false; args.batch],
-            spare: Vec::with_capacity(args.batch),
-            out: Vec::with_capacity(args.batch * value_len),
-            outcomes: Vec::with_capacity(args.batch),
+            keys: vec![[0; K]; batch],
+            values: vec![[0; V]; batch],
+            numbers: vec![0; batch],
+            gets: vec![false; batch],
+            spare: Vec::with_capacity(batch),
+            out: Vec::with_capacity(batch * V),
+            outcomes: Vec::with_capacity(batch),
             version: 0,
             count: 0,
         }
@@ -304,14 +305,14 @@ impl Batcher {
     fn fill(&mut self, count: usize, mut choose: impl FnMut(usize) -> (u64, bool)) {
         self.count = count;
         self.version = self.version.wrapping_add(1);
-        let keys = self.keys.chunks_exact_mut(self.key_len);
-        let values = self.values.chunks_exact_mut(self.value_len);
-        let slots = self.numbers.iter_mut().zip(self.gets.iter_mut());
-        for (i, ((key, value), (number, get))) in keys.zip(values).zip(slots).take(count).enumerate() {
-            (*number, *get) = choose(i);
-            write_key(*number, key);
-            if !*get {
-                write_value(*number, self.version, value);
+        let (keys, values) = (&mut self.keys[..count], &mut self.values[..count]);
+        let (numbers, gets) = (&mut self.numbers[..count], &mut self.gets[..count]);
+        for i in 0..count {
+            let (number, get) = choose(i);
+            (numbers[i], gets[i]) = (number, get);
+            write_key(number, &mut keys[i]);
+            if !get {
+                write_value(number, self.version, &mut values[i]);
             }
         }
     }
@@ -319,9 +320,10 @@ impl Batcher {
     #[inline(always)]
     fn execute(&mut self, partition: &mut Target, prefetch: bool) {
         let mut requests = recycle(std::mem::take(&mut self.spare));
-        let keys = self.keys.chunks_exact(self.key_len);
-        let values = self.values.chunks_exact(self.value_len);
-        for ((key, value), &get) in keys.zip(values).zip(&self.gets).take(self.count) {
+        let count = self.count;
+        for ((key, value), &get) in
+            self.keys[..count].iter().zip(&self.values[..count]).zip(&self.gets[..count])
+        {
             let command = if get {
                 Command::Get
             } else {
@@ -348,10 +350,12 @@ impl Batcher {
             match outcome {
                 Outcome::Hit(hit) => {
                     tally.hits += 1;
-                    let value = &self.out[hit.value_start..hit.value_start + hit.value_len];
-                    if !value_matches(number, value) || value.len() != self.value_len {
-                        tally.wrong += 1;
-                    }
+                    let right = hit.value_len == V
+                        && self
+                            .out
+                            .get(hit.value_start..hit.value_start + V)
+                            .is_some_and(|value| value_matches(number, value));
+                    tally.wrong += u64::from(!right);
                 }
                 Outcome::Miss => tally.misses += 1,
                 Outcome::Stored { .. } => {}

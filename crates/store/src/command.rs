@@ -98,6 +98,7 @@ pub struct Request<'a> {
 
 impl<'a> Request<'a> {
     /// A request for `key`, hashing it.
+    #[inline]
     pub fn new(key: &'a [u8], command: Command<'a>) -> Request<'a> {
         Request { key, hash: KeyHash::of(key), command }
     }

@@ -18,10 +18,18 @@ use crate::log::{Header, Log, LogGeometry};
 use crate::region::PageKind;
 use crate::stats::PartitionStats;
 use crate::sync::{fence, Arc, AtomicU32, AtomicU64};
+use std::cell::Cell;
 use std::sync::atomic::Ordering::{Relaxed, Release};
 
 /// Bits of a CAS unique that carry the partition number.
 const CAS_PARTITION_BITS: u32 = 16;
+
+/// Entries of the slot-hint table (see [`Partition::prefetch_item`]): enough that the requests
+/// of one batch rarely share an entry.
+const HINTS: usize = 256;
+
+/// The low keyhash bits a hint gives up to hold the slot index (slots 0..15 fit in 4 bits).
+const HINT_SLOT_MASK: u64 = 0xF;
 
 /// What the owner shares with readers.
 pub(crate) struct Shared {
@@ -104,6 +112,11 @@ pub struct Partition {
     clock_secs: u32,
     /// Store mode's allocator and spare buckets (`None` in cache mode).
     store: Option<StoreState>,
+    /// Where pipeline stage 2 found each recent key's candidate slot, so that stage 3 looks
+    /// there first instead of scanning the bucket again: the keyhash with its low 4 bits
+    /// replaced by the slot index, in the entry the keyhash's bucket bits choose. Only a hint:
+    /// the slot is checked as a scan would check it, and a miss falls back to the scan.
+    hints: Box<[Cell<u64>]>,
 }
 
 /// What store mode keeps besides the arena memory and the index.
@@ -166,6 +179,7 @@ impl Partition {
             scratch: Vec::new(),
             clock_secs: 0,
             store,
+            hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
         }
     }
 
@@ -319,13 +333,20 @@ impl Partition {
     pub fn prefetch_item(&self, hash: KeyHash) {
         let bucket = self.shared.index.bucket(hash.bucket(self.bucket_mask));
         let tag = hash.tag();
-        for word in &bucket[1..] {
+        for (slot_index, word) in bucket[1..].iter().enumerate() {
             let slot = Slot(word.load(Relaxed));
             if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.head) {
                 self.shared.log.prefetch(slot.offset());
+                self.hint(hash).set(hash.0 & !HINT_SLOT_MASK | slot_index as u64);
                 break;
             }
         }
+    }
+
+    /// The hint-table entry for `hash`.
+    #[inline(always)]
+    fn hint(&self, hash: KeyHash) -> &Cell<u64> {
+        &self.hints[hash.bucket(HINTS - 1)]
     }
 
     /// The batch's common case, kept lean: a plain GET of a well-formed key. Anything unusual
@@ -503,20 +524,26 @@ impl Partition {
     fn find(&self, hash: KeyHash, key: &[u8]) -> Option<Found> {
         let bucket = hash.bucket(self.bucket_mask);
         let tag = hash.tag();
+        // A key has at most one live slot, so a hinted slot that holds it is the one a scan
+        // would find.
+        let hint = self.hint(hash).get();
+        if hint & !HINT_SLOT_MASK == hash.0 & !HINT_SLOT_MASK {
+            let slot_index = (hint & HINT_SLOT_MASK) as usize;
+            if let Some(word) = self.shared.index.bucket(bucket)[1..].get(slot_index) {
+                if let Some(found) =
+                    self.probe(bucket, bucket, slot_index, Slot(word.load(Relaxed)), tag, key)
+                {
+                    return Some(found);
+                }
+            }
+        }
         let mut slot_bucket = bucket;
         loop {
             let words = self.shared.index.bucket(slot_bucket);
             for (slot_index, word) in words[1..].iter().enumerate() {
                 let slot = Slot(word.load(Relaxed));
-                if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.head) {
-                    continue;
-                }
-                let offset = slot.offset();
-                let header = self.shared.log.header(offset);
-                if header.word0.key_len() == key.len()
-                    && self.shared.log.bytes_equal(offset, header.key_start(), key)
-                {
-                    return Some(Found { bucket, slot_bucket, slot: slot_index, offset, header });
+                if let Some(found) = self.probe(bucket, slot_bucket, slot_index, slot, tag, key) {
+                    return Some(found);
                 }
             }
             // Only store mode chains buckets; a cache-mode slot is never a link.
@@ -526,6 +553,26 @@ impl Partition {
             }
             slot_bucket = last.offset() as usize;
         }
+    }
+
+    /// Whether `slot` (slot `slot_index` of `slot_bucket`, in `bucket`'s chain) holds `key`.
+    #[inline(always)]
+    fn probe(
+        &self,
+        bucket: usize,
+        slot_bucket: usize,
+        slot_index: usize,
+        slot: Slot,
+        tag: u16,
+        key: &[u8],
+    ) -> Option<Found> {
+        if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.head) {
+            return None;
+        }
+        let offset = slot.offset();
+        let header = self.shared.log.header(offset);
+        (header.word0.key_len() == key.len() && self.shared.log.bytes_equal(offset, header.key_start(), key))
+            .then_some(Found { bucket, slot_bucket, slot: slot_index, offset, header })
     }
 
     /// Finds a key that still answers; an expired or flushed one is removed on the way.
@@ -619,14 +666,17 @@ impl Partition {
         if fetched && accessed {
             return;
         }
-        let version = self.begin_write(found.bucket);
+        // No version bracket: each of these is one word written whole, changing only metadata
+        // (the fetched bit, the last access), so an optimistic reader sees either word as it was
+        // or as it is now, and any mix of the two is a header some order of the accesses could
+        // give. Leaving the bucket's version alone keeps its line clean: a read dirties only the
+        // item's line, and only the first time in a second.
         if !fetched {
             self.shared.log.set_word0(found.offset, header.word0.with_bit(BIT_FETCHED));
         }
         if !accessed {
             self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
         }
-        self.end_write(found.bucket, version);
     }
 
     /// Copies an item to the tail (LRU), keeping its CAS, flags, expiry and bits.

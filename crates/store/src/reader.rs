@@ -2,14 +2,17 @@
 //!
 //! The owner brackets every change to a bucket, and to any item reachable from it, by making the
 //! bucket's version odd and then even again (release), and publishes the head (then a release
-//! fence) before it writes over memory the head has left. A reader:
+//! fence) before it writes over memory the head has left. The one exception is the metadata a
+//! read leaves behind, an item's fetched bit and last access: each is one word written whole,
+//! so a reader sees it as it was or as it is, never torn, and either is a true answer. A reader:
 //! 1. loads the version (acquire) and retries while it is odd;
 //! 2. finds the slot and copies the item with relaxed atomic loads (no data race, possibly torn);
 //! 3. issues an acquire fence, then reloads the version and the head.
 //!
 //! If any word it copied was written by a change that started after step 1, the fence pairs with
 //! the owner's release fence, so step 3 sees the odd (or newer) version or the newer head, and the
-//! reader retries. Otherwise the copy is exactly what the owner last published.
+//! reader retries. Otherwise the copy is exactly what the owner last published (that metadata
+//! aside).
 
 use crate::command::{Hit, Outcome};
 use crate::index::Slot;

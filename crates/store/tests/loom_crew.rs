@@ -44,3 +44,32 @@ fn reader_sees_old_new_or_nothing() {
         thread.join().unwrap();
     });
 }
+
+/// The metadata a read leaves behind (fetched bit, last access) is written without the bucket's
+/// version bracket: a reader racing with the owner's read must still get the value whole, with
+/// the metadata as it was before or after.
+#[test]
+fn reader_racing_the_owners_read_sees_the_value_and_either_metadata() {
+    loom::model(|| {
+        let mut config = Config::new(128, 1);
+        config.access = Access::Crew;
+        config.eviction = Eviction::Fifo;
+        config.huge_pages = HugePages::Off;
+        let mut partition = Partition::new(config);
+        set(&mut partition, b"k", b"the-value");
+        let reader = partition.reader();
+        let thread = loom::thread::spawn(move || {
+            let mut out = Vec::new();
+            match reader.get(KeyHash::of(b"k"), b"k", NOW + 1, &mut out) {
+                Outcome::Hit(hit) => {
+                    assert_eq!(&out[hit.value_start..hit.value_start + hit.value_len], b"the-value");
+                    assert!(hit.last_access_secs == NOW || hit.last_access_secs == NOW + 5, "{hit:?}");
+                }
+                other => panic!("{other:?}"),
+            }
+        });
+        let outcome = partition.execute(&Request::new(b"k", Command::Get), NOW + 5, &mut Vec::new());
+        assert!(matches!(outcome, Outcome::Hit(hit) if !hit.fetched_before && hit.last_access_secs == NOW));
+        thread.join().unwrap();
+    });
+}
