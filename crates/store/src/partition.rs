@@ -1277,19 +1277,19 @@ impl Partition {
     ) {
         let ext = self.store.is_some() || new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
-        let log = &self.shared.log;
-        log.set_word0(offset, Word0::new(new_item.cas_seq, key.len(), bits));
-        log.set_word1(offset, Word1::new(value.len(), slack_words, new_item.last_access));
-        let key_start = if ext {
-            log.set_ext(offset, Ext::new(new_item.flags, new_item.expiry));
-            item::HEADER_BYTES + item::EXT_BYTES
-        } else {
-            item::HEADER_BYTES
-        };
-        if !key_in_place {
-            log.write_bytes(offset, key_start, key);
+        let key_start = item::HEADER_BYTES + if ext { item::EXT_BYTES } else { 0 };
+        // The item's words, bounds-checked once (an item never straddles the end of memory).
+        let at = self.geometry.physical(offset) / 8;
+        let item = &self.shared.log.words()[at..at + (key_start + key.len() + value.len()).div_ceil(8)];
+        item[0].store(Word0::new(new_item.cas_seq, key.len(), bits).0, Relaxed);
+        item[1].store(Word1::new(value.len(), slack_words, new_item.last_access).0, Relaxed);
+        if ext {
+            item[2].store(Ext::new(new_item.flags, new_item.expiry).0, Relaxed);
         }
-        log.write_bytes(offset, key_start + key.len(), value);
+        if !key_in_place {
+            crate::words::store_bytes(item, key_start, key);
+        }
+        crate::words::store_bytes(item, key_start + key.len(), value);
     }
 
     /// Makes room for `size` bytes at the tail (padding to the end of memory if the item would
