@@ -498,9 +498,13 @@ impl Worker {
                 if window.is_empty() {
                     return;
                 }
-                for (_, located) in &window {
-                    if let Some(located) = located {
-                        engine.prefetch_item(*located);
+                // Stage 2 only pays when other requests run while the item loads: a request
+                // alone (depth 1) goes straight to its lookup, which scans the bucket anyway.
+                if window.len() > 1 {
+                    for (_, located) in &window {
+                        if let Some(located) = located {
+                            engine.prefetch_item(*located);
+                        }
                     }
                 }
                 let mut consumed = 0;
