@@ -1458,4 +1458,50 @@ mod tests {
         assert_eq!(versions, 0);
         partition.check_invariants();
     }
+
+    fn get(partition: &mut Partition, key: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        match partition.execute(&Request::new(key, Command::Get), 100, &mut out) {
+            Outcome::Hit(hit) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
+            Outcome::Miss => None,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A hint is only a hint: one left for a key whose slot then went to another key (or whose
+    /// key moved, or was deleted), or one that points at the right slot of a forged entry, never
+    /// answers for the wrong key.
+    #[test]
+    fn stale_and_forged_hints_fall_back_to_the_scan() {
+        let mut partition = small(Access::Crew);
+        set(&mut partition, b"a", b"1");
+        set(&mut partition, b"b", b"2");
+        for key in [&b"a"[..], b"b"] {
+            partition.prefetch_item(KeyHash::of(key));
+        }
+        // Delete "a" and write "c": "c" may take "a"'s old slot while "a"'s hint still names it.
+        let deleted =
+            partition.execute(&Request::new(b"a", Command::Delete { cas: 0 }), 100, &mut Vec::new());
+        assert_eq!(deleted, Outcome::Deleted);
+        set(&mut partition, b"c", b"3");
+        assert_eq!(get(&mut partition, b"a"), None);
+        assert_eq!(get(&mut partition, b"b").as_deref(), Some(&b"2"[..]));
+        assert_eq!(get(&mut partition, b"c").as_deref(), Some(&b"3"[..]));
+        // "b" moves (a longer value is appended elsewhere) after its hint was taken.
+        partition.prefetch_item(KeyHash::of(b"b"));
+        set(&mut partition, b"b", b"a-longer-value");
+        assert_eq!(get(&mut partition, b"b").as_deref(), Some(&b"a-longer-value"[..]));
+        // Every hint entry forged to name every slot, for every key: answers do not change.
+        for slot in 0..SLOTS_PER_BUCKET as u64 {
+            for key in [&b"a"[..], b"b", b"c", b"d"] {
+                let hash = KeyHash::of(key);
+                partition.hint(hash).set(hash.0 & !HINT_SLOT_MASK | slot);
+            }
+            assert_eq!(get(&mut partition, b"a"), None);
+            assert_eq!(get(&mut partition, b"b").as_deref(), Some(&b"a-longer-value"[..]));
+            assert_eq!(get(&mut partition, b"c").as_deref(), Some(&b"3"[..]));
+            assert_eq!(get(&mut partition, b"d"), None);
+        }
+        partition.check_invariants();
+    }
 }
