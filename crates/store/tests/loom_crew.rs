@@ -17,14 +17,19 @@ fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
     assert!(matches!(outcome, Outcome::Stored { .. }));
 }
 
+/// One bucket and a 128-byte log: a couple of writes wrap it.
+fn tiny_crew_partition() -> Partition {
+    let mut config = Config::new(128, 1);
+    config.access = Access::Crew;
+    config.eviction = Eviction::Fifo;
+    config.huge_pages = HugePages::Off;
+    Partition::new(config)
+}
+
 #[test]
 fn reader_sees_old_new_or_nothing() {
     loom::model(|| {
-        let mut config = Config::new(128, 1);
-        config.access = Access::Crew;
-        config.eviction = Eviction::Fifo;
-        config.huge_pages = HugePages::Off;
-        let mut partition = Partition::new(config);
+        let mut partition = tiny_crew_partition();
         set(&mut partition, b"k", b"old-value");
         let reader = partition.reader();
         let thread = loom::thread::spawn(move || {
@@ -51,11 +56,7 @@ fn reader_sees_old_new_or_nothing() {
 #[test]
 fn reader_racing_the_owners_read_sees_the_value_and_either_metadata() {
     loom::model(|| {
-        let mut config = Config::new(128, 1);
-        config.access = Access::Crew;
-        config.eviction = Eviction::Fifo;
-        config.huge_pages = HugePages::Off;
-        let mut partition = Partition::new(config);
+        let mut partition = tiny_crew_partition();
         set(&mut partition, b"k", b"the-value");
         let reader = partition.reader();
         let thread = loom::thread::spawn(move || {
