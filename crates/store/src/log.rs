@@ -176,12 +176,6 @@ impl Log {
         self.set_word0(offset, Word0::PAD);
     }
 
-    /// Writes `bytes` at byte `start` of the item at `offset`.
-    #[inline(always)]
-    pub fn write_bytes(&self, offset: u64, start: usize, bytes: &[u8]) {
-        crate::words::store_bytes(self.words(), self.geometry.physical(offset) + start, bytes);
-    }
-
     /// Appends `len` bytes from byte `start` of the item at `offset` to `out`.
     #[inline(always)]
     pub fn read_bytes(&self, offset: u64, start: usize, len: usize, out: &mut Vec<u8>) {
