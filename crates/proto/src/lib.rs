@@ -149,5 +149,32 @@ mod tests {
             prop_oneof![Just(b'\n'), Just(b'\r'), Just(0x0b_u8), Just(0x8a_u8), any::<u8>()], 0..100)) {
             prop_assert_eq!(find_newline(&buf), memchr::memchr(b'\n', &buf));
         }
+
+        #[test]
+        fn the_key_guess_is_the_parsed_key(
+            template in proptest::sample::select(vec![
+                "get {}\r\n", "gets {}\r\n", "set {} 1 2 3\r\nabc\r\n", "add {} 0 0 1 noreply\r\nx\r\n",
+                "cas {} 0 0 1 7\r\nz\r\n", "append {} 0 0 0\r\n\r\n", "delete {}\r\n", "incr {} 5\r\n",
+                "decr {} 1 noreply\r\n", "touch {} 10\r\n", "mg {}\r\n", "mg {} v k O123 q\r\n",
+                "ms {} 2 T1 F5\r\nhi\r\n", "md {} q\r\n", "ma {} D5 N0 J3\r\n", "get {}\n",
+            ]),
+            key in "[!-~]{1,250}",
+        ) {
+            let buf = template.replace("{}", &key).into_bytes();
+            let Parsed::Request { request, .. } = parse(&buf, &Limits::default()) else {
+                return Err(TestCaseError::fail(format!("{template} with {key} did not parse")));
+            };
+            let parsed = match &request {
+                Request::Get { keys, .. } => keys,
+                Request::Store { key, .. }
+                | Request::TooLarge { key, .. }
+                | Request::Delete { key, .. }
+                | Request::Arith { key, .. }
+                | Request::Touch { key, .. } => key,
+                Request::Meta(meta) => meta.key(),
+                other => return Err(TestCaseError::fail(format!("{other:?}"))),
+            };
+            prop_assert_eq!(tokens::key_guess(&buf), Some(parsed));
+        }
     }
 }

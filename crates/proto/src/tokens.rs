@@ -78,6 +78,20 @@ pub fn single_word(line: &[u8]) -> Option<&[u8]> {
     rest[end..].iter().all(|&byte| byte == b' ').then_some(&rest[..end])
 }
 
+/// A guess at the key of the request at the start of `buf`, made without parsing it: the
+/// second word of its first line, where every single-key text and meta command but
+/// `gat`/`gats` keeps its key (`get k`, `set k 0 0 1`, `mg k v`, ...). For prefetching only:
+/// a wrong guess costs one wasted memory load, never a wrong answer, so the command is not
+/// checked. `None` when the line does not have a whole second word within a key's length.
+pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
+    // The longest command word is 9 bytes (`verbosity`), the longest key 250.
+    let head = &buf[..buf.len().min(10 + crate::KEY_BYTES_MAX + 1)];
+    let command_end = head.iter().position(|&byte| byte == b' ')?;
+    let rest = &head[command_end + 1..];
+    let end = rest.iter().position(|&byte| matches!(byte, b' ' | b'\r' | b'\n'))?;
+    (end > 0).then_some(&rest[..end])
+}
+
 /// Iterates the space-separated tokens of `line` without any count limit (for multi-key gets).
 pub fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
     line.split(|&byte| byte == b' ').filter(|word| !word.is_empty())
@@ -95,6 +109,23 @@ mod tests {
         assert_eq!(single_word(b"   "), None);
         assert_eq!(single_word(b""), None);
         assert_eq!(single_word(b"a\tb"), Some(&b"a\tb"[..]));
+    }
+
+    #[test]
+    fn the_key_guess_is_the_second_word_of_a_whole_line() {
+        assert_eq!(key_guess(b"get foo\r\n"), Some(&b"foo"[..]));
+        assert_eq!(key_guess(b"set foo 0 0 1\r\nx\r\n"), Some(&b"foo"[..]));
+        assert_eq!(key_guess(b"mg foo v\r\n"), Some(&b"foo"[..]));
+        assert_eq!(key_guess(b"get foo\n"), Some(&b"foo"[..]));
+        // Not yet known: the key may go on in the next read.
+        assert_eq!(key_guess(b"get fo"), None);
+        assert_eq!(key_guess(b"get"), None);
+        assert_eq!(key_guess(b"get  foo\r\n"), None);
+        assert_eq!(key_guess(b""), None);
+        let long = [b"get ".to_vec(), vec![b'k'; 300], b"\r\n".to_vec()].concat();
+        assert_eq!(key_guess(&long), None);
+        let longest = [b"get ".to_vec(), vec![b'k'; 250], b"\r\n".to_vec()].concat();
+        assert_eq!(key_guess(&longest).map(<[u8]>::len), Some(250));
     }
 
     #[test]

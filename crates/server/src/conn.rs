@@ -257,6 +257,19 @@ pub struct Conn {
     pub waiting: bool,
 }
 
+impl Conn {
+    /// Whether its socket may be read now: it has more, and neither its output nor a hand-over
+    /// holds its requests back.
+    pub fn may_read(&self) -> bool {
+        self.read_ready
+            && !self.waiting
+            && !self.dead
+            && !self.closing
+            && !self.stalled
+            && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

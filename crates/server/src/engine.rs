@@ -116,6 +116,16 @@ impl Engine {
         }
     }
 
+    /// Prefetch stage 1 for a key not yet parsed (a guess: see [`qs_proto::tokens::key_guess`]);
+    /// its place, for stage 2.
+    #[inline]
+    pub fn prefetch_key(&self, key: &[u8]) -> Located {
+        let hash = KeyHash::of(key);
+        let located = (hash, hash.partition(self.shared.partition_bits));
+        self.prefetch_bucket(located);
+        located
+    }
+
     /// Prefetch stage 2, after stage 1 had time: start loading the key's item.
     #[inline]
     pub fn prefetch_item(&self, (hash, partition): Located) {

@@ -8,7 +8,7 @@
 
 use crate::conn::{Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
 use crate::engine::{Engine, Exec, Located, Route};
-use crate::shared::Shared;
+use crate::shared::{Shared, WorkerCounters};
 use arrayvec::ArrayVec;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
@@ -161,6 +161,8 @@ pub struct Worker {
     flush: Vec<usize>,
     /// Connections that stopped because a batch was full: serviced again next turn.
     retry: Vec<usize>,
+    /// Keys located by `read_ahead`, for its item prefetch.
+    ahead: Vec<Located>,
     input_limit: usize,
     executed: bool,
 }
@@ -209,6 +211,7 @@ impl Worker {
             work: Vec::new(),
             flush: Vec::new(),
             retry: Vec::new(),
+            ahead: Vec::new(),
             input_limit,
             executed: false,
         })
@@ -260,6 +263,7 @@ impl Worker {
             }
             self.run_handed_over();
             self.place_replies();
+            self.read_ahead();
             while let Some(index) = self.work.pop() {
                 self.service(index);
             }
@@ -400,45 +404,8 @@ impl Worker {
         loop {
             self.process(index);
             let Some(conn) = self.conns[index].as_mut() else { return };
-            let can_read = conn.read_ready
-                && !conn.waiting
-                && !conn.dead
-                && !conn.closing
-                && !conn.stalled
-                && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH;
-            if !can_read {
+            if !conn.may_read() || !read_once(conn, &mut self.engine.counters) {
                 break;
-            }
-            let spare = conn.input.spare();
-            if spare.is_empty() {
-                // A request larger than the buffer may grow: the parser would have refused
-                // it, so this is garbage without a line end.
-                conn.dead = true;
-                self.engine.counters.conns_dropped += 1;
-                break;
-            }
-            let room = spare.len();
-            let Transport::Tcp(stream) = &mut conn.transport else { break };
-            match stream.read(spare) {
-                Ok(0) => {
-                    conn.read_ready = false;
-                    conn.closing = true;
-                }
-                Ok(read) => {
-                    conn.input.end += read;
-                    self.engine.counters.bytes_read += read as u64;
-                    if read < room {
-                        // A short read drained the socket; edge-triggered epoll reports
-                        // whatever arrives next.
-                        conn.read_ready = false;
-                    }
-                }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.read_ready = false,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    conn.read_ready = false;
-                    conn.dead = true;
-                }
             }
         }
         if let Some(conn) = self.conns[index].as_mut() {
@@ -447,6 +414,32 @@ impl Worker {
             }
         }
         queue_flush(&mut self.flush, index);
+    }
+
+    /// Reads the connections queued this turn whose buffers are empty, and starts loading the
+    /// bucket and then the item of each one's first request before any of them runs: at
+    /// depth 1 a connection brings one request per turn, so the turn's connections together
+    /// are the batch that hides the memory loads (MICA's prefetch pipeline, across
+    /// connections). The keys are guessed before parsing; a wrong guess only wastes a load.
+    fn read_ahead(&mut self) {
+        if self.work.len() < 2 {
+            return;
+        }
+        let Worker { work, conns, engine, ahead, .. } = self;
+        ahead.clear();
+        // `service` pops the queue from its end: load in that order.
+        for &index in work.iter().rev() {
+            let Some(conn) = conns[index].as_mut() else { continue };
+            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters) {
+                continue;
+            }
+            if let Some(key) = qs_proto::tokens::key_guess(conn.input.pending()) {
+                ahead.push(engine.prefetch_key(key));
+            }
+        }
+        for &located in ahead.iter() {
+            engine.prefetch_item(located);
+        }
     }
 
     /// Parses and runs (or hands over) every complete request buffered on connection `index`.
@@ -905,6 +898,43 @@ impl Worker {
             }
         }
     }
+}
+
+/// One read from `conn`'s socket into its buffer; false when nothing more should be read
+/// this turn (the socket is drained, closed or failed, or the buffer is full).
+fn read_once(conn: &mut Conn, counters: &mut WorkerCounters) -> bool {
+    let spare = conn.input.spare();
+    if spare.is_empty() {
+        // A request larger than the buffer may grow: the parser would have refused it, so
+        // this is garbage without a line end.
+        conn.dead = true;
+        counters.conns_dropped += 1;
+        return false;
+    }
+    let room = spare.len();
+    let Transport::Tcp(stream) = &mut conn.transport else { return false };
+    match stream.read(spare) {
+        Ok(0) => {
+            conn.read_ready = false;
+            conn.closing = true;
+        }
+        Ok(read) => {
+            conn.input.end += read;
+            counters.bytes_read += read as u64;
+            if read < room {
+                // A short read drained the socket; edge-triggered epoll reports whatever
+                // arrives next.
+                conn.read_ready = false;
+            }
+        }
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.read_ready = false,
+        Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+        Err(_) => {
+            conn.read_ready = false;
+            conn.dead = true;
+        }
+    }
+    true
 }
 
 fn queue(work: &mut Vec<usize>, conn: &mut Conn, index: usize) {

@@ -80,6 +80,59 @@ fn deep_pipelines_across_partitions_answer_in_order_and_read_their_writes() {
 }
 
 #[test]
+fn many_connections_asking_at_once_each_get_their_own_answers() {
+    // Every connection sends before any reads, so the server finds many ready at once and
+    // reads them all before running any (its cross-connection prefetch); some requests put
+    // no key second on their line (`gat`), some are garbage.
+    for workers in ["1", "2"] {
+        let server = ServerProcess::quicksilver(&["-t", workers]);
+        let mut clients: Vec<Client> = (0..48).map(|_| server.connect()).collect();
+        for (i, client) in clients.iter_mut().enumerate() {
+            set(client, &format!("own{i}"), format!("v0-{i}").as_bytes());
+        }
+        for round in 1..12 {
+            let mut expected = Vec::new();
+            for (i, client) in clients.iter_mut().enumerate() {
+                let key = format!("own{i}");
+                let (request, reply) = match (round + i) % 6 {
+                    0 => {
+                        let value = format!("v{round}-{i}");
+                        (
+                            format!("set {key} {round} 0 {}\r\n{value}\r\nget {key}\r\n", value.len()),
+                            format!("STORED\r\nVALUE {key} {round} {}\r\n{value}\r\nEND\r\n", value.len()),
+                        )
+                    }
+                    1 => (format!("gat 0 {key}\r\n"), String::new()),
+                    2 => (format!("mg {key} k O{round}\r\n"), format!("HD k{key} O{round}\r\n")),
+                    3 => (format!("get nobody{i}\r\n"), "END\r\n".to_string()),
+                    4 => ("bogus words\r\n".to_string(), "ERROR\r\n".to_string()),
+                    _ => (
+                        format!("incr {key} 1\r\n"),
+                        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n".to_string(),
+                    ),
+                };
+                client.send(request.as_bytes());
+                expected.push(reply);
+            }
+            for (i, client) in clients.iter_mut().enumerate() {
+                let key = format!("own{i}");
+                if expected[i].is_empty() {
+                    // gat: the value last stored under the connection's own key.
+                    let reply = client.read_until(b"END\r\n");
+                    let text = String::from_utf8_lossy(&reply);
+                    assert!(text.starts_with(&format!("VALUE {key} ")), "{workers} workers, {key}: {text}");
+                    assert!(text.contains(&format!("-{i}\r\n")), "{workers} workers, {key}: {text}");
+                } else {
+                    let suffix: &[u8] = if expected[i].ends_with("END\r\n") { b"END\r\n" } else { b"\r\n" };
+                    let reply = client.read_until(suffix);
+                    assert_eq!(String::from_utf8_lossy(&reply), expected[i], "{workers} workers, {key}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn a_value_split_over_many_reads_and_binary_bytes_round_trip() {
     let server = ServerProcess::quicksilver(&["-t", "2"]);
     let mut client = server.connect();
