@@ -387,6 +387,7 @@ impl Worker {
                 dead: false,
                 queued: false,
                 waiting: false,
+                held: false,
             };
             self.conns[index] = Some(conn);
             self.work.push(index);
@@ -765,7 +766,12 @@ impl Worker {
                 self.finish_udp(index);
                 continue;
             };
-            while !conn.dead && !conn.write_blocked && !conn.output.unsent().is_empty() {
+            // Replies that wait on another worker split a batch's answer in two sends (and
+            // the client's next requests in two reads): hold the ready part back once, until
+            // the next event on the connection, which at the latest is those replies' arrival.
+            let hold = conn.output.pending_total > 0 && !conn.held && !conn.closing;
+            conn.held = hold;
+            while !hold && !conn.dead && !conn.write_blocked && !conn.output.unsent().is_empty() {
                 match stream.write(conn.output.unsent()) {
                     Ok(written) => {
                         self.engine.counters.bytes_written += written as u64;
@@ -833,6 +839,7 @@ impl Worker {
                 dead: false,
                 queued: true,
                 waiting: false,
+                held: false,
             });
             self.work.push(index);
         }
