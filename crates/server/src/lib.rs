@@ -126,6 +126,12 @@ impl Server {
             owned[owner[index]][index] = Some(partition);
         }
         let main_addr = SocketAddr::new(config.listen, config.port);
+        sys::ensure_port_free(main_addr, true)
+            .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?;
+        if config.udp_port != 0 {
+            sys::ensure_port_free(SocketAddr::new(config.listen, config.udp_port), false)
+                .map_err(|e| format!("failed to listen on UDP port {}: {e}", config.udp_port))?;
+        }
         let mut rings = worker::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {

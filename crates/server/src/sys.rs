@@ -40,6 +40,23 @@ pub fn cpu_times_secs() -> (f64, f64) {
     (secs(usage.ru_utime), secs(usage.ru_stime))
 }
 
+/// Fails when another socket holds `addr` (TCP when `stream`, else UDP). The workers bind
+/// their shared ports with `SO_REUSEPORT`, which lets any later process of the same user join
+/// the group and silently take a share of the traffic (a second server started on the same
+/// port would split the clients between two caches). A plain bind, which conflicts with any
+/// listening or bound socket there, is tried first, so such a port is refused as memcached
+/// refuses it.
+pub fn ensure_port_free(addr: SocketAddr, stream: bool) -> io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let kind = if stream { Type::STREAM } else { Type::DGRAM };
+    let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    if stream {
+        // As the listeners do: connections of an earlier run in TIME_WAIT do not hold the port.
+        socket.set_reuse_address(true)?;
+    }
+    socket.bind(&addr.into())
+}
+
 /// A non-blocking listener; with `reuse_port` several workers can bind the same port and the
 /// kernel spreads connections over them.
 pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpListener> {

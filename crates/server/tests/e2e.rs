@@ -419,6 +419,56 @@ fn sigterm_answers_what_was_received_then_exits_zero() {
     assert!(status.success(), "exit status {status:?}");
 }
 
+/// Runs quicksilver with `args` and returns its exit status and standard error; one that is
+/// still running after ten seconds (it started serving) is killed and reported as `None`.
+fn run_to_exit(args: &[&str]) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run quicksilver");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    (status, stderr)
+}
+
+#[test]
+fn a_second_server_on_a_taken_port_is_refused_and_the_first_keeps_its_clients() {
+    // SO_REUSEPORT would let a second server join the port and take half the connections.
+    let first = server_with_canary(&["-t", "2"]);
+    let port = first.port.to_string();
+    for workers in ["1", "2"] {
+        let (status, stderr) = run_to_exit(&["-p", &port, "-l", "127.0.0.1", "-t", workers]);
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "-t {workers}: a second server started on a taken port"
+        );
+        assert!(stderr.contains("Address already in use"), "-t {workers}: {stderr}");
+    }
+    let udp = ServerProcess::quicksilver_udp(&[]);
+    let (status, stderr) = run_to_exit(&["-p", "0", "-l", "127.0.0.1", "-U", &udp.udp_port.to_string()]);
+    assert!(status.is_some_and(|s| !s.success()), "a second server started on a taken UDP port");
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+    for _ in 0..20 {
+        assert_healthy(&first);
+    }
+}
+
 #[test]
 fn bad_command_lines_exit_with_status_two() {
     for args in [
