@@ -560,10 +560,23 @@ fn settle(workload: &mut Workload, counters: &mut Counters, part: &Part, answer:
             } else {
                 (part.version, workload.issued[index])
             };
-            match judge(part.key, value, floor, issued) {
+            let verdict = judge(part.key, value, floor, issued);
+            match verdict {
                 Verdict::Fresh if value.len() == workload.value_len => counters.hits += 1,
                 Verdict::Stale => counters.stale += 1,
                 _ => counters.wrong += 1,
+            }
+            let bad = !matches!(verdict, Verdict::Fresh) || value.len() != workload.value_len;
+            if bad && counters.stale + counters.wrong <= 5 {
+                // The first few, for finding out why.
+                let (key, version) = crate::workload::read_value(value);
+                eprintln!(
+                    "qs-bench: key {} answered {verdict:?}: {} bytes, key {key} version {version}, \
+                     expected versions {floor}..={issued}{}",
+                    part.key,
+                    value.len(),
+                    if workload.unknown[index] { " (unknown)" } else { "" },
+                );
             }
         }
         Some(Answer::Miss) if !part.write => counters.reads += 1,

@@ -38,6 +38,9 @@ enum Subcommands {
         /// One recvfrom and one sendto per datagram instead of recvmmsg/sendmmsg bursts.
         #[arg(long)]
         plain: bool,
+        /// Sockets to serve (bursts only), like the server's native ports.
+        #[arg(long, default_value_t = 1)]
+        sockets: usize,
     },
     /// This machine's limits as references: bare echo servers' CPU per message over loopback
     /// TCP (epoll and io_uring) and UDP (plain and recvmmsg/sendmmsg) at each depth, and DRAM
@@ -61,8 +64,8 @@ fn main() {
             }
             Err(error) => fail("compare", error),
         },
-        Subcommands::UdpEcho { plain } => {
-            let served = if plain { probe::udp_echo_plain() } else { native::udp_echo_server() };
+        Subcommands::UdpEcho { plain, sockets } => {
+            let served = if plain { probe::udp_echo_plain() } else { native::udp_echo_server(sockets) };
             if let Err(error) = served {
                 fail("udp-echo", error);
             }

@@ -305,7 +305,7 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
         // The same datagrams: a request datagram's average size, as many in flight.
         let request_bytes = qs_proto::native::REQUEST_BYTES + key_len + value_len;
         let size = qs_proto::native::HEADER_BYTES + request_bytes * args.per_datagram.max(1);
-        let (echo_cpu, echo_rate) = udp_echo_probe(args, size, partitions * args.window.max(1))?;
+        let (echo_cpu, echo_rate) = udp_echo_probe(args, size, partitions, args.window.max(1))?;
         report.echo_cpu_us_per_datagram = Some(echo_cpu);
         report.echo_datagrams_per_sec = Some(echo_rate);
         report.server_over_echo = server_cpu_us_per_datagram.map(|server| echo_cpu / server);
@@ -313,10 +313,14 @@ pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
     Ok(report)
 }
 
-/// Bounces `window` datagrams of `size` bytes at a time off `qs-bench udp-echo` pinned to the
-/// echo cores; returns its CPU microseconds per datagram and datagrams per second.
-fn udp_echo_probe(args: &NativeArgs, size: usize, window: usize) -> io::Result<(f64, f64)> {
-    let (child, address) = crate::probe::start_pinned(&args.echo_cores, &["udp-echo"])?;
+/// Bounces `window` datagrams of `size` bytes at a time off each of `sockets` sockets of
+/// `qs-bench udp-echo` pinned to the echo cores (the server's layout: one port per partition,
+/// `window` datagrams in flight on each, so both read bursts of the same size); returns its CPU
+/// microseconds per datagram and datagrams per second.
+fn udp_echo_probe(args: &NativeArgs, size: usize, sockets: usize, window: usize) -> io::Result<(f64, f64)> {
+    let count = sockets.max(1).to_string();
+    let (child, addresses) =
+        crate::probe::start_pinned_many(&args.echo_cores, &["udp-echo", "--sockets", &count])?;
     let socket = UdpSocket::bind("127.0.0.1:0")?;
     socket.set_read_timeout(Some(Duration::from_millis(50)))?;
     let datagram = vec![b'x'; size];
@@ -332,10 +336,12 @@ fn udp_echo_probe(args: &NativeArgs, size: usize, window: usize) -> io::Result<(
             measured_from = Instant::now();
             cpu_start = process_cpu_secs(pid);
         }
-        for _ in 0..window {
-            socket.send_to(&datagram, address)?;
+        for address in &addresses {
+            for _ in 0..window {
+                socket.send_to(&datagram, address)?;
+            }
         }
-        for _ in 0..window {
+        for _ in 0..window * addresses.len() {
             if socket.recv_from(&mut buf).is_err() {
                 break;
             }
@@ -352,32 +358,51 @@ fn udp_echo_probe(args: &NativeArgs, size: usize, window: usize) -> io::Result<(
     Ok((cpu * 1e6 / echoed.max(1) as f64, echoed as f64 / secs))
 }
 
-/// The echo server: one UDP socket on 127.0.0.1, read in bursts of up to 32 datagrams with one
-/// recvmmsg and answered with one sendmmsg, waiting in epoll when idle (as the server does).
-pub fn udp_echo_server() -> io::Result<()> {
+/// The echo server: `sockets` UDP sockets on 127.0.0.1 (their addresses printed on one line),
+/// each read in bursts of up to 32 datagrams with one recvmmsg and answered with one sendmmsg,
+/// at most four bursts per socket before the next ready one (as the server serves its ports),
+/// waiting in epoll when idle.
+pub fn udp_echo_server(sockets: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let mut socket = mio::net::UdpSocket::bind("127.0.0.1:0".parse().expect("an address"))?;
-    println!("{}", socket.local_addr()?);
     let mut poll = mio::Poll::new()?;
-    poll.registry().register(&mut socket, mio::Token(0), mio::Interest::READABLE)?;
-    let mut events = mio::Events::with_capacity(8);
+    let mut bound = Vec::new();
+    for token in 0..sockets.max(1) {
+        let mut socket = mio::net::UdpSocket::bind("127.0.0.1:0".parse().expect("an address"))?;
+        poll.registry().register(&mut socket, mio::Token(token), mio::Interest::READABLE)?;
+        bound.push((socket, false));
+    }
+    let addresses: Vec<String> = bound
+        .iter()
+        .map(|(socket, _)| socket.local_addr().map(|a| a.to_string()))
+        .collect::<io::Result<_>>()?;
+    println!("{}", addresses.join(" "));
+    let mut events = mio::Events::with_capacity(64);
     let mut burst = qs_server::sys::Burst::new(32, 65536);
     loop {
-        poll.poll(&mut events, None)?;
-        loop {
-            let count = match burst.recv(socket.as_raw_fd()) {
-                Ok(count) => count,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
-            };
-            let replies: Vec<(SocketAddr, &[u8])> = (0..count)
-                .filter_map(|slot| {
-                    let (bytes, _, peer) = burst.datagram(slot);
-                    Some((peer?, bytes))
-                })
-                .collect();
-            qs_server::sys::send_burst(socket.as_raw_fd(), &replies)?;
+        let busy = bound.iter().any(|(_, ready)| *ready);
+        poll.poll(&mut events, busy.then_some(Duration::ZERO))?;
+        for event in events.iter() {
+            bound[event.token().0].1 = true;
+        }
+        for (socket, ready) in bound.iter_mut().filter(|(_, ready)| *ready) {
+            for _ in 0..4 {
+                let count = match burst.recv(socket.as_raw_fd()) {
+                    Ok(count) => count,
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        *ready = false;
+                        break;
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(error) => return Err(error),
+                };
+                let replies: Vec<(SocketAddr, &[u8])> = (0..count)
+                    .filter_map(|slot| {
+                        let (bytes, _, peer) = burst.datagram(slot);
+                        Some((peer?, bytes))
+                    })
+                    .collect();
+                qs_server::sys::send_burst(socket.as_raw_fd(), &replies)?;
+            }
         }
     }
 }

@@ -324,6 +324,13 @@ fn start_echo(cores: &str, kind: EchoIo) -> io::Result<(EchoChild, SocketAddr)> 
 /// Starts this program with `args` pinned to `cores` (taskset); the child prints the address
 /// it serves on its first line, which is returned with it.
 pub(crate) fn start_pinned(cores: &str, args: &[&str]) -> io::Result<(EchoChild, SocketAddr)> {
+    let (child, addresses) = start_pinned_many(cores, args)?;
+    Ok((child, addresses[0]))
+}
+
+/// Starts `qs-bench <args>` pinned to `cores` and reads the addresses it prints on its first
+/// line (at least one, separated by spaces).
+pub(crate) fn start_pinned_many(cores: &str, args: &[&str]) -> io::Result<(EchoChild, Vec<SocketAddr>)> {
     let exe = std::env::current_exe()?;
     let mut child = Command::new("taskset")
         .args(["-c", cores])
@@ -339,10 +346,15 @@ pub(crate) fn start_pinned(cores: &str, args: &[&str]) -> io::Result<(EchoChild,
     while stdout.read(&mut byte)? == 1 && byte[0] != b'\n' {
         line.push(byte[0]);
     }
-    let address = String::from_utf8_lossy(&line).trim().parse().map_err(|_| {
-        io::Error::other(format!("the echo server said {:?}", String::from_utf8_lossy(&line)))
-    })?;
-    Ok((child, address))
+    let text = String::from_utf8_lossy(&line);
+    let addresses: Vec<SocketAddr> = text
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()
+        .filter(|addresses: &Vec<SocketAddr>| !addresses.is_empty())
+        .ok_or_else(|| io::Error::other(format!("the echo server said {text:?}")))?;
+    Ok((child, addresses))
 }
 
 /// Closed-loop echo load: `depth` messages in flight on each connection for `duration`.
