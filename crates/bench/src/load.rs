@@ -235,6 +235,9 @@ pub struct LoadReport {
     pub wrong_values: u64,
     /// Reads older than a write acknowledged before they were sent.
     pub stale_values: u64,
+    /// Operations still unanswered when the run gave up waiting for them after its end (the
+    /// run waits for every one in flight, so the next run never races this one's writes).
+    pub unanswered: u64,
     /// Latency percentiles in microseconds (operation sent, or scheduled in open loop, to
     /// its last answer read).
     pub p50_us: f64,
@@ -804,6 +807,43 @@ fn connect(args: &LoadArgs, poll: &Poll, index: usize) -> std::io::Result<Conn> 
     Ok(Conn { link, ops: 0, backlog: VecDeque::new() })
 }
 
+/// How long the end of a run waits for the operations still in flight.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// Waits (at most [`DRAIN_LIMIT`]) for every operation still in flight when a run ends, so none
+/// of its writes is still on the way when the next run loads the same keys: a server may apply a
+/// closed connection's last writes after another connection's (memcached does too), and such a
+/// late write would overwrite the next run's load and be judged wrong there. The answers are
+/// still judged: wrong and stale ones count; throughput and latency do not. Returns the
+/// operations still unanswered at the limit.
+fn drain(
+    conns: &mut [Conn],
+    workload: &mut Workload,
+    counters: &mut Counters,
+    poll: &mut Poll,
+    chunk: &mut [u8],
+) -> std::io::Result<u64> {
+    let mut late = Counters::new();
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    let mut events = Events::with_capacity(1024);
+    while conns.iter().any(|conn| conn.ops > 0) {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        for conn in conns.iter_mut() {
+            conn.expire(workload, &mut late, now);
+        }
+        poll.poll(&mut events, Some(Duration::from_millis(10).min(deadline - now)))?;
+        for event in events.iter() {
+            conns[event.token().0].receive(workload, &mut late, chunk)?;
+        }
+    }
+    counters.wrong += late.wrong;
+    counters.stale += late.stale;
+    Ok(conns.iter().map(|conn| conn.ops as u64).sum())
+}
+
 /// Runs the load and reports (for `--search`, see [`search`]).
 pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
     if let Some(cores) = &args.cores {
@@ -929,6 +969,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
     let client_cpu = own_cpu_since(client_cpu_start);
     let ops_per_sec = counters.ops as f64 / elapsed;
     let rss = args.server_pid.and_then(process_rss_bytes);
+    let unanswered = drain(&mut conns, &mut workload, &mut counters, &mut poll, &mut chunk)?;
     let (mix, dist) = args.workload().map_err(std::io::Error::other)?;
     Ok(LoadReport {
         server: args.server.to_string(),
@@ -947,6 +988,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
         errors: counters.errors,
         wrong_values: counters.wrong,
         stale_values: counters.stale,
+        unanswered,
         p50_us: counters.latency.value_at_quantile(0.5) as f64,
         p99_us: counters.latency.value_at_quantile(0.99) as f64,
         p999_us: counters.latency.value_at_quantile(0.999) as f64,
@@ -1006,6 +1048,7 @@ fn run_native(args: &LoadArgs) -> std::io::Result<LoadReport> {
         errors: 0,
         wrong_values: report.wrong,
         stale_values: 0,
+        unanswered: 0,
         p50_us: report.p50_us,
         p99_us: report.p99_us,
         p999_us: report.p999_us,
@@ -1421,6 +1464,7 @@ mod tests {
             errors: 0,
             wrong_values: 0,
             stale_values: 0,
+            unanswered: 0,
             p50_us: 0.0,
             p99_us: 0.0,
             p999_us: 0.0,

@@ -60,6 +60,20 @@ fn args(server: &Memcached, extra: &[&str]) -> LoadArgs {
 }
 
 #[test]
+fn a_run_ends_with_nothing_in_flight_so_the_next_run_reads_only_its_own_writes() {
+    let server = memcached();
+    for _ in 0..3 {
+        // Write-heavy and deep: 4 connections x 16 writes in flight when the time is up.
+        let writes = load::run(&args(&server, &["--depth", "16", "--get-ratio", "0.1"])).expect("the run");
+        assert_eq!(writes.unanswered, 0, "every operation in flight was answered: {writes:?}");
+        assert_eq!((writes.wrong_values, writes.stale_values), (0, 0), "{writes:?}");
+        // The next run loads the same keys at version 0 and reads the hot ones.
+        let reads = load::run(&args(&server, &["--dist", "zipf", "--get-ratio", "0.5"])).expect("the run");
+        assert_eq!((reads.wrong_values, reads.stale_values, reads.unanswered), (0, 0, 0), "{reads:?}");
+    }
+}
+
+#[test]
 fn a_closed_loop_run_against_memcached_checks_every_reply() {
     let server = memcached();
     let report = load::run(&args(&server, &["--depth", "4", "--dist", "zipf", "--get-ratio", "0.9"]))
