@@ -255,9 +255,9 @@ pub struct Conn {
     pub queued: bool,
     /// Processing stopped until this turn's hand-over batches are sent.
     pub waiting: bool,
-    /// Ready output was held back at the last flush while replies from other workers were
-    /// outstanding (at most once in a row).
-    pub held: bool,
+    /// Flushes in a row that held ready output back while replies from other workers were
+    /// outstanding (at most `HOLD_FLUSHES_MAX`).
+    pub held: u8,
 }
 
 impl Conn {

@@ -30,6 +30,10 @@ const NATIVE_BASE: usize = 1 << 40;
 const UDP_DATAGRAMS_PER_TURN: usize = 64;
 /// Largest UDP datagram.
 const DATAGRAM_BYTES_MAX: usize = 65536;
+/// The most flushes in a row that hold a connection's ready replies back while replies from
+/// other workers are outstanding (two workers, 50% GET, depth 16: one hold in a row left 1.8
+/// sends per client batch, four or more leave one; docs/BENCHMARKS.md).
+const HOLD_FLUSHES_MAX: u8 = 4;
 /// memcached's reply when a UDP request's replies outgrow what is held for one connection.
 const UDP_REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR out of memory writing get response\r\n";
 /// How long a stopping server keeps answering what it has already received.
@@ -387,7 +391,7 @@ impl Worker {
                 dead: false,
                 queued: false,
                 waiting: false,
-                held: false,
+                held: 0,
             };
             self.conns[index] = Some(conn);
             self.work.push(index);
@@ -767,10 +771,12 @@ impl Worker {
                 continue;
             };
             // Replies that wait on another worker split a batch's answer in two sends (and
-            // the client's next requests in two reads): hold the ready part back once, until
-            // the next event on the connection, which at the latest is those replies' arrival.
-            let hold = conn.output.pending_total > 0 && !conn.held && !conn.closing;
-            conn.held = hold;
+            // the client's next requests in two reads, so the split lasts): hold the ready part
+            // back until they arrive, which queues the connection again. A client that keeps
+            // sending keeps replies pending; after HOLD_FLUSHES_MAX held flushes in a row the
+            // ready part goes anyway.
+            let hold = conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.closing;
+            conn.held = if hold { conn.held + 1 } else { 0 };
             while !hold && !conn.dead && !conn.write_blocked && !conn.output.unsent().is_empty() {
                 match stream.write(conn.output.unsent()) {
                     Ok(written) => {
@@ -839,7 +845,7 @@ impl Worker {
                 dead: false,
                 queued: true,
                 waiting: false,
-                held: false,
+                held: 0,
             });
             self.work.push(index);
         }
