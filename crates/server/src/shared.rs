@@ -31,6 +31,10 @@ pub struct WorkerCounters {
     pub remote_get_misses: u64,
     /// Requests handed to another worker.
     pub forwarded: u64,
+    /// Batches of requests handed to another worker (one per destination per loop turn).
+    pub forward_batches: u64,
+    /// Sleeping workers woken to run handed-over requests or take their replies.
+    pub wakeups: u64,
     /// Requests executed for another worker.
     pub executed_for_others: u64,
     /// Connections closed for misbehaving (over-long lines, unread output).
@@ -64,6 +68,8 @@ impl WorkerCounters {
         self.remote_get_hits += other.remote_get_hits;
         self.remote_get_misses += other.remote_get_misses;
         self.forwarded += other.forwarded;
+        self.forward_batches += other.forward_batches;
+        self.wakeups += other.wakeups;
         self.executed_for_others += other.executed_for_others;
         self.conns_dropped += other.conns_dropped;
         self.native_datagrams_in += other.native_datagrams_in;
@@ -139,13 +145,15 @@ pub struct Shared {
 
 impl Shared {
     /// Wakes worker `worker` if it sleeps (or is about to).
-    pub fn wake_if_sleeping(&self, worker: usize) {
+    pub fn wake_if_sleeping(&self, worker: usize) -> bool {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         if self.sleeping[worker].0.swap(false, std::sync::atomic::Ordering::SeqCst) {
             if let Some(waker) = self.wakers[worker].get() {
                 let _ = waker.wake();
             }
+            return true;
         }
+        false
     }
 
     /// Asks every worker to stop: no new connections; what was received is answered.

@@ -744,7 +744,8 @@ impl Worker {
                 match ring.push(batch) {
                     Ok(()) => {
                         self.inflight[owner] += bytes;
-                        self.shared.wake_if_sleeping(owner);
+                        self.engine.counters.forward_batches += 1;
+                        self.engine.counters.wakeups += u64::from(self.shared.wake_if_sleeping(owner));
                     }
                     Err(rtrb::PushError::Full(batch)) => self.outgoing[owner] = Some(batch),
                 }
@@ -752,7 +753,7 @@ impl Worker {
             while let Some(batch) = self.unsent_replies[owner].pop_front() {
                 let ring = self.rings.reply_to[owner].as_mut().expect("no ring to self");
                 match ring.push(batch) {
-                    Ok(()) => self.shared.wake_if_sleeping(owner),
+                    Ok(()) => self.engine.counters.wakeups += u64::from(self.shared.wake_if_sleeping(owner)),
                     Err(rtrb::PushError::Full(batch)) => {
                         self.unsent_replies[owner].push_front(batch);
                         break;

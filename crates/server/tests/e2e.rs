@@ -76,6 +76,14 @@ fn deep_pipelines_across_partitions_answer_in_order_and_read_their_writes() {
         assert!(reply == expected, "{access}: replies out of order or wrong");
         let forwarded = stat(&mut client, "requests_forwarded");
         assert!(forwarded > 0, "{access}: nothing was handed to the other worker");
+        // Handed over in batches, each at most one wake-up of a sleeping owner.
+        let batches = stat(&mut client, "forward_batches");
+        assert!(batches > 0 && batches <= forwarded, "{access}: {batches} batches for {forwarded} requests");
+        let wakeups = stat(&mut client, "worker_wakeups");
+        assert!(
+            wakeups <= 2 * batches,
+            "{access}: {wakeups} wake-ups for {batches} batches and their replies"
+        );
     }
 }
 
