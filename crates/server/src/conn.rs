@@ -113,7 +113,13 @@ pub struct Output {
     /// reply is then split at its VALUE blocks, as memcached does).
     pub marks: Vec<(usize, Option<Box<[u8]>>)>,
     next_id: u64,
+    /// Emptied ready segments, kept for the next replies queued behind a waiting one.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Emptied ready segments an output keeps for reuse, and the largest kept.
+const SPARE_SEGMENTS: usize = 8;
+const SPARE_SEGMENT_BYTES: usize = 4096;
 
 impl Output {
     /// Output for a server with `workers` workers.
@@ -126,6 +132,7 @@ impl Output {
             pending_total: 0,
             marks: Vec::new(),
             next_id: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -135,7 +142,7 @@ impl Output {
             return &mut self.out;
         }
         if !matches!(self.segments.back(), Some(Segment::Ready(_))) {
-            self.segments.push_back(Segment::Ready(Vec::new()));
+            self.segments.push_back(Segment::Ready(self.spare.pop().unwrap_or_default()));
         }
         match self.segments.back_mut() {
             Some(Segment::Ready(bytes)) => bytes,
@@ -175,10 +182,24 @@ impl Output {
         let Segment::Waiting { owner, .. } = self.segments[position] else { unreachable!() };
         self.pending[owner] -= 1;
         self.pending_total -= 1;
-        self.segments[position] = Segment::Ready(bytes.to_vec());
+        if position == 0 {
+            // The oldest reply (an owner answers in order, so nearly always): straight out.
+            self.segments.pop_front();
+            self.out.extend_from_slice(bytes);
+        } else {
+            let mut ready = self.spare.pop().unwrap_or_default();
+            ready.extend_from_slice(bytes);
+            self.segments[position] = Segment::Ready(ready);
+        }
         while matches!(self.segments.front(), Some(Segment::Ready(_) | Segment::Mark(_))) {
             match self.segments.pop_front() {
-                Some(Segment::Ready(bytes)) => self.out.extend_from_slice(&bytes),
+                Some(Segment::Ready(mut bytes)) => {
+                    self.out.extend_from_slice(&bytes);
+                    if self.spare.len() < SPARE_SEGMENTS && bytes.capacity() <= SPARE_SEGMENT_BYTES {
+                        bytes.clear();
+                        self.spare.push(bytes);
+                    }
+                }
                 Some(Segment::Mark(last_key)) => self.marks.push((self.out.len(), last_key)),
                 _ => unreachable!("the front was ready or a mark"),
             }
@@ -307,6 +328,47 @@ mod tests {
         assert!(output.fill(waiting, b"bbb"));
         assert_eq!(output.unsent(), b"aabbbc");
         assert_eq!(output.marks, vec![(2, None), (5, Some(b"k".as_slice().into())), (6, None)]);
+    }
+
+    proptest::proptest! {
+        /// Whatever order other workers answer in, and however segments are reused, the bytes
+        /// sent are every reply in request order.
+        #[test]
+        fn sent_bytes_are_the_replies_in_request_order(
+            steps in proptest::collection::vec((0u8..3, 0usize..64, 1usize..40), 1..200),
+        ) {
+            let mut output = Output::new(3);
+            // The model: each request's reply, `None` while it waits.
+            let mut model: Vec<Option<Vec<u8>>> = Vec::new();
+            let mut waiting: Vec<(u64, usize)> = Vec::new();
+            let mut sent = Vec::new();
+            for (n, &(kind, pick, len)) in steps.iter().enumerate() {
+                let reply: Vec<u8> = (0..len).map(|i| b'a' + ((n + i) % 26) as u8).collect();
+                match kind {
+                    0 => {
+                        output.reply_buf().extend_from_slice(&reply);
+                        model.push(Some(reply));
+                    }
+                    1 => {
+                        waiting.push((output.wait_for(1 + pick % 2), model.len()));
+                        model.push(None);
+                    }
+                    _ if !waiting.is_empty() => {
+                        let (id, at) = waiting.remove(pick % waiting.len());
+                        proptest::prop_assert!(output.fill(id, &reply));
+                        model[at] = Some(reply);
+                    }
+                    _ => {}
+                }
+                // Send what is ready, as the worker would.
+                sent.extend_from_slice(output.unsent());
+                let ready = output.unsent().len();
+                output.advance(ready);
+                let expected: Vec<u8> = model.iter().map_while(|reply| reply.clone()).flatten().collect();
+                proptest::prop_assert_eq!(&sent, &expected);
+            }
+            proptest::prop_assert_eq!(output.pending_total as usize, waiting.len());
+        }
     }
 
     #[test]
