@@ -4,7 +4,7 @@
 
 use crate::number::{strtol, strtoull};
 use crate::text::{Request, BAD_FORMAT, ERROR};
-use crate::tokens::Tokens;
+use crate::tokens::{Tokens, TOKENS_MAX};
 use crate::{Limits, Parsed, KEY_BYTES_MAX};
 use base64::Engine;
 
@@ -127,7 +127,7 @@ pub(crate) fn parse<'a>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
-    let tokens = Tokens::split(line);
+    let tokens = Tokens::<TOKENS_MAX>::split(line);
     let ntokens = tokens.len() + 1;
     if ntokens < 3 {
         return refuse(ERROR, line_len);

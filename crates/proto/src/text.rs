@@ -3,7 +3,7 @@
 
 use crate::meta::Meta;
 use crate::number::{strtol, strtoul, strtoull};
-use crate::tokens::Tokens;
+use crate::tokens::{Tokens, SHORT, TOKENS_MAX};
 use crate::{Limits, Parsed, KEY_BYTES_MAX};
 
 /// Which of the get commands.
@@ -172,24 +172,39 @@ pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: 
     if let Some(parsed) = parse_get_fast(line, line_len) {
         return parsed;
     }
-    let tokens = Tokens::split(line);
+    // Every other command but a long gat or stats fits a short split; the rest take the
+    // full one (the same tokens, and memcached's counts for lines over its limit).
+    let short = Tokens::<SHORT>::split(line);
+    if !short.has_more() {
+        return parse_tokens(&short, line, line_len, buf, limits);
+    }
+    parse_tokens(&Tokens::<TOKENS_MAX>::split(line), line, line_len, buf, limits)
+}
+
+fn parse_tokens<'a, const N: usize>(
+    tokens: &Tokens<'a, N>,
+    line: &'a [u8],
+    line_len: usize,
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Parsed<'a> {
     let ntokens = tokens.len() + 1;
     match tokens.get(0) {
-        b"get" | b"gets" => parse_get(&tokens, line, line_len, 1),
-        b"gat" | b"gats" => parse_get(&tokens, line, line_len, 2),
+        b"get" | b"gets" => parse_get(tokens, line, line_len, 1),
+        b"gat" | b"gats" => parse_get(tokens, line, line_len, 2),
         b"set" | b"add" | b"replace" | b"append" | b"prepend" if ntokens == 6 || ntokens == 7 => {
-            parse_store(&tokens, line_len, buf, limits)
+            parse_store(tokens, line_len, buf, limits)
         }
-        b"cas" if ntokens == 7 || ntokens == 8 => parse_store(&tokens, line_len, buf, limits),
-        b"delete" if (3..=5).contains(&ntokens) => parse_delete(&tokens, line_len),
-        b"incr" | b"decr" if ntokens == 4 || ntokens == 5 => parse_arith(&tokens, line_len),
-        b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(&tokens, line_len),
-        b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(&tokens, line_len),
+        b"cas" if ntokens == 7 || ntokens == 8 => parse_store(tokens, line_len, buf, limits),
+        b"delete" if (3..=5).contains(&ntokens) => parse_delete(tokens, line_len),
+        b"incr" | b"decr" if ntokens == 4 || ntokens == 5 => parse_arith(tokens, line_len),
+        b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(tokens, line_len),
+        b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(tokens, line_len),
         b"stats" => done(Request::Stats { group: tokens.get(1) }, line_len),
         // memcached ignores arguments to these two.
         b"version" => done(Request::Version, line_len),
         b"quit" => done(Request::Quit, line_len),
-        b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(&tokens, line_len),
+        b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(tokens, line_len),
         b"mn" if ntokens == 2 => done(Request::MetaNoop, line_len),
         _ => refuse(ERROR, line_len, false),
     }
@@ -210,7 +225,12 @@ fn parse_get_fast(line: &[u8], line_len: usize) -> Option<Parsed<'_>> {
 }
 
 /// get family: the keys start after `key_index` tokens; the line must hold at least one key.
-fn parse_get<'a>(tokens: &Tokens<'a>, line: &'a [u8], line_len: usize, key_index: usize) -> Parsed<'a> {
+fn parse_get<'a, const N: usize>(
+    tokens: &Tokens<'a, N>,
+    line: &'a [u8],
+    line_len: usize,
+    key_index: usize,
+) -> Parsed<'a> {
     // get needs a key; gat needs its exptime, and with no key answers just END.
     if tokens.len() < 2 {
         return refuse(ERROR, line_len, false);
@@ -235,7 +255,7 @@ fn parse_get<'a>(tokens: &Tokens<'a>, line: &'a [u8], line_len: usize, key_index
     done(Request::Get { kind, keys: &line[keys_start..] }, line_len)
 }
 
-fn store_mode(tokens: &Tokens<'_>) -> Option<StoreMode> {
+fn store_mode<const N: usize>(tokens: &Tokens<'_, N>) -> Option<StoreMode> {
     Some(match tokens.get(0) {
         b"set" => StoreMode::Set,
         b"add" => StoreMode::Add,
@@ -246,7 +266,12 @@ fn store_mode(tokens: &Tokens<'_>) -> Option<StoreMode> {
     })
 }
 
-fn parse_store<'a>(tokens: &Tokens<'a>, line_len: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+fn parse_store<'a, const N: usize>(
+    tokens: &Tokens<'a, N>,
+    line_len: usize,
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Parsed<'a> {
     let noreply = tokens.noreply();
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
@@ -278,7 +303,7 @@ fn parse_store<'a>(tokens: &Tokens<'a>, line_len: usize, buf: &'a [u8], limits: 
     done(Request::Store { mode, key, flags, exptime, data, noreply }, len)
 }
 
-fn parse_delete<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
     // memcached looks for noreply only after the key: `delete noreply` deletes the key
     // "noreply" and answers.
     let noreply = tokens.len() > 2 && tokens.noreply();
@@ -294,7 +319,7 @@ fn parse_delete<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
     done(Request::Delete { key, noreply }, line_len)
 }
 
-fn parse_arith<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+fn parse_arith<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
     let noreply = tokens.noreply();
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
@@ -307,7 +332,7 @@ fn parse_arith<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
     done(Request::Arith { key, delta, decrement, noreply }, line_len)
 }
 
-fn parse_touch<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+fn parse_touch<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
     let noreply = tokens.noreply();
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
@@ -319,7 +344,7 @@ fn parse_touch<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
     done(Request::Touch { key, exptime, noreply }, line_len)
 }
 
-fn parse_flush_all<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+fn parse_flush_all<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
     let noreply = tokens.noreply();
     let args = tokens.len() - 1 - noreply as usize;
     let delay = if args == 0 {
@@ -333,7 +358,7 @@ fn parse_flush_all<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
     done(Request::FlushAll { delay, noreply }, line_len)
 }
 
-fn parse_verbosity<'a>(tokens: &Tokens<'a>, line_len: usize) -> Parsed<'a> {
+fn parse_verbosity<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
     let noreply = tokens.noreply();
     // memcached reads the level with strtoul semantics and ignores its value here.
     if strtoul(tokens.get(1)).is_none() {

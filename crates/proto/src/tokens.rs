@@ -5,19 +5,24 @@
 /// memcached's MAX_TOKENS, counting its terminal empty token: 23 real tokens at most.
 pub const TOKENS_MAX: usize = 24;
 
-/// The tokens of one line, borrowed from it.
+/// Enough tokens for every command but a get, gat or stats with many arguments: a line with
+/// no more than `SHORT - 1` tokens is split without setting up memcached's full 24.
+pub const SHORT: usize = 8;
+
+/// The tokens of one line, borrowed from it: at most `N - 1` read (memcached's split with
+/// `N` as its MAX_TOKENS).
 #[derive(Clone, Copy)]
-pub struct Tokens<'a> {
-    items: [&'a [u8]; TOKENS_MAX],
+pub struct Tokens<'a, const N: usize = TOKENS_MAX> {
+    items: [&'a [u8]; N],
     len: usize,
     /// Whether bytes followed the last token read.
     more: bool,
 }
 
-impl<'a> Tokens<'a> {
+impl<'a, const N: usize> Tokens<'a, N> {
     /// Splits `line` (without its line ending).
-    pub fn split(line: &'a [u8]) -> Tokens<'a> {
-        let mut items: [&'a [u8]; TOKENS_MAX] = [&[]; TOKENS_MAX];
+    pub fn split(line: &'a [u8]) -> Tokens<'a, N> {
+        let mut items: [&'a [u8]; N] = [&[]; N];
         let mut len = 0;
         let mut rest = line;
         loop {
@@ -27,7 +32,7 @@ impl<'a> Tokens<'a> {
             if rest.is_empty() {
                 return Tokens { items, len, more: false };
             }
-            if len == TOKENS_MAX - 1 {
+            if len == N - 1 {
                 return Tokens { items, len, more: true };
             }
             // Tokens are short: a plain scan beats memchr's vector set-up here.
@@ -130,17 +135,34 @@ mod tests {
 
     #[test]
     fn splits_on_spaces_only() {
-        let tokens = Tokens::split(b"get  a\tb   c ");
+        let tokens = Tokens::<TOKENS_MAX>::split(b"get  a\tb   c ");
         assert_eq!(tokens.as_slice(), &[&b"get"[..], b"a\tb", b"c"]);
+    }
+
+    proptest::proptest! {
+        /// A short split that read the whole line agrees with memcached's full split.
+        #[test]
+        fn a_short_split_that_read_everything_is_the_full_split(
+            line in proptest::collection::vec(proptest::sample::select(b"ab  \t".to_vec()), 0..40),
+        ) {
+            let short = Tokens::<SHORT>::split(&line);
+            let full = Tokens::<TOKENS_MAX>::split(&line);
+            if !short.has_more() {
+                proptest::prop_assert_eq!(short.as_slice(), full.as_slice());
+                proptest::prop_assert!(!full.has_more());
+            } else {
+                proptest::prop_assert!(full.len() >= SHORT);
+            }
+        }
     }
 
     #[test]
     fn reading_stops_after_23_tokens() {
         let line: Vec<u8> = (0..30).flat_map(|i| format!("t{i} ").into_bytes()).collect();
-        let tokens = Tokens::split(&line);
+        let tokens = Tokens::<TOKENS_MAX>::split(&line);
         assert_eq!(tokens.len(), TOKENS_MAX - 1);
         assert_eq!(tokens.get(TOKENS_MAX - 2), b"t22");
         assert!(tokens.has_more());
-        assert!(!Tokens::split(b"a b").has_more());
+        assert!(!Tokens::<TOKENS_MAX>::split(b"a b").has_more());
     }
 }
