@@ -10,12 +10,24 @@ fn is_c_space(byte: u8) -> bool {
 /// What C's `strtoull`/`strtoll` see in `text`: the sign, the digits' value (`None` on
 /// overflow of 64 bits) and whether any digit was read. Trailing bytes must be the end or a
 /// space (memcached's check), else `None` is returned for the whole parse.
+#[derive(Debug, PartialEq, Eq)]
 struct Scanned {
     negative: bool,
     magnitude: Option<u64>,
 }
 
 fn scan(text: &[u8]) -> Option<Scanned> {
+    // The usual number (flags, exptime, length): a few plain digits, nothing to skip, no
+    // overflow possible in 18 of them.
+    if !text.is_empty() && text.len() <= 18 && text.iter().all(u8::is_ascii_digit) {
+        let magnitude = text.iter().fold(0u64, |value, &digit| value * 10 + u64::from(digit - b'0'));
+        return Some(Scanned { negative: false, magnitude: Some(magnitude) });
+    }
+    scan_any(text)
+}
+
+/// [`scan`] for any text: spaces, signs, overflow.
+fn scan_any(text: &[u8]) -> Option<Scanned> {
     let mut at = text.iter().position(|&byte| !is_c_space(byte))?;
     let negative = match text[at] {
         b'-' => {
@@ -85,6 +97,13 @@ pub fn strtol(text: &[u8]) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn plain_digits_scan_as_the_full_scanner_reads_them(text in "[0-9]{1,25}|[0-9 +-]{0,6}") {
+            proptest::prop_assert_eq!(scan(text.as_bytes()), scan_any(text.as_bytes()));
+        }
+    }
 
     #[test]
     fn unsigned_64() {

@@ -172,6 +172,9 @@ pub(crate) fn parse<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: 
     if let Some(parsed) = parse_get_fast(line, line_len) {
         return parsed;
     }
+    if let Some(parsed) = parse_set_fast(line, line_len, buf, limits) {
+        return parsed;
+    }
     // Every other command but a long gat or stats fits a short split; the rest take the
     // full one (the same tokens, and memcached's counts for lines over its limit).
     let short = Tokens::<SHORT>::split(line);
@@ -266,23 +269,70 @@ fn store_mode<const N: usize>(tokens: &Tokens<'_, N>) -> Option<StoreMode> {
     })
 }
 
+/// `set <key> <flags> <exptime> <bytes>[ noreply]` with single spaces and plain digits, read
+/// without the tokenizer; `None` for any other line, which the tokenizer's path then reads (to
+/// the same request: the tokens are these, and [`store`] reads them the same way).
+fn parse_set_fast<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: &Limits) -> Option<Parsed<'a>> {
+    let rest = line.strip_prefix(b"set ")?;
+    let key_len = rest.iter().position(|&byte| byte == b' ')?;
+    if key_len == 0 {
+        return None;
+    }
+    let mut fields: [&[u8]; 3] = [&[]; 3];
+    let mut at = key_len + 1;
+    for (index, field) in fields.iter_mut().enumerate() {
+        let start = at;
+        while at < rest.len() && rest[at].is_ascii_digit() {
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+        *field = &rest[start..at];
+        if index < 2 {
+            if rest.get(at) != Some(&b' ') {
+                return None;
+            }
+            at += 1;
+        }
+    }
+    let noreply = match &rest[at..] {
+        b"" => false,
+        b" noreply" => true,
+        _ => return None,
+    };
+    Some(store(Some(StoreMode::Set), &rest[..key_len], fields, noreply, line_len, buf, limits))
+}
+
 fn parse_store<'a, const N: usize>(
     tokens: &Tokens<'a, N>,
     line_len: usize,
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
-    let noreply = tokens.noreply();
-    let key = tokens.get(1);
+    let numbers = [tokens.get(2), tokens.get(3), tokens.get(4)];
+    store(store_mode(tokens), tokens.get(1), numbers, tokens.noreply(), line_len, buf, limits)
+}
+
+/// A storage command from its tokens: `mode` (`None`: a cas unique that did not parse), the
+/// key, and the flags, exptime and length tokens.
+fn store<'a>(
+    mode: Option<StoreMode>,
+    key: &'a [u8],
+    [flags, exptime, value_len]: [&[u8]; 3],
+    noreply: bool,
+    line_len: usize,
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Parsed<'a> {
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);
     }
-    let (Some(flags), Some(exptime), Some(value_len)) =
-        (strtoul(tokens.get(2)), strtol(tokens.get(3)), strtol(tokens.get(4)))
+    let (Some(flags), Some(exptime), Some(value_len)) = (strtoul(flags), strtol(exptime), strtol(value_len))
     else {
         return refuse(BAD_FORMAT, line_len, noreply);
     };
-    let Some(mode) = store_mode(tokens) else {
+    let Some(mode) = mode else {
         return refuse(BAD_FORMAT, line_len, noreply);
     };
     if !(0..=i32::MAX - 2).contains(&value_len) {

@@ -150,3 +150,46 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// The set fast path reads every line it takes as the tokenizer's path does.
+    #[test]
+    fn the_set_fast_path_agrees_with_the_tokenizer(
+        command in proptest::sample::select(vec!["set", "set ", "add", "sets"]),
+        key in proptest::sample::select(vec!["k".to_string(), "key1".into(), "noreply".into(), "0".into(), "k".repeat(251)]),
+        numbers in proptest::collection::vec(
+            proptest::sample::select(vec!["0", "00", "7", "3", "-1", "+2", "x", "4294967296",
+                "2147483647", "99999999999999999999", "123456789012345678"]),
+            3,
+        ),
+        separators in proptest::collection::vec(proptest::sample::select(vec![" ", " ", " ", "  "]), 4),
+        tail in proptest::sample::select(vec!["", " noreply", " noreply ", " other", " ", " noreply x"]),
+        data in proptest::sample::select(vec!["", "a", "abc", "abcdefg", "xy\r\nzz"]),
+    ) {
+        let line = format!(
+            "{command}{}{key}{}{}{}{}{}{}{tail}",
+            separators[0], separators[1], numbers[0], separators[2], numbers[1], separators[3], numbers[2],
+        );
+        let buf = format!("{line}\r\n{data}\r\n").into_bytes();
+        let line_len = line.len() + 2;
+        let tokens = Tokens::<TOKENS_MAX>::split(line.as_bytes());
+        let general = parse_tokens(&tokens, line.as_bytes(), line_len, &buf, &limits());
+        if let Some(fast) = parse_set_fast(line.as_bytes(), line_len, &buf, &limits()) {
+            proptest::prop_assert_eq!(format!("{fast:?}"), format!("{general:?}"));
+        }
+        // And the whole parser answers the same either way.
+        proptest::prop_assert_eq!(format!("{:?}", parse(&buf, &limits())), format!("{general:?}"));
+    }
+}
+
+#[test]
+fn the_set_fast_path_takes_plain_sets_only() {
+    let fast = |line: &str| parse_set_fast(line.as_bytes(), line.len() + 2, b"", &limits()).is_some();
+    assert!(fast("set k 0 0 1"));
+    assert!(fast("set k 1 2 3 noreply"));
+    assert!(!fast("set  k 0 0 1"));
+    assert!(!fast("set k 0 0 1 "));
+    assert!(!fast("set k 0 0 1 extra"));
+    assert!(!fast("set k -1 0 1"));
+    assert!(!fast("add k 0 0 1"));
+}
