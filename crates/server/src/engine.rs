@@ -153,6 +153,32 @@ impl Engine {
         self.shared.owner[partition]
     }
 
+    /// For building a window of requests ahead of running them: whether `request` (located at
+    /// `located`) will have to wait for the connection's requests handed to other workers
+    /// (`waiting_on`: a bit per worker, as it will be when this request runs), so nothing after
+    /// it should be parsed yet; and the workers waited on after it. A guess that only sizes
+    /// the window: running the requests decides, so a wrong guess costs a parse, never order.
+    pub fn stalls(&self, request: &Request<'_>, located: Option<Located>, waiting_on: &mut u64) -> bool {
+        if self.shared.workers == 1 {
+            return false;
+        }
+        let Some((_, partition)) = located else {
+            // Several keys, no key, or stats: may wait on anything handed over so far.
+            return *waiting_on != 0;
+        };
+        let owner = self.owner(partition);
+        if owner == self.worker {
+            return false;
+        }
+        let crew_read =
+            self.crew && matches!(request, Request::Get { kind: GetKind::Get | GetKind::Gets, .. });
+        if crew_read {
+            return *waiting_on & (1 << (owner % 64)) != 0;
+        }
+        *waiting_on |= 1 << (owner % 64);
+        false
+    }
+
     /// The worker that owns `key`.
     pub fn owner_of(&self, key: &[u8]) -> usize {
         self.owner(self.locate(key).1)

@@ -475,20 +475,32 @@ impl Worker {
                 let pending = input.pending();
                 let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
                 let mut ahead = 0;
+                // Workers this connection will be waiting on: a request that must wait for
+                // them ends the window (what follows would be parsed again after the wait).
+                let mut waiting_on = output
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &count)| count > 0)
+                    .fold(0u64, |bits, (owner, _)| bits | 1 << (owner % 64));
                 while !window.is_full() && ahead < pending.len() {
                     let parsed = qs_proto::parse(&pending[ahead..], &engine.limits);
-                    let (len, located) = match &parsed {
+                    let (len, located, stalls) = match &parsed {
                         Parsed::Incomplete => break,
-                        Parsed::Close => (usize::MAX, None),
-                        Parsed::Refused { len, .. } => (*len, None),
-                        Parsed::Request { request, len } => (*len, engine.locate_request(request)),
+                        Parsed::Close => (usize::MAX, None, false),
+                        Parsed::Refused { len, .. } => (*len, None, false),
+                        Parsed::Request { request, len } => {
+                            let located = engine.locate_request(request);
+                            (*len, located, engine.stalls(request, located, &mut waiting_on))
+                        }
                     };
                     if let Some(located) = located {
                         engine.prefetch_bucket(located);
                     }
                     window.push((parsed, located));
-                    if len >= pending.len() - ahead {
-                        // A close, or a refused block running past the buffer: nothing follows.
+                    if stalls || len >= pending.len() - ahead {
+                        // A request that will wait; or a close, or a refused block running past
+                        // the buffer: nothing follows.
                         break;
                     }
                     ahead += len;
