@@ -47,8 +47,8 @@ pub struct ProbeArgs {
     /// e.g. `taskset -c 1 qs-bench probe`.
     #[arg(long, default_value = "0")]
     pub server_cores: String,
-    /// UDP echo kinds to measure (none: --udp '').
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [UdpEcho::Plain, UdpEcho::Batched])]
+    /// UDP echo kinds to measure (none: a bare `--udp`).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0.., default_values_t = [UdpEcho::Plain, UdpEcho::Batched])]
     pub udp: Vec<UdpEcho>,
     /// UDP sockets of the UDP load.
     #[arg(long, default_value_t = 16)]
