@@ -560,7 +560,10 @@ impl Engine {
             }
             _ => {
                 if !options.quiet() {
-                    out.extend_from_slice(b"EN\r\n");
+                    // A miss reflects only the request's key (k) and opaque (O).
+                    out.extend_from_slice(b"EN");
+                    reply::meta_flags(out, meta, None, b"");
+                    out.extend_from_slice(b"\r\n");
                 }
                 self.scratch = value;
                 return Exec::Done;
@@ -676,6 +679,9 @@ impl Engine {
         let decrement = meta.decrement();
         let command = Command::Arith { delta: options.delta, decrement, cas: options.cas.unwrap_or(0) };
         let mut outcome = self.run(key, command, &mut Vec::new());
+        // memcached 1.6 answers a counter created on a miss (N) even in quiet mode; q silences
+        // only a delta applied to an existing counter, value (v) included.
+        let mut created = false;
         if outcome == Outcome::NotFound {
             if let Some(ttl) = options.vivify {
                 let expiry = self.expiry(ttl);
@@ -683,13 +689,16 @@ impl Engine {
                 let value = digits.format(options.initial).as_bytes();
                 let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
                 outcome = match self.run(key, store, &mut Vec::new()) {
-                    Outcome::Stored { cas } => Outcome::Counter { value: options.initial, cas },
+                    Outcome::Stored { cas } => {
+                        created = true;
+                        Outcome::Counter { value: options.initial, cas, expiry }
+                    }
                     _ => Outcome::NotStored,
                 };
             }
         }
-        let (value, cas) = match outcome {
-            Outcome::Counter { value, cas } => (value, cas),
+        let (value, cas, expiry) = match outcome {
+            Outcome::Counter { value, cas, expiry } => (value, cas, expiry),
             Outcome::NonNumeric => {
                 out.extend_from_slice(reply::NON_NUMERIC);
                 return;
@@ -709,7 +718,7 @@ impl Engine {
                 return;
             }
         };
-        let mut ttl_secs = -1;
+        let mut ttl_secs = self::ttl_secs(expiry, self.now_secs);
         if let Some(ttl) = options.ttl {
             let expiry = self.expiry(ttl);
             self.run(key, Command::Touch { expiry }, &mut Vec::new());
@@ -717,11 +726,12 @@ impl Engine {
         }
         let mut digits = itoa::Buffer::new();
         let number = digits.format(value).as_bytes();
+        if options.quiet() && !created {
+            return;
+        }
         if options.has(b'v') {
             out.extend_from_slice(b"VA ");
             reply::push_u64(out, number.len() as u64);
-        } else if options.quiet() {
-            return;
         } else {
             out.extend_from_slice(b"HD");
         }

@@ -93,6 +93,7 @@ const CASES: &[Case] = cases![
     "mg_bare" => [b"set k 3 0 2\r\nhi\r\n", b"mg k\r\n", b"mg missing\r\n"],
     "mg_value_and_flags" => [b"set k 3 0 2\r\nhi\r\n", b"mg k v f s t k O42\r\n", b"mg k s v\r\n"],
     "mg_quiet_miss" => [b"mg missing v q\r\n", b"mg missing v q k O1\r\n"],
+    "mg_miss_reflects_key_and_opaque" => [b"mg a k\r\n", b"mg a O9 s f t\r\n", b"mg YQ== b k O5 v\r\n", b"mg a k O3 q\r\n"],
     "mg_quiet_hit" => [b"set k 0 0 1\r\na\r\n", b"mg k v q\r\n"],
     "mg_cas" => [b"set k 0 0 1\r\na\r\n", b"mg k c\r\n"],
     "mg_hit_before" => [b"set k 0 0 1\r\na\r\n", b"mg k h\r\n", b"mg k h\r\n"],
@@ -128,10 +129,12 @@ const CASES: &[Case] = cases![
     // --- meta arithmetic
     "ma_basic" => [b"ma n\r\n", b"set n 0 0 1\r\n5\r\n", b"ma n\r\n", b"ma n v\r\n", b"ma n D10 v\r\n", b"ma n MD D100 v\r\n", b"ma n M- v\r\n", b"ma n M+ D3 v\r\n"],
     "ma_vivify" => [b"ma n N0 J10 v\r\n", b"ma n N0 J10 v\r\n", b"ma m N0 v\r\n"],
+    "ma_quiet_created_and_applied" => [b"ma b q k N1000\r\n", b"ma b q k N1000\r\n", b"ma c q v N0\r\n", b"ma c q v\r\n", b"ma d q\r\n", b"mg c v\r\n"],
     "ma_quiet" => [b"set n 0 0 1\r\n5\r\n", b"ma n q\r\n", b"ma missing q\r\n", b"mg n v\r\n"],
     "ma_cas" => [b"ms n 1 c\r\n1\r\n", b"ma n C1 v\r\n", b"ma n C{cas} v\r\n"],
     "ma_non_numeric" => [b"set n 0 0 1\r\nx\r\n", b"ma n\r\n"],
     "ma_bad_tokens" => [b"ma n Dabc\r\n", b"ma n Jx\r\n", b"ma n MX\r\n", b"ma n MII\r\n"],
+    "ma_ttl_of_the_item" => [b"set n 0 1000 1\r\n1\r\n", b"ma n t\r\n", b"ma n t v N50\r\n", b"ma m N50 t\r\n"],
     "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
 ];
 

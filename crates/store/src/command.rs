@@ -162,6 +162,8 @@ pub enum Outcome {
         value: u64,
         /// The new CAS unique.
         cas: u64,
+        /// The item's expiry, which incr/decr keeps (meta `ma t` reports it).
+        expiry: Expiry,
     },
     /// incr/decr on a value that is not a decimal number.
     NonNumeric,

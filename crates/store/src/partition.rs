@@ -1073,10 +1073,11 @@ impl Partition {
             scratch.resize(old_len, b' ');
         }
         let new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        let expiry = new_item.expiry;
         let outcome = self.put(hash, key, &scratch, new_item, Some(found));
         self.scratch = scratch;
         match outcome {
-            Outcome::Stored { cas } => Outcome::Counter { value, cas },
+            Outcome::Stored { cas } => Outcome::Counter { value, cas, expiry },
             other => other,
         }
     }

@@ -222,7 +222,8 @@ impl Harness {
         match (outcome, number) {
             (Outcome::NotFound, _) => self.lost(key, "arith"),
             (Outcome::NonNumeric, None) => {}
-            (Outcome::Counter { value, cas }, Some(number)) => {
+            (Outcome::Counter { value, cas, expiry }, Some(number)) => {
+                assert_eq!(expiry, entry.expiry, "incr/decr keeps the expiry");
                 let expected =
                     if decrement { number.saturating_sub(delta) } else { number.wrapping_add(delta) };
                 assert_eq!(value, expected);

@@ -1,0 +1,355 @@
+//! Random command streams, each sent to real memcached 1.6 and to quicksilver on one connection
+//! per stream: the replies must match byte for byte after CAS uniques (which differ by design,
+//! docs/COMPATIBILITY.md) and clock readings (a TTL or idle time read a second apart) are
+//! masked. The streams come from a grammar of every text and meta command with valid and
+//! invalid arguments over a handful of keys, so commands meet each other's items: an incr of
+//! an appended value, an `ms` invalidating a `gat`-touched item, a `cas` with a unique from `mg`.
+//!
+//! `QS_DIFF_STREAMS` (default 150) and `QS_DIFF_SEED` (default fixed) widen or move the search;
+//! a failure prints the seed and the stream so far.
+
+mod common;
+
+use common::ServerProcess;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// xorshift64*: a reproducible stream of choices without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const KEYS: &[&str] = &["a", "b", "n", "noreply", "k_2", "0"];
+const FLAGS: &[&str] = &["0", "0", "7", "4294967295", "4294967296", "-1", "x", "01"];
+// No small positive TTLs: an item expiring between the two servers' runs would differ by timing.
+const EXPTIMES: &[&str] = &["0", "0", "1000", "-1", "2592001", "99999999999", "abc", "+5"];
+const DELTAS: &[&str] = &["1", "0", "42", "18446744073709551615", "-1", "abc", "18446744073709551616", "007"];
+
+fn key(rng: &mut Rng) -> String {
+    match rng.below(20) {
+        0 => "k".repeat(251),
+        1 => "k".repeat(250),
+        2 => "bad\x01key".to_string(),
+        _ => rng.pick(KEYS).to_string(),
+    }
+}
+
+/// A value: mostly short, sometimes numeric (so incr/decr and ma have something to work on).
+fn value(rng: &mut Rng) -> String {
+    match rng.below(6) {
+        0 => String::new(),
+        1 | 2 => (rng.next() % 1000).to_string(),
+        3 => "18446744073709551615".to_string(),
+        4 => " 12".to_string(),
+        _ => "v".repeat(rng.below(12)),
+    }
+}
+
+/// A data block: usually the declared length, sometimes off by one either way.
+fn block(rng: &mut Rng, data: &str) -> (String, String) {
+    let len = match rng.below(12) {
+        0 => data.len() + 1,
+        1 if !data.is_empty() => data.len() - 1,
+        2 => return ("abc".into(), format!("{data}\r\n")),
+        _ => data.len(),
+    };
+    (len.to_string(), format!("{data}\r\n"))
+}
+
+fn noreply(rng: &mut Rng) -> &'static str {
+    if rng.chance(15) {
+        " noreply"
+    } else {
+        ""
+    }
+}
+
+/// One meta flag list: a random subset of `letters`, some with a token.
+fn meta_flags(rng: &mut Rng, letters: &[&str]) -> String {
+    let mut flags = String::new();
+    for _ in 0..rng.below(5) {
+        flags.push(' ');
+        flags.push_str(rng.pick(letters));
+    }
+    flags
+}
+
+fn command(rng: &mut Rng) -> String {
+    match rng.below(19) {
+        0..=3 => {
+            let verb = rng.pick(&["set", "set", "add", "replace", "append", "prepend"]);
+            let data = value(rng);
+            let (len, block) = block(rng, &data);
+            let (k, f, e, nr) = (key(rng), rng.pick(FLAGS), rng.pick(EXPTIMES), noreply(rng));
+            format!("{verb} {k} {f} {e} {len}{nr}\r\n{block}")
+        }
+        4 => {
+            let data = value(rng);
+            let (len, block) = block(rng, &data);
+            let unique = rng.pick(&["{cas}", "{cas}", "1", "0", "abc"]);
+            let (k, f, nr) = (key(rng), rng.pick(FLAGS), noreply(rng));
+            format!("cas {k} {f} 0 {len} {unique}{nr}\r\n{block}")
+        }
+        5 | 6 => {
+            let verb = rng.pick(&["get", "gets", "gat", "gats"]);
+            let mut line = verb.to_string();
+            if verb.starts_with("gat") {
+                line.push(' ');
+                line.push_str(rng.pick(EXPTIMES));
+            }
+            for _ in 0..rng.below(4) {
+                line.push(' ');
+                line.push_str(&key(rng));
+            }
+            line + "\r\n"
+        }
+        7 => {
+            let tail = rng.pick(&["", "", " 0", " 1", " noreply", " 0 noreply"]);
+            format!("delete {}{tail}\r\n", key(rng))
+        }
+        8 | 9 => {
+            let verb = rng.pick(&["incr", "decr"]);
+            format!("{verb} {} {}{}\r\n", key(rng), rng.pick(DELTAS), noreply(rng))
+        }
+        10 => format!("touch {} {}{}\r\n", key(rng), rng.pick(EXPTIMES), noreply(rng)),
+        11 | 12 => {
+            let flags = meta_flags(
+                rng,
+                &[
+                    "v", "f", "s", "k", "O9", "q", "c", "h", "t", "N1000", "R30", "T1000", "E77", "Tx", "l",
+                    "!",
+                ],
+            );
+            format!("mg {}{flags}\r\n", key(rng))
+        }
+        13 | 14 => {
+            let data = value(rng);
+            let (len, block) = block(rng, &data);
+            let flags = meta_flags(
+                rng,
+                &[
+                    "T1000", "F5", "I", "q", "k", "O3", "c", "ME", "MA", "MP", "MR", "MS", "MX", "C{cas}",
+                    "C1", "E99", "T-1",
+                ],
+            );
+            format!("ms {} {len}{flags}\r\n{block}", key(rng))
+        }
+        15 => {
+            let flags = meta_flags(rng, &["q", "I", "T1000", "C{cas}", "C1", "k", "O4", "x", "E5"]);
+            format!("md {}{flags}\r\n", key(rng))
+        }
+        16 | 17 => {
+            let flags = meta_flags(
+                rng,
+                &[
+                    "N1000",
+                    "J13",
+                    "D7",
+                    "D18446744073709551615",
+                    "Dx",
+                    "T1000",
+                    "MI",
+                    "M+",
+                    "MD",
+                    "M-",
+                    "q",
+                    "t",
+                    "c",
+                    "v",
+                    "k",
+                    "O2",
+                    "C{cas}",
+                    "C1",
+                    "E50",
+                ],
+            );
+            format!("ma {}{flags}\r\n", key(rng))
+        }
+        _ => rng
+            .pick(&[
+                "flush_all\r\n",
+                "flush_all 0\r\n",
+                "mn\r\n",
+                "version x\r\n",
+                "verbosity 1\r\n",
+                "bogus a b\r\n",
+                "\r\n",
+                "get\r\n",
+                "ms\r\n",
+            ])
+            .to_string(),
+    }
+}
+
+/// Masks CAS uniques (noting the last one) and clock readings.
+fn normalize(reply: &[u8], last_cas: &mut String) -> String {
+    let text = String::from_utf8_lossy(reply);
+    let mut lines = Vec::new();
+    for line in text.split("\r\n") {
+        let mut tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
+        if tokens[0] == "VERSION" {
+            tokens.truncate(1);
+        }
+        if tokens[0] == "VALUE" && tokens.len() == 5 {
+            *last_cas = tokens[4].clone();
+            tokens[4] = "<cas>".into();
+        }
+        if matches!(tokens[0].as_str(), "VA" | "HD" | "NS" | "EX" | "NF") {
+            for token in tokens.iter_mut().skip(1) {
+                let (letter, number) = token.split_at(1.min(token.len()));
+                let numeric = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+                match letter {
+                    "c" if numeric => {
+                        *last_cas = number.to_string();
+                        *token = "c<cas>".into();
+                    }
+                    // Remaining TTL: a second may pass between the two runs.
+                    "t" if numeric => *token = format!("t~{}", (number.parse::<u64>().unwrap_or(0) + 5) / 10),
+                    // Seconds since last access.
+                    "l" if numeric => *token = "l<secs>".into(),
+                    _ => {}
+                }
+            }
+        }
+        lines.push(tokens.join(" "));
+    }
+    lines.join("\r\n")
+}
+
+/// A connection that reads each step's reply up to the `mn` sent after it, and records a
+/// server that is still waiting (a data block it has not finished reading) instead of hanging.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn open(server: &ServerProcess) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        stream.set_read_timeout(Some(QUIET)).expect("timeout");
+        stream.set_nodelay(true).expect("nodelay");
+        Conn { stream, buf: Vec::new() }
+    }
+
+    /// Sends `request` and `mn`; `None` when the server closed the connection.
+    fn call(&mut self, request: &[u8]) -> Option<String> {
+        let mut sent = request.to_vec();
+        sent.extend_from_slice(b"mn\r\n");
+        self.stream.write_all(&sent).ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"MN\r\n") {
+                let rest = self.buf.split_off(end + 4);
+                let mut reply = std::mem::replace(&mut self.buf, rest);
+                reply.truncate(end);
+                return Some(String::from_utf8_lossy(&reply).into_owned());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no end of reply; got {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    // Still reading a data block that swallowed the `mn`: note what came back.
+                    let partial = String::from_utf8_lossy(&std::mem::take(&mut self.buf)).into_owned();
+                    return Some(format!("{partial}<waiting>"));
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+}
+
+/// How long a silent server is taken to be waiting for more bytes.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// Runs `steps` on a fresh connection after a flush; one normalized reply per step. A step
+/// after which the server still waits ends the stream (what follows would be read as data).
+fn run(server: &ServerProcess, steps: &[String]) -> Vec<String> {
+    let mut conn = Conn::open(server);
+    let mut last_cas = String::from("0");
+    let mut replies = vec![normalize(conn.call(b"flush_all\r\n").expect("flush").as_bytes(), &mut last_cas)];
+    for step in steps {
+        let request = step.replace("{cas}", &last_cas);
+        match conn.call(request.as_bytes()) {
+            Some(reply) if reply.ends_with("<waiting>") => {
+                replies.push(reply);
+                break;
+            }
+            Some(reply) => replies.push(normalize(reply.as_bytes(), &mut last_cas)),
+            None => {
+                replies.push("<closed>".into());
+                conn = Conn::open(server);
+            }
+        }
+    }
+    replies
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn compare(quicksilver_args: &[&str]) {
+    let streams = env_number("QS_DIFF_STREAMS", 150);
+    let seed = env_number("QS_DIFF_SEED", 0x9e37_79b9_7f4a_7c15);
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = ServerProcess::quicksilver(quicksilver_args);
+    for stream in 0..streams {
+        let stream_seed = seed ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+        let mut rng = Rng(stream_seed);
+        let steps: Vec<String> = (0..8 + rng.below(24)).map(|_| command(&mut rng)).collect();
+        let expected = run(&memcached, &steps);
+        let got = run(&quicksilver, &steps);
+        if expected != got {
+            let at = expected.iter().zip(&got).position(|(e, g)| e != g).unwrap_or(0);
+            let shown: Vec<&String> = steps.iter().take(at).collect();
+            panic!(
+                "stream {stream} (seed {stream_seed:#x}, quicksilver {quicksilver_args:?}) differs at step {at}\n\
+                 steps up to it: {shown:?}\n  memcached:   {:?}\n  quicksilver: {:?}",
+                expected[at], got[at]
+            );
+        }
+    }
+}
+
+#[test]
+fn random_streams_answer_as_memcached_does_with_one_worker() {
+    compare(&["-t", "1"]);
+}
+
+#[test]
+fn random_streams_answer_as_memcached_does_with_two_workers() {
+    compare(&["-t", "2"]);
+}
+
+#[test]
+fn random_streams_answer_as_memcached_does_under_erew() {
+    compare(&["-t", "2", "--access", "erew"]);
+}
