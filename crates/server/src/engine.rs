@@ -524,6 +524,23 @@ impl Engine {
         }
     }
 
+    /// The expiry a meta request's flags give an item: memcached applies N (only to an item
+    /// this request `created`) and T in the order the request lists them, starting from
+    /// `start`. With `until_t`, the expiry as it stands where the `t` flag is (what `t` reports).
+    fn expiry_in_flag_order(&self, meta: &Meta<'_>, start: Expiry, created: bool, until_t: bool) -> Expiry {
+        let options = &meta.options;
+        let mut expiry = start;
+        for token in meta.flag_tokens() {
+            match token[0] {
+                b'N' if created => expiry = options.vivify.map_or(expiry, |ttl| self.expiry(ttl)),
+                b'T' => expiry = options.ttl.map_or(expiry, |ttl| self.expiry(ttl)),
+                b't' if until_t => return expiry,
+                _ => {}
+            }
+        }
+        expiry
+    }
+
     fn meta_get(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
         let options = &meta.options;
         let key = meta.key();
@@ -534,7 +551,8 @@ impl Engine {
         value.clear();
         let outcome = if owned {
             let touch = options.ttl.map(|ttl| self.expiry(ttl));
-            let vivify = options.vivify.map(|ttl| self.expiry(ttl));
+            // An item created on a miss ends with the expiry its N and T leave in request order.
+            let vivify = options.vivify.map(|_| self.expiry_in_flag_order(meta, Expiry::NEVER, true, false));
             let recache_below_secs = options.recache.map(|secs| secs.max(0) as u32);
             if touch.is_some() {
                 self.counters.cmd_touch += 1;
@@ -552,10 +570,14 @@ impl Engine {
                     return Exec::Forward(self.owner(partition));
                 }
                 let data = hit.value_start..hit.value_start + hit.value_len;
-                (self.meta_item(&hit), data, hit.won, hit.stale, hit.win_sent)
+                let mut item = self.meta_item(&hit);
+                let shown = self.expiry_in_flag_order(meta, hit.expiry_before, false, true);
+                item.ttl_secs = ttl_secs(shown, self.now_secs);
+                (item, data, hit.won, hit.stale, hit.win_sent)
             }
             Outcome::Vivified { cas } => {
-                let ttl_secs = options.vivify.map_or(-1, |ttl| ttl_secs(self.expiry(ttl), self.now_secs));
+                let shown = self.expiry_in_flag_order(meta, Expiry::NEVER, true, true);
+                let ttl_secs = ttl_secs(shown, self.now_secs);
                 (MetaItem { cas, ttl_secs, ..MetaItem::default() }, 0..0, true, false, false)
             }
             _ => {
@@ -651,7 +673,9 @@ impl Engine {
     fn meta_delete(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
         let options = &meta.options;
         let key = meta.key();
-        let cas = options.cas.unwrap_or(0);
+        // memcached's md compares any C, C0 included (no item has CAS 0, so it answers EX);
+        // to the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
+        let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { cas });
         let outcome = if options.has(b'I') {
             let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
             if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
@@ -683,8 +707,8 @@ impl Engine {
         // only a delta applied to an existing counter, value (v) included.
         let mut created = false;
         if outcome == Outcome::NotFound {
-            if let Some(ttl) = options.vivify {
-                let expiry = self.expiry(ttl);
+            if options.vivify.is_some() {
+                let expiry = self.expiry_in_flag_order(meta, Expiry::NEVER, true, false);
                 let mut digits = itoa::Buffer::new();
                 let value = digits.format(options.initial).as_bytes();
                 let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
@@ -718,12 +742,13 @@ impl Engine {
                 return;
             }
         };
-        let mut ttl_secs = self::ttl_secs(expiry, self.now_secs);
-        if let Some(ttl) = options.ttl {
+        if let (Some(ttl), false) = (options.ttl, created) {
             let expiry = self.expiry(ttl);
             self.run(key, Command::Touch { expiry }, &mut Vec::new());
-            ttl_secs = self::ttl_secs(expiry, self.now_secs);
         }
+        // A created counter already has its final expiry; `t` reads it where the flag stands.
+        let start = if created { Expiry::NEVER } else { expiry };
+        let ttl_secs = self::ttl_secs(self.expiry_in_flag_order(meta, start, created, true), self.now_secs);
         let mut digits = itoa::Buffer::new();
         let number = digits.format(value).as_bytes();
         if options.quiet() && !created {

@@ -135,6 +135,9 @@ const CASES: &[Case] = cases![
     "ma_non_numeric" => [b"set n 0 0 1\r\nx\r\n", b"ma n\r\n"],
     "ma_bad_tokens" => [b"ma n Dabc\r\n", b"ma n Jx\r\n", b"ma n MX\r\n", b"ma n MII\r\n"],
     "ma_ttl_of_the_item" => [b"set n 0 1000 1\r\n1\r\n", b"ma n t\r\n", b"ma n t v N50\r\n", b"ma m N50 t\r\n"],
+    "meta_ttl_flags_apply_in_request_order" => [b"set x 0 700 1\r\n1\r\n", b"mg x t T500\r\n", b"mg x T400 t\r\n", b"mg y t N100\r\n", b"mg w t N100 T300\r\n", b"mg w t\r\n", b"mg a T300 N100 t\r\n", b"mg a t\r\n", b"ma c T300 N100 t\r\n", b"mg c t\r\n", b"ma d N100 T300 t\r\n", b"ma x t T300\r\n"],
+    "ma_empty_value_before_cas" => [b"set n 0 0 0\r\n\r\n", b"ma n C1\r\n", b"incr n 1\r\n", b"set m 0 0 1\r\nx\r\n", b"ma m C1\r\n"],
+    "cas_zero" => [b"set k 0 0 1\r\n1\r\n", b"cas k 0 0 1 0\r\n2\r\n", b"ms k 1 C0\r\n3\r\n", b"ma k C0\r\n", b"md k C0\r\n", b"md k I C0\r\n", b"mg k v\r\n", b"ms z 1 C0\r\n1\r\n", b"ma z C0\r\n", b"md z C0\r\n", b"cas z 0 0 1 0\r\n1\r\n"],
     "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
 ];
 

@@ -322,7 +322,8 @@ fn compare(quicksilver_args: &[&str]) {
     let memcached = ServerProcess::memcached(&[]);
     let quicksilver = ServerProcess::quicksilver(quicksilver_args);
     for stream in 0..streams {
-        let stream_seed = seed ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+        let stream_seed =
+            (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d)) | 1;
         let mut rng = Rng(stream_seed);
         let steps: Vec<String> = (0..8 + rng.below(24)).map(|_| command(&mut rng)).collect();
         let expected = run(&memcached, &steps);

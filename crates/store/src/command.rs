@@ -117,6 +117,8 @@ pub struct Hit {
     pub cas: u64,
     /// Expiry (after a touch, the new one).
     pub expiry: Expiry,
+    /// Expiry before this request's touch (the same as `expiry` without one).
+    pub expiry_before: Expiry,
     /// Last access before this one, unix seconds.
     pub last_access_secs: u32,
     /// Whether it had been fetched before this access.

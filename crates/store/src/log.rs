@@ -55,6 +55,7 @@ impl Header {
             flags: self.ext.flags(),
             cas,
             expiry: self.ext.expiry(),
+            expiry_before: self.ext.expiry(),
             last_access_secs: self.word1.last_access(),
             fetched_before: self.word0.has(crate::item::BIT_FETCHED),
             stale: self.word0.has(crate::item::BIT_STALE),

@@ -622,7 +622,13 @@ impl Partition {
         self.stats.get_hits += 1;
         if let Some(expiry) = touch {
             self.stats.touch_hits += 1;
+            let before = found.header.ext.expiry();
             found = self.set_expiry(found, expiry, now_secs);
+            let mut outcome = self.answer_hit(found, now_secs, out);
+            if let Outcome::Hit(hit) = &mut outcome {
+                hit.expiry_before = before;
+            }
+            return outcome;
         }
         self.answer_hit(found, now_secs, out)
     }
@@ -1045,11 +1051,15 @@ impl Partition {
             }
             return Outcome::NotFound;
         };
+        let header = found.header;
+        let old_len = header.word1.value_len();
+        // memcached refuses an empty value as non-numeric before it compares the CAS.
+        if old_len == 0 {
+            return Outcome::NonNumeric;
+        }
         if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
             return Outcome::Exists;
         }
-        let header = found.header;
-        let old_len = header.word1.value_len();
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let value_at = header.key_start() + header.word0.key_len();
