@@ -706,20 +706,18 @@ impl Engine {
         // memcached 1.6 answers a counter created on a miss (N) even in quiet mode; q silences
         // only a delta applied to an existing counter, value (v) included.
         let mut created = false;
-        if outcome == Outcome::NotFound {
-            if options.vivify.is_some() {
-                let expiry = self.expiry_in_flag_order(meta, Expiry::NEVER, true, false);
-                let mut digits = itoa::Buffer::new();
-                let value = digits.format(options.initial).as_bytes();
-                let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
-                outcome = match self.run(key, store, &mut Vec::new()) {
-                    Outcome::Stored { cas } => {
-                        created = true;
-                        Outcome::Counter { value: options.initial, cas, expiry }
-                    }
-                    _ => Outcome::NotStored,
-                };
-            }
+        if outcome == Outcome::NotFound && options.vivify.is_some() {
+            let expiry = self.expiry_in_flag_order(meta, Expiry::NEVER, true, false);
+            let mut digits = itoa::Buffer::new();
+            let value = digits.format(options.initial).as_bytes();
+            let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
+            outcome = match self.run(key, store, &mut Vec::new()) {
+                Outcome::Stored { cas } => {
+                    created = true;
+                    Outcome::Counter { value: options.initial, cas, expiry }
+                }
+                _ => Outcome::NotStored,
+            };
         }
         let (value, cas, expiry) = match outcome {
             Outcome::Counter { value, cas, expiry } => (value, cas, expiry),
