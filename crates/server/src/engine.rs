@@ -629,9 +629,17 @@ impl Engine {
             _ => qs_store::StoreMode::Set,
         };
         if let Some(cas) = options.cas {
-            if matches!(mode, qs_store::StoreMode::Set | qs_store::StoreMode::Replace) {
-                mode = qs_store::StoreMode::Cas(cas);
-            }
+            // As memcached: set and replace compare the CAS (with I, an older one stores the
+            // value marked stale), append and prepend compare a nonzero one, add ignores it.
+            mode = match mode {
+                qs_store::StoreMode::Set | qs_store::StoreMode::Replace if options.has(b'I') => {
+                    qs_store::StoreMode::CasOrStale(cas)
+                }
+                qs_store::StoreMode::Set | qs_store::StoreMode::Replace => qs_store::StoreMode::Cas(cas),
+                qs_store::StoreMode::Append if cas != 0 => qs_store::StoreMode::AppendCas(cas),
+                qs_store::StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
+                other => other,
+            };
         }
         if meta.too_large(&self.limits) {
             self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());

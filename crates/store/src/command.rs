@@ -19,6 +19,14 @@ pub enum StoreMode {
     Prepend,
     /// Store only if the item's CAS unique equals this one.
     Cas(u64),
+    /// Meta `ms` with `I` and `C`: store if the item's CAS unique equals this one; if this one
+    /// is lower (an older version's), store anyway but marked stale, keeping the item's expiry
+    /// and win-token mark (memcached's "set-to-invalid").
+    CasOrStale(u64),
+    /// Meta `ms` append mode with `C`: as `Append`, only if the item's CAS unique equals this.
+    AppendCas(u64),
+    /// Meta `ms` prepend mode with `C`: as `Prepend`, only if the item's CAS unique equals this.
+    PrependCas(u64),
 }
 
 /// One operation.

@@ -730,10 +730,18 @@ impl Partition {
             Lookup::Found(found) => Some(found),
             Lookup::Absent | Lookup::Gone { .. } => None,
         };
+        let mut new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
         match (mode, existing) {
             (StoreMode::Add, Some(_)) => return Outcome::NotStored,
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => return Outcome::NotStored,
-            (StoreMode::Cas(_), None) => {
+            (
+                StoreMode::Replace
+                | StoreMode::Append
+                | StoreMode::Prepend
+                | StoreMode::AppendCas(_)
+                | StoreMode::PrependCas(_),
+                None,
+            ) => return Outcome::NotStored,
+            (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
                 self.stats.cas_misses += 1;
                 return Outcome::NotFound;
             }
@@ -744,12 +752,37 @@ impl Partition {
                 }
                 self.stats.cas_hits += 1;
             }
+            (StoreMode::CasOrStale(cas), Some(found)) => {
+                let current = self.shared.cas_unique(found.header.word0.cas_seq());
+                if cas > current {
+                    self.stats.cas_badval += 1;
+                    return Outcome::Exists;
+                }
+                if cas < current {
+                    // An older version's write: kept, but marked stale for the next reader.
+                    new_item.bits = BIT_STALE | (found.header.word0.bits() & BIT_WIN_SENT);
+                    new_item.expiry = found.header.ext.expiry();
+                }
+                self.stats.cas_hits += 1;
+            }
+            (StoreMode::AppendCas(cas) | StoreMode::PrependCas(cas), Some(found))
+                if self.shared.cas_unique(found.header.word0.cas_seq()) != cas =>
+            {
+                return Outcome::Exists;
+            }
             _ => {}
         }
-        if let (StoreMode::Append | StoreMode::Prepend, Some(found)) = (mode, existing) {
-            return self.concatenate(hash, key, &found, value, mode == StoreMode::Append, now_secs);
+        if let Some(found) = existing {
+            match mode {
+                StoreMode::Append | StoreMode::AppendCas(_) => {
+                    return self.concatenate(hash, key, &found, value, true, now_secs);
+                }
+                StoreMode::Prepend | StoreMode::PrependCas(_) => {
+                    return self.concatenate(hash, key, &found, value, false, now_secs);
+                }
+                _ => {}
+            }
         }
-        let new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
         self.put(hash, key, value, new_item, existing)
     }
 

@@ -41,6 +41,42 @@ fn add_replace_append_prepend() {
 }
 
 #[test]
+fn meta_cas_modes_compare_like_memcached() {
+    let mut p = partition(1 << 16, 64, Eviction::Lru);
+    assert_eq!(store(&mut p, StoreMode::AppendCas(7), b"k", b"x", NOW), Outcome::NotStored);
+    assert_eq!(store(&mut p, StoreMode::CasOrStale(7), b"k", b"x", NOW), Outcome::NotFound);
+    let Outcome::Stored { cas: first } = store_with(&mut p, StoreMode::Set, b"k", b"mid", 3, 100, NOW) else {
+        panic!()
+    };
+    assert_eq!(store(&mut p, StoreMode::AppendCas(first + 1), b"k", b">", NOW), Outcome::Exists);
+    let Outcome::Stored { cas: second } = store(&mut p, StoreMode::AppendCas(first), b"k", b">", NOW) else {
+        panic!()
+    };
+    assert_eq!(store(&mut p, StoreMode::PrependCas(first), b"k", b"<", NOW), Outcome::Exists);
+    assert!(matches!(store(&mut p, StoreMode::PrependCas(second), b"k", b"<", NOW), Outcome::Stored { .. }));
+    assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"<mid>"[..]));
+    // Set-to-invalid: a newer CAS than the item's is refused, an older one stores the value
+    // marked stale with the item's expiry kept, the current one stores it plainly.
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    let current = hit.cas;
+    assert_eq!(store(&mut p, StoreMode::CasOrStale(current + (1 << 20)), b"k", b"new", NOW), Outcome::Exists);
+    assert!(matches!(
+        store_with(&mut p, StoreMode::CasOrStale(first), b"k", b"old", 9, 5000, NOW),
+        Outcome::Stored { .. }
+    ));
+    let (Outcome::Hit(hit), out) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    assert_eq!(&out[hit.value_start..], b"old");
+    assert!(hit.stale);
+    assert_eq!((hit.flags, hit.expiry), (9, Expiry(NOW + 100)));
+    assert!(matches!(
+        store(&mut p, StoreMode::CasOrStale(hit.cas), b"k", b"fresh", NOW),
+        Outcome::Stored { .. }
+    ));
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    assert!(!hit.stale);
+}
+
+#[test]
 fn cas_rules() {
     let mut p = partition(1 << 16, 64, Eviction::Lru);
     assert_eq!(store(&mut p, StoreMode::Cas(5), b"k", b"x", NOW), Outcome::NotFound);
