@@ -632,7 +632,8 @@ impl Engine {
             // As memcached: set and replace compare the CAS (with I, an older one stores the
             // value marked stale), append and prepend compare a nonzero one, add ignores it.
             mode = match mode {
-                qs_store::StoreMode::Set | qs_store::StoreMode::Replace if options.has(b'I') => {
+                // C0 never matches, and is no older version either: memcached answers EX.
+                qs_store::StoreMode::Set | qs_store::StoreMode::Replace if options.has(b'I') && cas != 0 => {
                     qs_store::StoreMode::CasOrStale(cas)
                 }
                 qs_store::StoreMode::Set | qs_store::StoreMode::Replace => qs_store::StoreMode::Cas(cas),

@@ -140,6 +140,7 @@ const CASES: &[Case] = cases![
     "cas_zero" => [b"set k 0 0 1\r\n1\r\n", b"cas k 0 0 1 0\r\n2\r\n", b"ms k 1 C0\r\n3\r\n", b"ma k C0\r\n", b"md k C0\r\n", b"md k I C0\r\n", b"mg k v\r\n", b"ms z 1 C0\r\n1\r\n", b"ma z C0\r\n", b"md z C0\r\n", b"cas z 0 0 1 0\r\n1\r\n"],
     "ms_cas_modes" => [b"ms c 1 c\r\nx\r\n", b"ms c 1 MP C1\r\np\r\n", b"ms c 1 MA C1 I\r\na\r\n", b"ms c 1 MA C0\r\nb\r\n", b"ms c 1 MA C{cas}\r\nd\r\n", b"ms c 1 ME C5\r\nb\r\n", b"mg c v\r\n", b"ms d 1 MA C5\r\nx\r\n", b"ms d 1 I C5\r\nx\r\n"],
     "ms_invalidate_with_older_cas" => [b"ms b 1 T1000 c\r\nx\r\n", b"ms b 2 c\r\nyy\r\n", b"ms b 2 I C1 T-1\r\nzz\r\n", b"mg b v t\r\n", b"mg b v\r\n", b"ms b 2 I C99999999999999\r\nqq\r\n", b"ms b 2 I C{cas}\r\nww\r\n", b"mg b v\r\n"],
+    "ms_invalidate_cas_zero_and_vivified_fetch" => [b"mg b N1000\r\n", b"mg b\r\n", b"ms b 3 I c C0\r\n738\r\n", b"ms c 1\r\nx\r\n", b"ms c 3 I c C0\r\n738\r\n", b"mg k N1000 T1000 v\r\n", b"mg k h\r\n", b"mg k h\r\n", b"ma n N0\r\n", b"mg n h\r\n"],
     "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
 ];
 

@@ -1152,8 +1152,14 @@ impl Partition {
             }
             Outcome::Miss => match options.vivify {
                 Some(expiry) => {
-                    let stub =
-                        NewItem { cas_seq: 0, bits: BIT_WIN_SENT, flags: 0, expiry, last_access: now_secs };
+                    // The request that creates the stub has fetched it (memcached: `h1` next).
+                    let stub = NewItem {
+                        cas_seq: 0,
+                        bits: BIT_WIN_SENT | BIT_FETCHED,
+                        flags: 0,
+                        expiry,
+                        last_access: now_secs,
+                    };
                     match self.put(hash, key, &[], stub, None) {
                         Outcome::Stored { cas } => Outcome::Vivified { cas },
                         other => other,
