@@ -1115,7 +1115,11 @@ impl Partition {
         if text.len() < old_len {
             scratch.resize(old_len, b' ');
         }
-        let new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        if text.len() <= old_len {
+            // memcached rewrites a number that fits in place: the item keeps its marks (h, X, Z).
+            new_item.bits = header.word0.bits() & (BIT_FETCHED | BIT_STALE | BIT_WIN_SENT);
+        }
         let expiry = new_item.expiry;
         let outcome = self.put(hash, key, &scratch, new_item, Some(found));
         self.scratch = scratch;
