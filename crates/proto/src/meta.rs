@@ -263,8 +263,10 @@ fn parse_flags(meta: &mut Meta<'_>, flag_tokens: &[&[u8]]) -> Result<(), &'stati
             | b'I' => None,
             _ => return Err("CLIENT_ERROR invalid flag\r\n"),
         };
-        if error.is_none() {
-            error = failed;
+        // A key that is not base64 outranks every malformed token (memcached decodes the key
+        // between checking the letters and reading the tokens).
+        if error.is_none() || letter == b'b' {
+            error = failed.or(error);
         }
     }
     error.map_or(Ok(()), Err)

@@ -54,6 +54,19 @@ fn key(rng: &mut Rng) -> String {
     }
 }
 
+/// A meta command's key and flags: sometimes base64 (`b`), which names the same item as the
+/// plain key it decodes to ("YQ==" is "a"), or is not base64 at all. Not with `k`: memcached
+/// returns a key in the form the item was stored with, quicksilver in the form the request
+/// used (docs/COMPATIBILITY.md).
+fn meta_key(rng: &mut Rng, flags: String) -> (String, String) {
+    match rng.below(10) {
+        0 => ("YQ==".into(), format!("{} b", flags.replace(" k", ""))),
+        1 => ("Yg==".into(), format!(" b{}", flags.replace(" k", ""))),
+        2 => ("!!!".into(), format!("{} b", flags.replace(" k", ""))),
+        _ => (key(rng), flags),
+    }
+}
+
 /// A value: mostly short, sometimes numeric (so incr/decr and ma have something to work on).
 fn value(rng: &mut Rng) -> String {
     match rng.below(6) {
@@ -144,7 +157,8 @@ fn command(rng: &mut Rng, crew: bool) -> String {
                 ],
             );
             let flags = if crew { flags.replace(" h", "") } else { flags };
-            format!("mg {}{flags}\r\n", key(rng))
+            let (key, flags) = meta_key(rng, flags);
+            format!("mg {key}{flags}\r\n")
         }
         13 | 14 => {
             let data = value(rng);
@@ -160,11 +174,13 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             // ordered differently here than in memcached (docs/COMPATIBILITY.md), so I meets
             // only C1, older than every item's on both servers.
             let flags = if flags.contains(" I") { flags.replace("C{cas}", "C1") } else { flags };
-            format!("ms {} {len}{flags}\r\n{block}", key(rng))
+            let (key, flags) = meta_key(rng, flags);
+            format!("ms {key} {len}{flags}\r\n{block}")
         }
         15 => {
             let flags = meta_flags(rng, &["q", "I", "T1000", "C{cas}", "C1", "k", "O4", "x", "E5"]);
-            format!("md {}{flags}\r\n", key(rng))
+            let (key, flags) = meta_key(rng, flags);
+            format!("md {key}{flags}\r\n")
         }
         16 | 17 => {
             let flags = meta_flags(
@@ -191,7 +207,8 @@ fn command(rng: &mut Rng, crew: bool) -> String {
                     "E50",
                 ],
             );
-            format!("ma {}{flags}\r\n", key(rng))
+            let (key, flags) = meta_key(rng, flags);
+            format!("ma {key}{flags}\r\n")
         }
         _ => rng
             .pick(&[
