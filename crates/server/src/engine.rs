@@ -689,7 +689,7 @@ impl Engine {
             let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
             if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
                 let expiry = self.expiry(ttl);
-                self.run(key, Command::Touch { expiry }, &mut Vec::new());
+                self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
             }
             outcome
         } else {
@@ -751,7 +751,7 @@ impl Engine {
         };
         if let (Some(ttl), false) = (options.ttl, created) {
             let expiry = self.expiry(ttl);
-            self.run(key, Command::Touch { expiry }, &mut Vec::new());
+            self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
         }
         // A created counter already has its final expiry; `t` reads it where the flag stands.
         let start = if created { Expiry::NEVER } else { expiry };

@@ -63,7 +63,11 @@ fn meta_key(rng: &mut Rng, flags: String) -> (String, String) {
         0 => ("YQ==".into(), format!("{} b", flags.replace(" k", ""))),
         1 => ("Yg==".into(), format!(" b{}", flags.replace(" k", ""))),
         2 => ("!!!".into(), format!("{} b", flags.replace(" k", ""))),
-        _ => (key(rng), flags),
+        // "a" and "b" may have been stored through their base64 names: no `k` either.
+        _ => match key(rng) {
+            key if key == "a" || key == "b" => (key, flags.replace(" k", "")),
+            key => (key, flags),
+        },
     }
 }
 
@@ -325,7 +329,8 @@ fn run(server: &ServerProcess, steps: &[String], quiet: Duration) -> Vec<String>
         let request = step.replace("{cas}", &last_cas);
         match conn.call(request.as_bytes()) {
             Some(reply) if reply.ends_with("<waiting>") => {
-                replies.push(reply);
+                let reply = reply.trim_end_matches("<waiting>");
+                replies.push(normalize(reply.as_bytes(), &mut last_cas) + "<waiting>");
                 break;
             }
             Some(reply) => replies.push(normalize(reply.as_bytes(), &mut last_cas)),
@@ -357,7 +362,30 @@ fn compare(quicksilver_args: &[&str]) {
             (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d)) | 1,
         );
         let mut rng = Rng(stream_seed);
-        let steps: Vec<String> = (0..8 + rng.below(24)).map(|_| command(&mut rng, crew)).collect();
+        let steps: Vec<String> = (0..8 + rng.below(24))
+            .map(|_| {
+                // A third of the steps are pipelines: several commands in one write, which the
+                // server parses and runs as one window (handing some to the other worker).
+                let count = if rng.chance(33) { 2 + rng.below(7) } else { 1 };
+                let too_long = "k".repeat(251);
+                (0..count)
+                    .map(|_| {
+                        let command = command(&mut rng, crew);
+                        // A get with a key too long: memcached runs the keys before it (a gat
+                        // touches them) and drops the unsent replies of the requests before
+                        // it; quicksilver refuses it whole and answers the others
+                        // (docs/COMPATIBILITY.md; conformance.rs checks the error itself).
+                        if (command.starts_with("get") || command.starts_with("gat"))
+                            && command.contains(&too_long)
+                        {
+                            command.replace(&too_long, "a")
+                        } else {
+                            command
+                        }
+                    })
+                    .collect::<String>()
+            })
+            .collect();
         let mut expected = run(&memcached, &steps, QUIET);
         let mut got = run(&quicksilver, &steps, QUIET);
         if expected != got {

@@ -39,8 +39,14 @@ pub enum Command<'a> {
         /// The new expiry.
         expiry: Expiry,
     },
-    /// touch: set a new expiry.
+    /// touch: set a new expiry (a touch counts as a fetch, as in memcached).
     Touch {
+        /// The new expiry.
+        expiry: Expiry,
+    },
+    /// Meta `T` on md and ma: set a new expiry without the read's bookkeeping (the item is not
+    /// marked fetched, nothing is counted as a touch).
+    SetExpiry {
         /// The new expiry.
         expiry: Expiry,
     },

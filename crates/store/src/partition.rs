@@ -274,6 +274,13 @@ impl Partition {
             Command::Get => self.get(hash, key, None, now_secs, out),
             Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), now_secs, out),
             Command::Touch { expiry } => self.touch(hash, key, expiry, now_secs),
+            Command::SetExpiry { expiry } => match self.lookup(hash, key, now_secs) {
+                Lookup::Found(found) => {
+                    self.set_expiry(found, expiry, now_secs);
+                    Outcome::Touched
+                }
+                Lookup::Absent | Lookup::Gone { .. } => Outcome::NotFound,
+            },
             Command::Store { mode, value, flags, expiry } => {
                 self.store(hash, key, mode, value, flags, expiry, now_secs)
             }
