@@ -557,7 +557,10 @@ impl Engine {
             if touch.is_some() {
                 self.counters.cmd_touch += 1;
             }
-            self.run(key, Command::MetaGet(MetaGet { touch, vivify, recache_below_secs }), &mut value)
+            let letters = || meta.flag_tokens().map(|token| token[0]);
+            let recache_before_touch = letters().position(|l| l == b'R') < letters().position(|l| l == b'T');
+            let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch };
+            self.run(key, Command::MetaGet(options), &mut value)
         } else {
             self.read(key, Command::Get, &mut value)
         };

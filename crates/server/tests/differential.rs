@@ -261,7 +261,32 @@ fn normalize(reply: &[u8], last_cas: &mut String) -> String {
         }
         lines.push(tokens.join(" "));
     }
+    unpad_counters(&mut lines);
     lines.join("\r\n")
+}
+
+/// An incremented number keeps its item's length, padded with spaces, when memcached rewrites
+/// it in place, which it does only while no reply still holds the item: a get of the same key
+/// earlier in a pipeline makes it write a new, unpadded item (docs/COMPATIBILITY.md). Values
+/// that are a number and trailing spaces are compared without the spaces.
+fn unpad_counters(lines: &mut [String]) {
+    for index in 1..lines.len() {
+        let data = &lines[index];
+        let trimmed = data.trim_end_matches(' ');
+        if trimmed.len() == data.len() || trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let trimmed = trimmed.to_string();
+        let mut header: Vec<String> = lines[index - 1].split(' ').map(str::to_string).collect();
+        let at = match header[0].as_str() {
+            "VALUE" if header.len() >= 4 => 3,
+            "VA" if header.len() >= 2 => 1,
+            _ => continue,
+        };
+        header[at] = trimmed.len().to_string();
+        lines[index - 1] = header.join(" ");
+        lines[index] = trimmed;
+    }
 }
 
 /// A connection that reads each step's reply up to the `mn` sent after it, and records a

@@ -97,6 +97,9 @@ pub struct MetaGet {
     pub vivify: Option<Expiry>,
     /// `R`: win when the remaining TTL is below this many seconds.
     pub recache_below_secs: Option<u32>,
+    /// `R` came before `T` in the request: it reads the TTL before the touch (memcached
+    /// applies the flags in order).
+    pub recache_before_touch: bool,
 }
 
 /// A request to a partition: the key, its hash (computed once by the caller) and the command.

@@ -1146,10 +1146,11 @@ impl Partition {
     ) -> Outcome {
         match self.get(hash, key, options.touch, now_secs, out) {
             Outcome::Hit(mut hit) => {
-                let remaining = hit.expiry.0.saturating_sub(now_secs);
+                let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
+                let remaining = expiry.0.saturating_sub(now_secs);
                 let recache = options
                     .recache_below_secs
-                    .is_some_and(|below| hit.expiry != Expiry::NEVER && remaining < below);
+                    .is_some_and(|below| expiry != Expiry::NEVER && remaining < below);
                 if (hit.stale || recache) && !hit.win_sent {
                     // The read may have moved the item (LRU): find it again to claim the token.
                     if let Some(found) = self.find(hash, key) {
