@@ -108,7 +108,7 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
     }
     let refused_block = match request {
         Request::TooLarge { .. } => true,
-        Request::Meta(meta) => meta.command == MetaCommand::Set && meta.value_len > limits.item_bytes_max,
+        Request::Meta(meta) => meta.too_large(limits),
         _ => false,
     };
     if len > buf.len() && !refused_block {
@@ -122,9 +122,9 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
                 return Err("get without keys".into());
             }
         }
-        Request::Store { key, data, .. } => {
+        Request::Store { key, data, flags, .. } => {
             check_key(key, "store")?;
-            if data.len() > limits.item_bytes_max {
+            if limits.too_large(key.len(), data.len(), *flags) {
                 return Err(format!("accepted a {}-byte data block", data.len()));
             }
             if !buf[..len].ends_with(b"\r\n") {
@@ -146,7 +146,7 @@ fn check_meta(meta: &Meta<'_>, len: usize, buf: &[u8], limits: &Limits) -> Resul
     if key.is_empty() || key.len() > KEY_BYTES_MAX {
         return Err(format!("meta key of {} bytes", key.len()));
     }
-    if meta.command == MetaCommand::Set && meta.value_len > limits.item_bytes_max {
+    if meta.too_large(limits) {
         // Too large: the server refuses it and skips the block, which never enters the buffer.
         if !meta.data.is_empty() {
             return Err("a too-large ms carried data".into());
@@ -155,7 +155,7 @@ fn check_meta(meta: &Meta<'_>, len: usize, buf: &[u8], limits: &Limits) -> Resul
         if meta.data.len() != meta.value_len {
             return Err(format!("ms data of {} bytes, {} declared", meta.data.len(), meta.value_len));
         }
-        if meta.data.len() > limits.item_bytes_max {
+        if limits.too_large(key.len(), meta.data.len(), meta.options.client_flags) {
             return Err(format!("ms accepted a {}-byte data block", meta.data.len()));
         }
         if !buf[..len].ends_with(b"\r\n") {
@@ -170,7 +170,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits { item_bytes_max: 64 }
+        Limits { item_bytes_max: 150 }
     }
 
     #[test]

@@ -37,6 +37,21 @@ pub struct Limits {
     pub item_bytes_max: usize,
 }
 
+/// memcached's item header on a 64-bit build with CAS on: what an item costs besides its key
+/// (plus a terminating NUL), its data block (plus `\r\n`) and, for nonzero client flags, 4 bytes.
+pub const MEMCACHED_ITEM_HEADER_BYTES: usize = 56;
+
+impl Limits {
+    /// Whether memcached refuses a store of `value_len` bytes under `key_len` bytes of key with
+    /// `flags` ("SERVER_ERROR object too large for cache"): its whole item, header included,
+    /// must fit in the item size limit (-I).
+    pub fn too_large(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        let flags_bytes = if flags != 0 { 4 } else { 0 };
+        MEMCACHED_ITEM_HEADER_BYTES + key_len + 1 + value_len.saturating_add(2) + flags_bytes
+            > self.item_bytes_max
+    }
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits { item_bytes_max: 1 << 20 }

@@ -176,7 +176,7 @@ pub(crate) fn parse<'a>(
                 return refuse("CLIENT_ERROR invalid mode for ms M token\r\n", len);
             }
         }
-        if swallow - 2 > limits.item_bytes_max {
+        if meta.too_large(limits) {
             return Parsed::Request { request: Request::Meta(meta), len };
         }
         if buf.len() < len {
@@ -201,7 +201,8 @@ impl Meta<'_> {
     /// ms: whether the declared data block exceeds the item size limit (then `data` is empty
     /// and the request's length covers the block to skip).
     pub fn too_large(&self, limits: &Limits) -> bool {
-        self.command == MetaCommand::Set && self.value_len > limits.item_bytes_max
+        self.command == MetaCommand::Set
+            && limits.too_large(self.key().len(), self.value_len, self.options.client_flags)
     }
 
     /// ma: decrement mode.

@@ -340,7 +340,7 @@ fn store<'a>(
     }
     let value_len = value_len as usize;
     let len = line_len + value_len + 2;
-    if value_len > limits.item_bytes_max {
+    if limits.too_large(key.len(), value_len, flags) {
         return done(Request::TooLarge { mode, key, noreply }, len);
     }
     if buf.len() < len {

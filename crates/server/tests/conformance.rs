@@ -145,6 +145,7 @@ const CASES: &[Case] = cases![
     "meta_key_decoding_before_tokens" => [b"mg !!! Tx b\r\n", b"mg !!! v v b\r\n", b"mg !!! O123456789012345678901234567890123 b\r\n", b"mg YQ== Tx b\r\n", b"ms !!! 1 Fx b\r\nx\r\n", b"ms !!! 1 MXX b\r\nx\r\n", b"ma !!! Dx b\r\n", b"ma !!! b\r\n", b"md !!! Tx b\r\n"],
     "meta_ttl_updates_are_not_fetches" => [b"ma x N0\r\n", b"ma x T1000\r\n", b"mg x h\r\n", b"set y 0 0 1\r\n1\r\n", b"md y I T30\r\n", b"mg y h t\r\n", b"set z 0 0 1\r\n1\r\n", b"touch z 100\r\n", b"mg z h\r\n", b"set w 0 0 1\r\n1\r\n", b"mg w T30\r\n", b"mg w h t\r\n"],
     "mg_recache_reads_the_ttl_in_flag_order" => [b"set n 0 500 1\r\n1\r\n", b"mg n f R1000 T30\r\n", b"set m 0 500 1\r\n1\r\n", b"mg m f T30 R1000 t\r\n", b"set o 0 500 1\r\n1\r\n", b"mg o f T1000 R600\r\n", b"set p 0 500 1\r\n1\r\n", b"mg p f R600 T1000\r\n"],
+    "item_size_limit_counts_the_whole_item" => [b"set k 0 0 1048516\r\n@DATA1048516", b"set k 0 0 1048517\r\n@DATA1048517", b"set k 5 0 1048512\r\n@DATA1048512", b"set k 5 0 1048513\r\n@DATA1048513", b"set kk 0 0 1048516\r\n@DATA1048516", b"ms k 1048516\r\n@DATA1048516", b"ms k 1048516 F5\r\n@DATA1048516", b"mg k s\r\n"],
     "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
 ];
 

@@ -72,12 +72,16 @@ fn meta_key(rng: &mut Rng, flags: String) -> (String, String) {
 }
 
 /// A value: mostly short, sometimes numeric (so incr/decr and ma have something to work on).
+/// Now and then one that looks like commands (the data block is read by length, never
+/// parsed) or one over the 1 MiB item limit (refused, its block skipped).
 fn value(rng: &mut Rng) -> String {
-    match rng.below(6) {
-        0 => String::new(),
-        1 | 2 => (rng.next() % 1000).to_string(),
-        3 => "18446744073709551615".to_string(),
-        4 => " 12".to_string(),
+    match rng.below(60) {
+        0..=9 => String::new(),
+        10..=29 => (rng.next() % 1000).to_string(),
+        30..=34 => "18446744073709551615".to_string(),
+        35..=39 => " 12".to_string(),
+        40 => "x\r\nmn\r\nget a\r\n".to_string(),
+        41 => "v".repeat(1024 * 1024 + 1),
         _ => "v".repeat(rng.below(12)),
     }
 }
@@ -368,6 +372,20 @@ fn run(server: &ServerProcess, steps: &[String], quiet: Duration) -> Vec<String>
     replies
 }
 
+/// Both servers close a connection that sends a line too long, but whether the `mn` sent
+/// after the step is answered first depends on how the bytes arrived: when both close within
+/// one step of each other, the streams are compared up to the first close.
+fn same_close(expected: &mut Vec<String>, got: &mut Vec<String>) {
+    let closed = |replies: &[String]| replies.iter().position(|r| r == "<closed>");
+    if let (Some(a), Some(b)) = (closed(expected), closed(got)) {
+        if a.abs_diff(b) <= 1 {
+            let end = a.min(b);
+            expected.truncate(end);
+            got.truncate(end);
+        }
+    }
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -417,6 +435,7 @@ fn compare(quicksilver_args: &[&str]) {
             expected = run(&memcached, &steps, QUIET_RECHECK);
             got = run(&quicksilver, &steps, QUIET_RECHECK);
         }
+        same_close(&mut expected, &mut got);
         if only.is_some() {
             for (index, (e, g)) in expected.iter().zip(&got).enumerate() {
                 let step = index.checked_sub(1).map_or("flush_all", |i| steps[i].as_str());
