@@ -146,6 +146,7 @@ const CASES: &[Case] = cases![
     "meta_ttl_updates_are_not_fetches" => [b"ma x N0\r\n", b"ma x T1000\r\n", b"mg x h\r\n", b"set y 0 0 1\r\n1\r\n", b"md y I T30\r\n", b"mg y h t\r\n", b"set z 0 0 1\r\n1\r\n", b"touch z 100\r\n", b"mg z h\r\n", b"set w 0 0 1\r\n1\r\n", b"mg w T30\r\n", b"mg w h t\r\n"],
     "mg_recache_reads_the_ttl_in_flag_order" => [b"set n 0 500 1\r\n1\r\n", b"mg n f R1000 T30\r\n", b"set m 0 500 1\r\n1\r\n", b"mg m f T30 R1000 t\r\n", b"set o 0 500 1\r\n1\r\n", b"mg o f T1000 R600\r\n", b"set p 0 500 1\r\n1\r\n", b"mg p f R600 T1000\r\n"],
     "item_size_limit_counts_the_whole_item" => [b"set k 0 0 1048516\r\n@DATA1048516", b"set k 0 0 1048517\r\n@DATA1048517", b"set k 5 0 1048512\r\n@DATA1048512", b"set k 5 0 1048513\r\n@DATA1048513", b"set kk 0 0 1048516\r\n@DATA1048516", b"ms k 1048516\r\n@DATA1048516", b"ms k 1048516 F5\r\n@DATA1048516", b"mg k s\r\n"],
+    "append_past_the_item_size_limit" => [b"set k 0 0 1\r\n1\r\n", b"append k 0 0 1048515\r\n@DATA1048515", b"append k 0 0 1\r\nv\r\n", b"set j 5 0 1\r\n1\r\n", b"append j 0 0 1048511\r\n@DATA1048511", b"ms k 1 MA\r\nv\r\n", b"prepend j 0 0 1\r\nv\r\n", b"mg k s\r\n", b"mg j s\r\n"],
     "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
 ];
 

@@ -804,6 +804,13 @@ impl Partition {
     ) -> Outcome {
         let header = found.header;
         let old_len = header.word1.value_len();
+        // memcached sizes the joined item as it sizes any (its 56-byte header, the key and a
+        // NUL, the data and \r\n, 4 bytes for nonzero client flags) and answers NOT_STORED
+        // when that outgrows the item size limit.
+        let flags_bytes = if header.ext.flags() != 0 { 4 } else { 0 };
+        if 56 + key.len() + 1 + old_len + data.len() + 2 + flags_bytes > self.item_bytes_max {
+            return Outcome::NotStored;
+        }
         if old_len + data.len() > VALUE_BYTES_MAX {
             self.stats.too_large += 1;
             return Outcome::TooLarge;
