@@ -153,30 +153,7 @@ const CASES: &[Case] = cases![
 /// Masks what legitimately differs between servers (CAS uniques, version strings) and notes
 /// the last CAS.
 fn normalize(reply: &[u8], last_cas: &mut String) -> String {
-    let text = String::from_utf8_lossy(reply);
-    let mut lines = Vec::new();
-    for line in text.split("\r\n") {
-        let mut tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
-        if tokens[0] == "VERSION" {
-            // Each server names its own version (docs/COMPATIBILITY.md).
-            tokens.truncate(1);
-        }
-        if tokens[0] == "VALUE" && tokens.len() == 5 {
-            *last_cas = tokens[4].clone();
-            tokens[4] = "<cas>".into();
-        }
-        if matches!(tokens[0].as_str(), "VA" | "HD" | "NS" | "EX" | "NF") {
-            for token in tokens.iter_mut().skip(1) {
-                if token.len() > 1 && token.starts_with('c') && token[1..].bytes().all(|b| b.is_ascii_digit())
-                {
-                    *last_cas = token[1..].to_string();
-                    *token = "c<cas>".into();
-                }
-            }
-        }
-        lines.push(tokens.join(" "));
-    }
-    lines.join("\r\n")
+    common::mask_reply(reply, last_cas, false).join("\r\n")
 }
 
 /// Fills in `{cas}` and `@DATA<n>`.

@@ -233,38 +233,9 @@ fn command(rng: &mut Rng, crew: bool) -> String {
     }
 }
 
-/// Masks CAS uniques (noting the last one) and clock readings.
+/// Masks CAS uniques (noting the last one), clock readings and counter padding.
 fn normalize(reply: &[u8], last_cas: &mut String) -> String {
-    let text = String::from_utf8_lossy(reply);
-    let mut lines = Vec::new();
-    for line in text.split("\r\n") {
-        let mut tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
-        if tokens[0] == "VERSION" {
-            tokens.truncate(1);
-        }
-        if tokens[0] == "VALUE" && tokens.len() == 5 {
-            *last_cas = tokens[4].clone();
-            tokens[4] = "<cas>".into();
-        }
-        if matches!(tokens[0].as_str(), "VA" | "HD" | "NS" | "EX" | "NF") {
-            for token in tokens.iter_mut().skip(1) {
-                let (letter, number) = token.split_at(1.min(token.len()));
-                let numeric = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
-                match letter {
-                    "c" if numeric => {
-                        *last_cas = number.to_string();
-                        *token = "c<cas>".into();
-                    }
-                    // Remaining TTL: a second may pass between the two runs.
-                    "t" if numeric => *token = format!("t~{}", (number.parse::<u64>().unwrap_or(0) + 5) / 10),
-                    // Seconds since last access.
-                    "l" if numeric => *token = "l<secs>".into(),
-                    _ => {}
-                }
-            }
-        }
-        lines.push(tokens.join(" "));
-    }
+    let mut lines = common::mask_reply(reply, last_cas, true);
     unpad_counters(&mut lines);
     lines.join("\r\n")
 }
