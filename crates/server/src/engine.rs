@@ -558,7 +558,8 @@ impl Engine {
                 self.counters.cmd_touch += 1;
             }
             let letters = || meta.flag_tokens().map(|token| token[0]);
-            let recache_before_touch = letters().position(|l| l == b'R') < letters().position(|l| l == b'T');
+            let recache_before_touch = options.recache.is_some()
+                && letters().position(|l| l == b'R') < letters().position(|l| l == b'T');
             let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch };
             self.run(key, Command::MetaGet(options), &mut value)
         } else {
@@ -574,8 +575,11 @@ impl Engine {
                 }
                 let data = hit.value_start..hit.value_start + hit.value_len;
                 let mut item = self.meta_item(&hit);
-                let shown = self.expiry_in_flag_order(meta, hit.expiry_before, false, true);
-                item.ttl_secs = ttl_secs(shown, self.now_secs);
+                if options.has(b't') && options.ttl.is_some() {
+                    // `t` before `T` reads the expiry before the touch.
+                    let shown = self.expiry_in_flag_order(meta, hit.expiry_before, false, true);
+                    item.ttl_secs = ttl_secs(shown, self.now_secs);
+                }
                 (item, data, hit.won, hit.stale, hit.win_sent)
             }
             Outcome::Vivified { cas } => {
