@@ -137,7 +137,15 @@ pub(crate) fn parse<'a>(
         return refuse(BAD_FORMAT, line_len);
     }
     if ntokens > META_TOKENS_MAX {
-        return refuse("CLIENT_ERROR options flags are too long\r\n", line_len);
+        // memcached words it differently for mg than for ms, md and ma (and reads an ms data
+        // block as commands after it).
+        return refuse(
+            match command {
+                MetaCommand::Get => "CLIENT_ERROR options flags are too long\r\n",
+                _ => "CLIENT_ERROR options flags too long\r\n",
+            },
+            line_len,
+        );
     }
     let mut first_flag = 2;
     let mut swallow = 0;

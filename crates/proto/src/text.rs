@@ -204,11 +204,11 @@ fn parse_tokens<'a, const N: usize>(
         b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(tokens, line_len),
         b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(tokens, line_len),
         b"stats" => done(Request::Stats { group: tokens.get(1) }, line_len),
-        // memcached ignores arguments to these two.
+        // memcached ignores arguments to these three.
         b"version" => done(Request::Version, line_len),
         b"quit" => done(Request::Quit, line_len),
         b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(tokens, line_len),
-        b"mn" if ntokens == 2 => done(Request::MetaNoop, line_len),
+        b"mn" => done(Request::MetaNoop, line_len),
         _ => refuse(ERROR, line_len, false),
     }
 }

@@ -108,7 +108,7 @@ const CASES: &[Case] = cases![
     "mg_recache" => [b"set k 0 10 1\r\na\r\n", b"mg k R30 v\r\n", b"mg k R30 v\r\n", b"mg k R5 v\r\n"],
     "mg_base64" => [b"ms Yg== 2 b\r\nhi\r\n", b"mg Yg== b v\r\n", b"get b\r\n", b"mg !!! b v\r\n"],
     "mg_ignored_tokens" => [b"set k 0 0 1\r\na\r\n", b"mg k v P L\r\n"],
-    "mn" => [b"mn\r\n"],
+    "mn" => [b"mn\r\n", b"mn x\r\n", b"mn x y z\r\n"],
     // --- meta set
     "ms_basic" => [b"ms k 2\r\nhi\r\n", b"mg k v\r\n", b"ms k 2 T0 F5 O9 k\r\nho\r\n", b"mg k v f\r\n"],
     "ms_quiet" => [b"ms k 2 q\r\nhi\r\n", b"ms k 2 q ME\r\nhi\r\n"],
@@ -147,6 +147,7 @@ const CASES: &[Case] = cases![
     "mg_recache_reads_the_ttl_in_flag_order" => [b"set n 0 500 1\r\n1\r\n", b"mg n f R1000 T30\r\n", b"set m 0 500 1\r\n1\r\n", b"mg m f T30 R1000 t\r\n", b"set o 0 500 1\r\n1\r\n", b"mg o f T1000 R600\r\n", b"set p 0 500 1\r\n1\r\n", b"mg p f R600 T1000\r\n"],
     "item_size_limit_counts_the_whole_item" => [b"set k 0 0 1048516\r\n@DATA1048516", b"set k 0 0 1048517\r\n@DATA1048517", b"set k 5 0 1048512\r\n@DATA1048512", b"set k 5 0 1048513\r\n@DATA1048513", b"set kk 0 0 1048516\r\n@DATA1048516", b"ms k 1048516\r\n@DATA1048516", b"ms k 1048516 F5\r\n@DATA1048516", b"mg k s\r\n"],
     "append_past_the_item_size_limit" => [b"set k 0 0 1\r\n1\r\n", b"append k 0 0 1048515\r\n@DATA1048515", b"append k 0 0 1\r\nv\r\n", b"set j 5 0 1\r\n1\r\n", b"append j 0 0 1048511\r\n@DATA1048511", b"ms k 1 MA\r\nv\r\n", b"prepend j 0 0 1\r\nv\r\n", b"mg k s\r\n", b"mg j s\r\n"],
+    "meta_too_many_flags" => [b"mg a v v v v v v v v v v v v v v v v v v v v v v v v v v v v v v\r\n", b"md a q q q q q q q q q q q q q q q q q q q q q q q q q q q\r\n", b"ma a v v v v v v v v v v v v v v v v v v v v v v v v v v v v\r\n", b"ms a 1 v v v v v v v v v v v v v v v v v v v v v v v v v v v\r\nx\r\n", b"mn v v v v v v v v v v v v v v v v v v v v v v v v v v v v\r\n"],
     "ma_ttl" => [b"set n 0 0 1\r\n1\r\n", b"ma n t v\r\n", b"ma n T100 t v\r\n"],
 ];
 

@@ -108,7 +108,9 @@ fn noreply(rng: &mut Rng) -> &'static str {
 /// One meta flag list: a random subset of `letters`, some with a token.
 fn meta_flags(rng: &mut Rng, letters: &[&str]) -> String {
     let mut flags = String::new();
-    for _ in 0..rng.below(5) {
+    // Now and then more flags than memcached's 24 tokens hold.
+    let count = if rng.chance(5) { 18 + rng.below(14) } else { rng.below(5) };
+    for _ in 0..count {
         flags.push(' ');
         flags.push_str(rng.pick(letters));
     }
@@ -141,7 +143,9 @@ fn command(rng: &mut Rng, crew: bool) -> String {
                 line.push(' ');
                 line.push_str(rng.pick(EXPTIMES));
             }
-            for _ in 0..rng.below(4) {
+            // Now and then more keys than memcached's 24 tokens, which it reads in chunks.
+            let keys = if rng.chance(10) { 20 + rng.below(30) } else { rng.below(4) };
+            for _ in 0..keys {
                 line.push(' ');
                 line.push_str(&key(rng));
             }
