@@ -804,11 +804,13 @@ impl Partition {
     ) -> Outcome {
         let header = found.header;
         let old_len = header.word1.value_len();
-        // memcached sizes the joined item as it sizes any (its 56-byte header, the key and a
+        // memcached sizes the joined item as it sizes any (its header, the key and a
         // NUL, the data and \r\n, 4 bytes for nonzero client flags) and answers NOT_STORED
         // when that outgrows the item size limit.
         let flags_bytes = if header.ext.flags() != 0 { 4 } else { 0 };
-        if 56 + key.len() + 1 + old_len + data.len() + 2 + flags_bytes > self.item_bytes_max {
+        if MEMCACHED_ITEM_HEADER_BYTES + key.len() + 1 + old_len + data.len() + 2 + flags_bytes
+            > self.item_bytes_max
+        {
             return Outcome::NotStored;
         }
         if old_len + data.len() > VALUE_BYTES_MAX {
@@ -1458,6 +1460,10 @@ impl NewItem {
         }
     }
 }
+
+/// memcached's item header (64-bit, CAS on), which its item size limit counts; the parser's
+/// `qs_proto::MEMCACHED_ITEM_HEADER_BYTES` is the same figure for a store's own data block.
+const MEMCACHED_ITEM_HEADER_BYTES: usize = 56;
 
 /// Decimal text of `value` in `buffer`.
 fn format_u64(mut value: u64, buffer: &mut [u8; 24]) -> &[u8] {
