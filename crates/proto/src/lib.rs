@@ -21,7 +21,7 @@ pub mod tokens;
 pub mod udp;
 
 pub use meta::{Meta, MetaCommand};
-pub use text::{GetKind, Request, StoreMode};
+pub use text::{crawler_classes, GetKind, Request, ShutdownMode, StoreMode};
 
 /// Longest key, in bytes.
 pub const KEY_BYTES_MAX: usize = 250;

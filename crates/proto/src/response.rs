@@ -48,6 +48,56 @@ pub fn push_i64(out: &mut Vec<u8>, value: i64) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
+/// Appends `bytes` URI-encoded as memcached's `uriencode` does: letters, digits and `-._~`
+/// stay, every other byte becomes `%XX` (upper-case hex).
+pub fn push_uri_encoded(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in bytes {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+        }
+    }
+}
+
+/// One item of `lru_crawler metadump`, as memcached 1.6 lists it.
+#[derive(Clone, Copy, Debug)]
+pub struct DumpItem<'a> {
+    /// The key (any bytes; written URI-encoded).
+    pub key: &'a [u8],
+    /// Unix second it expires at, `None` for never (`exp=-1`).
+    pub expires: Option<u32>,
+    /// Unix second of its last access.
+    pub last_access: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Fetched since it was stored.
+    pub fetched: bool,
+    /// Size in memory.
+    pub size: u64,
+}
+
+/// `key=<key> exp=<unix|-1> la=<unix> cas=<cas> fetch=<yes|no> cls=1 size=<bytes>\n` (the dump's
+/// lines end in a bare newline in memcached 1.6; only the closing `END` has `\r\n`).
+pub fn metadump_line(out: &mut Vec<u8>, item: &DumpItem<'_>) {
+    out.extend_from_slice(b"key=");
+    push_uri_encoded(out, item.key);
+    out.extend_from_slice(b" exp=");
+    match item.expires {
+        Some(unix) => push_u64(out, u64::from(unix)),
+        None => out.extend_from_slice(b"-1"),
+    }
+    out.extend_from_slice(b" la=");
+    push_u64(out, u64::from(item.last_access));
+    out.extend_from_slice(b" cas=");
+    push_u64(out, item.cas);
+    out.extend_from_slice(if item.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(b" cls=1 size=");
+    push_u64(out, item.size);
+    out.push(b'\n');
+}
+
 /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`; the caller appends the data and `\r\n`.
 #[inline]
 pub fn value_line(out: &mut Vec<u8>, key: &[u8], flags: u32, value_len: usize, cas: Option<u64>) {
@@ -118,5 +168,33 @@ pub fn meta_flags(out: &mut Vec<u8>, meta: &Meta<'_>, item: Option<&MetaItem>, l
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadump_lines_are_memcached_s() {
+        let mut out = Vec::new();
+        let item = DumpItem {
+            key: "a/b:c?d=e&f+g\"'<>\u{e9} ~._-%".as_bytes(),
+            expires: None,
+            last_access: 1_795_386_087,
+            cas: 4,
+            fetched: false,
+            size: 79,
+        };
+        metadump_line(&mut out, &item);
+        metadump_line(
+            &mut out,
+            &DumpItem { key: b"\0\x01\xff", expires: Some(1_795_386_187), fetched: true, ..item },
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "key=a%2Fb%3Ac%3Fd%3De%26f%2Bg%22%27%3C%3E%C3%A9%20~._-%25 exp=-1 la=1795386087 cas=4 fetch=no cls=1 size=79\n\
+             key=%00%01%FF exp=1795386187 la=1795386087 cas=4 fetch=yes cls=1 size=79\n"
+        );
     }
 }

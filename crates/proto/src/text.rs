@@ -147,6 +147,61 @@ pub enum Request<'a> {
     Meta(Meta<'a>),
     /// mn.
     MetaNoop,
+    /// `lru_crawler metadump <classes>`: list every item (the server checks `classes` with
+    /// [`crawler_classes`], after checking that the crawler is enabled, as memcached does).
+    Metadump {
+        /// `all`, `hash`, or a comma-separated list of class ids.
+        classes: &'a [u8],
+    },
+    /// `lru_crawler crawl <classes>`: reclaim expired items now.
+    Crawl {
+        /// As for [`Request::Metadump`].
+        classes: &'a [u8],
+    },
+    /// `lru_crawler enable` / `lru_crawler disable`.
+    CrawlerSwitch {
+        /// enable.
+        enable: bool,
+    },
+    /// `lru_crawler sleep <us>` / `lru_crawler tocrawl <n>` with a valid number: pacing of
+    /// memcached's crawler thread (answered OK).
+    CrawlerPacing,
+    /// `shutdown`, `shutdown graceful`, or another mode (refused once shutdown is enabled).
+    Shutdown {
+        /// What was asked.
+        mode: ShutdownMode,
+    },
+}
+
+/// What `shutdown` asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// `shutdown`: stop now (memcached raises SIGINT).
+    Now,
+    /// `shutdown graceful` (memcached raises SIGUSR1).
+    Graceful,
+    /// Any other argument: `CLIENT_ERROR invalid shutdown mode`.
+    Invalid,
+}
+
+/// Class ids memcached's crawler takes: 1 to 63.
+const CRAWLER_CLASSES: std::ops::RangeInclusive<u32> = 1..=63;
+
+/// The class list of `lru_crawler crawl|metadump`: `Some(true)` when it covers every item of a
+/// server with one class (`all`, `hash`, or a list naming class 1), `Some(false)` for a valid
+/// list without it (memcached answers with an empty dump), `None` for an invalid one
+/// (`BADCLASS invalid class id`).
+pub fn crawler_classes(classes: &[u8]) -> Option<bool> {
+    if classes == b"all" || classes == b"hash" {
+        return Some(true);
+    }
+    let mut first = false;
+    // strtok_r: empty pieces between commas are skipped.
+    for piece in classes.split(|&byte| byte == b',').filter(|piece| !piece.is_empty()) {
+        let class = strtoul(piece).filter(|class| CRAWLER_CLASSES.contains(class))?;
+        first |= class == 1;
+    }
+    Some(first)
 }
 
 pub(crate) const ERROR: &str = "ERROR\r\n";
@@ -209,6 +264,15 @@ fn parse_tokens<'a, const N: usize>(
         b"quit" => done(Request::Quit, line_len),
         b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(tokens, line_len),
         b"mn" => done(Request::MetaNoop, line_len),
+        b"lru_crawler" => parse_lru_crawler(tokens, line_len),
+        b"shutdown" => {
+            let mode = match (ntokens, tokens.get(1)) {
+                (2, _) => ShutdownMode::Now,
+                (3, b"graceful") => ShutdownMode::Graceful,
+                _ => ShutdownMode::Invalid,
+            };
+            done(Request::Shutdown { mode }, line_len)
+        }
         _ => refuse(ERROR, line_len, false),
     }
 }
@@ -415,6 +479,28 @@ fn parse_verbosity<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) 
         return refuse(BAD_FORMAT, line_len, noreply);
     }
     done(Request::Verbosity { noreply }, line_len)
+}
+
+/// `lru_crawler`, with memcached 1.6's token counts and replies.
+fn parse_lru_crawler<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
+    const SLEEP_TOO_LONG: &str = "CLIENT_ERROR sleep must be one second or less\r\n";
+    let ntokens = tokens.len() + 1;
+    match (ntokens, tokens.get(1)) {
+        (4, b"crawl") => done(Request::Crawl { classes: tokens.get(2) }, line_len),
+        (4, b"metadump") => done(Request::Metadump { classes: tokens.get(2) }, line_len),
+        (4, b"tocrawl") => match strtoul(tokens.get(2)) {
+            Some(_) => done(Request::CrawlerPacing, line_len),
+            None => refuse(BAD_FORMAT, line_len, false),
+        },
+        (4, b"sleep") => match strtoul(tokens.get(2)) {
+            Some(micros) if micros > 1_000_000 => refuse(SLEEP_TOO_LONG, line_len, false),
+            Some(_) => done(Request::CrawlerPacing, line_len),
+            None => refuse(BAD_FORMAT, line_len, false),
+        },
+        (3, b"enable") => done(Request::CrawlerSwitch { enable: true }, line_len),
+        (3, b"disable") => done(Request::CrawlerSwitch { enable: false }, line_len),
+        _ => refuse(ERROR, line_len, false),
+    }
 }
 
 #[cfg(test)]

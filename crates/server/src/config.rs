@@ -29,6 +29,9 @@ pub struct Config {
     /// Largest item, e.g. 1m, 512k or 2097152 (memcached's -I).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     pub item_bytes_max: usize,
+    /// Enable the `shutdown` command (memcached's -A): a client may stop the server.
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
     /// Verbose: -v logs errors and warnings, -vv also connections.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,

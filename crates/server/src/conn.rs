@@ -279,6 +279,15 @@ pub struct Conn {
     /// Flushes in a row that held ready output back while replies from other workers were
     /// outstanding (at most `HOLD_FLUSHES_MAX`).
     pub held: u8,
+    /// A running `lru_crawler metadump` (its request stays at the front of the input until
+    /// the dump is complete).
+    pub dump: Option<crate::dump::Cursor>,
+    /// A request other than a get or `mn` ran since the input last ran dry: memcached still
+    /// holds its response, and refuses a metadump behind it ("cannot pipeline").
+    pub stacked: bool,
+    /// The client closed its side: nothing more is read; the connection closes once what it
+    /// sent is answered.
+    pub eof: bool,
 }
 
 impl Conn {
@@ -289,6 +298,7 @@ impl Conn {
             && !self.waiting
             && !self.dead
             && !self.closing
+            && !self.eof
             && !self.stalled
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
     }

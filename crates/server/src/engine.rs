@@ -6,8 +6,9 @@
 
 use crate::shared::{Shared, WorkerCounters};
 use qs_proto::response::{self as reply, MetaItem};
-use qs_proto::{GetKind, Meta, MetaCommand, Request, StoreMode};
+use qs_proto::{GetKind, Meta, MetaCommand, Request, ShutdownMode, StoreMode};
 use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// Where a request must run.
@@ -179,6 +180,21 @@ impl Engine {
         false
     }
 
+    /// The worker that owns `partition`.
+    pub fn owner_of_partition(&self, partition: usize) -> usize {
+        self.owner(partition)
+    }
+
+    /// Main index buckets per partition.
+    pub fn main_buckets(&self) -> usize {
+        self.shared.main_buckets
+    }
+
+    /// Whether `lru_crawler` serves dumps and crawls (`lru_crawler disable` stops it).
+    pub fn crawler_enabled(&self) -> bool {
+        self.shared.crawler_enabled.load(Relaxed)
+    }
+
     /// The worker that owns `key`.
     pub fn owner_of(&self, key: &[u8]) -> usize {
         self.owner(self.locate(key).1)
@@ -189,7 +205,15 @@ impl Engine {
     pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
         let keyed = !matches!(
             request,
-            Request::FlushAll { .. } | Request::Stats { .. } | Request::Version | Request::Verbosity { .. }
+            Request::FlushAll { .. }
+                | Request::Stats { .. }
+                | Request::Version
+                | Request::Verbosity { .. }
+                | Request::Metadump { .. }
+                | Request::Crawl { .. }
+                | Request::CrawlerSwitch { .. }
+                | Request::CrawlerPacing
+                | Request::Shutdown { .. }
         );
         if keyed && self.shared.workers == 1 {
             // Every partition is here: no need to hash the keys twice.
@@ -205,9 +229,15 @@ impl Engine {
             Request::Meta(meta) => return self.route_meta(meta, pending),
             Request::FlushAll { .. } => return Route::Broadcast,
             Request::Stats { .. } => return Route::AfterPending,
-            Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => {
-                return Route::Local
-            }
+            Request::Version
+            | Request::Verbosity { .. }
+            | Request::Quit
+            | Request::MetaNoop
+            | Request::Metadump { .. }
+            | Request::Crawl { .. }
+            | Request::CrawlerSwitch { .. }
+            | Request::CrawlerPacing
+            | Request::Shutdown { .. } => return Route::Local,
         };
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return Route::Local;
@@ -335,7 +365,11 @@ impl Engine {
                     out.extend_from_slice(reply::OK);
                 }
             }
-            Request::Stats { group } => crate::stats::write(&self.shared, group, out),
+            Request::Stats { group } => {
+                // This worker's own figures as of now, not as of its last loop turn.
+                self.publish();
+                crate::stats::write(&self.shared, group, out)
+            }
             Request::Version => out.extend_from_slice(VERSION_REPLY),
             Request::Verbosity { noreply } => {
                 if !noreply {
@@ -345,8 +379,68 @@ impl Engine {
             Request::Quit => return Exec::Close,
             Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
             Request::Meta(ref meta) => return self.meta(meta, out),
+            Request::Crawl { classes } => out.extend_from_slice(self.crawl(classes)),
+            Request::CrawlerSwitch { enable } => {
+                let was = self.shared.crawler_enabled.swap(enable, Relaxed);
+                out.extend_from_slice(match (enable, was) {
+                    // As memcached: starting a running crawler fails; stopping always succeeds.
+                    (true, true) => b"ERROR failed to start lru crawler thread\r\n",
+                    _ => reply::OK,
+                });
+            }
+            Request::CrawlerPacing => out.extend_from_slice(reply::OK),
+            Request::Shutdown { mode } => {
+                if !self.shared.config.enable_shutdown {
+                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                } else if mode == ShutdownMode::Invalid {
+                    out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+                } else {
+                    // memcached closes this connection without a reply and stops as on a
+                    // signal; here both modes are the graceful stop of SIGTERM.
+                    self.shared.request_stop();
+                    return Exec::Close;
+                }
+            }
+            Request::Metadump { .. } => {
+                // A dump runs a chunk at a time from the connection (crate::worker); one that
+                // reaches the engine came where it cannot stream (a UDP datagram).
+                out.extend_from_slice(b"ERROR metadump not allowed\r\n");
+            }
         }
         Exec::Done
+    }
+
+    /// `lru_crawler crawl <classes>`: memcached's background reclaim of expired items. Here an
+    /// expired item is dropped when a request finds it, and its memory returns when the log's
+    /// head passes it (the index scan clears its slot), so there is nothing to start: the
+    /// reply is memcached's.
+    fn crawl(&self, classes: &[u8]) -> &'static [u8] {
+        if !self.shared.crawler_enabled.load(Relaxed) {
+            return CRAWLER_DISABLED;
+        }
+        match qs_proto::crawler_classes(classes) {
+            None => BAD_CLASS,
+            // memcached answers this when the crawler finds no class to start on.
+            Some(_) if classes == b"hash" => b"ERROR an unknown error happened\r\n",
+            Some(_) => reply::OK,
+        }
+    }
+
+    /// One chunk of `lru_crawler metadump`: the items of main buckets `buckets` of `partition`
+    /// (owned here), one line each.
+    pub fn dump_chunk(&self, partition: usize, buckets: std::ops::Range<usize>, out: &mut Vec<u8>) {
+        let Some(owned) = &self.partitions[partition] else { return };
+        owned.dump(buckets, self.now_secs, |item| {
+            let line = reply::DumpItem {
+                key: item.key,
+                expires: (item.expiry != Expiry::NEVER).then_some(item.expiry.0),
+                last_access: item.last_access_secs,
+                cas: item.cas,
+                fetched: item.fetched,
+                size: debug_size(item.key.len(), item.value_len) as u64,
+            };
+            reply::metadump_line(out, &line);
+        });
     }
 
     /// flush_all on the partitions owned here.
@@ -808,8 +902,7 @@ impl Engine {
         reply::push_u64(out, hit.cas);
         out.extend_from_slice(if hit.fetched_before { b" fetch=yes" } else { b" fetch=no" });
         out.extend_from_slice(b" cls=1 size=");
-        let size = qs_store::item::item_bytes(key.len(), hit.value_len, true);
-        reply::push_u64(out, size as u64);
+        reply::push_u64(out, debug_size(key.len(), hit.value_len) as u64);
         out.extend_from_slice(b"\r\n");
     }
 
@@ -826,6 +919,17 @@ impl Engine {
         published.counters = self.counters;
         published.remote_reads.clone_from(&self.remote_reads);
     }
+}
+
+/// `lru_crawler` refusals, as memcached words them.
+pub const CRAWLER_DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled\r\n";
+/// A class list that names no class (see [`qs_proto::crawler_classes`]).
+pub const BAD_CLASS: &[u8] = b"BADCLASS invalid class id\r\n";
+
+/// The `size=` that `me` and `lru_crawler metadump` report: the item's bytes in the log
+/// (header with its extension word, key and value), as memcached reports its item's.
+fn debug_size(key_len: usize, value_len: usize) -> usize {
+    qs_store::item::item_bytes(key_len, value_len, true)
 }
 
 /// A get of one key in the form of `kind`, as request bytes (to hand one key to its owner).

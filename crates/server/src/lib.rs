@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod dump;
 pub mod engine;
 pub mod native;
 pub mod shared;
@@ -118,6 +119,9 @@ impl Server {
             page_kinds: first.page_kinds(),
             native_epoch: (random_u64() as u32) | 1,
             native_secret: random_u64(),
+            main_buckets: first.main_buckets(),
+            crawler_enabled: AtomicBool::new(true),
+            stats_baseline: Mutex::default(),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =

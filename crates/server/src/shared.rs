@@ -56,6 +56,64 @@ pub struct WorkerCounters {
 }
 
 impl WorkerCounters {
+    /// What accrued since `base` (an earlier reading of the same counters).
+    pub fn since(&self, base: &WorkerCounters) -> WorkerCounters {
+        let mut since = *self;
+        since.sub(base);
+        since
+    }
+
+    fn sub(&mut self, base: &WorkerCounters) {
+        let WorkerCounters {
+            cmd_get,
+            cmd_set,
+            cmd_flush,
+            cmd_touch,
+            meta_cmds,
+            bytes_read,
+            bytes_written,
+            remote_get_hits,
+            remote_get_misses,
+            forwarded,
+            forward_batches,
+            wakeups,
+            executed_for_others,
+            conns_dropped,
+            native_datagrams_in,
+            native_datagrams_out,
+            native_requests,
+            native_redirects,
+            native_bad,
+            native_duplicates,
+            native_replies_dropped,
+        } = *base;
+        for (value, base) in [
+            (&mut self.cmd_get, cmd_get),
+            (&mut self.cmd_set, cmd_set),
+            (&mut self.cmd_flush, cmd_flush),
+            (&mut self.cmd_touch, cmd_touch),
+            (&mut self.meta_cmds, meta_cmds),
+            (&mut self.bytes_read, bytes_read),
+            (&mut self.bytes_written, bytes_written),
+            (&mut self.remote_get_hits, remote_get_hits),
+            (&mut self.remote_get_misses, remote_get_misses),
+            (&mut self.forwarded, forwarded),
+            (&mut self.forward_batches, forward_batches),
+            (&mut self.wakeups, wakeups),
+            (&mut self.executed_for_others, executed_for_others),
+            (&mut self.conns_dropped, conns_dropped),
+            (&mut self.native_datagrams_in, native_datagrams_in),
+            (&mut self.native_datagrams_out, native_datagrams_out),
+            (&mut self.native_requests, native_requests),
+            (&mut self.native_redirects, native_redirects),
+            (&mut self.native_bad, native_bad),
+            (&mut self.native_duplicates, native_duplicates),
+            (&mut self.native_replies_dropped, native_replies_dropped),
+        ] {
+            *value = value.saturating_sub(base);
+        }
+    }
+
     /// Adds `other` into `self`.
     pub fn add(&mut self, other: &WorkerCounters) {
         self.cmd_get += other.cmd_get;
@@ -141,6 +199,25 @@ pub struct Shared {
     pub native_epoch: u32,
     /// Native protocol: the key of the address cookies (random at start).
     pub native_secret: u64,
+    /// Main index buckets per partition (`lru_crawler metadump` walks them a range at a time).
+    pub main_buckets: usize,
+    /// `lru_crawler enable|disable`: whether metadump and crawl are served.
+    pub crawler_enabled: AtomicBool,
+    /// What `stats reset` zeroed: the counters as they stood then.
+    pub stats_baseline: Mutex<StatsBaseline>,
+}
+
+/// The counters at the last `stats reset`; `stats` shows what accrued since.
+#[derive(Clone, Debug, Default)]
+pub struct StatsBaseline {
+    /// Per partition, as published.
+    pub partitions: Vec<PartitionStats>,
+    /// Per worker, as published.
+    pub workers: Vec<WorkerFigures>,
+    /// Connections accepted.
+    pub total_connections: u64,
+    /// Connections refused at the -c limit.
+    pub rejected_connections: u64,
 }
 
 impl Shared {

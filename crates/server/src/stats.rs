@@ -1,7 +1,7 @@
 //! `stats`, `stats settings` and `stats partitions`, with memcached's field names (exporters
 //! and dashboards parse them). Figures come from what owners publish once per loop turn.
 
-use crate::shared::{Shared, WorkerFigures};
+use crate::shared::{Shared, StatsBaseline, WorkerFigures};
 use qs_store::PartitionStats;
 use std::fmt::Display;
 use std::io::Write;
@@ -11,22 +11,59 @@ fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
     let _ = write!(out, "STAT {name} {value}\r\n");
 }
 
-fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures) {
+/// Each partition's published counters, less what they were at the last `stats reset`.
+fn partition_figures(shared: &Shared, baseline: &StatsBaseline) -> Vec<PartitionStats> {
+    let base = PartitionStats::default();
+    shared
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(index, published)| {
+            let published = *published.lock().unwrap_or_else(|e| e.into_inner());
+            published.since(baseline.partitions.get(index).unwrap_or(&base))
+        })
+        .collect()
+}
+
+fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionStats>) {
+    let baseline = shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let per_partition = partition_figures(shared, &baseline);
     let mut partitions = PartitionStats::default();
-    for published in &shared.partitions {
-        partitions.add(&published.lock().unwrap_or_else(|e| e.into_inner()));
+    for published in &per_partition {
+        partitions.add(published);
     }
     let mut workers =
         WorkerFigures { remote_reads: vec![(0, 0); shared.partitions.len()], ..Default::default() };
-    for published in &shared.workers_published {
+    let base = WorkerFigures::default();
+    for (index, published) in shared.workers_published.iter().enumerate() {
         let published = published.lock().unwrap_or_else(|e| e.into_inner());
-        workers.counters.add(&published.counters);
-        for (total, (gets, hits)) in workers.remote_reads.iter_mut().zip(&published.remote_reads) {
-            total.0 += gets;
-            total.1 += hits;
+        let base = baseline.workers.get(index).unwrap_or(&base);
+        workers.counters.add(&published.counters.since(&base.counters));
+        for (at, (total, (gets, hits))) in
+            workers.remote_reads.iter_mut().zip(&published.remote_reads).enumerate()
+        {
+            let (base_gets, base_hits) = base.remote_reads.get(at).copied().unwrap_or((0, 0));
+            total.0 += gets.saturating_sub(base_gets);
+            total.1 += hits.saturating_sub(base_hits);
         }
     }
-    (partitions, workers)
+    (partitions, workers, per_partition)
+}
+
+/// `stats reset`: from now on the counters count from zero (the figures that describe the
+/// present, items and bytes, stay).
+fn reset(shared: &Shared) {
+    let baseline = StatsBaseline {
+        partitions: shared.partitions.iter().map(|p| *p.lock().unwrap_or_else(|e| e.into_inner())).collect(),
+        workers: shared
+            .workers_published
+            .iter()
+            .map(|w| w.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .collect(),
+        total_connections: shared.total_connections.load(Relaxed),
+        rejected_connections: shared.rejected_connections.load(Relaxed),
+    };
+    *shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
 }
 
 /// Writes the reply to `stats <group>`.
@@ -37,6 +74,11 @@ pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
         b"partitions" => partitions(shared, out),
         b"arena" => arena(shared, out),
         b"items" | b"slabs" | b"sizes" | b"conns" | b"extstore" => {}
+        b"reset" => {
+            reset(shared);
+            out.extend_from_slice(b"RESET\r\n");
+            return;
+        }
         _ => {
             out.extend_from_slice(b"ERROR\r\n");
             return;
@@ -46,8 +88,9 @@ pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
 }
 
 fn general(shared: &Shared, out: &mut Vec<u8>) {
-    let (p, w) = totals(shared);
+    let (p, w, _) = totals(shared);
     let c = &w.counters;
+    let baseline = shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let now = crate::sys::now_secs();
     let (user, system) = crate::sys::cpu_times_secs();
     let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
@@ -61,8 +104,10 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "rusage_system", format_args!("{system:.6}"));
     stat(out, "max_connections", shared.config.max_connections);
     stat(out, "curr_connections", shared.curr_connections.load(Relaxed));
-    stat(out, "total_connections", shared.total_connections.load(Relaxed));
-    stat(out, "rejected_connections", shared.rejected_connections.load(Relaxed));
+    let total_connections = shared.total_connections.load(Relaxed);
+    stat(out, "total_connections", total_connections.saturating_sub(baseline.total_connections));
+    let rejected = shared.rejected_connections.load(Relaxed);
+    stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
     stat(out, "cmd_get", c.cmd_get);
     stat(out, "cmd_set", c.cmd_set);
     stat(out, "cmd_flush", c.cmd_flush);
@@ -175,9 +220,8 @@ fn arena(shared: &Shared, out: &mut Vec<u8>) {
 }
 
 fn partitions(shared: &Shared, out: &mut Vec<u8>) {
-    let (_, w) = totals(shared);
-    for (index, published) in shared.partitions.iter().enumerate() {
-        let p = *published.lock().unwrap_or_else(|e| e.into_inner());
+    let (_, w, per_partition) = totals(shared);
+    for (index, p) in per_partition.into_iter().enumerate() {
         let (remote_gets, remote_hits) = w.remote_reads[index];
         let mut field = |name: &str, value: u64| {
             let _ = write!(out, "STAT {index}:{name} {value}\r\n");

@@ -392,6 +392,9 @@ impl Worker {
                 queued: false,
                 waiting: false,
                 held: 0,
+                dump: None,
+                stacked: false,
+                eof: false,
             };
             self.conns[index] = Some(conn);
             self.work.push(index);
@@ -456,7 +459,20 @@ impl Worker {
         let Worker { conns, engine, outgoing, spare, inflight, index: me, executed, retry, .. } = self;
         let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
-        let Conn { input, output, stalled, closing, dead, generation, waiting, transport, .. } = conn;
+        let Conn {
+            input,
+            output,
+            stalled,
+            closing,
+            dead,
+            generation,
+            waiting,
+            transport,
+            dump,
+            stacked,
+            eof,
+            ..
+        } = conn;
         let udp = matches!(transport, Transport::Udp { .. });
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
@@ -506,6 +522,9 @@ impl Worker {
                     ahead += len;
                 }
                 if window.is_empty() {
+                    // The input ran dry: memcached would send what it holds now.
+                    *stacked = false;
+                    *closing |= *eof;
                     return;
                 }
                 // Stage 2 only pays when other requests run while the item loads: a request
@@ -553,6 +572,28 @@ impl Worker {
                         unmarked = Some(get_last_key(parsed));
                     }
                     let here = &pending[consumed..];
+                    let flushes = matches!(
+                        parsed,
+                        Parsed::Request { request: Request::Get { .. } | Request::MetaNoop, .. }
+                    );
+                    if let Parsed::Request { request: Request::Metadump { classes }, len } = parsed {
+                        if !udp {
+                            *executed = true;
+                            let running = dump.is_some();
+                            if !running {
+                                start_dump(classes, *stacked, dump, output.reply_buf(), engine);
+                            }
+                            *stacked = true;
+                            if continue_dump(dump, output, &mut hand, engine, me) {
+                                consumed += len;
+                                continue;
+                            }
+                            // More to list once the client has read some: the request stays.
+                            stop = true;
+                            break;
+                        }
+                    }
+                    *stacked = !flushes;
                     let (request, len) = match parsed {
                         Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
                         Parsed::Close => {
@@ -693,7 +734,13 @@ impl Worker {
                 for op in ops.iter_mut() {
                     let (start, len) = (op.request.0 as usize, op.request.1 as usize);
                     let response_start = responses.len();
-                    match qs_proto::parse(&requests[start..start + len], &self.engine.limits) {
+                    let request = &requests[start..start + len];
+                    if let Some((partition, buckets)) = crate::dump::decode_chunk(request) {
+                        self.engine.dump_chunk(partition, buckets, responses);
+                        op.response = (response_start as u32, (responses.len() - response_start) as u32);
+                        continue;
+                    }
+                    match qs_proto::parse(request, &self.engine.limits) {
                         Parsed::Request { request, .. } => {
                             // Every key of a handed-over request is owned here, so nothing
                             // is handed on.
@@ -859,6 +906,9 @@ impl Worker {
                 queued: true,
                 waiting: false,
                 held: 0,
+                dump: None,
+                stacked: false,
+                eof: false,
             });
             self.work.push(index);
         }
@@ -941,8 +991,11 @@ fn read_once(conn: &mut Conn, counters: &mut WorkerCounters) -> bool {
     let Transport::Tcp(stream) = &mut conn.transport else { return false };
     match stream.read(spare) {
         Ok(0) => {
+            // The client sent all it will: answer what it sent (a dump or a long get may
+            // still be running), then close.
             conn.read_ready = false;
-            conn.closing = true;
+            conn.eof = true;
+            conn.closing = conn.input.start == conn.input.end && conn.dump.is_none();
         }
         Ok(read) => {
             conn.input.end += read;
@@ -974,6 +1027,61 @@ fn queue_flush(flush: &mut Vec<usize>, index: usize) {
     if !flush.contains(&index) {
         flush.push(index);
     }
+}
+
+/// The start of `lru_crawler metadump <classes>`: memcached's refusals, or the cursor set to
+/// the first chunk.
+fn start_dump(
+    classes: &[u8],
+    stacked: bool,
+    dump: &mut Option<crate::dump::Cursor>,
+    out: &mut Vec<u8>,
+    engine: &Engine,
+) {
+    if !engine.crawler_enabled() {
+        out.extend_from_slice(crate::engine::CRAWLER_DISABLED);
+    } else if stacked {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before metadump\r\n");
+    } else {
+        match qs_proto::crawler_classes(classes) {
+            None => out.extend_from_slice(crate::engine::BAD_CLASS),
+            Some(true) => *dump = Some(crate::dump::Cursor::default()),
+            // A valid list of classes that hold nothing here.
+            Some(false) => out.extend_from_slice(qs_proto::response::END),
+        }
+    }
+}
+
+/// Lists chunks of a running dump while the client keeps up: the owned partitions' here, the
+/// others' by their owners. Returns true once the dump is complete (or was never started),
+/// with its `END` written.
+fn continue_dump(
+    dump: &mut Option<crate::dump::Cursor>,
+    output: &mut Output,
+    hand: &mut Hand<'_>,
+    engine: &mut Engine,
+    me: usize,
+) -> bool {
+    let Some(cursor) = dump.as_mut() else { return true };
+    let (partitions, buckets) = (engine.partitions.len(), engine.main_buckets());
+    loop {
+        if output.held_bytes() >= crate::dump::OUTPUT_AHEAD_BYTES
+            || output.pending_total >= crate::dump::CHUNKS_IN_FLIGHT
+            || hand.full
+        {
+            return false;
+        }
+        let Some((partition, range)) = cursor.next_chunk(partitions, buckets) else { break };
+        let owner = engine.owner_of_partition(partition);
+        if owner == me {
+            engine.dump_chunk(partition, range, output.reply_buf());
+        } else {
+            hand.over(owner, &crate::dump::encode_chunk(partition, range), OpKind::Reply, output, engine);
+        }
+    }
+    *dump = None;
+    output.reply_buf().extend_from_slice(qs_proto::response::END);
+    true
 }
 
 /// Hands requests of one connection over to their owners.

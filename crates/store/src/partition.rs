@@ -82,6 +82,23 @@ struct Found {
     header: Header,
 }
 
+/// One item as [`Partition::dump`] lists it.
+#[derive(Clone, Copy, Debug)]
+pub struct Dumped<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// Value bytes.
+    pub value_len: usize,
+    /// When it expires.
+    pub expiry: Expiry,
+    /// Unix second of its last access.
+    pub last_access_secs: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Fetched since it was stored.
+    pub fetched: bool,
+}
+
 /// Outcome of looking a key up.
 enum Lookup {
     Found(Found),
@@ -260,6 +277,55 @@ impl Partition {
     /// Largest item a store accepts here.
     pub fn item_bytes_max(&self) -> usize {
         self.item_bytes_max
+    }
+
+    /// Main index buckets: [`Partition::dump`] walks `0..main_buckets()`.
+    pub fn main_buckets(&self) -> usize {
+        self.bucket_mask + 1
+    }
+
+    /// Lists, without touching them, the items that main buckets `buckets` (and in store mode
+    /// the spare buckets chained to them) point to and that still answer at `now_secs`: every
+    /// key a get would find there, once. For `lru_crawler metadump`, a range at a time.
+    pub fn dump(&self, buckets: std::ops::Range<usize>, now_secs: u32, mut visit: impl FnMut(&Dumped<'_>)) {
+        let mut key = Vec::new();
+        for bucket in buckets.start..buckets.end.min(self.main_buckets()) {
+            let mut at = bucket;
+            loop {
+                let words = self.shared.index.bucket(at);
+                for word in &words[1..] {
+                    let slot = Slot(word.load(Relaxed));
+                    if slot.is_empty() || slot.is_link() || !self.geometry.is_live(slot.offset(), self.head) {
+                        continue;
+                    }
+                    let header = self.shared.log.header(slot.offset());
+                    if self.shared.is_gone(&header, now_secs) {
+                        continue;
+                    }
+                    key.clear();
+                    self.shared.log.read_bytes(
+                        slot.offset(),
+                        header.key_start(),
+                        header.word0.key_len(),
+                        &mut key,
+                    );
+                    visit(&Dumped {
+                        key: &key,
+                        value_len: header.word1.value_len(),
+                        expiry: header.ext.expiry(),
+                        last_access_secs: header.word1.last_access(),
+                        cas: self.shared.cas_unique(header.word0.cas_seq()),
+                        fetched: header.word0.has(BIT_FETCHED),
+                    });
+                }
+                // Only store mode chains buckets.
+                let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+                if !last.is_link() {
+                    break;
+                }
+                at = last.offset() as usize;
+            }
+        }
     }
 
     /// Runs one request. A hit's value is appended to `out`.

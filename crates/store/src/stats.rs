@@ -72,6 +72,79 @@ pub struct PartitionStats {
 }
 
 impl PartitionStats {
+    /// What the counters gained since `base` (an earlier snapshot: memcached's `stats reset`);
+    /// the figures that describe the present (items, bytes, arena and spare buckets) stay.
+    pub fn since(&self, base: &PartitionStats) -> PartitionStats {
+        // Every field named, so a new counter cannot be forgotten here.
+        let PartitionStats {
+            gets,
+            get_hits,
+            get_misses,
+            get_expired,
+            get_flushed,
+            sets,
+            total_items,
+            delete_hits,
+            delete_misses,
+            incr_hits,
+            incr_misses,
+            decr_hits,
+            decr_misses,
+            cas_hits,
+            cas_misses,
+            cas_badval,
+            touch_hits,
+            touch_misses,
+            log_evictions,
+            index_evictions,
+            evicted_unfetched,
+            reclaimed,
+            expired_unfetched,
+            too_large,
+            reappends,
+            refused,
+            items: _,
+            bytes: _,
+            arena_bytes: _,
+            arena_free_bytes: _,
+            arena_largest_free: _,
+            spare_buckets_used: _,
+            spare_buckets: _,
+        } = *base;
+        let mut since = *self;
+        for (value, base) in [
+            (&mut since.gets, gets),
+            (&mut since.get_hits, get_hits),
+            (&mut since.get_misses, get_misses),
+            (&mut since.get_expired, get_expired),
+            (&mut since.get_flushed, get_flushed),
+            (&mut since.sets, sets),
+            (&mut since.total_items, total_items),
+            (&mut since.delete_hits, delete_hits),
+            (&mut since.delete_misses, delete_misses),
+            (&mut since.incr_hits, incr_hits),
+            (&mut since.incr_misses, incr_misses),
+            (&mut since.decr_hits, decr_hits),
+            (&mut since.decr_misses, decr_misses),
+            (&mut since.cas_hits, cas_hits),
+            (&mut since.cas_misses, cas_misses),
+            (&mut since.cas_badval, cas_badval),
+            (&mut since.touch_hits, touch_hits),
+            (&mut since.touch_misses, touch_misses),
+            (&mut since.log_evictions, log_evictions),
+            (&mut since.index_evictions, index_evictions),
+            (&mut since.evicted_unfetched, evicted_unfetched),
+            (&mut since.reclaimed, reclaimed),
+            (&mut since.expired_unfetched, expired_unfetched),
+            (&mut since.too_large, too_large),
+            (&mut since.reappends, reappends),
+            (&mut since.refused, refused),
+        ] {
+            *value = value.saturating_sub(base);
+        }
+        since
+    }
+
     /// Adds `other` into `self` (for a server-wide total).
     pub fn add(&mut self, other: &PartitionStats) {
         let PartitionStats {

@@ -97,6 +97,30 @@ impl Harness {
         self.model.remove(&key);
     }
 
+    /// `Partition::dump` lists exactly the keys a get would find, each once, with the model's
+    /// CAS, expiry and length (in a lossy partition, a subset of the model's keys).
+    fn check_dump(&self) {
+        let mut dumped = HashMap::new();
+        let buckets = self.partition.main_buckets();
+        // In two ranges, as the server walks a partition a chunk at a time.
+        for range in [0..buckets / 2, buckets / 2..buckets] {
+            self.partition.dump(range, self.now, |item| {
+                let entry = (item.cas, item.expiry, item.value_len);
+                assert!(dumped.insert(item.key.to_vec(), entry).is_none(), "{:?} listed twice", item.key);
+            });
+        }
+        let expected: HashMap<Vec<u8>, _> = (0..=u8::MAX)
+            .filter_map(|key| self.present(key).map(|e| (key_bytes(key), (e.cas, e.expiry, e.value.len()))))
+            .collect();
+        if self.lossy {
+            for (key, entry) in &dumped {
+                assert_eq!(expected.get(key), Some(entry), "dump of {:?}", String::from_utf8_lossy(key));
+            }
+        } else {
+            assert_eq!(dumped, expected);
+        }
+    }
+
     fn step(&mut self, op: Op) {
         match op {
             Op::Store { key, mode, len, flags, ttl } => self.store(key, mode, len, flags, ttl),
@@ -293,9 +317,13 @@ proptest! {
     fn roomy_partition_loses_nothing(eviction in eviction(), ops in proptest::collection::vec(op(24), 1..300)) {
         // 24 keys in 16 buckets of 15 slots: load 0.1; 1 MiB of log never fills.
         let mut harness = harness(1 << 20, 16, eviction, false);
-        for op in ops {
+        for (n, op) in ops.into_iter().enumerate() {
             harness.step(op);
+            if n % 25 == 0 {
+                harness.check_dump();
+            }
         }
+        harness.check_dump();
         let stats = *harness.partition.stats();
         prop_assert_eq!(stats.log_evictions + stats.index_evictions, 0);
     }
@@ -304,9 +332,13 @@ proptest! {
     fn cramped_partition_never_lies(eviction in eviction(), ops in proptest::collection::vec(op(32), 200..600)) {
         // 32 keys in two buckets (30 slots) over a 2 KiB log: both kinds of eviction happen.
         let mut harness = harness(2048, 2, eviction, true);
-        for op in ops {
+        for (n, op) in ops.into_iter().enumerate() {
             harness.step(op);
+            if n % 25 == 0 {
+                harness.check_dump();
+            }
         }
+        harness.check_dump();
     }
 }
 
@@ -318,9 +350,13 @@ proptest! {
     #[test]
     fn store_mode_loses_nothing(spares in 1usize..4, ops in proptest::collection::vec(op(32), 100..500)) {
         let mut harness = store_harness(3072, 2, spares);
-        for op in ops {
+        for (n, op) in ops.into_iter().enumerate() {
             harness.step(op);
+            if n % 25 == 0 {
+                harness.check_dump();
+            }
         }
+        harness.check_dump();
         let stats = *harness.partition.stats();
         prop_assert_eq!(stats.log_evictions + stats.index_evictions, 0);
     }

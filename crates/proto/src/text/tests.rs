@@ -64,6 +64,16 @@ fn requests_parse_to_what_they_say() {
         (b"stats settings\r\n", r#"Stats { group: [115, 101, 116, 116, 105, 110, 103, 115] }"#),
         (b"quit\r\n", "Quit"),
         (b"mn\r\n", "MetaNoop"),
+        (b"lru_crawler metadump all\r\n", "Metadump { classes: [97, 108, 108] }"),
+        (b"lru_crawler crawl 1,2\r\n", "Crawl { classes: [49, 44, 50] }"),
+        (b"lru_crawler enable\r\n", "CrawlerSwitch { enable: true }"),
+        (b"lru_crawler disable\r\n", "CrawlerSwitch { enable: false }"),
+        (b"lru_crawler sleep 1000000\r\n", "CrawlerPacing"),
+        (b"lru_crawler tocrawl 4294967296\r\n", "CrawlerPacing"),
+        (b"shutdown\r\n", "Shutdown { mode: Now }"),
+        (b"shutdown graceful\r\n", "Shutdown { mode: Graceful }"),
+        (b"shutdown now\r\n", "Shutdown { mode: Invalid }"),
+        (b"shutdown graceful x\r\n", "Shutdown { mode: Invalid }"),
         (
             b"set k 4294967296 99999999999 1\r\nx\r\n",
             r#"Store { mode: Set, key: [107], flags: 0, exptime: 1215752191, data: [120], noreply: false }"#,
@@ -101,6 +111,13 @@ fn refusals_carry_memcached_replies_and_skip_lengths() {
         (b"mg k v v\r\n", "CLIENT_ERROR duplicate flag\r\n", 10),
         (b"md k v v\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n", 10),
         (b"ms k 2 MX\r\nab\r\n", "CLIENT_ERROR invalid mode for ms M token\r\n", 15),
+        (b"lru_crawler\r\n", "ERROR\r\n", 13),
+        (b"lru_crawler metadump\r\n", "ERROR\r\n", 22),
+        (b"lru_crawler metadump all x\r\n", "ERROR\r\n", 28),
+        (b"lru_crawler mgdump all\r\n", "ERROR\r\n", 24),
+        (b"lru_crawler sleep x\r\n", "CLIENT_ERROR bad command line format\r\n", 21),
+        (b"lru_crawler sleep 1000001\r\n", "CLIENT_ERROR sleep must be one second or less\r\n", 27),
+        (b"lru_crawler tocrawl -1\r\n", "CLIENT_ERROR bad command line format\r\n", 24),
     ];
     for (input, reply, skip) in cases {
         match parse(input, &limits()) {
@@ -192,4 +209,24 @@ fn the_set_fast_path_takes_plain_sets_only() {
     assert!(!fast("set k 0 0 1 extra"));
     assert!(!fast("set k -1 0 1"));
     assert!(!fast("add k 0 0 1"));
+}
+
+#[test]
+fn crawler_class_lists_read_as_memcached_reads_them() {
+    for (classes, expected) in [
+        (&b"all"[..], Some(true)),
+        (b"hash", Some(true)),
+        (b"1", Some(true)),
+        (b"2,1", Some(true)),
+        (b",1,,", Some(true)),
+        (b"2", Some(false)),
+        (b"63", Some(false)),
+        (b"0", None),
+        (b"64", None),
+        (b"1,x", None),
+        (b"-1", None),
+        (b"ALL", None),
+    ] {
+        assert_eq!(crawler_classes(classes), expected, "{:?}", String::from_utf8_lossy(classes));
+    }
 }

@@ -431,10 +431,37 @@ impl UdpClient {
 /// CAS uniques (the last one seen is noted in `last_cas`, for a following `{cas}`). With
 /// `clock`, also meta TTLs (to the nearest ten seconds) and idle times, which a second passing
 /// between two runs changes.
+/// The lines of an `lru_crawler metadump` (each ends in a bare `\n`; the `\r\n` of `END`
+/// follows the last): clock readings, CAS uniques and sizes masked (sizes differ by design,
+/// docs/COMPATIBILITY.md), in sorted order (the order is each server's walk).
+fn mask_dump(lines: &str) -> String {
+    // The line the dump ends with (`END`, or a refusal) follows the last bare `\n`.
+    let (lines, end) = lines.rsplit_once('\n').unwrap_or(("", lines));
+    let mut masked: Vec<String> = lines
+        .split('\n')
+        .map(|line| {
+            line.split(' ')
+                .map(|field| match field.split_once('=') {
+                    Some(("exp", "-1")) => field.to_string(),
+                    Some((name @ ("exp" | "la" | "cas" | "size"), _)) => format!("{name}=<n>"),
+                    _ => field.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    masked.sort();
+    masked.join("\n") + "\n" + end
+}
+
 pub fn mask_reply(reply: &[u8], last_cas: &mut String, clock: bool) -> Vec<String> {
     let text = String::from_utf8_lossy(reply);
     let mut lines = Vec::new();
     for line in text.split("\r\n") {
+        if line.starts_with("key=") {
+            lines.push(mask_dump(line));
+            continue;
+        }
         let mut tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
         if tokens[0] == "VERSION" {
             // Each server names its own version (docs/COMPATIBILITY.md).
