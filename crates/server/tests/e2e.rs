@@ -499,3 +499,185 @@ fn bad_command_lines_exit_with_status_two() {
         std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver")).arg("-V").output().expect("run");
     assert!(version.status.success() && String::from_utf8_lossy(&version.stdout).contains("quicksilver"));
 }
+
+/// `lru_crawler metadump all` on `client`: the keys listed (URI-decoded), in order.
+fn dump_keys(client: &mut Client) -> Vec<Vec<u8>> {
+    client.send(b"lru_crawler metadump all\r\n");
+    let reply = client.read_until(b"END\r\n");
+    let lines = &reply[..reply.len() - 5];
+    lines
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let encoded = line.strip_prefix(b"key=").expect("key=").split(|&b| b == b' ').next().unwrap();
+            let mut key = Vec::new();
+            let mut at = 0;
+            while at < encoded.len() {
+                if encoded[at] == b'%' {
+                    let hex = std::str::from_utf8(&encoded[at + 1..at + 3]).unwrap();
+                    key.push(u8::from_str_radix(hex, 16).unwrap());
+                    at += 3;
+                } else {
+                    key.push(encoded[at]);
+                    at += 1;
+                }
+            }
+            key
+        })
+        .collect()
+}
+
+/// A dump lists every stored key exactly once, whichever worker owns its partition and
+/// whichever worker the dumping connection landed on, in both access modes; keys deleted,
+/// expired or flushed are not listed.
+#[test]
+fn metadump_lists_every_key_once_across_workers() {
+    for access in ["crew", "erew"] {
+        let server = ServerProcess::quicksilver(&["-t", "2", "--access", access]);
+        let mut writer = server.connect();
+        let mut expected = std::collections::BTreeSet::new();
+        let mut batch = Vec::new();
+        for n in 0..20_000u32 {
+            // Keys that need escaping, and long ones.
+            let key = match n % 4 {
+                0 => format!("k{n}"),
+                1 => format!("a/b:{n}?c=d&e"),
+                2 => format!("{n}{}", "x".repeat(200)),
+                _ => format!("é{n}%"),
+            };
+            batch.extend_from_slice(format!("set {key} {n} 0 1 noreply\r\nv\r\n").as_bytes());
+            expected.insert(key.into_bytes());
+        }
+        writer.send(&batch);
+        for gone in ["k0", "k4"] {
+            writer.send(format!("delete {gone} noreply\r\n").as_bytes());
+            expected.remove(gone.as_bytes());
+        }
+        writer.send(b"set short 0 -1 1 noreply\r\nx\r\n");
+        assert_eq!(writer.call(b"version\r\n").len(), "VERSION 1.6.18-quicksilver\r\n".len());
+        // Several connections, so that both workers run a dump.
+        for _ in 0..4 {
+            let mut client = server.connect();
+            let listed = dump_keys(&mut client);
+            let unique: std::collections::BTreeSet<_> = listed.iter().cloned().collect();
+            assert_eq!(unique.len(), listed.len(), "{access}: a key listed twice");
+            assert_eq!(unique, expected, "{access}: the dump differs from what was stored");
+            // The connection carries on after the dump.
+            assert_eq!(client.call(b"get k8\r\n"), b"VALUE k8 8 1\r\nv\r\nEND\r\n");
+        }
+        writer.send(b"flush_all\r\n");
+        assert_eq!(writer.read_until(b"\r\n"), b"OK\r\n");
+        assert!(dump_keys(&mut server.connect()).is_empty(), "{access}: flushed keys listed");
+    }
+}
+
+/// A dump far larger than the output bound, for a client that does not read it: the server
+/// produces it only as fast as the client reads, so its memory stays put and other clients are
+/// served meanwhile; read later, the dump is complete. A client that half-closes after asking
+/// still gets the whole dump.
+#[test]
+fn a_dump_for_a_client_that_does_not_read_is_bounded() {
+    let server = server_with_canary(&["-t", "2", "-m", "256"]);
+    let mut writer = server.connect();
+    let mut batch = Vec::new();
+    const KEYS: usize = 100_000;
+    for n in 0..KEYS {
+        // 250-byte keys that all need escaping: about 780 bytes of dump each, 78 MB in all.
+        let key = format!("{n:0>10}{}", "/".repeat(240));
+        batch.extend_from_slice(format!("set {key} 0 0 1 noreply\r\nv\r\n").as_bytes());
+    }
+    writer.send(&batch);
+    assert_eq!(writer.call(b"version\r\n").len(), "VERSION 1.6.18-quicksilver\r\n".len());
+    let baseline = rss_bytes(server.pid());
+    let mut idle = server.connect();
+    idle.send(b"lru_crawler metadump all\r\n");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_healthy(&server);
+    let grown = rss_bytes(server.pid()).saturating_sub(baseline);
+    assert!(grown < 32 << 20, "the server buffered {grown} bytes of a dump nobody reads");
+    idle.stream.shutdown(std::net::Shutdown::Write).expect("half-close");
+    let reply = idle.read_to_close();
+    assert!(reply.ends_with(b"END\r\n"), "the dump did not end with END");
+    let lines = reply.iter().filter(|&&b| b == b'\n').count() - 1;
+    assert_eq!(lines, KEYS + 1, "every key and the canary, once each");
+}
+
+/// `stats reset`: memcached's counters start again from zero; what describes the present
+/// (items, bytes, connections open) stays.
+#[test]
+fn stats_reset_zeroes_counters_and_keeps_items() {
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    let mut client = server.connect();
+    for key in 0..20 {
+        set(&mut client, &format!("r{key}"), b"x");
+    }
+    for key in 0..30 {
+        let _ = get(&mut client, &format!("r{key}"));
+    }
+    assert_eq!(stat(&mut client, "cmd_get"), 30);
+    assert_eq!(client.call(b"stats reset\r\n"), b"RESET\r\n");
+    for (name, value) in
+        [("cmd_get", 0), ("get_hits", 0), ("get_misses", 0), ("cmd_set", 0), ("total_items", 0)]
+    {
+        assert_eq!(stat(&mut client, name), value, "{name} after reset");
+    }
+    assert_eq!(stat(&mut client, "curr_items"), 20);
+    assert_eq!(stat(&mut client, "curr_connections"), 1);
+    for key in 15..25 {
+        let _ = get(&mut client, &format!("r{key}"));
+    }
+    set(&mut client, "r99", b"y");
+    assert_eq!(stat(&mut client, "cmd_get"), 10);
+    assert_eq!(stat(&mut client, "get_hits"), 5);
+    assert_eq!(stat(&mut client, "get_misses"), 5);
+    assert_eq!(stat(&mut client, "cmd_set"), 1);
+    assert_eq!(stat(&mut client, "total_items"), 1);
+    assert_eq!(stat(&mut client, "curr_items"), 21);
+    let hits: u64 = stats(&mut client, "partitions")
+        .iter()
+        .filter(|(k, _)| k.ends_with(":hits"))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(hits, 5, "stats partitions counts from the reset too");
+}
+
+/// The crawler's switch and its crawls (memcached runs these on a thread of its own and
+/// answers by its timing, so the conformance suite leaves them out): crawls answer OK, a
+/// switched-off crawler refuses dumps and crawls, and switching it on again restores both.
+#[test]
+fn lru_crawler_switch_and_crawls() {
+    let server = server_with_canary(&["-t", "2"]);
+    let mut client = server.connect();
+    for (request, reply) in [
+        (&b"lru_crawler crawl 1\r\n"[..], &b"OK\r\n"[..]),
+        (b"lru_crawler crawl all\r\n", b"OK\r\n"),
+        (b"lru_crawler crawl 2,1\r\n", b"OK\r\n"),
+        (b"lru_crawler disable\r\n", b"OK\r\n"),
+        (b"lru_crawler crawl 1\r\n", b"CLIENT_ERROR lru crawler disabled\r\n"),
+        (b"lru_crawler metadump all\r\n", b"CLIENT_ERROR lru crawler disabled\r\n"),
+        (b"lru_crawler disable\r\n", b"OK\r\n"),
+        (b"lru_crawler enable\r\n", b"OK\r\n"),
+        (b"lru_crawler enable\r\n", b"ERROR failed to start lru crawler thread\r\n"),
+    ] {
+        assert_eq!(client.call(request), reply, "{}", String::from_utf8_lossy(request));
+    }
+    assert_eq!(dump_keys(&mut client), vec![b"canary".to_vec()]);
+}
+
+/// `shutdown` is refused unless -A enables it, as in memcached; enabled, a bad mode is
+/// refused, and `shutdown` closes the connection and stops the server cleanly (exit 0).
+#[test]
+fn shutdown_needs_enable_shutdown_then_stops_the_server() {
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    assert_eq!(server.connect().call(b"shutdown\r\n"), b"ERROR: shutdown not enabled\r\n");
+    drop(server);
+    for mode in ["shutdown", "shutdown graceful"] {
+        let mut server = server_with_canary(&["-t", "2", "-A"]);
+        let mut client = server.connect();
+        assert_eq!(client.call(b"shutdown now\r\n"), b"CLIENT_ERROR invalid shutdown mode\r\n");
+        client.send(format!("{mode}\r\n").as_bytes());
+        assert_eq!(client.read_to_close(), b"", "{mode}: no reply, the connection closes");
+        let status = server.wait_exit(Duration::from_secs(10)).expect("the server stopped");
+        assert!(status.success(), "{mode}: exit status {status:?}");
+    }
+}

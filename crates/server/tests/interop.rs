@@ -305,3 +305,65 @@ fn ketama_places_keys_as_libmemcached_and_twemproxy_do_on_a_mixed_fleet() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// memcached's own tool, memcached-tool (shipped in Debian's memcached package): `keys` and
+/// `dump` list a cache through `lru_crawler metadump`, and a dump is how a cache is copied to
+/// another server. Both answer for quicksilver as for memcached holding the same items, and
+/// the dump, replayed into a second quicksilver, restores every item.
+#[test]
+fn memcached_tool_lists_and_dumps_a_cache_that_reloads() {
+    const TOOL: &str = "/usr/share/memcached/scripts/memcached-tool";
+    let items: Vec<(String, u32, String)> = (0..300)
+        .map(|n| match n % 3 {
+            0 => (format!("session:{n}"), n, format!("user-{n}")),
+            1 => (format!("frag/{n}?lang=é"), 0, "x".repeat(n as usize)),
+            _ => (format!("count%{n}"), 7, n.to_string()),
+        })
+        .collect();
+    let fill = |server: &ServerProcess| {
+        let mut client = server.connect();
+        for (key, flags, value) in &items {
+            let reply = client.call(format!("set {key} {flags} 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+            assert_eq!(reply, b"STORED\r\n");
+        }
+    };
+    let sorted = |text: String| {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+    fill(&memcached);
+    fill(&quicksilver);
+    let tool = |server: &ServerProcess, mode: &str| {
+        let output = run("perl", &[TOOL, &format!("127.0.0.1:{}", server.port), mode]);
+        assert!(output.status.success(), "memcached-tool {mode}: {output:?}");
+        stdout(&output)
+    };
+    // `keys` prints each item's metadump line: compare the keys (the rest is clock, CAS and size).
+    let keys = |server: &ServerProcess| -> Vec<String> {
+        let mut keys: Vec<String> = tool(server, "keys")
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("key=").map(|rest| rest.split(' ').next().unwrap().to_string())
+            })
+            .collect();
+        keys.sort();
+        keys
+    };
+    let listed = keys(&quicksilver);
+    assert_eq!(listed.len(), items.len());
+    assert_eq!(listed, keys(&memcached));
+    // `dump` reads each key back and prints `add <key> <flags> <exptime> <bytes>` and the value.
+    let dump = tool(&quicksilver, "dump");
+    assert_eq!(sorted(dump.clone()), sorted(tool(&memcached, "dump")));
+    let copy = ServerProcess::quicksilver(&["-t", "1"]);
+    let mut client = copy.connect();
+    let replies = client.call(dump.as_bytes());
+    assert_eq!(replies, b"STORED\r\n".repeat(items.len()), "replaying the dump");
+    for (key, flags, value) in &items {
+        let reply = client.call(format!("get {key}\r\n").as_bytes());
+        assert_eq!(reply, format!("VALUE {key} {flags} {}\r\n{value}\r\nEND\r\n", value.len()).into_bytes());
+    }
+}
