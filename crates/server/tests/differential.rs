@@ -232,6 +232,17 @@ fn command(rng: &mut Rng, crew: bool) -> String {
                 "\r\n",
                 "get\r\n",
                 "ms\r\n",
+                "stats reset\r\n",
+                "shutdown\r\n",
+                "shutdown graceful x\r\n",
+                "lru_crawler sleep 10\r\n",
+                "lru_crawler sleep 2000000\r\n",
+                "lru_crawler tocrawl x\r\n",
+                "lru_crawler crawl 0\r\n",
+                "lru_crawler metadump 99\r\n",
+                "lru_crawler metadump\r\n",
+                "lru_crawler\r\n",
+                "cache_memlimit\r\n",
             ])
             .to_string(),
     }
