@@ -29,6 +29,15 @@ pub struct Config {
     /// Largest item, e.g. 1m, 512k or 2097152 (memcached's -I).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     pub item_bytes_max: usize,
+    /// Run in the background (memcached's -d): the command returns once the server serves.
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// Write the process id to this file (memcached's -P); removed on exit.
+    #[arg(short = 'P', long = "pidfile")]
+    pub pidfile: Option<std::path::PathBuf>,
+    /// When started as root, run as this user once the ports are bound (memcached's -u).
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
     /// Enable the `shutdown` command (memcached's -A): a client may stop the server.
     #[arg(short = 'A', long = "enable-shutdown")]
     pub enable_shutdown: bool,

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod daemon;
 pub mod dump;
 pub mod engine;
 pub mod native;

@@ -1,10 +1,12 @@
-//! The `quicksilver` binary: parse the command line, start the server, stop on SIGTERM/SIGINT.
+//! The `quicksilver` binary: parse the command line, start the server (in the background with
+//! -d, writing -P's pid file, as -u's user), stop on SIGTERM/SIGINT.
 
 use clap::Parser;
 use qs_server::config::Config;
+use qs_server::daemon;
 
 fn main() {
-    let config = Config::parse();
+    let mut config = Config::parse();
     if let Err(message) = config.validate() {
         eprintln!("quicksilver: {message}");
         std::process::exit(2);
@@ -14,13 +16,51 @@ fn main() {
     if fds < config.max_connections as u64 + 16 && verbose > 0 {
         eprintln!("quicksilver: open-file limit {fds} is below -c {}", config.max_connections);
     }
+    // The pid file's path as given, before -d moves to `/`.
+    if let Some(path) = config.pidfile.take() {
+        config.pidfile = Some(std::path::absolute(&path).unwrap_or(path));
+    }
+    let background = match config.daemon {
+        // Before any thread starts: a fork keeps only the calling thread.
+        true => match daemon::daemonize(verbose > 0) {
+            Ok(background) => Some(background),
+            Err(error) => {
+                eprintln!("quicksilver: cannot run in the background: {error}");
+                std::process::exit(1);
+            }
+        },
+        false => None,
+    };
+    let fail = |background: Option<daemon::Background>, message: &str, status: i32| -> ! {
+        match background {
+            Some(background) => background.failed(message),
+            None => eprintln!("quicksilver: {message}"),
+        }
+        std::process::exit(status);
+    };
+    let (pidfile, user) = (config.pidfile.clone(), config.user.clone());
     let server = match qs_server::Server::start(config) {
         Ok(server) => server,
-        Err(message) => {
-            eprintln!("quicksilver: {message}");
-            std::process::exit(1);
-        }
+        Err(message) => fail(background, &message, 1),
     };
+    // Written while still root (memcached too), so it may go where the user cannot write.
+    let _pidfile = match pidfile.as_deref().map(daemon::PidFile::create) {
+        Some(Err(error)) => {
+            let path = pidfile.as_deref().unwrap_or(std::path::Path::new("")).display();
+            fail(background, &format!("could not open the pid file {path} for writing: {error}"), 1)
+        }
+        Some(Ok(file)) => Some(file),
+        None => None,
+    };
+    if let Some(user) = user {
+        // After the ports are bound and the memory is mapped.
+        if let Err(error) = daemon::switch_user(&user) {
+            fail(background, &error.message, error.status);
+        }
+    }
+    if let Some(background) = background {
+        background.started();
+    }
     let stop = server.stopper();
     let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT]) {
         Ok(signals) => signals,

@@ -681,3 +681,86 @@ fn shutdown_needs_enable_shutdown_then_stops_the_server() {
         assert!(status.success(), "{mode}: exit status {status:?}");
     }
 }
+
+/// A server this test started in the background: SIGKILLed by pid when the test ends, however
+/// it ends.
+struct Daemon(i32);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill with a pid this test read from the server's own pid file.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie waiting for its new parent to reap it).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// memcached's -d and -P, as a memcached service definition starts it: the command returns 0
+/// once the server serves, the pid file names the detached server, SIGTERM to that pid stops
+/// it and removes the file; a start that fails (a taken port) fails the command, with the
+/// reason, instead of vanishing in the background.
+#[test]
+fn daemon_mode_writes_a_pid_file_and_reports_a_failed_start() {
+    let dir = std::env::temp_dir().join(format!("qs-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pidfile = dir.join("quicksilver.pid");
+    let port = common::free_tcp_ports(1).to_string();
+    let start = |port: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+            .args(["-d", "-P", pidfile.to_str().unwrap(), "-p", port, "-l", "127.0.0.1", "-t", "1"])
+            .output()
+            .expect("run quicksilver -d")
+    };
+    let output = start(&port);
+    assert!(output.status.success(), "{output:?}");
+    let pid: i32 = std::fs::read_to_string(&pidfile).expect("pid file").trim().parse().expect("a pid");
+    let daemon = Daemon(pid);
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).expect("serving");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut client = Client::from_stream(stream);
+    assert_eq!(client.call(b"version\r\n"), b"VERSION 1.6.18-quicksilver\r\n");
+    let taken = start(&port);
+    assert_eq!(taken.status.code(), Some(1), "{taken:?}");
+    assert!(String::from_utf8_lossy(&taken.stderr).contains("failed to listen"), "{taken:?}");
+    // SAFETY: kill with the pid the server wrote.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !exited(pid) {
+        assert!(Instant::now() < deadline, "the daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(daemon);
+    assert!(!pidfile.exists(), "the pid file outlived the server");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// memcached's -u: started as root, the server runs as the named user once its port is bound;
+/// an unknown user fails the start with memcached's message and status (67).
+#[test]
+fn user_switch_when_started_as_root() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: -u changes nothing, nothing to check");
+        return;
+    }
+    let server = ServerProcess::quicksilver(&["-t", "1", "-u", "nobody"]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).expect("status");
+    let uid = status.lines().find(|line| line.starts_with("Uid:")).expect("Uid line");
+    let nobody = std::process::Command::new("id").args(["-u", "nobody"]).output().expect("id");
+    let nobody = String::from_utf8_lossy(&nobody.stdout).trim().to_string();
+    assert!(uid.split_whitespace().skip(1).all(|id| id == nobody), "{uid}, nobody is {nobody}");
+    assert_eq!(server.connect().call(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-p", &common::free_tcp_ports(1).to_string(), "-u", "no-such-user-here"])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(67), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr)
+        .contains("can't find the user no-such-user-here to switch to"));
+}
