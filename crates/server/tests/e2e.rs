@@ -764,3 +764,49 @@ fn user_switch_when_started_as_root() {
     assert!(String::from_utf8_lossy(&output.stderr)
         .contains("can't find the user no-such-user-here to switch to"));
 }
+
+/// Dumps while another client keeps writing: every key that was stored before and never
+/// touched is listed, and no key is listed twice, under both access modes.
+#[test]
+fn metadump_while_keys_change() {
+    for access in ["crew", "erew"] {
+        let server = ServerProcess::quicksilver(&["-t", "2", "--access", access]);
+        let mut writer = server.connect();
+        let mut batch = Vec::new();
+        for n in 0..5000 {
+            batch.extend_from_slice(format!("set stable{n} 0 0 1 noreply\r\ns\r\n").as_bytes());
+        }
+        writer.send(&batch);
+        assert!(writer.call(b"").is_empty());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let stop = stop.clone();
+            let mut client = server.connect();
+            std::thread::spawn(move || {
+                let mut round = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut batch = Vec::new();
+                    for n in 0..200 {
+                        let key = (round * 200 + n) % 3000;
+                        batch.extend_from_slice(format!("set churn{key} 0 0 2 noreply\r\nxx\r\n").as_bytes());
+                        batch.extend_from_slice(
+                            format!("delete churn{} noreply\r\n", (key * 7) % 3000).as_bytes(),
+                        );
+                    }
+                    client.send(&batch);
+                    assert!(client.call(b"").is_empty());
+                    round += 1;
+                }
+            })
+        };
+        for _ in 0..5 {
+            let listed = dump_keys(&mut server.connect());
+            let unique: std::collections::BTreeSet<_> = listed.iter().cloned().collect();
+            assert_eq!(unique.len(), listed.len(), "{access}: a key listed twice");
+            let stable = unique.iter().filter(|key| key.starts_with(b"stable")).count();
+            assert_eq!(stable, 5000, "{access}: untouched keys missing from the dump");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().expect("writer");
+    }
+}
