@@ -29,6 +29,13 @@ pub struct Config {
     /// Largest item, e.g. 1m, 512k or 2097152 (memcached's -I).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     pub item_bytes_max: usize,
+    /// Listen on this UNIX domain socket instead of TCP and UDP (memcached's -s; a stale
+    /// socket file there is replaced).
+    #[arg(short = 's', long = "unix-socket")]
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// Permissions of the UNIX socket file, in octal (memcached's -a).
+    #[arg(short = 'a', long = "unix-mask", default_value = "700", value_parser = parse_octal)]
+    pub unix_mask: u32,
     /// Run in the background (memcached's -d): the command returns once the server serves.
     #[arg(short = 'd', long = "daemon")]
     pub daemon: bool,
@@ -247,4 +254,12 @@ mod pin_tests {
         assert!(Pin::Always.applies(2, 2));
         assert!(!Pin::Never.applies(1, 8));
     }
+}
+
+/// An octal permission mask such as 700 or 0766.
+fn parse_octal(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8)
+        .ok()
+        .filter(|mask| *mask <= 0o777)
+        .ok_or_else(|| format!("{text:?} is not an octal permission mask (e.g. 700)"))
 }

@@ -238,10 +238,128 @@ impl Output {
     }
 }
 
+/// A connected stream socket: TCP, or a UNIX domain socket (memcached's `-s`).
+pub enum Stream {
+    /// TCP.
+    Tcp(mio::net::TcpStream),
+    /// A UNIX domain socket.
+    Unix(mio::net::UnixStream),
+}
+
+impl std::io::Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.read(buf),
+            Stream::Unix(stream) => stream.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.write(buf),
+            Stream::Unix(stream) => stream.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl mio::event::Source for Stream {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.register(registry, token, interests),
+            Stream::Unix(stream) => stream.register(registry, token, interests),
+        }
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.reregister(registry, token, interests),
+            Stream::Unix(stream) => stream.reregister(registry, token, interests),
+        }
+    }
+
+    fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.deregister(registry),
+            Stream::Unix(stream) => stream.deregister(registry),
+        }
+    }
+}
+
+/// A listening socket: TCP, or a UNIX domain socket (memcached's `-s`).
+pub enum Listener {
+    /// TCP.
+    Tcp(mio::net::TcpListener),
+    /// A UNIX domain socket.
+    Unix(mio::net::UnixListener),
+}
+
+impl Listener {
+    /// Accepts one connection (TCP without Nagle's delay, as memcached sets it).
+    pub fn accept(&self) -> std::io::Result<Stream> {
+        match self {
+            Listener::Tcp(listener) => {
+                let (stream, _) = listener.accept()?;
+                let _ = stream.set_nodelay(true);
+                Ok(Stream::Tcp(stream))
+            }
+            Listener::Unix(listener) => Ok(Stream::Unix(listener.accept()?.0)),
+        }
+    }
+}
+
+impl mio::event::Source for Listener {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> std::io::Result<()> {
+        match self {
+            Listener::Tcp(listener) => listener.register(registry, token, interests),
+            Listener::Unix(listener) => listener.register(registry, token, interests),
+        }
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> std::io::Result<()> {
+        match self {
+            Listener::Tcp(listener) => listener.reregister(registry, token, interests),
+            Listener::Unix(listener) => listener.reregister(registry, token, interests),
+        }
+    }
+
+    fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
+        match self {
+            Listener::Tcp(listener) => listener.deregister(registry),
+            Listener::Unix(listener) => listener.deregister(registry),
+        }
+    }
+}
+
 /// Where a connection's requests come from.
 pub enum Transport {
-    /// A TCP connection.
-    Tcp(mio::net::TcpStream),
+    /// A stream connection (TCP or UNIX domain socket).
+    Tcp(Stream),
     /// One UDP datagram's requests: answered to `peer` through the worker's UDP socket, then
     /// the connection ends.
     Udp {

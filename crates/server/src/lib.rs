@@ -131,27 +131,46 @@ impl Server {
             owned[owner[index]][index] = Some(partition);
         }
         let main_addr = SocketAddr::new(config.listen, config.port);
-        sys::ensure_port_free(main_addr, true)
-            .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?;
-        if config.udp_port != 0 {
+        // -s: a UNIX domain socket instead of TCP and UDP, as in memcached.
+        let unix = match &config.unix_socket {
+            Some(path) => Some(
+                sys::unix_listener(path, config.unix_mask)
+                    .map_err(|e| format!("failed to listen on UNIX socket {}: {e}", path.display()))?,
+            ),
+            None => {
+                sys::ensure_port_free(main_addr, true)
+                    .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?;
+                None
+            }
+        };
+        let udp_port = if unix.is_some() { 0 } else { config.udp_port };
+        if udp_port != 0 {
             sys::ensure_port_free(SocketAddr::new(config.listen, config.udp_port), false)
                 .map_err(|e| format!("failed to listen on UDP port {}: {e}", config.udp_port))?;
         }
         let mut rings = worker::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {
-            let mut listeners = vec![sys::listener(main_addr, true)
-                .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?];
+            let mut listeners = vec![match &unix {
+                // Every worker accepts from the one socket (whichever wakes first).
+                Some(listener) => conn::Listener::Unix(mio::net::UnixListener::from_std(
+                    listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
+                )),
+                None => conn::Listener::Tcp(
+                    sys::listener(main_addr, true)
+                        .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?,
+                ),
+            }];
             if config.worker_port_base != 0 {
                 let port = config.worker_port_base as usize + index;
                 let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
                 let addr = SocketAddr::new(config.listen, port);
-                listeners.push(
+                listeners.push(conn::Listener::Tcp(
                     sys::listener(addr, false)
                         .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
-                );
+                ));
             }
-            let udp = match config.udp_port {
+            let udp = match udp_port {
                 0 => None,
                 port => Some(
                     sys::udp_socket(SocketAddr::new(config.listen, port), true)

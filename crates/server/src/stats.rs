@@ -183,6 +183,11 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "maxconns", config.max_connections);
     stat(out, "tcpport", config.port);
     stat(out, "udpport", config.udp_port);
+    match &config.unix_socket {
+        Some(path) => stat(out, "domain_socket", path.display()),
+        None => stat(out, "domain_socket", "NULL"),
+    }
+    stat(out, "umask", format_args!("{:o}", config.unix_mask));
     stat(out, "interface", config.listen);
     stat(out, "verbosity", config.verbose);
     stat(out, "evictions", if config.store_mode() { "off" } else { "on" });

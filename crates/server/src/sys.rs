@@ -57,6 +57,20 @@ pub fn ensure_port_free(addr: SocketAddr, stream: bool) -> io::Result<()> {
     socket.bind(&addr.into())
 }
 
+/// memcached's `-s`: a non-blocking UNIX domain socket listening at `path` with permissions
+/// `mask`. A socket file already there (left by an earlier server) is replaced; any other file
+/// is not touched and the bind fails.
+pub fn unix_listener(path: &std::path::Path, mask: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_socket()) {
+        std::fs::remove_file(path)?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mask))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// A non-blocking listener; with `reuse_port` several workers can bind the same port and the
 /// kernel spreads connections over them.
 pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpListener> {

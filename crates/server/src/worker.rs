@@ -10,7 +10,6 @@ use crate::conn::{Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
 use crate::engine::{Engine, Exec, Located, Route};
 use crate::shared::{Shared, WorkerCounters};
 use arrayvec::ArrayVec;
-use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use qs_proto::{Parsed, Request};
 use rtrb::{Consumer, Producer};
@@ -130,7 +129,7 @@ pub fn rings(workers: usize) -> Vec<Rings> {
 /// What a worker listens on.
 pub struct Sockets {
     /// TCP: the main port (shared by every worker) and, with --worker-port-base, its own.
-    pub listeners: Vec<TcpListener>,
+    pub listeners: Vec<crate::conn::Listener>,
     /// memcached's UDP port (-U), shared by every worker.
     pub udp: Option<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
@@ -142,7 +141,7 @@ pub struct Worker {
     index: usize,
     shared: Arc<Shared>,
     poll: Poll,
-    listeners: Vec<TcpListener>,
+    listeners: Vec<crate::conn::Listener>,
     /// memcached's UDP port (-U), bound by every worker.
     udp: Option<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
@@ -345,7 +344,7 @@ impl Worker {
     fn accept(&mut self, listener: usize) {
         loop {
             let Some(socket) = self.listeners.get(listener) else { return };
-            let (mut stream, _) = match socket.accept() {
+            let mut stream = match socket.accept() {
                 Ok(accepted) => accepted,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) => {
@@ -363,7 +362,6 @@ impl Worker {
                 continue;
             }
             self.shared.total_connections.fetch_add(1, Relaxed);
-            let _ = stream.set_nodelay(true);
             let index = self.free.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.generations.push(0);

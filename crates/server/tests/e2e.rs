@@ -810,3 +810,87 @@ fn metadump_while_keys_change() {
         churn.join().expect("writer");
     }
 }
+
+/// A server started on a UNIX domain socket (memcached's -s): killed when dropped.
+struct UnixServer {
+    child: std::process::Child,
+}
+
+impl Drop for UnixServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts quicksilver on the UNIX socket `path` with `args`, and waits until it answers.
+fn unix_server(path: &std::path::Path, args: &[&str]) -> UnixServer {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-s", path.to_str().unwrap()])
+        .args(args)
+        .spawn()
+        .expect("start quicksilver -s");
+    let server = UnixServer { child };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(path).is_err() {
+        assert!(Instant::now() < deadline, "quicksilver -s did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+/// A client over the UNIX socket at `path`, with the same calls as a TCP [`Client`].
+fn unix_client(path: &std::path::Path) -> Client {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let stream = std::os::unix::net::UnixStream::connect(path).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    // SAFETY: the descriptor comes from a connected stream socket given up just above; the
+    // test client only reads and writes it (TcpStream's calls work on any stream socket).
+    Client::from_stream(unsafe { std::net::TcpStream::from_raw_fd(stream.into_raw_fd()) })
+}
+
+/// memcached's -s and -a: the server listens on a UNIX domain socket (and not on TCP) with the
+/// given permissions; every worker serves its connections, handed-over requests included;
+/// a socket file left by an earlier server is replaced, any other file is refused.
+#[test]
+fn unix_domain_socket_serves_like_tcp() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("qs-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("quicksilver.sock");
+    let port = common::free_tcp_ports(1).to_string();
+    for round in 0..2 {
+        // The second round finds the first server's socket file still there.
+        let server = unix_server(&path, &["-t", "2", "-a", "766", "-p", &port, "-l", "127.0.0.1"]);
+        let mode = std::fs::metadata(&path).expect("socket file").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o766, "-a 766");
+        let mut clients: Vec<Client> = (0..8).map(|_| unix_client(&path)).collect();
+        for (n, client) in clients.iter_mut().enumerate() {
+            for key in 0..50 {
+                set(client, &format!("u{round}-{n}-{key}"), format!("v{key}").as_bytes());
+            }
+        }
+        for (n, client) in clients.iter_mut().enumerate() {
+            let keys: Vec<String> = (0..50).map(|key| format!("u{round}-{}-{key}", (n + 1) % 8)).collect();
+            let reply = client.call(format!("get {}\r\n", keys.join(" ")).as_bytes());
+            assert_eq!(reply.windows(5).filter(|w| w == b"VALUE").count(), 50, "multi-get over the socket");
+        }
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err(),
+            "-s listens on TCP too"
+        );
+        let settings = common::stats(&mut clients[0], "settings");
+        assert!(settings.iter().any(|(k, v)| k == "domain_socket" && v == path.to_str().unwrap()));
+        drop(server);
+    }
+    std::fs::remove_file(&path).expect("the socket file");
+    std::fs::write(&path, b"not a socket").expect("file");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-s", path.to_str().unwrap()])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("failed to listen on UNIX socket"));
+    assert_eq!(std::fs::read(&path).expect("file"), b"not a socket", "a regular file was replaced");
+    let _ = std::fs::remove_dir_all(&dir);
+}

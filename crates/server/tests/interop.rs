@@ -367,3 +367,50 @@ fn memcached_tool_lists_and_dumps_a_cache_that_reloads() {
         assert_eq!(reply, format!("VALUE {key} {flags} {}\r\n{value}\r\nEND\r\n", value.len()).into_bytes());
     }
 }
+
+/// Over a UNIX domain socket (`-s`, as PHP and local services often reach memcached): the
+/// libmemcached tools, pymemcache and pylibmc (libmemcached) store and read through it.
+#[test]
+fn clients_over_a_unix_domain_socket() {
+    let dir = std::env::temp_dir().join(format!("qs-interop-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let socket = dir.join("qs.sock");
+    let socket_path = socket.to_str().expect("utf-8 path").to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-s", &socket_path, "-t", "2"])
+        .spawn()
+        .expect("start quicksilver -s");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "quicksilver -s did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let servers = format!("--servers={socket_path}");
+    let (file_dir, file) = temp_file("qs-interop-unix-file", "over-socket.txt", b"through the socket\n");
+    let copied = run("memccp", &[&servers, &file]);
+    let read = run("memccat", &[&servers, "over-socket.txt"]);
+    let script = format!(
+        "from pymemcache.client.base import Client\n\
+         import pylibmc\n\
+         c = Client({socket_path:?})\n\
+         c.set('py', 'mc')\n\
+         assert c.get('py') == b'mc'\n\
+         assert c.get('over-socket.txt') == b'through the socket\\n'\n\
+         m = pylibmc.Client([{socket_path:?}])\n\
+         m.set('lib', 'mc')\n\
+         assert m.get('lib') == 'mc' and m.get('py') in ('mc', b'mc')\n\
+         print('ok')\n"
+    );
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|python| run(python, &["-c", "import pymemcache, pylibmc"]).status.success())
+        .expect("pymemcache and pylibmc are not installed (scripts/test.sh installs them)");
+    let clients = run(python, &["-c", &script]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&file_dir);
+    assert!(copied.status.success(), "memccp: {copied:?}");
+    assert!(stdout(&read).starts_with("through the socket\n"), "memccat: {read:?}");
+    assert_eq!(stdout(&clients).trim(), "ok", "{}", String::from_utf8_lossy(&clients.stderr));
+}
