@@ -270,15 +270,17 @@ impl Worker {
             while let Some(index) = self.work.pop() {
                 self.service(index);
             }
+            // Published before the replies leave, so a client that saw a reply sees its
+            // effect in `stats` (asked on any worker).
+            if self.executed {
+                self.engine.publish();
+                self.executed = false;
+            }
             self.send_outgoing();
             for index in std::mem::take(&mut self.retry) {
                 if let Some(conn) = self.conns[index].as_mut() {
                     queue(&mut self.work, conn, index);
                 }
-            }
-            if self.executed {
-                self.engine.publish();
-                self.executed = false;
             }
             self.write_all();
             if self.shared.stop.load(Relaxed) {
