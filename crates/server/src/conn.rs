@@ -268,38 +268,46 @@ impl std::io::Write for Stream {
     }
 }
 
-impl mio::event::Source for Stream {
-    fn register(
-        &mut self,
-        registry: &mio::Registry,
-        token: mio::Token,
-        interests: mio::Interest,
-    ) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(stream) => stream.register(registry, token, interests),
-            Stream::Unix(stream) => stream.register(registry, token, interests),
-        }
-    }
+/// `mio::event::Source` for an enum of a TCP and a UNIX socket: each call goes to the variant.
+macro_rules! delegate_source {
+    ($type:ident) => {
+        impl mio::event::Source for $type {
+            fn register(
+                &mut self,
+                registry: &mio::Registry,
+                token: mio::Token,
+                interests: mio::Interest,
+            ) -> std::io::Result<()> {
+                match self {
+                    $type::Tcp(socket) => socket.register(registry, token, interests),
+                    $type::Unix(socket) => socket.register(registry, token, interests),
+                }
+            }
 
-    fn reregister(
-        &mut self,
-        registry: &mio::Registry,
-        token: mio::Token,
-        interests: mio::Interest,
-    ) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(stream) => stream.reregister(registry, token, interests),
-            Stream::Unix(stream) => stream.reregister(registry, token, interests),
-        }
-    }
+            fn reregister(
+                &mut self,
+                registry: &mio::Registry,
+                token: mio::Token,
+                interests: mio::Interest,
+            ) -> std::io::Result<()> {
+                match self {
+                    $type::Tcp(socket) => socket.reregister(registry, token, interests),
+                    $type::Unix(socket) => socket.reregister(registry, token, interests),
+                }
+            }
 
-    fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(stream) => stream.deregister(registry),
-            Stream::Unix(stream) => stream.deregister(registry),
+            fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
+                match self {
+                    $type::Tcp(socket) => socket.deregister(registry),
+                    $type::Unix(socket) => socket.deregister(registry),
+                }
+            }
         }
-    }
+    };
 }
+
+delegate_source!(Stream);
+delegate_source!(Listener);
 
 /// A listening socket: TCP, or a UNIX domain socket (memcached's `-s`).
 pub enum Listener {
@@ -319,39 +327,6 @@ impl Listener {
                 Ok(Stream::Tcp(stream))
             }
             Listener::Unix(listener) => Ok(Stream::Unix(listener.accept()?.0)),
-        }
-    }
-}
-
-impl mio::event::Source for Listener {
-    fn register(
-        &mut self,
-        registry: &mio::Registry,
-        token: mio::Token,
-        interests: mio::Interest,
-    ) -> std::io::Result<()> {
-        match self {
-            Listener::Tcp(listener) => listener.register(registry, token, interests),
-            Listener::Unix(listener) => listener.register(registry, token, interests),
-        }
-    }
-
-    fn reregister(
-        &mut self,
-        registry: &mio::Registry,
-        token: mio::Token,
-        interests: mio::Interest,
-    ) -> std::io::Result<()> {
-        match self {
-            Listener::Tcp(listener) => listener.reregister(registry, token, interests),
-            Listener::Unix(listener) => listener.reregister(registry, token, interests),
-        }
-    }
-
-    fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
-        match self {
-            Listener::Tcp(listener) => listener.deregister(registry),
-            Listener::Unix(listener) => listener.deregister(registry),
         }
     }
 }
