@@ -579,8 +579,7 @@ impl Worker {
                     if let Parsed::Request { request: Request::Metadump { classes }, len } = parsed {
                         if !udp {
                             *executed = true;
-                            let running = dump.is_some();
-                            if !running {
+                            if dump.is_none() {
                                 start_dump(classes, *stacked, dump, output.reply_buf(), engine);
                             }
                             *stacked = true;
