@@ -2,10 +2,12 @@
 # The native protocol under qs-bench native, against a recvmmsg/sendmmsg echo server with the
 # same datagrams: quicksilver -t 1 pinned to core 0 (default 4 partitions, and --partitions 1),
 # the client on core 1, windows 1 and 4, ROUNDS interleaved rounds. Prints JSON lines.
-#   scripts/bench-native.sh [ROUNDS]
+# Extra arguments go to every qs-bench native run (e.g. --busy-poll-us 200).
+#   scripts/bench-native.sh [ROUNDS] [QS-BENCH ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
+shift || true
 cargo build --release -q -p qs-server -p qs-bench
 port_free() { ! ss -Hltun | awk '{print $5}' | grep -q ":$1\$"; }
 for round in $(seq 1 "$rounds"); do
@@ -20,7 +22,7 @@ for round in $(seq 1 "$rounds"); do
     load=""
     for window in 1 4; do
       taskset -c 1 target/release/qs-bench native --server "127.0.0.1:$base" --keys 1000000 \
-        --server-pid "$pid" --duration 4 --window "$window" --echo-probe --echo-cores 0 $load --json \
+        --server-pid "$pid" --duration 4 --window "$window" --echo-probe --echo-cores 0 $load --json "$@" \
         | tail -1 | sed "s/^{/{\"round\":$round,\"server_partitions\":$partitions,/"
       load="--no-load"
     done

@@ -1024,6 +1024,7 @@ fn run_native(args: &LoadArgs) -> std::io::Result<LoadReport> {
         no_load: args.no_load,
         echo_probe: false,
         echo_cores: String::new(),
+        busy_poll_us: 0,
         seed: args.seed,
         json: false,
     };

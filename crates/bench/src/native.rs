@@ -9,7 +9,8 @@ use crate::load::{process_cpu_secs, Arrivals};
 use crate::workload::{value_matches, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
 use clap::Args;
 use hdrhistogram::Histogram;
-use qs_client::{NativeClient, Op, Status};
+use qs_client::native::Datagrams;
+use qs_client::{NativeClient, Op, Socket, Status};
 use serde::Serialize;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -65,6 +66,12 @@ pub struct NativeArgs {
     /// Cores the echo server is pinned to (taskset syntax).
     #[arg(long, default_value = "0")]
     pub echo_cores: String,
+    /// The client (and the echo probe's client) polls its socket for up to this many
+    /// microseconds before sleeping, as MICA's clients poll their NICs: a reply that finds the
+    /// client polling needs no wake-up, which on loopback the server's send would pay for.
+    /// 0: the client sleeps at once.
+    #[arg(long, default_value_t = 0)]
+    pub busy_poll_us: u64,
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -159,6 +166,7 @@ fn preload(client: &mut NativeClient, args: &NativeArgs) -> io::Result<()> {
 /// Runs the load (and the echo probe) and reports.
 pub fn run(args: &NativeArgs) -> io::Result<NativeReport> {
     let mut client = NativeClient::connect(args.server).map_err(io::Error::other)?;
+    client.set_busy_poll(Duration::from_micros(args.busy_poll_us));
     if !args.no_load {
         preload(&mut client, args)?;
     }
@@ -321,8 +329,8 @@ fn udp_echo_probe(args: &NativeArgs, size: usize, sockets: usize, window: usize)
     let count = sockets.max(1).to_string();
     let (child, addresses) =
         crate::probe::start_pinned_many(&args.echo_cores, &["udp-echo", "--sockets", &count])?;
-    let socket = UdpSocket::bind("127.0.0.1:0")?;
-    socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let mut socket = Socket::new(UdpSocket::bind("127.0.0.1:0")?);
+    socket.set_busy_poll(Duration::from_micros(args.busy_poll_us));
     let datagram = vec![b'x'; size];
     let mut buf = vec![0u8; 65536];
     let pid = child.0.id();
@@ -338,11 +346,11 @@ fn udp_echo_probe(args: &NativeArgs, size: usize, sockets: usize, window: usize)
         }
         for address in &addresses {
             for _ in 0..window {
-                socket.send_to(&datagram, address)?;
+                socket.send_to(&datagram, *address)?;
             }
         }
         for _ in 0..window * addresses.len() {
-            if socket.recv_from(&mut buf).is_err() {
+            if socket.recv_from(&mut buf, Duration::from_millis(50)).is_err() {
                 break;
             }
             if measuring {

@@ -17,6 +17,6 @@ pub mod native;
 pub mod text;
 
 pub use ketama::{Continuum, Flavor, Server};
-pub use native::{Error, NativeClient, Op, Reply, Retry};
+pub use native::{Error, NativeClient, Op, Reply, Retry, Socket};
 pub use qs_proto::native::Status;
 pub use text::TextClient;

@@ -30,6 +30,95 @@ impl Datagrams for UdpSocket {
     }
 }
 
+/// The client's own socket: remembers its read timeout (no `setsockopt` per receive) and can
+/// busy-poll for a while before it sleeps in the kernel.
+///
+/// Busy-polling is what MICA's clients do (they poll their NIC queues): a reply that arrives
+/// while the client polls needs no wake-up, and on loopback that wake-up (an inter-processor
+/// interrupt) is paid inside the *server's* send. It costs the client's core its idle time,
+/// so it is off unless asked for ([`NativeClient::set_busy_poll`]).
+pub struct Socket {
+    socket: UdpSocket,
+    /// The read timeout set on the socket (when it is blocking).
+    timeout: Option<Duration>,
+    /// How long a receive polls before it blocks; zero: it blocks at once.
+    spin: Duration,
+    /// The socket is in non-blocking mode (switched only when a receive changes mode).
+    nonblocking: bool,
+}
+
+impl Socket {
+    /// Wraps a bound socket.
+    pub fn new(socket: UdpSocket) -> Socket {
+        Socket { socket, timeout: None, spin: Duration::ZERO, nonblocking: false }
+    }
+
+    /// Polls for up to `spin` in every receive before sleeping (zero: sleep at once).
+    pub fn set_busy_poll(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    fn recv_blocking(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<(usize, SocketAddr)> {
+        let timeout = timeout.max(Duration::from_micros(1));
+        self.set_nonblocking(false)?;
+        // Timeouts are rounded to 100 µs steps, so a run of receives sets it once.
+        let rounded = Duration::from_micros(timeout.as_micros().div_ceil(100) as u64 * 100);
+        if self.timeout != Some(rounded) {
+            self.socket.set_read_timeout(Some(rounded))?;
+            self.timeout = Some(rounded);
+        }
+        self.socket.recv_from(buf)
+    }
+
+    fn set_nonblocking(&mut self, nonblocking: bool) -> io::Result<()> {
+        if self.nonblocking != nonblocking {
+            self.socket.set_nonblocking(nonblocking)?;
+            self.nonblocking = nonblocking;
+        }
+        Ok(())
+    }
+}
+
+impl Datagrams for Socket {
+    fn send_to(&mut self, datagram: &[u8], to: SocketAddr) -> io::Result<()> {
+        match self.socket.send_to(datagram, to) {
+            // A full send buffer while polling: wait for room as a blocking socket would.
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                self.set_nonblocking(false)?;
+                self.socket.send_to(datagram, to).map(|_| ())
+            }
+            result => result.map(|_| ()),
+        }
+    }
+
+    fn recv_from(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<(usize, SocketAddr)> {
+        if self.spin.is_zero() {
+            return self.recv_blocking(buf, timeout);
+        }
+        let start = Instant::now();
+        let spin = self.spin.min(timeout);
+        self.set_nonblocking(true)?;
+        let polled = loop {
+            match self.socket.recv_from(buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    if start.elapsed() >= spin {
+                        break None;
+                    }
+                    std::hint::spin_loop();
+                }
+                result => break Some(result),
+            }
+        };
+        match polled {
+            Some(result) => result,
+            None => match timeout.checked_sub(start.elapsed()) {
+                Some(left) if !left.is_zero() => self.recv_blocking(buf, left),
+                _ => Err(io::ErrorKind::TimedOut.into()),
+            },
+        }
+    }
+}
+
 /// One operation of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op<'a> {
@@ -213,7 +302,7 @@ pub struct ClientStats {
 }
 
 /// A native-protocol client of one server.
-pub struct NativeClient<D: Datagrams = UdpSocket> {
+pub struct NativeClient<D: Datagrams = Socket> {
     io: D,
     server: IpAddr,
     /// The port of partition 0, where the directory is asked for.
@@ -227,13 +316,19 @@ pub struct NativeClient<D: Datagrams = UdpSocket> {
     stats: ClientStats,
 }
 
-impl NativeClient<UdpSocket> {
+impl NativeClient<Socket> {
     /// Connects to the server whose partition 0 answers at `base` (its `--native-port`), and
     /// fetches its directory.
-    pub fn connect(base: SocketAddr) -> Result<NativeClient<UdpSocket>, Error> {
+    pub fn connect(base: SocketAddr) -> Result<NativeClient<Socket>, Error> {
         let bind: SocketAddr =
             if base.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("an address");
-        NativeClient::with_datagrams(UdpSocket::bind(bind)?, base, Retry::default())
+        NativeClient::with_datagrams(Socket::new(UdpSocket::bind(bind)?), base, Retry::default())
+    }
+
+    /// Lets every receive poll the socket for up to `spin` before it sleeps (zero, the default:
+    /// sleep at once). See [`Socket`].
+    pub fn set_busy_poll(&mut self, spin: Duration) {
+        self.io.set_busy_poll(spin);
     }
 }
 

@@ -190,7 +190,7 @@ impl Native {
                 match self.burst.recv(fd) {
                     Ok(count) => {
                         self.process(count, engine);
-                        self.send(index, &mut engine.counters);
+                        self.send(index, count, &mut engine.counters);
                         served = true;
                         // A short burst drained the socket: epoll reports every later
                         // arrival, so no second call just to hear "would block".
@@ -341,11 +341,12 @@ impl Native {
         }
     }
 
-    /// Sends the burst's replies from port `index` in one `sendmmsg` (more if over
-    /// [`crate::sys::BURST_MAX`]); what the socket cannot take is dropped (clients retransmit).
-    fn send(&mut self, index: usize, counters: &mut WorkerCounters) {
-        let datagrams: Vec<(SocketAddr, &[u8])> = self
-            .replies
+    /// Sends the replies to the burst's `count` datagrams from port `index` in one `sendmmsg`
+    /// (more if over [`crate::sys::BURST_MAX`]); what the socket cannot take is dropped
+    /// (clients retransmit). Reply slots past `count` hold an earlier, larger burst's replies,
+    /// already sent.
+    fn send(&mut self, index: usize, count: usize, counters: &mut WorkerCounters) {
+        let datagrams: Vec<(SocketAddr, &[u8])> = self.replies[..count]
             .iter()
             .filter_map(|reply| Some((reply.peer?, &reply.datagrams)))
             .flat_map(|(peer, datagrams)| datagrams.iter().map(move |datagram| (peer, datagram.as_slice())))
