@@ -374,13 +374,14 @@ pub fn write_response_fixed(
     flags: u32,
     number: u64,
 ) {
-    out.push(status as u8);
-    out.push(opcode);
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&request_id.to_le_bytes());
-    out.extend_from_slice(&(value_len as u32).to_le_bytes());
-    out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&number.to_le_bytes());
+    let mut fixed = [0u8; RESPONSE_BYTES];
+    fixed[0] = status as u8;
+    fixed[1] = opcode;
+    fixed[4..8].copy_from_slice(&request_id.to_le_bytes());
+    fixed[8..12].copy_from_slice(&(value_len as u32).to_le_bytes());
+    fixed[12..16].copy_from_slice(&flags.to_le_bytes());
+    fixed[16..24].copy_from_slice(&number.to_le_bytes());
+    out.extend_from_slice(&fixed);
 }
 
 /// Rewrites the value length of the response whose fixed part starts at `at` in `out`.

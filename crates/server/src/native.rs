@@ -39,12 +39,39 @@ pub struct Port {
     pub ready: bool,
 }
 
-/// A request of the burst waiting for execution: its datagram, where in it, its key's place.
+/// A request of the burst waiting for execution: its datagram, its parsed fields (the key and
+/// value as places in the datagram, so nothing is parsed twice), its key's place.
 struct Pending {
     slot: usize,
-    at: usize,
+    opcode: Opcode,
+    request_id: u32,
+    flags: u32,
+    exptime: i32,
+    operand: u64,
+    /// The key's start in the datagram; the value follows it.
+    key_at: u32,
+    key_len: u16,
+    value_len: u32,
     hash: KeyHash,
     partition: usize,
+}
+
+impl Pending {
+    /// The request again, borrowing its datagram's `bytes`.
+    fn request<'a>(&self, bytes: &'a [u8]) -> RequestMsg<'a> {
+        let key_at = self.key_at as usize;
+        let value_at = key_at + usize::from(self.key_len);
+        RequestMsg {
+            opcode: self.opcode,
+            request_id: self.request_id,
+            keyhash: self.hash.0,
+            flags: self.flags,
+            exptime: self.exptime,
+            operand: self.operand,
+            key: &bytes[key_at..value_at],
+            value: &bytes[value_at..value_at + self.value_len as usize],
+        }
+    }
 }
 
 /// The replies to one received datagram: datagrams of at most [`wire::DATAGRAM_BYTES_MAX`].
@@ -278,6 +305,7 @@ impl Native {
                     let body = &bytes[wire::HEADER_BYTES..];
                     let mut requests = Requests::new(body, header.count);
                     loop {
+                        // Where the next request starts: its key follows its fixed part.
                         let at = wire::HEADER_BYTES + body.len() - requests.remaining();
                         let Some(request) = requests.next() else { break };
                         engine.counters.native_requests += 1;
@@ -309,7 +337,19 @@ impl Native {
                             continue;
                         }
                         engine.prefetch_bucket((hash, partition));
-                        self.pending.push(Pending { slot, at, hash, partition });
+                        self.pending.push(Pending {
+                            slot,
+                            opcode: request.opcode,
+                            request_id: request.request_id,
+                            flags: request.flags,
+                            exptime: request.exptime,
+                            operand: request.operand,
+                            key_at: (at + wire::REQUEST_BYTES) as u32,
+                            key_len: request.key.len() as u16,
+                            value_len: request.value.len() as u32,
+                            hash,
+                            partition,
+                        });
                     }
                 }
                 Kind::Responses | Kind::Directory => engine.counters.native_bad += 1,
@@ -319,11 +359,9 @@ impl Native {
             engine.prefetch_item((pending.hash, pending.partition));
         }
         for index in 0..self.pending.len() {
-            let Pending { slot, at, hash, partition } = self.pending[index];
-            let (bytes, _, _) = self.burst.datagram(slot);
-            let Some(Ok(request)) = Requests::new(&bytes[at..], 1).next() else {
-                unreachable!("a request read once reads again")
-            };
+            let pending = &self.pending[index];
+            let (slot, hash, partition) = (pending.slot, pending.hash, pending.partition);
+            let request = pending.request(self.burst.datagram(slot).0);
             let peer = self.replies[slot].peer.expect("a request datagram has a peer");
             execute(
                 engine,

@@ -216,35 +216,81 @@ impl Burst {
     }
 }
 
+/// Writes `peer` as a C socket address into `storage` (big enough for either family); returns
+/// the pointer and length for a `msghdr`.
+fn socket_address(
+    storage: &mut std::mem::MaybeUninit<libc::sockaddr_in6>,
+    peer: SocketAddr,
+) -> (*mut libc::c_void, libc::socklen_t) {
+    match peer {
+        SocketAddr::V4(v4) => {
+            let address = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            let place = storage.as_mut_ptr().cast::<libc::sockaddr_in>();
+            const _: () = assert!(
+                std::mem::size_of::<libc::sockaddr_in>() <= std::mem::size_of::<libc::sockaddr_in6>()
+                    && std::mem::align_of::<libc::sockaddr_in>()
+                        <= std::mem::align_of::<libc::sockaddr_in6>()
+            );
+            // SAFETY: `storage` is valid for writes of a sockaddr_in6, which is at least as large
+            // and as aligned as a sockaddr_in (checked at compile time above).
+            unsafe { place.write(address) };
+            (place.cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(v6) => {
+            let address = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                sin6_scope_id: v6.scope_id(),
+            };
+            let place = storage.write(address);
+            (
+                (place as *mut libc::sockaddr_in6).cast(),
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
+        }
+    }
+}
+
 /// Sends `datagrams` (peer, bytes) from `fd` with `sendmmsg`, up to [`BURST_MAX`] per call,
 /// without blocking; returns how many were sent (fewer when the socket's buffer filled).
 pub fn send_burst(fd: std::os::fd::RawFd, datagrams: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    use std::mem::MaybeUninit;
     let mut sent = 0;
     while sent < datagrams.len() {
         let chunk = &datagrams[sent..(sent + BURST_MAX).min(datagrams.len())];
-        // SAFETY: plain data, zeroed is valid.
-        let mut iovecs: [libc::iovec; BURST_MAX] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut headers: [libc::mmsghdr; BURST_MAX] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut names: [libc::sockaddr_storage; BURST_MAX] = unsafe { std::mem::zeroed() };
+        // Only the chunk's entries are written (no zeroing of the whole arrays per call).
+        let mut iovecs = [MaybeUninit::<libc::iovec>::uninit(); BURST_MAX];
+        let mut headers = [MaybeUninit::<libc::mmsghdr>::uninit(); BURST_MAX];
+        let mut names = [MaybeUninit::<libc::sockaddr_in6>::uninit(); BURST_MAX];
         for (slot, (peer, bytes)) in chunk.iter().enumerate() {
-            let name = socket2::SockAddr::from(*peer);
-            let name_len = name.len();
-            names[slot] = name.as_storage();
-            iovecs[slot] =
-                libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-            let header = &mut headers[slot].msg_hdr;
-            header.msg_iov = &mut iovecs[slot];
+            let (name, name_len) = socket_address(&mut names[slot], *peer);
+            let iovec = iovecs[slot]
+                .write(libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() });
+            // SAFETY: mmsghdr is plain data; zeroed is valid (null pointers, zero lengths).
+            let header = &mut headers[slot].write(unsafe { std::mem::zeroed() }).msg_hdr;
+            header.msg_iov = iovec;
             header.msg_iovlen = 1;
-            header.msg_name = (&mut names[slot] as *mut libc::sockaddr_storage).cast();
+            header.msg_name = name;
             header.msg_namelen = name_len;
         }
-        // SAFETY: every header points at its own iovec over a borrowed byte slice that lives
-        // through the call (the kernel only reads it) and at its own address of the stated
-        // length; `chunk.len()` headers are passed.
+        // SAFETY: the first `chunk.len()` headers were initialised above, each pointing at its
+        // own initialised iovec over a borrowed byte slice that lives through the call (the
+        // kernel only reads it) and at its own initialised address of the stated length;
+        // `chunk.len()` headers are passed.
         let done = unsafe {
-            libc::sendmmsg(fd, headers.as_mut_ptr(), chunk.len() as libc::c_uint, libc::MSG_DONTWAIT)
+            libc::sendmmsg(
+                fd,
+                headers.as_mut_ptr().cast::<libc::mmsghdr>(),
+                chunk.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
         };
         if done < 0 {
             let error = io::Error::last_os_error();
@@ -265,6 +311,28 @@ pub fn send_burst(fd: std::os::fd::RawFd, datagrams: &[(SocketAddr, &[u8])]) -> 
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_burst_reaches_ipv6_peers() {
+        // Where the machine has IPv6 loopback: the address is written in the IPv6 form.
+        let Ok(sender) = std::net::UdpSocket::bind("[::1]:0") else { return };
+        let v6 = std::net::UdpSocket::bind("[::1]:0").unwrap();
+        let datagrams = [(v6.local_addr().unwrap(), &b"six"[..]), (v6.local_addr().unwrap(), &b"again"[..])];
+        assert_eq!(send_burst(sender.as_raw_fd(), &datagrams).unwrap(), 2);
+        let mut burst = Burst::new(4, 64);
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while seen.len() < 2 {
+            assert!(std::time::Instant::now() < deadline, "the datagrams arrive");
+            let Ok(count) = burst.recv(v6.as_raw_fd()) else { continue };
+            for slot in 0..count {
+                let (bytes, _, peer) = burst.datagram(slot);
+                assert_eq!(peer, Some(sender.local_addr().unwrap()));
+                seen.push(bytes.to_vec());
+            }
+        }
+        assert_eq!(seen, [b"six".to_vec(), b"again".to_vec()]);
+    }
 
     #[test]
     fn a_burst_sends_and_receives_many_datagrams_in_one_call_each() {
