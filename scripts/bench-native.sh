@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The native protocol under qs-bench native, against a recvmmsg/sendmmsg echo server with the
 # same datagrams: quicksilver -t 1 pinned to core 0 (default 4 partitions, and --partitions 1),
-# the client on core 1, windows 1 and 4, ROUNDS interleaved rounds. Prints JSON lines.
+# the client on core 1, windows 1 and 4 (WINDOWS="1 4 16" to choose), ROUNDS interleaved rounds.
+# Prints JSON lines.
 # Extra arguments go to every qs-bench native run (e.g. --busy-poll-us 200).
 #   scripts/bench-native.sh [ROUNDS] [QS-BENCH ARGS...]
 set -euo pipefail
@@ -20,7 +21,7 @@ for round in $(seq 1 "$rounds"); do
       sleep 0.1
     done
     load=""
-    for window in 1 4; do
+    for window in ${WINDOWS:-1 4}; do
       taskset -c 1 target/release/qs-bench native --server "127.0.0.1:$base" --keys 1000000 \
         --server-pid "$pid" --duration 4 --window "$window" --echo-probe --echo-cores 0 $load --json "$@" \
         | tail -1 | sed "s/^{/{\"round\":$round,\"server_partitions\":$partitions,/"

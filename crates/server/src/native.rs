@@ -135,6 +135,32 @@ impl Reply {
         self.count += 1;
     }
 
+    /// Takes `datagram` (a closed response datagram to the same peer) into this reply: its
+    /// responses appended to the last datagram when they fit, else as a datagram of its own.
+    fn absorb(&mut self, datagram: Vec<u8>, spare: &mut Vec<Vec<u8>>) {
+        let added = Header::parse(&datagram).map_or(0, |header| header.count);
+        if let Some(last) = self.datagrams.last_mut() {
+            let fits = last.len() + datagram.len() - wire::HEADER_BYTES <= wire::DATAGRAM_BYTES_MAX;
+            if let (true, Some(header)) = (fits, Header::parse(last)) {
+                if let Some(count) = header.count.checked_add(added) {
+                    last.extend_from_slice(&datagram[wire::HEADER_BYTES..]);
+                    Header::set_count(last, count);
+                    let mut datagram = datagram;
+                    datagram.clear();
+                    spare.push(datagram);
+                    return;
+                }
+            }
+        }
+        self.datagrams.push(datagram);
+    }
+
+    /// Whether this reply answers requests (not a directory request).
+    fn answers_requests(&self) -> bool {
+        self.datagrams.first().and_then(|datagram| Header::parse(datagram)).map(|header| header.kind)
+            == Some(Kind::Responses)
+    }
+
     /// Writes the message count into the last datagram.
     fn close_datagram(&mut self) {
         if let Some(last) = self.datagrams.last_mut() {
@@ -179,6 +205,8 @@ pub struct Native {
     spare: Vec<Vec<u8>>,
     dedupe: Dedupe,
     scratch: Vec<u8>,
+    /// The burst's senders and the reply slot of each one's first datagram.
+    senders: Vec<(SocketAddr, usize)>,
     shared: Arc<Shared>,
 }
 
@@ -196,6 +224,7 @@ impl Native {
             spare: Vec::new(),
             dedupe: Dedupe::default(),
             scratch: Vec::new(),
+            senders: Vec::with_capacity(BURST),
             shared,
         }
     }
@@ -379,11 +408,20 @@ impl Native {
         }
     }
 
+    /// Moves the responses to a sender's later datagrams in the burst into the replies to its
+    /// first one, as far as they fit: fewer, fuller datagrams, as the kernel charges per
+    /// datagram (the client matches responses by request id, docs/PROTOCOL.md). Each merged
+    /// reply stays within the sum of its requests' reply budgets.
+    fn merge(&mut self, count: usize) {
+        merge(&mut self.replies[..count], &mut self.senders, &mut self.spare);
+    }
+
     /// Sends the replies to the burst's `count` datagrams from port `index` in one `sendmmsg`
     /// (more if over [`crate::sys::BURST_MAX`]); what the socket cannot take is dropped
     /// (clients retransmit). Reply slots past `count` hold an earlier, larger burst's replies,
     /// already sent.
     fn send(&mut self, index: usize, count: usize, counters: &mut WorkerCounters) {
+        self.merge(count);
         let datagrams: Vec<(SocketAddr, &[u8])> = self.replies[..count]
             .iter()
             .filter_map(|reply| Some((reply.peer?, &reply.datagrams)))
@@ -398,6 +436,27 @@ impl Native {
         counters.bytes_written += bytes as u64;
         counters.native_datagrams_out += sent as u64;
         counters.native_replies_dropped += (datagrams.len() - sent) as u64;
+    }
+}
+
+/// [`Native::merge`] over `replies`, with `senders` as room for the distinct senders.
+fn merge(replies: &mut [Reply], senders: &mut Vec<(SocketAddr, usize)>, spare: &mut Vec<Vec<u8>>) {
+    senders.clear();
+    for slot in 0..replies.len() {
+        let Some(peer) = replies[slot].peer else { continue };
+        if !replies[slot].answers_requests() {
+            continue;
+        }
+        let Some(&(_, first)) = senders.iter().find(|(sender, _)| *sender == peer) else {
+            senders.push((peer, slot));
+            continue;
+        };
+        let (head, tail) = replies.split_at_mut(slot);
+        let later = &mut tail[0];
+        for datagram in later.datagrams.drain(..) {
+            head[first].absorb(datagram, spare);
+        }
+        later.peer = None;
     }
 }
 
@@ -491,5 +550,104 @@ fn execute(
             };
             reply.push(spare, status, id, 0, 0, b"");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use qs_proto::native::Responses;
+
+    fn reply_to(peer: SocketAddr) -> Reply {
+        Reply { peer: Some(peer), datagrams: Vec::new(), count: 0, budget: usize::MAX, epoch: 7 }
+    }
+
+    /// Every response in `reply`'s datagrams: (request id, value length), checking each
+    /// datagram's size and count.
+    fn responses(reply: &Reply) -> Vec<(u32, usize)> {
+        let mut found = Vec::new();
+        for datagram in &reply.datagrams {
+            assert!(datagram.len() <= wire::DATAGRAM_BYTES_MAX, "{} bytes", datagram.len());
+            let header = Header::parse(datagram).expect("a header");
+            assert_eq!((header.kind, header.epoch), (Kind::Responses, 7));
+            let mut count = 0;
+            for response in Responses::new(&datagram[wire::HEADER_BYTES..], header.count) {
+                let response = response.expect("a whole response");
+                found.push((response.request_id, response.value.len()));
+                count += 1;
+            }
+            assert_eq!(count, header.count);
+        }
+        found
+    }
+
+    proptest! {
+        /// Merging keeps every response, each in a reply to its own sender, in no more
+        /// datagrams than before, none over the limit; directory replies are left alone.
+        #[test]
+        fn merged_replies_keep_every_response_with_its_sender(
+            datagrams in proptest::collection::vec((0..3usize, proptest::collection::vec(0..3000usize, 0..12)), 1..32),
+        ) {
+            let peers: Vec<SocketAddr> =
+                (0..3).map(|port| SocketAddr::from(([127, 0, 0, 1], 4000 + port))).collect();
+            let mut spare = Vec::new();
+            let mut replies = Vec::new();
+            let mut expected: Vec<Vec<(u32, usize)>> = vec![Vec::new(); peers.len()];
+            let mut id = 0;
+            for (sender, values) in &datagrams {
+                let mut reply = reply_to(peers[*sender]);
+                if values.is_empty() {
+                    // A directory reply.
+                    let mut datagram = Vec::new();
+                    Header { kind: Kind::Directory, count: 1, epoch: 7, cookie: 0 }.write(&mut datagram);
+                    reply.datagrams.push(datagram);
+                }
+                for &len in values {
+                    id += 1;
+                    reply.push(&mut spare, Status::Ok, (1, id), 0, 0, &vec![b'v'; len]);
+                    expected[*sender].push((id, len));
+                }
+                reply.close_datagram();
+                replies.push(reply);
+            }
+            let before: usize = replies.iter().map(|reply| reply.datagrams.len()).sum();
+            merge(&mut replies, &mut Vec::new(), &mut spare);
+            let after: usize =
+                replies.iter().filter(|reply| reply.peer.is_some()).map(|reply| reply.datagrams.len()).sum();
+            prop_assert!(after <= before);
+            let mut found: Vec<Vec<(u32, usize)>> = vec![Vec::new(); peers.len()];
+            for (reply, (sender, values)) in replies.iter().zip(&datagrams) {
+                if values.is_empty() {
+                    prop_assert_eq!(reply.peer, Some(peers[*sender]));
+                    prop_assert_eq!(reply.datagrams.len(), 1);
+                    continue;
+                }
+                match reply.peer {
+                    Some(peer) => {
+                        prop_assert_eq!(peer, peers[*sender]);
+                        found[*sender].extend(responses(reply));
+                    }
+                    None => prop_assert!(reply.datagrams.is_empty()),
+                }
+            }
+            prop_assert_eq!(found, expected);
+        }
+    }
+
+    #[test]
+    fn one_senders_small_replies_leave_as_one_datagram() {
+        let (a, b) = (SocketAddr::from(([127, 0, 0, 1], 1)), SocketAddr::from(([127, 0, 0, 1], 2)));
+        let mut spare = Vec::new();
+        let mut replies: Vec<Reply> = [a, b, a, a].into_iter().map(reply_to).collect();
+        for (id, reply) in replies.iter_mut().enumerate() {
+            reply.push(&mut spare, Status::NotFound, (1, id as u32), 0, 0, b"");
+            reply.close_datagram();
+        }
+        merge(&mut replies, &mut Vec::new(), &mut spare);
+        assert_eq!(responses(&replies[0]), [(0, 0), (2, 0), (3, 0)]);
+        assert_eq!(replies[0].datagrams.len(), 1);
+        assert_eq!(responses(&replies[1]), [(1, 0)]);
+        assert!(replies[2..].iter().all(|reply| reply.peer.is_none() && reply.datagrams.is_empty()));
     }
 }

@@ -236,41 +236,54 @@ fn a_batch_over_every_partition_goes_straight_to_the_owners() {
 }
 
 #[test]
-fn every_request_datagram_gets_exactly_one_reply_whatever_the_bursts() {
-    // Bursts of many datagrams, then of few: the server must answer only the current burst's
-    // datagrams (a reply slot left over from a larger burst was once sent again).
+fn every_request_gets_exactly_one_response_whatever_the_bursts() {
+    // Bursts of many datagrams from two senders, interleaved, then of few: the server must
+    // answer only the current burst's requests (a reply slot left over from a larger burst was
+    // once sent again), each sender only its own, and may put one sender's responses in fewer
+    // datagrams than it sent.
     let server = ServerProcess::quicksilver_native(1, &["-t", "1"]);
-    let raw = Raw::new();
+    let senders = [Raw::new(), Raw::new()];
     let to = base(&server);
     let mut next_id = 1u32;
-    let mut expected = std::collections::BTreeMap::new();
+    let mut expected = [std::collections::BTreeMap::new(), std::collections::BTreeMap::new()];
     for round in 0..60u32 {
         let datagrams = [24, 1, 7, 2, 31, 1, 12, 3][round as usize % 8];
-        for _ in 0..datagrams {
+        for sent in 0..datagrams {
+            let sender = sent % 2;
             let mut datagram = Vec::new();
             Header { kind: Kind::Requests, count: 1, epoch: 0, cookie: 0 }.write(&mut datagram);
             request(Opcode::Get, next_id, b"burst:key").write(&mut datagram);
-            raw.socket.send_to(&datagram, to).unwrap();
-            expected.insert(next_id, 0u32);
+            senders[sender].socket.send_to(&datagram, to).unwrap();
+            expected[sender].insert(next_id, 0u32);
             next_id += 1;
         }
-        for _ in 0..datagrams {
-            let reply = raw.receive().expect("a reply to every datagram");
-            let header = Header::parse(&reply).unwrap();
-            for response in Responses::new(&reply[wire::HEADER_BYTES..], header.count) {
-                let response = response.unwrap();
-                assert_eq!(response.status, Status::NotFound);
-                *expected.get_mut(&response.request_id).expect("a request this test sent") += 1;
+        for (sender, raw) in senders.iter().enumerate() {
+            let mut waiting = expected[sender].values().filter(|&&answers| answers == 0).count();
+            while waiting > 0 {
+                let reply = raw.receive().expect("a response to every request");
+                let header = Header::parse(&reply).unwrap();
+                for response in Responses::new(&reply[wire::HEADER_BYTES..], header.count) {
+                    let response = response.unwrap();
+                    assert_eq!(response.status, Status::NotFound);
+                    let answers =
+                        expected[sender].get_mut(&response.request_id).expect("this sender's request");
+                    *answers += 1;
+                    waiting -= usize::from(*answers == 1);
+                }
             }
         }
     }
-    raw.socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    assert_eq!(raw.receive(), None, "no reply beyond one per request datagram");
-    assert!(expected.values().all(|&replies| replies == 1), "{expected:?}");
+    for raw in &senders {
+        raw.socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        assert_eq!(raw.receive(), None, "no response beyond one per request");
+    }
+    for answered in &expected {
+        assert!(answered.values().all(|&answers| answers == 1), "{answered:?}");
+    }
     let mut text = server.connect();
     let sent = next_id as u64 - 1;
     assert_eq!(common::stat(&mut text, "native_datagrams_in"), sent);
-    assert_eq!(common::stat(&mut text, "native_datagrams_out"), sent);
+    assert!(common::stat(&mut text, "native_datagrams_out") <= sent);
 }
 
 #[test]
