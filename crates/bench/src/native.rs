@@ -332,6 +332,10 @@ fn udp_echo_probe(args: &NativeArgs, size: usize, sockets: usize, window: usize)
     let mut socket = Socket::new(UdpSocket::bind("127.0.0.1:0")?);
     socket.set_busy_poll(Duration::from_micros(args.busy_poll_us));
     let datagram = vec![b'x'; size];
+    let batch: Vec<(SocketAddr, &[u8])> = addresses
+        .iter()
+        .flat_map(|address| std::iter::repeat((*address, datagram.as_slice())).take(window))
+        .collect();
     let mut buf = vec![0u8; 65536];
     let pid = child.0.id();
     let start = Instant::now();
@@ -344,11 +348,8 @@ fn udp_echo_probe(args: &NativeArgs, size: usize, sockets: usize, window: usize)
             measured_from = Instant::now();
             cpu_start = process_cpu_secs(pid);
         }
-        for address in &addresses {
-            for _ in 0..window {
-                socket.send_to(&datagram, *address)?;
-            }
-        }
+        // One batch in one call, as qs-client sends its batches.
+        socket.send_all(&batch)?;
         for _ in 0..window * addresses.len() {
             if socket.recv_from(&mut buf, Duration::from_millis(50)).is_err() {
                 break;

@@ -8,12 +8,18 @@ use qs_proto::native::{self as wire, Directory, Header, Kind, Opcode, RequestMsg
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// How datagrams move: a UDP socket, or a test's shim around one that drops and reorders.
 pub trait Datagrams {
     /// Sends one datagram to `to`.
     fn send_to(&mut self, datagram: &[u8], to: SocketAddr) -> io::Result<()>;
+    /// Sends every datagram, each to its address, in order; a transport that can hands them
+    /// to the kernel together.
+    fn send_all(&mut self, datagrams: &[(SocketAddr, &[u8])]) -> io::Result<()> {
+        datagrams.iter().try_for_each(|&(to, datagram)| self.send_to(datagram, to))
+    }
     /// Receives one datagram into `buf`, waiting at most `timeout`; an error of kind
     /// WouldBlock or TimedOut when none came.
     fn recv_from(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<(usize, SocketAddr)>;
@@ -89,6 +95,23 @@ impl Datagrams for Socket {
             }
             result => result.map(|_| ()),
         }
+    }
+
+    /// One `sendmmsg` for up to 64 datagrams (so they reach the server as one burst); what a
+    /// full send buffer refuses goes out blocking, one at a time.
+    fn send_all(&mut self, datagrams: &[(SocketAddr, &[u8])]) -> io::Result<()> {
+        let sent = match qs_net::send_burst(self.socket.as_raw_fd(), datagrams) {
+            Ok(sent) => sent,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(error) => return Err(error),
+        };
+        if sent < datagrams.len() {
+            self.set_nonblocking(false)?;
+            for &(to, datagram) in &datagrams[sent..] {
+                self.socket.send_to(datagram, to)?;
+            }
+        }
+        Ok(())
     }
 
     fn recv_from(&mut self, buf: &mut [u8], timeout: Duration) -> io::Result<(usize, SocketAddr)> {
@@ -313,6 +336,8 @@ pub struct NativeClient<D: Datagrams = Socket> {
     /// Most requests packed into one datagram.
     per_datagram: usize,
     buf: Vec<u8>,
+    /// Datagram buffers kept for the next send.
+    spare: Vec<Vec<u8>>,
     stats: ClientStats,
 }
 
@@ -354,6 +379,7 @@ impl<D: Datagrams> NativeClient<D> {
             retry,
             per_datagram: usize::from(u16::MAX),
             buf: vec![0; 1 << 16],
+            spare: Vec::new(),
             stats: ClientStats::default(),
         };
         client.refresh()?;
@@ -491,14 +517,15 @@ impl<D: Datagrams> NativeClient<D> {
             epoch: self.directory.epoch,
             cookie: self.directory.cookie,
         };
-        let mut datagram = Vec::with_capacity(max);
+        // Every datagram is built first, then all leave together.
+        let mut built: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         for (partition, indexes) in by_partition.iter().enumerate() {
             if indexes.is_empty() {
                 continue;
             }
             let to = SocketAddr::new(self.server, self.directory.partitions[partition].1);
             let mut count = 0u16;
-            datagram.clear();
+            let mut datagram = self.spare.pop().unwrap_or_default();
             header.write(&mut datagram);
             for &index in indexes {
                 let request = &requests[index];
@@ -507,9 +534,8 @@ impl<D: Datagrams> NativeClient<D> {
                         || usize::from(count) == self.per_datagram)
                 {
                     Header::set_count(&mut datagram, count);
-                    self.io.send_to(&datagram, to)?;
-                    self.stats.datagrams_sent += 1;
-                    datagram.clear();
+                    built.push((to, datagram));
+                    datagram = self.spare.pop().unwrap_or_default();
                     header.write(&mut datagram);
                     count = 0;
                 }
@@ -517,10 +543,19 @@ impl<D: Datagrams> NativeClient<D> {
                 count += 1;
             }
             Header::set_count(&mut datagram, count);
-            self.io.send_to(&datagram, to)?;
-            self.stats.datagrams_sent += 1;
+            built.push((to, datagram));
         }
-        Ok(())
+        let datagrams: Vec<(SocketAddr, &[u8])> =
+            built.iter().map(|(to, bytes)| (*to, bytes.as_slice())).collect();
+        let sent = self.io.send_all(&datagrams);
+        if sent.is_ok() {
+            self.stats.datagrams_sent += built.len() as u64;
+        }
+        self.spare.extend(built.into_iter().map(|(_, mut bytes)| {
+            bytes.clear();
+            bytes
+        }));
+        sent
     }
 
     /// Collects replies until every outstanding request is answered or redirected, or the
@@ -602,4 +637,29 @@ impl<D: Datagrams> NativeClient<D> {
 
 fn is_timeout(error: &io::Error) -> bool {
     matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_sends_a_batch_whole_and_in_order() {
+        // 200 datagrams: more than one sendmmsg takes (64), each to one of two receivers.
+        let receivers = [UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap()];
+        let payloads: Vec<Vec<u8>> =
+            (0..200u32).map(|i| i.to_le_bytes().repeat(1 + i as usize % 50)).collect();
+        let to: Vec<SocketAddr> = receivers.iter().map(|socket| socket.local_addr().unwrap()).collect();
+        let batch: Vec<(SocketAddr, &[u8])> =
+            payloads.iter().enumerate().map(|(i, bytes)| (to[i % 2], bytes.as_slice())).collect();
+        let mut socket = Socket::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        socket.send_all(&batch).unwrap();
+        let mut buf = [0u8; 512];
+        for (i, payload) in payloads.iter().enumerate() {
+            let receiver = &receivers[i % 2];
+            receiver.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let (len, _) = receiver.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..len], payload.as_slice(), "datagram {i}");
+        }
+    }
 }
