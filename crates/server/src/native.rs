@@ -137,7 +137,7 @@ impl Reply {
 
     /// Takes `datagram` (a closed response datagram to the same peer) into this reply: its
     /// responses appended to the last datagram when they fit, else as a datagram of its own.
-    fn absorb(&mut self, datagram: Vec<u8>, spare: &mut Vec<Vec<u8>>) {
+    fn absorb(&mut self, mut datagram: Vec<u8>, spare: &mut Vec<Vec<u8>>) {
         let added = Header::parse(&datagram).map_or(0, |header| header.count);
         if let Some(last) = self.datagrams.last_mut() {
             let fits = last.len() + datagram.len() - wire::HEADER_BYTES <= wire::DATAGRAM_BYTES_MAX;
@@ -145,7 +145,6 @@ impl Reply {
                 if let Some(count) = header.count.checked_add(added) {
                     last.extend_from_slice(&datagram[wire::HEADER_BYTES..]);
                     Header::set_count(last, count);
-                    let mut datagram = datagram;
                     datagram.clear();
                     spare.push(datagram);
                     return;
@@ -408,20 +407,12 @@ impl Native {
         }
     }
 
-    /// Moves the responses to a sender's later datagrams in the burst into the replies to its
-    /// first one, as far as they fit: fewer, fuller datagrams, as the kernel charges per
-    /// datagram (the client matches responses by request id, docs/PROTOCOL.md). Each merged
-    /// reply stays within the sum of its requests' reply budgets.
-    fn merge(&mut self, count: usize) {
-        merge(&mut self.replies[..count], &mut self.senders, &mut self.spare);
-    }
-
     /// Sends the replies to the burst's `count` datagrams from port `index` in one `sendmmsg`
     /// (more if over [`crate::sys::BURST_MAX`]); what the socket cannot take is dropped
     /// (clients retransmit). Reply slots past `count` hold an earlier, larger burst's replies,
     /// already sent.
     fn send(&mut self, index: usize, count: usize, counters: &mut WorkerCounters) {
-        self.merge(count);
+        merge(&mut self.replies[..count], &mut self.senders, &mut self.spare);
         let datagrams: Vec<(SocketAddr, &[u8])> = self.replies[..count]
             .iter()
             .filter_map(|reply| Some((reply.peer?, &reply.datagrams)))
@@ -439,7 +430,11 @@ impl Native {
     }
 }
 
-/// [`Native::merge`] over `replies`, with `senders` as room for the distinct senders.
+/// Moves the responses to a sender's later datagrams in the burst into the replies to its
+/// first one, as far as they fit: fewer, fuller datagrams, as the kernel charges per
+/// datagram (the client matches responses by request id, docs/PROTOCOL.md). Each merged
+/// reply stays within the sum of its requests' reply budgets.
+/// `senders` is room for the burst's distinct senders.
 fn merge(replies: &mut [Reply], senders: &mut Vec<(SocketAddr, usize)>, spare: &mut Vec<Vec<u8>>) {
     senders.clear();
     for slot in 0..replies.len() {
