@@ -97,7 +97,7 @@ impl Datagrams for Socket {
         }
     }
 
-    /// One `sendmmsg` for up to 64 datagrams (so they reach the server as one burst); what a
+    /// One `sendmmsg` per 64 datagrams (so they reach the server as one burst); what a
     /// full send buffer refuses goes out blocking, one at a time.
     fn send_all(&mut self, datagrams: &[(SocketAddr, &[u8])]) -> io::Result<()> {
         let sent = match qs_net::send_burst(self.socket.as_raw_fd(), datagrams) {
