@@ -273,8 +273,34 @@ fn parse_tokens<'a, const N: usize>(
             };
             done(Request::Shutdown { mode }, line_len)
         }
+        command if is_http_request(command, tokens.get(tokens.len().saturating_sub(1))) => Parsed::Close,
         _ => refuse(ERROR, line_len, false),
     }
+}
+
+/// Whether memcached hangs up on this line, answering nothing: an unknown command whose last
+/// token starts with `HTTP/` (a browser's request, as in a cross-protocol attack). memcached
+/// checks only in its last dispatch branch, so commands whose first letter it dispatches on
+/// (`g s a c i d t`, two-letter `m?`) and the names it knows answer `ERROR` as before.
+fn is_http_request(command: &[u8], last: &[u8]) -> bool {
+    let dispatched_by_first_letter = matches!(command.first(), Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't'))
+        || (command.len() == 2 && command[0] == b'm');
+    let known = matches!(
+        command,
+        b"replace"
+            | b"prepend"
+            | b"bget"
+            | b"flush_all"
+            | b"version"
+            | b"quit"
+            | b"lru_crawler"
+            | b"watch"
+            | b"verbosity"
+            | b"lru"
+            | b"extstore"
+            | b"refresh_certs"
+    );
+    last.starts_with(b"HTTP/") && !dispatched_by_first_letter && !known
 }
 
 /// `get <keys>` and `gets <keys>` without tokenizing; `None` for any other line.

@@ -381,6 +381,9 @@ pub struct Conn {
     /// The client closed its side: nothing more is read; the connection closes once what it
     /// sent is answered.
     pub eof: bool,
+    /// Its buffered bytes do not yet form a request (or a refused data block is still
+    /// arriving): it waits for the socket like an idle connection.
+    pub starved: bool,
 }
 
 impl Conn {

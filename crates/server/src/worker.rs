@@ -395,6 +395,7 @@ impl Worker {
                 dump: None,
                 stacked: false,
                 eof: false,
+                starved: false,
             };
             self.conns[index] = Some(conn);
             self.work.push(index);
@@ -471,8 +472,10 @@ impl Worker {
             dump,
             stacked,
             eof,
+            starved,
             ..
         } = conn;
+        *starved = false;
         let udp = matches!(transport, Transport::Udp { .. });
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
@@ -484,6 +487,7 @@ impl Worker {
                 *stalled = false;
             }
             if !input.apply_skip() {
+                *starved = true;
                 return;
             }
             // The window borrows the read buffer: it lives in this block, dropped in place.
@@ -525,6 +529,7 @@ impl Worker {
                     // The input ran dry: memcached would send what it holds now.
                     *stacked = false;
                     *closing |= *eof;
+                    *starved = true;
                     return;
                 }
                 // Stage 2 only pays when other requests run while the item loads: a request
@@ -852,7 +857,8 @@ impl Worker {
                 self.close(index);
             } else if !conn.write_blocked && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH && !conn.stalled {
                 // Output drained below the limit: resume reading if it had stopped.
-                if conn.read_ready || conn.input.start < conn.input.end {
+                // Unparsed bytes that form no request yet wait for the socket (no spinning).
+                if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
                     queue(&mut self.work, conn, index);
                 }
             }
@@ -908,6 +914,7 @@ impl Worker {
                 dump: None,
                 stacked: false,
                 eof: false,
+                starved: false,
             });
             self.work.push(index);
         }

@@ -230,3 +230,15 @@ fn crawler_class_lists_read_as_memcached_reads_them() {
         assert_eq!(crawler_classes(classes), expected, "{:?}", String::from_utf8_lossy(classes));
     }
 }
+
+#[test]
+fn http_request_lines_close_as_memcached_closes_them() {
+    for line in ["GET / HTTP/1.0\r\n", "PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1\r\n", "DELETE HTTP/1.1\r\n", "foo HTTP/2\n"] {
+        assert!(matches!(parse(line.as_bytes(), &limits()), Parsed::Close), "{line}");
+    }
+    // Commands memcached dispatches before its last branch answer as ever.
+    for line in ["get / HTTP/1.0\r\n", "delete HTTP/1.1\r\n", "set x HTTP/1.1\r\n", "version HTTP/1.1\r\n"] {
+        assert!(!matches!(parse(line.as_bytes(), &limits()), Parsed::Close), "{line}");
+    }
+    assert!(matches!(parse(b"GET / HTTP/1.0 extra\r\n", &limits()), Parsed::Refused { reply: ERROR, .. }));
+}
