@@ -283,8 +283,9 @@ fn parse_tokens<'a, const N: usize>(
 /// checks only in its last dispatch branch, so commands whose first letter it dispatches on
 /// (`g s a c i d t`, two-letter `m?`) and the names it knows answer `ERROR` as before.
 fn is_http_request(command: &[u8], last: &[u8]) -> bool {
-    let dispatched_by_first_letter = matches!(command.first(), Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't'))
-        || (command.len() == 2 && command[0] == b'm');
+    let dispatched_by_first_letter =
+        matches!(command.first(), Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't'))
+            || (command.len() == 2 && command[0] == b'm');
     let known = matches!(
         command,
         b"replace"

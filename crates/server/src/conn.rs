@@ -6,8 +6,46 @@ use std::collections::VecDeque;
 /// Output beyond which a connection's requests are not processed (and its socket not read)
 /// until the client reads: bounds memory for clients that never read their replies.
 pub const OUTPUT_BYTES_HIGH: usize = 4 << 20;
-/// Initial read buffer.
+/// A lent read buffer (larger requests grow it up to the connection's limit).
 const READ_BUFFER_BYTES: usize = 16 << 10;
+/// Buffers a worker keeps for lending (memcached 1.6 keeps a per-thread read-buffer cache the
+/// same way): 1 MiB of reads and up to 1 MiB of replies held at most.
+const POOL_BUFFERS_MAX: usize = 64;
+/// Largest reply buffer kept for lending again.
+const POOL_OUT_BYTES_MAX: usize = 16 << 10;
+
+/// A worker's buffers, lent to connections while they have bytes in flight: an idle
+/// connection holds no buffer, so it costs a few hundred bytes however many there are.
+#[derive(Default)]
+pub struct Buffers {
+    /// Read buffers, each `READ_BUFFER_BYTES` long and initialised.
+    reads: Vec<Vec<u8>>,
+    /// Empty reply buffers with their capacity.
+    replies: Vec<Vec<u8>>,
+}
+
+impl Buffers {
+    fn take_read(&mut self) -> Vec<u8> {
+        self.reads.pop().unwrap_or_else(|| vec![0; READ_BUFFER_BYTES])
+    }
+
+    fn give_read(&mut self, buf: Vec<u8>) {
+        if buf.len() == READ_BUFFER_BYTES && self.reads.len() < POOL_BUFFERS_MAX {
+            self.reads.push(buf);
+        }
+    }
+
+    fn take_reply(&mut self) -> Vec<u8> {
+        self.replies.pop().unwrap_or_default()
+    }
+
+    fn give_reply(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= POOL_OUT_BYTES_MAX && self.replies.len() < POOL_BUFFERS_MAX {
+            buf.clear();
+            self.replies.push(buf);
+        }
+    }
+}
 
 /// Input side: bytes read and not yet parsed are `buf[start..end]`.
 pub struct Input {
@@ -24,9 +62,9 @@ pub struct Input {
 }
 
 impl Input {
-    /// An empty input that may grow to `limit` bytes.
+    /// An empty input that may grow to `limit` bytes; it holds no buffer until it reads.
     pub fn new(limit: usize) -> Input {
-        Input { buf: vec![0; READ_BUFFER_BYTES], start: 0, end: 0, skip: 0, limit }
+        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit }
     }
 
     /// The unparsed bytes.
@@ -57,9 +95,12 @@ impl Input {
         self.skip == 0
     }
 
-    /// Room to read into: moves unparsed bytes to the front and grows the buffer when it is
-    /// full. Empty when the buffer is at its limit.
-    pub fn spare(&mut self) -> &mut [u8] {
+    /// Room to read into: borrows a buffer from `pool` if it has none, moves unparsed bytes to
+    /// the front and grows the buffer when it is full. Empty when the buffer is at its limit.
+    pub fn spare(&mut self, pool: &mut Buffers) -> &mut [u8] {
+        if self.buf.is_empty() {
+            self.buf = pool.take_read();
+        }
         if self.start > 0 && self.end == self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -72,10 +113,10 @@ impl Input {
         &mut self.buf[self.end..]
     }
 
-    /// Gives a large buffer back once it is empty (idle connections stay small).
-    pub fn shrink_if_idle(&mut self) {
-        if self.start == self.end && self.buf.len() > READ_BUFFER_BYTES {
-            self.buf = vec![0; READ_BUFFER_BYTES];
+    /// Gives the buffer back once it holds nothing unparsed (a grown one is freed).
+    pub fn lend_back(&mut self, pool: &mut Buffers) {
+        if self.start == self.end && !self.buf.is_empty() {
+            pool.give_read(std::mem::take(&mut self.buf));
             self.start = 0;
             self.end = 0;
         }
@@ -218,6 +259,23 @@ impl Output {
             })
             .sum();
         self.out.len() - self.sent + segments
+    }
+
+    /// Borrows a reply buffer from `pool` if it has none.
+    pub fn borrow(&mut self, pool: &mut Buffers) {
+        if self.out.capacity() == 0 {
+            self.out = pool.take_reply();
+        }
+    }
+
+    /// Gives the reply buffer (and the spare segments) back once everything is sent and nothing
+    /// waits on another worker.
+    pub fn lend_back(&mut self, pool: &mut Buffers) {
+        if self.sent == self.out.len() && self.segments.is_empty() {
+            pool.give_reply(std::mem::take(&mut self.out));
+            self.sent = 0;
+            self.spare = Vec::new();
+        }
     }
 
     /// Unsent bytes ready to go.
@@ -478,8 +536,34 @@ mod tests {
     }
 
     #[test]
+    fn idle_connections_hold_no_buffer() {
+        let mut pool = Buffers::default();
+        let mut input = Input::new(1 << 20);
+        assert_eq!(input.buf.capacity(), 0);
+        input.spare(&mut pool)[..5].copy_from_slice(b"get a");
+        input.end = 5;
+        input.lend_back(&mut pool);
+        assert_eq!(input.pending(), b"get a", "unparsed bytes keep their buffer");
+        input.consume(5);
+        input.lend_back(&mut pool);
+        assert_eq!(input.buf.capacity(), 0);
+        assert_eq!(pool.reads.len(), 1);
+        let mut output = Output::new(2);
+        output.borrow(&mut pool);
+        output.reply_buf().extend_from_slice(b"END\r\n");
+        output.lend_back(&mut pool);
+        assert_eq!(output.unsent(), b"END\r\n", "unsent bytes keep their buffer");
+        output.advance(5);
+        output.lend_back(&mut pool);
+        assert_eq!(output.out.capacity(), 0);
+        output.borrow(&mut pool);
+        assert!(output.out.capacity() > 0, "the pool's buffer is lent again");
+    }
+
+    #[test]
     fn skipping_runs_past_the_buffer() {
         let mut input = Input::new(1 << 20);
+        input.spare(&mut Buffers::default());
         input.buf[..4].copy_from_slice(b"abcd");
         input.end = 4;
         input.consume(10);

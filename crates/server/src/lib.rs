@@ -31,8 +31,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Expected bytes of an item (header, key and value) when sizing the index.
 const EXPECTED_ITEM_BYTES: usize = 128;
 
-/// A partition's memory plan for a budget of `budget_bytes` of log: the largest power of two
-/// that fits, and an index sized for items of `EXPECTED_ITEM_BYTES` (128).
+/// A partition's memory plan: its share of -m as log, and an index sized for items of
+/// `EXPECTED_ITEM_BYTES` (128).
 pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_store::Config {
     let budget_bytes = ((config.memory_mib << 20) / partitions as u64) as usize;
     let mut partition = if config.store_mode() {
@@ -43,7 +43,9 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         let buckets = slots.div_ceil(15).max(1).next_power_of_two();
         qs_store::Config::store(budget_bytes, buckets)
     } else {
-        let log_bytes = 1usize << (usize::BITS - 1 - budget_bytes.leading_zeros());
+        // The whole share is log, as memcached's -m is item memory; the index is overhead
+        // beside it (docs/ARCHITECTURE.md, "Memory").
+        let log_bytes = budget_bytes & !7;
         let slots = log_bytes / EXPECTED_ITEM_BYTES;
         let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
             .max(1)

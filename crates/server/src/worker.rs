@@ -6,7 +6,7 @@
 //! push the turn's hand-over batches (waking a worker only if it sleeps), publish counters,
 //! then write every connection's output with one send each.
 
-use crate::conn::{Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
+use crate::conn::{Buffers, Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
 use crate::engine::{Engine, Exec, Located, Route};
 use crate::shared::{Shared, WorkerCounters};
 use arrayvec::ArrayVec;
@@ -168,6 +168,8 @@ pub struct Worker {
     ahead: Vec<Located>,
     input_limit: usize,
     executed: bool,
+    /// Buffers lent to connections while they have bytes in flight.
+    buffers: Buffers,
 }
 
 impl Worker {
@@ -217,6 +219,7 @@ impl Worker {
             ahead: Vec::new(),
             input_limit,
             executed: false,
+            buffers: Buffers::default(),
         })
     }
 
@@ -410,16 +413,17 @@ impl Worker {
     fn service(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
         conn.queued = false;
+        conn.output.borrow(&mut self.buffers);
         loop {
             self.process(index);
             let Some(conn) = self.conns[index].as_mut() else { return };
-            if !conn.may_read() || !read_once(conn, &mut self.engine.counters) {
+            if !conn.may_read() || !read_once(conn, &mut self.engine.counters, &mut self.buffers) {
                 break;
             }
         }
         if let Some(conn) = self.conns[index].as_mut() {
             if matches!(conn.transport, Transport::Tcp(_)) {
-                conn.input.shrink_if_idle();
+                conn.input.lend_back(&mut self.buffers);
             }
         }
         queue_flush(&mut self.flush, index);
@@ -434,12 +438,12 @@ impl Worker {
         if self.work.len() < 2 {
             return;
         }
-        let Worker { work, conns, engine, ahead, .. } = self;
+        let Worker { work, conns, engine, ahead, buffers, .. } = self;
         ahead.clear();
         // `service` pops the queue from its end: load in that order.
         for &index in work.iter().rev() {
             let Some(conn) = conns[index].as_mut() else { continue };
-            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters) {
+            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers) {
                 continue;
             }
             if let Some(key) = qs_proto::tokens::key_guess(conn.input.pending()) {
@@ -852,6 +856,7 @@ impl Worker {
                     Err(_) => conn.dead = true,
                 }
             }
+            conn.output.lend_back(&mut self.buffers);
             let finished = conn.closing && conn.output.held_bytes() == 0 && conn.output.pending_total == 0;
             if conn.dead || finished {
                 self.close(index);
@@ -984,8 +989,8 @@ impl Worker {
 
 /// One read from `conn`'s socket into its buffer; false when nothing more should be read
 /// this turn (the socket is drained, closed or failed, or the buffer is full).
-fn read_once(conn: &mut Conn, counters: &mut WorkerCounters) -> bool {
-    let spare = conn.input.spare();
+fn read_once(conn: &mut Conn, counters: &mut WorkerCounters, buffers: &mut Buffers) -> bool {
+    let spare = conn.input.spare(buffers);
     if spare.is_empty() {
         // A request larger than the buffer may grow: the parser would have refused it, so
         // this is garbage without a line end.

@@ -39,7 +39,7 @@ pub const ITEM_BYTES_MAX_DEFAULT: usize = 1 << 20;
 /// A partition's shape and policies.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
-    /// Bytes of log (a power of two).
+    /// Bytes of log (a multiple of 8; any size: see [`crate::log`]).
     pub log_bytes: usize,
     /// Index buckets (a power of two).
     pub bucket_count: usize,
@@ -93,17 +93,23 @@ impl Config {
 
     /// Splits `budget_bytes` (one partition's share of -m) between log and index so that a log
     /// full of `expected_item_bytes` items (header included) loads the index to
-    /// [`INDEX_LOAD_DEFAULT`]. The log is the largest power of two that fits beside its index.
+    /// [`INDEX_LOAD_DEFAULT`] or less. The log is what the index leaves of the budget.
     pub fn for_budget(budget_bytes: usize, expected_item_bytes: usize) -> Config {
         let item_bytes = expected_item_bytes.max(HEADER_BYTES + 8) as f64;
-        let mut log_bytes = (budget_bytes / 2).next_power_of_two().max(4096);
-        loop {
-            let bucket_count = Self::buckets_for(log_bytes, item_bytes);
-            if log_bytes + bucket_count * BUCKET_BYTES <= budget_bytes || log_bytes <= 4096 {
-                return Config::new(log_bytes, bucket_count);
+        // For each power-of-two bucket count, the largest log it indexes at the planned load
+        // that still fits beside it; the best of them.
+        let (mut best_log, mut best_buckets) = (4096, 1);
+        for bits in 0..usize::BITS - 1 {
+            let buckets = 1usize << bits;
+            let Some(left) = budget_bytes.checked_sub(buckets * BUCKET_BYTES) else { break };
+            let indexed =
+                (buckets as f64 * SLOTS_PER_BUCKET as f64 * INDEX_LOAD_DEFAULT * item_bytes) as usize;
+            let log_bytes = left.min(indexed) & !7;
+            if log_bytes > best_log {
+                (best_log, best_buckets) = (log_bytes, Self::buckets_for(log_bytes, item_bytes));
             }
-            log_bytes /= 2;
         }
+        Config::new(best_log, best_buckets)
     }
 
     fn buckets_for(log_bytes: usize, item_bytes: f64) -> usize {
@@ -128,8 +134,12 @@ mod tests {
                     config.log_bytes + index_bytes <= budget,
                     "{budget_mib} MiB, {expected_item_bytes} B"
                 );
-                assert!(config.log_bytes.is_power_of_two() && config.bucket_count.is_power_of_two());
-                assert!(config.log_bytes * 4 >= budget, "the log gets most of the budget");
+                assert!(config.log_bytes % 8 == 0 && config.bucket_count.is_power_of_two());
+                assert!(
+                    config.log_bytes * 2 >= budget,
+                    "the log gets most of the budget: {budget_mib} MiB, {expected_item_bytes} B: {}",
+                    config.log_bytes
+                );
                 let items = config.log_bytes / expected_item_bytes;
                 let load = items as f64 / (config.bucket_count * SLOTS_PER_BUCKET) as f64;
                 assert!(load <= INDEX_LOAD_DEFAULT + 1e-9, "load {load}");

@@ -1,8 +1,11 @@
-//! The circular log: a power-of-two block of words that items are appended to at the tail and
-//! evicted from at the head. Offsets are logical (they grow forever, kept modulo `2^offset_bits`
-//! in index slots); the physical position is `offset & (log_bytes - 1)`. An item never straddles
-//! the end of the memory: when it would, a padding record fills the rest and the item starts at
-//! physical 0 (padded wrap, which keeps anonymous transparent huge pages usable).
+//! The circular log: a block of words that items are appended to at the tail and evicted from
+//! at the head. Offsets are logical (they grow forever, kept modulo `2^offset_bits` in index
+//! slots); each lap of the log spans `lap_bytes`, the power of two at or above the memory's
+//! size, so the physical position is `offset & (lap_bytes - 1)` with no division. An item never
+//! straddles the end of the memory: when it would, a padding record fills the rest of the lap
+//! (the memory's unused end and the lap's part past the memory alike) and the item starts at
+//! physical 0 (padded wrap, which keeps anonymous transparent huge pages usable). So a log may
+//! have any size (a partition's exact share of -m) at the cost of one lap's skip per wrap.
 
 use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_PAD, EXT_BYTES, HEADER_BYTES};
 use crate::region::{prefetch, HugePages, PageKind, Region};
@@ -12,8 +15,11 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Geometry of a log, fixed at creation.
 #[derive(Clone, Copy, Debug)]
 pub struct LogGeometry {
-    /// Bytes of memory (a power of two).
+    /// Bytes of memory (a multiple of 8; any size).
     pub log_bytes: u64,
+    /// Logical bytes of one lap: the power of two at or above `log_bytes`. Offsets in
+    /// `[log_bytes, lap_bytes)` of a lap have no memory and hold nothing.
+    pub lap_bytes: u64,
     /// Mask of the logical offset space stored in slots (`2^offset_bits - 1`).
     pub offset_mask: u64,
 }
@@ -23,13 +29,20 @@ impl LogGeometry {
     /// Slots never point past the tail, so an offset at most one log size ahead of the head is live.
     #[inline(always)]
     pub fn is_live(self, offset: u64, head: u64) -> bool {
-        offset.wrapping_sub(head) & self.offset_mask < self.log_bytes
+        offset.wrapping_sub(head) & self.offset_mask < self.lap_bytes
     }
 
     /// Byte position in memory of logical `offset`.
     #[inline(always)]
     pub fn physical(self, offset: u64) -> usize {
-        (offset & (self.log_bytes - 1)) as usize
+        (offset & (self.lap_bytes - 1)) as usize
+    }
+
+    /// Logical bytes from `offset` to the start of the next lap (what a padding record there
+    /// skips).
+    #[inline(always)]
+    pub fn to_lap_end(self, offset: u64) -> u64 {
+        self.lap_bytes - self.physical(offset) as u64
     }
 }
 
@@ -84,15 +97,17 @@ pub struct Log {
 }
 
 impl Log {
-    /// A log of `log_bytes` (power of two) bytes, offsets wrapping at `2^offset_bits`.
+    /// A log of `log_bytes` bytes (a multiple of 8), offsets wrapping at `2^offset_bits`.
     pub fn new(log_bytes: usize, offset_bits: u32, huge_pages: HugePages) -> Log {
-        assert!(log_bytes.is_power_of_two() && log_bytes >= 64, "log size must be a power of two");
+        assert!(log_bytes % 8 == 0 && log_bytes >= 64, "log size must be a multiple of 8 bytes");
+        let lap_bytes = log_bytes.next_power_of_two() as u64;
         assert!(
-            offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * log_bytes as u64,
-            "the offset space must be at least four times the log"
+            offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * lap_bytes,
+            "the offset space must be at least four times the log's lap"
         );
         let region = Region::new(log_bytes, huge_pages);
-        let geometry = LogGeometry { log_bytes: log_bytes as u64, offset_mask: (1 << offset_bits) - 1 };
+        let geometry =
+            LogGeometry { log_bytes: log_bytes as u64, lap_bytes, offset_mask: (1 << offset_bits) - 1 };
         Log { region, geometry }
     }
 
@@ -102,8 +117,11 @@ impl Log {
     pub fn new_arena(bytes: usize, huge_pages: HugePages) -> Log {
         assert!(bytes % 8 == 0 && bytes >= 64, "arena size must be a multiple of 8 bytes");
         let region = Region::new(bytes, huge_pages);
-        let log_bytes = bytes.next_power_of_two() as u64;
-        let geometry = LogGeometry { log_bytes, offset_mask: (1 << crate::index::OFFSET_BITS_MAX) - 1 };
+        let geometry = LogGeometry {
+            log_bytes: bytes as u64,
+            lap_bytes: bytes.next_power_of_two() as u64,
+            offset_mask: (1 << crate::index::OFFSET_BITS_MAX) - 1,
+        };
         Log { region, geometry }
     }
 
@@ -143,15 +161,18 @@ impl Log {
         Header { word0, word1, ext }
     }
 
-    /// Whether the record at `offset` is padding.
+    /// Whether the record at `offset` is padding: a padding record, or the part of a lap past
+    /// the memory's end (where an item that ended exactly at the end leaves the tail).
     #[inline(always)]
     pub fn is_padding(&self, offset: u64) -> bool {
-        Word0(self.words()[self.geometry.physical(offset) / 8].load(Relaxed)).has(BIT_PAD)
+        self.words()
+            .get(self.geometry.physical(offset) / 8)
+            .map_or(true, |word| Word0(word.load(Relaxed)).has(BIT_PAD))
     }
 
     #[inline(always)]
     fn word_mask(&self) -> usize {
-        (self.geometry.log_bytes / 8 - 1) as usize
+        (self.geometry.lap_bytes / 8 - 1) as usize
     }
 
     /// Writes header word 0 of the item at `offset`.

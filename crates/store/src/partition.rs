@@ -163,7 +163,7 @@ impl Partition {
         let bucket_mask = index.bucket_mask();
         // The scan must visit every bucket before the tail advances by the offset space less
         // two logs (MICA §4.3.2): one bucket per `stride` bytes appended.
-        let scan_window = (geometry.offset_mask + 1) - 2 * geometry.log_bytes;
+        let scan_window = (geometry.offset_mask + 1) - 2 * geometry.lap_bytes;
         let scan_stride_bytes = (scan_window / config.bucket_count as u64).max(1);
         let item_bytes_max = config.item_bytes_max.min(config.log_bytes / 2);
         let store = config.store_mode.then(|| StoreState {
@@ -514,12 +514,12 @@ impl Partition {
         if let Some(store) = &self.store {
             return self.check_store_invariants(store);
         }
-        assert!(self.tail - self.head <= self.geometry.log_bytes, "live window exceeds the log");
+        assert!(self.tail - self.head <= self.geometry.lap_bytes, "live window exceeds the log");
         assert_eq!(self.shared.head.load(Relaxed), self.head, "published head lags");
         let (mut items, mut bytes, mut at) = (0u64, 0u64, self.head);
         while at < self.tail {
             if self.shared.log.is_padding(at) {
-                at += self.geometry.log_bytes - self.geometry.physical(at) as u64;
+                at += self.geometry.to_lap_end(at);
                 continue;
             }
             let header = self.shared.log.header(at);
@@ -1429,15 +1429,20 @@ impl Partition {
         crate::words::store_bytes(item, key_start + key.len(), value);
     }
 
-    /// Makes room for `size` bytes at the tail (padding to the end of memory if the item would
-    /// straddle it) and returns the logical offset of the room.
+    /// Makes room for `size` bytes at the tail (padding to the end of the lap if the item would
+    /// straddle the end of memory) and returns the logical offset of the room.
     fn reserve(&mut self, size: usize) -> u64 {
-        let log_bytes = self.geometry.log_bytes;
+        let lap_bytes = self.geometry.lap_bytes;
         let physical = self.geometry.physical(self.tail) as u64;
-        let padding = if physical + size as u64 > log_bytes { log_bytes - physical } else { 0 };
+        let padding = if physical + size as u64 > self.geometry.log_bytes {
+            self.geometry.to_lap_end(self.tail)
+        } else {
+            0
+        };
         let need = padding + size as u64;
-        if log_bytes - (self.tail - self.head) < need {
-            while log_bytes - (self.tail - self.head) < need {
+        // The live window spans at most one lap, so no two live bytes share a physical byte.
+        if lap_bytes - (self.tail - self.head) < need {
+            while lap_bytes - (self.tail - self.head) < need {
                 self.evict_head();
             }
             self.shared.head.store(self.head, Relaxed);
@@ -1446,7 +1451,9 @@ impl Partition {
             }
         }
         if padding > 0 {
-            self.shared.log.write_padding(self.tail);
+            if physical < self.geometry.log_bytes {
+                self.shared.log.write_padding(self.tail);
+            }
             self.tail += padding;
         }
         let offset = self.tail & self.geometry.offset_mask;
@@ -1459,7 +1466,7 @@ impl Partition {
     fn evict_head(&mut self) {
         let offset = self.head;
         if self.shared.log.is_padding(offset) {
-            self.head += self.geometry.log_bytes - self.geometry.physical(offset) as u64;
+            self.head += self.geometry.to_lap_end(offset);
             return;
         }
         let header = self.shared.log.header(offset);

@@ -3,8 +3,11 @@
 //! Where pages come from, in order (`HugePages::Auto`): explicit hugetlb pages when the kernel has
 //! them reserved, then anonymous memory with `madvise(MADV_HUGEPAGE)` (transparent huge pages,
 //! 2 MiB aligned) when THP is `always` or `madvise`, then plain 4 KiB pages. Allocation never fails
-//! for lack of huge pages. Memory is zeroed and faulted in at creation so that nothing on the data
-//! path page-faults. Under Miri the region is an ordinary heap allocation.
+//! for lack of huge pages. Memory is zeroed by the kernel and faulted in as it is first touched
+//! (a log's pages as its tail first reaches them; a 2 MiB page per fault where THP backs it), so
+//! start-up costs the same at any size and resident memory grows with the data, as memcached's
+//! does. hugetlb mappings reserve their pages at creation (no `MAP_NORESERVE`), so a later
+//! fault cannot fail. Under Miri the region is an ordinary heap allocation.
 //!
 //! This is the only module of the crate with `unsafe`; everything above it sees `&[AtomicU64]`.
 
@@ -127,7 +130,6 @@ fn map(words_len: usize, want: HugePages) -> Region {
     if want != HugePages::Off {
         let huge_bytes = bytes.next_multiple_of(HUGE_PAGE_BYTES);
         if let Some(base) = mmap_anonymous(huge_bytes, libc::MAP_HUGETLB) {
-            populate(base, huge_bytes);
             return mapped(base, huge_bytes, base, words_len, PageKind::Hugetlb);
         }
         if thp_enabled() {
@@ -138,7 +140,6 @@ fn map(words_len: usize, want: HugePages) -> Region {
                 // SAFETY: [aligned, aligned + huge_bytes) lies inside the mapping just made.
                 let advised = unsafe { libc::madvise(aligned, huge_bytes, libc::MADV_HUGEPAGE) };
                 if advised == 0 {
-                    populate(aligned, huge_bytes);
                     return mapped(base, map_bytes, aligned, words_len, PageKind::TransparentHuge);
                 }
                 // SAFETY: unmapping exactly the mapping made above, never handed out.
@@ -147,10 +148,7 @@ fn map(words_len: usize, want: HugePages) -> Region {
         }
     }
     match mmap_anonymous(bytes, 0) {
-        Some(base) => {
-            populate(base, bytes);
-            mapped(base, bytes, base, words_len, PageKind::Plain)
-        }
+        Some(base) => mapped(base, bytes, base, words_len, PageKind::Plain),
         None => heap(words_len),
     }
 }
@@ -178,24 +176,6 @@ fn mmap_anonymous(bytes: usize, extra_flags: libc::c_int) -> Option<*mut libc::c
     let base =
         unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     (base != libc::MAP_FAILED).then_some(base)
-}
-
-/// Faults every page in now, so the data path never page-faults and the memory is really ours.
-#[cfg(not(any(miri, loom)))]
-fn populate(base: *mut libc::c_void, bytes: usize) {
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
-    // SAFETY: [base, base + bytes) is a live read-write mapping owned by the caller.
-    if unsafe { libc::madvise(base, bytes, MADV_POPULATE_WRITE) } == 0 {
-        return;
-    }
-    // Older kernels: touch one byte per 4 KiB page (writing zero keeps the memory zeroed).
-    let base = base as *const AtomicU64;
-    for page in 0..bytes / 4096 {
-        // SAFETY: the word lies inside the live, aligned, zeroed mapping; nothing else has a
-        // reference to it yet.
-        let word = unsafe { &*base.add(page * 4096 / WORD_BYTES) };
-        word.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 impl Drop for Region {

@@ -272,10 +272,35 @@ fn padded_wrap_keeps_items_contiguous() {
 }
 
 #[test]
-fn narrow_offsets_wrap_safely() {
+fn a_log_of_any_size_wraps_and_keeps_items_contiguous() {
+    // Logs that are not a power of two (a partition's exact share of -m): the tail skips the
+    // rest of each lap, including an item that ends exactly at the end of memory.
+    for log_bytes in [3000usize, 4104, 6144] {
+        let mut p = partition(log_bytes, 64, Eviction::Fifo);
+        for i in 0..2000u32 {
+            let value = vec![i as u8; 1 + (i as usize * 37) % 300];
+            set(&mut p, format!("k{i}").as_bytes(), &value, NOW);
+            assert_eq!(get(&mut p, format!("k{i}").as_bytes(), NOW), Some(value));
+            if i % 50 == 0 {
+                p.check_invariants();
+            }
+        }
+        assert_eq!(p.log_bytes(), log_bytes);
+        assert!(p.stats().bytes <= log_bytes as u64);
+    }
+}
+
+#[test]
+fn narrow_offsets_wrap_safely_whatever_the_log_size() {
+    for log_bytes in [4096usize, 3000] {
+        narrow_offsets_wrap_safely(log_bytes);
+    }
+}
+
+fn narrow_offsets_wrap_safely(log_bytes: usize) {
     // A 20-bit offset space over a 4 KiB log wraps every 1 MiB appended; the incremental scan
     // must clear stale slots before they look live again.
-    let mut config = qs_store::Config::new(4096, 16);
+    let mut config = qs_store::Config::new(log_bytes, 16);
     config.offset_bits = 14;
     config.eviction = Eviction::Fifo;
     config.huge_pages = qs_store::HugePages::Off;

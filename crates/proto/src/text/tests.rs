@@ -233,7 +233,12 @@ fn crawler_class_lists_read_as_memcached_reads_them() {
 
 #[test]
 fn http_request_lines_close_as_memcached_closes_them() {
-    for line in ["GET / HTTP/1.0\r\n", "PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1\r\n", "DELETE HTTP/1.1\r\n", "foo HTTP/2\n"] {
+    for line in [
+        "GET / HTTP/1.0\r\n",
+        "PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1\r\n",
+        "DELETE HTTP/1.1\r\n",
+        "foo HTTP/2\n",
+    ] {
         assert!(matches!(parse(line.as_bytes(), &limits()), Parsed::Close), "{line}");
     }
     // Commands memcached dispatches before its last branch answer as ever.
