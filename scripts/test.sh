@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Quicksilver's test command (the README's): formatting, lints, every test, docs, and the engine's
+# Quicksilver's test command (the README's): formatting, lints, every test (the hostile-client
+# suite among them), memcached's own t/ suite, docs, and the engine's
 # concurrency checks (Miri on the unsafe parts, loom on the CREW read/write protocol), and a short
 # fuzzing run of the protocol parsers.
 # Installs what it needs itself. Exits non-zero on any failure.
@@ -39,6 +40,10 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee /tmp/qs-test-output.txt
 test "${PIPESTATUS[0]}" -eq 0
+
+step "memcached 1.6.18's own t/ suite against quicksilver (its wire-protocol files)"
+cargo build --release --quiet -p qs-server
+QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
 step "cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \

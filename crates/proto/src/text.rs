@@ -133,6 +133,8 @@ pub enum Request<'a> {
     Stats {
         /// The argument (empty for plain `stats`).
         group: &'a [u8],
+        /// The group's own argument (`stats detail on`; empty when none).
+        argument: &'a [u8],
     },
     /// version.
     Version,
@@ -166,6 +168,18 @@ pub enum Request<'a> {
     /// `lru_crawler sleep <us>` / `lru_crawler tocrawl <n>` with a valid number: pacing of
     /// memcached's crawler thread (answered OK).
     CrawlerPacing,
+    /// `slabs automove 0|1|2`: memcached's slab rebalancer switch. Quicksilver's logs have no
+    /// slab classes to move memory between, so a valid level is accepted and changes nothing.
+    SlabsAutomove {
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// `debugtime <seconds>`: memcached's debug builds move the server's clock forward (or
+    /// back) by this much; quicksilver answers it only when started with `--enable-debugtime`.
+    DebugTime {
+        /// Seconds to add to the clock.
+        delta: i32,
+    },
     /// `shutdown`, `shutdown graceful`, or another mode (refused once shutdown is enabled).
     Shutdown {
         /// What was asked.
@@ -258,7 +272,12 @@ fn parse_tokens<'a, const N: usize>(
         b"incr" | b"decr" if ntokens == 4 || ntokens == 5 => parse_arith(tokens, line_len),
         b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(tokens, line_len),
         b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(tokens, line_len),
-        b"stats" => done(Request::Stats { group: tokens.get(1) }, line_len),
+        b"stats" => done(Request::Stats { group: tokens.get(1), argument: tokens.get(2) }, line_len),
+        b"slabs" => parse_slabs(tokens, line_len),
+        b"debugtime" if ntokens == 3 => match strtol(tokens.get(1)) {
+            Some(delta) => done(Request::DebugTime { delta }, line_len),
+            None => refuse(ERROR, line_len, false),
+        },
         // memcached ignores arguments to these three.
         b"version" => done(Request::Version, line_len),
         b"quit" => done(Request::Quit, line_len),
@@ -506,6 +525,29 @@ fn parse_verbosity<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) 
         return refuse(BAD_FORMAT, line_len, noreply);
     }
     done(Request::Verbosity { noreply }, line_len)
+}
+
+/// `slabs`: memcached 1.6's `slabs automove` checks (its `slabs reassign` has no meaning
+/// without slab classes and answers `ERROR`, as any other `slabs` line does).
+fn parse_slabs<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
+    let ntokens = tokens.len() + 1;
+    if ntokens < 4 || tokens.get(1) != b"automove" {
+        return refuse(ERROR, line_len, false);
+    }
+    let noreply = tokens.noreply();
+    if tokens.get(2) == b"ratio" {
+        // A ratio only tunes the rebalancer: accepted when it is a number, as memcached does.
+        let ratio = std::str::from_utf8(tokens.get(3)).ok().and_then(|text| text.parse::<f64>().ok());
+        return match ratio {
+            Some(_) if ntokens >= 5 => done(Request::SlabsAutomove { noreply }, line_len),
+            _ => refuse(ERROR, line_len, noreply),
+        };
+    }
+    match strtoul(tokens.get(2)) {
+        None => refuse(BAD_FORMAT, line_len, noreply),
+        Some(0..=2) => done(Request::SlabsAutomove { noreply }, line_len),
+        Some(_) => refuse(ERROR, line_len, noreply),
+    }
 }
 
 /// `lru_crawler`, with memcached 1.6's token counts and replies.

@@ -48,6 +48,10 @@ pub struct Config {
     /// Enable the `shutdown` command (memcached's -A): a client may stop the server.
     #[arg(short = 'A', long = "enable-shutdown")]
     pub enable_shutdown: bool,
+    /// Enable the `debugtime <seconds>` command of memcached's debug builds, which moves the
+    /// server's clock (for memcached's expiry tests; never in production).
+    #[arg(long = "enable-debugtime")]
+    pub enable_debugtime: bool,
     /// Verbose: -v logs errors and warnings, -vv also connections.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -178,9 +182,15 @@ impl Config {
         self.mode == Mode::Store || self.no_evictions
     }
 
-    /// Partition count.
+    /// Partition count: by default four per worker, fewer (down to one per worker) when -m
+    /// is too small to give each a mebibyte (memcached runs with -m 2).
     pub fn partition_count(&self) -> usize {
-        self.partitions.unwrap_or(4 * self.workers().next_power_of_two())
+        self.partitions.unwrap_or_else(|| {
+            let workers = self.workers().next_power_of_two();
+            let whole_mib = (self.memory_mib.max(1) as usize).min(1 << 20);
+            let fitting = 1 << whole_mib.ilog2();
+            (4 * workers).min(fitting).max(workers)
+        })
     }
 
     /// Checks what clap cannot; the message is for the user.
@@ -234,6 +244,12 @@ mod tests {
         let config = Config::parse_from(["quicksilver", "-t", "2"]);
         assert_eq!(config.partition_count(), 8);
         assert!(config.validate().is_ok());
+        // A small -m gets fewer partitions, each at least a mebibyte.
+        let small = Config::parse_from(["quicksilver", "-t", "2", "-m", "3"]);
+        assert_eq!(small.partition_count(), 2);
+        assert!(small.validate().is_ok());
+        let tiny = Config::parse_from(["quicksilver", "-t", "2", "-m", "1"]);
+        assert!(tiny.validate().is_err());
         let bad = Config::parse_from(["quicksilver", "-t", "2", "--partitions", "6"]);
         assert!(bad.validate().is_err());
         let three = Config::parse_from(["quicksilver", "-t", "3"]);

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 /// Output beyond which a connection's requests are not processed (and its socket not read)
 /// until the client reads: bounds memory for clients that never read their replies.
-pub const OUTPUT_BYTES_HIGH: usize = 4 << 20;
+pub const OUTPUT_BYTES_HIGH: usize = 1 << 20;
 /// A lent read buffer (larger requests grow it up to the connection's limit).
 const READ_BUFFER_BYTES: usize = 16 << 10;
 /// Buffers a worker keeps for lending (memcached 1.6 keeps a per-thread read-buffer cache the

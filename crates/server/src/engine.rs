@@ -213,6 +213,8 @@ impl Engine {
                 | Request::Crawl { .. }
                 | Request::CrawlerSwitch { .. }
                 | Request::CrawlerPacing
+                | Request::SlabsAutomove { .. }
+                | Request::DebugTime { .. }
                 | Request::Shutdown { .. }
         );
         if keyed && self.shared.workers == 1 {
@@ -237,6 +239,8 @@ impl Engine {
             | Request::Crawl { .. }
             | Request::CrawlerSwitch { .. }
             | Request::CrawlerPacing
+            | Request::SlabsAutomove { .. }
+            | Request::DebugTime { .. }
             | Request::Shutdown { .. } => return Route::Local,
         };
         if key.len() > qs_proto::KEY_BYTES_MAX {
@@ -318,6 +322,7 @@ impl Engine {
             }
             Request::TooLarge { mode, key, noreply } => {
                 self.counters.cmd_set += 1;
+                self.shared.detail.record_set(key);
                 if mode == StoreMode::Set {
                     self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
                 }
@@ -326,6 +331,7 @@ impl Engine {
                 }
             }
             Request::Delete { key, noreply } => {
+                self.shared.detail.record_delete(key);
                 let reply = match self.run(key, Command::Delete { cas: 0 }, &mut Vec::new()) {
                     Outcome::Deleted => reply::DELETED,
                     _ => reply::NOT_FOUND,
@@ -365,7 +371,22 @@ impl Engine {
                     out.extend_from_slice(reply::OK);
                 }
             }
-            Request::Stats { group } => {
+            Request::Stats { group: b"detail", argument } => self.shared.detail.command(argument, out),
+            Request::SlabsAutomove { noreply } => {
+                if !noreply {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Request::DebugTime { delta } => {
+                if self.shared.config.enable_debugtime {
+                    crate::sys::shift_clock(delta);
+                    self.now_secs = crate::sys::now_secs();
+                    out.extend_from_slice(reply::OK);
+                } else {
+                    out.extend_from_slice(b"ERROR\r\n");
+                }
+            }
+            Request::Stats { group, .. } => {
                 // This worker's own figures as of now, not as of its last loop turn.
                 self.publish();
                 crate::stats::write(&self.shared, group, out)
@@ -447,7 +468,12 @@ impl Engine {
     pub fn flush_local(&mut self, delay: i32) {
         self.counters.cmd_flush += 1;
         let now = self.now_secs;
-        let delay = delay.max(0) as u32;
+        // As an exptime: past 30 days, an absolute unix time (one already past flushes now).
+        let delay = match i64::from(delay) {
+            d if d <= 0 => 0,
+            d if d <= qs_store::item::RELATIVE_EXPTIME_SECS_MAX => d as u32,
+            at => (at as u32).saturating_sub(now),
+        };
         for partition in self.partitions.iter_mut().flatten() {
             partition.flush_all(now, delay);
         }
@@ -558,7 +584,11 @@ impl Engine {
         };
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
-        if let Outcome::Hit(hit) = self.read(key, command, &mut value) {
+        let outcome = self.read(key, command, &mut value);
+        if self.shared.detail.enabled() {
+            self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
+        }
+        if let Outcome::Hit(hit) = outcome {
             let cas = kind.with_cas().then_some(hit.cas);
             reply::value_line(out, key, hit.flags, hit.value_len, cas);
             out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
@@ -570,6 +600,7 @@ impl Engine {
 
     fn store(&mut self, mode: StoreMode, key: &[u8], flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
         self.counters.cmd_set += 1;
+        self.shared.detail.record_set(key);
         let mode = store_mode(mode);
         let expiry = self.expiry(exptime);
         let outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
@@ -654,14 +685,15 @@ impl Engine {
             let letters = || meta.flag_tokens().map(|token| token[0]);
             let recache_before_touch = options.recache.is_some()
                 && letters().position(|l| l == b'R') < letters().position(|l| l == b'T');
-            let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch };
+            let no_update = options.has(b'u');
+            let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch, no_update };
             self.run(key, Command::MetaGet(options), &mut value)
         } else {
             self.read(key, Command::Get, &mut value)
         };
         let (item, data, won, stale, win_sent) = match outcome {
             Outcome::Hit(hit) => {
-                if !owned && ((hit.stale && !hit.win_sent) || !hit.fetched_before) {
+                if !owned && ((hit.stale && !hit.win_sent) || (!hit.fetched_before && !options.has(b'u'))) {
                     // The win token is the owner's to hand out, and the first fetch marks the
                     // item fetched (meta `h`): both are writes, so the owner serves them.
                     self.scratch = value;

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod conn;
 pub mod daemon;
+pub mod detail;
 pub mod dump;
 pub mod engine;
 pub mod native;
@@ -125,6 +126,7 @@ impl Server {
             main_buckets: first.main_buckets(),
             crawler_enabled: AtomicBool::new(true),
             stats_baseline: Mutex::default(),
+            detail: Default::default(),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =

@@ -205,6 +205,8 @@ pub struct Shared {
     pub crawler_enabled: AtomicBool,
     /// What `stats reset` zeroed: the counters as they stood then.
     pub stats_baseline: Mutex<StatsBaseline>,
+    /// `stats detail`: per-prefix counters.
+    pub detail: crate::detail::Detail,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.

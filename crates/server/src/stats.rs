@@ -64,6 +64,7 @@ fn reset(shared: &Shared) {
         rejected_connections: shared.rejected_connections.load(Relaxed),
     };
     *shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
+    shared.detail.reset();
 }
 
 /// Writes the reply to `stats <group>`.

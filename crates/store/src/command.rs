@@ -100,6 +100,9 @@ pub struct MetaGet {
     /// `R` came before `T` in the request: it reads the TTL before the touch (memcached
     /// applies the flags in order).
     pub recache_before_touch: bool,
+    /// `u`: the read leaves the item as it was: not marked fetched, its last access and its
+    /// place in the eviction order kept.
+    pub no_update: bool,
 }
 
 /// A request to a partition: the key, its hash (computed once by the caller) and the command.

@@ -337,8 +337,8 @@ impl Partition {
         let (hash, key) = (request.hash, request.key);
         self.clock_secs = now_secs;
         let outcome = match request.command {
-            Command::Get => self.get(hash, key, None, now_secs, out),
-            Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), now_secs, out),
+            Command::Get => self.get(hash, key, None, true, now_secs, out),
+            Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), true, now_secs, out),
             Command::Touch { expiry } => self.touch(hash, key, expiry, now_secs),
             Command::SetExpiry { expiry } => match self.lookup(hash, key, now_secs) {
                 Lookup::Found(found) => {
@@ -439,7 +439,7 @@ impl Partition {
         }
         self.stats.gets += 1;
         self.stats.get_hits += 1;
-        self.answer_hit(found, now_secs, out)
+        self.answer_hit(found, true, now_secs, out)
     }
 
     /// The other common case: a plain SET of a well-formed key whose old version, if any, still
@@ -672,6 +672,7 @@ impl Partition {
         hash: KeyHash,
         key: &[u8],
         touch: Option<Expiry>,
+        update: bool,
         now_secs: u32,
         out: &mut Vec<u8>,
     ) -> Outcome {
@@ -697,24 +698,27 @@ impl Partition {
             self.stats.touch_hits += 1;
             let before = found.header.ext.expiry();
             found = self.set_expiry(found, expiry, now_secs);
-            let mut outcome = self.answer_hit(found, now_secs, out);
+            let mut outcome = self.answer_hit(found, update, now_secs, out);
             if let Outcome::Hit(hit) = &mut outcome {
                 hit.expiry_before = before;
             }
             return outcome;
         }
-        self.answer_hit(found, now_secs, out)
+        self.answer_hit(found, update, now_secs, out)
     }
 
-    /// Copies a found item's value to `out`, does the read's bookkeeping, and builds the hit.
+    /// Copies a found item's value to `out`, does the read's bookkeeping unless `update` is
+    /// false (meta `u`: not marked fetched, last access and LRU position kept), and builds the hit.
     #[inline(always)]
-    fn answer_hit(&mut self, found: Found, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+    fn answer_hit(&mut self, found: Found, update: bool, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
         let header = found.header;
         let value_start = out.len();
         let value_len = header.word1.value_len();
         self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, out);
         let hit = header.hit(value_start, self.shared.cas_unique(header.word0.cas_seq()));
-        self.after_read(&found, now_secs);
+        if update {
+            self.after_read(&found, now_secs);
+        }
         Outcome::Hit(hit)
     }
 
@@ -1219,7 +1223,7 @@ impl Partition {
         now_secs: u32,
         out: &mut Vec<u8>,
     ) -> Outcome {
-        match self.get(hash, key, options.touch, now_secs, out) {
+        match self.get(hash, key, options.touch, !options.no_update, now_secs, out) {
             Outcome::Hit(mut hit) => {
                 let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
                 let remaining = expiry.0.saturating_sub(now_secs);

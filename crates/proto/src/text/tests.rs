@@ -61,7 +61,10 @@ fn requests_parse_to_what_they_say() {
         ),
         (b"flush_all\r\n", r#"FlushAll { delay: 0, noreply: false }"#),
         (b"flush_all 10 noreply\r\n", r#"FlushAll { delay: 10, noreply: true }"#),
-        (b"stats settings\r\n", r#"Stats { group: [115, 101, 116, 116, 105, 110, 103, 115] }"#),
+        (b"stats settings\r\n", r#"Stats { group: [115, 101, 116, 116, 105, 110, 103, 115], argument: [] }"#),
+        (b"stats detail on\r\n", r#"Stats { group: [100, 101, 116, 97, 105, 108], argument: [111, 110] }"#),
+        (b"slabs automove 1\r\n", "SlabsAutomove { noreply: false }"),
+        (b"debugtime -5\r\n", "DebugTime { delta: -5 }"),
         (b"quit\r\n", "Quit"),
         (b"mn\r\n", "MetaNoop"),
         (b"lru_crawler metadump all\r\n", "Metadump { classes: [97, 108, 108] }"),
@@ -118,6 +121,11 @@ fn refusals_carry_memcached_replies_and_skip_lengths() {
         (b"lru_crawler sleep x\r\n", "CLIENT_ERROR bad command line format\r\n", 21),
         (b"lru_crawler sleep 1000001\r\n", "CLIENT_ERROR sleep must be one second or less\r\n", 27),
         (b"lru_crawler tocrawl -1\r\n", "CLIENT_ERROR bad command line format\r\n", 24),
+        (b"slabs automove invalid\r\n", "CLIENT_ERROR bad command line format\r\n", 24),
+        (b"slabs automove 3\r\n", "ERROR\r\n", 18),
+        (b"slabs automove ratio x\r\n", "ERROR\r\n", 24),
+        (b"slabs reassign 1 2\r\n", "ERROR\r\n", 20),
+        (b"debugtime x\r\n", "ERROR\r\n", 13),
     ];
     for (input, reply, skip) in cases {
         match parse(input, &limits()) {

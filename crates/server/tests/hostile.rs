@@ -1,0 +1,502 @@
+//! Hostile clients against the real binary over real sockets: requests split at every byte,
+//! partial requests held open, slowloris, clients that never read, floods past `-c`, random
+//! and binary bytes, absurd lengths, half-closes and resets. Each case checks that the
+//! server answers as memcached 1.6 does where memcached is the oracle, that other clients are
+//! served and stored items are unchanged, that RSS stays bounded, and that the server's CPU
+//! (utime + stime from /proc/PID/stat) stays near idle while no complete request waits.
+
+mod common;
+
+use common::{stat, stats, Client, ServerProcess};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`), the unit of /proc/PID/stat times.
+fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
+/// CPU time the process has used, user plus system, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // Fields after the command name (which may hold spaces) start at field 3 (state);
+    // utime and stime are fields 14 and 15.
+    let after_name = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
+}
+
+/// Raises this process's open-file limit to its hard limit (tests hold thousands of sockets).
+fn raise_fd_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct we pass.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    limit.rlim_cur
+}
+
+fn set(client: &mut Client, key: &str, value: &[u8]) {
+    let mut request = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+    request.extend_from_slice(value);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(client.call(&request), b"STORED\r\n", "set {key}");
+}
+
+/// A server holding the item `canary` = `alive`.
+fn server_with_canary(args: &[&str]) -> ServerProcess {
+    let server = ServerProcess::quicksilver(args);
+    set(&mut server.connect(), "canary", b"alive");
+    server
+}
+
+/// Other clients are served and the stored canary is unchanged.
+fn assert_healthy(server: &ServerProcess) {
+    let mut client = server.connect();
+    assert_eq!(client.call(b"get canary\r\n"), b"VALUE canary 0 5\r\nalive\r\nEND\r\n", "canary changed");
+}
+
+/// Everything the server sends within `quiet` of the last byte (or until it closes), and
+/// whether it closed.
+fn read_for(stream: &mut TcpStream, quiet: Duration) -> (Vec<u8>, bool) {
+    stream.set_read_timeout(Some(quiet)).expect("timeout");
+    let mut all = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => return (all, true),
+            Ok(n) => all.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return (all, false),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return (all, true),
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+}
+
+/// Text and meta requests, each with the requests that set its stage first. `{k}` is replaced
+/// by a key of the attempt's own, so attempts do not see each other's items. No reply here
+/// carries a CAS unique or a clock reading (they differ between runs and servers by design).
+const REQUESTS: &[(&str, &str)] = &[
+    ("", "set {k} 5 0 3\r\nabc\r\n"),
+    ("", "set {k} 5 0 3 noreply\r\nabc\r\nget {k}\r\n"),
+    ("set {k} 1 0 2\r\nhi\r\n", "get {k}\r\n"),
+    ("set {k} 1 0 2\r\nhi\r\n", "get {k} {k}2 {k}\r\n"),
+    ("", "add {k} 0 0 1\r\nx\r\n"),
+    ("set {k} 0 0 1\r\nx\r\n", "add {k} 0 0 1\r\ny\r\n"),
+    ("", "replace {k} 0 0 1\r\nx\r\n"),
+    ("set {k} 0 0 1\r\nx\r\n", "append {k} 0 0 2\r\nyz\r\nget {k}\r\n"),
+    ("set {k} 0 0 1\r\nx\r\n", "prepend {k} 0 0 2\r\nyz\r\nget {k}\r\n"),
+    ("", "cas {k} 0 0 1 12345\r\nx\r\n"),
+    ("set {k} 0 0 2\r\n41\r\n", "incr {k} 1\r\n"),
+    ("set {k} 0 0 2\r\n41\r\n", "decr {k} 50\r\n"),
+    ("", "incr {k} 1\r\n"),
+    ("set {k} 0 0 1\r\nx\r\n", "delete {k}\r\n"),
+    ("", "delete {k}\r\n"),
+    ("set {k} 0 0 1\r\nx\r\n", "touch {k} 100\r\n"),
+    ("set {k} 3 0 1\r\nx\r\n", "gat 100 {k}\r\n"),
+    ("", "mn\r\n"),
+    ("set {k} 9 0 3\r\nabc\r\n", "mg {k} v f s k\r\n"),
+    ("", "mg {k} v\r\n"),
+    ("", "ms {k} 3 F4\r\nabc\r\nmg {k} v f\r\n"),
+    ("", "ms {k} 3 q\r\nabc\r\nmg {k} v q\r\n"),
+    ("set {k} 0 0 1\r\nx\r\n", "md {k}\r\n"),
+    ("set {k} 0 0 1\r\n7\r\n", "ma {k} v\r\n"),
+    ("", "ma {k} N0 J13 v\r\n"),
+    ("", "me {k}\r\n"),
+    ("", "bogus command\r\n"),
+    ("", "get\r\n"),
+    ("", "set {k} 0 0 z\r\n"),
+    ("", "set {k} 0 0 2\r\nabc\r\n"),
+    ("", "verbosity 1\r\n"),
+];
+
+/// The replies to `request` on a fresh connection when it arrives in the pieces `cuts`
+/// delimit (each piece reaches the server alone). `{k}` becomes a key no other exchange uses,
+/// and the replies show it as `{k}` again.
+fn exchange_in_pieces(server: &ServerProcess, case: (&str, &str), cuts: &[usize]) -> String {
+    static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
+    // Of one width, so a request's length is the same in every exchange.
+    let key = format!("key{:07}", NEXT_KEY.fetch_add(1, Ordering::Relaxed));
+    let (setup, request) = (case.0.replace("{k}", &key), case.1.replace("{k}", &key));
+    let mut client = server.connect();
+    if !setup.is_empty() {
+        client.call(setup.as_bytes());
+    }
+    let bytes = request.as_bytes();
+    let mut from = 0;
+    for &cut in cuts.iter().chain([bytes.len()].iter()) {
+        client.send(&bytes[from..cut]);
+        from = cut;
+        // The piece arrives, and is read, before the next: the server sees it alone.
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    String::from_utf8_lossy(&client.call(b"")).replace(&key, "{k}")
+}
+
+#[test]
+fn requests_split_at_every_byte_answer_as_when_sent_whole_and_as_memcached() {
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+    for &case in REQUESTS {
+        let oracle = exchange_in_pieces(&memcached, case, &[]);
+        let whole = exchange_in_pieces(&quicksilver, case, &[]);
+        assert_eq!(whole, oracle, "{:?} sent whole: quicksilver differs from memcached", case.1);
+        let length = case.1.replace("{k}", "key0000000").len();
+        for cut in 1..length {
+            let split = exchange_in_pieces(&quicksilver, case, &[cut]);
+            assert_eq!(split, whole, "{:?} split after byte {cut}", case.1);
+        }
+        let all_cuts: Vec<usize> = (1..length).collect();
+        let dribbled = exchange_in_pieces(&quicksilver, case, &all_cuts);
+        assert_eq!(dribbled, whole, "{:?} sent one byte at a time", case.1);
+    }
+}
+
+#[test]
+fn a_partial_request_held_open_costs_no_cpu() {
+    // The regression test for a worker that spun while a connection's buffered bytes formed
+    // no request: a partial command line, a partial value, a binary-protocol header.
+    let server = server_with_canary(&["-t", "2"]);
+    let binary_get_header: [u8; 24] =
+        [0x80, 0x00, 0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let partials: [&[u8]; 4] =
+        [b"get foo", b"set big 0 0 100000\r\nabcdefgh", &binary_get_header, b"mg canary v"];
+    let mut held: Vec<Client> = Vec::new();
+    for partial in partials {
+        let mut client = server.connect();
+        client.send(partial);
+        held.push(client);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_ticks(server.pid());
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(server.pid()) - before;
+    let allowed = ticks_per_second() * started.elapsed().as_millis() as u64 * 2 / 100 / 1000;
+    assert!(used <= allowed, "{used} ticks over 2 s with partial requests held (at most {allowed})");
+    assert_healthy(&server);
+    // The rest arrives: the requests complete as if sent whole.
+    held[0].send(b" canary\r\n");
+    assert_eq!(held[0].call(b""), b"VALUE canary 0 5\r\nalive\r\nEND\r\n");
+    held[1].send(&vec![b'x'; 100_000 - 8]);
+    assert_eq!(held[1].call(b"\r\n"), b"STORED\r\n");
+    held[3].send(b"\r\n");
+    assert_eq!(held[3].call(b""), b"VA 5\r\nalive\r\n");
+}
+
+#[test]
+fn a_thousand_slowloris_connections_cost_little_and_are_answered() {
+    raise_fd_limit();
+    let server = server_with_canary(&["-t", "2", "-c", "2000"]);
+    let mut streams: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            stream.set_nonblocking(true).expect("nonblocking");
+            stream
+        })
+        .collect();
+    let request = b"get canary\r\n";
+    let expected = b"VALUE canary 0 5\r\nalive\r\nEND\r\n";
+    let rounds = 2;
+    let mut replies: Vec<Vec<u8>> = vec![Vec::new(); streams.len()];
+    let mut probe = server.connect();
+    let before = cpu_ticks(server.pid());
+    let started = Instant::now();
+    let mut worst_probe = Duration::ZERO;
+    // A byte every 100 ms on every connection: each request takes 1.2 s to arrive.
+    for tick in 0..rounds * request.len() {
+        let byte = &request[tick % request.len()..][..1];
+        for stream in &mut streams {
+            stream.write_all(byte).expect("dribble");
+        }
+        for (stream, reply) in streams.iter_mut().zip(&mut replies) {
+            let mut chunk = [0u8; 256];
+            while let Ok(n) = stream.read(&mut chunk) {
+                if n == 0 {
+                    panic!("the server closed a slow connection");
+                }
+                reply.extend_from_slice(&chunk[..n]);
+            }
+        }
+        let asked = Instant::now();
+        assert_eq!(probe.call(b"get canary\r\n"), expected);
+        worst_probe = worst_probe.max(asked.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let elapsed = started.elapsed();
+    let used = cpu_ticks(server.pid()) - before;
+    // Each byte is a wake-up, a read and a look for a line end: about 10,000 a second here.
+    let allowed = ticks_per_second() * elapsed.as_millis() as u64 * 30 / 100 / 1000;
+    assert!(used <= allowed, "{used} ticks in {elapsed:?} for 1000 slow connections (at most {allowed})");
+    assert!(worst_probe < Duration::from_secs(1), "another client waited {worst_probe:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    for (stream, reply) in streams.iter_mut().zip(&mut replies) {
+        let (rest, _) = read_for(stream, Duration::from_millis(1));
+        reply.extend_from_slice(&rest);
+        assert_eq!(reply, &expected.repeat(rounds), "a slow client's answers");
+    }
+    assert_healthy(&server);
+}
+
+#[test]
+fn clients_that_never_read_are_bounded_each_and_together() {
+    let server = server_with_canary(&["-t", "2", "-I", "2m"]);
+    let mut writer = server.connect();
+    set(&mut writer, "big", &vec![b'b'; 1_000_000]);
+    let baseline = rss_bytes(server.pid());
+    // Sixteen clients each ask for 2 GB of replies and never read them.
+    let request = b"get big\r\n".repeat(100);
+    let mut readers: Vec<Client> = (0..16).map(|_| server.connect()).collect();
+    for reader in &mut readers {
+        reader.stream.set_nonblocking(true).expect("nonblocking");
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let mut progressed = false;
+        for reader in &mut readers {
+            if let Ok(n) = reader.stream.write(&request) {
+                progressed |= n > 0;
+            }
+        }
+        if !progressed {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss_bytes(server.pid()).saturating_sub(baseline);
+    // Per connection: the output high-water mark (1 MiB) and one value past it.
+    assert!(grown < 16 * (4 << 20), "the server buffered {grown} bytes for 16 clients that do not read");
+    // Idle while everyone is blocked on the clients.
+    let before = cpu_ticks(server.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(server.pid()) - before;
+    assert!(used <= ticks_per_second() / 50, "{used} ticks in 1 s while every client is blocked");
+    assert_healthy(&server);
+    // A reader that starts reading gets whole values, in order.
+    let mut reader = readers.pop().expect("a reader");
+    reader.stream.set_nonblocking(false).expect("blocking");
+    let mut block = b"VALUE big 0 1000000\r\n".to_vec();
+    block.extend_from_slice(&vec![b'b'; 1_000_000]);
+    block.extend_from_slice(b"\r\nEND\r\n");
+    let mut got = vec![0; block.len()];
+    reader.stream.read_exact(&mut got).expect("read a reply");
+    assert!(got == block, "a blocked client's first reply");
+}
+
+#[test]
+fn a_flood_past_the_connection_limit_is_refused_and_leaves_the_server_serving() {
+    raise_fd_limit();
+    let server = server_with_canary(&["-t", "2", "-c", "50"]);
+    let mut flood: Vec<TcpStream> =
+        (0..400).filter_map(|_| TcpStream::connect(("127.0.0.1", server.port)).ok()).collect();
+    let mut refused = 0;
+    let mut served = 0;
+    for stream in &mut flood {
+        let _ = stream.write_all(b"get canary\r\n");
+    }
+    for stream in &mut flood {
+        let (reply, closed) = read_for(stream, Duration::from_millis(200));
+        if reply == b"ERROR Too many open connections\r\n" && closed {
+            refused += 1;
+        } else {
+            assert_eq!(reply, b"VALUE canary 0 5\r\nalive\r\nEND\r\n", "a connection within the limit");
+            served += 1;
+        }
+    }
+    assert!(served <= 50 && served > 0, "{served} served");
+    assert_eq!(refused + served, flood.len());
+    drop(flood);
+    // Once the flood is gone, new clients are served again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut client = server.connect();
+        let (reply, _) = {
+            client.send(b"get canary\r\n");
+            read_for(&mut client.stream, Duration::from_millis(200))
+        };
+        if reply == b"VALUE canary 0 5\r\nalive\r\nEND\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused after the flood left: {reply:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(stat(&mut server.connect(), "rejected_connections") >= refused as u64);
+}
+
+/// What memcached and quicksilver answer to `bytes` sent on a fresh connection, read until
+/// each has been quiet for 300 ms or closed.
+fn both_answer(memcached: &ServerProcess, quicksilver: &ServerProcess, bytes: &[u8]) -> [(Vec<u8>, bool); 2] {
+    [memcached, quicksilver].map(|server| {
+        let mut client = server.connect();
+        let _ = client.stream.write_all(bytes);
+        read_for(&mut client.stream, Duration::from_millis(300))
+    })
+}
+
+#[test]
+fn lengths_near_two_to_the_32_and_over_long_lines_answer_as_memcached() {
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = server_with_canary(&["-t", "2"]);
+    let long_key = "k".repeat(251);
+    let keys_line = format!("get {}\r\n", (0..1500).map(|i| format!("k{i}")).collect::<Vec<_>>().join(" "));
+    let cases: Vec<String> = vec![
+        "set x 0 0 4294967295\r\n".into(),
+        "set x 0 0 4294967296\r\n".into(),
+        "set x 0 0 2147483647\r\n".into(),
+        "set x 0 0 2147483648\r\n".into(),
+        "set x 0 0 -1\r\n".into(),
+        "set x 4294967296 0 1\r\nx\r\n".into(),
+        "set x 0 0 18446744073709551616\r\n".into(),
+        "ms x 4294967295\r\n".into(),
+        "ms x 99999999999999999999\r\n".into(),
+        format!("get {long_key}\r\n"),
+        format!("set {long_key} 0 0 1\r\nx\r\n"),
+        keys_line,
+        "GET / HTTP/1.0\r\n".into(),
+        "PUT /x HTTP/1.1\r\nHost: y\r\n\r\n".into(),
+        "DELETE HTTP/1.1\r\n".into(),
+    ];
+    for case in &cases {
+        let [oracle, ours] = both_answer(&memcached, &quicksilver, case.as_bytes());
+        let shown = &case[..case.len().min(60)];
+        assert_eq!(
+            String::from_utf8_lossy(&ours.0),
+            String::from_utf8_lossy(&oracle.0),
+            "{shown:?}: quicksilver differs from memcached"
+        );
+        assert_eq!(ours.1, oracle.1, "{shown:?}: memcached closed: {}", oracle.1);
+    }
+    assert_healthy(&quicksilver);
+}
+
+#[test]
+fn binary_frames_on_the_text_port_and_random_bytes_harm_no_one() {
+    let server = server_with_canary(&["-t", "2"]);
+    let mut frame = vec![0x80, 0x00, 0x00, 0x06, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    frame.extend_from_slice(b"canary");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut random = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed as u8
+    };
+    let noise: Vec<u8> = (0..1 << 20).map(|_| random()).collect();
+    let mut sent = Vec::new();
+    for bytes in [&frame[..], &frame.repeat(500), &noise] {
+        let mut client = server.connect();
+        let _ = client.stream.write_all(bytes);
+        sent.push(client);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(server.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(server.pid()) - before;
+    assert!(used <= ticks_per_second() / 50, "{used} ticks in 1 s after garbage");
+    assert_healthy(&server);
+    assert_eq!(stats(&mut server.connect(), "").iter().find(|(k, _)| k == "curr_items").unwrap().1, "1");
+}
+
+#[test]
+fn half_closed_sockets_are_answered_then_closed_as_memcached_does() {
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+    for request in [&b"set a 0 0 1\r\nx\r\nget a\r\n"[..], b"get a\r\nget", b"set b 0 0 5\r\nab"] {
+        let [oracle, ours] = [&memcached, &quicksilver].map(|server| {
+            let mut client = server.connect();
+            client.send(request);
+            client.stream.shutdown(std::net::Shutdown::Write).expect("half-close");
+            read_for(&mut client.stream, Duration::from_secs(2))
+        });
+        assert_eq!(String::from_utf8_lossy(&ours.0), String::from_utf8_lossy(&oracle.0), "{request:?}");
+        assert!(ours.1, "{request:?}: the server kept a half-closed connection open");
+    }
+}
+
+#[test]
+fn resets_in_the_middle_of_a_value_store_nothing() {
+    let server = server_with_canary(&["-t", "2"]);
+    for (request, sent) in
+        [("set canary 0 0 100000\r\n", 50_000), ("ms canary 100000\r\n", 99_999), ("set other 0 0 10\r\n", 5)]
+    {
+        let stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        let mut client = Client::from_stream(stream);
+        client.send(request.as_bytes());
+        client.send(&vec![b'z'; sent]);
+        std::thread::sleep(Duration::from_millis(50));
+        // SO_LINGER 0: close sends a reset instead of a FIN.
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        use std::os::fd::AsRawFd;
+        // SAFETY: setsockopt on a socket we own, with a correctly sized linger struct.
+        unsafe {
+            libc::setsockopt(
+                client.stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                &linger as *const libc::linger as *const libc::c_void,
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+        drop(client);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_healthy(&server);
+    assert_eq!(server.connect().call(b"get other\r\n"), b"END\r\n");
+}
+
+#[test]
+fn idle_connections_cost_under_one_and_a_half_kibibytes_each() {
+    raise_fd_limit();
+    let server = server_with_canary(&["-t", "2", "-c", "10000"]);
+    // Every worker has served a request (its pools exist) before the baseline.
+    let warm: Vec<Client> = (0..8).map(|_| server.connect()).collect();
+    for mut client in warm {
+        assert_eq!(client.call(b"get canary\r\n").len(), 30);
+    }
+    let baseline = rss_bytes(server.pid());
+    let count = 8000;
+    let mut idle: Vec<Client> = (0..count).map(|_| server.connect()).collect();
+    // Each connection has been used once, then left idle.
+    for client in idle.iter_mut().step_by(10) {
+        assert_eq!(client.call(b""), b"");
+    }
+    let mut probe = server.connect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(&mut probe, "curr_connections") < count as u64 {
+        assert!(Instant::now() < deadline, "the server never counted {count} connections");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let grown = rss_bytes(server.pid()).saturating_sub(baseline);
+    let each = grown / count as u64;
+    assert!(each <= 1536, "{each} bytes per idle connection ({grown} for {count})");
+    assert_healthy(&server);
+    drop(idle);
+}
+
+#[test]
+fn memory_is_what_dash_m_says_and_start_up_touches_little_of_it() {
+    for (megabytes, expected) in [("100", 104_857_600u64), ("1000", 1_048_576_000), ("4096", 4_294_967_296)] {
+        let server = ServerProcess::quicksilver(&["-t", "2", "-m", megabytes]);
+        let mut client = server.connect();
+        let settings = stats(&mut client, "settings");
+        let maxbytes = &settings.iter().find(|(k, _)| k == "maxbytes").expect("maxbytes").1;
+        assert_eq!(maxbytes, &expected.to_string(), "-m {megabytes}");
+        assert_eq!(stat(&mut client, "limit_maxbytes"), expected, "-m {megabytes}");
+        let rss = rss_bytes(server.pid());
+        assert!(rss < 64 << 20, "-m {megabytes}: {rss} bytes resident before any data");
+    }
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Runs memcached 1.6.18's own test files (the t/ directory of its source, the suite that defines
+# memcached's wire behaviour) against quicksilver. Fetches Debian's source package once (a
+# deb-src line and `apt-get source memcached`) into a cache directory outside the repository,
+# then starts each file with a stand-in for memcached's `memcached-debug` binary that runs
+# quicksilver with the file's own arguments.
+#
+#   scripts/memcached-t.sh            the wire-protocol files, each must pass
+#   scripts/memcached-t.sh FILE.t...  only these (e.g. a file listed below as not yet passing)
+#
+# QS_BIN: the server binary (default target/release/quicksilver, built if missing).
+# QS_CACHE: where the source is kept (default ~/.cache/quicksilver).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+# The files that test the wire protocol and that quicksilver must pass.
+wire=(
+    bogus-commands.t binary-get.t cas.t daemonize.t expirations.t flags.t getandtouch.t getset.t
+    incrdecr.t issue_104.t issue_108.t issue_14.t issue_152.t issue_192.t issue_3.t issue_41.t
+    issue_68.t issue_70.t malicious-commands.t maxconns.t metaget.t multiversioning.t noreply.t
+    quit.t shutdown.t stats-detail.t strtol-testing.t touch.t unixsocket.t
+)
+# Wire-protocol files that do not pass yet, with what they need (docs/COMPATIBILITY.md):
+#   binary.t issue_50.t udp.t(binary part)   the binary protocol (-B, issue 24)
+#   00-startup.t      -C -b -B -l checks, -c/-t validation messages (issue 24)
+#   ascii-auth.t      -Y authfile (issue 24)      flush-all.t      -F, -C (issue 24)
+#   idle-timeout.t    -o idle_timeout (issue 24)  issue_61.t       -R (issue 24)
+#   issue_42.t issue_183.t lru.t stats.t          -o no_modern/-o options (issue 24)
+#   item_size_max.t   -I bounds as memcached (1k..1/2 of -m), -o slab_chunk_max (issue 24)
+#   conn-limits.t     -o read_buf_mem_limit, -R (issue 24)
+#   issue_67.t        default ports and -l/-p/-U combinations as memcached (issue 24)
+#   dash-M.t evictions.t issue_22.t dyn-maxbytes.t   -m 2/3 (a megabyte per partition today)
+#   stats-conns.t     `stats conns`
+#   watcher.t watcher_connid.t   `watch` (memcached's log streams)
+# Not wire protocol (memcached's internals or its tree): 64bit.t issue_29.t issue_163.t
+# (slab classes), slabs*.t chunked-*.t slabhang.t refhang.t lru-maintainer.t lru-crawler.t
+# (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t, ssl_*.t (TLS, issue 28),
+# binary-sasl.t (SASL), restart.t (warm restart, issue 26), misbehave.t (privilege drop),
+# line-lengths.t whitespace.t (memcached's own documents and sources), issue_140.t
+# issue_260.t (skipped by memcached itself).
+
+step() { printf '\n==> %s\n' "$*"; }
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+cache=${QS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quicksilver}
+src="$cache/memcached-1.6.18"
+if [ ! -f "$src/t/lib/MemcachedTest.pm" ]; then
+    step "fetching memcached 1.6.18's source (Debian source package) into $cache"
+    mkdir -p "$cache"
+    if ! grep -rqsE '^(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+        printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: main\n' \
+            "$codename" "$codename" | $SUDO tee /etc/apt/sources.list.d/quicksilver-deb-src.sources >/dev/null
+    fi
+    command -v dpkg-source >/dev/null 2>&1 || need_dpkg_dev=1
+    $SUDO apt-get update -q >/dev/null
+    if [ -n "${need_dpkg_dev:-}" ]; then
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q dpkg-dev >/dev/null
+    fi
+    scratch=$(mktemp -d)
+    (cd "$scratch" && apt-get source -q memcached >/dev/null 2>&1)
+    found=$(find "$scratch" -maxdepth 1 -type d -name 'memcached-1.6.18*' | head -n 1)
+    if [ -z "$found" ] || [ ! -f "$found/t/lib/MemcachedTest.pm" ]; then
+        echo "memcached 1.6.18's source was not found in Debian's source package:" >&2
+        ls "$scratch" >&2
+        exit 1
+    fi
+    rm -rf "$src"
+    mv "$found" "$src"
+    rm -rf "$scratch"
+fi
+
+QS_BIN=${QS_BIN:-$repo/target/release/quicksilver}
+if [ ! -x "$QS_BIN" ]; then
+    step "building quicksilver (release)"
+    cargo build --release --quiet -p qs-server
+fi
+export QS_BIN
+
+# The harness runs "$builddir/timedrun 600 $builddir/memcached-debug ARGS" with builddir the
+# working directory, and adds -u root, -o relaxed_privileges and its ports itself.
+run=$(mktemp -d)
+trap 'rm -rf "$run"' EXIT
+cp -r "$src/t" "$run/t"
+cat >"$run/timedrun" <<'EOF'
+#!/bin/sh
+# Stands in for memcached's timedrun: this script bounds each file's run itself.
+shift
+exec "$@"
+EOF
+cat >"$run/memcached-debug" <<'EOF'
+#!/usr/bin/env bash
+# Stands in for memcached's debug build: quicksilver with the test's arguments. memcached's
+# debug build has `debugtime`; quicksilver enables it with --enable-debugtime.
+# relaxed_privileges only loosens memcached's sandbox, which quicksilver does not have.
+args=(--enable-debugtime)
+while [ $# -gt 0 ]; do
+    if [ "$1" = -o ] && [ "${2:-}" = relaxed_privileges ]; then shift 2; continue; fi
+    args+=("$1")
+    shift
+done
+exec "$QS_BIN" "${args[@]}"
+EOF
+chmod +x "$run/timedrun" "$run/memcached-debug"
+
+files=("$@")
+[ "${#files[@]}" -eq 0 ] && files=("${wire[@]}")
+step "memcached's t/ files against $QS_BIN"
+failed=()
+for file in "${files[@]}"; do
+    log="$run/$file.log"
+    started=$(date +%s)
+    status=0
+    (cd "$run" && timeout -k 5 180 perl "t/$file") >"$log" 2>&1 || status=$?
+    took=$(($(date +%s) - started))
+    if [ "$status" -eq 0 ] && ! grep -q '^not ok' "$log"; then
+        printf '%-24s ok (%ss, %s tests)\n' "$file" "$took" "$(grep -c '^ok' "$log" || true)"
+    else
+        printf '%-24s FAILED (exit %s, %ss)\n' "$file" "$status" "$took"
+        grep -v '^ok' "$log" | head -n 40 | sed 's/^/    /'
+        failed+=("$file")
+    fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "memcached t/ files failed: ${failed[*]}"
+    exit 1
+fi
+echo "all ${#files[@]} files passed"
