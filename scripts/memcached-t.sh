@@ -16,10 +16,11 @@ repo=$(pwd)
 
 # The files that test the wire protocol and that quicksilver must pass.
 wire=(
-    bogus-commands.t binary-get.t cas.t daemonize.t expirations.t flags.t getandtouch.t getset.t
-    incrdecr.t issue_104.t issue_108.t issue_14.t issue_152.t issue_192.t issue_3.t issue_41.t
-    issue_68.t issue_70.t malicious-commands.t maxconns.t metaget.t multiversioning.t noreply.t
-    quit.t shutdown.t stats-detail.t strtol-testing.t touch.t unixsocket.t
+    bogus-commands.t binary-get.t cas.t daemonize.t dash-M.t evictions.t expirations.t flags.t
+    getandtouch.t getset.t incrdecr.t issue_104.t issue_108.t issue_14.t issue_152.t issue_192.t
+    issue_3.t issue_41.t issue_68.t issue_70.t malicious-commands.t maxconns.t metaget.t
+    multiversioning.t noreply.t quit.t shutdown.t stats-detail.t strtol-testing.t touch.t
+    unixsocket.t
 )
 # Wire-protocol files that do not pass yet, with what they need (docs/COMPATIBILITY.md):
 #   binary.t issue_50.t udp.t(binary part)   the binary protocol (-B, issue 24)
@@ -30,12 +31,12 @@ wire=(
 #   item_size_max.t   -I bounds as memcached (1k..1/2 of -m), -o slab_chunk_max (issue 24)
 #   conn-limits.t     -o read_buf_mem_limit, -R (issue 24)
 #   issue_67.t        default ports and -l/-p/-U combinations as memcached (issue 24)
-#   dash-M.t evictions.t issue_22.t dyn-maxbytes.t   -m 2/3 (a megabyte per partition today)
+#   dyn-maxbytes.t    -o options and `cache_memlimit` (the logs are sized at start)
 #   stats-conns.t     `stats conns`
 #   watcher.t watcher_connid.t   `watch` (memcached's log streams)
-# Not wire protocol (memcached's internals or its tree): 64bit.t issue_29.t issue_163.t
-# (slab classes), slabs*.t chunked-*.t slabhang.t refhang.t lru-maintainer.t lru-crawler.t
-# (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t, ssl_*.t (TLS, issue 28),
+# Not wire protocol (memcached's internals or its tree): 64bit.t issue_22.t issue_29.t
+# issue_163.t (slab classes' counters), slabs*.t chunked-*.t slabhang.t refhang.t
+# lru-maintainer.t lru-crawler.t (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t, ssl_*.t (TLS, issue 28),
 # binary-sasl.t (SASL), restart.t (warm restart, issue 26), misbehave.t (privilege drop),
 # line-lengths.t whitespace.t (memcached's own documents and sources), issue_140.t
 # issue_260.t (skipped by memcached itself).
