@@ -415,6 +415,9 @@ pub struct Conn {
     pub output: Output,
     /// The socket may have more to read.
     pub read_ready: bool,
+    /// The peer has closed its side (epoll's read-closed): a short read does not mean the
+    /// socket is drained, the end of input is still to be read (no edge will report it again).
+    pub peer_closed: bool,
     /// The socket refused a write; wait for writable.
     pub write_blocked: bool,
     /// Processing stops until every forwarded request has come back.

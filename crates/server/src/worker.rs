@@ -253,6 +253,7 @@ impl Worker {
                             if event.is_readable() || event.is_read_closed() || event.is_error() {
                                 conn.read_ready = true;
                             }
+                            conn.peer_closed |= event.is_read_closed();
                             if event.is_writable() {
                                 conn.write_blocked = false;
                             }
@@ -388,6 +389,7 @@ impl Worker {
                 input: Input::new(self.input_limit),
                 output: Output::new(self.shared.workers),
                 read_ready: true,
+                peer_closed: false,
                 write_blocked: false,
                 stalled: false,
                 closing: false,
@@ -909,6 +911,7 @@ impl Worker {
                 input: Input { limit: end, buf: payload, start: 0, end, skip: 0 },
                 output: Output::new(self.shared.workers),
                 read_ready: false,
+                peer_closed: false,
                 write_blocked: false,
                 stalled: false,
                 closing: false,
@@ -1011,9 +1014,9 @@ fn read_once(conn: &mut Conn, counters: &mut WorkerCounters, buffers: &mut Buffe
         Ok(read) => {
             conn.input.end += read;
             counters.bytes_read += read as u64;
-            if read < room {
+            if read < room && !conn.peer_closed {
                 // A short read drained the socket; edge-triggered epoll reports whatever
-                // arrives next.
+                // arrives next. (Once the peer has closed, the end of input is read next.)
                 conn.read_ready = false;
             }
         }
