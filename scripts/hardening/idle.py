@@ -1,13 +1,9 @@
 # RSS growth per idle connection, quicksilver against memcached, and a depth-1 get round trip
 # of another client meanwhile. Usage: idle.py N QS_BIN. The connections are opened by two
 # client processes (this machine's hard open-file limit is 20,000 per process).
-import os, socket, subprocess, sys, time
+import os, socket, sys, time
+from procs import rss_kib, start
 N = int(sys.argv[1]); QS = sys.argv[2]
-def rss_kib(pid):
-    for l in open(f"/proc/{pid}/status"):
-        if l.startswith("VmRSS"): return int(l.split()[1])
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 def rtt(s, n=2000):
     t0 = time.time()
     for _ in range(n):
@@ -22,11 +18,7 @@ def holder(port, count, ready_w, go_r):
         if i % 3 == 0: c.recv(100)
     os.write(ready_w, b"x"); os.read(go_r, 1); os._exit(0)
 def run(name, cmd):
-    port = free_port()
-    p = subprocess.Popen(cmd + ["-p", str(port), "-c", str(N + 10)], stderr=subprocess.DEVNULL)
-    while True:
-        try: s = socket.create_connection(("127.0.0.1", port)); break
-        except OSError: time.sleep(0.01)
+    p, port, s = start(cmd + ["-c", str(N + 10)])
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.sendall(b"set k 0 0 5\r\nhello\r\n"); s.recv(100)
     before = rtt(s); time.sleep(0.2); base = rss_kib(p.pid)

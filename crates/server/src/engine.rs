@@ -585,9 +585,7 @@ impl Engine {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         let outcome = self.read(key, command, &mut value);
-        if self.shared.detail.enabled() {
-            self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
-        }
+        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
         if let Outcome::Hit(hit) = outcome {
             let cas = kind.with_cas().then_some(hit.cas);
             reply::value_line(out, key, hit.flags, hit.value_len, cas);

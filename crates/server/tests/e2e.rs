@@ -4,17 +4,9 @@
 
 mod common;
 
-use common::{stat, stats, Client, ServerProcess};
+use common::{rss_bytes, server_with_canary, set, stat, stats, Client, ServerProcess};
 use std::io::Write;
 use std::time::{Duration, Instant};
-
-/// Stores `key` = `value` and checks the reply.
-fn set(client: &mut Client, key: &str, value: &[u8]) {
-    client.send(format!("set {key} 0 0 {}\r\n", value.len()).as_bytes());
-    client.send(value);
-    client.send(b"\r\n");
-    assert_eq!(client.read_until(b"\r\n"), b"STORED\r\n", "set {key}");
-}
 
 fn get(client: &mut Client, key: &str) -> Option<Vec<u8>> {
     client.send(format!("get {key}\r\n").as_bytes());
@@ -31,18 +23,6 @@ fn assert_healthy(server: &ServerProcess) {
     let mut client = server.connect();
     assert_eq!(get(&mut client, "canary").as_deref(), Some(&b"alive"[..]), "canary lost");
     set(&mut client, "canary", b"alive");
-}
-
-fn server_with_canary(args: &[&str]) -> ServerProcess {
-    let server = ServerProcess::quicksilver(args);
-    set(&mut server.connect(), "canary", b"alive");
-    server
-}
-
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
-    line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{stat, stats, Client, ServerProcess};
+use common::{rss_bytes, server_with_canary, set, stat, stats, Client, ServerProcess};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,38 +28,6 @@ fn cpu_ticks(pid: u32) -> u64 {
     let after_name = &stat[stat.rfind(')').expect("comm") + 2..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
-    line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
-}
-
-/// Raises this process's open-file limit to its hard limit (tests hold thousands of sockets).
-fn raise_fd_limit() -> u64 {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit and setrlimit read and write the struct we pass.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        limit.rlim_cur = limit.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-    }
-    limit.rlim_cur
-}
-
-fn set(client: &mut Client, key: &str, value: &[u8]) {
-    let mut request = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
-    request.extend_from_slice(value);
-    request.extend_from_slice(b"\r\n");
-    assert_eq!(client.call(&request), b"STORED\r\n", "set {key}");
-}
-
-/// A server holding the item `canary` = `alive`.
-fn server_with_canary(args: &[&str]) -> ServerProcess {
-    let server = ServerProcess::quicksilver(args);
-    set(&mut server.connect(), "canary", b"alive");
-    server
 }
 
 /// Other clients are served and the stored canary is unchanged.
@@ -199,7 +167,8 @@ fn a_partial_request_held_open_costs_no_cpu() {
 
 #[test]
 fn a_thousand_slowloris_connections_cost_little_and_are_answered() {
-    raise_fd_limit();
+    // Tests hold thousands of sockets: the soft open-file limit goes up to the hard one.
+    qs_server::sys::raise_fd_limit(u64::MAX);
     let server = server_with_canary(&["-t", "2", "-c", "2000"]);
     let mut streams: Vec<TcpStream> = (0..1000)
         .map(|_| {
@@ -299,7 +268,8 @@ fn clients_that_never_read_are_bounded_each_and_together() {
 
 #[test]
 fn a_flood_past_the_connection_limit_is_refused_and_leaves_the_server_serving() {
-    raise_fd_limit();
+    // Tests hold thousands of sockets: the soft open-file limit goes up to the hard one.
+    qs_server::sys::raise_fd_limit(u64::MAX);
     let server = server_with_canary(&["-t", "2", "-c", "50"]);
     let mut flood: Vec<TcpStream> =
         (0..400).filter_map(|_| TcpStream::connect(("127.0.0.1", server.port)).ok()).collect();
@@ -473,7 +443,8 @@ fn resets_in_the_middle_of_a_value_store_nothing() {
 
 #[test]
 fn idle_connections_cost_under_one_and_a_half_kibibytes_each() {
-    raise_fd_limit();
+    // Tests hold thousands of sockets: the soft open-file limit goes up to the hard one.
+    qs_server::sys::raise_fd_limit(u64::MAX);
     let server = server_with_canary(&["-t", "2", "-c", "10000"]);
     // The workers' buffer pools (a fixed overhead: at most 64 read and 64 reply buffers per
     // worker) are full before the baseline: 300 connections each hold a partial request, so

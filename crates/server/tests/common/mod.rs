@@ -349,6 +349,28 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|window| window == needle)
 }
 
+/// Stores `key` = `value` and checks the reply.
+pub fn set(client: &mut Client, key: &str, value: &[u8]) {
+    client.send(format!("set {key} 0 0 {}\r\n", value.len()).as_bytes());
+    client.send(value);
+    client.send(b"\r\n");
+    assert_eq!(client.read_until(b"\r\n"), b"STORED\r\n", "set {key}");
+}
+
+/// A quicksilver holding the item `canary` = `alive`.
+pub fn server_with_canary(args: &[&str]) -> ServerProcess {
+    let server = ServerProcess::quicksilver(args);
+    set(&mut server.connect(), "canary", b"alive");
+    server
+}
+
+/// The process's resident memory (VmRSS), in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("kB") * 1024
+}
+
 /// Reads `stats` into (name, value) pairs.
 pub fn stats(client: &mut Client, group: &str) -> Vec<(String, String)> {
     let request = if group.is_empty() { "stats\r\n".to_string() } else { format!("stats {group}\r\n") };
