@@ -1,6 +1,7 @@
 //! A client connection: its read buffer and its ordered output. Replies that another worker
 //! is computing wait in segments, so responses leave in request order.
 
+use crate::registry::Addr;
 use std::collections::VecDeque;
 
 /// Output beyond which a connection's requests are not processed (and its socket not read)
@@ -376,15 +377,58 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Accepts one connection (TCP without Nagle's delay, as memcached sets it).
-    pub fn accept(&self) -> std::io::Result<Stream> {
+    /// Accepts one connection (TCP without Nagle's delay, as memcached sets it), with the
+    /// peer's address.
+    pub fn accept(&self) -> std::io::Result<(Stream, Addr)> {
         match self {
             Listener::Tcp(listener) => {
-                let (stream, _) = listener.accept()?;
+                let (stream, peer) = listener.accept()?;
                 let _ = stream.set_nodelay(true);
-                Ok(Stream::Tcp(stream))
+                Ok((Stream::Tcp(stream), Addr::Inet(peer)))
             }
-            Listener::Unix(listener) => Ok(Stream::Unix(listener.accept()?.0)),
+            Listener::Unix(listener) => Ok((Stream::Unix(listener.accept()?.0), Addr::Unix(None))),
+        }
+    }
+
+    /// The address it listens on (`path` names a UNIX socket's).
+    pub fn addr(&self, path: Option<&std::path::Path>) -> Addr {
+        match self {
+            Listener::Tcp(listener) => match listener.local_addr() {
+                Ok(addr) => Addr::Inet(addr),
+                Err(_) => Addr::Unix(None),
+            },
+            Listener::Unix(_) => Addr::Unix(path.map(Into::into)),
+        }
+    }
+
+    /// Its file descriptor.
+    pub fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        match self {
+            Listener::Tcp(listener) => listener.as_raw_fd(),
+            Listener::Unix(listener) => listener.as_raw_fd(),
+        }
+    }
+}
+
+impl Stream {
+    /// Its file descriptor.
+    pub fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(stream) => stream.as_raw_fd(),
+            Stream::Unix(stream) => stream.as_raw_fd(),
+        }
+    }
+
+    /// The address the peer connected to: the listener's, or the socket's own where the
+    /// listener takes any address (`listener` is the listener's address).
+    pub fn local_addr(&self, listener: &Addr) -> Addr {
+        match (self, listener) {
+            (Stream::Tcp(stream), Addr::Inet(addr)) if addr.ip().is_unspecified() => {
+                stream.local_addr().map_or_else(|_| listener.clone(), Addr::Inet)
+            }
+            _ => listener.clone(),
         }
     }
 }
@@ -445,6 +489,10 @@ pub struct Conn {
     /// Its buffered bytes do not yet form a request (or a refused data block is still
     /// arriving): it waits for the socket like an idle connection.
     pub starved: bool,
+    /// Its entry in `stats conns` (stream connections), which it keeps current.
+    pub info: Option<std::sync::Arc<crate::registry::Info>>,
+    /// Its socket's descriptor (a UDP request's: the UDP socket's).
+    pub fd: i32,
 }
 
 impl Conn {

@@ -66,6 +66,8 @@ pub struct Engine {
     /// The located key of the request being run (its address, length and place), so it is
     /// hashed once: set by [`Engine::hint`], cleared by [`Engine::hint_clear`].
     hint: Option<(usize, usize, Located)>,
+    /// The descriptor of the connection whose requests run now (`stats conns`, `watch`).
+    pub conn_fd: i32,
 }
 
 impl Engine {
@@ -85,6 +87,7 @@ impl Engine {
             limits,
             crew,
             hint: None,
+            conn_fd: -1,
         }
     }
 
@@ -372,6 +375,10 @@ impl Engine {
                 }
             }
             Request::Stats { group: b"detail", argument } => self.shared.detail.command(argument, out),
+            Request::Stats { group: b"conns", .. } => {
+                self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
+                out.extend_from_slice(reply::END);
+            }
             Request::SlabsAutomove { noreply } => {
                 if !noreply {
                     out.extend_from_slice(reply::OK);

@@ -14,6 +14,7 @@ pub mod detail;
 pub mod dump;
 pub mod engine;
 pub mod native;
+pub mod registry;
 pub mod shared;
 pub mod stats;
 pub mod sys;
@@ -127,6 +128,7 @@ impl Server {
             crawler_enabled: AtomicBool::new(true),
             stats_baseline: Mutex::default(),
             detail: Default::default(),
+            registry: Default::default(),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =

@@ -207,6 +207,8 @@ pub struct Shared {
     pub stats_baseline: Mutex<StatsBaseline>,
     /// `stats detail`: per-prefix counters.
     pub detail: crate::detail::Detail,
+    /// Every open socket, for `stats conns`.
+    pub registry: crate::registry::Registry,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.

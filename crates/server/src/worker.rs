@@ -8,6 +8,7 @@
 
 use crate::conn::{Buffers, Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
 use crate::engine::{Engine, Exec, Located, Route};
+use crate::registry::{self, Addr, Info};
 use crate::shared::{Shared, WorkerCounters};
 use arrayvec::ArrayVec;
 use mio::{Events, Interest, Poll, Token};
@@ -15,6 +16,7 @@ use qs_proto::{Parsed, Request};
 use rtrb::{Consumer, Producer};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,6 +144,8 @@ pub struct Worker {
     shared: Arc<Shared>,
     poll: Poll,
     listeners: Vec<crate::conn::Listener>,
+    /// Each listener's address.
+    listener_addrs: Vec<Addr>,
     /// memcached's UDP port (-U), bound by every worker.
     udp: Option<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
@@ -192,6 +196,19 @@ impl Worker {
         for (offset, port) in native.ports.iter_mut().enumerate() {
             poll.registry().register(&mut port.socket, Token(NATIVE_BASE + offset), Interest::READABLE)?;
         }
+        let now = crate::sys::now_secs();
+        let path = shared.config.unix_socket.as_deref();
+        let listener_addrs: Vec<Addr> = listeners.iter().map(|listener| listener.addr(path)).collect();
+        for (listener, addr) in listeners.iter().zip(&listener_addrs) {
+            let info = Info::new(registry::Kind::Listener, addr.clone(), None, now);
+            shared.registry.add(listener.fd(), Arc::new(info));
+        }
+        if let Some(socket) = udp.as_ref() {
+            if let Ok(addr) = socket.local_addr() {
+                let info = Info::new(registry::Kind::Udp, Addr::Inet(addr), None, now);
+                shared.registry.add(socket.as_raw_fd(), Arc::new(info));
+            }
+        }
         let workers = shared.workers;
         let input_limit =
             shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
@@ -200,6 +217,7 @@ impl Worker {
             shared,
             poll,
             listeners,
+            listener_addrs,
             udp_ready: udp.is_some(),
             udp,
             udp_buf: vec![0; DATAGRAM_BYTES_MAX],
@@ -323,6 +341,7 @@ impl Worker {
 
     fn begin_stop(&mut self) -> Instant {
         for mut listener in self.listeners.drain(..) {
+            self.shared.registry.remove(listener.fd());
             let _ = self.poll.registry().deregister(&mut listener);
         }
         if let Some(socket) = self.udp.as_mut() {
@@ -350,7 +369,7 @@ impl Worker {
     fn accept(&mut self, listener: usize) {
         loop {
             let Some(socket) = self.listeners.get(listener) else { return };
-            let mut stream = match socket.accept() {
+            let (mut stream, peer) = match socket.accept() {
                 Ok(accepted) => accepted,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) => {
@@ -383,7 +402,13 @@ impl Worker {
                 eprintln!("worker {}: new connection {index}", self.index);
             }
             self.generations[index] = self.generations[index].wrapping_add(1);
+            let fd = stream.fd();
+            let local = stream.local_addr(&self.listener_addrs[listener]);
+            let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
+            self.shared.registry.add(fd, info.clone());
             let conn = Conn {
+                info: Some(info),
+                fd,
                 transport: Transport::Tcp(stream),
                 generation: self.generations[index],
                 input: Input::new(self.input_limit),
@@ -479,9 +504,12 @@ impl Worker {
             stacked,
             eof,
             starved,
+            info,
+            fd,
             ..
         } = conn;
         *starved = false;
+        engine.conn_fd = *fd;
         let udp = matches!(transport, Transport::Udp { .. });
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
@@ -536,7 +564,13 @@ impl Worker {
                     *stacked = false;
                     *closing |= *eof;
                     *starved = true;
+                    if let Some(info) = info {
+                        info.ran_dry(pending);
+                    }
                     return;
+                }
+                if let Some(info) = info {
+                    info.touch(engine.now_secs);
                 }
                 // Stage 2 only pays when other requests run while the item loads: a request
                 // alone (depth 1) goes straight to its lookup, which scans the bucket anyway.
@@ -906,6 +940,8 @@ impl Worker {
             self.generations[index] = self.generations[index].wrapping_add(1);
             let end = payload.len();
             self.conns[index] = Some(Conn {
+                info: None,
+                fd: socket.as_raw_fd(),
                 transport: Transport::Udp { peer, request_id: header.request_id },
                 generation: self.generations[index],
                 input: Input { limit: end, buf: payload, start: 0, end, skip: 0 },
@@ -981,6 +1017,7 @@ impl Worker {
                 return;
             };
             let _ = self.poll.registry().deregister(stream);
+            self.shared.registry.remove(stream.fd());
             self.shared.curr_connections.fetch_sub(1, Relaxed);
             self.free.push(index);
             if self.shared.config.verbose > 1 {

@@ -874,3 +874,54 @@ fn unix_domain_socket_serves_like_tcp() {
     assert_eq!(std::fs::read(&path).expect("file"), b"not a socket", "a regular file was replaced");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `stats conns` as memcached lists it: each client in descriptor order with its own address,
+/// the address it reached, and its state (awaiting a data block, new, idle, partway through a
+/// line, asking).
+#[test]
+fn stats_conns_lists_clients_as_memcached_does() {
+    fn clients(server: &ServerProcess) -> Vec<(String, String, String)> {
+        let mut waiting_data = server.connect();
+        waiting_data.send(b"set pending 0 0 5\r\n");
+        let fresh = server.connect();
+        let mut idle = server.connect();
+        assert!(idle.call(b"version\r\n").starts_with(b"VERSION"));
+        let mut partial = server.connect();
+        partial.send(b"get abc");
+        let mut asking = server.connect();
+        std::thread::sleep(Duration::from_millis(200));
+        let figures = stats(&mut asking, "conns");
+        let mut by_fd: std::collections::BTreeMap<u32, std::collections::HashMap<String, String>> =
+            Default::default();
+        for (name, value) in figures {
+            let (fd, field) = name.split_once(':').expect("fd:field");
+            by_fd.entry(fd.parse().expect("a descriptor")).or_default().insert(field.to_string(), value);
+        }
+        let ports = [&waiting_data, &fresh, &idle, &partial, &asking]
+            .map(|c| c.stream.local_addr().unwrap().port().to_string());
+        let listening = by_fd.values().filter(|e| e["state"] == "conn_listening").count();
+        assert!(listening >= 1, "no listener listed");
+        by_fd
+            .values()
+            .filter(|e| e.contains_key("listen_addr"))
+            .map(|e| {
+                let peer_port = e["addr"].rsplit(':').next().unwrap().to_string();
+                let who =
+                    ports.iter().position(|p| *p == peer_port).map_or("other".into(), |i| i.to_string());
+                let reached = e["listen_addr"].replace(&server.port.to_string(), "PORT");
+                (who, reached, e["state"].clone())
+            })
+            .collect()
+    }
+    let expected = vec![
+        ("0".to_string(), "tcp:127.0.0.1:PORT".to_string(), "conn_nread".to_string()),
+        ("1".to_string(), "tcp:127.0.0.1:PORT".to_string(), "conn_new_cmd".to_string()),
+        ("2".to_string(), "tcp:127.0.0.1:PORT".to_string(), "conn_read".to_string()),
+        ("3".to_string(), "tcp:127.0.0.1:PORT".to_string(), "conn_read".to_string()),
+        ("4".to_string(), "tcp:127.0.0.1:PORT".to_string(), "conn_parse_cmd".to_string()),
+    ];
+    let memcached = ServerProcess::memcached(&[]);
+    assert_eq!(clients(&memcached), expected, "memcached");
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+    assert_eq!(clients(&quicksilver), expected, "quicksilver");
+}
