@@ -20,7 +20,7 @@ wire=(
     getandtouch.t getset.t incrdecr.t issue_104.t issue_108.t issue_14.t issue_152.t issue_192.t
     issue_3.t issue_41.t issue_68.t issue_70.t malicious-commands.t maxconns.t metaget.t
     multiversioning.t noreply.t quit.t shutdown.t stats-conns.t stats-detail.t strtol-testing.t
-    touch.t unixsocket.t
+    touch.t unixsocket.t watcher.t watcher_connid.t
 )
 # Wire-protocol files that do not pass yet, with what they need (docs/COMPATIBILITY.md):
 #   binary.t issue_50.t udp.t(binary part)   the binary protocol (-B, issue 24)
@@ -32,7 +32,6 @@ wire=(
 #   conn-limits.t     -o read_buf_mem_limit, -R (issue 24)
 #   issue_67.t        default ports and -l/-p/-U combinations as memcached (issue 24)
 #   dyn-maxbytes.t    -o options and `cache_memlimit` (the logs are sized at start)
-#   watcher.t watcher_connid.t   `watch` (memcached's log streams)
 # Not wire protocol (memcached's internals or its tree): 64bit.t issue_22.t issue_29.t
 # issue_163.t (slab classes' counters), slabs*.t chunked-*.t slabhang.t refhang.t
 # lru-maintainer.t lru-crawler.t (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t, ssl_*.t (TLS, issue 28),

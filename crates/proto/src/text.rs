@@ -180,11 +180,55 @@ pub enum Request<'a> {
         /// Seconds to add to the clock.
         delta: i32,
     },
+    /// `watch [streams]`: the connection becomes a stream of log lines (memcached's watchers).
+    Watch {
+        /// The streams asked for ([`watch`] bits; `fetchers` when none is named), or `None`
+        /// when one is unknown (memcached answers `ERROR`, after its other checks).
+        streams: Option<u16>,
+    },
     /// `shutdown`, `shutdown graceful`, or another mode (refused once shutdown is enabled).
     Shutdown {
         /// What was asked.
         mode: ShutdownMode,
     },
+}
+
+/// The log streams `watch` names, as bits.
+pub mod watch {
+    /// `rawcmds`.
+    pub const RAWCMDS: u16 = 1 << 0;
+    /// `evictions`: items pushed out to make room.
+    pub const EVICTIONS: u16 = 1 << 1;
+    /// `fetchers`: lookups of items (gets, and the lookup before a store).
+    pub const FETCHERS: u16 = 1 << 2;
+    /// `mutations`: stores.
+    pub const MUTATIONS: u16 = 1 << 3;
+    /// `sysevents`.
+    pub const SYSEVENTS: u16 = 1 << 4;
+    /// `connevents`: connections opened and closed.
+    pub const CONNEVENTS: u16 = 1 << 5;
+    /// `proxyreqs`.
+    pub const PROXYREQS: u16 = 1 << 6;
+    /// `proxyevents`.
+    pub const PROXYEVENTS: u16 = 1 << 7;
+    /// `proxyuser`.
+    pub const PROXYUSER: u16 = 1 << 8;
+
+    /// The bit of the stream named `name`.
+    pub fn named(name: &[u8]) -> Option<u16> {
+        Some(match name {
+            b"rawcmds" => RAWCMDS,
+            b"evictions" => EVICTIONS,
+            b"fetchers" => FETCHERS,
+            b"mutations" => MUTATIONS,
+            b"sysevents" => SYSEVENTS,
+            b"connevents" => CONNEVENTS,
+            b"proxyreqs" => PROXYREQS,
+            b"proxyevents" => PROXYEVENTS,
+            b"proxyuser" => PROXYUSER,
+            _ => return None,
+        })
+    }
 }
 
 /// What `shutdown` asked for.
@@ -284,6 +328,12 @@ fn parse_tokens<'a, const N: usize>(
         b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(tokens, line_len),
         b"mn" => done(Request::MetaNoop, line_len),
         b"lru_crawler" => parse_lru_crawler(tokens, line_len),
+        b"watch" => {
+            let streams = (1..tokens.len())
+                .try_fold(0, |streams, at| watch::named(tokens.get(at)).map(|bit| streams | bit))
+                .map(|streams| if tokens.len() > 1 { streams } else { watch::FETCHERS });
+            done(Request::Watch { streams }, line_len)
+        }
         b"shutdown" => {
             let mode = match (ntokens, tokens.get(1)) {
                 (2, _) => ShutdownMode::Now,

@@ -52,6 +52,13 @@ pub struct Config {
     /// server's clock (for memcached's expiry tests; never in production).
     #[arg(long = "enable-debugtime")]
     pub enable_debugtime: bool,
+    /// Refuse `watch` (memcached's -W): no client may stream the server's logs.
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+    /// memcached's extended options, comma-separated `name=value` (see
+    /// docs/COMPATIBILITY.md): watcher_logbuf_size=KB, worker_logbuf_size=KB.
+    #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append, value_delimiter = ',')]
+    pub extended: Vec<String>,
     /// Verbose: -v logs errors and warnings, -vv also connections.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -171,7 +178,46 @@ fn parse_size(text: &str) -> Result<usize, String> {
     Ok(bytes)
 }
 
+/// memcached's default bytes of log lines held for one watcher.
+const WATCHER_LOGBUF_BYTES: usize = 256 << 10;
+
+/// What `-o` set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extended {
+    /// Bytes of log lines held for a watcher that has not read them (then lines are skipped).
+    pub watcher_logbuf_bytes: usize,
+    /// Per-worker log buffer (accepted for memcached's service lines; lines go straight to
+    /// the watchers' buffers here).
+    pub worker_logbuf_bytes: usize,
+}
+
 impl Config {
+    /// The `-o` options, checked as memcached checks them (its messages).
+    pub fn extended(&self) -> Result<Extended, String> {
+        let mut extended =
+            Extended { watcher_logbuf_bytes: WATCHER_LOGBUF_BYTES, worker_logbuf_bytes: 64 << 10 };
+        let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
+            let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
+            value
+                .trim()
+                .parse::<u32>()
+                .map(|kb| kb as usize * 1024)
+                .map_err(|_| format!("could not parse argument to {name}"))
+        };
+        for option in self.extended.iter().filter(|option| !option.is_empty()) {
+            let (name, value) = match option.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (option.as_str(), None),
+            };
+            match name {
+                "watcher_logbuf_size" => extended.watcher_logbuf_bytes = kilobytes(name, value)?,
+                "worker_logbuf_size" => extended.worker_logbuf_bytes = kilobytes(name, value)?,
+                _ => return Err(format!("Illegal suboption \"{option}\"")),
+            }
+        }
+        Ok(extended)
+    }
+
     /// Worker count.
     pub fn workers(&self) -> usize {
         self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
@@ -195,6 +241,7 @@ impl Config {
 
     /// Checks what clap cannot; the message is for the user.
     pub fn validate(&self) -> Result<(), String> {
+        self.extended()?;
         let workers = self.workers();
         let partitions = self.partition_count();
         if workers > 256 {

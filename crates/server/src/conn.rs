@@ -493,6 +493,10 @@ pub struct Conn {
     pub info: Option<std::sync::Arc<crate::registry::Info>>,
     /// Its socket's descriptor (a UDP request's: the UDP socket's).
     pub fd: i32,
+    /// A `watch` connection: the log lines waiting for it (what it sends is ignored).
+    pub watch: Option<std::sync::Arc<crate::watch::Sink>>,
+    /// Closed for a protocol error (`watch connevents` says `reason=error`).
+    pub error: bool,
 }
 
 impl Conn {

@@ -5,6 +5,7 @@
 //! assumes every key it touches is either owned here or readable here.
 
 use crate::shared::{Shared, WorkerCounters};
+use crate::watch::{self, UriKey};
 use qs_proto::response::{self as reply, MetaItem};
 use qs_proto::{GetKind, Meta, MetaCommand, Request, ShutdownMode, StoreMode};
 use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
@@ -218,6 +219,7 @@ impl Engine {
                 | Request::CrawlerPacing
                 | Request::SlabsAutomove { .. }
                 | Request::DebugTime { .. }
+                | Request::Watch { .. }
                 | Request::Shutdown { .. }
         );
         if keyed && self.shared.workers == 1 {
@@ -233,7 +235,7 @@ impl Engine {
             | Request::Touch { key, .. } => *key,
             Request::Meta(meta) => return self.route_meta(meta, pending),
             Request::FlushAll { .. } => return Route::Broadcast,
-            Request::Stats { .. } => return Route::AfterPending,
+            Request::Stats { .. } | Request::Watch { .. } => return Route::AfterPending,
             Request::Version
             | Request::Verbosity { .. }
             | Request::Quit
@@ -335,6 +337,7 @@ impl Engine {
             }
             Request::Delete { key, noreply } => {
                 self.shared.detail.record_delete(key);
+                self.log_lookup(key);
                 let reply = match self.run(key, Command::Delete { cas: 0 }, &mut Vec::new()) {
                     Outcome::Deleted => reply::DELETED,
                     _ => reply::NOT_FOUND,
@@ -344,6 +347,7 @@ impl Engine {
                 }
             }
             Request::Arith { key, delta, decrement, noreply } => {
+                self.log_lookup(key);
                 let outcome = self.run(key, Command::Arith { delta, decrement, cas: 0 }, &mut Vec::new());
                 if !noreply {
                     match outcome {
@@ -360,6 +364,7 @@ impl Engine {
             Request::Touch { key, exptime, noreply } => {
                 self.counters.cmd_touch += 1;
                 let expiry = self.expiry(exptime);
+                self.log_lookup(key);
                 let reply = match self.run(key, Command::Touch { expiry }, &mut Vec::new()) {
                     Outcome::Touched => reply::TOUCHED,
                     _ => reply::NOT_FOUND,
@@ -405,6 +410,8 @@ impl Engine {
                 }
             }
             Request::Quit => return Exec::Close,
+            // The worker turns a stream connection into a watcher; a datagram cannot be one.
+            Request::Watch { .. } => out.extend_from_slice(b"ERROR\r\n"),
             Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
             Request::Meta(ref meta) => return self.meta(meta, out),
             Request::Crawl { classes } => out.extend_from_slice(self.crawl(classes)),
@@ -593,6 +600,13 @@ impl Engine {
         value.clear();
         let outcome = self.read(key, command, &mut value);
         self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
+        if self.shared.watchers.wants(watch::FETCHERS) {
+            let size = match &outcome {
+                Outcome::Hit(hit) => Some(hit.value_len),
+                _ => None,
+            };
+            self.log_get(key, size);
+        }
         if let Outcome::Hit(hit) = outcome {
             let cas = kind.with_cas().then_some(hit.cas);
             reply::value_line(out, key, hit.flags, hit.value_len, cas);
@@ -603,12 +617,115 @@ impl Engine {
         true
     }
 
+    /// `watch fetchers`: a lookup of `key` that found a value of `size` bytes, or nothing.
+    fn log_get(&self, key: &[u8], size: Option<usize>) {
+        let status = if size.is_some() { "found" } else { "not_found" };
+        self.shared.log(
+            watch::FETCHERS,
+            format_args!(
+                "type=item_get key={} status={status} clsid={} cfd={} size={}",
+                UriKey(key),
+                size.map_or(0, |size| watch::slab_class(key.len(), size)),
+                self.conn_fd,
+                size.unwrap_or(0)
+            ),
+        );
+    }
+
+    /// `watch fetchers`: memcached logs the lookup a store, delete, incr/decr or touch makes
+    /// of the key's current item; so does this (a look that changes nothing, only while
+    /// someone watches).
+    fn log_lookup(&self, key: &[u8]) {
+        if !self.shared.watchers.wants(watch::FETCHERS) || key.len() > qs_proto::KEY_BYTES_MAX {
+            return;
+        }
+        let (hash, partition) = self.locate(key);
+        if let Some(owned) = &self.partitions[partition] {
+            self.log_get(key, owned.peek(hash, key, self.now_secs));
+        }
+    }
+
+    /// `watch mutations`: a store's outcome, as memcached's `item_store` line.
+    fn log_store(
+        &self,
+        key: &[u8],
+        outcome: &Outcome,
+        mode: qs_store::StoreMode,
+        expiry: Expiry,
+        size: usize,
+    ) {
+        if !self.shared.watchers.wants(watch::MUTATIONS) {
+            return;
+        }
+        let status = match outcome {
+            Outcome::Stored { .. } => "stored",
+            Outcome::Exists => "exists",
+            Outcome::NotFound => "not_found",
+            Outcome::TooLarge => "too_large",
+            Outcome::OutOfMemory => "no_memory",
+            _ => "not_stored",
+        };
+        let command = match mode {
+            qs_store::StoreMode::Set => "set",
+            qs_store::StoreMode::Add => "add",
+            qs_store::StoreMode::Replace => "replace",
+            qs_store::StoreMode::Append | qs_store::StoreMode::AppendCas(_) => "append",
+            qs_store::StoreMode::Prepend | qs_store::StoreMode::PrependCas(_) => "prepend",
+            _ => "cas",
+        };
+        let ttl = ttl_secs(expiry, self.now_secs).max(0);
+        // An append or prepend that stored logs the joined item's size, as memcached does.
+        let joined = matches!(command, "append" | "prepend") && matches!(outcome, Outcome::Stored { .. });
+        let size = if joined {
+            let (hash, partition) = self.locate(key);
+            let peeked =
+                self.partitions[partition].as_ref().and_then(|owned| owned.peek(hash, key, self.now_secs));
+            peeked.unwrap_or(size)
+        } else {
+            size
+        };
+        self.shared.log(
+            watch::MUTATIONS,
+            format_args!(
+                "type=item_store key={} status={status} cmd={command} ttl={ttl} clsid={} cfd={} size={size}",
+                UriKey(key),
+                watch::slab_class(key.len(), size),
+                self.conn_fd
+            ),
+        );
+    }
+
+    /// `watch evictions`: the items this worker's partitions evicted since the last call
+    /// (recording starts when someone watches evictions, stops when no one does).
+    pub fn log_evictions(&mut self) {
+        let wanted = self.shared.watchers.wants(watch::EVICTIONS);
+        for partition in self.partitions.iter_mut().flatten() {
+            partition.record_evictions(wanted);
+            for item in partition.take_evictions() {
+                let ttl = ttl_secs(item.expiry, self.now_secs);
+                self.shared.log(
+                    watch::EVICTIONS,
+                    format_args!(
+                        "type=eviction key={} fetch={} ttl={ttl} la={} clsid={} size={}",
+                        UriKey(&item.key),
+                        if item.fetched { "yes" } else { "no" },
+                        self.now_secs.saturating_sub(item.last_access_secs),
+                        watch::slab_class(item.key.len(), item.value_len),
+                        item.value_len
+                    ),
+                );
+            }
+        }
+    }
+
     fn store(&mut self, mode: StoreMode, key: &[u8], flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
         self.counters.cmd_set += 1;
         self.shared.detail.record_set(key);
         let mode = store_mode(mode);
         let expiry = self.expiry(exptime);
+        self.log_lookup(key);
         let outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
+        self.log_store(key, &outcome, mode, expiry, data.len());
         match outcome {
             Outcome::Stored { .. } => reply::STORED,
             Outcome::NotStored => reply::NOT_STORED,
@@ -719,6 +836,9 @@ impl Engine {
                 (MetaItem { cas, ttl_secs, ..MetaItem::default() }, 0..0, true, false, false)
             }
             _ => {
+                if self.shared.watchers.wants(watch::FETCHERS) {
+                    self.log_get(key, None);
+                }
                 if !options.quiet() {
                     // A miss reflects only the request's key (k) and opaque (O).
                     out.extend_from_slice(b"EN");
@@ -729,6 +849,9 @@ impl Engine {
                 return Exec::Done;
             }
         };
+        if self.shared.watchers.wants(watch::FETCHERS) {
+            self.log_get(key, Some(item.value_len));
+        }
         let with_value = options.has(b'v');
         if with_value {
             out.extend_from_slice(b"VA ");
@@ -787,7 +910,10 @@ impl Engine {
         }
         let expiry = self.expiry(options.ttl.unwrap_or(0));
         let command = Command::Store { mode, value: meta.data, flags: options.client_flags, expiry };
-        let (code, cas) = match self.run(key, command, &mut Vec::new()) {
+        self.log_lookup(key);
+        let outcome = self.run(key, command, &mut Vec::new());
+        self.log_store(key, &outcome, mode, expiry, meta.data.len());
+        let (code, cas) = match outcome {
             Outcome::Stored { cas } => ("HD", cas),
             Outcome::NotStored => ("NS", 0),
             Outcome::Exists => ("EX", 0),
@@ -823,6 +949,7 @@ impl Engine {
         // memcached's md compares any C, C0 included (no item has CAS 0, so it answers EX);
         // to the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
         let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { cas });
+        self.log_lookup(key);
         let outcome = if options.has(b'I') {
             let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
             if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
@@ -849,6 +976,7 @@ impl Engine {
         let key = meta.key();
         let decrement = meta.decrement();
         let command = Command::Arith { delta: options.delta, decrement, cas: options.cas.unwrap_or(0) };
+        self.log_lookup(key);
         let mut outcome = self.run(key, command, &mut Vec::new());
         // memcached 1.6 answers a counter created on a miss (N) even in quiet mode; q silences
         // only a delta applied to an existing counter, value (v) included.

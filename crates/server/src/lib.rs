@@ -18,6 +18,7 @@ pub mod registry;
 pub mod shared;
 pub mod stats;
 pub mod sys;
+pub mod watch;
 pub mod worker;
 
 use config::{AccessArg, Config, EvictionArg, HugePagesArg};
@@ -129,6 +130,7 @@ impl Server {
             stats_baseline: Mutex::default(),
             detail: Default::default(),
             registry: Default::default(),
+            watchers: watch::Watchers::new(config.extended()?.watcher_logbuf_bytes),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =

@@ -209,6 +209,8 @@ pub struct Shared {
     pub detail: crate::detail::Detail,
     /// Every open socket, for `stats conns`.
     pub registry: crate::registry::Registry,
+    /// `watch` connections.
+    pub watchers: crate::watch::Watchers,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.
@@ -235,6 +237,17 @@ impl Shared {
             return true;
         }
         false
+    }
+
+    /// Logs a line of `stream` to its watchers (call only when [`crate::watch::Watchers::wants`]
+    /// it) and wakes the workers that must send it.
+    pub fn log(&self, stream: u16, body: std::fmt::Arguments<'_>) {
+        let wake = self.watchers.log(stream, body);
+        if wake != 0 {
+            for worker in (0..self.workers).filter(|worker| wake & (1 << (worker % 64)) != 0) {
+                self.wake_if_sleeping(worker);
+            }
+        }
     }
 
     /// Asks every worker to stop: no new connections; what was received is answered.

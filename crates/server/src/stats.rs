@@ -155,6 +155,12 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "reclaimed", p.reclaimed);
     stat(out, "log_evictions", p.log_evictions);
     stat(out, "index_evictions", p.index_evictions);
+    let watchers = &shared.watchers;
+    stat(out, "log_worker_dropped", 0);
+    stat(out, "log_worker_written", watchers.written.load(Relaxed));
+    stat(out, "log_watcher_skipped", watchers.skipped.load(Relaxed));
+    stat(out, "log_watcher_sent", watchers.sent.load(Relaxed));
+    stat(out, "log_watchers", watchers.count());
     stat(out, "requests_forwarded", c.forwarded);
     stat(out, "forward_batches", c.forward_batches);
     stat(out, "worker_wakeups", c.wakeups);
@@ -196,6 +202,10 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "num_threads", shared.workers);
     stat(out, "cas_enabled", "yes");
     stat(out, "item_size_max", config.item_bytes_max);
+    if let Ok(extended) = config.extended() {
+        stat(out, "watcher_logbuf_size", extended.watcher_logbuf_bytes);
+        stat(out, "worker_logbuf_size", extended.worker_logbuf_bytes);
+    }
     stat(out, "partitions", shared.partitions.len());
     stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
     stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());

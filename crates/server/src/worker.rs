@@ -58,6 +58,8 @@ pub enum OpKind {
 pub struct Op {
     conn: u32,
     generation: u32,
+    /// The connection's descriptor (`watch` lines name it).
+    fd: i32,
     id: u64,
     kind: OpKind,
     request: (u32, u32),
@@ -174,6 +176,8 @@ pub struct Worker {
     executed: bool,
     /// Buffers lent to connections while they have bytes in flight.
     buffers: Buffers,
+    /// Its `watch` connections.
+    watching: Vec<usize>,
 }
 
 impl Worker {
@@ -238,6 +242,7 @@ impl Worker {
             input_limit,
             executed: false,
             buffers: Buffers::default(),
+            watching: Vec::new(),
         })
     }
 
@@ -255,6 +260,8 @@ impl Worker {
             }
             self.shared.sleeping[self.index].0.store(false, SeqCst);
             self.engine.now_secs = crate::sys::now_secs();
+            // Starts (or stops) recording evictions before this turn's requests run.
+            self.engine.log_evictions();
             for event in events.iter() {
                 match event.token() {
                     WAKER => {}
@@ -295,6 +302,7 @@ impl Worker {
             // Published before the replies leave, so a client that saw a reply sees its
             // effect in `stats` (asked on any worker).
             if self.executed {
+                self.engine.log_evictions();
                 self.engine.publish();
                 self.executed = false;
             }
@@ -302,6 +310,15 @@ impl Worker {
             for index in std::mem::take(&mut self.retry) {
                 if let Some(conn) = self.conns[index].as_mut() {
                     queue(&mut self.work, conn, index);
+                }
+            }
+            for &index in &self.watching {
+                if self.conns[index]
+                    .as_ref()
+                    .and_then(|conn| conn.watch.as_ref())
+                    .is_some_and(|sink| sink.look())
+                {
+                    queue_flush(&mut self.flush, index);
                 }
             }
             self.write_all();
@@ -331,7 +348,13 @@ impl Worker {
         self.shared.sleeping[self.index].0.store(true, SeqCst);
         std::sync::atomic::fence(SeqCst);
         let rings_have_work = self.rings.from.iter().flatten().any(|ring| !ring.is_empty())
-            || self.rings.reply_from.iter().flatten().any(|ring| !ring.is_empty());
+            || self.rings.reply_from.iter().flatten().any(|ring| !ring.is_empty())
+            || self.watching.iter().any(|&index| {
+                self.conns[index]
+                    .as_ref()
+                    .and_then(|conn| conn.watch.as_ref())
+                    .is_some_and(|sink| sink.is_ready())
+            });
         if rings_have_work {
             self.shared.sleeping[self.index].0.store(false, SeqCst);
             return Some(Duration::ZERO);
@@ -406,7 +429,16 @@ impl Worker {
             let local = stream.local_addr(&self.listener_addrs[listener]);
             let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
             self.shared.registry.add(fd, info.clone());
+            if self.shared.watchers.wants(crate::watch::CONNEVENTS) {
+                let (rip, rport, transport) = peer_text(&info.addr);
+                self.shared.log(
+                    crate::watch::CONNEVENTS,
+                    format_args!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),
+                );
+            }
             let conn = Conn {
+                watch: None,
+                error: false,
                 info: Some(info),
                 fd,
                 transport: Transport::Tcp(stream),
@@ -488,7 +520,19 @@ impl Worker {
     /// and their buckets and then their items prefetched, so the memory loads of a pipeline
     /// overlap instead of stalling one request at a time (MICA's prefetch pipeline).
     fn process(&mut self, index: usize) {
-        let Worker { conns, engine, outgoing, spare, inflight, index: me, executed, retry, .. } = self;
+        let Worker {
+            conns,
+            engine,
+            outgoing,
+            spare,
+            inflight,
+            index: me,
+            executed,
+            retry,
+            shared,
+            watching,
+            ..
+        } = self;
         let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
         let Conn {
@@ -506,15 +550,24 @@ impl Worker {
             starved,
             info,
             fd,
+            watch,
+            error,
             ..
         } = conn;
         *starved = false;
         engine.conn_fd = *fd;
+        if watch.is_some() {
+            // A watcher's input is read (to see it close) and ignored, as memcached ignores it.
+            input.consume(input.end - input.start);
+            *closing |= *eof;
+            *starved = true;
+            return;
+        }
         let udp = matches!(transport, Transport::Udp { .. });
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
-        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, full };
+        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
         loop {
             if *stalled && output.pending_total == 0 {
                 // What it waited for has arrived (service reads again only once this clears).
@@ -637,11 +690,47 @@ impl Worker {
                             break;
                         }
                     }
+                    if let Parsed::Request { request: Request::Watch { streams }, len } = parsed {
+                        if !udp {
+                            if output.pending_total > 0 {
+                                // Its earlier requests' replies come first.
+                                *stalled = true;
+                                stop = true;
+                                break;
+                            }
+                            *executed = true;
+                            let refusal: &[u8] = if shared.config.disable_watch {
+                                b"CLIENT_ERROR watch commands not allowed\r\n"
+                            } else if *stacked {
+                                b"ERROR cannot pipeline other commands before watch\r\n"
+                            } else if streams.is_none() {
+                                b"ERROR\r\n"
+                            } else {
+                                b""
+                            };
+                            if !refusal.is_empty() {
+                                output.reply_buf().extend_from_slice(refusal);
+                                consumed += len;
+                                continue;
+                            }
+                            *watch = Some(shared.watchers.add(streams.unwrap_or_default(), me));
+                            watching.push(index);
+                            if let Some(info) = info {
+                                info.set_state(registry::State::Watch);
+                            }
+                            output.reply_buf().extend_from_slice(b"OK\r\n");
+                            // Whatever follows is ignored.
+                            consumed = pending.len();
+                            stop = true;
+                            break;
+                        }
+                    }
                     *stacked = !flushes;
                     let (request, len) = match parsed {
                         Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
                         Parsed::Close => {
                             *dead = true;
+                            *error = true;
                             engine.counters.conns_dropped += 1;
                             stop = true;
                             break;
@@ -779,6 +868,7 @@ impl Worker {
                     let (start, len) = (op.request.0 as usize, op.request.1 as usize);
                     let response_start = responses.len();
                     let request = &requests[start..start + len];
+                    self.engine.conn_fd = op.fd;
                     if let Some((partition, buckets)) = crate::dump::decode_chunk(request) {
                         self.engine.dump_chunk(partition, buckets, responses);
                         op.response = (response_start as u32, (responses.len() - response_start) as u32);
@@ -879,9 +969,24 @@ impl Worker {
             // back until they arrive, which queues the connection again. A client that keeps
             // sending keeps replies pending; after HOLD_FLUSHES_MAX held flushes in a row the
             // ready part goes anyway.
+            if conn.watch.is_some() {
+                // New lines for a watcher: try the socket even if it last refused (epoll
+                // reports a UNIX socket writable only once it is three quarters empty), so
+                // its buffer holds what the socket can take, as memcached's logger does.
+                conn.write_blocked = false;
+            }
             let hold = conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.closing;
             conn.held = if hold { conn.held + 1 } else { 0 };
-            while !hold && !conn.dead && !conn.write_blocked && !conn.output.unsent().is_empty() {
+            while !hold && !conn.dead && !conn.write_blocked {
+                if conn.output.unsent().is_empty() {
+                    // A watcher's lines move over once what it was sent before is gone.
+                    let Some(sink) = conn.watch.as_ref() else { break };
+                    let moved = sink.take(conn.output.reply_buf());
+                    if moved == 0 {
+                        break;
+                    }
+                    self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+                }
                 match stream.write(conn.output.unsent()) {
                     Ok(written) => {
                         self.engine.counters.bytes_written += written as u64;
@@ -940,6 +1045,8 @@ impl Worker {
             self.generations[index] = self.generations[index].wrapping_add(1);
             let end = payload.len();
             self.conns[index] = Some(Conn {
+                watch: None,
+                error: false,
                 info: None,
                 fd: socket.as_raw_fd(),
                 transport: Transport::Udp { peer, request_id: header.request_id },
@@ -1019,11 +1126,42 @@ impl Worker {
             let _ = self.poll.registry().deregister(stream);
             self.shared.registry.remove(stream.fd());
             self.shared.curr_connections.fetch_sub(1, Relaxed);
+            if let Some(sink) = conn.watch.take() {
+                self.shared.watchers.remove(&sink);
+                self.watching.retain(|&watcher| watcher != index);
+            }
+            if self.shared.watchers.wants(crate::watch::CONNEVENTS) {
+                if let Some(info) = conn.info.as_ref() {
+                    let (rip, rport, transport) = peer_text(&info.addr);
+                    let reason = if conn.error {
+                        "error"
+                    } else if self.shared.stop.load(Relaxed) {
+                        "shutdown"
+                    } else {
+                        "normal"
+                    };
+                    self.shared.log(
+                        crate::watch::CONNEVENTS,
+                        format_args!(
+                            "type=conn_close rip={rip} rport={rport} transport={transport} reason={reason} cfd={}",
+                            conn.fd
+                        ),
+                    );
+                }
+            }
             self.free.push(index);
             if self.shared.config.verbose > 1 {
                 eprintln!("worker {}: closed connection {index}", self.index);
             }
         }
+    }
+}
+
+/// A peer as `watch connevents` names it: address, port and transport.
+fn peer_text(addr: &Addr) -> (String, u16, &'static str) {
+    match addr {
+        Addr::Inet(peer) => (peer.ip().to_string(), peer.port(), "tcp"),
+        Addr::Unix(_) => ("unix".to_string(), 0, "local"),
     }
 }
 
@@ -1035,6 +1173,7 @@ fn read_once(conn: &mut Conn, counters: &mut WorkerCounters, buffers: &mut Buffe
         // A request larger than the buffer may grow: the parser would have refused it, so
         // this is garbage without a line end.
         conn.dead = true;
+        conn.error = true;
         counters.conns_dropped += 1;
         return false;
     }
@@ -1141,6 +1280,7 @@ struct Hand<'a> {
     spare: &'a mut Vec<Batch>,
     conn: u32,
     generation: u32,
+    fd: i32,
     /// Some owner's batch reached [`BATCH_BYTES_MAX`] this turn.
     full: bool,
 }
@@ -1158,6 +1298,7 @@ impl Hand<'_> {
         batch.ops.push(Op {
             conn: self.conn,
             generation: self.generation,
+            fd: self.fd,
             id,
             kind,
             request,

@@ -875,8 +875,8 @@ fn unix_domain_socket_serves_like_tcp() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `stats conns` as memcached lists it: each client in descriptor order with its own address,
-/// the address it reached, and its state (awaiting a data block, new, idle, partway through a
+/// `stats conns` as memcached lists it: each client with its own address, the address it
+/// reached, and its state (awaiting a data block, new, idle, partway through a
 /// line, asking).
 #[test]
 fn stats_conns_lists_clients_as_memcached_does() {
@@ -911,6 +911,8 @@ fn stats_conns_lists_clients_as_memcached_does() {
                 let reached = e["listen_addr"].replace(&server.port.to_string(), "PORT");
                 (who, reached, e["state"].clone())
             })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
             .collect()
     }
     let expected = vec![
@@ -924,4 +926,84 @@ fn stats_conns_lists_clients_as_memcached_does() {
     assert_eq!(clients(&memcached), expected, "memcached");
     let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
     assert_eq!(clients(&quicksilver), expected, "quicksilver");
+}
+
+/// `watch`: the log lines of a command sequence are memcached 1.6.18's, field for field (but
+/// the time, line number, descriptor and port): lookups before stores, deletes, incr and
+/// touch; store outcomes with command, TTL, slab class and size; URI-encoded keys; meta
+/// commands; connections opened and closed.
+#[test]
+fn watch_lines_are_memcached_lines() {
+    fn lines(server: &ServerProcess) -> Vec<String> {
+        let mut watcher = server.connect();
+        watcher.send(b"watch fetchers mutations evictions connevents\r\n");
+        assert_eq!(watcher.read_until(b"\r\n"), b"OK\r\n");
+        let mut client = server.connect();
+        let client_port = client.stream.local_addr().expect("local address").port();
+        let commands: &[&[u8]] = &[
+            b"set a 0 0 1\r\n1\r\n",
+            b"get a b\r\n",
+            b"gets a\r\n",
+            b"add a 0 0 1\r\n2\r\n",
+            b"replace zz 0 0 1\r\n2\r\n",
+            b"append a 0 0 1\r\n2\r\n",
+            b"cas a 0 0 1 999\r\n3\r\n",
+            b"incr a 5\r\n",
+            b"touch a 10\r\n",
+            b"gat 0 a\r\n",
+            b"delete a\r\n",
+            b"delete a\r\n",
+            b"mg a v\r\n",
+            b"ms m 2 T30\r\nhi\r\n",
+            b"mg m v\r\n",
+            b"md m\r\n",
+            b"ma m\r\n",
+            b"set sp%20 0 0 1\r\n1\r\n",
+        ];
+        for command in commands {
+            // Each reply (and `mn`'s) before the next command, so lines come in command order.
+            client.send(command);
+            client.send(b"mn\r\n");
+            let _ = client.read_until(b"MN\r\n");
+        }
+        client.send(b"quit\r\n");
+        drop(client);
+        let mut text = String::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let done = |text: &str| {
+            text.find("key=sp%2520 status=stored").is_some_and(|at| text[at..].contains("type=conn_close"))
+        };
+        while !done(&text) && Instant::now() < deadline {
+            text.push_str(&String::from_utf8_lossy(&watcher.read_until(b"\n")));
+        }
+        // The client's connection events only (not a readiness probe's).
+        let rport = format!("rport={client_port} ");
+        text.lines()
+            .filter(|line| !line.contains(" type=conn_") || line.contains(&rport))
+            .map(|line| {
+                line.split(' ')
+                    .filter(|field| !["ts=", "gid=", "cfd=", "rport="].iter().any(|p| field.starts_with(p)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+    let memcached = lines(&ServerProcess::memcached(&[]));
+    assert!(memcached.len() > 20, "memcached logged {memcached:?}");
+    for threads in ["1", "2"] {
+        let quicksilver = lines(&ServerProcess::quicksilver(&["-t", threads]));
+        assert_eq!(quicksilver, memcached, "with -t {threads}");
+    }
+}
+
+/// `watch` is refused with -W, and an unknown stream is an error, as memcached answers.
+#[test]
+fn watch_refusals_are_memcached_replies() {
+    let server = ServerProcess::quicksilver(&["-W"]);
+    assert_eq!(server.connect().call(b"watch mutations\r\n"), b"CLIENT_ERROR watch commands not allowed\r\n");
+    let server = ServerProcess::quicksilver(&[]);
+    let mut client = server.connect();
+    assert_eq!(client.call(b"watch bogus\r\n"), b"ERROR\r\n");
+    assert!(client.call(b"version\r\n").starts_with(b"VERSION"));
+    assert_eq!(stat(&mut client, "log_watchers"), 0);
 }

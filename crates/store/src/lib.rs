@@ -30,7 +30,7 @@ pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
-pub use partition::{Dumped, Partition};
+pub use partition::{Dumped, Evicted, Partition};
 pub use reader::Reader;
 pub use region::{HugePages, PageKind};
 pub use stats::PartitionStats;

@@ -134,6 +134,24 @@ pub struct Partition {
     /// replaced by the slot index, in the entry the keyhash's bucket bits choose. Only a hint:
     /// the slot is checked as a scan would check it, and a miss falls back to the scan.
     hints: Box<[Cell<u64>]>,
+    /// Items evicted since [`Partition::take_evictions`] last ran, while
+    /// [`Partition::record_evictions`] is on (memcached's `watch evictions`).
+    evicted: Option<Vec<Evicted>>,
+}
+
+/// An item evicted to make room, as `watch evictions` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Value bytes.
+    pub value_len: usize,
+    /// When it would have expired.
+    pub expiry: Expiry,
+    /// Unix second of its last access.
+    pub last_access_secs: u32,
+    /// Fetched since it was stored.
+    pub fetched: bool,
 }
 
 /// What store mode keeps besides the arena memory and the index.
@@ -197,7 +215,40 @@ impl Partition {
             clock_secs: 0,
             store,
             hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
+            evicted: None,
         }
+    }
+
+    /// Starts or stops keeping a record of evicted items (off: nothing is kept or copied).
+    pub fn record_evictions(&mut self, on: bool) {
+        if on != self.evicted.is_some() {
+            self.evicted = on.then(Vec::new);
+        }
+    }
+
+    /// The items evicted since the last call (while recording).
+    pub fn take_evictions(&mut self) -> Vec<Evicted> {
+        self.evicted.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The value length of `key`'s item if it answers at `now_secs`, looked up without
+    /// touching it or counting anything (memcached logs this lookup before a store).
+    pub fn peek(&self, hash: KeyHash, key: &[u8], now_secs: u32) -> Option<usize> {
+        let found = self.find(hash, key)?;
+        (!self.shared.is_gone(&found.header, now_secs)).then(|| found.header.word1.value_len())
+    }
+
+    fn note_eviction(&mut self, offset: u64, header: &Header) {
+        let Some(evicted) = self.evicted.as_mut() else { return };
+        let mut key = Vec::new();
+        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        evicted.push(Evicted {
+            key,
+            value_len: header.word1.value_len(),
+            expiry: header.ext.expiry(),
+            last_access_secs: header.word1.last_access(),
+            fetched: header.word0.has(BIT_FETCHED),
+        });
     }
 
     /// Counters with store mode's memory figures filled in (cheap: for publishing each turn).
@@ -1385,6 +1436,7 @@ impl Partition {
         }
         let victim = Slot(words[1 + oldest.0].load(Relaxed));
         let header = self.shared.log.header(victim.offset());
+        self.note_eviction(victim.offset(), &header);
         self.retire(victim.offset(), &header);
         self.stats.index_evictions += 1;
         if !header.word0.has(BIT_FETCHED) {
@@ -1480,6 +1532,7 @@ impl Partition {
             if self.shared.is_gone(&header, self.clock_secs) {
                 self.count_reclaimed(&header);
             } else {
+                self.note_eviction(offset, &header);
                 self.stats.log_evictions += 1;
                 if !header.word0.has(BIT_FETCHED) {
                     self.stats.evicted_unfetched += 1;
@@ -1572,6 +1625,33 @@ mod tests {
         let command = Command::Store { mode: StoreMode::Set, value, flags: 3, expiry: Expiry::NEVER };
         let outcome = partition.execute(&Request::new(key, command), 100, &mut Vec::new());
         assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
+    }
+
+    #[test]
+    fn evictions_are_recorded_only_while_asked_and_peek_changes_nothing() {
+        let mut partition = small(Access::Erew);
+        for round in 0..8u8 {
+            set(&mut partition, &[b'a' + round], &[round; 40]);
+        }
+        assert!(partition.take_evictions().is_empty(), "recorded while off");
+        partition.record_evictions(true);
+        for round in 0..8u8 {
+            set(&mut partition, &[b'k', round], &[round; 40]);
+        }
+        let evicted = partition.take_evictions();
+        assert!(!evicted.is_empty(), "a full log evicted nothing");
+        let first = &evicted[0];
+        assert_eq!((first.value_len, first.fetched), (40, false));
+        assert!(first.key.len() <= 2);
+        assert!(partition.take_evictions().is_empty(), "taken twice");
+        let last = [b'k', 7];
+        let before = partition.stats().gets;
+        assert_eq!(partition.peek(KeyHash::of(&last), &last, 100), Some(40));
+        assert_eq!(partition.peek(KeyHash::of(b"absent"), b"absent", 100), None);
+        assert_eq!(partition.stats().gets, before, "peek counted a get");
+        partition.record_evictions(false);
+        set(&mut partition, b"zz", &[1; 40]);
+        assert!(partition.take_evictions().is_empty());
     }
 
     /// Miri checks the owner's writes and a reader's optimistic copies for data races and
