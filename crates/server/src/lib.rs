@@ -131,6 +131,7 @@ impl Server {
             detail: Default::default(),
             registry: Default::default(),
             watchers: watch::Watchers::new(config.extended()?.watcher_logbuf_bytes),
+            unix_accept: Mutex::new(()),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =

@@ -211,6 +211,11 @@ pub struct Shared {
     pub registry: crate::registry::Registry,
     /// `watch` connections.
     pub watchers: crate::watch::Watchers,
+    /// Held while a worker accepts from the UNIX socket every worker listens on: accepts in
+    /// turn, so descriptors are numbered in the order clients connected (a concurrent
+    /// `accept4` reserves a descriptor even when it finds nothing), as memcached's one
+    /// listening thread numbers them.
+    pub unix_accept: Mutex<()>,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.

@@ -390,6 +390,16 @@ impl Worker {
     }
 
     fn accept(&mut self, listener: usize) {
+        let shared = self.shared.clone();
+        let _turn = match self.listeners.get(listener) {
+            // Another worker is accepting from the shared socket: it takes this one too (it
+            // accepts until none is left; one arriving later wakes both workers again).
+            Some(crate::conn::Listener::Unix(_)) => match shared.unix_accept.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(_) => return,
+            },
+            _ => None,
+        };
         loop {
             let Some(socket) = self.listeners.get(listener) else { return };
             let (mut stream, peer) = match socket.accept() {
