@@ -31,7 +31,8 @@ wire=(
 #   item_size_max.t   -I bounds as memcached (1k..1/2 of -m), -o slab_chunk_max (issue 24)
 #   conn-limits.t     -o read_buf_mem_limit, -R (issue 24)
 #   issue_67.t        default ports and -l/-p/-U combinations as memcached (issue 24)
-#   dyn-maxbytes.t    -o options and `cache_memlimit` (the logs are sized at start)
+#   dyn-maxbytes.t    -o modern,slab_automove_window (issue 24); `cache_memlimit` (resizing the
+#                     logs at run time, issue 24's admin commands) and `stats slabs` total_malloced
 # Not wire protocol (memcached's internals or its tree): 64bit.t issue_22.t issue_29.t
 # issue_163.t (slab classes' counters), slabs*.t chunked-*.t slabhang.t refhang.t
 # lru-maintainer.t lru-crawler.t (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t, ssl_*.t (TLS, issue 28),
