@@ -65,6 +65,11 @@ fn requests_parse_to_what_they_say() {
         (b"stats detail on\r\n", r#"Stats { group: [100, 101, 116, 97, 105, 108], argument: [111, 110] }"#),
         (b"slabs automove 1\r\n", "SlabsAutomove { noreply: false }"),
         (b"debugtime -5\r\n", "DebugTime { delta: -5 }"),
+        // watch: fetchers when no stream is named; bits as in `text::watch`; None for an unknown one.
+        (b"watch\r\n", "Watch { streams: Some(4) }"),
+        (b"watch mutations evictions\r\n", "Watch { streams: Some(10) }"),
+        (b"watch connevents\r\n", "Watch { streams: Some(32) }"),
+        (b"watch fetchers bogus\r\n", "Watch { streams: None }"),
         (b"quit\r\n", "Quit"),
         (b"mn\r\n", "MetaNoop"),
         (b"lru_crawler metadump all\r\n", "Metadump { classes: [97, 108, 108] }"),
