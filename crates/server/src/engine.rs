@@ -69,6 +69,8 @@ pub struct Engine {
     hint: Option<(usize, usize, Located)>,
     /// The descriptor of the connection whose requests run now (`stats conns`, `watch`).
     pub conn_fd: i32,
+    /// The owned partitions record evicted items (someone watched evictions at the last look).
+    recording_evictions: bool,
 }
 
 impl Engine {
@@ -89,6 +91,7 @@ impl Engine {
             crew,
             hint: None,
             conn_fd: -1,
+            recording_evictions: false,
         }
     }
 
@@ -699,6 +702,11 @@ impl Engine {
     /// (recording starts when someone watches evictions, stops when no one does).
     pub fn log_evictions(&mut self) {
         let wanted = self.shared.watchers.wants(watch::EVICTIONS);
+        if !wanted && !self.recording_evictions {
+            // The common case: one relaxed load per loop turn.
+            return;
+        }
+        self.recording_evictions = wanted;
         for partition in self.partitions.iter_mut().flatten() {
             partition.record_evictions(wanted);
             for item in partition.take_evictions() {
