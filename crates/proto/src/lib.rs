@@ -11,6 +11,7 @@
 //! allowed), numbers parse as memcached's `safe_strto*` do, truncation quirks included.
 #![forbid(unsafe_code)]
 
+pub mod binary;
 pub mod check;
 pub mod meta;
 pub mod native;

@@ -191,6 +191,8 @@ pub enum Request<'a> {
         /// What was asked.
         mode: ShutdownMode,
     },
+    /// A binary-protocol request ([`crate::binary::parse`]).
+    Binary(crate::binary::Binary<'a>),
 }
 
 /// The log streams `watch` names, as bits.

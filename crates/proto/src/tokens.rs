@@ -92,6 +92,9 @@ pub fn single_word(line: &[u8]) -> Option<&[u8]> {
 /// a wrong guess costs one wasted memory load, never a wrong answer, so the command is not
 /// checked. `None` when the line does not have a whole second word within a key's length.
 pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
+    if buf.first() == Some(&crate::binary::REQUEST_MAGIC) {
+        return crate::binary::key_guess(buf);
+    }
     // The longest command word is 9 bytes (`verbosity`), the longest key 250.
     let head = &buf[..buf.len().min(10 + crate::KEY_BYTES_MAX + 1)];
     let command_end = head.iter().position(|&byte| byte == b' ')?;

@@ -59,6 +59,64 @@ pub struct Config {
     /// docs/COMPATIBILITY.md): watcher_logbuf_size=KB, worker_logbuf_size=KB.
     #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append, value_delimiter = ',')]
     pub extended: Vec<String>,
+    /// Disable CAS (memcached's -C): items carry no CAS unique (0 is reported), `cas` stores
+    /// whenever the item exists, and flush_all cuts off by the second only.
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// Refuse flush_all (memcached's -F).
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// Refuse `stats cachedump` and `lru_crawler metadump` (memcached's -X).
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+    /// Requests run for one connection before the worker turns to others (memcached's -R);
+    /// each such yield counts in `stats` as `conn_yields`.
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20, value_parser = parse_reqs_per_event)]
+    pub reqs_per_event: u32,
+    /// Listen backlog (memcached's -b).
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    pub backlog: i32,
+    /// Delimiter between key prefixes and ids for `stats detail` (memcached's -D); giving it
+    /// turns the per-prefix counting on.
+    #[arg(short = 'D', value_parser = parse_delimiter)]
+    pub prefix_delimiter: Option<u8>,
+    /// SASL authentication over the binary protocol (memcached's -S): PLAIN, users from the
+    /// file named by MEMCACHED_SASL_PWDB (`user:password` lines).
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub sasl: bool,
+    /// ASCII authentication (memcached's -Y): the first command of a text connection must
+    /// be `set <any> 0 0 <len>` carrying `user password` from this file's `user:password` lines.
+    #[arg(short = 'Y', long = "auth-file")]
+    pub auth_file: Option<std::path::PathBuf>,
+    /// Try large memory pages (memcached's -L): the logs use 2 MiB pages where the system
+    /// offers them, as `--huge-pages auto` (the default) does.
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
+    /// Lock the server's memory (memcached's -k: mlockall; a failure is a warning).
+    #[arg(short = 'k', long = "lock-memory")]
+    pub lock_memory: bool,
+    /// Raise the core-file limit (memcached's -r).
+    #[arg(short = 'r', long = "enable-coredumps")]
+    pub coredumps: bool,
+    /// memcached's slab growth factor (-f): accepted, no effect (no slab classes here).
+    #[arg(short = 'f', long = "slab-growth-factor")]
+    pub slab_growth_factor: Option<f64>,
+    /// memcached's smallest slab chunk (-n): accepted, no effect (no slab classes here).
+    #[arg(short = 'n', long = "slab-min-size")]
+    pub slab_min_size: Option<u32>,
+    /// Print the licenses and exit (memcached's -i).
+    #[arg(short = 'i', long = "license")]
+    pub license: bool,
+    /// memcached's restartable cache file (-e): not available yet (issue 26).
+    #[arg(short = 'e', long = "memory-file")]
+    pub memory_file: Option<std::path::PathBuf>,
+    /// memcached's TLS (-Z): not available yet (issue 28).
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
+    /// Protocol of client connections (memcached's -B): auto lets each connection's first byte
+    /// choose between the text protocols and the binary one.
+    #[arg(short = 'B', long = "protocol", value_enum, default_value_t = Protocol::Auto)]
+    pub protocol: Protocol,
     /// Verbose: -v logs errors and warnings, -vv also connections.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -94,6 +152,17 @@ pub struct Config {
     /// client or proxy, wait for them instead of moving: docs/BENCHMARKS.md).
     #[arg(long, value_enum, default_value_t = Pin::Auto)]
     pub pin: Pin,
+}
+
+/// -B: the protocol client connections speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Protocol {
+    /// The first byte decides: 0x80 (the binary request magic) for binary, else text.
+    Auto,
+    /// Text and meta commands only.
+    Ascii,
+    /// Binary only.
+    Binary,
 }
 
 /// --pin.
@@ -171,11 +240,43 @@ fn parse_size(text: &str) -> Result<usize, String> {
         _ => (&lower[..], 1),
     };
     let value: usize = digits.parse().map_err(|_| format!("not a size: {text}"))?;
-    let bytes = value.checked_mul(unit).ok_or("size too large")?;
-    if !(1024..=1 << 30).contains(&bytes) {
-        return Err("item size must be between 1k and 1024m".into());
+    // The bounds are checked with memcached's messages in `Config::validate`.
+    value.checked_mul(unit).ok_or_else(|| "Cannot set item size limit higher than a gigabyte.".into())
+}
+
+/// memcached's -R: a positive count.
+fn parse_reqs_per_event(text: &str) -> Result<u32, String> {
+    match atoi(text) {
+        n if n > 0 => Ok(n.min(i64::from(u32::MAX)) as u32),
+        _ => Err("Number of requests per event must be greater than 0".into()),
     }
-    Ok(bytes)
+}
+
+/// memcached's -D: one character.
+fn parse_delimiter(text: &str) -> Result<u8, String> {
+    match text.as_bytes() {
+        [byte] => Ok(*byte),
+        _ => Err("-D takes a single character".into()),
+    }
+}
+
+/// C's atoi: an optional sign and the digits after leading spaces, 0 when there are none.
+fn atoi(text: &str) -> i64 {
+    let text = text.trim_start();
+    let (negative, digits) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let value = digits
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .fold(0i64, |value, digit| value.saturating_mul(10).saturating_add(i64::from(digit - b'0')));
+    if negative {
+        -value
+    } else {
+        value
+    }
 }
 
 /// memcached's default bytes of log lines held for one watcher.
@@ -189,13 +290,76 @@ pub struct Extended {
     /// Per-worker log buffer (accepted for memcached's service lines; lines go straight to
     /// the watchers' buffers here).
     pub worker_logbuf_bytes: usize,
+    /// `idle_timeout`: seconds a client may stay silent before it is closed (0: never).
+    pub idle_timeout_secs: u32,
+    /// `read_buf_mem_limit`: bytes of read buffers all connections may hold together (0: no
+    /// limit beyond each connection's own).
+    pub read_buf_mem_limit_bytes: usize,
+    /// `maxconns_fast` (memcached 1.6's default): a connection over the limit is told
+    /// `ERROR Too many open connections` and closed, instead of waiting in the backlog.
+    pub maxconns_fast: bool,
+    /// `slab_chunk_max` in bytes (memcached's -I checks read it; no slabs here).
+    pub slab_chunk_max_bytes: usize,
+    /// Whether `slab_chunk_max` was given.
+    pub slab_chunk_max_given: bool,
+    /// `lru_crawler` on at start (`no_lru_crawler`, `no_modern` turn it off): the crawler's
+    /// commands (`lru_crawler metadump`) answer as memcached's do when it is off.
+    pub lru_crawler: bool,
+    /// Options accepted that change nothing here (memcached's slab and LRU tuning), for the
+    /// one warning line at start.
+    pub ignored: Vec<String>,
 }
+
+/// memcached's slab page: the largest slab chunk and what `slab_chunk_max` must divide.
+pub const SLAB_PAGE_BYTES: usize = 1 << 20;
+
+/// memcached's `-o` options that tune its slab allocator, LRU and hash table: accepted (so a
+/// service line starts unchanged) and named in one warning, since quicksilver's circular logs
+/// and lossy index have none of these parts (docs/COMPATIBILITY.md).
+const TUNING_OPTIONS: &[&str] = &[
+    "hashpower",
+    "no_hashexpand",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "no_slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "tail_repair_time",
+    "hash_algorithm",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "slab_sizes",
+    "track_sizes",
+    "no_chunked_items",
+];
+
+/// memcached's options that keep their meaning whatever the server (inline ASCII responses
+/// are gone in memcached 1.6 too; privileges are dropped by -u here): accepted silently.
+const NO_OP_OPTIONS: &[&str] =
+    &["modern", "inline_ascii_resp", "no_inline_ascii_resp", "drop_privileges", "no_drop_privileges"];
 
 impl Config {
     /// The `-o` options, checked as memcached checks them (its messages).
     pub fn extended(&self) -> Result<Extended, String> {
-        let mut extended =
-            Extended { watcher_logbuf_bytes: WATCHER_LOGBUF_BYTES, worker_logbuf_bytes: 64 << 10 };
+        let mut extended = Extended {
+            watcher_logbuf_bytes: WATCHER_LOGBUF_BYTES,
+            worker_logbuf_bytes: 64 << 10,
+            idle_timeout_secs: 0,
+            read_buf_mem_limit_bytes: 0,
+            maxconns_fast: true,
+            slab_chunk_max_bytes: SLAB_PAGE_BYTES / 2,
+            slab_chunk_max_given: false,
+            lru_crawler: true,
+            ignored: Vec::new(),
+        };
         let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
             let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
             value
@@ -212,10 +376,102 @@ impl Config {
             match name {
                 "watcher_logbuf_size" => extended.watcher_logbuf_bytes = kilobytes(name, value)?,
                 "worker_logbuf_size" => extended.worker_logbuf_bytes = kilobytes(name, value)?,
+                "idle_timeout" => {
+                    let value = value.ok_or("Missing numeric argument for idle_timeout")?;
+                    // memcached reads it with atoi: digits up to the first other byte.
+                    extended.idle_timeout_secs = atoi(value).max(0) as u32;
+                }
+                "read_buf_mem_limit" => {
+                    let value = value.ok_or("Missing read_buf_mem_limit argument")?;
+                    let megabytes = value
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|_| "could not parse argument to read_buf_mem_limit".to_string())?;
+                    extended.read_buf_mem_limit_bytes = megabytes as usize * (1 << 20);
+                }
+                "maxconns_fast" => extended.maxconns_fast = true,
+                "no_maxconns_fast" => extended.maxconns_fast = false,
+                "slab_chunk_max" => {
+                    let value = value.ok_or("Missing slab_chunk_max argument")?;
+                    extended.slab_chunk_max_bytes = value
+                        .trim()
+                        .parse::<usize>()
+                        .map_err(|_| "could not parse argument to slab_chunk_max".to_string())?;
+                    extended.slab_chunk_max_given = true;
+                }
+                "lru_crawler" => extended.lru_crawler = true,
+                "no_lru_crawler" => extended.lru_crawler = false,
+                "no_modern" => {
+                    if !extended.slab_chunk_max_given {
+                        extended.slab_chunk_max_bytes = SLAB_PAGE_BYTES;
+                    }
+                    extended.maxconns_fast = false;
+                    extended.lru_crawler = false;
+                    extended.ignored.push(option.clone());
+                }
+                "resp_obj_mem_limit" => {
+                    eprintln!("DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,");
+                }
+                _ if NO_OP_OPTIONS.contains(&name) => {}
+                _ if TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
+                _ if name.starts_with("ext_") => {
+                    return Err(format!(
+                        "-o {name}: extstore (the flash tier) is not available in quicksilver yet"
+                    ))
+                }
+                _ if name.starts_with("ssl_") => {
+                    return Err(format!("-o {name}: TLS is not available in quicksilver yet"))
+                }
+                _ if name.starts_with("proxy_") => {
+                    return Err(format!("-o {name}: memcached's proxy mode is not part of quicksilver"))
+                }
                 _ => return Err(format!("Illegal suboption \"{option}\"")),
             }
         }
         Ok(extended)
+    }
+
+    /// memcached's checks of -I against -m and slab_chunk_max, with its messages.
+    fn check_item_size(&self, extended: &Extended) -> Result<(), String> {
+        let item = self.item_bytes_max;
+        if item < 1024 {
+            return Err("Item max size cannot be less than 1024 bytes.".into());
+        }
+        if item as u64 > (self.memory_mib << 20) / 2 {
+            return Err("Cannot set item size limit higher than 1/2 of memory max.".into());
+        }
+        if item > 1 << 30 {
+            return Err("Cannot set item size limit higher than a gigabyte.".into());
+        }
+        let mut chunk = extended.slab_chunk_max_bytes;
+        if item > 1 << 20 && !extended.slab_chunk_max_given {
+            chunk = SLAB_PAGE_BYTES / 2;
+        }
+        if chunk == 0 || chunk > item {
+            return Err(format!(
+                "slab_chunk_max (bytes: {chunk}) cannot be larger than -I (item_size_max {item})"
+            ));
+        }
+        if item % chunk != 0 {
+            return Err(format!(
+                "-I (item_size_max: {item}) must be evenly divisible by slab_chunk_max (bytes: {chunk})"
+            ));
+        }
+        if SLAB_PAGE_BYTES % chunk != 0 {
+            return Err(format!(
+                "slab_chunk_max (bytes: {chunk}) must divide evenly into {SLAB_PAGE_BYTES} (slab_page_size)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The protocol connections speak: -B, or what -S (binary) and -Y (ascii) imply.
+    pub fn binding_protocol(&self) -> Protocol {
+        match self.protocol {
+            Protocol::Auto if self.sasl => Protocol::Binary,
+            Protocol::Auto if self.auth_file.is_some() => Protocol::Ascii,
+            other => other,
+        }
     }
 
     /// Worker count.
@@ -241,7 +497,38 @@ impl Config {
 
     /// Checks what clap cannot; the message is for the user.
     pub fn validate(&self) -> Result<(), String> {
-        self.extended()?;
+        if self.memory_file.is_some() {
+            return Err("-e (restartable cache in a memory file) is not available in quicksilver yet".into());
+        }
+        if self.enable_ssl {
+            return Err("-Z (TLS) is not available in quicksilver yet".into());
+        }
+        if self.sasl {
+            if self.protocol == Protocol::Ascii {
+                return Err("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
+            }
+            if self.udp_port != 0 {
+                return Err("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
+            }
+            if self.native_port != 0 {
+                return Err("ERROR: the native protocol has no authentication: --native-port cannot be used with -S".into());
+            }
+        }
+        if self.auth_file.is_some() {
+            if self.protocol == Protocol::Binary {
+                return Err(
+                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into()
+                );
+            }
+            if self.udp_port != 0 {
+                return Err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
+            }
+            if self.native_port != 0 {
+                return Err("ERROR: the native protocol has no authentication: --native-port cannot be used with -Y".into());
+            }
+        }
+        let extended = self.extended()?;
+        self.check_item_size(&extended)?;
         let workers = self.workers();
         let partitions = self.partition_count();
         if workers > 256 {
@@ -282,7 +569,7 @@ mod tests {
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert_eq!(parse_size("512k"), Ok(512 << 10));
         assert_eq!(parse_size("2097152"), Ok(2 << 20));
-        assert!(parse_size("12").is_err());
+        assert_eq!(parse_size("12"), Ok(12));
         assert!(parse_size("x").is_err());
     }
 

@@ -497,6 +497,8 @@ pub struct Conn {
     pub watch: Option<std::sync::Arc<crate::watch::Sink>>,
     /// Closed for a protocol error (`watch connevents` says `reason=error`).
     pub error: bool,
+    /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).
+    pub protocol: crate::config::Protocol,
 }
 
 impl Conn {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// memcached's default prefix delimiter (its `-D`).
@@ -20,13 +20,31 @@ struct Counts {
 }
 
 /// The per-prefix counters of the whole server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Detail {
     enabled: AtomicBool,
+    /// The prefix delimiter (-D), set at start.
+    delimiter: AtomicU8,
     prefixes: Mutex<BTreeMap<Vec<u8>, Counts>>,
 }
 
+impl Default for Detail {
+    fn default() -> Detail {
+        Detail { enabled: AtomicBool::new(false), delimiter: AtomicU8::new(DELIMITER), prefixes: Mutex::default() }
+    }
+}
+
 impl Detail {
+    /// memcached's -D: prefixes end at `delimiter`, and counting starts on.
+    pub fn with_delimiter(delimiter: u8) -> Detail {
+        Detail { enabled: AtomicBool::new(true), delimiter: AtomicU8::new(delimiter), ..Detail::default() }
+    }
+
+    /// The prefix delimiter (`stats settings` reports it).
+    pub fn delimiter(&self) -> u8 {
+        self.delimiter.load(Relaxed)
+    }
+
     /// Whether collection is on.
     #[inline(always)]
     pub fn enabled(&self) -> bool {
@@ -55,7 +73,8 @@ impl Detail {
         if !self.enabled() {
             return;
         }
-        let Some(end) = key.iter().position(|&b| b == DELIMITER) else { return };
+        let delimiter = self.delimiter();
+        let Some(end) = key.iter().position(|&b| b == delimiter) else { return };
         let mut prefixes = self.prefixes.lock().unwrap_or_else(|e| e.into_inner());
         match prefixes.get_mut(&key[..end]) {
             Some(counts) => count(counts),

@@ -12,6 +12,8 @@ use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+mod binary;
+
 /// Where a request must run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -71,6 +73,8 @@ pub struct Engine {
     pub conn_fd: i32,
     /// The owned partitions record evicted items (someone watched evictions at the last look).
     recording_evictions: bool,
+    /// The request running now was handed over by another worker.
+    pub for_other: bool,
 }
 
 impl Engine {
@@ -92,6 +96,7 @@ impl Engine {
             hint: None,
             conn_fd: -1,
             recording_evictions: false,
+            for_other: false,
         }
     }
 
@@ -178,8 +183,15 @@ impl Engine {
         if owner == self.worker {
             return false;
         }
-        let crew_read =
-            self.crew && matches!(request, Request::Get { kind: GetKind::Get | GetKind::Gets, .. });
+        let crew_read = self.crew
+            && matches!(
+                request,
+                Request::Get { kind: GetKind::Get | GetKind::Gets, .. }
+                    | Request::Binary(qs_proto::binary::Binary {
+                        command: qs_proto::binary::Command::Get { touch: None, .. },
+                        ..
+                    })
+            );
         if crew_read {
             return *waiting_on & (1 << (owner % 64)) != 0;
         }
@@ -200,6 +212,21 @@ impl Engine {
     /// Whether `lru_crawler` serves dumps and crawls (`lru_crawler disable` stops it).
     pub fn crawler_enabled(&self) -> bool {
         self.shared.crawler_enabled.load(Relaxed)
+    }
+
+    /// A CAS unique as clients see it: 0 under -C (memcached's items then carry none).
+    #[inline]
+    pub fn cas_out(&self, cas: u64) -> u64 {
+        if self.shared.config.disable_cas {
+            0
+        } else {
+            cas
+        }
+    }
+
+    /// -X: `stats cachedump` and `lru_crawler metadump` are refused.
+    pub fn dumping_disabled(&self) -> bool {
+        self.shared.config.disable_dumping
     }
 
     /// The worker that owns `key`.
@@ -230,6 +257,7 @@ impl Engine {
             return Route::Local;
         }
         let key = match request {
+            Request::Binary(binary) => return self.route_binary(binary, pending),
             Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
             Request::Store { key, .. }
             | Request::TooLarge { key, .. }
@@ -237,6 +265,8 @@ impl Engine {
             | Request::Arith { key, .. }
             | Request::Touch { key, .. } => *key,
             Request::Meta(meta) => return self.route_meta(meta, pending),
+            // -F: refused where it arrives.
+            Request::FlushAll { .. } if self.shared.config.disable_flush_all => return Route::Local,
             Request::FlushAll { .. } => return Route::Broadcast,
             Request::Stats { .. } | Request::Watch { .. } => return Route::AfterPending,
             Request::Version
@@ -376,6 +406,9 @@ impl Engine {
                     out.extend_from_slice(reply);
                 }
             }
+            Request::FlushAll { .. } if self.shared.config.disable_flush_all => {
+                out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
+            }
             Request::FlushAll { delay, noreply } => {
                 self.flush_local(delay);
                 if !noreply {
@@ -427,6 +460,7 @@ impl Engine {
                 });
             }
             Request::CrawlerPacing => out.extend_from_slice(reply::OK),
+            Request::Binary(ref binary) => return self.binary(binary, out),
             Request::Shutdown { mode } => {
                 if !self.shared.config.enable_shutdown {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
@@ -473,7 +507,7 @@ impl Engine {
                 key: item.key,
                 expires: (item.expiry != Expiry::NEVER).then_some(item.expiry.0),
                 last_access: item.last_access_secs,
-                cas: item.cas,
+                cas: self.cas_out(item.cas),
                 fetched: item.fetched,
                 size: debug_size(item.key.len(), item.value_len) as u64,
             };
@@ -483,7 +517,10 @@ impl Engine {
 
     /// flush_all on the partitions owned here.
     pub fn flush_local(&mut self, delay: i32) {
-        self.counters.cmd_flush += 1;
+        if !self.for_other {
+            // Counted once, where the client sent it (every worker runs it).
+            self.counters.cmd_flush += 1;
+        }
         let now = self.now_secs;
         // As an exptime: past 30 days, an absolute unix time (one already past flushes now).
         let delay = match i64::from(delay) {
@@ -491,8 +528,9 @@ impl Engine {
             d if d <= qs_store::item::RELATIVE_EXPTIME_SECS_MAX => d as u32,
             at => (at as u32).saturating_sub(now),
         };
+        let by_cas = !self.shared.config.disable_cas;
         for partition in self.partitions.iter_mut().flatten() {
-            partition.flush_all(now, delay);
+            partition.flush_all(now, delay, by_cas);
         }
     }
 
@@ -611,7 +649,7 @@ impl Engine {
             self.log_get(key, size);
         }
         if let Outcome::Hit(hit) = outcome {
-            let cas = kind.with_cas().then_some(hit.cas);
+            let cas = kind.with_cas().then_some(self.cas_out(hit.cas));
             reply::value_line(out, key, hit.flags, hit.value_len, cas);
             out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
             out.extend_from_slice(b"\r\n");
@@ -727,33 +765,44 @@ impl Engine {
     }
 
     fn store(&mut self, mode: StoreMode, key: &[u8], flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
-        self.counters.cmd_set += 1;
-        self.shared.detail.record_set(key);
-        let mode = store_mode(mode);
         let expiry = self.expiry(exptime);
-        self.log_lookup(key);
-        let outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
-        self.log_store(key, &outcome, mode, expiry, data.len());
-        match outcome {
+        match self.store_outcome(store_mode(mode), key, flags, expiry, data) {
             Outcome::Stored { .. } => reply::STORED,
             Outcome::NotStored => reply::NOT_STORED,
             Outcome::Exists => reply::EXISTS,
             Outcome::NotFound => reply::NOT_FOUND,
-            Outcome::TooLarge => {
-                if mode == qs_store::StoreMode::Set {
-                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
-                }
-                reply::TOO_LARGE
-            }
-            Outcome::OutOfMemory => {
-                // memcached -M drops the old value of a set it could not store.
-                if mode == qs_store::StoreMode::Set {
-                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
-                }
-                reply::OUT_OF_MEMORY
-            }
+            Outcome::TooLarge => reply::TOO_LARGE,
+            Outcome::OutOfMemory => reply::OUT_OF_MEMORY,
             _ => reply::BAD_FORMAT,
         }
+    }
+
+    /// A store of either protocol: counts it, logs it, and drops the old value of a set that
+    /// could not be stored, as memcached does.
+    fn store_outcome(
+        &mut self,
+        mode: qs_store::StoreMode,
+        key: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        data: &[u8],
+    ) -> Outcome {
+        self.counters.cmd_set += 1;
+        self.shared.detail.record_set(key);
+        self.log_lookup(key);
+        let unchecked = matches!(mode, qs_store::StoreMode::Cas(_)) && self.shared.config.disable_cas;
+        // -C: memcached's items carry CAS 0, so a cas store succeeds whenever the item exists.
+        let mode = if unchecked { qs_store::StoreMode::Replace } else { mode };
+        let mut outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
+        if unchecked && outcome == Outcome::NotStored {
+            outcome = Outcome::NotFound;
+        }
+        self.log_store(key, &outcome, mode, expiry, data.len());
+        // memcached (-M for out of memory) drops the old value of a set it could not store.
+        if matches!(outcome, Outcome::TooLarge | Outcome::OutOfMemory) && mode == qs_store::StoreMode::Set {
+            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+        }
+        outcome
     }
 
     fn meta(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
@@ -770,7 +819,7 @@ impl Engine {
 
     fn meta_item(&self, hit: &qs_store::Hit) -> MetaItem {
         MetaItem {
-            cas: hit.cas,
+            cas: self.cas_out(hit.cas),
             flags: hit.flags,
             value_len: hit.value_len,
             ttl_secs: ttl_secs(hit.expiry, self.now_secs),
@@ -841,7 +890,7 @@ impl Engine {
             Outcome::Vivified { cas } => {
                 let shown = self.expiry_in_flag_order(meta, Expiry::NEVER, true, true);
                 let ttl_secs = ttl_secs(shown, self.now_secs);
-                (MetaItem { cas, ttl_secs, ..MetaItem::default() }, 0..0, true, false, false)
+                (MetaItem { cas: self.cas_out(cas), ttl_secs, ..MetaItem::default() }, 0..0, true, false, false)
             }
             _ => {
                 if self.shared.watchers.wants(watch::FETCHERS) {
@@ -946,7 +995,7 @@ impl Engine {
             return;
         }
         out.extend_from_slice(code.as_bytes());
-        let item = MetaItem { cas, ..MetaItem::default() };
+        let item = MetaItem { cas: self.cas_out(cas), ..MetaItem::default() };
         reply::meta_flags(out, meta, Some(&item), b"c");
         out.extend_from_slice(b"\r\n");
     }
@@ -1041,7 +1090,7 @@ impl Engine {
         } else {
             out.extend_from_slice(b"HD");
         }
-        let item = MetaItem { cas, ttl_secs, ..MetaItem::default() };
+        let item = MetaItem { cas: self.cas_out(cas), ttl_secs, ..MetaItem::default() };
         reply::meta_flags(out, meta, Some(&item), b"ct");
         out.extend_from_slice(b"\r\n");
         if options.has(b'v') {
@@ -1072,7 +1121,7 @@ impl Engine {
         out.extend_from_slice(b" la=");
         reply::push_u64(out, self.now_secs.saturating_sub(hit.last_access_secs) as u64);
         out.extend_from_slice(b" cas=");
-        reply::push_u64(out, hit.cas);
+        reply::push_u64(out, self.cas_out(hit.cas));
         out.extend_from_slice(if hit.fetched_before { b" fetch=yes" } else { b" fetch=no" });
         out.extend_from_slice(b" cls=1 size=");
         reply::push_u64(out, debug_size(key.len(), hit.value_len) as u64);
@@ -1131,6 +1180,7 @@ fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
         | Request::Touch { key, .. } => Some(key),
         // A base64 key is decoded into the request itself: its address is not the buffer's.
         Request::Meta(meta) if !meta.options.base64() => Some(meta.key()),
+        Request::Binary(binary) => binary.command.key(),
         _ => None,
     }
 }

@@ -85,6 +85,14 @@ impl Server {
     /// Builds the partitions, binds the listeners and starts the workers.
     pub fn start(config: Config) -> Result<Server, String> {
         config.validate()?;
+        let extended = config.extended()?;
+        if !extended.ignored.is_empty() {
+            eprintln!(
+                "quicksilver: -o {}: memcached's slab, LRU and hash-table tuning has no effect here \
+                 (circular logs and a lossy index have no slab classes, LRU segments or hash expansion)",
+                extended.ignored.join(",")
+            );
+        }
         let workers = config.workers();
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
@@ -126,11 +134,12 @@ impl Server {
             native_epoch: (random_u64() as u32) | 1,
             native_secret: random_u64(),
             main_buckets: first.main_buckets(),
-            crawler_enabled: AtomicBool::new(true),
+            crawler_enabled: AtomicBool::new(extended.lru_crawler),
             stats_baseline: Mutex::default(),
-            detail: Default::default(),
+            detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
             registry: Default::default(),
-            watchers: watch::Watchers::new(config.extended()?.watcher_logbuf_bytes),
+            watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
+            extended,
             unix_accept: Mutex::new(()),
             config: config.clone(),
         });
@@ -166,7 +175,7 @@ impl Server {
                     listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
                 )),
                 None => conn::Listener::Tcp(
-                    sys::listener(main_addr, true)
+                    sys::listener(main_addr, true, config.backlog)
                         .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?,
                 ),
             }];
@@ -175,7 +184,7 @@ impl Server {
                 let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
                 let addr = SocketAddr::new(config.listen, port);
                 listeners.push(conn::Listener::Tcp(
-                    sys::listener(addr, false)
+                    sys::listener(addr, false, config.backlog)
                         .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
                 ));
             }

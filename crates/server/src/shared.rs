@@ -156,6 +156,8 @@ pub struct Padded<T>(pub T);
 
 /// Server-wide state.
 pub struct Shared {
+    /// The `-o` options.
+    pub extended: crate::config::Extended,
     /// The command line.
     pub config: Config,
     /// Workers.

@@ -186,26 +186,60 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
 
 fn settings(shared: &Shared, out: &mut Vec<u8>) {
     let config = &shared.config;
+    let extended = &shared.extended;
+    let yes = |on: bool| if on { "yes" } else { "no" };
+    // memcached 1.6.18's settings, in its order, with quicksilver's values; then ours.
     stat(out, "maxbytes", shared.log_bytes * shared.partitions.len());
     stat(out, "maxconns", config.max_connections);
-    stat(out, "tcpport", config.port);
+    stat(out, "tcpport", if config.unix_socket.is_some() { 0 } else { config.port });
     stat(out, "udpport", config.udp_port);
+    stat(out, "inter", config.listen);
+    stat(out, "verbosity", config.verbose);
+    stat(out, "oldest", 0);
+    stat(out, "evictions", if config.store_mode() { "off" } else { "on" });
     match &config.unix_socket {
         Some(path) => stat(out, "domain_socket", path.display()),
         None => stat(out, "domain_socket", "NULL"),
     }
     stat(out, "umask", format_args!("{:o}", config.unix_mask));
-    stat(out, "interface", config.listen);
-    stat(out, "verbosity", config.verbose);
-    stat(out, "evictions", if config.store_mode() { "off" } else { "on" });
-    stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
+    stat(out, "shutdown_command", yes(config.enable_shutdown));
+    stat(out, "growth_factor", format_args!("{:.2}", config.slab_growth_factor.unwrap_or(1.25)));
+    stat(out, "chunk_size", config.slab_min_size.unwrap_or(48));
     stat(out, "num_threads", shared.workers);
-    stat(out, "cas_enabled", "yes");
-    stat(out, "item_size_max", config.item_bytes_max);
-    if let Ok(extended) = config.extended() {
-        stat(out, "watcher_logbuf_size", extended.watcher_logbuf_bytes);
-        stat(out, "worker_logbuf_size", extended.worker_logbuf_bytes);
+    stat(out, "num_threads_per_udp", shared.workers);
+    stat(out, "stat_key_prefix", shared.detail.delimiter() as char);
+    stat(out, "detail_enabled", yes(shared.detail.enabled()));
+    stat(out, "reqs_per_event", config.reqs_per_event);
+    stat(out, "cas_enabled", yes(!config.disable_cas));
+    stat(out, "tcp_backlog", config.backlog);
+    let protocol = match config.binding_protocol() {
+        crate::config::Protocol::Auto => "auto-negotiate",
+        crate::config::Protocol::Ascii => "ascii",
+        crate::config::Protocol::Binary => "binary",
+    };
+    stat(out, "binding_protocol", protocol);
+    stat(out, "auth_enabled_sasl", yes(config.sasl));
+    match &config.auth_file {
+        Some(path) => stat(out, "auth_enabled_ascii", path.display()),
+        None => stat(out, "auth_enabled_ascii", "no"),
     }
+    stat(out, "item_size_max", config.item_bytes_max);
+    stat(out, "maxconns_fast", yes(extended.maxconns_fast));
+    stat(out, "slab_chunk_max", extended.slab_chunk_max_bytes);
+    stat(out, "lru_crawler", yes(extended.lru_crawler));
+    stat(out, "flush_enabled", yes(!config.disable_flush_all));
+    stat(out, "dump_enabled", yes(!config.disable_dumping));
+    stat(out, "hash_algorithm", "xxh3");
+    stat(out, "idle_timeout", extended.idle_timeout_secs);
+    stat(out, "watcher_logbuf_size", extended.watcher_logbuf_bytes);
+    stat(out, "worker_logbuf_size", extended.worker_logbuf_bytes);
+    stat(out, "read_buf_mem_limit", extended.read_buf_mem_limit_bytes);
+    stat(out, "inline_ascii_response", "no");
+    stat(out, "drop_privileges", "no");
+    stat(out, "ssl_enabled", "no");
+    stat(out, "proxy_enabled", "no");
+    stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
+    stat(out, "interface", config.listen);
     stat(out, "partitions", shared.partitions.len());
     stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
     stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());

@@ -75,7 +75,7 @@ pub fn unix_listener(path: &std::path::Path, mask: u32) -> io::Result<std::os::u
 
 /// A non-blocking listener; with `reuse_port` several workers can bind the same port and the
 /// kernel spreads connections over them.
-pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpListener> {
+pub fn listener(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<mio::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
@@ -84,7 +84,7 @@ pub fn listener(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::TcpL
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(1024)?;
+    socket.listen(backlog)?;
     Ok(mio::net::TcpListener::from_std(socket.into()))
 }
 

@@ -6,6 +6,7 @@
 //! push the turn's hand-over batches (waking a worker only if it sleeps), publish counters,
 //! then write every connection's output with one send each.
 
+use crate::config::Protocol;
 use crate::conn::{Buffers, Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
 use crate::engine::{Engine, Exec, Located, Route};
 use crate::registry::{self, Addr, Info};
@@ -449,6 +450,7 @@ impl Worker {
             let conn = Conn {
                 watch: None,
                 error: false,
+                protocol: self.shared.config.binding_protocol(),
                 info: Some(info),
                 fd,
                 transport: Transport::Tcp(stream),
@@ -562,6 +564,7 @@ impl Worker {
             fd,
             watch,
             error,
+            protocol,
             ..
         } = conn;
         *starved = false;
@@ -574,6 +577,14 @@ impl Worker {
             return;
         }
         let udp = matches!(transport, Transport::Udp { .. });
+        if *protocol == Protocol::Auto {
+            match input.pending().first() {
+                Some(&qs_proto::binary::REQUEST_MAGIC) => *protocol = Protocol::Binary,
+                Some(_) => *protocol = Protocol::Ascii,
+                None => {}
+            }
+        }
+        let binary = *protocol == Protocol::Binary;
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
@@ -601,7 +612,11 @@ impl Worker {
                     .filter(|&(_, &count)| count > 0)
                     .fold(0u64, |bits, (owner, _)| bits | 1 << (owner % 64));
                 while !window.is_full() && ahead < pending.len() {
-                    let parsed = qs_proto::parse(&pending[ahead..], &engine.limits);
+                    let parsed = if binary {
+                        qs_proto::binary::parse(&pending[ahead..], &engine.limits)
+                    } else {
+                        qs_proto::parse(&pending[ahead..], &engine.limits)
+                    };
                     let (len, located, stalls) = match &parsed {
                         Parsed::Incomplete => break,
                         Parsed::Close => (usize::MAX, None, false),
@@ -765,8 +780,15 @@ impl Worker {
                             if let Some(delete) = delete {
                                 hand.over(owner, &delete, OpKind::Discard, output, engine);
                             }
-                            if !matches!(request, Request::TooLarge { noreply: true, .. }) {
-                                output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE);
+                            match request {
+                                Request::TooLarge { noreply: true, .. } => {}
+                                Request::Binary(binary) => qs_proto::binary::write_error(
+                                    output.reply_buf(),
+                                    binary.opcode,
+                                    binary.opaque,
+                                    qs_proto::binary::status::E2BIG,
+                                ),
+                                _ => output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE),
                             }
                         }
                         consumed += len;
@@ -884,11 +906,17 @@ impl Worker {
                         op.response = (response_start as u32, (responses.len() - response_start) as u32);
                         continue;
                     }
-                    match qs_proto::parse(request, &self.engine.limits) {
+                    let parse = match request.first() {
+                        Some(&qs_proto::binary::REQUEST_MAGIC) => qs_proto::binary::parse,
+                        _ => qs_proto::parse,
+                    };
+                    match parse(request, &self.engine.limits) {
                         Parsed::Request { request, .. } => {
                             // Every key of a handed-over request is owned here, so nothing
                             // is handed on.
+                            self.engine.for_other = true;
                             self.engine.execute(&request, responses);
+                            self.engine.for_other = false;
                         }
                         other => panic!("handed-over request did not parse: {other:?}"),
                     }
@@ -1054,9 +1082,15 @@ impl Worker {
             });
             self.generations[index] = self.generations[index].wrapping_add(1);
             let end = payload.len();
+            // memcached reads each datagram's protocol from its first byte.
+            let protocol = match payload[0] {
+                qs_proto::binary::REQUEST_MAGIC => Protocol::Binary,
+                _ => Protocol::Ascii,
+            };
             self.conns[index] = Some(Conn {
                 watch: None,
                 error: false,
+                protocol,
                 info: None,
                 fd: socket.as_raw_fd(),
                 transport: Transport::Udp { peer, request_id: header.request_id },
@@ -1240,6 +1274,8 @@ fn start_dump(
 ) {
     if !engine.crawler_enabled() {
         out.extend_from_slice(crate::engine::CRAWLER_DISABLED);
+    } else if engine.dumping_disabled() {
+        out.extend_from_slice(b"ERROR metadump not allowed\r\n");
     } else if stacked {
         out.extend_from_slice(b"ERROR cannot pipeline other commands before metadump\r\n");
     } else {
@@ -1325,6 +1361,15 @@ fn too_large(request: &Request<'_>, engine: &Engine) -> Option<(usize, Option<Ve
         Request::TooLarge { key, mode, .. } => {
             let delete =
                 (*mode == qs_proto::StoreMode::Set).then(|| [b"delete ", *key, b" noreply\r\n"].concat());
+            Some((engine.owner_of(key), delete))
+        }
+        Request::Binary(qs_proto::binary::Binary {
+            command: qs_proto::binary::Command::TooLarge { key, set },
+            ..
+        }) => {
+            let delete = set.then(|| {
+                qs_proto::binary::request_frame(qs_proto::binary::opcode::DELETEQ, 0, 0, &[], key, &[])
+            });
             Some((engine.owner_of(key), delete))
         }
         Request::Meta(meta) if meta.too_large(&engine.limits) => {

@@ -59,7 +59,7 @@ impl SharedPartition {
 
     /// flush_all (see [`Partition::flush_all`]).
     pub fn flush_all(&self, now_secs: u32, delay_secs: u32) {
-        self.lock().flush_all(now_secs, delay_secs);
+        self.lock().flush_all(now_secs, delay_secs, true);
     }
 
     /// The writers' counters (lock-free gets are not counted here).

@@ -538,9 +538,14 @@ impl Partition {
 
     /// flush_all: items stored or accessed before the flush time stop answering, from
     /// `now_secs + delay_secs` on (memcached's rules, including its CAS cut-off for an
-    /// immediate flush).
-    pub fn flush_all(&mut self, now_secs: u32, delay_secs: u32) {
+    /// immediate flush). Without `by_cas` (memcached's -C) the cut-off is the second alone:
+    /// items stored in the flush's own second are flushed too, as memcached's are.
+    pub fn flush_all(&mut self, now_secs: u32, delay_secs: u32, by_cas: bool) {
         let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
+        if !by_cas {
+            self.shared.oldest_live.store(flush_at.max(1), Relaxed);
+            return;
+        }
         let oldest_live = flush_at.saturating_sub(1).max(1);
         self.shared.oldest_live.store(oldest_live, Relaxed);
         if oldest_live <= now_secs {

@@ -160,7 +160,7 @@ impl Harness {
             Op::Get { key, touch } => self.get(key, touch),
             Op::Advance { secs } => self.now += secs,
             Op::Flush => {
-                self.partition.flush_all(self.now, 0);
+                self.partition.flush_all(self.now, 0, true);
                 self.model.clear();
             }
         }

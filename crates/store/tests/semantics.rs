@@ -136,11 +136,11 @@ fn touch_and_get_and_touch() {
 fn flush_all_now_and_delayed() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     set(&mut p, b"a", b"1", NOW);
-    p.flush_all(NOW, 0);
+    p.flush_all(NOW, 0, true);
     assert!(get(&mut p, b"a", NOW).is_none(), "immediate flush hides items of the same second");
     set(&mut p, b"b", b"2", NOW);
     assert!(get(&mut p, b"b", NOW).is_some(), "items stored after the flush answer");
-    p.flush_all(NOW + 10, 5);
+    p.flush_all(NOW + 10, 5, true);
     set(&mut p, b"c", b"3", NOW + 12);
     // memcached sets oldest_live = flush time - 1 and applies it from that second on.
     assert!(get(&mut p, b"b", NOW + 13).is_some(), "before the delay ends, items answer");

@@ -1,0 +1,525 @@
+//! memcached's binary protocol (protocol_binary.h, proto_bin.c of memcached 1.6.18): 24-byte
+//! request headers, big-endian fields, replies that echo the opcode and the opaque.
+//!
+//! [`parse`] reads one request frame from the front of a buffer into a
+//! [`Request::Binary`](crate::Request::Binary), borrowing key and value from the buffer, with
+//! memcached's checks in memcached's order: a body shorter than its key and extras
+//! ([`Command::Refuse`] with `UNKNOWN_COMMAND`, then close), a key over 250 bytes or extras and
+//! lengths an opcode does not take (`EINVAL`, then close), an unknown opcode (`UNKNOWN_COMMAND`,
+//! its body swallowed as memcached swallows it). [`Reply`] writes replies.
+//!
+//! ```text
+//!  byte   0       1       2       3
+//!     0  magic   opcode  key length
+//!     4  extras  type    vbucket / status
+//!     8  total body length (extras + key + value)
+//!    12  opaque (echoed unread)
+//!    16  CAS
+//!    20
+//! ```
+
+use crate::{Limits, Parsed, Request, StoreMode, KEY_BYTES_MAX};
+
+/// Bytes of a request or reply header.
+pub const HEADER_BYTES: usize = 24;
+/// The first byte of every request.
+pub const REQUEST_MAGIC: u8 = 0x80;
+/// The first byte of every reply.
+pub const RESPONSE_MAGIC: u8 = 0x81;
+/// Longest SASL mechanism name memcached takes (its `MAX_SASL_MECH_LEN`).
+pub const SASL_MECHANISM_BYTES_MAX: usize = 32;
+
+/// Opcodes memcached 1.6 serves.
+pub mod opcode {
+    #![allow(missing_docs)]
+    pub const GET: u8 = 0x00;
+    pub const SET: u8 = 0x01;
+    pub const ADD: u8 = 0x02;
+    pub const REPLACE: u8 = 0x03;
+    pub const DELETE: u8 = 0x04;
+    pub const INCREMENT: u8 = 0x05;
+    pub const DECREMENT: u8 = 0x06;
+    pub const QUIT: u8 = 0x07;
+    pub const FLUSH: u8 = 0x08;
+    pub const GETQ: u8 = 0x09;
+    pub const NOOP: u8 = 0x0a;
+    pub const VERSION: u8 = 0x0b;
+    pub const GETK: u8 = 0x0c;
+    pub const GETKQ: u8 = 0x0d;
+    pub const APPEND: u8 = 0x0e;
+    pub const PREPEND: u8 = 0x0f;
+    pub const STAT: u8 = 0x10;
+    pub const SETQ: u8 = 0x11;
+    pub const ADDQ: u8 = 0x12;
+    pub const REPLACEQ: u8 = 0x13;
+    pub const DELETEQ: u8 = 0x14;
+    pub const INCREMENTQ: u8 = 0x15;
+    pub const DECREMENTQ: u8 = 0x16;
+    pub const QUITQ: u8 = 0x17;
+    pub const FLUSHQ: u8 = 0x18;
+    pub const APPENDQ: u8 = 0x19;
+    pub const PREPENDQ: u8 = 0x1a;
+    /// memcached 1.6 lists it in its header but does not serve it (unknown command).
+    pub const VERBOSITY: u8 = 0x1b;
+    pub const TOUCH: u8 = 0x1c;
+    pub const GAT: u8 = 0x1d;
+    pub const GATQ: u8 = 0x1e;
+    pub const SASL_LIST_MECHS: u8 = 0x20;
+    pub const SASL_AUTH: u8 = 0x21;
+    pub const SASL_STEP: u8 = 0x22;
+    pub const GATK: u8 = 0x23;
+    pub const GATKQ: u8 = 0x24;
+}
+
+/// Reply status codes.
+pub mod status {
+    #![allow(missing_docs)]
+    pub const NO_ERROR: u16 = 0x00;
+    pub const KEY_ENOENT: u16 = 0x01;
+    pub const KEY_EEXISTS: u16 = 0x02;
+    pub const E2BIG: u16 = 0x03;
+    pub const EINVAL: u16 = 0x04;
+    pub const NOT_STORED: u16 = 0x05;
+    pub const DELTA_BADVAL: u16 = 0x06;
+    pub const AUTH_ERROR: u16 = 0x20;
+    pub const AUTH_CONTINUE: u16 = 0x21;
+    pub const UNKNOWN_COMMAND: u16 = 0x81;
+    pub const ENOMEM: u16 = 0x82;
+
+    /// The text memcached puts in the body of an error reply.
+    pub fn message(status: u16) -> &'static [u8] {
+        match status {
+            ENOMEM => b"Out of memory",
+            UNKNOWN_COMMAND => b"Unknown command",
+            KEY_ENOENT => b"Not found",
+            EINVAL => b"Invalid arguments",
+            KEY_EEXISTS => b"Data exists for key.",
+            E2BIG => b"Too large.",
+            DELTA_BADVAL => b"Non-numeric server-side value for incr or decr",
+            NOT_STORED => b"Not stored.",
+            AUTH_ERROR => b"Auth failure.",
+            _ => b"",
+        }
+    }
+}
+
+/// A binary request: the header fields every reply needs, and the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binary<'a> {
+    /// The opcode as sent (the reply carries it back, quiet variants included).
+    pub opcode: u8,
+    /// The opaque, echoed unread (kept in wire order).
+    pub opaque: [u8; 4],
+    /// The CAS field.
+    pub cas: u64,
+    /// What is asked.
+    pub command: Command<'a>,
+}
+
+/// What a binary request asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// GET GETQ GETK GETKQ, and GAT GATQ GATK GATKQ (`touch` holds their new exptime).
+    Get {
+        /// The key.
+        key: &'a [u8],
+        /// Q: a miss sends nothing.
+        quiet: bool,
+        /// K: a reply carries the key.
+        with_key: bool,
+        /// GAT*: the new exptime.
+        touch: Option<u32>,
+    },
+    /// TOUCH: a new exptime; the reply carries the flags, no value.
+    Touch {
+        /// The key.
+        key: &'a [u8],
+        /// New exptime.
+        exptime: u32,
+    },
+    /// SET ADD REPLACE APPEND PREPEND (and Q); a non-zero header CAS makes SET ADD REPLACE a
+    /// CAS store and APPEND PREPEND conditional on it.
+    Store {
+        /// Set, Add, Replace, Append or Prepend.
+        mode: StoreMode,
+        /// The key.
+        key: &'a [u8],
+        /// Client flags (0 for append/prepend).
+        flags: u32,
+        /// Exptime (0 for append/prepend).
+        exptime: u32,
+        /// The value.
+        value: &'a [u8],
+        /// Q: success sends nothing.
+        quiet: bool,
+    },
+    /// A store whose item would exceed the item size limit: `E2BIG`, the value swallowed (the
+    /// request's `len` covers it and may run past the buffer); a refused SET also drops the
+    /// key's old value, as memcached does.
+    TooLarge {
+        /// The key.
+        key: &'a [u8],
+        /// It was a SET (or SETQ).
+        set: bool,
+    },
+    /// DELETE(Q), with the header CAS as a condition when non-zero.
+    Delete {
+        /// The key.
+        key: &'a [u8],
+        /// Q.
+        quiet: bool,
+    },
+    /// INCREMENT DECREMENT (and Q).
+    Arith {
+        /// The key.
+        key: &'a [u8],
+        /// Amount.
+        delta: u64,
+        /// The value a miss creates, unless `exptime` is `0xffffffff`.
+        initial: u64,
+        /// The created counter's exptime; `0xffffffff`: a miss creates nothing.
+        exptime: u32,
+        /// DECREMENT.
+        decrement: bool,
+        /// Q.
+        quiet: bool,
+    },
+    /// QUIT(Q): reply (unless quiet), then close.
+    Quit {
+        /// Q.
+        quiet: bool,
+    },
+    /// FLUSH(Q), with an optional delay.
+    Flush {
+        /// Exptime of the flush (0: now).
+        exptime: u32,
+        /// Q.
+        quiet: bool,
+    },
+    /// NOOP.
+    Noop,
+    /// VERSION.
+    Version,
+    /// STAT with a group (the key; empty for all).
+    Stat {
+        /// The group.
+        group: &'a [u8],
+    },
+    /// SASL_LIST_MECHS.
+    SaslListMechs,
+    /// SASL_AUTH and SASL_STEP.
+    SaslAuth {
+        /// The mechanism (the key).
+        mechanism: &'a [u8],
+        /// The client's data (the value).
+        data: &'a [u8],
+        /// SASL_STEP.
+        step: bool,
+    },
+    /// An error reply with memcached's text for `status`; with `close`, the connection closes
+    /// after it. What the request's `len` covers is skipped.
+    Refuse {
+        /// The status.
+        status: u16,
+        /// Close after the reply.
+        close: bool,
+    },
+}
+
+impl<'a> Command<'a> {
+    /// The key the command works on, for commands with one.
+    pub fn key(&self) -> Option<&'a [u8]> {
+        match *self {
+            Command::Get { key, .. }
+            | Command::Touch { key, .. }
+            | Command::Store { key, .. }
+            | Command::TooLarge { key, .. }
+            | Command::Delete { key, .. }
+            | Command::Arith { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// The header fields of a request frame.
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    opcode: u8,
+    key_len: usize,
+    extras_len: usize,
+    body_len: usize,
+    opaque: [u8; 4],
+    cas: u64,
+}
+
+impl Header {
+    fn read(bytes: &[u8; HEADER_BYTES]) -> Header {
+        Header {
+            opcode: bytes[1],
+            key_len: usize::from(u16::from_be_bytes([bytes[2], bytes[3]])),
+            extras_len: usize::from(bytes[4]),
+            body_len: u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            opaque: [bytes[12], bytes[13], bytes[14], bytes[15]],
+            cas: u64::from_be_bytes(bytes[16..24].try_into().expect("eight bytes")),
+        }
+    }
+}
+
+fn be32(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes(bytes[..4].try_into().expect("four bytes"))
+}
+
+fn be64(bytes: &[u8]) -> u64 {
+    u64::from_be_bytes(bytes[..8].try_into().expect("eight bytes"))
+}
+
+/// Parses the binary request at the front of `buf`. A first byte other than the request magic
+/// closes the connection, as in memcached.
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let Some(head) = buf.first_chunk::<HEADER_BYTES>() else {
+        return Parsed::Incomplete;
+    };
+    if head[0] != REQUEST_MAGIC {
+        return Parsed::Close;
+    }
+    let header = Header::read(head);
+    let Header { opcode, key_len, extras_len, body_len, opaque, cas } = header;
+    let request = |command, len| Parsed::Request {
+        request: Request::Binary(Binary { opcode, opaque, cas, command }),
+        len,
+    };
+    let refuse = |status, close, len| request(Command::Refuse { status, close }, len);
+    // memcached reads the header, extras and key before it looks at the command.
+    let fixed = HEADER_BYTES + extras_len + key_len;
+    if buf.len() < fixed {
+        return Parsed::Incomplete;
+    }
+    if key_len > body_len || key_len + extras_len > body_len {
+        return refuse(status::UNKNOWN_COMMAND, true, fixed);
+    }
+    if key_len > KEY_BYTES_MAX {
+        return refuse(status::EINVAL, true, fixed);
+    }
+    let extras = &buf[HEADER_BYTES..HEADER_BYTES + extras_len];
+    let key = &buf[HEADER_BYTES + extras_len..fixed];
+    let value_len = body_len - extras_len - key_len;
+    let invalid = refuse(status::EINVAL, true, fixed);
+    // The whole frame, for the commands that read their value.
+    let whole = HEADER_BYTES + body_len;
+    let value = || buf.get(fixed..whole);
+    let quiet = matches!(
+        opcode,
+        opcode::GETQ
+            | opcode::GETKQ
+            | opcode::GATQ
+            | opcode::GATKQ
+            | opcode::SETQ
+            | opcode::ADDQ
+            | opcode::REPLACEQ
+            | opcode::APPENDQ
+            | opcode::PREPENDQ
+            | opcode::DELETEQ
+            | opcode::INCREMENTQ
+            | opcode::DECREMENTQ
+            | opcode::QUITQ
+            | opcode::FLUSHQ
+    );
+    match opcode {
+        opcode::VERSION | opcode::NOOP | opcode::SASL_LIST_MECHS => {
+            if extras_len != 0 || key_len != 0 || body_len != 0 {
+                return invalid;
+            }
+            let command = match opcode {
+                opcode::VERSION => Command::Version,
+                opcode::NOOP => Command::Noop,
+                _ => Command::SaslListMechs,
+            };
+            request(command, fixed)
+        }
+        opcode::QUIT | opcode::QUITQ => {
+            if extras_len != 0 || key_len != 0 || body_len != 0 {
+                return invalid;
+            }
+            request(Command::Quit { quiet }, fixed)
+        }
+        opcode::FLUSH | opcode::FLUSHQ => {
+            if key_len != 0 || body_len != extras_len || !(extras_len == 0 || extras_len == 4) {
+                return invalid;
+            }
+            let exptime = if extras_len == 4 { be32(extras) } else { 0 };
+            request(Command::Flush { exptime, quiet }, fixed)
+        }
+        opcode::SET | opcode::SETQ | opcode::ADD | opcode::ADDQ | opcode::REPLACE | opcode::REPLACEQ => {
+            if extras_len != 8 || key_len == 0 || body_len < key_len + 8 {
+                return invalid;
+            }
+            let flags = be32(extras);
+            let exptime = be32(&extras[4..]);
+            let set = matches!(opcode, opcode::SET | opcode::SETQ);
+            if limits.too_large(key_len, value_len, flags) {
+                return request(Command::TooLarge { key, set }, whole);
+            }
+            let Some(value) = value() else { return Parsed::Incomplete };
+            let mode = match opcode {
+                _ if cas != 0 => StoreMode::Cas(cas),
+                opcode::SET | opcode::SETQ => StoreMode::Set,
+                opcode::ADD | opcode::ADDQ => StoreMode::Add,
+                _ => StoreMode::Replace,
+            };
+            request(Command::Store { mode, key, flags, exptime, value, quiet }, whole)
+        }
+        opcode::APPEND | opcode::APPENDQ | opcode::PREPEND | opcode::PREPENDQ => {
+            if key_len == 0 || extras_len != 0 {
+                return invalid;
+            }
+            if limits.too_large(key_len, value_len, 0) {
+                return request(Command::TooLarge { key, set: false }, whole);
+            }
+            let Some(value) = value() else { return Parsed::Incomplete };
+            let mode = if matches!(opcode, opcode::APPEND | opcode::APPENDQ) {
+                StoreMode::Append
+            } else {
+                StoreMode::Prepend
+            };
+            request(Command::Store { mode, key, flags: 0, exptime: 0, value, quiet }, whole)
+        }
+        opcode::GET | opcode::GETQ | opcode::GETK | opcode::GETKQ => {
+            if extras_len != 0 || body_len != key_len || key_len == 0 {
+                return invalid;
+            }
+            let with_key = matches!(opcode, opcode::GETK | opcode::GETKQ);
+            request(Command::Get { key, quiet, with_key, touch: None }, fixed)
+        }
+        opcode::TOUCH | opcode::GAT | opcode::GATQ | opcode::GATK | opcode::GATKQ => {
+            if extras_len != 4 || key_len == 0 {
+                return invalid;
+            }
+            let exptime = be32(extras);
+            if opcode == opcode::TOUCH {
+                return request(Command::Touch { key, exptime }, fixed);
+            }
+            let with_key = matches!(opcode, opcode::GATK | opcode::GATKQ);
+            request(Command::Get { key, quiet, with_key, touch: Some(exptime) }, fixed)
+        }
+        opcode::DELETE | opcode::DELETEQ => {
+            if key_len == 0 || extras_len != 0 || body_len != key_len {
+                return invalid;
+            }
+            request(Command::Delete { key, quiet }, fixed)
+        }
+        opcode::INCREMENT | opcode::INCREMENTQ | opcode::DECREMENT | opcode::DECREMENTQ => {
+            if key_len == 0 || extras_len != 20 || body_len != key_len + extras_len {
+                return invalid;
+            }
+            let decrement = matches!(opcode, opcode::DECREMENT | opcode::DECREMENTQ);
+            let command = Command::Arith {
+                key,
+                delta: be64(extras),
+                initial: be64(&extras[8..]),
+                exptime: be32(&extras[16..]),
+                decrement,
+                quiet,
+            };
+            request(command, fixed)
+        }
+        opcode::STAT => {
+            if extras_len != 0 {
+                return invalid;
+            }
+            request(Command::Stat { group: key }, fixed)
+        }
+        opcode::SASL_AUTH | opcode::SASL_STEP => {
+            if extras_len != 0 || key_len == 0 {
+                return invalid;
+            }
+            if key_len > SASL_MECHANISM_BYTES_MAX {
+                return refuse(status::EINVAL, false, whole);
+            }
+            if value_len > limits.item_bytes_max {
+                return refuse(status::ENOMEM, false, whole);
+            }
+            let Some(data) = value() else { return Parsed::Incomplete };
+            let step = opcode == opcode::SASL_STEP;
+            request(Command::SaslAuth { mechanism: key, data, step }, whole)
+        }
+        // memcached swallows the body length again after the extras and key it has read.
+        _ => refuse(status::UNKNOWN_COMMAND, false, fixed.saturating_add(body_len)),
+    }
+}
+
+/// The key of the binary request at the front of `buf`, when its header and key have arrived
+/// (for prefetching before the request is parsed).
+pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
+    let head = buf.first_chunk::<HEADER_BYTES>()?;
+    let header = Header::read(head);
+    let start = HEADER_BYTES + header.extras_len;
+    let key = buf.get(start..start + header.key_len)?;
+    (!key.is_empty()).then_some(key)
+}
+
+/// A reply header and the parts after it, written as memcached writes them.
+#[derive(Clone, Copy, Debug)]
+pub struct Reply<'a> {
+    /// The request's opcode.
+    pub opcode: u8,
+    /// The request's opaque.
+    pub opaque: [u8; 4],
+    /// Status.
+    pub status: u16,
+    /// CAS (0 when none).
+    pub cas: u64,
+    /// Extras.
+    pub extras: &'a [u8],
+    /// Key.
+    pub key: &'a [u8],
+    /// Value bytes that follow (written by the caller, or given in `value`).
+    pub value_len: usize,
+}
+
+impl Reply<'_> {
+    /// Writes the header, extras and key (the caller appends `value_len` bytes of value).
+    pub fn write_head(&self, out: &mut Vec<u8>) {
+        let body_len = self.extras.len() + self.key.len() + self.value_len;
+        out.reserve(HEADER_BYTES + body_len);
+        out.extend_from_slice(&[RESPONSE_MAGIC, self.opcode]);
+        out.extend_from_slice(&(self.key.len() as u16).to_be_bytes());
+        out.extend_from_slice(&[self.extras.len() as u8, 0]);
+        out.extend_from_slice(&self.status.to_be_bytes());
+        out.extend_from_slice(&(body_len as u32).to_be_bytes());
+        out.extend_from_slice(&self.opaque);
+        out.extend_from_slice(&self.cas.to_be_bytes());
+        out.extend_from_slice(self.extras);
+        out.extend_from_slice(self.key);
+    }
+}
+
+/// Writes a reply with no extras or key whose value is `value`.
+pub fn write_simple(out: &mut Vec<u8>, opcode: u8, opaque: [u8; 4], status: u16, cas: u64, value: &[u8]) {
+    let reply = Reply { opcode, opaque, status, cas, extras: &[], key: &[], value_len: value.len() };
+    reply.write_head(out);
+    out.extend_from_slice(value);
+}
+
+/// Writes memcached's error reply for `status` (its text as the value, CAS 0).
+pub fn write_error(out: &mut Vec<u8>, opcode: u8, opaque: [u8; 4], status: u16) {
+    write_simple(out, opcode, opaque, status, 0, status::message(status));
+}
+
+/// A request frame (for tests, benchmarks and clients): header, extras, key, value.
+pub fn request_frame(opcode: u8, opaque: u32, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+    let body_len = extras.len() + key.len() + value.len();
+    let mut frame = Vec::with_capacity(HEADER_BYTES + body_len);
+    frame.extend_from_slice(&[REQUEST_MAGIC, opcode]);
+    frame.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    frame.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+    frame.extend_from_slice(&(body_len as u32).to_be_bytes());
+    frame.extend_from_slice(&opaque.to_be_bytes());
+    frame.extend_from_slice(&cas.to_be_bytes());
+    frame.extend_from_slice(extras);
+    frame.extend_from_slice(key);
+    frame.extend_from_slice(value);
+    frame
+}
+
+#[cfg(test)]
+mod tests;

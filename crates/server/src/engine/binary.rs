@@ -1,0 +1,251 @@
+//! The binary protocol on the engine: the same partitions, counters, `stats detail` and
+//! `watch` lines as the text commands, with memcached 1.6.18's binary replies (proto_bin.c):
+//! errors are sent even for quiet commands, successes of quiet commands are not, a quiet get
+//! sends only hits.
+
+use super::{Engine, Exec, Route};
+use crate::watch;
+use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
+use qs_proto::StoreMode;
+use qs_store::{Command, Expiry, Outcome};
+
+impl Engine {
+    /// Where a binary request must run (see [`Engine::route`]).
+    pub(super) fn route_binary(&self, request: &Binary<'_>, pending: &[u32]) -> Route {
+        match request.command {
+            Bin::Flush { .. } if self.shared.config.disable_flush_all => return Route::Local,
+            Bin::Flush { .. } => return Route::Broadcast,
+            Bin::Stat { .. } => return Route::AfterPending,
+            _ => {}
+        }
+        let Some(key) = request.command.key() else { return Route::Local };
+        if self.shared.workers == 1 {
+            return Route::Local;
+        }
+        let owner = self.owner(self.locate(key).1);
+        let read_only = matches!(request.command, Bin::Get { touch: None, .. });
+        if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+            Route::Local
+        } else {
+            Route::Forward(owner)
+        }
+    }
+
+    /// memcached's binary exptime (unsigned) as an expiry, by this turn's clock.
+    fn binary_expiry(&self, exptime: u32) -> Expiry {
+        Expiry::from_exptime(i64::from(exptime), self.now_secs)
+    }
+
+    /// Runs a binary request here, appending its reply to `out`.
+    pub(super) fn binary(&mut self, request: &Binary<'_>, out: &mut Vec<u8>) -> Exec {
+        let Binary { opcode, opaque, cas, command } = *request;
+        let reply = Reply { opcode, opaque, status: status::NO_ERROR, cas: 0, extras: &[], key: &[], value_len: 0 };
+        let error = |out: &mut Vec<u8>, status| bin::write_error(out, opcode, opaque, status);
+        match command {
+            Bin::Get { key, quiet, with_key, touch } => self.binary_get(reply, key, quiet, with_key, touch, out),
+            Bin::Touch { key, exptime } => {
+                self.counters.cmd_touch += 1;
+                let expiry = self.binary_expiry(exptime);
+                self.log_lookup(key);
+                let mut value = std::mem::take(&mut self.scratch);
+                value.clear();
+                match self.run(key, Command::GetAndTouch { expiry }, &mut value) {
+                    Outcome::Hit(hit) => {
+                        let flags = hit.flags.to_be_bytes();
+                        Reply { cas: self.cas_out(hit.cas), extras: &flags, ..reply }.write_head(out);
+                    }
+                    _ => error(out, status::KEY_ENOENT),
+                }
+                self.scratch = value;
+            }
+            Bin::Store { mode, key, flags, exptime, value, quiet } => {
+                let mode = match mode {
+                    StoreMode::Append if cas != 0 => qs_store::StoreMode::AppendCas(cas),
+                    StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
+                    other => super::store_mode(other),
+                };
+                let expiry = self.binary_expiry(exptime);
+                let failure = match self.store_outcome(mode, key, flags, expiry, value) {
+                    Outcome::Stored { cas } => {
+                        if !quiet {
+                            Reply { cas: self.cas_out(cas), ..reply }.write_head(out);
+                        }
+                        return Exec::Done;
+                    }
+                    Outcome::Exists => status::KEY_EEXISTS,
+                    Outcome::NotFound => status::KEY_ENOENT,
+                    Outcome::TooLarge => status::E2BIG,
+                    Outcome::OutOfMemory => status::ENOMEM,
+                    _ => match mode {
+                        qs_store::StoreMode::Add => status::KEY_EEXISTS,
+                        qs_store::StoreMode::Replace => status::KEY_ENOENT,
+                        _ => status::NOT_STORED,
+                    },
+                };
+                error(out, failure);
+            }
+            Bin::TooLarge { key, set } => {
+                self.counters.cmd_set += 1;
+                self.shared.detail.record_set(key);
+                if set && self.partitions[self.locate(key).1].is_some() {
+                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                }
+                error(out, status::E2BIG);
+            }
+            Bin::Delete { key, quiet } => {
+                self.shared.detail.record_delete(key);
+                self.log_lookup(key);
+                match self.run(key, Command::Delete { cas }, &mut Vec::new()) {
+                    Outcome::Deleted if quiet => {}
+                    Outcome::Deleted => reply.write_head(out),
+                    Outcome::Exists => error(out, status::KEY_EEXISTS),
+                    _ => error(out, status::KEY_ENOENT),
+                }
+            }
+            Bin::Arith { key, delta, initial, exptime, decrement, quiet } => {
+                self.log_lookup(key);
+                let mut outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
+                if outcome == Outcome::NotFound && exptime != u32::MAX {
+                    // memcached creates the counter with the initial value (an add).
+                    let mut digits = itoa::Buffer::new();
+                    let value = digits.format(initial).as_bytes();
+                    let expiry = self.binary_expiry(exptime);
+                    let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
+                    outcome = match self.run(key, store, &mut Vec::new()) {
+                        Outcome::Stored { cas } => Outcome::Counter { value: initial, cas, expiry },
+                        Outcome::OutOfMemory => Outcome::OutOfMemory,
+                        _ => Outcome::NotStored,
+                    };
+                }
+                let failure = match outcome {
+                    Outcome::Counter { value, cas, .. } => {
+                        if !quiet {
+                            Reply { cas: self.cas_out(cas), value_len: 8, ..reply }.write_head(out);
+                            out.extend_from_slice(&value.to_be_bytes());
+                        }
+                        return Exec::Done;
+                    }
+                    Outcome::NonNumeric => status::DELTA_BADVAL,
+                    Outcome::Exists => status::KEY_EEXISTS,
+                    Outcome::NotStored => status::NOT_STORED,
+                    Outcome::OutOfMemory => status::ENOMEM,
+                    _ => status::KEY_ENOENT,
+                };
+                error(out, failure);
+            }
+            Bin::Quit { quiet } => {
+                if !quiet {
+                    reply.write_head(out);
+                }
+                return Exec::Close;
+            }
+            // -F: memcached answers a refused flush with AUTH_ERROR.
+            Bin::Flush { .. } if self.shared.config.disable_flush_all => error(out, status::AUTH_ERROR),
+            Bin::Flush { exptime, quiet } => {
+                self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX));
+                if !quiet {
+                    reply.write_head(out);
+                }
+            }
+            Bin::Noop => reply.write_head(out),
+            Bin::Version => {
+                let version = super::VERSION.as_bytes();
+                Reply { value_len: version.len(), ..reply }.write_head(out);
+                out.extend_from_slice(version);
+            }
+            Bin::Stat { group } => self.binary_stat(reply, group, out),
+            // With SASL on, the worker answers these; without it memcached does not know them.
+            Bin::SaslListMechs | Bin::SaslAuth { .. } => error(out, status::UNKNOWN_COMMAND),
+            Bin::Refuse { status, close } => {
+                error(out, status);
+                if close {
+                    return Exec::Close;
+                }
+            }
+        }
+        Exec::Done
+    }
+
+    fn binary_get(
+        &mut self,
+        reply: Reply<'_>,
+        key: &[u8],
+        quiet: bool,
+        with_key: bool,
+        touch: Option<u32>,
+        out: &mut Vec<u8>,
+    ) {
+        self.counters.cmd_get += 1;
+        let command = match touch {
+            Some(exptime) => {
+                self.counters.cmd_touch += 1;
+                Command::GetAndTouch { expiry: self.binary_expiry(exptime) }
+            }
+            None => Command::Get,
+        };
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        let outcome = self.read(key, command, &mut value);
+        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
+        if self.shared.watchers.wants(watch::FETCHERS) {
+            let size = match &outcome {
+                Outcome::Hit(hit) => Some(hit.value_len),
+                _ => None,
+            };
+            self.log_get(key, size);
+        }
+        let key = if with_key { key } else { &[] };
+        match outcome {
+            Outcome::Hit(hit) => {
+                let flags = hit.flags.to_be_bytes();
+                Reply { cas: self.cas_out(hit.cas), extras: &flags, key, value_len: hit.value_len, ..reply }.write_head(out);
+                out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
+            }
+            _ if quiet => {}
+            // A key-returning miss carries the key instead of memcached's "Not found".
+            _ if with_key => Reply { status: status::KEY_ENOENT, key, ..reply }.write_head(out),
+            _ => bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
+        }
+        self.scratch = value;
+    }
+
+    /// STAT: one packet per statistic, then an empty one; memcached's groups (and ours).
+    fn binary_stat(&mut self, reply: Reply<'_>, group: &[u8], out: &mut Vec<u8>) {
+        let mut text = Vec::new();
+        if group.starts_with(b"detail") {
+            match &group[6..] {
+                rest if rest.starts_with(b" dump") => {
+                    self.shared.detail.command(b"dump", &mut text);
+                    Reply { key: b"detailed", value_len: text.len(), ..reply }.write_head(out);
+                    out.extend_from_slice(&text);
+                }
+                rest if rest.starts_with(b" on") => self.shared.detail.command(b"on", &mut text),
+                rest if rest.starts_with(b" off") => self.shared.detail.command(b"off", &mut text),
+                _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
+            }
+            return reply.write_head(out);
+        }
+        let group = if group.starts_with(b"reset") {
+            &b"reset"[..]
+        } else if group.starts_with(b"settings") {
+            &b"settings"[..]
+        } else {
+            group
+        };
+        match group {
+            b"" | b"reset" | b"settings" | b"items" | b"slabs" | b"sizes" | b"partitions" | b"arena" => {}
+            _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
+        }
+        self.publish();
+        crate::stats::write(&self.shared, group, &mut text);
+        for line in text.split(|&byte| byte == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(stat) = line.strip_prefix(b"STAT ") else { continue };
+            let space = stat.iter().position(|&byte| byte == b' ').unwrap_or(stat.len());
+            let (name, value) = (&stat[..space], stat.get(space + 1..).unwrap_or_default());
+            Reply { key: name, value_len: value.len(), ..reply }.write_head(out);
+            out.extend_from_slice(value);
+        }
+        reply.write_head(out);
+    }
+}
