@@ -24,7 +24,7 @@ pub struct Config {
     #[arg(short = 'c', long = "conn-limit", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
     /// Worker threads, one per core (default: the cores this process may run on).
-    #[arg(short = 't', long = "threads")]
+    #[arg(short = 't', long = "threads", value_parser = parse_threads)]
     pub threads: Option<usize>,
     /// Largest item, e.g. 1m, 512k or 2097152 (memcached's -I).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
@@ -242,6 +242,14 @@ fn parse_size(text: &str) -> Result<usize, String> {
     let value: usize = digits.parse().map_err(|_| format!("not a size: {text}"))?;
     // The bounds are checked with memcached's messages in `Config::validate`.
     value.checked_mul(unit).ok_or_else(|| "Cannot set item size limit higher than a gigabyte.".into())
+}
+
+/// memcached's -t: a positive count.
+fn parse_threads(text: &str) -> Result<usize, String> {
+    match atoi(text) {
+        n if n > 0 => Ok(n as usize),
+        _ => Err("Number of threads must be greater than 0".into()),
+    }
 }
 
 /// memcached's -R: a positive count.

@@ -53,6 +53,14 @@ pub struct WorkerCounters {
     pub native_duplicates: u64,
     /// Native protocol: reply datagrams dropped because the socket's send buffer was full.
     pub native_replies_dropped: u64,
+    /// Times a connection was set aside after -R requests so others could run.
+    pub conn_yields: u64,
+    /// Connections closed by -o idle_timeout.
+    pub idle_kicks: u64,
+    /// Authentication attempts (SASL, ASCII auth).
+    pub auth_cmds: u64,
+    /// Failed authentication attempts.
+    pub auth_errors: u64,
 }
 
 impl WorkerCounters {
@@ -86,6 +94,10 @@ impl WorkerCounters {
             native_bad,
             native_duplicates,
             native_replies_dropped,
+            conn_yields,
+            idle_kicks,
+            auth_cmds,
+            auth_errors,
         } = *base;
         for (value, base) in [
             (&mut self.cmd_get, cmd_get),
@@ -109,6 +121,10 @@ impl WorkerCounters {
             (&mut self.native_bad, native_bad),
             (&mut self.native_duplicates, native_duplicates),
             (&mut self.native_replies_dropped, native_replies_dropped),
+            (&mut self.conn_yields, conn_yields),
+            (&mut self.idle_kicks, idle_kicks),
+            (&mut self.auth_cmds, auth_cmds),
+            (&mut self.auth_errors, auth_errors),
         ] {
             *value = value.saturating_sub(base);
         }
@@ -132,6 +148,10 @@ impl WorkerCounters {
         self.conns_dropped += other.conns_dropped;
         self.native_datagrams_in += other.native_datagrams_in;
         self.native_datagrams_out += other.native_datagrams_out;
+        self.conn_yields += other.conn_yields;
+        self.idle_kicks += other.idle_kicks;
+        self.auth_cmds += other.auth_cmds;
+        self.auth_errors += other.auth_errors;
         self.native_requests += other.native_requests;
         self.native_redirects += other.native_redirects;
         self.native_bad += other.native_bad;

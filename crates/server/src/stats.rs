@@ -137,6 +137,10 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "accepting_conns", 1);
     stat(out, "threads", shared.workers);
     stat(out, "conn_dropped", c.conns_dropped);
+    stat(out, "conn_yields", c.conn_yields);
+    stat(out, "idle_kicks", c.idle_kicks);
+    stat(out, "auth_cmds", c.auth_cmds);
+    stat(out, "auth_errors", c.auth_errors);
     if shared.config.native_port != 0 {
         stat(out, "native_datagrams_in", c.native_datagrams_in);
         stat(out, "native_datagrams_out", c.native_datagrams_out);

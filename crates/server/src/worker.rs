@@ -171,6 +171,8 @@ pub struct Worker {
     flush: Vec<usize>,
     /// Connections that stopped because a batch was full: serviced again next turn.
     retry: Vec<usize>,
+    /// The second of the last `-o idle_timeout` scan.
+    idle_scan_secs: u32,
     /// Keys located by `read_ahead`, for its item prefetch.
     ahead: Vec<Located>,
     input_limit: usize,
@@ -239,6 +241,7 @@ impl Worker {
             work: Vec::new(),
             flush: Vec::new(),
             retry: Vec::new(),
+            idle_scan_secs: 0,
             ahead: Vec::new(),
             input_limit,
             executed: false,
@@ -323,6 +326,11 @@ impl Worker {
                 }
             }
             self.write_all();
+            let idle_timeout = self.shared.extended.idle_timeout_secs;
+            if idle_timeout > 0 && self.engine.now_secs != self.idle_scan_secs {
+                self.idle_scan_secs = self.engine.now_secs;
+                self.kick_idle(idle_timeout);
+            }
             if self.shared.stop.load(Relaxed) {
                 let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
                 if self.conns.iter().all(Option::is_none) || Instant::now() > deadline {
@@ -589,6 +597,9 @@ impl Worker {
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
         let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
+        // memcached's -R: after this many requests the connection waits for the next turn.
+        let reqs_per_event = if udp { u32::MAX } else { shared.config.reqs_per_event };
+        let mut served = 0u32;
         loop {
             if *stalled && output.pending_total == 0 {
                 // What it waited for has arrived (service reads again only once this clears).
@@ -691,6 +702,14 @@ impl Worker {
                         stop = true;
                         break;
                     }
+                    if served >= reqs_per_event {
+                        engine.counters.conn_yields += 1;
+                        retry.push(index);
+                        *waiting = true;
+                        stop = true;
+                        break;
+                    }
+                    served += 1;
                     if udp {
                         unmarked = Some(get_last_key(parsed));
                     }
@@ -1159,6 +1178,24 @@ impl Worker {
             self.udp_buf.resize(DATAGRAM_BYTES_MAX, 0);
         }
         self.close(index);
+    }
+
+    /// `-o idle_timeout`: closes the stream connections that have sent no command for more
+    /// than `timeout_secs` while waiting for one (memcached's conn_timeout_thread), once a
+    /// second.
+    fn kick_idle(&mut self, timeout_secs: u32) {
+        let since = self.engine.now_secs.saturating_sub(timeout_secs);
+        for index in 0..self.conns.len() {
+            let Some(conn) = self.conns[index].as_ref() else { continue };
+            let idle = conn.watch.is_none()
+                && conn.output.pending_total == 0
+                && conn.info.as_ref().is_some_and(|info| info.idle_since(since));
+            if idle {
+                self.engine.counters.idle_kicks += 1;
+                self.executed = true;
+                self.close(index);
+            }
+        }
     }
 
     fn close(&mut self, index: usize) {
