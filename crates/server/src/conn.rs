@@ -499,6 +499,8 @@ pub struct Conn {
     pub error: bool,
     /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).
     pub protocol: crate::config::Protocol,
+    /// Authenticated (always, without -S or -Y).
+    pub authenticated: bool,
 }
 
 impl Conn {

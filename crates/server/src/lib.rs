@@ -7,6 +7,7 @@
 //! -> run here ([`engine`]) or hand over ([`worker`] rings) -> reply bytes in request order
 //! ([`conn::Output`]) -> one send per connection per loop turn.
 
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod daemon;
@@ -93,6 +94,16 @@ impl Server {
                 extended.ignored.join(",")
             );
         }
+        let sasl_passwords = match config.sasl {
+            true => {
+                let path = std::env::var_os("MEMCACHED_SASL_PWDB").ok_or(
+                    "-S: set MEMCACHED_SASL_PWDB to a file of user:password lines (quicksilver's SASL is PLAIN against that file)",
+                )?;
+                Some(auth::Passwords::load(std::path::Path::new(&path))?)
+            }
+            false => None,
+        };
+        let ascii_passwords = config.auth_file.as_deref().map(auth::Passwords::load).transpose()?;
         let workers = config.workers();
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
@@ -139,6 +150,8 @@ impl Server {
             detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
             registry: Default::default(),
             watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
+            sasl_passwords,
+            ascii_passwords,
             extended,
             unix_accept: Mutex::new(()),
             config: config.clone(),

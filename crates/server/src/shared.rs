@@ -176,6 +176,10 @@ pub struct Padded<T>(pub T);
 
 /// Server-wide state.
 pub struct Shared {
+    /// -S: the SASL users (MEMCACHED_SASL_PWDB).
+    pub sasl_passwords: Option<crate::auth::Passwords>,
+    /// -Y: the ASCII authentication users.
+    pub ascii_passwords: Option<crate::auth::Passwords>,
     /// The `-o` options.
     pub extended: crate::config::Extended,
     /// The command line.

@@ -459,6 +459,7 @@ impl Worker {
                 watch: None,
                 error: false,
                 protocol: self.shared.config.binding_protocol(),
+                authenticated: self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none(),
                 info: Some(info),
                 fd,
                 transport: Transport::Tcp(stream),
@@ -573,6 +574,7 @@ impl Worker {
             watch,
             error,
             protocol,
+            authenticated,
             ..
         } = conn;
         *starved = false;
@@ -593,6 +595,40 @@ impl Worker {
             }
         }
         let binary = *protocol == Protocol::Binary;
+        if !*authenticated && !binary {
+            if let Some(passwords) = shared.ascii_passwords.as_ref() {
+                // -Y: the first command must authenticate (memcached's asciiauth).
+                loop {
+                    if !input.apply_skip() {
+                        *starved = true;
+                        return;
+                    }
+                    let pending = input.pending();
+                    match crate::auth::ascii_auth(pending, passwords, &mut engine.counters, output.reply_buf()) {
+                        crate::auth::AsciiAuth::Wait => {
+                            if pending.len() >= input.limit {
+                                *dead = true;
+                            }
+                            *closing |= *eof;
+                            *starved = true;
+                            return;
+                        }
+                        crate::auth::AsciiAuth::Close => {
+                            *dead = true;
+                            return;
+                        }
+                        crate::auth::AsciiAuth::Answered { consumed, authenticated: ok } => {
+                            *executed = true;
+                            input.consume(consumed);
+                            if ok {
+                                *authenticated = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
         *waiting = false;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
@@ -788,6 +824,22 @@ impl Worker {
                         }
                         Parsed::Request { request, len } => (request, *len),
                     };
+                    if let (Request::Binary(request), Some(passwords)) = (request, shared.sasl_passwords.as_ref()) {
+                        let reply = output.reply_buf();
+                        match crate::auth::sasl_gate(request, authenticated, passwords, &mut engine.counters, reply) {
+                            crate::auth::Gate::Pass => {}
+                            crate::auth::Gate::Answered { close } => {
+                                *executed = true;
+                                consumed += len;
+                                if close {
+                                    *closing = true;
+                                    stop = true;
+                                    break;
+                                }
+                                continue;
+                            }
+                        }
+                    }
                     engine.hint(request, *located);
                     if let Some((owner, delete)) = too_large(request, engine) {
                         // The data block never enters the buffer: answer here, and let the owner
@@ -1110,6 +1162,7 @@ impl Worker {
                 watch: None,
                 error: false,
                 protocol,
+                authenticated: true,
                 info: None,
                 fd: socket.as_raw_fd(),
                 transport: Transport::Udp { peer, request_id: header.request_id },

@@ -1,0 +1,273 @@
+//! Authentication, as memcached 1.6 does it: SASL PLAIN over the binary protocol (-S, users
+//! from the `user:password` file named by `MEMCACHED_SASL_PWDB`) and ASCII authentication (-Y,
+//! the first command of a text connection is `set <any> <any> <any> <len>` carrying
+//! `user password`). Passwords are compared in constant time, every entry always, so neither
+//! the timing nor the reply tells a wrong user from a wrong password.
+
+use crate::shared::WorkerCounters;
+use qs_proto::binary::{self as bin, opcode, status, Binary, Command};
+
+/// Most entries memcached reads from an auth file (its `MAX_ENTRIES`).
+const ENTRIES_MAX: usize = 8;
+/// Longest line memcached reads from an auth file (its `MAX_ENTRY_LEN`).
+const ENTRY_BYTES_MAX: usize = 256;
+
+/// The users and passwords of an auth file.
+#[derive(Clone, Debug, Default)]
+pub struct Passwords {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Passwords {
+    /// Reads `user:password` lines (memcached's format: the user ends at the first `:`, the
+    /// password at the end of the line; at most 8 entries). The message is memcached's.
+    pub fn load(path: &std::path::Path) -> Result<Passwords, String> {
+        let data = std::fs::read(path)
+            .map_err(|e| format!("Could not open authfile [{}] for reading, error {e}", path.display()))?;
+        Passwords::parse(&data)
+            .ok_or_else(|| format!("Authfile [{}] has a malformed entry. Should be 'user:password'", path.display()))
+    }
+
+    /// Parses an auth file's bytes; `None` when a line has no `:`.
+    pub fn parse(data: &[u8]) -> Option<Passwords> {
+        let mut entries = Vec::new();
+        for line in data.split(|&byte| byte == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            let line = &line[..line.len().min(ENTRY_BYTES_MAX - 1)];
+            let colon = line.iter().position(|&byte| byte == b':')?;
+            let password = &line[colon + 1..];
+            let end = password.iter().position(|&byte| byte == b'\r').unwrap_or(password.len());
+            entries.push((line[..colon].to_vec(), password[..end].to_vec()));
+            if entries.len() == ENTRIES_MAX {
+                break;
+            }
+        }
+        Some(Passwords { entries })
+    }
+
+    /// Whether `user` and `password` match an entry. Every entry is compared in full.
+    pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
+        let mut found = false;
+        for (entry_user, entry_password) in &self.entries {
+            // Both halves are always compared: `&` does not short-circuit.
+            found |= constant_time_eq(user, entry_user) & constant_time_eq(password, entry_password);
+        }
+        found
+    }
+}
+
+/// Compares in time that depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut difference = (a.len() != b.len()) as u8;
+    for (index, &byte) in a.iter().enumerate() {
+        difference |= byte ^ b.get(index).copied().unwrap_or(!byte);
+    }
+    std::hint::black_box(difference) == 0
+}
+
+/// What the SASL gate did with a binary request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Not an authentication matter: run it.
+    Pass,
+    /// Answered here; close the connection after the reply when `close`.
+    Answered {
+        /// Close after the reply.
+        close: bool,
+    },
+}
+
+/// With -S: answers the SASL opcodes, and refuses (then closes) every other request but
+/// VERSION before the connection has authenticated, as memcached does.
+pub fn sasl_gate(
+    request: &Binary<'_>,
+    authenticated: &mut bool,
+    passwords: &Passwords,
+    counters: &mut WorkerCounters,
+    out: &mut Vec<u8>,
+) -> Gate {
+    let Binary { opcode: code, opaque, .. } = *request;
+    match request.command {
+        Command::SaslListMechs => {
+            bin::write_simple(out, code, opaque, status::NO_ERROR, 0, b"PLAIN");
+            Gate::Answered { close: false }
+        }
+        Command::SaslAuth { mechanism, data, step } => {
+            // PLAIN is one step: authzid NUL user NUL password.
+            let mut parts = data.splitn(3, |&byte| byte == 0);
+            let (_, user, password) = (parts.next(), parts.next(), parts.next());
+            let ok = match (step, mechanism, user, password) {
+                (false, b"PLAIN", Some(user), Some(password)) => passwords.check(user, password),
+                _ => false,
+            };
+            counters.auth_cmds += 1;
+            if ok {
+                *authenticated = true;
+                bin::write_simple(out, code, opaque, status::NO_ERROR, 0, b"Authenticated");
+            } else {
+                counters.auth_errors += 1;
+                bin::write_error(out, code, opaque, status::AUTH_ERROR);
+            }
+            Gate::Answered { close: false }
+        }
+        _ if *authenticated || code == opcode::VERSION => Gate::Pass,
+        // memcached checks lengths before authentication: a malformed frame gets its own reply.
+        Command::Refuse { status: status::UNKNOWN_COMMAND, close: true } => Gate::Pass,
+        _ => {
+            bin::write_error(out, code, opaque, status::AUTH_ERROR);
+            Gate::Answered { close: true }
+        }
+    }
+}
+
+/// What ASCII authentication did with the front of a connection's input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AsciiAuth {
+    /// The authentication command is not all here yet.
+    Wait,
+    /// Close now (no newline in the first 2048 bytes, as memcached).
+    Close,
+    /// Answered (`reply`); `consumed` bytes are done with.
+    Answered {
+        /// Bytes used.
+        consumed: usize,
+        /// The connection is now authenticated.
+        authenticated: bool,
+    },
+}
+
+/// memcached's `try_read_command_asciiauth`: until a connection authenticates, its input
+/// must be `set <key> <flags> <exptime> <len>\r\n<user> <password>\r\n`; anything else is
+/// answered `CLIENT_ERROR unauthenticated` (its line consumed).
+pub fn ascii_auth(
+    pending: &[u8],
+    passwords: &Passwords,
+    counters: &mut WorkerCounters,
+    out: &mut Vec<u8>,
+) -> AsciiAuth {
+    if pending.len() < 2 {
+        return AsciiAuth::Wait;
+    }
+    let Some(newline) = pending.iter().position(|&byte| byte == b'\n') else {
+        return if pending.len() > qs_proto::LINE_BYTES_MAX { AsciiAuth::Close } else { AsciiAuth::Wait };
+    };
+    let line = &pending[..newline];
+    let line_len = newline + 1;
+    let tokens = qs_proto::tokens::Tokens::<{ qs_proto::tokens::TOKENS_MAX }>::split(line);
+    let size = (tokens.len() >= 5 && tokens.get(0) == b"set")
+        .then(|| qs_proto::number::strtoul(tokens.get(4).strip_suffix(b"\r").unwrap_or(tokens.get(4))))
+        .flatten();
+    let Some(size) = size else {
+        out.extend_from_slice(b"CLIENT_ERROR unauthenticated\r\n");
+        return AsciiAuth::Answered { consumed: line_len, authenticated: false };
+    };
+    let data_len = size as usize + 2;
+    if pending.len() - line_len < data_len {
+        return AsciiAuth::Wait;
+    }
+    let data = &pending[line_len..line_len + data_len];
+    let consumed = line_len + data_len;
+    let Some(payload) = data.strip_suffix(b"\r\n") else {
+        out.extend_from_slice(b"CLIENT_ERROR bad command line termination\r\n");
+        return AsciiAuth::Answered { consumed, authenticated: false };
+    };
+    let words = qs_proto::tokens::Tokens::<{ qs_proto::tokens::TOKENS_MAX }>::split(payload);
+    if words.len() < 2 {
+        out.extend_from_slice(b"CLIENT_ERROR bad authentication token format\r\n");
+        return AsciiAuth::Answered { consumed, authenticated: false };
+    }
+    counters.auth_cmds += 1;
+    if passwords.check(words.get(0), words.get(1)) {
+        out.extend_from_slice(b"STORED\r\n");
+        AsciiAuth::Answered { consumed, authenticated: true }
+    } else {
+        counters.auth_errors += 1;
+        out.extend_from_slice(b"CLIENT_ERROR authentication failure\r\n");
+        AsciiAuth::Answered { consumed, authenticated: false }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passwords() -> Passwords {
+        Passwords::parse(b"foo:bar\nbaaaz:quux\r\nempty:\n").unwrap()
+    }
+
+    #[test]
+    fn an_auth_file_reads_as_memcached_reads_it() {
+        let p = passwords();
+        assert!(p.check(b"foo", b"bar"));
+        assert!(p.check(b"baaaz", b"quux"));
+        assert!(p.check(b"empty", b""));
+        assert!(!p.check(b"foo", b"bab"));
+        assert!(!p.check(b"foo", b"barr"));
+        assert!(!p.check(b"fo", b"bar"));
+        assert!(!p.check(b"baaaz", b"bar"));
+        assert!(Passwords::parse(b"no colon here\n").is_none());
+    }
+
+    #[test]
+    fn ascii_auth_follows_memcached() {
+        let p = passwords();
+        let mut counters = WorkerCounters::default();
+        let mut run = |input: &[u8]| {
+            let mut out = Vec::new();
+            let result = ascii_auth(input, &p, &mut counters, &mut out);
+            (result, String::from_utf8(out).unwrap())
+        };
+        assert_eq!(run(b"get foo\r\n"), (
+            AsciiAuth::Answered { consumed: 9, authenticated: false },
+            "CLIENT_ERROR unauthenticated\r\n".into()
+        ));
+        assert_eq!(run(b"set foo 0 0 7\r\nfoo ba"), (AsciiAuth::Wait, String::new()));
+        assert_eq!(run(b"set foo 0 0 7\r\nfoo bab\r\n"), (
+            AsciiAuth::Answered { consumed: 24, authenticated: false },
+            "CLIENT_ERROR authentication failure\r\n".into()
+        ));
+        assert_eq!(run(b"set foo 0 0 7\r\nfoo bar\r\nget x\r\n"), (
+            AsciiAuth::Answered { consumed: 24, authenticated: true },
+            "STORED\r\n".into()
+        ));
+        assert_eq!(run(b"set foo 0 0 3\r\nfoo\r\n").1, "CLIENT_ERROR bad authentication token format\r\n");
+        assert_eq!(run(b"set foo 0 0 3\r\nfooxx").1, "CLIENT_ERROR bad command line termination\r\n");
+        assert_eq!(run(&[b'x'; 3000]).0, AsciiAuth::Close);
+        assert_eq!((counters.auth_cmds, counters.auth_errors), (2, 1));
+    }
+
+    #[test]
+    fn sasl_refuses_everything_but_authentication_until_it_succeeds() {
+        let p = passwords();
+        let mut counters = WorkerCounters::default();
+        let mut authenticated = false;
+        let frame = |op, key: &[u8], value: &[u8]| bin::request_frame(op, 7, 0, &[], key, value);
+        let mut gate = |buf: &[u8], authenticated: &mut bool| {
+            let qs_proto::Parsed::Request { request: qs_proto::Request::Binary(request), .. } =
+                bin::parse(buf, &qs_proto::Limits::default())
+            else {
+                panic!()
+            };
+            let mut out = Vec::new();
+            let gate = sasl_gate(&request, authenticated, &p, &mut counters, &mut out);
+            (gate, u16::from_be_bytes([out[6], out[7]]), out[24..].to_vec())
+        };
+        let get = frame(opcode::GET, b"k", b"");
+        assert_eq!(gate(&get, &mut authenticated), (Gate::Answered { close: true }, status::AUTH_ERROR, b"Auth failure.".to_vec()));
+        let list = frame(opcode::SASL_LIST_MECHS, b"", b"");
+        assert_eq!(gate(&list, &mut authenticated).2, b"PLAIN");
+        let wrong = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bab");
+        assert_eq!(gate(&wrong, &mut authenticated).1, status::AUTH_ERROR);
+        assert!(!authenticated);
+        let right = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar");
+        assert_eq!(gate(&right, &mut authenticated), (Gate::Answered { close: false }, 0, b"Authenticated".to_vec()));
+        assert!(authenticated);
+        let mut out = Vec::new();
+        let parsed = bin::parse(&get, &qs_proto::Limits::default());
+        let qs_proto::Parsed::Request { request: qs_proto::Request::Binary(request), .. } = parsed else { panic!() };
+        assert_eq!(sasl_gate(&request, &mut authenticated, &p, &mut counters, &mut out), Gate::Pass);
+        assert_eq!((counters.auth_cmds, counters.auth_errors), (2, 1));
+    }
+}
