@@ -14,13 +14,14 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache, pylibmc"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache, pylibmc, python-binary-memcached"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
 command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
 /usr/bin/python3 -c "import pymemcache" >/dev/null 2>&1 || missing+=(python3-pymemcache)
 /usr/bin/python3 -c "import pylibmc" >/dev/null 2>&1 || missing+=(python3-pylibmc)
+/usr/bin/python3 -c "import bmemcached" >/dev/null 2>&1 || missing+=(python3-binary-memcached)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"

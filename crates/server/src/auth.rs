@@ -24,8 +24,9 @@ impl Passwords {
     pub fn load(path: &std::path::Path) -> Result<Passwords, String> {
         let data = std::fs::read(path)
             .map_err(|e| format!("Could not open authfile [{}] for reading, error {e}", path.display()))?;
-        Passwords::parse(&data)
-            .ok_or_else(|| format!("Authfile [{}] has a malformed entry. Should be 'user:password'", path.display()))
+        Passwords::parse(&data).ok_or_else(|| {
+            format!("Authfile [{}] has a malformed entry. Should be 'user:password'", path.display())
+        })
     }
 
     /// Parses an auth file's bytes; `None` when a line has no `:`.
@@ -219,19 +220,25 @@ mod tests {
             let result = ascii_auth(input, &p, &mut counters, &mut out);
             (result, String::from_utf8(out).unwrap())
         };
-        assert_eq!(run(b"get foo\r\n"), (
-            AsciiAuth::Answered { consumed: 9, authenticated: false },
-            "CLIENT_ERROR unauthenticated\r\n".into()
-        ));
+        assert_eq!(
+            run(b"get foo\r\n"),
+            (
+                AsciiAuth::Answered { consumed: 9, authenticated: false },
+                "CLIENT_ERROR unauthenticated\r\n".into()
+            )
+        );
         assert_eq!(run(b"set foo 0 0 7\r\nfoo ba"), (AsciiAuth::Wait, String::new()));
-        assert_eq!(run(b"set foo 0 0 7\r\nfoo bab\r\n"), (
-            AsciiAuth::Answered { consumed: 24, authenticated: false },
-            "CLIENT_ERROR authentication failure\r\n".into()
-        ));
-        assert_eq!(run(b"set foo 0 0 7\r\nfoo bar\r\nget x\r\n"), (
-            AsciiAuth::Answered { consumed: 24, authenticated: true },
-            "STORED\r\n".into()
-        ));
+        assert_eq!(
+            run(b"set foo 0 0 7\r\nfoo bab\r\n"),
+            (
+                AsciiAuth::Answered { consumed: 24, authenticated: false },
+                "CLIENT_ERROR authentication failure\r\n".into()
+            )
+        );
+        assert_eq!(
+            run(b"set foo 0 0 7\r\nfoo bar\r\nget x\r\n"),
+            (AsciiAuth::Answered { consumed: 24, authenticated: true }, "STORED\r\n".into())
+        );
         assert_eq!(run(b"set foo 0 0 3\r\nfoo\r\n").1, "CLIENT_ERROR bad authentication token format\r\n");
         assert_eq!(run(b"set foo 0 0 3\r\nfooxx").1, "CLIENT_ERROR bad command line termination\r\n");
         assert_eq!(run(&[b'x'; 3000]).0, AsciiAuth::Close);
@@ -255,18 +262,26 @@ mod tests {
             (gate, u16::from_be_bytes([out[6], out[7]]), out[24..].to_vec())
         };
         let get = frame(opcode::GET, b"k", b"");
-        assert_eq!(gate(&get, &mut authenticated), (Gate::Answered { close: true }, status::AUTH_ERROR, b"Auth failure.".to_vec()));
+        assert_eq!(
+            gate(&get, &mut authenticated),
+            (Gate::Answered { close: true }, status::AUTH_ERROR, b"Auth failure.".to_vec())
+        );
         let list = frame(opcode::SASL_LIST_MECHS, b"", b"");
         assert_eq!(gate(&list, &mut authenticated).2, b"PLAIN");
         let wrong = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bab");
         assert_eq!(gate(&wrong, &mut authenticated).1, status::AUTH_ERROR);
         assert!(!authenticated);
         let right = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar");
-        assert_eq!(gate(&right, &mut authenticated), (Gate::Answered { close: false }, 0, b"Authenticated".to_vec()));
+        assert_eq!(
+            gate(&right, &mut authenticated),
+            (Gate::Answered { close: false }, 0, b"Authenticated".to_vec())
+        );
         assert!(authenticated);
         let mut out = Vec::new();
         let parsed = bin::parse(&get, &qs_proto::Limits::default());
-        let qs_proto::Parsed::Request { request: qs_proto::Request::Binary(request), .. } = parsed else { panic!() };
+        let qs_proto::Parsed::Request { request: qs_proto::Request::Binary(request), .. } = parsed else {
+            panic!()
+        };
         assert_eq!(sasl_gate(&request, &mut authenticated, &p, &mut counters, &mut out), Gate::Pass);
         assert_eq!((counters.auth_cmds, counters.auth_errors), (2, 1));
     }

@@ -519,20 +519,27 @@ impl Config {
                 return Err("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
             }
             if self.native_port != 0 {
-                return Err("ERROR: the native protocol has no authentication: --native-port cannot be used with -S".into());
+                return Err(
+                    "ERROR: the native protocol has no authentication: --native-port cannot be used with -S"
+                        .into(),
+                );
             }
         }
         if self.auth_file.is_some() {
             if self.protocol == Protocol::Binary {
                 return Err(
-                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into()
+                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
+                        .into(),
                 );
             }
             if self.udp_port != 0 {
                 return Err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
             }
             if self.native_port != 0 {
-                return Err("ERROR: the native protocol has no authentication: --native-port cannot be used with -Y".into());
+                return Err(
+                    "ERROR: the native protocol has no authentication: --native-port cannot be used with -Y"
+                        .into(),
+                );
             }
         }
         let extended = self.extended()?;

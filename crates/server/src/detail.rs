@@ -30,7 +30,11 @@ pub struct Detail {
 
 impl Default for Detail {
     fn default() -> Detail {
-        Detail { enabled: AtomicBool::new(false), delimiter: AtomicU8::new(DELIMITER), prefixes: Mutex::default() }
+        Detail {
+            enabled: AtomicBool::new(false),
+            delimiter: AtomicU8::new(DELIMITER),
+            prefixes: Mutex::default(),
+        }
     }
 }
 

@@ -890,7 +890,13 @@ impl Engine {
             Outcome::Vivified { cas } => {
                 let shown = self.expiry_in_flag_order(meta, Expiry::NEVER, true, true);
                 let ttl_secs = ttl_secs(shown, self.now_secs);
-                (MetaItem { cas: self.cas_out(cas), ttl_secs, ..MetaItem::default() }, 0..0, true, false, false)
+                (
+                    MetaItem { cas: self.cas_out(cas), ttl_secs, ..MetaItem::default() },
+                    0..0,
+                    true,
+                    false,
+                    false,
+                )
             }
             _ => {
                 if self.shared.watchers.wants(watch::FETCHERS) {

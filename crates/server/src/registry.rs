@@ -89,7 +89,8 @@ impl Info {
     /// block half-read, not a watcher), silent since before `since_secs`.
     pub fn idle_since(&self, since_secs: u32) -> bool {
         let state = self.state.load(Relaxed);
-        (state == State::New as u8 || state == State::Read as u8) && self.last_cmd_secs.load(Relaxed) < since_secs
+        (state == State::New as u8 || state == State::Read as u8)
+            && self.last_cmd_secs.load(Relaxed) < since_secs
     }
 
     /// Records that commands arrived at `now_secs` (stores only when something changes).

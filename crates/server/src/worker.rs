@@ -604,7 +604,12 @@ impl Worker {
                         return;
                     }
                     let pending = input.pending();
-                    match crate::auth::ascii_auth(pending, passwords, &mut engine.counters, output.reply_buf()) {
+                    match crate::auth::ascii_auth(
+                        pending,
+                        passwords,
+                        &mut engine.counters,
+                        output.reply_buf(),
+                    ) {
                         crate::auth::AsciiAuth::Wait => {
                             if pending.len() >= input.limit {
                                 *dead = true;
@@ -824,9 +829,17 @@ impl Worker {
                         }
                         Parsed::Request { request, len } => (request, *len),
                     };
-                    if let (Request::Binary(request), Some(passwords)) = (request, shared.sasl_passwords.as_ref()) {
+                    if let (Request::Binary(request), Some(passwords)) =
+                        (request, shared.sasl_passwords.as_ref())
+                    {
                         let reply = output.reply_buf();
-                        match crate::auth::sasl_gate(request, authenticated, passwords, &mut engine.counters, reply) {
+                        match crate::auth::sasl_gate(
+                            request,
+                            authenticated,
+                            passwords,
+                            &mut engine.counters,
+                            reply,
+                        ) {
                             crate::auth::Gate::Pass => {}
                             crate::auth::Gate::Answered { close } => {
                                 *executed = true;

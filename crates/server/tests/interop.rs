@@ -3,7 +3,9 @@
 //! twemproxy (nutcracker) with ketama hashing in front of three quicksilver instances;
 //! libmemcached's UDP mode (memccp --udp) and memaslap's UDP load (gets and sets over UDP);
 //! ketama placement on a mixed memcached/quicksilver fleet agreeing with libmemcached (pylibmc)
-//! and twemproxy, key for key.
+//! and twemproxy, key for key; the binary protocol through memcapable -b, the libmemcached tools
+//! with --binary, pylibmc with binary=True and python-binary-memcached (with and without SASL),
+//! each session's transcript equal to the one memcached gives.
 
 mod common;
 
@@ -413,4 +415,99 @@ fn clients_over_a_unix_domain_socket() {
     assert!(copied.status.success(), "memccp: {copied:?}");
     assert!(stdout(&read).starts_with("through the socket\n"), "memccat: {read:?}");
     assert_eq!(stdout(&clients).trim(), "ok", "{}", String::from_utf8_lossy(&clients.stderr));
+}
+
+#[test]
+fn libmemcached_memcapable_binary_suite_passes() {
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    let port = server.port.to_string();
+    let output = run("memccapable", &["-h", "127.0.0.1", "-p", &port, "-b"]);
+    let text = stdout(&output);
+    assert!(output.status.success() && text.contains("All tests passed"), "{text}");
+}
+
+#[test]
+fn libmemcached_tools_over_the_binary_protocol() {
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    let servers = format!("--servers=127.0.0.1:{}", server.port);
+    let (dir, file) = temp_file("qs-interop-binary", "binary.txt", b"over the binary protocol\n");
+    let copied = run("memccp", &["--binary", &servers, &file]);
+    assert!(copied.status.success(), "memccp --binary: {copied:?}");
+    let read = run("memccat", &["--binary", &servers, "binary.txt"]);
+    assert!(stdout(&read).starts_with("over the binary protocol\n"), "memccat --binary: {read:?}");
+    let stat = run("memcstat", &["--binary", &servers]);
+    assert!(stdout(&stat).contains("cmd_get"), "memcstat --binary: {stat:?}");
+    let removed = run("memcrm", &["--binary", &servers, "binary.txt"]);
+    assert!(removed.status.success(), "memcrm --binary: {removed:?}");
+    let gone = run("memccat", &["--binary", &servers, "binary.txt"]);
+    assert!(!gone.status.success() || stdout(&gone).is_empty(), "still there after memcrm");
+    let flushed = run("memcflush", &["--binary", &servers]);
+    assert!(flushed.status.success(), "memcflush --binary: {flushed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The transcript of binary_clients.py's session (`kind`: pylibmc or bmemcached) against
+/// 127.0.0.1:`port`, with `extra` arguments (SASL user and password).
+fn binary_session(kind: &str, port: u16, extra: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/binary_clients.py");
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|python| run(python, &["-c", "import pylibmc, bmemcached"]).status.success())
+        .expect("pylibmc and bmemcached are not installed (scripts/test.sh installs them)");
+    let server = format!("127.0.0.1:{port}");
+    let mut args = vec![script, kind, &server];
+    args.extend_from_slice(extra);
+    let output = run(python, &args);
+    assert!(output.status.success(), "{kind} against {port}: {}", String::from_utf8_lossy(&output.stderr));
+    stdout(&output)
+}
+
+/// pylibmc (binary=True) and python-binary-memcached sessions: every call's result, refusals
+/// included, is what memcached 1.6 gives.
+#[test]
+fn binary_clients_see_what_memcached_gives_them() {
+    for kind in ["pylibmc", "bmemcached"] {
+        let memcached = ServerProcess::memcached(&["-t", "2"]);
+        let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+        let expected = binary_session(kind, memcached.port, &[]);
+        let got = binary_session(kind, quicksilver.port, &[]);
+        assert!(expected.lines().count() > 15, "{expected}");
+        assert_eq!(got, expected, "{kind}");
+    }
+}
+
+/// -S: python-binary-memcached logs in with SASL PLAIN and works; a wrong password and no
+/// login are refused with memcached's "Auth failure.", and both count in stats.
+#[test]
+fn sasl_logins_with_python_binary_memcached() {
+    let (dir, pwdb) = temp_file("qs-interop-sasl", "pwdb", b"alice:wonderland\nbob:builder\n");
+    let server = ServerProcess::quicksilver_sasl(std::path::Path::new(&pwdb), &["-t", "2"]);
+    let transcript = binary_session("bmemcached", server.port, &["bob", "builder"]);
+    assert!(transcript.contains("get k -> 'v'"), "{transcript}");
+    let script = format!(
+        "import bmemcached\n\
+         def attempt(user, password):\n\
+         \x20   c = bmemcached.Client(['127.0.0.1:{port}'], user, password)\n\
+         \x20   try:\n\
+         \x20       return repr(c.set('k', 'v'))\n\
+         \x20   except Exception as error:\n\
+         \x20       return str(error)\n\
+         print(attempt('alice', 'builder'))\n\
+         print(attempt('carol', 'wonderland'))\n\
+         print(attempt(None, None))\n\
+         stats = bmemcached.Client(['127.0.0.1:{port}'], 'alice', 'wonderland').stats()\n\
+         figures = list(stats.values())[0]\n\
+         print(int(figures['auth_cmds']), int(figures['auth_errors']))\n",
+        port = server.port
+    );
+    let output = run("/usr/bin/python3", &["-c", &script]);
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}{}", String::from_utf8_lossy(&output.stderr));
+    for refused in &lines[..3] {
+        assert!(refused.contains("Auth failure."), "{text}");
+    }
+    // bob's login, alice's wrong password, carol, alice's stats login: 4 attempts, 2 failed.
+    assert_eq!(lines[3], "4 2", "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -24,7 +24,10 @@ fn every_opcode_parses_as_memcached_reads_it() {
     let buf = frame(opcode::GETKQ, &[], b"k", &[]);
     assert_eq!(command(&buf), (Command::Get { key: b"k", quiet: true, with_key: true, touch: None }, 25));
     let buf = frame(opcode::GATQ, &7u32.to_be_bytes(), b"key", &[]);
-    assert_eq!(command(&buf), (Command::Get { key: b"key", quiet: true, with_key: false, touch: Some(7) }, 31));
+    assert_eq!(
+        command(&buf),
+        (Command::Get { key: b"key", quiet: true, with_key: false, touch: Some(7) }, 31)
+    );
     let buf = frame(opcode::TOUCH, &9u32.to_be_bytes(), b"key", &[]);
     assert_eq!(command(&buf), (Command::Touch { key: b"key", exptime: 9 }, 31));
     let buf = frame(opcode::SETQ, &set_extras(19, 5), b"x", b"value");
@@ -38,19 +41,28 @@ fn every_opcode_parses_as_memcached_reads_it() {
     };
     assert_eq!(command(&buf), (store, buf.len()));
     let buf = frame(opcode::PREPEND, &[], b"x", b"pre");
-    let store =
-        Command::Store { mode: StoreMode::Prepend, key: b"x", flags: 0, exptime: 0, value: b"pre", quiet: false };
+    let store = Command::Store {
+        mode: StoreMode::Prepend,
+        key: b"x",
+        flags: 0,
+        exptime: 0,
+        value: b"pre",
+        quiet: false,
+    };
     assert_eq!(command(&buf), (store, buf.len()));
     let extras = [5u64.to_be_bytes().as_slice(), &7u64.to_be_bytes(), &u32::MAX.to_be_bytes()].concat();
     let buf = frame(opcode::DECREMENTQ, &extras, b"n", &[]);
     let arith =
         Command::Arith { key: b"n", delta: 5, initial: 7, exptime: u32::MAX, decrement: true, quiet: true };
     assert_eq!(command(&buf), (arith, buf.len()));
-    assert_eq!(command(&frame(opcode::DELETEQ, &[], b"d", &[])).0, Command::Delete { key: b"d", quiet: true });
-    assert_eq!(command(&frame(opcode::FLUSHQ, &9u32.to_be_bytes(), &[], &[])).0, Command::Flush {
-        exptime: 9,
-        quiet: true
-    });
+    assert_eq!(
+        command(&frame(opcode::DELETEQ, &[], b"d", &[])).0,
+        Command::Delete { key: b"d", quiet: true }
+    );
+    assert_eq!(
+        command(&frame(opcode::FLUSHQ, &9u32.to_be_bytes(), &[], &[])).0,
+        Command::Flush { exptime: 9, quiet: true }
+    );
     assert_eq!(command(&frame(opcode::FLUSH, &[], &[], &[])).0, Command::Flush { exptime: 0, quiet: false });
     assert_eq!(command(&frame(opcode::NOOP, &[], &[], &[])).0, Command::Noop);
     assert_eq!(command(&frame(opcode::VERSION, &[], &[], &[])).0, Command::Version);
@@ -58,7 +70,10 @@ fn every_opcode_parses_as_memcached_reads_it() {
     assert_eq!(command(&frame(opcode::STAT, &[], b"settings", &[])).0, Command::Stat { group: b"settings" });
     assert_eq!(command(&frame(opcode::SASL_LIST_MECHS, &[], &[], &[])).0, Command::SaslListMechs);
     let buf = frame(opcode::SASL_AUTH, &[], b"PLAIN", b"\0user\0pass");
-    assert_eq!(command(&buf).0, Command::SaslAuth { mechanism: b"PLAIN", data: b"\0user\0pass", step: false });
+    assert_eq!(
+        command(&buf).0,
+        Command::SaslAuth { mechanism: b"PLAIN", data: b"\0user\0pass", step: false }
+    );
 }
 
 #[test]
@@ -88,7 +103,10 @@ fn malformed_frames_get_memcached_s_refusals() {
     buf[8..12].copy_from_slice(&1u32.to_be_bytes());
     assert_eq!(command(&buf), (refuse(status::UNKNOWN_COMMAND, true), 27));
     // Unknown opcodes (VERBOSITY among them in memcached 1.6) swallow their body.
-    assert_eq!(command(&frame(opcode::VERBOSITY, &[0; 4], &[], &[])), (refuse(status::UNKNOWN_COMMAND, false), 32));
+    assert_eq!(
+        command(&frame(opcode::VERBOSITY, &[0; 4], &[], &[])),
+        (refuse(status::UNKNOWN_COMMAND, false), 32)
+    );
     assert_eq!(command(&frame(0x40, &[], &[], b"abc")), (refuse(status::UNKNOWN_COMMAND, false), 27));
     // Another magic: close.
     let mut buf = frame(opcode::GET, &[], b"k", &[]);
@@ -129,13 +147,21 @@ fn every_split_point_is_incomplete_until_the_frame_is_whole() {
 fn replies_are_laid_out_as_memcached_s() {
     let mut out = Vec::new();
     write_error(&mut out, opcode::GETQ, [1, 2, 3, 4], status::KEY_ENOENT);
-    assert_eq!(&out[..HEADER_BYTES], &[
-        0x81, 0x09, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0
-    ]);
+    assert_eq!(
+        &out[..HEADER_BYTES],
+        &[0x81, 0x09, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
     assert_eq!(&out[HEADER_BYTES..], b"Not found");
     out.clear();
-    let reply =
-        Reply { opcode: opcode::GETK, opaque: [0; 4], status: 0, cas: 7, extras: &[0, 0, 0, 5], key: b"k", value_len: 2 };
+    let reply = Reply {
+        opcode: opcode::GETK,
+        opaque: [0; 4],
+        status: 0,
+        cas: 7,
+        extras: &[0, 0, 0, 5],
+        key: b"k",
+        value_len: 2,
+    };
     reply.write_head(&mut out);
     out.extend_from_slice(b"hi");
     assert_eq!(&out[2..4], &[0, 1]);

@@ -39,10 +39,13 @@ impl Engine {
     /// Runs a binary request here, appending its reply to `out`.
     pub(super) fn binary(&mut self, request: &Binary<'_>, out: &mut Vec<u8>) -> Exec {
         let Binary { opcode, opaque, cas, command } = *request;
-        let reply = Reply { opcode, opaque, status: status::NO_ERROR, cas: 0, extras: &[], key: &[], value_len: 0 };
+        let reply =
+            Reply { opcode, opaque, status: status::NO_ERROR, cas: 0, extras: &[], key: &[], value_len: 0 };
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, opcode, opaque, status);
         match command {
-            Bin::Get { key, quiet, with_key, touch } => self.binary_get(reply, key, quiet, with_key, touch, out),
+            Bin::Get { key, quiet, with_key, touch } => {
+                self.binary_get(reply, key, quiet, with_key, touch, out)
+            }
             Bin::Touch { key, exptime } => {
                 self.counters.cmd_touch += 1;
                 let expiry = self.binary_expiry(exptime);
@@ -198,7 +201,8 @@ impl Engine {
         match outcome {
             Outcome::Hit(hit) => {
                 let flags = hit.flags.to_be_bytes();
-                Reply { cas: self.cas_out(hit.cas), extras: &flags, key, value_len: hit.value_len, ..reply }.write_head(out);
+                Reply { cas: self.cas_out(hit.cas), extras: &flags, key, value_len: hit.value_len, ..reply }
+                    .write_head(out);
                 out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
             }
             _ if quiet => {}

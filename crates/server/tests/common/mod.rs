@@ -157,6 +157,45 @@ impl ServerProcess {
         Some(server)
     }
 
+    /// Starts quicksilver with -S (SASL, binary protocol only) and the password file `pwdb`,
+    /// plus `args`; it counts as started once it answers a binary VERSION.
+    #[allow(dead_code)]
+    pub fn quicksilver_sasl(pwdb: &std::path::Path, args: &[&str]) -> ServerProcess {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let port_text = port.to_string();
+            let child = Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+                .args(["-p", &port_text, "-l", "127.0.0.1", "-S"])
+                .args(args)
+                .env("MEMCACHED_SASL_PWDB", pwdb)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start quicksilver -S");
+            let mut server = ServerProcess { child, port, udp_port: 0, native_port: 0, name: "quicksilver" };
+            let deadline = Instant::now() + START_TIMEOUT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = server.child.try_wait() {
+                    break;
+                }
+                let version = [0x80, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                    let mut reply = [0u8; 24];
+                    if stream.write_all(&version).is_ok()
+                        && stream.read_exact(&mut reply).is_ok()
+                        && reply[0] == 0x81
+                    {
+                        return server;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("quicksilver -S did not start");
+    }
+
     fn spawn(name: &'static str, program: &str, args: &[&str]) -> ServerProcess {
         for _attempt in 0..5 {
             if let Some(server) = Self::spawn_at(name, program, free_port(), args) {
