@@ -215,22 +215,27 @@ impl ServerProcess {
                 panic!("cannot start {program} (scripts/test.sh installs memcached): {e}")
             });
             let mut server = ServerProcess { child, port, udp_port: 0, native_port: 0, name };
-            server.wait_until_answering().then_some(server)
+            let binary_only = args.windows(2).any(|pair| pair == ["-B", "binary"]);
+            server.wait_until_answering(binary_only).then_some(server)
         }
     }
 
-    fn wait_until_answering(&mut self) -> bool {
+    /// Whether it answers a version request (a binary one for a binary-only server).
+    fn wait_until_answering(&mut self, binary_only: bool) -> bool {
         let deadline = Instant::now() + START_TIMEOUT;
+        let binary_version = [0x80, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let probe: &[u8] = if binary_only { &binary_version } else { b"version\r\n" };
+        let answer: &[u8] = if binary_only { &[0x81, 0x0b] } else { b"VERSION" };
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false; // exited (port taken?)
             }
             if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                if stream.write_all(b"version\r\n").is_ok() {
+                if stream.write_all(probe).is_ok() {
                     let mut buf = [0u8; 64];
                     if let Ok(n) = stream.read(&mut buf) {
-                        if buf[..n].starts_with(b"VERSION") {
+                        if buf[..n].starts_with(answer) {
                             return true;
                         }
                     }
@@ -475,6 +480,36 @@ impl UdpClient {
         datagram.extend_from_slice(payload);
         self.send_raw(&datagram);
         self.receive_until_mn(id)
+    }
+
+    /// Sends `payload` as [`UdpClient::exchange`] does and collects the datagrams of one reply
+    /// message (as many as their count says); `None` after a quiet second.
+    #[allow(dead_code)]
+    pub fn exchange_message(&mut self, payload: &[u8]) -> Option<Vec<Datagram>> {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let mut datagram =
+            [id.to_be_bytes(), 0u16.to_be_bytes(), 1u16.to_be_bytes(), 0u16.to_be_bytes()].concat();
+        datagram.extend_from_slice(payload);
+        self.send_raw(&datagram);
+        self.socket.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let len = self.socket.recv(&mut buf).ok()?;
+            let field = |at: usize| u16::from_be_bytes([buf[at], buf[at + 1]]);
+            if len < 8 || field(0) != id {
+                continue;
+            }
+            let count = field(4);
+            got.push(Datagram {
+                header: [field(0), field(2), count, field(6)],
+                payload: buf[8..len].to_vec(),
+            });
+            if got.len() >= usize::from(count) {
+                return Some(got);
+            }
+        }
     }
 
     /// Collects datagrams of request `id` until one ends in `MN\r\n`; `None` after a quiet second.
