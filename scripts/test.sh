@@ -63,10 +63,10 @@ else
     echo "SKIPPED: Miri is not installable on this machine (nightly toolchain unavailable)"
 fi
 
-step "fuzz the text and meta parsers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
+step "fuzz the text, meta and binary parsers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
 if command -v rustup >/dev/null 2>&1 && rustup run nightly rustc --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
-    for target in text meta; do
+    for target in text meta binary; do
         # New inputs go to a scratch directory; the committed seeds stay as they are.
         scratch=$(mktemp -d)
         status=0

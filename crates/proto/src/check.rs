@@ -14,6 +14,23 @@ pub type Transcript = Vec<String>;
 /// invariant. The simulation keeps the server's rules: the buffer holds unparsed bytes, a
 /// refusal's skip may run past the buffer and swallows later bytes, a close ends the stream.
 pub fn transcript(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Transcript, String> {
+    transcript_of(data, splits, limits, parse)
+}
+
+/// A parser of one protocol: [`parse`] or [`crate::binary::parse`].
+pub type Parser = for<'a> fn(&'a [u8], &Limits) -> Parsed<'a>;
+
+/// [`transcript`] with the binary protocol's parser.
+pub fn binary_transcript(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Transcript, String> {
+    transcript_of(data, splits, limits, crate::binary::parse)
+}
+
+fn transcript_of(
+    data: &[u8],
+    splits: &[usize],
+    limits: &Limits,
+    parse: Parser,
+) -> Result<Transcript, String> {
     let mut ends: Vec<usize> = splits.iter().copied().filter(|&s| s < data.len()).collect();
     ends.push(data.len());
     ends.sort_unstable();
@@ -68,8 +85,22 @@ pub fn transcript(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Tran
 /// Checks that the transcript of `data` is the same when it arrives in one read and when it
 /// arrives in reads ending at `splits`; returns the transcript.
 pub fn check_stream(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Transcript, String> {
-    let whole = transcript(data, &[], limits)?;
-    let split = transcript(data, splits, limits)?;
+    check_stream_of(data, splits, limits, parse)
+}
+
+/// [`check_stream`] for a stream of binary-protocol frames.
+pub fn check_binary_stream(data: &[u8], splits: &[usize], limits: &Limits) -> Result<Transcript, String> {
+    check_stream_of(data, splits, limits, crate::binary::parse)
+}
+
+fn check_stream_of(
+    data: &[u8],
+    splits: &[usize],
+    limits: &Limits,
+    parse: Parser,
+) -> Result<Transcript, String> {
+    let whole = transcript_of(data, &[], limits, parse)?;
+    let split = transcript_of(data, splits, limits, parse)?;
     if whole != split {
         return Err(format!(
             "reads ending at {splits:?} changed what was parsed:\n{whole:#?}\nvs\n{split:#?}"
@@ -109,6 +140,12 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
     let refused_block = match request {
         Request::TooLarge { .. } => true,
         Request::Meta(meta) => meta.too_large(limits),
+        Request::Binary(binary) => {
+            matches!(
+                binary.command,
+                crate::binary::Command::TooLarge { .. } | crate::binary::Command::Refuse { .. }
+            )
+        }
         _ => false,
     };
     if len > buf.len() && !refused_block {
@@ -136,6 +173,32 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
             check_key(key, "keyed command")?;
         }
         Request::Meta(meta) => check_meta(meta, len, buf, limits)?,
+        Request::Binary(binary) => check_binary(binary, len, limits)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_binary(binary: &crate::binary::Binary<'_>, len: usize, limits: &Limits) -> Result<(), String> {
+    use crate::binary::{Command, HEADER_BYTES};
+    if len < HEADER_BYTES {
+        return Err(format!("a binary request of {len} bytes"));
+    }
+    // Binary keys may hold any byte, separators included.
+    if let Some(key) = binary.command.key() {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Err(format!("binary key of {} bytes", key.len()));
+        }
+    }
+    match binary.command {
+        Command::Store { key, flags, value, .. } => {
+            if limits.too_large(key.len(), value.len(), flags) {
+                return Err(format!("binary store accepted a {}-byte value", value.len()));
+            }
+        }
+        Command::SaslAuth { data, .. } if data.len() > limits.item_bytes_max => {
+            return Err(format!("SASL data of {} bytes", data.len()));
+        }
         _ => {}
     }
     Ok(())
@@ -198,6 +261,25 @@ mod tests {
             let mut data: Vec<u8> = lines.concat().into_bytes();
             data.extend_from_slice(&noise);
             if let Err(broken) = check_stream(&data, &splits, &limits()) {
+                proptest::prop_assert!(false, "{}", broken);
+            }
+        }
+
+        #[test]
+        fn binary_frame_streams_parse_the_same_however_they_are_split(
+            frames in proptest::collection::vec((
+                proptest::sample::select(vec![0x00u8, 0x01, 0x02, 0x04, 0x05, 0x09, 0x0a, 0x0c, 0x0e, 0x10, 0x11, 0x1c, 0x1d, 0x21, 0x23, 0x40]),
+                proptest::sample::select(vec![0usize, 4, 8, 20]),
+                proptest::sample::select(vec![0usize, 1, 3, 251]),
+                proptest::sample::select(vec![0usize, 2, 90, 200]),
+            ), 0..8),
+            splits in proptest::collection::vec(0usize..2000, 0..6),
+        ) {
+            let mut data = Vec::new();
+            for (opcode, extras, key, value) in frames {
+                data.extend(crate::binary::request_frame(opcode, 1, 0, &vec![0; extras], &vec![b'k'; key], &vec![b'v'; value]));
+            }
+            if let Err(broken) = check_binary_stream(&data, &splits, &limits()) {
                 proptest::prop_assert!(false, "{}", broken);
             }
         }
