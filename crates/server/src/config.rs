@@ -10,9 +10,10 @@ pub struct Config {
     /// TCP port to listen on.
     #[arg(short = 'p', long = "port", default_value_t = 11211)]
     pub port: u16,
-    /// Interface to listen on.
-    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
-    pub listen: IpAddr,
+    /// Interfaces to listen on, comma-separated or repeated (memcached's -l; quicksilver's
+    /// default is loopback only).
+    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub listen: Vec<IpAddr>,
     /// UDP port for memcached's UDP protocol (0 = off, the default: UDP replies can be used for
     /// amplification, so turn it on only where clients are trusted).
     #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
@@ -482,6 +483,11 @@ impl Config {
         }
     }
 
+    /// The first interface (UDP, the worker ports and the native ports bind it).
+    pub fn interface(&self) -> IpAddr {
+        self.listen.first().copied().unwrap_or(IpAddr::from([127, 0, 0, 1]))
+    }
+
     /// Worker count.
     pub fn workers(&self) -> usize {
         self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
@@ -541,6 +547,11 @@ impl Config {
                         .into(),
                 );
             }
+        }
+        if self.listen.len() > 1
+            && (self.udp_port != 0 || self.worker_port_base != 0 || self.native_port != 0)
+        {
+            return Err("-U, --worker-port-base and --native-port take one -l address (several given)".into());
         }
         let extended = self.extended()?;
         self.check_item_size(&extended)?;

@@ -86,10 +86,16 @@ impl Server {
     /// Builds the partitions, binds the listeners and starts the workers.
     pub fn start(config: Config) -> Result<Server, String> {
         config.validate()?;
-        let extended = config.extended()?;
+        let mut extended = config.extended()?;
+        if let Some(factor) = config.slab_growth_factor {
+            extended.ignored.push(format!("-f {factor}"));
+        }
+        if let Some(size) = config.slab_min_size {
+            extended.ignored.push(format!("-n {size}"));
+        }
         if !extended.ignored.is_empty() {
             eprintln!(
-                "quicksilver: -o {}: memcached's slab, LRU and hash-table tuning has no effect here \
+                "quicksilver: {}: memcached's slab, LRU and hash-table tuning has no effect here \
                  (circular logs and a lossy index have no slab classes, LRU segments or hash expansion)",
                 extended.ignored.join(",")
             );
@@ -161,7 +167,8 @@ impl Server {
         for (index, partition) in partitions.into_iter().enumerate() {
             owned[owner[index]][index] = Some(partition);
         }
-        let main_addr = SocketAddr::new(config.listen, config.port);
+        let listen: Vec<SocketAddr> =
+            config.listen.iter().map(|&ip| SocketAddr::new(ip, config.port)).collect();
         // -s: a UNIX domain socket instead of TCP and UDP, as in memcached.
         let unix = match &config.unix_socket {
             Some(path) => Some(
@@ -169,33 +176,40 @@ impl Server {
                     .map_err(|e| format!("failed to listen on UNIX socket {}: {e}", path.display()))?,
             ),
             None => {
-                sys::ensure_port_free(main_addr, true)
-                    .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?;
+                for &addr in &listen {
+                    sys::ensure_port_free(addr, true)
+                        .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+                }
                 None
             }
         };
         let udp_port = if unix.is_some() { 0 } else { config.udp_port };
         if udp_port != 0 {
-            sys::ensure_port_free(SocketAddr::new(config.listen, config.udp_port), false)
+            sys::ensure_port_free(SocketAddr::new(config.interface(), config.udp_port), false)
                 .map_err(|e| format!("failed to listen on UDP port {}: {e}", config.udp_port))?;
         }
         let mut rings = worker::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {
-            let mut listeners = vec![match &unix {
+            let mut listeners = Vec::new();
+            match &unix {
                 // Every worker accepts from the one socket (whichever wakes first).
-                Some(listener) => conn::Listener::Unix(mio::net::UnixListener::from_std(
+                Some(listener) => listeners.push(conn::Listener::Unix(mio::net::UnixListener::from_std(
                     listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
-                )),
-                None => conn::Listener::Tcp(
-                    sys::listener(main_addr, true, config.backlog)
-                        .map_err(|e| format!("failed to listen on TCP port {}: {e}", config.port))?,
-                ),
-            }];
+                ))),
+                None => {
+                    for &addr in &listen {
+                        listeners.push(conn::Listener::Tcp(
+                            sys::listener(addr, true, config.backlog)
+                                .map_err(|e| format!("failed to listen on {addr}: {e}"))?,
+                        ));
+                    }
+                }
+            }
             if config.worker_port_base != 0 {
                 let port = config.worker_port_base as usize + index;
                 let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
-                let addr = SocketAddr::new(config.listen, port);
+                let addr = SocketAddr::new(config.interface(), port);
                 listeners.push(conn::Listener::Tcp(
                     sys::listener(addr, false, config.backlog)
                         .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
@@ -204,7 +218,7 @@ impl Server {
             let udp = match udp_port {
                 0 => None,
                 port => Some(
-                    sys::udp_socket(SocketAddr::new(config.listen, port), true)
+                    sys::udp_socket(SocketAddr::new(config.interface(), port), true)
                         .map_err(|e| format!("failed to listen on UDP port {port}: {e}"))?,
                 ),
             };
@@ -212,7 +226,7 @@ impl Server {
             if config.native_port != 0 {
                 for partition in (0..partition_count).filter(|&p| owner[p] == index) {
                     let port = config.native_port + partition as u16;
-                    let socket = sys::udp_socket(SocketAddr::new(config.listen, port), false)
+                    let socket = sys::udp_socket(SocketAddr::new(config.interface(), port), false)
                         .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;
                     ports.push(native::Port { partition, socket, ready: true });
                 }

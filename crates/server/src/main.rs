@@ -5,11 +5,25 @@ use clap::Parser;
 use qs_server::config::Config;
 use qs_server::daemon;
 
+/// What -i prints (memcached prints its and libevent's licenses).
+const LICENSE: &str =
+    "quicksilver is licensed under the MIT license or the Apache License 2.0, at your option.\n\
+It follows memcached's protocols and behaviour; memcached is Copyright (c) 2003, Danga Interactive, Inc.,\n\
+under the BSD 3-clause license.";
+
 fn main() {
     let mut config = Config::parse();
+    if config.license {
+        println!("{LICENSE}");
+        return;
+    }
     if let Err(message) = config.validate() {
         eprintln!("quicksilver: {message}");
         std::process::exit(2);
+    }
+    if config.coredumps && !qs_server::sys::raise_core_limit() {
+        eprintln!("failed to ensure corefile creation");
+        std::process::exit(71);
     }
     let verbose = config.verbose;
     let fds = qs_server::sys::raise_fd_limit(config.max_connections as u64 + 64);
@@ -38,7 +52,8 @@ fn main() {
         }
         std::process::exit(status);
     };
-    let (pidfile, user) = (config.pidfile.clone(), config.user.clone());
+    let (pidfile, user, config_lock_memory) =
+        (config.pidfile.clone(), config.user.clone(), config.lock_memory);
     let server = match qs_server::Server::start(config) {
         Ok(server) => server,
         Err(message) => fail(background, &message, 1),
@@ -56,6 +71,12 @@ fn main() {
         // After the ports are bound and the memory is mapped.
         if let Err(error) = daemon::switch_user(&user) {
             fail(background, &error.message, error.status);
+        }
+    }
+    if config_lock_memory {
+        // As memcached: a failure is a warning (the limit on locked memory is often low).
+        if let Err(error) = qs_server::sys::lock_memory() {
+            eprintln!("warning: -k invalid, mlockall() failed: {error}");
         }
     }
     if let Some(background) = background {

@@ -197,7 +197,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "maxconns", config.max_connections);
     stat(out, "tcpport", if config.unix_socket.is_some() { 0 } else { config.port });
     stat(out, "udpport", config.udp_port);
-    stat(out, "inter", config.listen);
+    let interfaces: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
+    stat(out, "inter", interfaces.join(","));
     stat(out, "verbosity", config.verbose);
     stat(out, "oldest", 0);
     stat(out, "evictions", if config.store_mode() { "off" } else { "on" });
@@ -243,7 +244,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "ssl_enabled", "no");
     stat(out, "proxy_enabled", "no");
     stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
-    stat(out, "interface", config.listen);
+    stat(out, "interface", config.interface());
     stat(out, "partitions", shared.partitions.len());
     stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
     stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());

@@ -121,6 +121,36 @@ pub fn shift_clock(delta: i32) {
     CLOCK_SHIFT_SECS.fetch_add(i64::from(delta), Relaxed);
 }
 
+/// memcached's -r: raises the core-file limit to unlimited, or else to its hard limit. Returns
+/// whether core files can be written afterwards (a soft limit above zero).
+pub fn raise_core_limit() -> bool {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: `unlimited` is a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &unlimited) } != 0 {
+        // SAFETY: rlimit is plain data; zeroed is a valid value.
+        let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: `limit` is a valid, writable rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut limit) } == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            // SAFETY: `limit` is a valid rlimit with cur <= max.
+            unsafe { libc::setrlimit(libc::RLIMIT_CORE, &limit) };
+        }
+    }
+    // SAFETY: rlimit is plain data; zeroed is a valid value.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `limit` is a valid, writable rlimit.
+    unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut limit) == 0 && limit.rlim_cur > 0 }
+}
+
+/// memcached's -k: locks the process's pages, present and future, in memory.
+pub fn lock_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Raises the open-file limit to at least `wanted` (up to the hard limit), as memcached does
 /// for its connection limit. Returns the soft limit in force afterwards.
 pub fn raise_fd_limit(wanted: u64) -> u64 {

@@ -1007,3 +1007,105 @@ fn watch_refusals_are_memcached_replies() {
     assert!(client.call(b"version\r\n").starts_with(b"VERSION"));
     assert_eq!(stat(&mut client, "log_watchers"), 0);
 }
+
+/// Service lines as distributions ship them (Debian's /etc/memcached.conf, Red Hat's
+/// /etc/sysconfig/memcached) and as operators tune them start quicksilver unchanged, and
+/// `stats settings` reports what they asked for.
+#[test]
+fn memcached_service_lines_start_quicksilver_unchanged() {
+    // Debian and Red Hat name their own service users; the test uses one that exists here.
+    let user = ["memcache", "memcached", "nobody"]
+        .into_iter()
+        .find(|user| std::process::Command::new("id").arg(user).output().is_ok_and(|o| o.status.success()))
+        .unwrap_or("nobody");
+    let pidfile = std::env::temp_dir().join(format!("qs-service-line-{}.pid", std::process::id()));
+    let pidfile = pidfile.to_str().expect("utf-8 path").to_string();
+    // ::1 where the machine has IPv6 loopback (Red Hat's default line names it).
+    let v6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    let red_hat_listen = if v6 { "127.0.0.1,::1" } else { "127.0.0.1" };
+    let lines: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+        // Debian: -m 64 -p 11211 -u memcache -l 127.0.0.1 -P /var/run/memcached/memcached.pid
+        (vec!["-m", "64", "-u", user, "-P", &pidfile], vec![("maxconns", "1024"), ("evictions", "on")]),
+        // Red Hat: -p 11211 -u memcached -m 64 -c 1024 -l 127.0.0.1,::1 -U 0
+        (vec!["-u", user, "-m", "64", "-c", "1024", "-l", red_hat_listen, "-U", "0"], vec![("udpport", "0")]),
+        // Tuned: the modern options, a larger item size, backlog, requests per event, no CAS.
+        (
+            vec![
+                "-m", "256", "-c", "4096", "-t", "2", "-I", "2m", "-b", "2048", "-R", "40", "-C",
+                "-o", "modern,slab_reassign,slab_automove=1,lru_crawler,lru_maintainer,hash_algorithm=murmur3",
+                "-f", "1.08", "-n", "64", "-L",
+            ],
+            vec![
+                ("item_size_max", "2097152"),
+                ("tcp_backlog", "2048"),
+                ("reqs_per_event", "40"),
+                ("cas_enabled", "no"),
+                ("maxconns", "4096"),
+            ],
+        ),
+        // Locked down: no flush, no dumping, text only, idle connections closed, -D prefixes.
+        (
+            vec![
+                "-F", "-X", "-B", "ascii", "-D", "/", "-o",
+                "idle_timeout=600,maxconns_fast,watcher_logbuf_size=512,worker_logbuf_size=128,no_inline_ascii_resp",
+            ],
+            vec![
+                ("flush_enabled", "no"),
+                ("dump_enabled", "no"),
+                ("binding_protocol", "ascii"),
+                ("idle_timeout", "600"),
+                ("stat_key_prefix", "/"),
+                ("detail_enabled", "yes"),
+                ("watcher_logbuf_size", "524288"),
+            ],
+        ),
+    ];
+    for (args, expected) in lines {
+        let server = ServerProcess::quicksilver(&args);
+        let mut client = server.connect();
+        set(&mut client, "line", b"works");
+        assert_eq!(get(&mut client, "line").as_deref(), Some(&b"works"[..]), "{args:?}");
+        let settings = stats(&mut client, "settings");
+        for (name, value) in expected {
+            let got = settings.iter().find(|(key, _)| key == name).map(|(_, v)| v.as_str());
+            assert_eq!(got, Some(value), "{name} with {args:?}");
+        }
+        if v6 && args.contains(&"127.0.0.1,::1") {
+            let mut stream = std::net::TcpStream::connect(("::1", server.port)).expect("::1 listens too");
+            stream.write_all(b"get line\r\n").unwrap();
+        }
+    }
+    let _ = std::fs::remove_file(&pidfile);
+}
+
+/// Options for parts quicksilver does not have refuse to start and name the missing feature;
+/// options memcached refuses are refused with memcached's message.
+#[test]
+fn options_for_missing_features_refuse_to_start_and_say_why() {
+    let refusals: &[(&[&str], &str)] = &[
+        (&["-o", "ext_path=/tmp/extstore:1G"], "extstore"),
+        (&["-Z"], "TLS"),
+        (&["-o", "ssl_chain_cert=/tmp/cert.pem"], "TLS"),
+        (&["-e", "/tmp/memory_file"], "restartable"),
+        (&["-o", "no_such_option"], "Illegal suboption \"no_such_option\""),
+        (&["-I", "1000"], "Item max size cannot be less than 1024 bytes."),
+        (&["-I", "256m"], "Cannot set item size limit higher than 1/2 of memory max."),
+        (&["-I", "2m", "-o", "slab_chunk_max=3000"], "must be evenly divisible by slab_chunk_max"),
+        (&["-t", "0"], "Number of threads must be greater than 0"),
+        (&["-R", "0"], "Number of requests per event must be greater than 0"),
+        (&["-S", "-B", "ascii"], "You cannot allow the ASCII protocol while using SASL."),
+        (&["-S", "-U", "11211"], "Cannot enable UDP while using binary SASL authentication."),
+        (&["-Y", "/nonexistent/authfile"], "Could not open authfile"),
+    ];
+    for (args, message) in refusals {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+            .args(["-p", "0"])
+            .args(*args)
+            .env("MEMCACHED_SASL_PWDB", "/dev/null")
+            .output()
+            .expect("run quicksilver");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} started");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
