@@ -191,10 +191,8 @@ fn check_binary(binary: &crate::binary::Binary<'_>, len: usize, limits: &Limits)
         }
     }
     match binary.command {
-        Command::Store { key, flags, value, .. } => {
-            if limits.too_large(key.len(), value.len(), flags) {
-                return Err(format!("binary store accepted a {}-byte value", value.len()));
-            }
+        Command::Store { key, flags, value, .. } if limits.too_large(key.len(), value.len(), flags) => {
+            return Err(format!("binary store accepted a {}-byte value", value.len()));
         }
         Command::SaslAuth { data, .. } if data.len() > limits.item_bytes_max => {
             return Err(format!("SASL data of {} bytes", data.len()));

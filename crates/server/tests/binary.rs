@@ -57,7 +57,7 @@ fn step(rng: &mut Rng) -> Step {
         0 | 1 => ([opcode::SET, opcode::SETQ][rng.below(2)], flags_exptime(rng), value),
         2 => ([opcode::ADD, opcode::ADDQ][rng.below(2)], flags_exptime(rng), value),
         3 => ([opcode::REPLACE, opcode::REPLACEQ][rng.below(2)], flags_exptime(rng), value),
-        4 | 5 | 6 => ([opcode::GET, opcode::GETQ, opcode::GETK, opcode::GETKQ][rng.below(4)], vec![], vec![]),
+        4..=6 => ([opcode::GET, opcode::GETQ, opcode::GETK, opcode::GETKQ][rng.below(4)], vec![], vec![]),
         7 => ([opcode::DELETE, opcode::DELETEQ][rng.below(2)], vec![], vec![]),
         8 | 9 => {
             let code =

@@ -1023,7 +1023,9 @@ fn memcached_service_lines_start_quicksilver_unchanged() {
     // ::1 where the machine has IPv6 loopback (Red Hat's default line names it).
     let v6 = std::net::TcpListener::bind("[::1]:0").is_ok();
     let red_hat_listen = if v6 { "127.0.0.1,::1" } else { "127.0.0.1" };
-    let lines: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+    // Each line's arguments and the settings it must show.
+    type Line<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let lines: Vec<Line> = vec![
         // Debian: -m 64 -p 11211 -u memcache -l 127.0.0.1 -P /var/run/memcached/memcached.pid
         (vec!["-m", "64", "-u", user, "-P", &pidfile], vec![("maxconns", "1024"), ("evictions", "on")]),
         // Red Hat: -p 11211 -u memcached -m 64 -c 1024 -l 127.0.0.1,::1 -U 0
