@@ -36,6 +36,8 @@ pub enum Protocol {
     Text,
     /// memcached's meta protocol over TCP (`mg <key> v`, `ms <key> <len>`).
     Meta,
+    /// memcached's binary protocol over TCP (GET, SET frames).
+    Binary,
     /// memcached's UDP protocol (8-byte frame header, text commands), one request per datagram.
     McUdp,
     /// Quicksilver's native UDP protocol with client-assisted direction (`qs-bench native`).
@@ -427,6 +429,32 @@ impl Workload {
     }
 
     fn encode(&mut self, part: &Part, out: &mut Vec<u8>) {
+        if self.protocol == Protocol::Binary {
+            let mut key = Vec::with_capacity(self.key_len);
+            write_key_text(part.key, self.key_len, &mut key);
+            if part.write {
+                write_value(part.key, part.version, &mut self.value);
+                let frame = qs_proto::binary::request_frame(
+                    qs_proto::binary::opcode::SET,
+                    0,
+                    0,
+                    &[0; 8],
+                    &key,
+                    &self.value,
+                );
+                out.extend_from_slice(&frame);
+            } else {
+                out.extend_from_slice(&qs_proto::binary::request_frame(
+                    qs_proto::binary::opcode::GET,
+                    0,
+                    0,
+                    &[],
+                    &key,
+                    &[],
+                ));
+            }
+            return;
+        }
         let command: &[u8] = match (self.protocol, part.write) {
             (Protocol::Meta, false) => b"mg ",
             (Protocol::Meta, true) => b"ms ",
@@ -493,6 +521,9 @@ enum Answer<'a> {
 
 /// Parses one answer from the front of `input`: `Some((bytes, answer))`, `None` when incomplete.
 fn parse_answer(protocol: Protocol, input: &[u8], write: bool) -> Option<(usize, Answer<'_>)> {
+    if protocol == Protocol::Binary {
+        return parse_binary_answer(input, write);
+    }
     let line_end = input.windows(2).position(|w| w == b"\r\n")?;
     let line = &input[..line_end];
     let after = line_end + 2;
@@ -525,6 +556,27 @@ fn parse_answer(protocol: Protocol, input: &[u8], write: bool) -> Option<(usize,
     }
     let answer = if line == b"END" && !meta || line == b"EN" && meta { Answer::Miss } else { Answer::Error };
     Some((after, answer))
+}
+
+/// A binary reply frame: a GET's value (after its 4 bytes of flags), a miss, a SET's outcome.
+fn parse_binary_answer(input: &[u8], write: bool) -> Option<(usize, Answer<'_>)> {
+    let header = input.get(..qs_proto::binary::HEADER_BYTES)?;
+    let body = u32::from_be_bytes(header[8..12].try_into().ok()?) as usize;
+    let total = qs_proto::binary::HEADER_BYTES + body;
+    let frame = input.get(..total)?;
+    let status = u16::from_be_bytes([header[6], header[7]]);
+    let extras = usize::from(header[4]);
+    let key = usize::from(u16::from_be_bytes([header[2], header[3]]));
+    let answer = match (status, write) {
+        (0, false) => Answer::Value(frame.get(qs_proto::binary::HEADER_BYTES + extras + key..)?),
+        (0, true) => Answer::Stored,
+        (qs_proto::binary::status::KEY_ENOENT, false) => Answer::Miss,
+        (qs_proto::binary::status::KEY_ENOENT | qs_proto::binary::status::KEY_EEXISTS, true) => {
+            Answer::Refused
+        }
+        _ => Answer::Error,
+    };
+    Some((total, answer))
 }
 
 struct Counters {
@@ -1269,6 +1321,15 @@ mod tests {
         assert_eq!(parse_answer(Protocol::Meta, b"HD\r\n", true), Some((4, Answer::Stored)));
         assert_eq!(parse_answer(Protocol::Meta, b"NS\r\n", true), Some((4, Answer::Refused)));
         assert_eq!(parse_answer(Protocol::Meta, b"END\r\n", false), Some((5, Answer::Error)));
+        let mut hit = vec![0x81, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        hit.extend_from_slice(b"\0\0\0\0abc");
+        assert_eq!(parse_answer(Protocol::Binary, &hit, false), Some((31, Answer::Value(b"abc"))));
+        assert_eq!(parse_answer(Protocol::Binary, &hit[..30], false), None);
+        let mut miss = vec![0x81, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        miss.extend_from_slice(b"Not found");
+        assert_eq!(parse_answer(Protocol::Binary, &miss, false), Some((33, Answer::Miss)));
+        let stored = [0x81, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+        assert_eq!(parse_answer(Protocol::Binary, &stored, true), Some((24, Answer::Stored)));
     }
 
     /// Issues the next operations until one is a single write of some key; returns its part.
