@@ -2,7 +2,7 @@
 //! request headers, big-endian fields, replies that echo the opcode and the opaque.
 //!
 //! [`parse`] reads one request frame from the front of a buffer into a
-//! [`Request::Binary`](crate::Request::Binary), borrowing key and value from the buffer, with
+//! [`Request::Binary`], borrowing key and value from the buffer, with
 //! memcached's checks in memcached's order: a body shorter than its key and extras
 //! ([`Command::Refuse`] with `UNKNOWN_COMMAND`, then close), a key over 250 bytes or extras and
 //! lengths an opcode does not take (`EINVAL`, then close), an unknown opcode (`UNKNOWN_COMMAND`,
