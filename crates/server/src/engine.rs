@@ -629,25 +629,9 @@ impl Engine {
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return false;
         }
-        self.counters.cmd_get += 1;
-        let command = match kind.touch() {
-            Some(exptime) => {
-                self.counters.cmd_touch += 1;
-                Command::GetAndTouch { expiry: self.expiry(exptime) }
-            }
-            None => Command::Get,
-        };
+        let touch = kind.touch().map(|exptime| self.expiry(exptime));
         let mut value = std::mem::take(&mut self.scratch);
-        value.clear();
-        let outcome = self.read(key, command, &mut value);
-        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
-        if self.shared.watchers.wants(watch::FETCHERS) {
-            let size = match &outcome {
-                Outcome::Hit(hit) => Some(hit.value_len),
-                _ => None,
-            };
-            self.log_get(key, size);
-        }
+        let outcome = self.fetch(key, touch, &mut value);
         if let Outcome::Hit(hit) = outcome {
             let cas = kind.with_cas().then_some(self.cas_out(hit.cas));
             reply::value_line(out, key, hit.flags, hit.value_len, cas);
@@ -656,6 +640,30 @@ impl Engine {
         }
         self.scratch = value;
         true
+    }
+
+    /// A get of `key` for either protocol (with `touch`, a get-and-touch): counts it, reads it
+    /// into `value` (cleared first), records it for `stats detail` and `watch fetchers`.
+    fn fetch(&mut self, key: &[u8], touch: Option<Expiry>, value: &mut Vec<u8>) -> Outcome {
+        self.counters.cmd_get += 1;
+        let command = match touch {
+            Some(expiry) => {
+                self.counters.cmd_touch += 1;
+                Command::GetAndTouch { expiry }
+            }
+            None => Command::Get,
+        };
+        value.clear();
+        let outcome = self.read(key, command, value);
+        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
+        if self.shared.watchers.wants(watch::FETCHERS) {
+            let size = match &outcome {
+                Outcome::Hit(hit) => Some(hit.value_len),
+                _ => None,
+            };
+            self.log_get(key, size);
+        }
+        outcome
     }
 
     /// `watch fetchers`: a lookup of `key` that found a value of `size` bytes, or nothing.

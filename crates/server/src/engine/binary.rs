@@ -4,7 +4,6 @@
 //! sends only hits.
 
 use super::{Engine, Exec, Route};
-use crate::watch;
 use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
 use qs_proto::StoreMode;
 use qs_store::{Command, Expiry, Outcome};
@@ -178,25 +177,9 @@ impl Engine {
         touch: Option<u32>,
         out: &mut Vec<u8>,
     ) {
-        self.counters.cmd_get += 1;
-        let command = match touch {
-            Some(exptime) => {
-                self.counters.cmd_touch += 1;
-                Command::GetAndTouch { expiry: self.binary_expiry(exptime) }
-            }
-            None => Command::Get,
-        };
+        let touch = touch.map(|exptime| self.binary_expiry(exptime));
         let mut value = std::mem::take(&mut self.scratch);
-        value.clear();
-        let outcome = self.read(key, command, &mut value);
-        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
-        if self.shared.watchers.wants(watch::FETCHERS) {
-            let size = match &outcome {
-                Outcome::Hit(hit) => Some(hit.value_len),
-                _ => None,
-            };
-            self.log_get(key, size);
-        }
+        let outcome = self.fetch(key, touch, &mut value);
         let key = if with_key { key } else { &[] };
         match outcome {
             Outcome::Hit(hit) => {

@@ -469,16 +469,22 @@ impl UdpClient {
         self.socket.send_to(datagram, ("127.0.0.1", self.port)).expect("send");
     }
 
-    /// Sends `payload` behind a frame header (a fresh request id, sequence 0, count 1) and
-    /// collects reply datagrams until one ends in `MN\r\n` (callers end their requests with
-    /// `mn`), or `None` after a quiet second.
-    pub fn exchange(&mut self, payload: &[u8]) -> Option<Vec<Datagram>> {
+    /// Sends `payload` behind a frame header (a fresh request id, sequence 0, count 1); the id.
+    fn send_request(&mut self, payload: &[u8]) -> u16 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         let mut datagram =
             [id.to_be_bytes(), 0u16.to_be_bytes(), 1u16.to_be_bytes(), 0u16.to_be_bytes()].concat();
         datagram.extend_from_slice(payload);
         self.send_raw(&datagram);
+        id
+    }
+
+    /// Sends `payload` behind a frame header (a fresh request id, sequence 0, count 1) and
+    /// collects reply datagrams until one ends in `MN\r\n` (callers end their requests with
+    /// `mn`), or `None` after a quiet second.
+    pub fn exchange(&mut self, payload: &[u8]) -> Option<Vec<Datagram>> {
+        let id = self.send_request(payload);
         self.receive_until_mn(id)
     }
 
@@ -486,12 +492,7 @@ impl UdpClient {
     /// message (as many as their count says); `None` after a quiet second.
     #[allow(dead_code)]
     pub fn exchange_message(&mut self, payload: &[u8]) -> Option<Vec<Datagram>> {
-        let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
-        let mut datagram =
-            [id.to_be_bytes(), 0u16.to_be_bytes(), 1u16.to_be_bytes(), 0u16.to_be_bytes()].concat();
-        datagram.extend_from_slice(payload);
-        self.send_raw(&datagram);
+        let id = self.send_request(payload);
         self.socket.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
         let mut got = Vec::new();
         let mut buf = vec![0u8; 65536];
