@@ -19,7 +19,7 @@ wire=(
     00-startup.t ascii-auth.t binary.t binary-get.t binary-sasl.t bogus-commands.t cas.t
     daemonize.t dash-M.t evictions.t expirations.t flags.t flush-all.t getandtouch.t getset.t
     idle-timeout.t incrdecr.t issue_104.t issue_108.t issue_14.t issue_152.t issue_183.t
-    issue_192.t issue_3.t issue_41.t issue_50.t issue_61.t issue_68.t issue_70.t
+    issue_192.t issue_3.t issue_41.t issue_50.t issue_61.t issue_67.t issue_68.t issue_70.t
     item_size_max.t malicious-commands.t maxconns.t metaget.t multiversioning.t noreply.t
     quit.t shutdown.t stats-conns.t stats-detail.t strtol-testing.t touch.t udp.t
     unixsocket.t watcher.t watcher_connid.t
@@ -29,7 +29,6 @@ wire=(
 #                          `stats cachedump`, the full `stats` list (issue 24's admin commands)
 #   lru.t                  evictions from a 1 MiB-per-class slab layout (memcached's -m 32 -I)
 #   conn-limits.t          -o read_buf_mem_limit (a server-wide read-buffer budget)
-#   issue_67.t             default ports and -l/-p/-U combinations as memcached (issue 24)
 #   dyn-maxbytes.t         `cache_memlimit` (resizing the logs at run time, issue 24's admin
 #                          commands) and `stats slabs` total_malloced
 # binary-sasl.t runs its SASL checks only with RUN_SASL_TESTS and Cyrus's sasldb; quicksilver's

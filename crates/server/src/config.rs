@@ -3,21 +3,26 @@
 use clap::{Parser, ValueEnum};
 use std::net::IpAddr;
 
+/// memcached's default TCP port.
+pub const DEFAULT_PORT: i32 = 11211;
+
 /// quicksilver: a memcached-compatible cache server on MICA's data path.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "quicksilver", version = crate::VERSION, about, max_term_width = 100)]
 pub struct Config {
-    /// TCP port to listen on.
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    pub port: u16,
-    /// Interfaces to listen on, comma-separated or repeated (memcached's -l; quicksilver's
-    /// default is loopback only).
+    /// TCP port to listen on (0 = off, -1 = a free port; default 11211, or -U's port when
+    /// only -U is given, as in memcached).
+    #[arg(short = 'p', long = "port", allow_negative_numbers = true)]
+    pub port: Option<i32>,
+    /// Interfaces to listen on, comma-separated or repeated, each `host`, `host:port`,
+    /// `[v6]:port` or `*`, optionally `proto[ascii|binary]:` first (memcached's -l;
+    /// quicksilver's default is loopback only).
     #[arg(short = 'l', long = "listen", default_value = "127.0.0.1", value_delimiter = ',', action = clap::ArgAction::Append)]
-    pub listen: Vec<IpAddr>,
+    pub listen: Vec<String>,
     /// UDP port for memcached's UDP protocol (0 = off, the default: UDP replies can be used for
-    /// amplification, so turn it on only where clients are trusted).
-    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
-    pub udp_port: u16,
+    /// amplification, so turn it on only where clients are trusted; -1 = a free port).
+    #[arg(short = 'U', long = "udp-port", allow_negative_numbers = true)]
+    pub udp_port: Option<i32>,
     /// Item memory in megabytes (the logs; the index and buffers come on top, see README).
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub memory_mib: u64,
@@ -483,9 +488,32 @@ impl Config {
         }
     }
 
+    /// The TCP port in memcached's numbering (0 off, -1 a free one): -p, else -U's port when
+    /// only -U is given, else 11211.
+    pub fn tcp_port(&self) -> i32 {
+        match (self.port, self.udp_port) {
+            (Some(port), _) => port,
+            (None, Some(udp)) if udp != 0 => udp,
+            (None, _) => DEFAULT_PORT,
+        }
+    }
+
+    /// The UDP port in memcached's numbering (0, the default, is off).
+    pub fn udp_port(&self) -> i32 {
+        self.udp_port.unwrap_or(0)
+    }
+
+    /// The addresses to listen on (none with -s, which replaces TCP and UDP).
+    pub fn listen_plan(&self) -> Result<crate::listen::Plan, String> {
+        if self.unix_socket.is_some() {
+            return Ok(crate::listen::Plan::default());
+        }
+        crate::listen::plan(&self.listen, self.tcp_port(), self.udp_port(), self.binding_protocol())
+    }
+
     /// The first interface (UDP, the worker ports and the native ports bind it).
     pub fn interface(&self) -> IpAddr {
-        self.listen.first().copied().unwrap_or(IpAddr::from([127, 0, 0, 1]))
+        self.listen_plan().map_or(IpAddr::from([127, 0, 0, 1]), |plan| plan.interface())
     }
 
     /// Worker count.
@@ -521,7 +549,7 @@ impl Config {
             if self.protocol == Protocol::Ascii {
                 return Err("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
             }
-            if self.udp_port != 0 {
+            if self.udp_port() != 0 {
                 return Err("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
             }
             if self.native_port != 0 {
@@ -538,7 +566,7 @@ impl Config {
                         .into(),
                 );
             }
-            if self.udp_port != 0 {
+            if self.udp_port() != 0 {
                 return Err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
             }
             if self.native_port != 0 {
@@ -548,9 +576,8 @@ impl Config {
                 );
             }
         }
-        if self.listen.len() > 1
-            && (self.udp_port != 0 || self.worker_port_base != 0 || self.native_port != 0)
-        {
+        let plan = self.listen_plan()?;
+        if plan.udp.len() > 1 || (plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0)) {
             return Err("-U, --worker-port-base and --native-port take one -l address (several given)".into());
         }
         let extended = self.extended()?;

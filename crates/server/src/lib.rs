@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod detail;
 pub mod dump;
 pub mod engine;
+pub mod listen;
 pub mod native;
 pub mod registry;
 pub mod shared;
@@ -167,66 +168,87 @@ impl Server {
         for (index, partition) in partitions.into_iter().enumerate() {
             owned[owner[index]][index] = Some(partition);
         }
-        let listen: Vec<SocketAddr> =
-            config.listen.iter().map(|&ip| SocketAddr::new(ip, config.port)).collect();
+        let plan = config.listen_plan()?;
         // -s: a UNIX domain socket instead of TCP and UDP, as in memcached.
         let unix = match &config.unix_socket {
             Some(path) => Some(
                 sys::unix_listener(path, config.unix_mask)
                     .map_err(|e| format!("failed to listen on UNIX socket {}: {e}", path.display()))?,
             ),
-            None => {
-                for &addr in &listen {
-                    sys::ensure_port_free(addr, true)
-                        .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                }
-                None
-            }
+            None => None,
         };
-        let udp_port = if unix.is_some() { 0 } else { config.udp_port };
-        if udp_port != 0 {
-            sys::ensure_port_free(SocketAddr::new(config.interface(), config.udp_port), false)
-                .map_err(|e| format!("failed to listen on UDP port {}: {e}", config.udp_port))?;
+        // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
+        // free port where the plan asks for one, and the others join it there.
+        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol)>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut tcp_bound = Vec::new();
+        for endpoint in &plan.tcp {
+            let mut addr = endpoint.addr;
+            if addr.port() != 0 {
+                sys::ensure_port_free(addr, true).map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+            }
+            for listeners in &mut tcp {
+                let listener = sys::listener(addr, true, config.backlog)
+                    .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+                addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+                listeners.push((conn::Listener::Tcp(listener), endpoint.protocol));
+            }
+            tcp_bound.push(addr);
         }
+        let mut udp: Vec<Option<mio::net::UdpSocket>> = (0..workers).map(|_| None).collect();
+        let mut udp_bound = Vec::new();
+        for &planned in &plan.udp {
+            let mut addr = planned;
+            if addr.port() != 0 {
+                sys::ensure_port_free(addr, false)
+                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+            }
+            for socket in &mut udp {
+                let bound = sys::udp_socket(addr, true)
+                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+                addr = bound.local_addr().map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+                *socket = Some(bound);
+            }
+            udp_bound.push(addr);
+        }
+        if unix.is_none() {
+            if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
+                if let Err(e) = listen::write_port_file(std::path::Path::new(&path), &tcp_bound, &udp_bound) {
+                    eprintln!("Failed to write \"{}\": {e}", std::path::Path::new(&path).display());
+                }
+            }
+        }
+        let interface = plan.interface();
         let mut rings = worker::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {
-            let mut listeners = Vec::new();
-            match &unix {
+            let mut listeners = std::mem::take(&mut tcp[index]);
+            if let Some(listener) = &unix {
                 // Every worker accepts from the one socket (whichever wakes first).
-                Some(listener) => listeners.push(conn::Listener::Unix(mio::net::UnixListener::from_std(
-                    listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
-                ))),
-                None => {
-                    for &addr in &listen {
-                        listeners.push(conn::Listener::Tcp(
-                            sys::listener(addr, true, config.backlog)
-                                .map_err(|e| format!("failed to listen on {addr}: {e}"))?,
-                        ));
-                    }
-                }
+                listeners.push((
+                    conn::Listener::Unix(mio::net::UnixListener::from_std(
+                        listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
+                    )),
+                    config.binding_protocol(),
+                ));
             }
             if config.worker_port_base != 0 {
                 let port = config.worker_port_base as usize + index;
                 let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
-                let addr = SocketAddr::new(config.interface(), port);
-                listeners.push(conn::Listener::Tcp(
-                    sys::listener(addr, false, config.backlog)
-                        .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
+                let addr = SocketAddr::new(interface, port);
+                listeners.push((
+                    conn::Listener::Tcp(
+                        sys::listener(addr, false, config.backlog)
+                            .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
+                    ),
+                    config.binding_protocol(),
                 ));
             }
-            let udp = match udp_port {
-                0 => None,
-                port => Some(
-                    sys::udp_socket(SocketAddr::new(config.interface(), port), true)
-                        .map_err(|e| format!("failed to listen on UDP port {port}: {e}"))?,
-                ),
-            };
+            let udp = udp[index].take();
             let mut ports = Vec::new();
             if config.native_port != 0 {
                 for partition in (0..partition_count).filter(|&p| owner[p] == index) {
                     let port = config.native_port + partition as u16;
-                    let socket = sys::udp_socket(SocketAddr::new(config.interface(), port), false)
+                    let socket = sys::udp_socket(SocketAddr::new(interface, port), false)
                         .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;
                     ports.push(native::Port { partition, socket, ready: true });
                 }

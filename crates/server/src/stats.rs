@@ -195,10 +195,9 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     // memcached 1.6.18's settings, in its order, with quicksilver's values; then ours.
     stat(out, "maxbytes", shared.log_bytes * shared.partitions.len());
     stat(out, "maxconns", config.max_connections);
-    stat(out, "tcpport", if config.unix_socket.is_some() { 0 } else { config.port });
-    stat(out, "udpport", config.udp_port);
-    let interfaces: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
-    stat(out, "inter", interfaces.join(","));
+    stat(out, "tcpport", if config.unix_socket.is_some() { 0 } else { config.tcp_port() });
+    stat(out, "udpport", config.udp_port());
+    stat(out, "inter", config.listen.join(","));
     stat(out, "verbosity", config.verbose);
     stat(out, "oldest", 0);
     stat(out, "evictions", if config.store_mode() { "off" } else { "on" });

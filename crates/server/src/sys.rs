@@ -52,6 +52,7 @@ pub fn ensure_port_free(addr: SocketAddr, stream: bool) -> io::Result<()> {
     use socket2::{Domain, Socket, Type};
     let kind = if stream { Type::STREAM } else { Type::DGRAM };
     let socket = Socket::new(Domain::for_address(addr), kind, None)?;
+    only_v6(&socket, addr)?;
     if stream {
         // As the listeners do: connections of an earlier run in TIME_WAIT do not hold the port.
         socket.set_reuse_address(true)?;
@@ -73,11 +74,20 @@ pub fn unix_listener(path: &std::path::Path, mask: u32) -> io::Result<std::os::u
     Ok(listener)
 }
 
+/// An IPv6 socket serves IPv6 only, as memcached's do (`-l *` binds 0.0.0.0 and :: apart).
+fn only_v6(socket: &socket2::Socket, addr: SocketAddr) -> io::Result<()> {
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    Ok(())
+}
+
 /// A non-blocking listener; with `reuse_port` several workers can bind the same port and the
 /// kernel spreads connections over them.
 pub fn listener(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<mio::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    only_v6(&socket, addr)?;
     socket.set_reuse_address(true)?;
     if reuse_port {
         socket.set_reuse_port(true)?;
@@ -94,6 +104,7 @@ pub fn listener(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<
 pub fn udp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::UdpSocket> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, None)?;
+    only_v6(&socket, addr)?;
     socket.set_reuse_address(true)?;
     if reuse_port {
         socket.set_reuse_port(true)?;

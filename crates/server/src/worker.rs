@@ -133,8 +133,9 @@ pub fn rings(workers: usize) -> Vec<Rings> {
 
 /// What a worker listens on.
 pub struct Sockets {
-    /// TCP: the main port (shared by every worker) and, with --worker-port-base, its own.
-    pub listeners: Vec<crate::conn::Listener>,
+    /// TCP: the main ports (shared by every worker) and, with --worker-port-base, its own;
+    /// each with the protocol its connections start in.
+    pub listeners: Vec<(crate::conn::Listener, crate::config::Protocol)>,
     /// memcached's UDP port (-U), shared by every worker.
     pub udp: Option<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
@@ -149,6 +150,8 @@ pub struct Worker {
     listeners: Vec<crate::conn::Listener>,
     /// Each listener's address.
     listener_addrs: Vec<Addr>,
+    /// Each listener's protocol (-B, or its `proto[...]` in -l).
+    listener_protocols: Vec<crate::config::Protocol>,
     /// memcached's UDP port (-U), bound by every worker.
     udp: Option<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
@@ -193,7 +196,8 @@ impl Worker {
         engine: Engine,
         rings: Rings,
     ) -> io::Result<Worker> {
-        let Sockets { mut listeners, mut udp, mut native } = sockets;
+        let Sockets { listeners, mut udp, mut native } = sockets;
+        let (mut listeners, listener_protocols): (Vec<_>, Vec<_>) = listeners.into_iter().unzip();
         for (offset, listener) in listeners.iter_mut().enumerate() {
             poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
         }
@@ -225,6 +229,7 @@ impl Worker {
             poll,
             listeners,
             listener_addrs,
+            listener_protocols,
             udp_ready: udp.is_some(),
             udp,
             udp_buf: vec![0; DATAGRAM_BYTES_MAX],
@@ -458,7 +463,7 @@ impl Worker {
             let conn = Conn {
                 watch: None,
                 error: false,
-                protocol: self.shared.config.binding_protocol(),
+                protocol: self.listener_protocols[listener],
                 authenticated: self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none(),
                 info: Some(info),
                 fd,

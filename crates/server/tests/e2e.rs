@@ -1111,3 +1111,63 @@ fn options_for_missing_features_refuse_to_start_and_say_why() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
+
+/// memcached's port rules (t/issue_67.t has the full table): -p -1 and -U -1 pick free
+/// ports, reported in MEMCACHED_PORT_FILENAME as memcached reports them.
+#[test]
+fn free_ports_and_listener_specs_follow_memcached() {
+    let dir = std::env::temp_dir().join(format!("qs-e2e-ports-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port_file = dir.join("ports");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-p", "-1", "-U", "-1", "-l", "127.0.0.1"])
+        .env("MEMCACHED_PORT_FILENAME", &port_file)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run quicksilver");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !port_file.exists() {
+        assert!(Instant::now() < deadline, "no port file");
+        assert!(child.try_wait().unwrap().is_none(), "quicksilver exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&port_file).unwrap();
+    let ports: Vec<(String, u16)> = text
+        .lines()
+        .map(|line| {
+            let (kind, port) = line.split_once(": ").expect("KIND INET: PORT");
+            (kind.to_string(), port.parse().expect("a port"))
+        })
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(ports.len(), 2, "{text}");
+    assert_eq!(ports[0].0, "TCP INET");
+    assert_eq!(ports[1].0, "UDP INET");
+    assert!(ports.iter().all(|&(_, port)| port != 11211 && port != 0), "{text}");
+}
+
+/// A `proto[binary]:` listener speaks binary only (text closes the connection, as memcached's
+/// bad-magic rule) while the main port negotiates.
+#[test]
+fn listener_protocol_prefix_fixes_the_protocol() {
+    let extra = common::free_tcp_ports(1);
+    let server = ServerProcess::quicksilver(&["-l", &format!("proto[binary]:127.0.0.1:{extra}")]);
+    let mut main = server.connect();
+    assert_eq!(main.call(b"version\r\n")[..8], *b"VERSION ");
+    let stream = std::net::TcpStream::connect(("127.0.0.1", extra)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut binary = Client::from_stream(stream.try_clone().unwrap());
+    let version = [0x80, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    binary.send(&version);
+    let mut head = [0u8; 24];
+    std::io::Read::read_exact(&mut &stream, &mut head).unwrap();
+    assert_eq!(head[..2], [0x81, 0x0b]);
+    let stream = std::net::TcpStream::connect(("127.0.0.1", extra)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut text = Client::from_stream(stream);
+    // A whole binary header's worth of text: its first byte is not the binary magic.
+    text.send(b"get a_long_key_name_here\r\n");
+    assert!(!text.read_to_close().starts_with(b"VERSION"));
+}
