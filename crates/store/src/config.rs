@@ -41,6 +41,10 @@ pub const ITEM_BYTES_MAX_DEFAULT: usize = 1 << 20;
 pub struct Config {
     /// Bytes of log (a multiple of 8; any size: see [`crate::log`]).
     pub log_bytes: usize,
+    /// Address space to reserve for the log to grow into at run time ([`crate::Partition::set_log_limit`],
+    /// memcached's `cache_memlimit`); at most `log_bytes` is used until then. Values below
+    /// `log_bytes` mean no room to grow.
+    pub log_room_bytes: usize,
     /// Index buckets (a power of two).
     pub bucket_count: usize,
     /// Largest item (header, key and value) a store accepts.
@@ -69,6 +73,7 @@ impl Config {
     pub fn new(log_bytes: usize, bucket_count: usize) -> Config {
         Config {
             log_bytes,
+            log_room_bytes: 0,
             bucket_count,
             item_bytes_max: ITEM_BYTES_MAX_DEFAULT,
             eviction: Eviction::default(),

@@ -97,15 +97,19 @@ pub struct Log {
 }
 
 impl Log {
-    /// A log of `log_bytes` bytes (a multiple of 8), offsets wrapping at `2^offset_bits`.
-    pub fn new(log_bytes: usize, offset_bits: u32, huge_pages: HugePages) -> Log {
+    /// A log of `log_bytes` bytes (a multiple of 8) with address space for `room` bytes
+    /// (where the memory allows: see [`Region::with_room`]), offsets wrapping at
+    /// `2^offset_bits`. The geometry spans all the memory; the partition decides how much of
+    /// each lap it fills.
+    pub fn new(log_bytes: usize, room: usize, offset_bits: u32, huge_pages: HugePages) -> Log {
         assert!(log_bytes % 8 == 0 && log_bytes >= 64, "log size must be a multiple of 8 bytes");
+        let region = Region::with_room(log_bytes, room.max(log_bytes), huge_pages);
+        let log_bytes = region.bytes();
         let lap_bytes = log_bytes.next_power_of_two() as u64;
         assert!(
             offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * lap_bytes,
             "the offset space must be at least four times the log's lap"
         );
-        let region = Region::new(log_bytes, huge_pages);
         let geometry =
             LogGeometry { log_bytes: log_bytes as u64, lap_bytes, offset_mask: (1 << offset_bits) - 1 };
         Log { region, geometry }
@@ -135,6 +139,12 @@ impl Log {
     #[inline(always)]
     pub fn words(&self) -> &[AtomicU64] {
         self.region.words()
+    }
+
+    /// Gives the memory from byte `from` to the end back to the kernel (see
+    /// [`Region::release_from`] for what the caller guarantees).
+    pub fn release_from(&self, from: usize) {
+        self.region.release_from(from);
     }
 
     /// Pages backing the log.

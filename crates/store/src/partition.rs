@@ -119,6 +119,12 @@ pub struct Partition {
     eviction: Eviction,
     item_bytes_max: usize,
     geometry: LogGeometry,
+    /// Bytes of each lap the log fills before it wraps: the log's size, which
+    /// [`Partition::set_log_limit`] changes within the memory the geometry spans.
+    limit_bytes: u64,
+    /// The end of the furthest byte written since the memory was last given back: the log
+    /// memory in use.
+    touched_bytes: u64,
     bucket_mask: usize,
     scan_cursor: usize,
     scan_credit_bytes: u64,
@@ -174,7 +180,7 @@ impl Partition {
             let log = Log::new_arena(config.log_bytes, config.huge_pages);
             (log, Index::new(config.bucket_count, config.spare_buckets, config.huge_pages))
         } else {
-            let log = Log::new(config.log_bytes, config.offset_bits, config.huge_pages);
+            let log = Log::new(config.log_bytes, config.log_room_bytes, config.offset_bits, config.huge_pages);
             (log, Index::new(config.bucket_count, 0, config.huge_pages))
         };
         let geometry = log.geometry();
@@ -206,6 +212,8 @@ impl Partition {
             eviction: if config.store_mode { Eviction::Fifo } else { config.eviction },
             item_bytes_max,
             geometry,
+            limit_bytes: if config.store_mode { geometry.log_bytes } else { config.log_bytes as u64 },
+            touched_bytes: 0,
             bucket_mask,
             scan_cursor: 0,
             scan_credit_bytes: 0,
@@ -307,11 +315,159 @@ impl Partition {
         (self.shared.log.page_kind(), self.shared.index.page_kind())
     }
 
-    /// Bytes of log memory.
+    /// Bytes of log memory: the log's size (in store mode the arena's).
     pub fn log_bytes(&self) -> usize {
         match self.store {
             Some(_) => self.shared.log.words().len() * 8,
+            None => self.limit_bytes as usize,
+        }
+    }
+
+    /// The most [`Partition::set_log_limit`] may grow the log to: the memory reserved for it.
+    pub fn log_room(&self) -> usize {
+        match self.store {
+            Some(_) => self.log_bytes(),
             None => self.geometry.log_bytes as usize,
+        }
+    }
+
+    /// Log memory in use: up to the furthest byte written (a log's pages are faulted in as
+    /// its tail first reaches them, and given back when it shrinks).
+    pub fn log_touched_bytes(&self) -> usize {
+        match self.store {
+            Some(_) => self.log_bytes(),
+            None => self.touched_bytes as usize,
+        }
+    }
+
+    /// The smallest log [`Partition::set_log_limit`] accepts: room for two of the largest items.
+    pub fn log_limit_min(&self) -> usize {
+        (2 * self.item_bytes_max).max(64)
+    }
+
+    /// memcached's `cache_memlimit` for this partition: the log fills `bytes` of each lap from
+    /// now on. Growing takes effect at once (up to [`Partition::log_room`]); shrinking evicts
+    /// every item that ends past the new size, cuts the log there and gives the memory past
+    /// it back. Store mode's arena cannot change size. Returns whether the size changed.
+    pub fn set_log_limit(&mut self, bytes: usize) -> bool {
+        let bytes = (bytes & !7) as u64;
+        if self.store.is_some() || bytes > self.geometry.log_bytes || bytes < self.log_limit_min() as u64 {
+            return false;
+        }
+        let shrinking = bytes < self.limit_bytes;
+        self.limit_bytes = bytes;
+        if shrinking {
+            self.cut_at_limit();
+        }
+        true
+    }
+
+    /// After a shrink: evicts the items that end past the limit, then makes the log skip from
+    /// the first record past the limit to each lap's end (a padding record, as the tail writes
+    /// when it wraps), so nothing past the limit is reachable, and gives that memory back.
+    fn cut_at_limit(&mut self) {
+        let limit = self.limit_bytes;
+        let ends_past = |partition: &Self, at: u64, header: &Header| {
+            partition.geometry.physical(at) as u64 + header.capacity() as u64 > limit
+        };
+        // 1. Evict: unlink each live item past the limit from the index and mark it dead.
+        let mut at = self.head;
+        while at < self.tail {
+            if self.shared.log.is_padding(at) {
+                at += self.geometry.to_lap_end(at);
+                continue;
+            }
+            let header = self.shared.log.header(at);
+            if !header.word0.has(BIT_DEAD) && ends_past(self, at, &header) {
+                self.evict_in_place(at, &header);
+            }
+            at += header.capacity() as u64;
+        }
+        // 2. Cut each lap of the live window at its first record past the limit: every record
+        //    from there to the lap's end is dead now.
+        let mut at = self.head;
+        while at < self.tail {
+            if self.shared.log.is_padding(at) {
+                at += self.geometry.to_lap_end(at);
+                continue;
+            }
+            let header = self.shared.log.header(at);
+            if !ends_past(self, at, &header) {
+                at += header.capacity() as u64;
+                continue;
+            }
+            let lap_end = at + self.geometry.to_lap_end(at);
+            if lap_end >= self.tail {
+                // The tail's own lap: what lies between the cut and the tail is dead, so the
+                // tail moves on to the next lap, and the head follows to keep the live window
+                // within one lap (the records it passes are dead too; where the cut is at the
+                // head, the window is empty).
+                if at == self.head {
+                    self.head = lap_end;
+                } else {
+                    self.shared.log.write_padding(at);
+                }
+                self.tail = lap_end;
+                while self.tail - self.head > self.geometry.lap_bytes {
+                    self.evict_head();
+                }
+                break;
+            }
+            if at == self.head {
+                // Dead records at the head: the head simply moves past them.
+                while self.head < lap_end {
+                    self.evict_head();
+                }
+            } else {
+                self.shared.log.write_padding(at);
+            }
+            at = lap_end;
+        }
+        self.shared.head.store(self.head, Relaxed);
+        if self.crew {
+            fence(Release);
+        }
+        // 3. Nothing reachable lies past the limit (a padding record may sit at it).
+        let keep = (limit + 8) as usize;
+        self.shared.log.release_from(keep);
+        self.touched_bytes = self.touched_bytes.min(keep.next_multiple_of(4096) as u64);
+    }
+
+    /// Evicts the live item at `offset` where it lies (a shrinking log's end): out of the
+    /// index and counted as an eviction (or a reclaim, if it had expired).
+    fn evict_in_place(&mut self, offset: u64, header: &Header) {
+        let key = self.key_of(offset, header);
+        let hash = KeyHash::of(&key);
+        let found = self.find(hash, &key).filter(|found| found.offset == offset & self.geometry.offset_mask);
+        let bucket = hash.bucket(self.bucket_mask);
+        let version = self.begin_write(bucket);
+        if let Some(found) = found {
+            self.unlink(&found);
+        }
+        self.shared.log.set_word0(offset, header.word0.with_bit(BIT_DEAD));
+        self.end_write(bucket, version);
+        self.stats.items -= 1;
+        self.stats.bytes -= header.capacity() as u64;
+        if self.shared.is_gone(header, self.clock_secs) {
+            self.count_reclaimed(header);
+        } else {
+            self.note_eviction(offset, header);
+            self.stats.log_evictions += 1;
+            if !header.word0.has(BIT_FETCHED) {
+                self.stats.evicted_unfetched += 1;
+            }
+        }
+    }
+
+    /// Bytes appended since the item at `offset` was (the lap's unused end not counted).
+    #[inline(always)]
+    fn age(&self, offset: u64) -> u64 {
+        let age = self.tail.wrapping_sub(offset) & self.geometry.offset_mask;
+        if age > self.geometry.physical(self.tail) as u64 {
+            // An earlier lap: its end past the limit held nothing.
+            age.saturating_sub(self.geometry.lap_bytes - self.limit_bytes)
+        } else {
+            age
         }
     }
 
@@ -789,11 +945,11 @@ impl Partition {
     #[inline(always)]
     fn after_read(&mut self, found: &Found, now_secs: u32) {
         let header = found.header;
-        let age = self.tail.wrapping_sub(found.offset) & self.geometry.offset_mask;
+        let age = self.age(found.offset);
         let reappend = match self.eviction {
             Eviction::Fifo => false,
             Eviction::Lru => age > header.capacity() as u64,
-            Eviction::ApproxLru => age > self.geometry.log_bytes / 2,
+            Eviction::ApproxLru => age > self.limit_bytes / 2,
         };
         if reappend {
             self.stats.reappends += 1;
@@ -1495,7 +1651,7 @@ impl Partition {
     fn reserve(&mut self, size: usize) -> u64 {
         let lap_bytes = self.geometry.lap_bytes;
         let physical = self.geometry.physical(self.tail) as u64;
-        let padding = if physical + size as u64 > self.geometry.log_bytes {
+        let padding = if physical + size as u64 > self.limit_bytes {
             self.geometry.to_lap_end(self.tail)
         } else {
             0
@@ -1520,6 +1676,7 @@ impl Partition {
         let offset = self.tail & self.geometry.offset_mask;
         self.tail += size as u64;
         self.scan_credit_bytes += need;
+        self.touched_bytes = self.touched_bytes.max(self.geometry.physical(offset) as u64 + size as u64);
         offset
     }
 

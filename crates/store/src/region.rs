@@ -81,13 +81,48 @@ impl Region {
     /// A zeroed region of at least `bytes` bytes (rounded up to whole words), with the best pages
     /// `want` allows. Panics only if the machine is out of memory altogether.
     pub fn new(bytes: usize, want: HugePages) -> Region {
+        Region::with_room(bytes, bytes, want)
+    }
+
+    /// A region of `bytes` that may grow to `room` bytes later without moving: anonymous
+    /// memory is mapped at `room` and costs nothing until touched. Where the room cannot be
+    /// had for free (hugetlb pages are reserved at mapping)
+    /// the region is `bytes` long; [`Region::bytes`] says which. Small regions (under 512 KiB
+    /// with their room) are zeroed heap memory, room and all.
+    pub fn with_room(bytes: usize, room: usize, want: HugePages) -> Region {
         let words_len = bytes.div_ceil(WORD_BYTES).max(1);
+        let room_words = room.div_ceil(WORD_BYTES).max(words_len);
         #[cfg(not(any(miri, loom)))]
-        if words_len * WORD_BYTES >= HUGE_PAGE_BYTES / 4 {
-            return map(words_len, want);
+        if room_words * WORD_BYTES >= HUGE_PAGE_BYTES / 4 {
+            return map(words_len, room_words, want);
         }
         let _ = want;
-        heap(words_len)
+        heap(room_words)
+    }
+
+    /// Gives the pages wholly at or after byte `from` back to the kernel (a shrunk log's end);
+    /// they read as zero afterwards and are faulted in again when written. The caller
+    /// guarantees nothing reachable lies there: the owner writes nothing there until the
+    /// log grows again, and readers only reach memory through index slots, which point at
+    /// live items only, and check what they read. A no-op on the heap and on hugetlb pages.
+    pub fn release_from(&self, from: usize) {
+        #[cfg(not(any(miri, loom)))]
+        if let Backing::Mapped { .. } = self.backing {
+            if self.kind == PageKind::Hugetlb {
+                return;
+            }
+            let start = (self.data as usize + from).next_multiple_of(4096);
+            let end = self.data as usize + self.bytes();
+            if start < end {
+                // SAFETY: [start, end) lies inside this region's mapping (start is at or after
+                // `data + from`, end is the region's end). MADV_DONTNEED on private anonymous
+                // memory replaces the pages with zero-fill-on-demand ones: no memory is unmapped,
+                // so the `&[AtomicU64]` views stay valid, and every access to them is atomic.
+                unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+            }
+        }
+        #[cfg(any(miri, loom))]
+        let _ = from;
     }
 
     /// The memory as words.
@@ -125,13 +160,15 @@ fn thp_enabled() -> bool {
 }
 
 #[cfg(not(any(miri, loom)))]
-fn map(words_len: usize, want: HugePages) -> Region {
+fn map(words_len: usize, room_words: usize, want: HugePages) -> Region {
     let bytes = words_len * WORD_BYTES;
     if want != HugePages::Off {
         let huge_bytes = bytes.next_multiple_of(HUGE_PAGE_BYTES);
+        // hugetlb pages are reserved when mapped: no room beyond what is asked for.
         if let Some(base) = mmap_anonymous(huge_bytes, libc::MAP_HUGETLB) {
             return mapped(base, huge_bytes, base, words_len, PageKind::Hugetlb);
         }
+        let (words_len, huge_bytes) = (room_words, (room_words * WORD_BYTES).next_multiple_of(HUGE_PAGE_BYTES));
         if thp_enabled() {
             // Over-allocate by one huge page so the data can start on a 2 MiB boundary.
             let map_bytes = huge_bytes + HUGE_PAGE_BYTES;
@@ -147,8 +184,9 @@ fn map(words_len: usize, want: HugePages) -> Region {
             }
         }
     }
-    match mmap_anonymous(bytes, 0) {
-        Some(base) => mapped(base, bytes, base, words_len, PageKind::Plain),
+    let room_bytes = room_words * WORD_BYTES;
+    match mmap_anonymous(room_bytes, 0) {
+        Some(base) => mapped(base, room_bytes, base, room_words, PageKind::Plain),
         None => heap(words_len),
     }
 }

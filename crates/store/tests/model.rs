@@ -23,6 +23,8 @@ enum Op {
     Get { key: u8, touch: Option<i64> },
     Advance { secs: u32 },
     Flush,
+    /// `cache_memlimit`: the log's size becomes this many thousandths of its room.
+    Resize { permille: u32 },
 }
 
 fn ttl() -> impl Strategy<Value = i64> {
@@ -42,6 +44,11 @@ fn op(keys: u8) -> impl Strategy<Value = Op> {
         1 => (0u32..3).prop_map(|secs| Op::Advance { secs }),
         1 => Just(Op::Flush),
     ]
+}
+
+/// `op`, with now and then a change of the log's size.
+fn op_or_resize(keys: u8) -> impl Strategy<Value = Op> {
+    prop_oneof![30 => op(keys), 1 => (0u32..=1000).prop_map(|permille| Op::Resize { permille })]
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -162,6 +169,16 @@ impl Harness {
             Op::Flush => {
                 self.partition.flush_all(self.now, 0, true);
                 self.model.clear();
+            }
+            Op::Resize { permille } => {
+                let room = self.partition.log_room();
+                let bytes = (room as u64 * u64::from(permille) / 1000) as usize;
+                let changed = self.partition.set_log_limit(bytes);
+                assert_eq!(changed, bytes >= self.partition.log_limit_min() && !self.partition.is_store_mode());
+                if changed {
+                    assert_eq!(self.partition.log_bytes(), bytes & !7);
+                }
+                self.partition.check_invariants();
             }
         }
     }
@@ -292,7 +309,12 @@ impl Harness {
 }
 
 fn harness(log_bytes: usize, buckets: usize, eviction: Eviction, lossy: bool) -> Harness {
+    harness_with_room(log_bytes, 0, buckets, eviction, lossy)
+}
+
+fn harness_with_room(log_bytes: usize, room: usize, buckets: usize, eviction: Eviction, lossy: bool) -> Harness {
     let mut config = Config::new(log_bytes, buckets);
+    config.log_room_bytes = room;
     config.eviction = eviction;
     config.huge_pages = HugePages::Off;
     Harness { partition: Partition::new(config), model: HashMap::new(), now: NOW, version: 0, lossy }
@@ -342,6 +364,38 @@ proptest! {
             if n % 25 == 0 {
                 harness.check_dump();
             }
+        }
+        harness.check_dump();
+    }
+
+    /// cache_memlimit at random moments: a log that grows and shrinks (evicting what lies past
+    /// its new end) still never lies, and its structure holds after every step.
+    #[test]
+    fn resized_partition_never_lies(
+        eviction in eviction(),
+        log_bytes in proptest::sample::select(vec![2048usize, 1368, 3000]),
+        ops in proptest::collection::vec(op_or_resize(32), 200..600),
+    ) {
+        let mut harness = harness_with_room(log_bytes, 3 * log_bytes, 2, eviction, true);
+        for (n, op) in ops.into_iter().enumerate() {
+            harness.step(op);
+            if n % 25 == 0 {
+                harness.check_dump();
+            }
+        }
+        harness.check_dump();
+    }
+
+    /// Growing never loses anything in a roomy partition.
+    #[test]
+    fn growing_partition_loses_nothing(ops in proptest::collection::vec(op(24), 1..300)) {
+        let mut harness = harness_with_room(1 << 20, 4 << 20, 16, Eviction::ApproxLru, false);
+        for (n, op) in ops.into_iter().enumerate() {
+            if n % 50 == 0 {
+                let bytes = harness.partition.log_bytes() + (256 << 10);
+                assert!(harness.partition.set_log_limit(bytes));
+            }
+            harness.step(op);
         }
         harness.check_dump();
     }
