@@ -174,6 +174,25 @@ pub enum Request<'a> {
         /// No reply wanted.
         noreply: bool,
     },
+    /// `slabs reassign <src> <dst>`: memcached's manual slab page move (both numbers parsed;
+    /// `None` where one is not a number).
+    SlabsReassign {
+        /// Source and destination class ids.
+        classes: Option<(i32, i32)>,
+    },
+    /// `cache_memlimit <megabytes> [noreply]`: memcached's run-time change of the item memory.
+    CacheMemlimit {
+        /// The new limit in megabytes.
+        megabytes: u32,
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// `stats cachedump <class> <limit>`: up to `limit` items of a class. `None` when the
+    /// line has too few tokens; a number that does not parse is `None` inside.
+    CacheDump {
+        /// The class id and the limit.
+        args: Option<(Option<u32>, Option<u32>)>,
+    },
     /// `debugtime <seconds>`: memcached's debug builds move the server's clock forward (or
     /// back) by this much; quicksilver answers it only when started with `--enable-debugtime`.
     DebugTime {
@@ -318,7 +337,18 @@ fn parse_tokens<'a, const N: usize>(
         b"incr" | b"decr" if ntokens == 4 || ntokens == 5 => parse_arith(tokens, line_len),
         b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(tokens, line_len),
         b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(tokens, line_len),
+        b"stats" if tokens.get(1) == b"cachedump" => {
+            let args = (ntokens >= 5).then(|| (strtoul(tokens.get(2)), strtoul(tokens.get(3))));
+            done(Request::CacheDump { args }, line_len)
+        }
         b"stats" => done(Request::Stats { group: tokens.get(1), argument: tokens.get(2) }, line_len),
+        b"cache_memlimit" if ntokens == 3 || ntokens == 4 => {
+            let noreply = tokens.noreply();
+            match strtoul(tokens.get(1)) {
+                Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }, line_len),
+                None => refuse(ERROR, line_len, noreply),
+            }
+        }
         b"slabs" => parse_slabs(tokens, line_len),
         b"debugtime" if ntokens == 3 => match strtol(tokens.get(1)) {
             Some(delta) => done(Request::DebugTime { delta }, line_len),
@@ -579,10 +609,14 @@ fn parse_verbosity<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) 
     done(Request::Verbosity { noreply }, line_len)
 }
 
-/// `slabs`: memcached 1.6's `slabs automove` checks (its `slabs reassign` has no meaning
-/// without slab classes and answers `ERROR`, as any other `slabs` line does).
+/// `slabs`: memcached 1.6's `slabs reassign` and `slabs automove` checks (any other `slabs`
+/// line answers `ERROR`).
 fn parse_slabs<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
     let ntokens = tokens.len() + 1;
+    if ntokens == 5 && tokens.get(1) == b"reassign" {
+        let classes = strtol(tokens.get(2)).zip(strtol(tokens.get(3)));
+        return done(Request::SlabsReassign { classes }, line_len);
+    }
     if ntokens < 4 || tokens.get(1) != b"automove" {
         return refuse(ERROR, line_len, false);
     }

@@ -26,6 +26,11 @@ pub struct Config {
     /// Item memory in megabytes (the logs; the index and buffers come on top, see README).
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub memory_mib: u64,
+    /// The most `cache_memlimit` may raise item memory to, in megabytes (default: the
+    /// machine's memory; with -k, -m itself, as locked memory cannot be left unused). Address
+    /// space is reserved for it; memory is used only as items fill it.
+    #[arg(long = "memory-max", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub memory_max_mib: Option<u64>,
     /// Most simultaneous connections.
     #[arg(short = 'c', long = "conn-limit", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
@@ -319,6 +324,12 @@ pub struct Extended {
     /// `lru_crawler` on at start (`no_lru_crawler`, `no_modern` turn it off): the crawler's
     /// commands (`lru_crawler metadump`) answer as memcached's do when it is off.
     pub lru_crawler: bool,
+    /// memcached's slab rebalancer switch (`slab_reassign`, on unless `no_slab_reassign` or
+    /// `no_modern`): nothing to rebalance here; it decides which of memcached's `stats` lines
+    /// appear.
+    pub slab_reassign: bool,
+    /// memcached's LRU maintainer thread switch (likewise only for the `stats` lines).
+    pub lru_maintainer: bool,
     /// Options accepted that change nothing here (memcached's slab and LRU tuning), for the
     /// one warning line at start.
     pub ignored: Vec<String>,
@@ -372,6 +383,8 @@ impl Config {
             slab_chunk_max_bytes: SLAB_PAGE_BYTES / 2,
             slab_chunk_max_given: false,
             lru_crawler: true,
+            slab_reassign: true,
+            lru_maintainer: true,
             ignored: Vec::new(),
         };
         let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
@@ -421,10 +434,20 @@ impl Config {
                     }
                     extended.maxconns_fast = false;
                     extended.lru_crawler = false;
+                    extended.slab_reassign = false;
+                    extended.lru_maintainer = false;
                     extended.ignored.push(option.clone());
                 }
                 "resp_obj_mem_limit" => {
                     eprintln!("DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,");
+                }
+                "slab_reassign" | "no_slab_reassign" => {
+                    extended.slab_reassign = name == "slab_reassign";
+                    extended.ignored.push(option.clone());
+                }
+                "lru_maintainer" | "no_lru_maintainer" => {
+                    extended.lru_maintainer = name == "lru_maintainer";
+                    extended.ignored.push(option.clone());
                 }
                 _ if NO_OP_OPTIONS.contains(&name) => {}
                 _ if TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
@@ -514,6 +537,23 @@ impl Config {
     /// The first interface (UDP, the worker ports and the native ports bind it).
     pub fn interface(&self) -> IpAddr {
         self.listen_plan().map_or(IpAddr::from([127, 0, 0, 1]), |plan| plan.interface())
+    }
+
+    /// The most item memory `cache_memlimit` may set, in bytes: --memory-max, else the
+    /// machine's memory; never below -m; -m itself with -k.
+    pub fn memory_max_bytes(&self) -> u64 {
+        let configured = self.memory_mib << 20;
+        if self.lock_memory {
+            return configured;
+        }
+        let machine = || {
+            std::fs::read_to_string("/proc/meminfo").ok().and_then(|info| {
+                let line = info.lines().find(|line| line.starts_with("MemTotal:"))?.to_owned();
+                Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? << 10)
+            })
+        };
+        let max = self.memory_max_mib.map(|mib| mib << 20).or_else(machine).unwrap_or(configured);
+        max.max(configured)
     }
 
     /// Worker count.

@@ -9,6 +9,7 @@ use crate::watch::{self, UriKey};
 use qs_proto::response::{self as reply, MetaItem};
 use qs_proto::{GetKind, Meta, MetaCommand, Request, ShutdownMode, StoreMode};
 use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
+use std::io::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -248,6 +249,9 @@ impl Engine {
                 | Request::CrawlerSwitch { .. }
                 | Request::CrawlerPacing
                 | Request::SlabsAutomove { .. }
+                | Request::SlabsReassign { .. }
+                | Request::CacheMemlimit { .. }
+                | Request::CacheDump { .. }
                 | Request::DebugTime { .. }
                 | Request::Watch { .. }
                 | Request::Shutdown { .. }
@@ -268,6 +272,8 @@ impl Engine {
             // -F: refused where it arrives.
             Request::FlushAll { .. } if self.shared.config.disable_flush_all => return Route::Local,
             Request::FlushAll { .. } => return Route::Broadcast,
+            // Every worker resizes its own partitions.
+            Request::CacheMemlimit { .. } => return Route::Broadcast,
             Request::Stats { .. } | Request::Watch { .. } => return Route::AfterPending,
             Request::Version
             | Request::Verbosity { .. }
@@ -278,6 +284,8 @@ impl Engine {
             | Request::CrawlerSwitch { .. }
             | Request::CrawlerPacing
             | Request::SlabsAutomove { .. }
+            | Request::SlabsReassign { .. }
+            | Request::CacheDump { .. }
             | Request::DebugTime { .. }
             | Request::Shutdown { .. } => return Route::Local,
         };
@@ -360,6 +368,7 @@ impl Engine {
             }
             Request::TooLarge { mode, key, noreply } => {
                 self.counters.cmd_set += 1;
+                self.counters.store_too_large += 1;
                 self.shared.detail.record_set(key);
                 if mode == StoreMode::Set {
                     self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
@@ -420,6 +429,14 @@ impl Engine {
                 self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
                 out.extend_from_slice(reply::END);
             }
+            Request::SlabsReassign { classes } => out.extend_from_slice(slabs_reassign(classes)),
+            Request::CacheMemlimit { megabytes, noreply } => {
+                let reply = self.cache_memlimit(megabytes);
+                if !noreply {
+                    out.extend_from_slice(reply);
+                }
+            }
+            Request::CacheDump { args } => self.cache_dump(args, out),
             Request::SlabsAutomove { noreply } => {
                 if !noreply {
                     out.extend_from_slice(reply::OK);
@@ -515,6 +532,79 @@ impl Engine {
         });
     }
 
+    /// memcached's `cache_memlimit`: every worker runs it (a broadcast) on the partitions it
+    /// owns; the reply of the worker the client sent it to is the one sent.
+    fn cache_memlimit(&mut self, megabytes: u32) -> &'static [u8] {
+        if megabytes < 8 {
+            return b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n";
+        }
+        if megabytes > 1_000_000_000 {
+            return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
+        }
+        let shared = &self.shared;
+        let per_partition = ((u64::from(megabytes) << 20) / shared.partitions.len() as u64) as usize & !7;
+        if shared.store_mode || per_partition > shared.log_room || per_partition < shared.log_limit_min {
+            return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
+        }
+        for partition in self.partitions.iter_mut().flatten() {
+            partition.set_log_limit(per_partition);
+        }
+        if !self.for_other {
+            self.shared.log_bytes.store(per_partition, Relaxed);
+            if self.shared.config.verbose > 0 {
+                eprintln!("maxbytes adjusted to {megabytes}m");
+            }
+        }
+        reply::OK
+    }
+
+    /// memcached's `stats cachedump <class> <limit>`: quicksilver's one class (1, the log)
+    /// lists up to `limit` items (0: all), at most 2 MB of lines as memcached; other valid
+    /// class ids are empty. Partitions of other workers are read through their CREW readers
+    /// (under EREW only this worker's partitions are listed).
+    fn cache_dump(&self, args: Option<(Option<u32>, Option<u32>)>, out: &mut Vec<u8>) {
+        const REPLY_BYTES_MAX: usize = 2 << 20;
+        if self.shared.config.disable_dumping {
+            out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
+            return;
+        }
+        let Some(args) = args else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
+            return;
+        };
+        let (Some(class), Some(limit)) = args else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+            return;
+        };
+        if class >= crate::stats::SLAB_CLASSES_MAX {
+            out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+            return;
+        }
+        if class == crate::stats::LOG_CLASS {
+            let start = out.len();
+            let mut shown = 0u32;
+            let buckets = 0..self.shared.main_buckets;
+            let mut line = |item: &qs_store::Dumped<'_>| {
+                if (limit != 0 && shown >= limit) || out.len() - start > REPLY_BYTES_MAX - 600 {
+                    return;
+                }
+                let expires = if item.expiry == Expiry::NEVER { 0 } else { item.expiry.0 };
+                out.extend_from_slice(b"ITEM ");
+                out.extend_from_slice(item.key);
+                let _ = write!(out, " [{} b; {} s]\r\n", item.value_len, expires);
+                shown += 1;
+            };
+            for (index, partition) in self.partitions.iter().enumerate() {
+                match (partition, self.shared.readers.get(index)) {
+                    (Some(owned), _) => owned.dump(buckets.clone(), self.now_secs, &mut line),
+                    (None, Some(reader)) => reader.dump(buckets.clone(), self.now_secs, &mut line),
+                    (None, None) => {}
+                }
+            }
+        }
+        out.extend_from_slice(reply::END);
+    }
+
     /// flush_all on the partitions owned here.
     pub fn flush_local(&mut self, delay: i32) {
         if !self.for_other {
@@ -582,7 +672,12 @@ impl Engine {
         if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
             return self.run_at(hash, partition, key, command, out);
         }
-        let outcome = self.shared.readers[partition].get(hash, key, self.now_secs, out);
+        let (outcome, gone) = self.shared.readers[partition].get_telling(hash, key, self.now_secs, out);
+        match gone {
+            qs_store::Gone::No => {}
+            qs_store::Gone::Expired => self.counters.remote_get_expired += 1,
+            qs_store::Gone::Flushed => self.counters.remote_get_flushed += 1,
+        }
         let counts = &mut self.remote_reads[partition];
         counts.0 += 1;
         if matches!(outcome, Outcome::Hit(_)) {
@@ -1226,4 +1321,21 @@ pub fn keys_after<'k>(keys: &'k [u8], key: &[u8]) -> Option<&'k [u8]> {
     let rest = &keys[end..];
     let next = rest.iter().position(|&byte| byte != b' ')?;
     Some(&rest[next..])
+}
+
+/// memcached's `slabs reassign <src> <dst>` answers. Quicksilver's view has one class (1, the
+/// log) and the global page pool (0); the log has no pages to give, so a valid pair is
+/// answered as memcached answers a class with no spare pages.
+fn slabs_reassign(classes: Option<(i32, i32)>) -> &'static [u8] {
+    let Some((src, dst)) = classes else {
+        return b"CLIENT_ERROR bad command line format\r\n";
+    };
+    let valid = 0..=crate::stats::LOG_CLASS as i32;
+    if src == dst {
+        b"SAME src and dst class are identical\r\n"
+    } else if !valid.contains(&src) || !valid.contains(&dst) {
+        b"BADCLASS invalid src or dst class id\r\n"
+    } else {
+        b"NOSPARE source class has no spare pages\r\n"
+    }
 }

@@ -55,7 +55,10 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
             .max(1)
             .next_power_of_two();
-        qs_store::Config::new(log_bytes, buckets)
+        let mut partition = qs_store::Config::new(log_bytes, buckets);
+        // Address space for cache_memlimit to grow the log into (used only as it fills).
+        partition.log_room_bytes = ((config.memory_max_bytes() / partitions as u64) as usize) & !7;
+        partition
     };
     partition.item_bytes_max = config.item_bytes_max;
     partition.access = match config.access {
@@ -145,7 +148,10 @@ impl Server {
             wakers: (0..workers).map(|_| OnceLock::new()).collect(),
             stop: AtomicBool::new(false),
             started: std::time::Instant::now(),
-            log_bytes: first.log_bytes(),
+            log_bytes: std::sync::atomic::AtomicUsize::new(first.log_bytes()),
+            log_room: first.log_room(),
+            log_limit_min: first.log_limit_min(),
+            store_mode: first.is_store_mode(),
             index_bytes: first.index_bytes(),
             item_bytes_max: config.item_bytes_max,
             page_kinds: first.page_kinds(),

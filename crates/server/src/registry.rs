@@ -136,6 +136,11 @@ impl Registry {
         self.lock().remove(&fd);
     }
 
+    /// Sockets registered (listeners, UDP sockets and client connections).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Arc<Info>>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -61,6 +61,12 @@ pub struct WorkerCounters {
     pub auth_cmds: u64,
     /// Failed authentication attempts.
     pub auth_errors: u64,
+    /// CREW reads of other workers' partitions that found an expired item.
+    pub remote_get_expired: u64,
+    /// CREW reads of other workers' partitions that found a flushed item.
+    pub remote_get_flushed: u64,
+    /// Stores refused as larger than -I before reaching a partition.
+    pub store_too_large: u64,
 }
 
 impl WorkerCounters {
@@ -98,6 +104,9 @@ impl WorkerCounters {
             idle_kicks,
             auth_cmds,
             auth_errors,
+            remote_get_expired,
+            remote_get_flushed,
+            store_too_large,
         } = *base;
         for (value, base) in [
             (&mut self.cmd_get, cmd_get),
@@ -125,6 +134,9 @@ impl WorkerCounters {
             (&mut self.idle_kicks, idle_kicks),
             (&mut self.auth_cmds, auth_cmds),
             (&mut self.auth_errors, auth_errors),
+            (&mut self.remote_get_expired, remote_get_expired),
+            (&mut self.remote_get_flushed, remote_get_flushed),
+            (&mut self.store_too_large, store_too_large),
         ] {
             *value = value.saturating_sub(base);
         }
@@ -157,6 +169,9 @@ impl WorkerCounters {
         self.native_bad += other.native_bad;
         self.native_duplicates += other.native_duplicates;
         self.native_replies_dropped += other.native_replies_dropped;
+        self.remote_get_expired += other.remote_get_expired;
+        self.remote_get_flushed += other.remote_get_flushed;
+        self.store_too_large += other.store_too_large;
     }
 }
 
@@ -212,8 +227,14 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Start time (for uptime).
     pub started: Instant,
-    /// Log bytes per partition.
-    pub log_bytes: usize,
+    /// Log bytes per partition (`cache_memlimit` changes it).
+    pub log_bytes: std::sync::atomic::AtomicUsize,
+    /// The most log bytes per partition `cache_memlimit` may set (the reserved room).
+    pub log_room: usize,
+    /// The fewest log bytes per partition `cache_memlimit` may set.
+    pub log_limit_min: usize,
+    /// Store mode (whose arenas cannot change size).
+    pub store_mode: bool,
     /// Index bytes per partition.
     pub index_bytes: usize,
     /// Largest item accepted (header, key and value).
@@ -258,6 +279,11 @@ pub struct StatsBaseline {
 }
 
 impl Shared {
+    /// Item memory now (memcached's maxbytes): the log bytes of every partition.
+    pub fn maxbytes(&self) -> u64 {
+        (self.log_bytes.load(std::sync::atomic::Ordering::Relaxed) * self.partitions.len()) as u64
+    }
+
     /// Wakes worker `worker` if it sleeps (or is about to).
     pub fn wake_if_sleeping(&self, worker: usize) -> bool {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);

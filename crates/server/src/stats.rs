@@ -74,7 +74,11 @@ pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
         b"settings" => settings(shared, out),
         b"partitions" => partitions(shared, out),
         b"arena" => arena(shared, out),
-        b"items" | b"slabs" | b"sizes" | b"conns" | b"extstore" => {}
+        b"quicksilver" => quicksilver(shared, out),
+        b"slabs" => slabs(shared, out),
+        b"items" => items(shared, out),
+        b"sizes" => stat(out, "sizes_status", "disabled"),
+        b"conns" | b"extstore" => {}
         b"reset" => {
             reset(shared);
             out.extend_from_slice(b"RESET\r\n");
@@ -96,19 +100,34 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     let (user, system) = crate::sys::cpu_times_secs();
     let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
     let remote_gets: u64 = w.remote_reads.iter().map(|r| r.0).sum();
+    let curr_connections = shared.curr_connections.load(Relaxed);
+    let extended = &shared.extended;
+    // memcached 1.6.18's list, in its order (t/stats.t counts it), with quicksilver's figures;
+    // docs/COMPATIBILITY.md says what each means here. Quicksilver's own: `stats quicksilver`.
     stat(out, "pid", std::process::id());
     stat(out, "uptime", shared.started.elapsed().as_secs());
     stat(out, "time", now);
     stat(out, "version", crate::engine::VERSION);
+    stat(out, "libevent", "none");
     stat(out, "pointer_size", usize::BITS);
     stat(out, "rusage_user", format_args!("{user:.6}"));
     stat(out, "rusage_system", format_args!("{system:.6}"));
     stat(out, "max_connections", shared.config.max_connections);
-    stat(out, "curr_connections", shared.curr_connections.load(Relaxed));
+    stat(out, "curr_connections", curr_connections);
     let total_connections = shared.total_connections.load(Relaxed);
     stat(out, "total_connections", total_connections.saturating_sub(baseline.total_connections));
     let rejected = shared.rejected_connections.load(Relaxed);
     stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
+    stat(out, "connection_structures", shared.registry.len());
+    stat(out, "response_obj_oom", 0);
+    stat(out, "response_obj_count", 0);
+    stat(out, "response_obj_bytes", 0);
+    stat(out, "read_buf_count", 0);
+    stat(out, "read_buf_bytes", 0);
+    stat(out, "read_buf_bytes_free", 0);
+    stat(out, "read_buf_oom", 0);
+    let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64);
+    stat(out, "reserved_fds", open_fds.saturating_sub(curr_connections));
     stat(out, "cmd_get", c.cmd_get);
     stat(out, "cmd_set", c.cmd_set);
     stat(out, "cmd_flush", c.cmd_flush);
@@ -116,8 +135,8 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "cmd_meta", c.meta_cmds);
     stat(out, "get_hits", p.get_hits + remote_hits);
     stat(out, "get_misses", p.get_misses + (remote_gets - remote_hits));
-    stat(out, "get_expired", p.get_expired);
-    stat(out, "get_flushed", p.get_flushed);
+    stat(out, "get_expired", p.get_expired + c.remote_get_expired);
+    stat(out, "get_flushed", p.get_flushed + c.remote_get_flushed);
     stat(out, "delete_misses", p.delete_misses);
     stat(out, "delete_hits", p.delete_hits);
     stat(out, "incr_misses", p.incr_misses);
@@ -129,18 +148,76 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "cas_badval", p.cas_badval);
     stat(out, "touch_hits", p.touch_hits);
     stat(out, "touch_misses", p.touch_misses);
-    stat(out, "store_too_large", p.too_large);
+    stat(out, "store_too_large", p.too_large + c.store_too_large);
     stat(out, "store_no_memory", p.refused);
-    stat(out, "bytes_read", c.bytes_read);
-    stat(out, "bytes_written", c.bytes_written);
-    stat(out, "limit_maxbytes", shared.log_bytes * shared.partitions.len());
-    stat(out, "accepting_conns", 1);
-    stat(out, "threads", shared.workers);
-    stat(out, "conn_dropped", c.conns_dropped);
-    stat(out, "conn_yields", c.conn_yields);
-    stat(out, "idle_kicks", c.idle_kicks);
     stat(out, "auth_cmds", c.auth_cmds);
     stat(out, "auth_errors", c.auth_errors);
+    if extended.idle_timeout_secs != 0 {
+        stat(out, "idle_kicks", c.idle_kicks);
+    }
+    stat(out, "bytes_read", c.bytes_read);
+    stat(out, "bytes_written", c.bytes_written);
+    stat(out, "limit_maxbytes", shared.maxbytes());
+    stat(out, "accepting_conns", 1);
+    stat(out, "listen_disabled_num", 0);
+    stat(out, "time_in_listen_disabled_us", 0);
+    stat(out, "threads", shared.workers);
+    stat(out, "conn_yields", c.conn_yields);
+    let buckets = shared.main_buckets * shared.partitions.len();
+    stat(out, "hash_power_level", buckets.max(1).ilog2());
+    stat(out, "hash_bytes", shared.index_bytes * shared.partitions.len());
+    stat(out, "hash_is_expanding", 0);
+    if extended.slab_reassign {
+        for name in [
+            "slab_reassign_rescues",
+            "slab_reassign_chunk_rescues",
+            "slab_reassign_evictions_nomem",
+            "slab_reassign_inline_reclaim",
+            "slab_reassign_busy_items",
+            "slab_reassign_busy_deletes",
+            "slab_reassign_running",
+            "slabs_moved",
+        ] {
+            stat(out, name, 0);
+        }
+    }
+    if shared.crawler_enabled.load(Relaxed) {
+        stat(out, "lru_crawler_running", 0);
+        stat(out, "lru_crawler_starts", 0);
+    }
+    if extended.lru_maintainer {
+        stat(out, "lru_maintainer_juggles", 0);
+    }
+    stat(out, "malloc_fails", 0);
+    let watchers = &shared.watchers;
+    stat(out, "log_worker_dropped", 0);
+    stat(out, "log_worker_written", watchers.written.load(Relaxed));
+    stat(out, "log_watcher_skipped", watchers.skipped.load(Relaxed));
+    stat(out, "log_watcher_sent", watchers.sent.load(Relaxed));
+    stat(out, "log_watchers", watchers.count());
+    stat(out, "unexpected_napi_ids", 0);
+    stat(out, "round_robin_fallback", 0);
+    stat(out, "bytes", p.bytes);
+    stat(out, "curr_items", p.items);
+    stat(out, "total_items", p.total_items);
+    stat(out, "slab_global_page_pool", 0);
+    stat(out, "expired_unfetched", p.expired_unfetched);
+    stat(out, "evicted_unfetched", p.evicted_unfetched);
+    if extended.lru_maintainer {
+        stat(out, "evicted_active", 0);
+    }
+    stat(out, "evictions", p.log_evictions + p.index_evictions);
+    stat(out, "reclaimed", p.reclaimed);
+    stat(out, "crawler_reclaimed", 0);
+    stat(out, "crawler_items_checked", 0);
+    stat(out, "lrutail_reflocked", 0);
+    if extended.lru_maintainer {
+        stat(out, "moves_to_cold", 0);
+        stat(out, "moves_to_warm", 0);
+        stat(out, "moves_within_lru", p.reappends);
+        stat(out, "direct_reclaims", 0);
+        stat(out, "lru_bumps_dropped", 0);
+    }
     if shared.config.native_port != 0 {
         stat(out, "native_datagrams_in", c.native_datagrams_in);
         stat(out, "native_datagrams_out", c.native_datagrams_out);
@@ -150,25 +227,6 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "native_duplicates", c.native_duplicates);
         stat(out, "native_replies_dropped", c.native_replies_dropped);
     }
-    stat(out, "bytes", p.bytes);
-    stat(out, "curr_items", p.items);
-    stat(out, "total_items", p.total_items);
-    stat(out, "expired_unfetched", p.expired_unfetched);
-    stat(out, "evicted_unfetched", p.evicted_unfetched);
-    stat(out, "evictions", p.log_evictions + p.index_evictions);
-    stat(out, "reclaimed", p.reclaimed);
-    stat(out, "log_evictions", p.log_evictions);
-    stat(out, "index_evictions", p.index_evictions);
-    let watchers = &shared.watchers;
-    stat(out, "log_worker_dropped", 0);
-    stat(out, "log_worker_written", watchers.written.load(Relaxed));
-    stat(out, "log_watcher_skipped", watchers.skipped.load(Relaxed));
-    stat(out, "log_watcher_sent", watchers.sent.load(Relaxed));
-    stat(out, "log_watchers", watchers.count());
-    stat(out, "requests_forwarded", c.forwarded);
-    stat(out, "forward_batches", c.forward_batches);
-    stat(out, "worker_wakeups", c.wakeups);
-    stat(out, "remote_reads", remote_gets);
     if shared.config.store_mode() {
         // Store mode's memory: the arenas of all partitions.
         let used = p.arena_bytes - p.arena_free_bytes;
@@ -193,7 +251,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     let extended = &shared.extended;
     let yes = |on: bool| if on { "yes" } else { "no" };
     // memcached 1.6.18's settings, in its order, with quicksilver's values; then ours.
-    stat(out, "maxbytes", shared.log_bytes * shared.partitions.len());
+    stat(out, "maxbytes", shared.maxbytes());
     stat(out, "maxconns", config.max_connections);
     stat(out, "tcpport", if config.unix_socket.is_some() { 0 } else { config.tcp_port() });
     stat(out, "udpport", config.udp_port());
@@ -247,7 +305,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "partitions", shared.partitions.len());
     stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
     stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());
-    stat(out, "log_bytes_per_partition", shared.log_bytes);
+    stat(out, "log_bytes_per_partition", shared.log_bytes.load(Relaxed));
     stat(out, "index_bytes_per_partition", shared.index_bytes);
     stat(out, "log_pages", format_args!("{:?}", shared.page_kinds.0).to_string().to_lowercase());
     stat(out, "index_pages", format_args!("{:?}", shared.page_kinds.1).to_string().to_lowercase());
@@ -271,6 +329,105 @@ fn arena(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, &format!("{floor}:free_bytes"), bytes);
         stat(out, &format!("{floor}:free_blocks"), blocks);
     }
+}
+
+/// memcached's largest slab class id + 1 (`stats cachedump` ids must be below it).
+pub const SLAB_CLASSES_MAX: u32 = 64;
+/// The one class quicksilver's `stats slabs|items|cachedump` show: the logs.
+pub const LOG_CLASS: u32 = 1;
+/// The log's allocation unit, shown as its class's chunk size.
+const LOG_CHUNK_BYTES: u64 = 8;
+/// memcached's slab page, the unit of `total_pages`.
+const PAGE_BYTES: u64 = 1 << 20;
+
+/// `stats slabs`: the logs as one class whose chunk is their 8-byte unit of allocation;
+/// `total_malloced` is the log memory written so far (faulted in; given back when
+/// `cache_memlimit` shrinks the logs).
+fn slabs(shared: &Shared, out: &mut Vec<u8>) {
+    let (p, _, _) = totals(shared);
+    let malloced = if shared.store_mode { p.arena_bytes } else { p.log_touched_bytes };
+    if malloced > 0 {
+        let used = if shared.store_mode { p.arena_bytes - p.arena_free_bytes } else { p.bytes };
+        let total_chunks = malloced / LOG_CHUNK_BYTES;
+        let used_chunks = used / LOG_CHUNK_BYTES;
+        let class = LOG_CLASS;
+        let mut field = |name: &str, value: u64| stat(out, &format!("{class}:{name}"), value);
+        field("chunk_size", LOG_CHUNK_BYTES);
+        field("chunks_per_page", PAGE_BYTES / LOG_CHUNK_BYTES);
+        field("total_pages", malloced.div_ceil(PAGE_BYTES));
+        field("total_chunks", total_chunks);
+        field("used_chunks", used_chunks);
+        field("free_chunks", total_chunks.saturating_sub(used_chunks));
+        field("free_chunks_end", 0);
+        field("get_hits", p.get_hits);
+        field("cmd_set", p.sets);
+        field("delete_hits", p.delete_hits);
+        field("incr_hits", p.incr_hits);
+        field("decr_hits", p.decr_hits);
+        field("cas_hits", p.cas_hits);
+        field("cas_badval", p.cas_badval);
+        field("touch_hits", p.touch_hits);
+    }
+    stat(out, "active_slabs", u64::from(malloced > 0));
+    stat(out, "total_malloced", malloced);
+}
+
+/// `stats items`: the logs as one class (listed while it holds items), in memcached's
+/// fields; `age` is the age of the oldest record in the logs, and the segmented-LRU
+/// figures memcached keeps (hot, warm, moves) are 0 here but `moves_within_lru`, the
+/// approximate LRU's re-appends.
+fn items(shared: &Shared, out: &mut Vec<u8>) {
+    let (p, _, _) = totals(shared);
+    if p.items == 0 {
+        return;
+    }
+    let now = u64::from(crate::sys::now_secs());
+    let age = if p.oldest_access_secs == 0 { 0 } else { now.saturating_sub(p.oldest_access_secs) };
+    let class = LOG_CLASS;
+    let mut field = |name: &str, value: u64| stat(out, &format!("items:{class}:{name}"), value);
+    field("number", p.items);
+    field("number_hot", 0);
+    field("number_warm", 0);
+    field("number_cold", p.items);
+    field("age_hot", 0);
+    field("age_warm", 0);
+    field("age", age);
+    field("mem_requested", p.bytes);
+    field("evicted", p.log_evictions + p.index_evictions);
+    field("evicted_nonzero", 0);
+    field("evicted_time", 0);
+    field("outofmemory", p.refused);
+    field("tailrepairs", 0);
+    field("reclaimed", p.reclaimed);
+    field("expired_unfetched", p.expired_unfetched);
+    field("evicted_unfetched", p.evicted_unfetched);
+    field("evicted_active", 0);
+    field("crawler_reclaimed", 0);
+    field("crawler_items_checked", 0);
+    field("lrutail_reflocked", 0);
+    field("moves_to_cold", 0);
+    field("moves_to_warm", 0);
+    field("moves_within_lru", p.reappends);
+    field("direct_reclaims", 0);
+    field("hits_to_hot", 0);
+    field("hits_to_warm", 0);
+    field("hits_to_cold", p.get_hits);
+    field("hits_to_temp", 0);
+}
+
+/// `stats quicksilver`: the figures memcached has no name for.
+fn quicksilver(shared: &Shared, out: &mut Vec<u8>) {
+    let (p, w, _) = totals(shared);
+    let c = &w.counters;
+    let remote_gets: u64 = w.remote_reads.iter().map(|r| r.0).sum();
+    stat(out, "log_evictions", p.log_evictions);
+    stat(out, "index_evictions", p.index_evictions);
+    stat(out, "requests_forwarded", c.forwarded);
+    stat(out, "forward_batches", c.forward_batches);
+    stat(out, "worker_wakeups", c.wakeups);
+    stat(out, "remote_reads", remote_gets);
+    stat(out, "conn_dropped", c.conns_dropped);
+    stat(out, "log_bytes_in_use", p.log_touched_bytes);
 }
 
 fn partitions(shared: &Shared, out: &mut Vec<u8>) {

@@ -869,6 +869,10 @@ impl Worker {
                             if let Some(delete) = delete {
                                 hand.over(owner, &delete, OpKind::Discard, output, engine);
                             }
+                            // Counted here, where it is answered (the owner only deletes).
+                            engine.counters.cmd_set += 1;
+                            engine.counters.store_too_large += 1;
+                            *executed = true;
                             match request {
                                 Request::TooLarge { noreply: true, .. } => {}
                                 Request::Binary(binary) => qs_proto::binary::write_error(

@@ -31,6 +31,6 @@ pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
 pub use partition::{Dumped, Evicted, Partition};
-pub use reader::Reader;
+pub use reader::{Gone, Reader};
 pub use region::{HugePages, PageKind};
 pub use stats::PartitionStats;

@@ -262,6 +262,10 @@ impl Partition {
     /// Counters with store mode's memory figures filled in (cheap: for publishing each turn).
     pub fn stats_snapshot(&self) -> PartitionStats {
         let mut stats = self.stats;
+        stats.log_touched_bytes = self.log_touched_bytes() as u64;
+        if self.store.is_none() && self.head < self.tail && !self.shared.log.is_padding(self.head) {
+            stats.oldest_access_secs = u64::from(self.shared.log.header(self.head).word1.last_access());
+        }
         if let Some(store) = &self.store {
             stats.arena_bytes = store.arena.capacity();
             stats.arena_free_bytes = store.arena.free_bytes();

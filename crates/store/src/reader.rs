@@ -18,9 +18,20 @@ use crate::command::{Hit, Outcome};
 use crate::index::Slot;
 use crate::item::KEY_BYTES_MAX;
 use crate::keyhash::KeyHash;
-use crate::partition::Shared;
+use crate::partition::{Dumped, Shared};
 use crate::sync::{fence, Arc};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+/// Why a read found its key's item but did not answer it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// It did not find it, or found it and answered.
+    No,
+    /// The item had expired.
+    Expired,
+    /// flush_all had invalidated it.
+    Flushed,
+}
 
 /// A read-only handle on a partition, for threads other than its owner. Cloning is cheap.
 #[derive(Clone)]
@@ -36,8 +47,13 @@ impl Reader {
     /// Looks `key` up; on a hit the value is appended to `out`. Never blocks the owner; retries
     /// while the owner changes the bucket. Does no LRU bookkeeping (the owner's reads do).
     pub fn get(&self, hash: KeyHash, key: &[u8], now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        self.get_telling(hash, key, now_secs, out).0
+    }
+
+    /// [`Reader::get`], also telling why a miss found the key's item unanswerable.
+    pub fn get_telling(&self, hash: KeyHash, key: &[u8], now_secs: u32, out: &mut Vec<u8>) -> (Outcome, Gone) {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
-            return Outcome::BadKey;
+            return (Outcome::BadKey, Gone::No);
         }
         let index = &self.shared.index;
         let bucket = index.bucket(hash.bucket(index.bucket_mask()));
@@ -49,7 +65,8 @@ impl Reader {
                 continue;
             }
             let head = self.shared.head.load(Relaxed);
-            let found = self.read_once(bucket, hash.tag(), key, head, now_secs, out);
+            let mut gone = Gone::No;
+            let found = self.read_once(bucket, hash.tag(), key, head, now_secs, out, &mut gone);
             fence(Acquire);
             let after = bucket[0].load(Relaxed);
             let head_after = self.shared.head.load(Relaxed);
@@ -65,10 +82,76 @@ impl Reader {
             return match found {
                 Some((_, Some(mut hit))) => {
                     hit.value_start = value_start;
-                    Outcome::Hit(hit)
+                    (Outcome::Hit(hit), Gone::No)
                 }
-                _ => Outcome::Miss,
+                Some((_, None)) => (Outcome::Miss, gone),
+                None => (Outcome::Miss, Gone::No),
             };
+        }
+    }
+
+    /// Lists the items main buckets `buckets` point to that answer at `now_secs`, as
+    /// [`crate::Partition::dump`] does, from any thread (memcached's `stats cachedump`): each
+    /// bucket is copied optimistically and copied again if the owner changed it meanwhile.
+    /// Store mode's chains are not followed (a dump of chained buckets lists their main
+    /// bucket's slots only).
+    pub fn dump(&self, buckets: std::ops::Range<usize>, now_secs: u32, mut visit: impl FnMut(&Dumped<'_>)) {
+        let index = &self.shared.index;
+        let log = &self.shared.log;
+        let geometry = log.geometry();
+        let mut keys = Vec::new();
+        let mut items: Vec<(std::ops::Range<usize>, Dumped<'static>)> = Vec::new();
+        for at in buckets.start..buckets.end.min(index.bucket_count()) {
+            let bucket = index.bucket(at);
+            loop {
+                let before = bucket[0].load(Acquire);
+                if before & 1 == 1 {
+                    crate::sync::spin_hint();
+                    continue;
+                }
+                let head = self.shared.head.load(Relaxed);
+                keys.clear();
+                items.clear();
+                let mut offsets = [0u64; crate::index::SLOTS_PER_BUCKET];
+                for word in &bucket[1..] {
+                    let slot = Slot(word.load(Relaxed));
+                    if slot.is_empty() || slot.is_link() || !geometry.is_live(slot.offset(), head) {
+                        continue;
+                    }
+                    let header = log.header(slot.offset());
+                    // A racing write can tear the header: bound the lengths before use.
+                    let key_len = header.word0.key_len();
+                    if key_len == 0 || key_len > KEY_BYTES_MAX || !log.fits(slot.offset(), header.capacity()) {
+                        continue;
+                    }
+                    if self.shared.is_gone(&header, now_secs) {
+                        continue;
+                    }
+                    let start = keys.len();
+                    log.read_bytes(slot.offset(), header.key_start(), key_len, &mut keys);
+                    offsets[items.len()] = slot.offset();
+                    let item = Dumped {
+                        key: &[],
+                        value_len: header.word1.value_len(),
+                        expiry: header.ext.expiry(),
+                        last_access_secs: header.word1.last_access(),
+                        cas: self.shared.cas_unique(header.word0.cas_seq()),
+                        fetched: header.word0.has(crate::item::BIT_FETCHED),
+                    };
+                    items.push((start..keys.len(), item));
+                }
+                fence(Acquire);
+                let after = bucket[0].load(Relaxed);
+                let head_after = self.shared.head.load(Relaxed);
+                if before != after || offsets[..items.len()].iter().any(|&o| !geometry.is_live(o, head_after)) {
+                    crate::sync::spin_hint();
+                    continue;
+                }
+                for (range, item) in &items {
+                    visit(&Dumped { key: &keys[range.clone()], ..*item });
+                }
+                break;
+            }
         }
     }
 
@@ -106,6 +189,7 @@ impl Reader {
         head: u64,
         now_secs: u32,
         out: &mut Vec<u8>,
+        gone: &mut Gone,
     ) -> Option<(u64, Option<Hit>)> {
         let log = &self.shared.log;
         let geometry = log.geometry();
@@ -115,7 +199,7 @@ impl Reader {
         // bounded (the version check then sends the reader round again).
         let mut hops = 0;
         loop {
-            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now_secs, out) {
+            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now_secs, out, gone) {
                 return Some(found);
             }
             let last = Slot(words[crate::index::BUCKET_WORDS - 1].load(Relaxed));
@@ -143,6 +227,7 @@ impl Reader {
         geometry: crate::log::LogGeometry,
         now_secs: u32,
         out: &mut Vec<u8>,
+        gone: &mut Gone,
     ) -> Option<(u64, Option<Hit>)> {
         let log = &self.shared.log;
         for word in &bucket[1..] {
@@ -160,6 +245,7 @@ impl Reader {
                 continue;
             }
             if self.shared.is_gone(&header, now_secs) {
+                *gone = if self.shared.is_flushed(&header, now_secs) { Gone::Flushed } else { Gone::Expired };
                 return Some((offset, None));
             }
             log.read_bytes(offset, header.key_start() + key.len(), header.word1.value_len(), out);

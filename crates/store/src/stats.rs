@@ -69,6 +69,12 @@ pub struct PartitionStats {
     pub spare_buckets_used: u64,
     /// Store mode: spare buckets in all.
     pub spare_buckets: u64,
+    /// Log memory in use: up to the furthest byte written (filled in by
+    /// [`crate::Partition::stats_snapshot`]; memcached's `total_malloced`).
+    pub log_touched_bytes: u64,
+    /// Last access (unix seconds) of the oldest record in the log, 0 when empty (filled in by
+    /// [`crate::Partition::stats_snapshot`]; a total takes the oldest of its parts).
+    pub oldest_access_secs: u64,
 }
 
 impl PartitionStats {
@@ -110,6 +116,8 @@ impl PartitionStats {
             arena_largest_free: _,
             spare_buckets_used: _,
             spare_buckets: _,
+            log_touched_bytes: _,
+            oldest_access_secs: _,
         } = *base;
         let mut since = *self;
         for (value, base) in [
@@ -181,6 +189,8 @@ impl PartitionStats {
             arena_largest_free,
             spare_buckets_used,
             spare_buckets,
+            log_touched_bytes,
+            oldest_access_secs,
         } = *other;
         self.gets += gets;
         self.get_hits += get_hits;
@@ -215,5 +225,10 @@ impl PartitionStats {
         self.arena_largest_free = self.arena_largest_free.max(arena_largest_free);
         self.spare_buckets_used += spare_buckets_used;
         self.spare_buckets += spare_buckets;
+        self.log_touched_bytes += log_touched_bytes;
+        self.oldest_access_secs = match (self.oldest_access_secs, oldest_access_secs) {
+            (0, other) | (other, 0) => other,
+            (mine, other) => mine.min(other),
+        };
     }
 }

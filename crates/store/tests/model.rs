@@ -116,6 +116,14 @@ impl Harness {
                 assert!(dumped.insert(item.key.to_vec(), entry).is_none(), "{:?} listed twice", item.key);
             });
         }
+        if !self.partition.is_store_mode() {
+            // Another thread's view (stats cachedump) lists the same.
+            let mut read = HashMap::new();
+            self.partition.reader().dump(0..buckets, self.now, |item| {
+                read.insert(item.key.to_vec(), (item.cas, item.expiry, item.value_len));
+            });
+            assert_eq!(read, dumped, "a reader's dump differs from the owner's");
+        }
         let expected: HashMap<Vec<u8>, _> = (0..=u8::MAX)
             .filter_map(|key| self.present(key).map(|e| (key_bytes(key), (e.cas, e.expiry, e.value.len()))))
             .collect();

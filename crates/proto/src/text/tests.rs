@@ -64,6 +64,12 @@ fn requests_parse_to_what_they_say() {
         (b"stats settings\r\n", r#"Stats { group: [115, 101, 116, 116, 105, 110, 103, 115], argument: [] }"#),
         (b"stats detail on\r\n", r#"Stats { group: [100, 101, 116, 97, 105, 108], argument: [111, 110] }"#),
         (b"slabs automove 1\r\n", "SlabsAutomove { noreply: false }"),
+        (b"slabs reassign 1 2\r\n", "SlabsReassign { classes: Some((1, 2)) }"),
+        (b"slabs reassign x 2\r\n", "SlabsReassign { classes: None }"),
+        (b"cache_memlimit 64\r\n", "CacheMemlimit { megabytes: 64, noreply: false }"),
+        (b"cache_memlimit 64 noreply\r\n", "CacheMemlimit { megabytes: 64, noreply: true }"),
+        (b"stats cachedump 1 100\r\n", "CacheDump { args: Some((Some(1), Some(100))) }"),
+        (b"stats cachedump 1\r\n", "CacheDump { args: None }"),
         (b"debugtime -5\r\n", "DebugTime { delta: -5 }"),
         // watch: fetchers when no stream is named; bits as in `text::watch`; None for an unknown one.
         (b"watch\r\n", "Watch { streams: Some(4) }"),

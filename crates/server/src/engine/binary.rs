@@ -88,6 +88,7 @@ impl Engine {
             }
             Bin::TooLarge { key, set } => {
                 self.counters.cmd_set += 1;
+                self.counters.store_too_large += 1;
                 self.shared.detail.record_set(key);
                 if set && self.partitions[self.locate(key).1].is_some() {
                     self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
