@@ -429,7 +429,10 @@ impl Engine {
                 self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
                 out.extend_from_slice(reply::END);
             }
-            Request::SlabsReassign { classes } => out.extend_from_slice(slabs_reassign(classes)),
+            Request::SlabsReassign { classes } => {
+                let largest = crate::stats::memcached_largest_class(&self.shared);
+                out.extend_from_slice(slabs_reassign(classes, largest));
+            }
             Request::CacheMemlimit { megabytes, noreply } => {
                 let reply = self.cache_memlimit(megabytes);
                 if !noreply {
@@ -1323,14 +1326,14 @@ pub fn keys_after<'k>(keys: &'k [u8], key: &[u8]) -> Option<&'k [u8]> {
     Some(&rest[next..])
 }
 
-/// memcached's `slabs reassign <src> <dst>` answers. Quicksilver's view has one class (1, the
-/// log) and the global page pool (0); the log has no pages to give, so a valid pair is
+/// memcached's `slabs reassign <src> <dst>` answers, for memcached's class ids (0, its page
+/// pool, to `largest`). Quicksilver's logs have no slab pages to move, so a valid pair is
 /// answered as memcached answers a class with no spare pages.
-fn slabs_reassign(classes: Option<(i32, i32)>) -> &'static [u8] {
+fn slabs_reassign(classes: Option<(i32, i32)>, largest: u32) -> &'static [u8] {
     let Some((src, dst)) = classes else {
         return b"CLIENT_ERROR bad command line format\r\n";
     };
-    let valid = 0..=crate::stats::LOG_CLASS as i32;
+    let valid = 0..=largest as i32;
     if src == dst {
         b"SAME src and dst class are identical\r\n"
     } else if !valid.contains(&src) || !valid.contains(&dst) {

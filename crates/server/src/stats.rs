@@ -116,8 +116,10 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "curr_connections", curr_connections);
     let total_connections = shared.total_connections.load(Relaxed);
     stat(out, "total_connections", total_connections.saturating_sub(baseline.total_connections));
-    let rejected = shared.rejected_connections.load(Relaxed);
-    stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
+    if extended.maxconns_fast {
+        let rejected = shared.rejected_connections.load(Relaxed);
+        stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
+    }
     stat(out, "connection_structures", shared.registry.len());
     stat(out, "response_obj_oom", 0);
     stat(out, "response_obj_count", 0);
@@ -335,17 +337,37 @@ fn arena(shared: &Shared, out: &mut Vec<u8>) {
 pub const SLAB_CLASSES_MAX: u32 = 64;
 /// The one class quicksilver's `stats slabs|items|cachedump` show: the logs.
 pub const LOG_CLASS: u32 = 1;
+
+/// memcached's largest slab class id for these settings (its slabs_init): classes grow from
+/// a 96-byte chunk (its 48-byte item header and -n 48) by -f until slab_chunk_max. `slabs
+/// reassign` takes ids up to it, as memcached does.
+pub fn memcached_largest_class(shared: &Shared) -> u32 {
+    let factor = shared.config.slab_growth_factor.unwrap_or(1.25);
+    let chunk_max = shared.extended.slab_chunk_max_bytes as f64;
+    let mut size: u32 = 48 + shared.config.slab_min_size.unwrap_or(48);
+    let mut class = 0;
+    while class + 1 < SLAB_CLASSES_MAX - 1 {
+        class += 1;
+        if f64::from(size) >= chunk_max / factor {
+            break;
+        }
+        size = size.next_multiple_of(8);
+        size = (f64::from(size) * factor) as u32;
+    }
+    class
+}
 /// The log's allocation unit, shown as its class's chunk size.
 const LOG_CHUNK_BYTES: u64 = 8;
 /// memcached's slab page, the unit of `total_pages`.
 const PAGE_BYTES: u64 = 1 << 20;
 
 /// `stats slabs`: the logs as one class whose chunk is their 8-byte unit of allocation;
-/// `total_malloced` is the log memory written so far (faulted in; given back when
-/// `cache_memlimit` shrinks the logs).
+/// `total_malloced` is the memory set aside for items, the logs' size (as -m, then
+/// `cache_memlimit`, set it; pages are faulted in as the logs first fill them, which
+/// `stats quicksilver`'s `log_bytes_in_use` shows).
 fn slabs(shared: &Shared, out: &mut Vec<u8>) {
     let (p, _, _) = totals(shared);
-    let malloced = if shared.store_mode { p.arena_bytes } else { p.log_touched_bytes };
+    let malloced = if shared.store_mode { p.arena_bytes } else { shared.maxbytes() };
     if malloced > 0 {
         let used = if shared.store_mode { p.arena_bytes - p.arena_free_bytes } else { p.bytes };
         let total_chunks = malloced / LOG_CHUNK_BYTES;
