@@ -27,8 +27,11 @@ wire=(
 # Wire-protocol files that do not pass yet, with what they need (docs/COMPATIBILITY.md):
 #   issue_42.t             `items:1:mem_requested` above 500 bytes for ten 10-byte items: memcached's
 #                          48-byte item header; quicksilver's items take 32 bytes each
-#   lru.t                  evictions from a 1 MiB-per-class slab layout (memcached's -m 32 -I)
-#   conn-limits.t          -o read_buf_mem_limit (a server-wide read-buffer budget)
+#   lru.t                  exactly 37 evictions and a global eviction order: memcached's 1 MiB slab
+#                          pages in -m 64; quicksilver's logs evict per partition
+#   conn-limits.t          -o read_buf_mem_limit=1 failing a 500-miss multiget: memcached charges a
+#                          1 KiB response object per key; quicksilver's reply is 5 bytes (the limit
+#                          is accepted, not enforced)
 #   dyn-maxbytes.t         `cache_memlimit` growth that serves the very next set without an
 #                          eviction: a full circular log uses grown memory once its tail
 #                          reaches the old end (docs/COMPATIBILITY.md, cache_memlimit)

@@ -40,6 +40,9 @@ pub struct CompareArgs {
     /// Connections.
     #[arg(long, default_value_t = 50)]
     pub connections: usize,
+    /// The protocol both servers are driven with: text, meta or binary (memcached's).
+    #[arg(long, value_enum, default_value_t = load::Protocol::Text)]
+    pub protocol: load::Protocol,
     /// The memcached binary.
     #[arg(long, default_value = "memcached")]
     pub memcached: String,
@@ -194,6 +197,7 @@ fn matrix(quick: bool) -> Vec<Point> {
 }
 
 struct Settings {
+    protocol: load::Protocol,
     keys: u64,
     duration: f64,
     warmup: f64,
@@ -230,6 +234,8 @@ fn load_args(server: &Server, point: &Point, settings: &Settings, rate: Option<f
         &warmup,
         "--quiet",
     ];
+    let protocol = clap::ValueEnum::to_possible_value(&settings.protocol).expect("a named protocol");
+    argv.extend_from_slice(&["--protocol", protocol.get_name()]);
     let rate = rate.map(|rate| rate.to_string());
     if let Some(rate) = &rate {
         argv.extend_from_slice(&["--rate", rate]);
@@ -273,7 +279,12 @@ pub fn run(args: &CompareArgs) -> io::Result<CompareReport> {
     } else {
         args.workers.clone()
     };
+    if !matches!(args.protocol, load::Protocol::Text | load::Protocol::Meta | load::Protocol::Binary) {
+        return Err(io::Error::other("compare drives text, meta or binary (TCP) only"));
+    }
+    eprintln!("protocol: {:?}", args.protocol);
     let settings = Settings {
+        protocol: args.protocol,
         keys: args.keys.unwrap_or(if quick { 50_000 } else { 100_000 }),
         duration: args.duration.unwrap_or(if quick { 2.0 } else { 3.0 }),
         warmup: args.warmup.unwrap_or(if quick { 0.5 } else { 1.0 }),

@@ -617,7 +617,8 @@ impl Config {
             }
         }
         let plan = self.listen_plan()?;
-        if plan.udp.len() > 1 || (plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0)) {
+        if plan.udp.len() > 1 || (plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0))
+        {
             return Err("-U, --worker-port-base and --native-port take one -l address (several given)".into());
         }
         let extended = self.extended()?;

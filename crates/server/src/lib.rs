@@ -185,7 +185,8 @@ impl Server {
         };
         // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
         // free port where the plan asks for one, and the others join it there.
-        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol)>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol)>> =
+            (0..workers).map(|_| Vec::new()).collect();
         let mut tcp_bound = Vec::new();
         for endpoint in &plan.tcp {
             let mut addr = endpoint.addr;
@@ -211,7 +212,9 @@ impl Server {
             for socket in &mut udp {
                 let bound = sys::udp_socket(addr, true)
                     .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
-                addr = bound.local_addr().map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+                addr = bound
+                    .local_addr()
+                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
                 *socket = Some(bound);
             }
             udp_bound.push(addr);

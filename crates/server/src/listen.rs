@@ -149,7 +149,11 @@ fn parse_spec(mut spec: &str) -> Result<Spec, String> {
 /// memcached's `MEMCACHED_PORT_FILENAME`: once listening, the ports are written there
 /// ("TCP INET: 11211", one line per socket) through a `.lck` file renamed into place, so a
 /// script that waits for the file reads it whole.
-pub fn write_port_file(path: &std::path::Path, tcp: &[SocketAddr], udp: &[SocketAddr]) -> std::io::Result<()> {
+pub fn write_port_file(
+    path: &std::path::Path,
+    tcp: &[SocketAddr],
+    udp: &[SocketAddr],
+) -> std::io::Result<()> {
     use std::fmt::Write;
     let mut text = String::new();
     for (kind, addrs) in [("TCP", tcp), ("UDP", udp)] {
@@ -183,7 +187,10 @@ mod tests {
     #[test]
     fn ports_follow_memcached_numbering() {
         assert_eq!(addrs(&plan_of(&["127.0.0.1"], 11211, 0)), (vec!["127.0.0.1:11211".into()], vec![]));
-        assert_eq!(addrs(&plan_of(&["127.0.0.1"], -1, -1)), (vec!["127.0.0.1:0".into()], vec!["127.0.0.1:0".into()]));
+        assert_eq!(
+            addrs(&plan_of(&["127.0.0.1"], -1, -1)),
+            (vec!["127.0.0.1:0".into()], vec!["127.0.0.1:0".into()])
+        );
         assert_eq!(addrs(&plan_of(&["127.0.0.1"], 0, 5)), (vec![], vec!["127.0.0.1:5".into()]));
         assert!(plan(&["127.0.0.1".into()], 70000, 0, Protocol::Auto).is_err());
         assert!(plan(&["127.0.0.1".into()], -2, 0, Protocol::Auto).is_err());
@@ -191,7 +198,11 @@ mod tests {
 
     #[test]
     fn specs_take_ports_brackets_and_prefixes() {
-        let plan = plan_of(&["127.0.0.1:7000", "[::1]:7001", "proto[binary]:127.0.0.2", "tag[a]:127.0.0.3;::1"], 11211, 0);
+        let plan = plan_of(
+            &["127.0.0.1:7000", "[::1]:7001", "proto[binary]:127.0.0.2", "tag[a]:127.0.0.3;::1"],
+            11211,
+            0,
+        );
         assert_eq!(
             addrs(&plan).0,
             ["127.0.0.1:7000", "[::1]:7001", "127.0.0.2:11211", "127.0.0.3:11211", "[::1]:11211"]

@@ -180,7 +180,8 @@ impl Partition {
             let log = Log::new_arena(config.log_bytes, config.huge_pages);
             (log, Index::new(config.bucket_count, config.spare_buckets, config.huge_pages))
         } else {
-            let log = Log::new(config.log_bytes, config.log_room_bytes, config.offset_bits, config.huge_pages);
+            let log =
+                Log::new(config.log_bytes, config.log_room_bytes, config.offset_bits, config.huge_pages);
             (log, Index::new(config.bucket_count, 0, config.huge_pages))
         };
         let geometry = log.geometry();
@@ -1655,11 +1656,8 @@ impl Partition {
     fn reserve(&mut self, size: usize) -> u64 {
         let lap_bytes = self.geometry.lap_bytes;
         let physical = self.geometry.physical(self.tail) as u64;
-        let padding = if physical + size as u64 > self.limit_bytes {
-            self.geometry.to_lap_end(self.tail)
-        } else {
-            0
-        };
+        let padding =
+            if physical + size as u64 > self.limit_bytes { self.geometry.to_lap_end(self.tail) } else { 0 };
         let need = padding + size as u64;
         // The live window spans at most one lap, so no two live bytes share a physical byte.
         if lap_bytes - (self.tail - self.head) < need {

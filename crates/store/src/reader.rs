@@ -51,7 +51,13 @@ impl Reader {
     }
 
     /// [`Reader::get`], also telling why a miss found the key's item unanswerable.
-    pub fn get_telling(&self, hash: KeyHash, key: &[u8], now_secs: u32, out: &mut Vec<u8>) -> (Outcome, Gone) {
+    pub fn get_telling(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> (Outcome, Gone) {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return (Outcome::BadKey, Gone::No);
         }
@@ -121,7 +127,8 @@ impl Reader {
                     let header = log.header(slot.offset());
                     // A racing write can tear the header: bound the lengths before use.
                     let key_len = header.word0.key_len();
-                    if key_len == 0 || key_len > KEY_BYTES_MAX || !log.fits(slot.offset(), header.capacity()) {
+                    if key_len == 0 || key_len > KEY_BYTES_MAX || !log.fits(slot.offset(), header.capacity())
+                    {
                         continue;
                     }
                     if self.shared.is_gone(&header, now_secs) {
@@ -143,7 +150,8 @@ impl Reader {
                 fence(Acquire);
                 let after = bucket[0].load(Relaxed);
                 let head_after = self.shared.head.load(Relaxed);
-                if before != after || offsets[..items.len()].iter().any(|&o| !geometry.is_live(o, head_after)) {
+                if before != after || offsets[..items.len()].iter().any(|&o| !geometry.is_live(o, head_after))
+                {
                     crate::sync::spin_hint();
                     continue;
                 }

@@ -168,7 +168,8 @@ fn map(words_len: usize, room_words: usize, want: HugePages) -> Region {
         if let Some(base) = mmap_anonymous(huge_bytes, libc::MAP_HUGETLB) {
             return mapped(base, huge_bytes, base, words_len, PageKind::Hugetlb);
         }
-        let (words_len, huge_bytes) = (room_words, (room_words * WORD_BYTES).next_multiple_of(HUGE_PAGE_BYTES));
+        let (words_len, huge_bytes) =
+            (room_words, (room_words * WORD_BYTES).next_multiple_of(HUGE_PAGE_BYTES));
         if thp_enabled() {
             // Over-allocate by one huge page so the data can start on a 2 MiB boundary.
             let map_bytes = huge_bytes + HUGE_PAGE_BYTES;

@@ -14,17 +14,46 @@ use std::collections::HashMap;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Store { key: u8, mode: u8, len: usize, flags: u32, ttl: i64 },
-    Cas { key: u8, len: usize, right: bool },
-    Number { key: u8, value: u64 },
-    Arith { key: u8, delta: u64, decrement: bool },
-    Delete { key: u8 },
-    Touch { key: u8, ttl: i64 },
-    Get { key: u8, touch: Option<i64> },
-    Advance { secs: u32 },
+    Store {
+        key: u8,
+        mode: u8,
+        len: usize,
+        flags: u32,
+        ttl: i64,
+    },
+    Cas {
+        key: u8,
+        len: usize,
+        right: bool,
+    },
+    Number {
+        key: u8,
+        value: u64,
+    },
+    Arith {
+        key: u8,
+        delta: u64,
+        decrement: bool,
+    },
+    Delete {
+        key: u8,
+    },
+    Touch {
+        key: u8,
+        ttl: i64,
+    },
+    Get {
+        key: u8,
+        touch: Option<i64>,
+    },
+    Advance {
+        secs: u32,
+    },
     Flush,
     /// `cache_memlimit`: the log's size becomes this many thousandths of its room.
-    Resize { permille: u32 },
+    Resize {
+        permille: u32,
+    },
 }
 
 fn ttl() -> impl Strategy<Value = i64> {
@@ -182,7 +211,10 @@ impl Harness {
                 let room = self.partition.log_room();
                 let bytes = (room as u64 * u64::from(permille) / 1000) as usize;
                 let changed = self.partition.set_log_limit(bytes);
-                assert_eq!(changed, bytes >= self.partition.log_limit_min() && !self.partition.is_store_mode());
+                assert_eq!(
+                    changed,
+                    bytes >= self.partition.log_limit_min() && !self.partition.is_store_mode()
+                );
                 if changed {
                     assert_eq!(self.partition.log_bytes(), bytes & !7);
                 }
@@ -320,7 +352,13 @@ fn harness(log_bytes: usize, buckets: usize, eviction: Eviction, lossy: bool) ->
     harness_with_room(log_bytes, 0, buckets, eviction, lossy)
 }
 
-fn harness_with_room(log_bytes: usize, room: usize, buckets: usize, eviction: Eviction, lossy: bool) -> Harness {
+fn harness_with_room(
+    log_bytes: usize,
+    room: usize,
+    buckets: usize,
+    eviction: Eviction,
+    lossy: bool,
+) -> Harness {
     let mut config = Config::new(log_bytes, buckets);
     config.log_room_bytes = room;
     config.eviction = eviction;

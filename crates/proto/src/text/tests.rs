@@ -135,7 +135,9 @@ fn refusals_carry_memcached_replies_and_skip_lengths() {
         (b"slabs automove invalid\r\n", "CLIENT_ERROR bad command line format\r\n", 24),
         (b"slabs automove 3\r\n", "ERROR\r\n", 18),
         (b"slabs automove ratio x\r\n", "ERROR\r\n", 24),
-        (b"slabs reassign 1 2\r\n", "ERROR\r\n", 20),
+        (b"slabs reassign 1\r\n", "ERROR\r\n", 18),
+        (b"cache_memlimit\r\n", "ERROR\r\n", 16),
+        (b"cache_memlimit x\r\n", "ERROR\r\n", 18),
         (b"debugtime x\r\n", "ERROR\r\n", 13),
     ];
     for (input, reply, skip) in cases {

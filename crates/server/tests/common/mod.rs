@@ -431,7 +431,8 @@ pub fn stats(client: &mut Client, group: &str) -> Vec<(String, String)> {
 
 /// One statistic as a number, from `stats` (memcached's) or else `stats quicksilver`.
 pub fn stat(client: &mut Client, name: &str) -> u64 {
-    let find = |client: &mut Client, group: &str| stats(client, group).into_iter().find(|(key, _)| key == name);
+    let find =
+        |client: &mut Client, group: &str| stats(client, group).into_iter().find(|(key, _)| key == name);
     find(client, "")
         .or_else(|| find(client, "quicksilver"))
         .unwrap_or_else(|| panic!("no stat {name}"))
