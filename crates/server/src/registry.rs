@@ -137,7 +137,7 @@ impl Registry {
     }
 
     /// Sockets registered (listeners, UDP sockets and client connections).
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.lock().len()
     }
 

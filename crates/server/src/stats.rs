@@ -120,7 +120,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
         let rejected = shared.rejected_connections.load(Relaxed);
         stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
     }
-    stat(out, "connection_structures", shared.registry.len());
+    stat(out, "connection_structures", shared.registry.count());
     stat(out, "response_obj_oom", 0);
     stat(out, "response_obj_count", 0);
     stat(out, "response_obj_bytes", 0);

@@ -189,6 +189,7 @@ impl Reader {
 
     /// One optimistic attempt: `Some((offset, hit))` when the key's item was found (`hit` is
     /// `None` if it had expired or been flushed).
+    #[allow(clippy::too_many_arguments)]
     fn read_once(
         &self,
         bucket: &[crate::sync::AtomicU64],
