@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""memtier_benchmark (RedisLabs' independent load generator) against quicksilver and memcached,
+over memcached's text and binary protocols: the cross-check of qs-bench's figures.
+
+Both servers run one worker thread on core 0, memtier on core 1. Each point preloads the keys,
+then runs memtier for --seconds; the figures come from the servers themselves: operations from
+`stats` (cmd_get + cmd_set) and CPU from /proc/PID/stat, sampled around the run, so neither
+generator's own report is trusted. Rounds interleave the servers so drift hits both alike.
+
+    scripts/bench-memtier.py [--memtier PATH] [--rounds 3] [--seconds 4]
+
+memtier_benchmark is built outside the repository, e.g.:
+    git clone https://github.com/RedisLabs/memtier_benchmark ~/.cache/memtier/src
+    cd ~/.cache/memtier/src && autoreconf -ivf && ./configure && make
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def ops(port):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"stats\r\n")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            data += s.recv(65536)
+    stats = dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
+    return int(stats["cmd_get"]) + int(stats["cmd_set"])
+
+
+def wait_port(port):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing answers on port {port}")
+
+
+def memtier(args, port, protocol, extra):
+    command = ["taskset", "-c", "1", args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", protocol,
+               "-t", "1", "-c", str(args.connections), "-d", "32", "--key-maximum", str(args.keys),
+               "--hide-histogram"] + extra
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def point(args, name, pid, port, protocol, depth):
+    memtier(args, port, protocol, ["--ratio", "1:0", "--key-pattern", "P:P", "-n", str(args.keys // args.connections)])
+    ops0, cpu0, t0 = ops(port), cpu_seconds(pid), time.time()
+    memtier(args, port, protocol, ["--ratio", "1:19", "--key-pattern", "R:R", "--pipeline", str(depth),
+                                   "--test-time", str(args.seconds)])
+    ops1, cpu1, t1 = ops(port), cpu_seconds(pid), time.time()
+    done = ops1 - ops0
+    return done / (t1 - t0), (cpu1 - cpu0) / max(done, 1) * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    parser.add_argument("--quicksilver", default="target/release/quicksilver")
+    parser.add_argument("--memcached", default="memcached")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--keys", type=int, default=10000)
+    args = parser.parse_args()
+    user = ["-u", "nobody"] if os.getuid() == 0 else []
+    servers = {
+        "quicksilver": (["taskset", "-c", "0", args.quicksilver, "-t", "1", "-p", "22171", "-l", "127.0.0.1"], 22171),
+        "memcached": (["taskset", "-c", "0", args.memcached, "-t", "1", "-p", "22172", "-l", "127.0.0.1"] + user, 22172),
+    }
+    procs = {}
+    try:
+        for name, (command, port) in servers.items():
+            procs[name] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_port(port)
+        results = {}
+        for _ in range(args.rounds):
+            for protocol in ["memcache_text", "memcache_binary"]:
+                for depth in [1, 16]:
+                    for name, (_, port) in servers.items():
+                        rate, cpu = point(args, name, procs[name].pid, port, protocol, depth)
+                        results.setdefault((name, protocol, depth), []).append((rate, cpu))
+                        print(f"{name} {protocol} depth {depth}: {rate:,.0f} ops/s, {cpu:.3f} us CPU/op", flush=True)
+        print("\n| server, protocol | depth 1 ops/s | depth 1 CPU/op | depth 16 ops/s | depth 16 CPU/op |")
+        print("|---|---|---|---|---|")
+        median = lambda values: sorted(values)[len(values) // 2]
+        for name in servers:
+            for protocol in ["memcache_text", "memcache_binary"]:
+                cells = []
+                for depth in [1, 16]:
+                    runs = results[(name, protocol, depth)]
+                    cells += [f"{median([r for r, _ in runs]):,.0f}", f"{median([c for _, c in runs]):.2f} us"]
+                print(f"| {name}, {protocol} | " + " | ".join(cells) + " |")
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
