@@ -219,6 +219,14 @@ pub struct Shared {
     pub total_connections: AtomicU64,
     /// Connections refused at the -c limit.
     pub rejected_connections: AtomicU64,
+    /// `no_maxconns_fast`: since when accepting has been paused at the -c limit.
+    pub accept_paused: Mutex<Option<Instant>>,
+    /// Times accepting resumed (workers compare it with what they saw to accept again).
+    pub accept_resumed: AtomicU64,
+    /// Times accepting was paused (memcached's `listen_disabled_num`).
+    pub listen_disabled_num: AtomicU64,
+    /// Microseconds accepting was paused, the current pause not counted.
+    pub time_in_listen_disabled_us: AtomicU64,
     /// Set when a worker is about to sleep in epoll.
     pub sleeping: Vec<Padded<AtomicBool>>,
     /// Wakes a worker (eventfd).
@@ -282,6 +290,35 @@ impl Shared {
     /// Item memory now (memcached's maxbytes): the log bytes of every partition.
     pub fn maxbytes(&self) -> u64 {
         (self.log_bytes.load(std::sync::atomic::Ordering::Relaxed) * self.partitions.len()) as u64
+    }
+
+    /// `-o no_maxconns_fast` at the connection limit: stop accepting (new connections wait in
+    /// the listen backlog, as in memcached) until one closes.
+    pub fn disable_accepting(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut since = self.accept_paused.lock().unwrap_or_else(|e| e.into_inner());
+        if since.is_none() {
+            *since = Some(Instant::now());
+            self.listen_disabled_num.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A connection closed: if accepting was paused, it resumes (every worker is woken to
+    /// accept what waited meanwhile).
+    pub fn connection_closed(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut since = self.accept_paused.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = since.take() {
+            self.time_in_listen_disabled_us.fetch_add(at.elapsed().as_micros() as u64, Relaxed);
+            self.accept_resumed.fetch_add(1, Relaxed);
+            drop(since);
+            self.wake_all();
+        }
+    }
+
+    /// Whether new connections are being accepted.
+    pub fn accepting(&self) -> bool {
+        self.accept_paused.lock().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 
     /// Wakes worker `worker` if it sleeps (or is about to).

@@ -160,9 +160,9 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
     stat(out, "limit_maxbytes", shared.maxbytes());
-    stat(out, "accepting_conns", 1);
-    stat(out, "listen_disabled_num", 0);
-    stat(out, "time_in_listen_disabled_us", 0);
+    stat(out, "accepting_conns", u8::from(shared.accepting()));
+    stat(out, "listen_disabled_num", shared.listen_disabled_num.load(Relaxed));
+    stat(out, "time_in_listen_disabled_us", shared.time_in_listen_disabled_us.load(Relaxed));
     stat(out, "threads", shared.workers);
     stat(out, "conn_yields", c.conn_yields);
     let buckets = shared.main_buckets * shared.partitions.len();

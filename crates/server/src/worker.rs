@@ -176,6 +176,8 @@ pub struct Worker {
     retry: Vec<usize>,
     /// The second of the last `-o idle_timeout` scan.
     idle_scan_secs: u32,
+    /// `Shared::accept_resumed` as last seen (no_maxconns_fast: accept again when it moves).
+    accept_resumed_seen: u64,
     /// Keys located by `read_ahead`, for its item prefetch.
     ahead: Vec<Located>,
     input_limit: usize,
@@ -247,6 +249,7 @@ impl Worker {
             flush: Vec::new(),
             retry: Vec::new(),
             idle_scan_secs: 0,
+            accept_resumed_seen: 0,
             ahead: Vec::new(),
             input_limit,
             executed: false,
@@ -294,6 +297,15 @@ impl Worker {
                             queue(&mut self.work, conn, index);
                         }
                     }
+                }
+            }
+            let resumed = self.shared.accept_resumed.load(Relaxed);
+            if resumed != self.accept_resumed_seen {
+                // Accepting paused at the connection limit and has resumed: the listeners'
+                // edge-triggered events for the connections that waited have passed.
+                self.accept_resumed_seen = resumed;
+                for listener in 0..self.listeners.len() {
+                    self.accept(listener);
                 }
             }
             if self.udp_ready {
@@ -414,19 +426,32 @@ impl Worker {
             },
             _ => None,
         };
+        let fast = self.shared.extended.maxconns_fast;
         loop {
             let Some(socket) = self.listeners.get(listener) else { return };
+            // Without maxconns_fast a place is taken before accepting: at the limit nothing
+            // is accepted and clients wait in the backlog until a connection closes.
+            if !fast {
+                let open = self.shared.curr_connections.fetch_add(1, Relaxed);
+                if open >= self.shared.config.max_connections as u64 {
+                    self.shared.curr_connections.fetch_sub(1, Relaxed);
+                    self.shared.disable_accepting();
+                    return;
+                }
+            }
             let (mut stream, peer) = match socket.accept() {
                 Ok(accepted) => accepted,
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) => {
-                    if self.shared.config.verbose > 0 {
+                    if !fast {
+                        self.shared.curr_connections.fetch_sub(1, Relaxed);
+                    }
+                    if error.kind() != io::ErrorKind::WouldBlock && self.shared.config.verbose > 0 {
                         eprintln!("accept: {error}");
                     }
                     return;
                 }
             };
-            let open = self.shared.curr_connections.fetch_add(1, Relaxed);
+            let open = if fast { self.shared.curr_connections.fetch_add(1, Relaxed) } else { 0 };
             if open >= self.shared.config.max_connections as u64 {
                 self.shared.curr_connections.fetch_sub(1, Relaxed);
                 self.shared.rejected_connections.fetch_add(1, Relaxed);
@@ -1282,6 +1307,9 @@ impl Worker {
             let _ = self.poll.registry().deregister(stream);
             self.shared.registry.remove(stream.fd());
             self.shared.curr_connections.fetch_sub(1, Relaxed);
+            if !self.shared.extended.maxconns_fast {
+                self.shared.connection_closed();
+            }
             if let Some(sink) = conn.watch.take() {
                 self.shared.watchers.remove(&sink);
                 self.watching.retain(|&watcher| watcher != index);

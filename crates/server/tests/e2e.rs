@@ -1171,3 +1171,44 @@ fn listener_protocol_prefix_fixes_the_protocol() {
     text.send(b"get a_long_key_name_here\r\n");
     assert!(!text.read_to_close().starts_with(b"VERSION"));
 }
+
+/// `-o no_maxconns_fast`: at -c the server stops accepting instead of refusing, so a new
+/// client waits in the backlog (counted in listen_disabled_num, accepting_conns 0) and is
+/// served as soon as a connection closes.
+#[test]
+fn without_maxconns_fast_clients_wait_at_the_limit_then_get_served() {
+    let server = ServerProcess::quicksilver(&["-c", "3", "-t", "2", "-o", "no_maxconns_fast"]);
+    // The start-up probe's connection may still be closing: wait until none is open.
+    let mut first = server.connect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(&mut first, "curr_connections") > 1 {
+        assert!(Instant::now() < deadline, "the probe connection did not close");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut second = server.connect();
+    let mut third = server.connect();
+    assert_eq!(&second.call(b"version\r\n")[..8], b"VERSION ");
+    assert_eq!(&third.call(b"version\r\n")[..8], b"VERSION ");
+    let waiting = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("the backlog takes it");
+    waiting.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut waiting = Client::from_stream(waiting);
+    waiting.send(b"version\r\n");
+    let mut buf = [0u8; 64];
+    let early = std::io::Read::read(&mut waiting.stream, &mut buf);
+    assert!(early.is_err(), "served over the limit: {early:?}");
+    assert_eq!(stat(&mut first, "accepting_conns"), 0);
+    assert_eq!(stat(&mut first, "listen_disabled_num"), 1);
+    drop(third);
+    waiting.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let reply = waiting.read_until(b"\r\n");
+    assert!(reply.starts_with(b"VERSION "), "{reply:?}");
+    assert!(stat(&mut first, "time_in_listen_disabled_us") > 0);
+    assert_eq!(&second.call(b"version\r\n")[..8], b"VERSION ");
+    // At the limit again; one fewer and the server accepts again.
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat(&mut first, "accepting_conns") != 1 {
+        assert!(Instant::now() < deadline, "accepting did not resume");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
