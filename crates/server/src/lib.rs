@@ -83,12 +83,22 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
 /// A server that is listening; [`Server::wait`] runs it to the end.
 pub struct Server {
     shared: Arc<Shared>,
+    gate: Arc<Gate>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
     /// Builds the partitions, binds the listeners and starts the workers.
     pub fn start(config: Config) -> Result<Server, String> {
+        let server = Server::start_held(config)?;
+        server.serve();
+        Ok(server)
+    }
+
+    /// As [`Server::start`], but the workers wait for [`Server::serve`] before they take
+    /// any connection (clients wait in the listen backlog): the binary binds its ports as
+    /// root, drops to -u's user, then serves, as memcached does.
+    pub fn start_held(config: Config) -> Result<Server, String> {
         config.validate()?;
         let mut extended = config.extended()?;
         if let Some(factor) = config.slab_growth_factor {
@@ -231,6 +241,7 @@ impl Server {
             }
         }
         let interface = plan.interface();
+        let gate = Arc::new(Gate::default());
         let mut rings = worker::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {
@@ -283,18 +294,25 @@ impl Server {
             .map_err(|e| e.to_string())?;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let pin = config.pin.applies(workers, cores);
+            let gate = gate.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{index}"))
                 .spawn(move || {
                     if pin {
                         let _ = sys::pin_to_core(index);
                     }
+                    gate.wait();
                     worker.run();
                 })
                 .map_err(|e| e.to_string())?;
             threads.push(thread);
         }
-        Ok(Server { shared, threads })
+        Ok(Server { shared, threads, gate })
+    }
+
+    /// Lets the workers serve (after [`Server::start_held`]).
+    pub fn serve(&self) {
+        self.gate.open();
     }
 
     /// Asks the workers to stop: no new connections; what was received is answered.
@@ -312,6 +330,27 @@ impl Server {
     pub fn wait(self) {
         for thread in self.threads {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Holds the workers until the server may serve.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*open {
+            open = self.opened.wait(open).unwrap_or_else(|e| e.into_inner());
         }
     }
 }

@@ -54,7 +54,7 @@ fn main() {
     };
     let (pidfile, user, config_lock_memory) =
         (config.pidfile.clone(), config.user.clone(), config.lock_memory);
-    let server = match qs_server::Server::start(config) {
+    let server = match qs_server::Server::start_held(config) {
         Ok(server) => server,
         Err(message) => fail(background, &message, 1),
     };
@@ -79,6 +79,8 @@ fn main() {
             eprintln!("warning: -k invalid, mlockall() failed: {error}");
         }
     }
+    // Only now, as the user -u names, do the workers take connections.
+    server.serve();
     if let Some(background) = background {
         background.started();
     }
