@@ -351,9 +351,11 @@ impl Partition {
     }
 
     /// memcached's `cache_memlimit` for this partition: the log fills `bytes` of each lap from
-    /// now on. Growing takes effect at once (up to [`Partition::log_room`]); shrinking evicts
-    /// every item that ends past the new size, cuts the log there and gives the memory past
-    /// it back. Store mode's arena cannot change size. Returns whether the size changed.
+    /// now on. Growing (up to [`Partition::log_room`]) lets the tail run further before it
+    /// wraps: at once in a log that has not wrapped, else once the tail reaches the old end
+    /// (the oldest items lie between). Shrinking evicts every item that ends past the new
+    /// size, cuts the log there and gives the memory past it back. Store mode's arena cannot
+    /// change size. Returns whether the size changed.
     pub fn set_log_limit(&mut self, bytes: usize) -> bool {
         let bytes = (bytes & !7) as u64;
         if self.store.is_some() || bytes > self.geometry.log_bytes || bytes < self.log_limit_min() as u64 {
@@ -412,6 +414,8 @@ impl Partition {
                 } else {
                     self.shared.log.write_padding(at);
                 }
+                // The index scan counts the skip as appended bytes, as it does a wrap's padding.
+                self.scan_credit_bytes += lap_end - self.tail;
                 self.tail = lap_end;
                 while self.tail - self.head > self.geometry.lap_bytes {
                     self.evict_head();
