@@ -55,10 +55,7 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
             .max(1)
             .next_power_of_two();
-        let mut partition = qs_store::Config::new(log_bytes, buckets);
-        // Address space for cache_memlimit to grow the log into (used only as it fills).
-        partition.log_room_bytes = ((config.memory_max_bytes() / partitions as u64) as usize) & !7;
-        partition
+        qs_store::Config::new(log_bytes, buckets)
     };
     partition.item_bytes_max = config.item_bytes_max;
     partition.access = match config.access {
@@ -127,8 +124,15 @@ impl Server {
         let workers = config.workers();
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
+        let room_bytes = ((config.memory_max_bytes() / partition_count as u64) as usize) & !7;
         let partitions: Vec<Partition> = (0..partition_count)
-            .map(|p| Partition::new(partition_config(&config, p, partition_count)))
+            .map(|p| {
+                let mut partition = partition_config(&config, p, partition_count);
+                // Address space for cache_memlimit to grow the log into (used only as it
+                // fills; store mode's arena ignores it).
+                partition.log_room_bytes = room_bytes;
+                Partition::new(partition)
+            })
             .collect();
         let readers = if config.access == AccessArg::Erew {
             Vec::new()

@@ -378,31 +378,23 @@ impl Partition {
             partition.geometry.physical(at) as u64 + header.capacity() as u64 > limit
         };
         // 1. Evict: unlink each live item past the limit from the index and mark it dead.
-        let mut at = self.head;
-        while at < self.tail {
-            if self.shared.log.is_padding(at) {
-                at += self.geometry.to_lap_end(at);
-                continue;
-            }
-            let header = self.shared.log.header(at);
-            if !header.word0.has(BIT_DEAD) && ends_past(self, at, &header) {
-                self.evict_in_place(at, &header);
-            }
-            at += header.capacity() as u64;
+        let past: Vec<(u64, Header)> = self
+            .records()
+            .filter(|(at, header)| !header.word0.has(BIT_DEAD) && ends_past(self, *at, header))
+            .collect();
+        for (at, header) in past {
+            self.evict_in_place(at, &header);
         }
         // 2. Cut each lap of the live window at its first record past the limit: every record
         //    from there to the lap's end is dead now.
-        let mut at = self.head;
-        while at < self.tail {
-            if self.shared.log.is_padding(at) {
-                at += self.geometry.to_lap_end(at);
-                continue;
+        let mut cuts: Vec<u64> = Vec::new();
+        for (at, header) in self.records() {
+            let lap_start = at - self.geometry.physical(at) as u64;
+            if ends_past(self, at, &header) && cuts.last().map_or(true, |&cut| cut < lap_start) {
+                cuts.push(at);
             }
-            let header = self.shared.log.header(at);
-            if !ends_past(self, at, &header) {
-                at += header.capacity() as u64;
-                continue;
-            }
+        }
+        for at in cuts {
             let lap_end = at + self.geometry.to_lap_end(at);
             if lap_end >= self.tail {
                 // The tail's own lap: what lies between the cut and the tail is dead, so the
@@ -430,7 +422,6 @@ impl Partition {
             } else {
                 self.shared.log.write_padding(at);
             }
-            at = lap_end;
         }
         self.shared.head.store(self.head, Relaxed);
         if self.crew {
@@ -440,6 +431,24 @@ impl Partition {
         let keep = (limit + 8) as usize;
         self.shared.log.release_from(keep);
         self.touched_bytes = self.touched_bytes.min(keep.next_multiple_of(4096) as u64);
+    }
+
+    /// The records of the live window, head to tail, padding skipped: (offset, header).
+    fn records(&self) -> impl Iterator<Item = (u64, Header)> + '_ {
+        let mut at = self.head;
+        std::iter::from_fn(move || {
+            while at < self.tail {
+                if self.shared.log.is_padding(at) {
+                    at += self.geometry.to_lap_end(at);
+                    continue;
+                }
+                let header = self.shared.log.header(at);
+                let record = at;
+                at += header.capacity() as u64;
+                return Some((record, header));
+            }
+            None
+        })
     }
 
     /// Evicts the live item at `offset` where it lies (a shrinking log's end): out of the

@@ -65,22 +65,10 @@ impl Reader {
         let bucket = index.bucket(hash.bucket(index.bucket_mask()));
         let value_start = out.len();
         loop {
-            let before = bucket[0].load(Acquire);
-            if before & 1 == 1 {
-                crate::sync::spin_hint();
-                continue;
-            }
-            let head = self.shared.head.load(Relaxed);
+            let (before, head) = self.begin(bucket);
             let mut gone = Gone::No;
             let found = self.read_once(bucket, hash.tag(), key, head, now_secs, out, &mut gone);
-            fence(Acquire);
-            let after = bucket[0].load(Relaxed);
-            let head_after = self.shared.head.load(Relaxed);
-            let still_live = match found {
-                Some((offset, _)) => self.shared.log.geometry().is_live(offset, head_after),
-                None => true,
-            };
-            if before != after || !still_live {
+            if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) {
                 out.truncate(value_start);
                 crate::sync::spin_hint();
                 continue;
@@ -110,12 +98,7 @@ impl Reader {
         for at in buckets.start..buckets.end.min(index.bucket_count()) {
             let bucket = index.bucket(at);
             loop {
-                let before = bucket[0].load(Acquire);
-                if before & 1 == 1 {
-                    crate::sync::spin_hint();
-                    continue;
-                }
-                let head = self.shared.head.load(Relaxed);
+                let (before, head) = self.begin(bucket);
                 keys.clear();
                 items.clear();
                 let mut offsets = [0u64; crate::index::SLOTS_PER_BUCKET];
@@ -147,11 +130,7 @@ impl Reader {
                     };
                     items.push((start..keys.len(), item));
                 }
-                fence(Acquire);
-                let after = bucket[0].load(Relaxed);
-                let head_after = self.shared.head.load(Relaxed);
-                if before != after || offsets[..items.len()].iter().any(|&o| !geometry.is_live(o, head_after))
-                {
+                if !self.unchanged(bucket, before, offsets[..items.len()].iter().copied()) {
                     crate::sync::spin_hint();
                     continue;
                 }
@@ -161,6 +140,36 @@ impl Reader {
                 break;
             }
         }
+    }
+
+    /// Step 1 of an optimistic read: the bucket's version once it is even (no change under
+    /// way), and the head.
+    #[inline(always)]
+    fn begin(&self, bucket: &[crate::sync::AtomicU64]) -> (u64, u64) {
+        loop {
+            let before = bucket[0].load(Acquire);
+            if before & 1 == 0 {
+                return (before, self.shared.head.load(Relaxed));
+            }
+            crate::sync::spin_hint();
+        }
+    }
+
+    /// Step 3: whether what was copied since [`Reader::begin`] returned `before` is what the
+    /// owner last published: the bucket's version has not moved and every item copied (at
+    /// `offsets`) is still live.
+    #[inline(always)]
+    fn unchanged(
+        &self,
+        bucket: &[crate::sync::AtomicU64],
+        before: u64,
+        offsets: impl IntoIterator<Item = u64>,
+    ) -> bool {
+        fence(Acquire);
+        let after = bucket[0].load(Relaxed);
+        let head = self.shared.head.load(Relaxed);
+        let geometry = self.shared.log.geometry();
+        before == after && offsets.into_iter().all(|offset| geometry.is_live(offset, head))
     }
 
     /// Pipeline stage 1 for one key: start loading its bucket.

@@ -165,6 +165,17 @@ impl Harness {
         }
     }
 
+    /// Runs `ops`, checking the dump every 25 steps and at the end.
+    fn run_ops(&mut self, ops: Vec<Op>) {
+        for (n, op) in ops.into_iter().enumerate() {
+            self.step(op);
+            if n % 25 == 0 {
+                self.check_dump();
+            }
+        }
+        self.check_dump();
+    }
+
     fn step(&mut self, op: Op) {
         match op {
             Op::Store { key, mode, len, flags, ttl } => self.store(key, mode, len, flags, ttl),
@@ -385,13 +396,7 @@ proptest! {
     fn roomy_partition_loses_nothing(eviction in eviction(), ops in proptest::collection::vec(op(24), 1..300)) {
         // 24 keys in 16 buckets of 15 slots: load 0.1; 1 MiB of log never fills.
         let mut harness = harness(1 << 20, 16, eviction, false);
-        for (n, op) in ops.into_iter().enumerate() {
-            harness.step(op);
-            if n % 25 == 0 {
-                harness.check_dump();
-            }
-        }
-        harness.check_dump();
+        harness.run_ops(ops);
         let stats = *harness.partition.stats();
         prop_assert_eq!(stats.log_evictions + stats.index_evictions, 0);
     }
@@ -405,13 +410,7 @@ proptest! {
         // 32 keys in two buckets (30 slots) over a 1.3-3 KiB log: both kinds of eviction
         // happen; logs that are not a power of two skip the rest of each lap.
         let mut harness = harness(log_bytes, 2, eviction, true);
-        for (n, op) in ops.into_iter().enumerate() {
-            harness.step(op);
-            if n % 25 == 0 {
-                harness.check_dump();
-            }
-        }
-        harness.check_dump();
+        harness.run_ops(ops);
     }
 
     /// cache_memlimit at random moments: a log that grows and shrinks (evicting what lies past
@@ -423,13 +422,7 @@ proptest! {
         ops in proptest::collection::vec(op_or_resize(32), 200..600),
     ) {
         let mut harness = harness_with_room(log_bytes, 3 * log_bytes, 2, eviction, true);
-        for (n, op) in ops.into_iter().enumerate() {
-            harness.step(op);
-            if n % 25 == 0 {
-                harness.check_dump();
-            }
-        }
-        harness.check_dump();
+        harness.run_ops(ops);
     }
 
     /// Growing never loses anything in a roomy partition.
@@ -455,13 +448,7 @@ proptest! {
     #[test]
     fn store_mode_loses_nothing(spares in 1usize..4, ops in proptest::collection::vec(op(32), 100..500)) {
         let mut harness = store_harness(3072, 2, spares);
-        for (n, op) in ops.into_iter().enumerate() {
-            harness.step(op);
-            if n % 25 == 0 {
-                harness.check_dump();
-            }
-        }
-        harness.check_dump();
+        harness.run_ops(ops);
         let stats = *harness.partition.stats();
         prop_assert_eq!(stats.log_evictions + stats.index_evictions, 0);
     }
