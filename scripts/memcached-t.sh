@@ -29,9 +29,10 @@ wire=(
 #                          48-byte item header; quicksilver's items take 32 bytes each
 #   lru.t                  exactly 37 evictions and a global eviction order: memcached's 1 MiB slab
 #                          pages in -m 64; quicksilver's logs evict per partition
-#   conn-limits.t          -o read_buf_mem_limit=1 failing a 500-miss multiget: memcached charges a
-#                          1 KiB response object per key; quicksilver's reply is 5 bytes (the limit
-#                          is accepted, not enforced)
+#   conn-limits.t          -o read_buf_mem_limit=1 -t 32 failing a 500-miss multiget and closing
+#                          a connection that stacks 500 `mg` misses: memcached charges a 1 KiB
+#                          response object per key and command; quicksilver's replies take 5
+#                          bytes and 2 KB, within the limit (enforced: tests/hostile.rs)
 #   dyn-maxbytes.t         `cache_memlimit` growth that serves the very next set without an
 #                          eviction: a full circular log uses grown memory once its tail
 #                          reaches the old end (docs/COMPATIBILITY.md, cache_memlimit)

@@ -17,33 +17,187 @@ const POOL_OUT_BYTES_MAX: usize = 16 << 10;
 
 /// A worker's buffers, lent to connections while they have bytes in flight: an idle
 /// connection holds no buffer, so it costs a few hundred bytes however many there are.
-#[derive(Default)]
+///
+/// Under `-o read_buf_mem_limit` the worker's connections hold at most `limit` bytes of
+/// buffers together, as memcached bounds each thread's read buffers and response objects: a
+/// connection that needs a read buffer when none is left is closed (`read_buf_oom`), and so
+/// is one that holds no reply memory and finds none left (`response_obj_oom`). Unlike
+/// memcached, a connection whose replies wait unsent is not closed: past half the limit it
+/// waits for its client to read them, which keeps the other half for the connections whose
+/// clients do read.
 pub struct Buffers {
     /// Read buffers, each `READ_BUFFER_BYTES` long and initialised.
     reads: Vec<Vec<u8>>,
     /// Empty reply buffers with their capacity.
     replies: Vec<Vec<u8>>,
+    /// Bytes of `replies`.
+    replies_pooled_bytes: usize,
+    /// Bytes the connections may hold together; `usize::MAX` without a limit.
+    limit: usize,
+    /// Read buffers lent now (each charged `READ_BUFFER_BYTES`, however far it grew: a large
+    /// request's growth is bounded per connection by the item size limit, as memcached reads
+    /// a large value straight into its item).
+    reads_lent: usize,
+    /// Connections holding reply memory now.
+    replies_lent: usize,
+    /// Reply memory they hold, as last charged (see [`Buffers::charge`]).
+    replies_lent_bytes: usize,
+}
+
+impl Default for Buffers {
+    fn default() -> Buffers {
+        Buffers::new(usize::MAX)
+    }
+}
+
+/// What a worker's buffers hold, for `stats` (memcached's `read_buf_*`/`response_obj_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferFigures {
+    /// Read and reply buffers, lent and pooled.
+    pub count: usize,
+    /// Their bytes.
+    pub bytes: usize,
+    /// Bytes pooled, free to lend.
+    pub bytes_free: usize,
+    /// Connections holding reply memory.
+    pub replies: usize,
+    /// The reply memory they hold.
+    pub reply_bytes: usize,
+}
+
+impl BufferFigures {
+    /// Adds another worker's figures.
+    pub fn add(&mut self, other: &BufferFigures) {
+        self.count += other.count;
+        self.bytes += other.bytes;
+        self.bytes_free += other.bytes_free;
+        self.replies += other.replies;
+        self.reply_bytes += other.reply_bytes;
+    }
 }
 
 impl Buffers {
-    fn take_read(&mut self) -> Vec<u8> {
-        self.reads.pop().unwrap_or_else(|| vec![0; READ_BUFFER_BYTES])
+    /// Buffers whose connections may hold at most `limit` bytes together.
+    pub fn new(limit: usize) -> Buffers {
+        Buffers {
+            reads: Vec::new(),
+            replies: Vec::new(),
+            replies_pooled_bytes: 0,
+            limit,
+            reads_lent: 0,
+            replies_lent: 0,
+            replies_lent_bytes: 0,
+        }
+    }
+
+    /// A worker's share of `-o read_buf_mem_limit` (`total` bytes; 0: none), split between
+    /// `workers` as memcached splits it between threads: whole read buffers, at least one.
+    pub fn limit_per_worker(total: usize, workers: usize) -> usize {
+        if total == 0 {
+            return usize::MAX;
+        }
+        (total / workers.max(1) / READ_BUFFER_BYTES).max(1) * READ_BUFFER_BYTES
+    }
+
+    /// Whether a limit applies.
+    pub fn limited(&self) -> bool {
+        self.limit != usize::MAX
+    }
+
+    /// Bytes lent to connections now.
+    pub fn lent(&self) -> usize {
+        self.reads_lent * READ_BUFFER_BYTES + self.replies_lent_bytes
+    }
+
+    /// Bytes connections may still take before the limit.
+    pub fn room(&self) -> usize {
+        self.limit.saturating_sub(self.lent())
+    }
+
+    /// Bytes connections whose replies wait unsent may still take (half the limit).
+    pub fn hold_room(&self) -> usize {
+        (self.limit / 2).saturating_sub(self.lent())
+    }
+
+    /// Whether keeping `bytes` more in the pool would hold more than the limit in all.
+    fn pool_full(&self, bytes: usize) -> bool {
+        self.reads.len() >= POOL_BUFFERS_MAX
+            || self.replies.len() >= POOL_BUFFERS_MAX
+            || self.lent() + (self.reads.len() * READ_BUFFER_BYTES + self.replies_pooled_bytes) + bytes
+                > self.limit
+    }
+
+    /// A read buffer, or `None` when the limit leaves no room for one.
+    fn take_read(&mut self) -> Option<Vec<u8>> {
+        if self.room() < READ_BUFFER_BYTES {
+            return None;
+        }
+        self.reads_lent += 1;
+        Some(self.reads.pop().unwrap_or_else(|| vec![0; READ_BUFFER_BYTES]))
     }
 
     fn give_read(&mut self, buf: Vec<u8>) {
-        if buf.len() == READ_BUFFER_BYTES && self.reads.len() < POOL_BUFFERS_MAX {
+        self.reads_lent -= 1;
+        if buf.len() == READ_BUFFER_BYTES && !self.pool_full(READ_BUFFER_BYTES) {
             self.reads.push(buf);
         }
     }
 
     fn take_reply(&mut self) -> Vec<u8> {
-        self.replies.pop().unwrap_or_default()
+        if self.room() == 0 {
+            return Vec::new();
+        }
+        let buf = self.replies.pop().unwrap_or_default();
+        self.replies_pooled_bytes -= buf.capacity();
+        buf
     }
 
     fn give_reply(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() <= POOL_OUT_BYTES_MAX && self.replies.len() < POOL_BUFFERS_MAX {
+        if buf.capacity() <= POOL_OUT_BYTES_MAX && !self.pool_full(buf.capacity()) {
             buf.clear();
+            self.replies_pooled_bytes += buf.capacity();
             self.replies.push(buf);
+        }
+    }
+
+    /// Brings the reply memory charged for `output` up to what it holds now (its buffers grow
+    /// as replies are written into them).
+    pub fn charge(&mut self, output: &mut Output) {
+        let now = output.capacity_bytes();
+        if now == output.charged {
+            return;
+        }
+        match (output.charged, now) {
+            (0, _) => self.replies_lent += 1,
+            (_, 0) => self.replies_lent -= 1,
+            _ => {}
+        }
+        self.replies_lent_bytes = self.replies_lent_bytes - output.charged + now;
+        output.charged = now;
+    }
+
+    /// Takes back everything a closing connection holds.
+    pub fn release(&mut self, input: &mut Input, output: &mut Output) {
+        if !input.buf.is_empty() && input.lent {
+            self.give_read(std::mem::take(&mut input.buf));
+            input.lent = false;
+        }
+        output.out = Vec::new();
+        output.segments.clear();
+        output.spare = Vec::new();
+        self.charge(output);
+    }
+
+    /// What the buffers hold now.
+    pub fn figures(&self) -> BufferFigures {
+        let reads = self.reads_lent + self.reads.len();
+        let free = self.reads.len() * READ_BUFFER_BYTES + self.replies_pooled_bytes;
+        BufferFigures {
+            count: reads + self.replies_lent + self.replies.len(),
+            bytes: reads * READ_BUFFER_BYTES + self.replies_lent_bytes + self.replies_pooled_bytes,
+            bytes_free: free,
+            replies: self.replies_lent,
+            reply_bytes: self.replies_lent_bytes,
         }
     }
 }
@@ -60,12 +214,14 @@ pub struct Input {
     pub skip: usize,
     /// Largest the buffer may grow to.
     pub limit: usize,
+    /// Whether `buf` is lent by the worker's [`Buffers`] (a UDP datagram's is its own).
+    pub lent: bool,
 }
 
 impl Input {
     /// An empty input that may grow to `limit` bytes; it holds no buffer until it reads.
     pub fn new(limit: usize) -> Input {
-        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit }
+        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit, lent: false }
     }
 
     /// The unparsed bytes.
@@ -97,10 +253,12 @@ impl Input {
     }
 
     /// Room to read into: borrows a buffer from `pool` if it has none, moves unparsed bytes to
-    /// the front and grows the buffer when it is full. Empty when the buffer is at its limit.
-    pub fn spare(&mut self, pool: &mut Buffers) -> &mut [u8] {
+    /// the front and grows the buffer when it is full. Empty when the buffer is at its limit;
+    /// `None` when it has no buffer and `pool` has none to lend under its limit.
+    pub fn spare(&mut self, pool: &mut Buffers) -> Option<&mut [u8]> {
         if self.buf.is_empty() {
-            self.buf = pool.take_read();
+            self.buf = pool.take_read()?;
+            self.lent = true;
         }
         if self.start > 0 && self.end == self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
@@ -111,13 +269,14 @@ impl Input {
             let grown = (self.buf.len() * 2).min(self.limit);
             self.buf.resize(grown, 0);
         }
-        &mut self.buf[self.end..]
+        Some(&mut self.buf[self.end..])
     }
 
     /// Gives the buffer back once it holds nothing unparsed (a grown one is freed).
     pub fn lend_back(&mut self, pool: &mut Buffers) {
-        if self.start == self.end && !self.buf.is_empty() {
+        if self.start == self.end && !self.buf.is_empty() && self.lent {
             pool.give_read(std::mem::take(&mut self.buf));
+            self.lent = false;
             self.start = 0;
             self.end = 0;
         }
@@ -157,6 +316,8 @@ pub struct Output {
     next_id: u64,
     /// Emptied ready segments, kept for the next replies queued behind a waiting one.
     spare: Vec<Vec<u8>>,
+    /// Reply memory charged to the worker's [`Buffers`] for this output.
+    charged: usize,
 }
 
 /// Emptied ready segments an output keeps for reuse, and the largest kept.
@@ -175,6 +336,7 @@ impl Output {
             marks: Vec::new(),
             next_id: 0,
             spare: Vec::new(),
+            charged: 0,
         }
     }
 
@@ -262,10 +424,25 @@ impl Output {
         self.out.len() - self.sent + segments
     }
 
+    /// Memory its buffers hold (what [`Buffers::charge`] charges).
+    pub fn capacity_bytes(&self) -> usize {
+        let segments: usize = self
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Ready(bytes) => bytes.capacity(),
+                Segment::Waiting { .. } | Segment::Mark(_) => 0,
+            })
+            .sum();
+        let spare: usize = self.spare.iter().map(Vec::capacity).sum();
+        self.out.capacity() + segments + spare
+    }
+
     /// Borrows a reply buffer from `pool` if it has none.
     pub fn borrow(&mut self, pool: &mut Buffers) {
         if self.out.capacity() == 0 {
             self.out = pool.take_reply();
+            pool.charge(self);
         }
     }
 
@@ -273,9 +450,11 @@ impl Output {
     /// waits on another worker.
     pub fn lend_back(&mut self, pool: &mut Buffers) {
         if self.sent == self.out.len() && self.segments.is_empty() {
-            pool.give_reply(std::mem::take(&mut self.out));
+            let out = std::mem::take(&mut self.out);
             self.sent = 0;
             self.spare = Vec::new();
+            pool.charge(self);
+            pool.give_reply(out);
         }
     }
 
@@ -599,7 +778,7 @@ mod tests {
         let mut pool = Buffers::default();
         let mut input = Input::new(1 << 20);
         assert_eq!(input.buf.capacity(), 0);
-        input.spare(&mut pool)[..5].copy_from_slice(b"get a");
+        input.spare(&mut pool).unwrap()[..5].copy_from_slice(b"get a");
         input.end = 5;
         input.lend_back(&mut pool);
         assert_eq!(input.pending(), b"get a", "unparsed bytes keep their buffer");
@@ -620,9 +799,67 @@ mod tests {
     }
 
     #[test]
+    fn the_limit_is_split_between_workers_in_whole_read_buffers() {
+        assert_eq!(Buffers::limit_per_worker(0, 4), usize::MAX, "0: no limit");
+        assert_eq!(Buffers::limit_per_worker(1 << 20, 32), 2 * READ_BUFFER_BYTES);
+        assert_eq!(Buffers::limit_per_worker(1 << 20, 128), READ_BUFFER_BYTES, "at least one");
+        assert_eq!(Buffers::limit_per_worker(1 << 20, 3), 21 * READ_BUFFER_BYTES);
+    }
+
+    #[test]
+    fn a_limited_pool_lends_no_read_buffer_past_its_limit_and_takes_back_on_release() {
+        let mut pool = Buffers::new(2 * READ_BUFFER_BYTES);
+        let mut inputs: Vec<Input> = (0..3).map(|_| Input::new(1 << 20)).collect();
+        assert!(inputs[0].spare(&mut pool).is_some());
+        assert!(inputs[1].spare(&mut pool).is_some());
+        assert!(inputs[2].spare(&mut pool).is_none(), "a third buffer is past the limit");
+        assert_eq!(pool.room(), 0);
+        inputs[0].end = 3;
+        inputs[0].lend_back(&mut pool);
+        assert_eq!(pool.room(), 0, "unparsed bytes keep their buffer");
+        let mut output = Output::new(1);
+        pool.release(&mut inputs[0], &mut output);
+        assert_eq!(pool.room(), READ_BUFFER_BYTES);
+        assert!(inputs[2].spare(&mut pool).is_some(), "the released buffer is lent again");
+        let figures = pool.figures();
+        assert_eq!((figures.count, figures.bytes, figures.bytes_free), (2, 2 * READ_BUFFER_BYTES, 0));
+    }
+
+    #[test]
+    fn reply_memory_is_charged_as_it_grows_and_released_once_sent() {
+        let mut pool = Buffers::new(8 * READ_BUFFER_BYTES);
+        let mut output = Output::new(2);
+        output.borrow(&mut pool);
+        output.reply_buf().extend_from_slice(&[b'x'; 50_000]);
+        let waiting = output.wait_for(1);
+        output.reply_buf().extend_from_slice(&[b'y'; 10_000]);
+        pool.charge(&mut output);
+        let charged = pool.figures().reply_bytes;
+        assert!(charged >= 60_000, "{charged}");
+        assert_eq!(pool.figures().replies, 1);
+        assert_eq!(pool.room(), 8 * READ_BUFFER_BYTES - charged);
+        assert_eq!(pool.hold_room(), (4 * READ_BUFFER_BYTES).saturating_sub(charged));
+        assert!(output.fill(waiting, b"z"));
+        output.advance(output.unsent().len());
+        output.lend_back(&mut pool);
+        assert_eq!((pool.figures().replies, pool.figures().reply_bytes), (0, 0));
+        assert_eq!(pool.room(), 8 * READ_BUFFER_BYTES);
+        // Over the limit the pool keeps nothing more and lends nothing.
+        let mut big = Output::new(1);
+        big.reply_buf().extend_from_slice(&vec![0; 9 * READ_BUFFER_BYTES]);
+        pool.charge(&mut big);
+        assert_eq!(pool.room(), 0);
+        let mut other = Output::new(1);
+        other.borrow(&mut pool);
+        assert_eq!(other.out.capacity(), 0, "no reply memory past the limit");
+        pool.release(&mut Input::new(16), &mut big);
+        assert_eq!(pool.figures().reply_bytes, 0);
+    }
+
+    #[test]
     fn skipping_runs_past_the_buffer() {
         let mut input = Input::new(1 << 20);
-        input.spare(&mut Buffers::default());
+        input.spare(&mut Buffers::default()).unwrap();
         input.buf[..4].copy_from_slice(b"abcd");
         input.end = 4;
         input.consume(10);

@@ -185,6 +185,7 @@ impl Server {
             ascii_passwords,
             extended,
             unix_accept: Mutex::new(()),
+            reserved_accept: Mutex::new(()),
             config: config.clone(),
         });
         let mut owned: Vec<Vec<Option<Partition>>> =

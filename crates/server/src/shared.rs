@@ -67,6 +67,10 @@ pub struct WorkerCounters {
     pub remote_get_flushed: u64,
     /// Stores refused as larger than -I before reaching a partition.
     pub store_too_large: u64,
+    /// Connections closed for want of a read buffer under -o read_buf_mem_limit.
+    pub read_buf_oom: u64,
+    /// Connections closed for want of reply memory under -o read_buf_mem_limit.
+    pub response_obj_oom: u64,
 }
 
 impl WorkerCounters {
@@ -107,6 +111,8 @@ impl WorkerCounters {
             remote_get_expired,
             remote_get_flushed,
             store_too_large,
+            read_buf_oom,
+            response_obj_oom,
         } = *base;
         for (value, base) in [
             (&mut self.cmd_get, cmd_get),
@@ -137,6 +143,8 @@ impl WorkerCounters {
             (&mut self.remote_get_expired, remote_get_expired),
             (&mut self.remote_get_flushed, remote_get_flushed),
             (&mut self.store_too_large, store_too_large),
+            (&mut self.read_buf_oom, read_buf_oom),
+            (&mut self.response_obj_oom, response_obj_oom),
         ] {
             *value = value.saturating_sub(base);
         }
@@ -172,6 +180,8 @@ impl WorkerCounters {
         self.remote_get_expired += other.remote_get_expired;
         self.remote_get_flushed += other.remote_get_flushed;
         self.store_too_large += other.store_too_large;
+        self.read_buf_oom += other.read_buf_oom;
+        self.response_obj_oom += other.response_obj_oom;
     }
 }
 
@@ -182,6 +192,8 @@ pub struct WorkerFigures {
     pub counters: WorkerCounters,
     /// Per partition: reads of other workers' partitions served here (gets, hits).
     pub remote_reads: Vec<(u64, u64)>,
+    /// What its connection buffers hold (a reading, not a counter).
+    pub buffers: crate::conn::BufferFigures,
 }
 
 /// A value on its own cache line, so workers' flags do not share lines.
@@ -271,6 +283,9 @@ pub struct Shared {
     /// `accept4` reserves a descriptor even when it finds nothing), as memcached's one
     /// listening thread numbers them.
     pub unix_accept: Mutex<()>,
+    /// Without maxconns_fast: held by the worker accepting, so that no worker sees another's
+    /// place taken for an accept that finds the backlog empty and pauses below the limit.
+    pub reserved_accept: Mutex<()>,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.

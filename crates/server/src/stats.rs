@@ -39,6 +39,7 @@ fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionStats
         let published = published.lock().unwrap_or_else(|e| e.into_inner());
         let base = baseline.workers.get(index).unwrap_or(&base);
         workers.counters.add(&published.counters.since(&base.counters));
+        workers.buffers.add(&published.buffers);
         for (at, (total, (gets, hits))) in
             workers.remote_reads.iter_mut().zip(&published.remote_reads).enumerate()
         {
@@ -121,13 +122,16 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
     }
     stat(out, "connection_structures", shared.registry.count());
-    stat(out, "response_obj_oom", 0);
-    stat(out, "response_obj_count", 0);
-    stat(out, "response_obj_bytes", 0);
-    stat(out, "read_buf_count", 0);
-    stat(out, "read_buf_bytes", 0);
-    stat(out, "read_buf_bytes_free", 0);
-    stat(out, "read_buf_oom", 0);
+    // Connection buffers (docs/COMPATIBILITY.md): read buffers and reply buffers, as
+    // memcached's read buffers and response objects.
+    let buffers = &w.buffers;
+    stat(out, "response_obj_oom", c.response_obj_oom);
+    stat(out, "response_obj_count", buffers.replies);
+    stat(out, "response_obj_bytes", buffers.reply_bytes);
+    stat(out, "read_buf_count", buffers.count);
+    stat(out, "read_buf_bytes", buffers.bytes);
+    stat(out, "read_buf_bytes_free", buffers.bytes_free);
+    stat(out, "read_buf_oom", c.read_buf_oom);
     let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64);
     stat(out, "reserved_fds", open_fds.saturating_sub(curr_connections));
     stat(out, "cmd_get", c.cmd_get);

@@ -184,6 +184,8 @@ pub struct Worker {
     executed: bool,
     /// Buffers lent to connections while they have bytes in flight.
     buffers: Buffers,
+    /// What `buffers` held when last published.
+    buffers_shown: crate::conn::BufferFigures,
     /// Its `watch` connections.
     watching: Vec<usize>,
 }
@@ -225,6 +227,8 @@ impl Worker {
         let workers = shared.workers;
         let input_limit =
             shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
+        let buffer_limit =
+            Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.workers);
         Ok(Worker {
             index,
             shared,
@@ -253,7 +257,8 @@ impl Worker {
             ahead: Vec::new(),
             input_limit,
             executed: false,
-            buffers: Buffers::default(),
+            buffers: Buffers::new(buffer_limit),
+            buffers_shown: Default::default(),
             watching: Vec::new(),
         })
     }
@@ -343,6 +348,7 @@ impl Worker {
                 }
             }
             self.write_all();
+            self.publish_buffers();
             let idle_timeout = self.shared.extended.idle_timeout_secs;
             if idle_timeout > 0 && self.engine.now_secs != self.idle_scan_secs {
                 self.idle_scan_secs = self.engine.now_secs;
@@ -427,6 +433,7 @@ impl Worker {
             _ => None,
         };
         let fast = self.shared.extended.maxconns_fast;
+        let _reserving = (!fast).then(|| shared.reserved_accept.lock().unwrap_or_else(|e| e.into_inner()));
         loop {
             let Some(socket) = self.listeners.get(listener) else { return };
             // Without maxconns_fast a place is taken before accepting: at the limit nothing
@@ -436,6 +443,7 @@ impl Worker {
                 if open >= self.shared.config.max_connections as u64 {
                     self.shared.curr_connections.fetch_sub(1, Relaxed);
                     self.shared.disable_accepting();
+                    self.release_false_pause();
                     return;
                 }
             }
@@ -535,6 +543,8 @@ impl Worker {
             if matches!(conn.transport, Transport::Tcp(_)) {
                 conn.input.lend_back(&mut self.buffers);
             }
+            // A connection dropped (a read_buf_oom among the reasons) shows in stats at once.
+            self.executed |= conn.dead;
         }
         queue_flush(&mut self.flush, index);
     }
@@ -582,6 +592,7 @@ impl Worker {
             retry,
             shared,
             watching,
+            buffers,
             ..
         } = self;
         let me = *me;
@@ -753,6 +764,26 @@ impl Worker {
                     if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
                         stop = true;
                         break;
+                    }
+                    if !udp && buffers.limited() {
+                        // -o read_buf_mem_limit (conn::Buffers): the replies written so far are
+                        // charged; past half the limit a connection with replies unsent waits
+                        // for its client to read them, and at the limit one holding no reply
+                        // memory at all is closed, as memcached closes it.
+                        buffers.charge(output);
+                        let holds = output.held_bytes() > 0 || output.pending_total > 0;
+                        if holds && buffers.hold_room() == 0 {
+                            stop = true;
+                            break;
+                        }
+                        if !holds && buffers.room() == 0 && output.capacity_bytes() == 0 {
+                            engine.counters.response_obj_oom += 1;
+                            *executed = true;
+                            *dead = true;
+                            *error = true;
+                            stop = true;
+                            break;
+                        }
                     }
                     if *stalled {
                         if output.pending_total > 0 {
@@ -930,7 +961,9 @@ impl Worker {
                                 unreachable!("split gets are gets")
                             };
                             *executed = true;
-                            let budget = OUTPUT_BYTES_HIGH.saturating_sub(output.held_bytes());
+                            let budget = OUTPUT_BYTES_HIGH
+                                .saturating_sub(output.held_bytes())
+                                .min(buffers.hold_room());
                             let mut added = 0;
                             let mut rest = None;
                             for key in qs_proto::tokens::words(keys) {
@@ -974,7 +1007,9 @@ impl Worker {
                         // may outgrow the output bound, so the get runs in pieces as the
                         // client reads.
                         if located.is_none() {
-                            let budget = OUTPUT_BYTES_HIGH.saturating_sub(output.held_bytes());
+                            let budget = OUTPUT_BYTES_HIGH
+                                .saturating_sub(output.held_bytes())
+                                .min(buffers.hold_room());
                             if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
                                 resume = Some(Resume::of(pending, here, keys, rest));
                                 stop = true;
@@ -1214,7 +1249,7 @@ impl Worker {
                 fd: socket.as_raw_fd(),
                 transport: Transport::Udp { peer, request_id: header.request_id },
                 generation: self.generations[index],
-                input: Input { limit: end, buf: payload, start: 0, end, skip: 0 },
+                input: Input { limit: end, buf: payload, start: 0, end, skip: 0, lent: false },
                 output: Output::new(self.shared.workers),
                 read_ready: false,
                 peer_closed: false,
@@ -1298,8 +1333,27 @@ impl Worker {
         }
     }
 
+    /// Without maxconns_fast, after pausing at the limit: a connection that closed between
+    /// the count and the pause found nothing to resume, so this resumes (else accepting would
+    /// wait for a close that may never come).
+    fn release_false_pause(&self) {
+        if self.shared.curr_connections.load(Relaxed) < self.shared.config.max_connections as u64 {
+            self.shared.connection_closed();
+        }
+    }
+
+    /// Publishes what the connection buffers hold, when it changed.
+    fn publish_buffers(&mut self) {
+        let now = self.buffers.figures();
+        if now != self.buffers_shown {
+            self.buffers_shown = now;
+            self.shared.workers_published[self.index].lock().unwrap_or_else(|e| e.into_inner()).buffers = now;
+        }
+    }
+
     fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
+            self.buffers.release(&mut conn.input, &mut conn.output);
             let Transport::Tcp(stream) = &mut conn.transport else {
                 self.free.push(index);
                 return;
@@ -1352,7 +1406,13 @@ fn peer_text(addr: &Addr) -> (String, u16, &'static str) {
 /// One read from `conn`'s socket into its buffer; false when nothing more should be read
 /// this turn (the socket is drained, closed or failed, or the buffer is full).
 fn read_once(conn: &mut Conn, counters: &mut WorkerCounters, buffers: &mut Buffers) -> bool {
-    let spare = conn.input.spare(buffers);
+    let Some(spare) = conn.input.spare(buffers) else {
+        // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
+        conn.dead = true;
+        conn.error = true;
+        counters.read_buf_oom += 1;
+        return false;
+    };
     if spare.is_empty() {
         // A request larger than the buffer may grow: the parser would have refused it, so
         // this is garbage without a line end.

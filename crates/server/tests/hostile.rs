@@ -561,3 +561,103 @@ fn a_watcher_that_never_reads_is_bounded_and_costs_nothing() {
     let next = String::from_utf8_lossy(&next).to_string();
     assert!(next.contains("type=item_get key=after status=not_found"), "{next:?}");
 }
+
+/// Opens 100 connections that each send a set's command line and hold its data back, so each
+/// keeps a read buffer; then completes every set. Returns how many were closed, how many
+/// stored, and the server's `stats` once all are closed.
+fn partial_sets_under_a_read_buffer_limit(server: &ServerProcess) -> (usize, usize, Vec<(String, String)>) {
+    let mut held: Vec<Client> = (0..100)
+        .map(|_| {
+            let mut client = server.connect();
+            client.send(b"set held 0 0 2\r\n");
+            client
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let (mut closed, mut stored) = (0, 0);
+    for client in &mut held {
+        let _ = client.stream.write_all(b"ok\r\n");
+        client.stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let mut reply = [0u8; 8];
+        match client.stream.read(&mut reply) {
+            Ok(8) if &reply == b"STORED\r\n" => stored += 1,
+            Ok(0) => closed += 1,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => closed += 1,
+            other => panic!("{other:?}: {:?}", String::from_utf8_lossy(&reply)),
+        }
+    }
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    (closed, stored, stats(&mut server.connect(), ""))
+}
+
+#[test]
+fn read_buf_mem_limit_closes_connections_past_it_as_memcached_does() {
+    let _measuring = measuring();
+    // 1 MiB for one worker: 64 read buffers of 16 KiB, in memcached as here.
+    let args = ["-t", "1", "-o", "read_buf_mem_limit=1"];
+    let memcached = ServerProcess::memcached(&args);
+    let quicksilver = server_with_canary(&args);
+    for (name, server) in [("memcached", &memcached), ("quicksilver", &quicksilver)] {
+        let (closed, stored, stats) = partial_sets_under_a_read_buffer_limit(server);
+        let stat = |name: &str| stats.iter().find(|(key, _)| key == name).map(|(_, value)| value.clone());
+        eprintln!("{name}: closed {closed}, stored {stored}, read_buf_oom {:?}", stat("read_buf_oom"));
+        // memcached keeps 59 (its response objects share the 64 buffers), quicksilver 63.
+        assert!((55..=64).contains(&stored), "{name} kept {stored} of 100");
+        assert_eq!(closed + stored, 100);
+        let oom: usize = stat("read_buf_oom").and_then(|v| v.parse().ok()).expect("read_buf_oom");
+        assert!(oom >= 30, "{name}: read_buf_oom {oom}");
+    }
+    assert_healthy(&quicksilver);
+}
+
+#[test]
+fn read_buf_mem_limit_bounds_replies_that_clients_do_not_read_and_loses_none() {
+    let _measuring = measuring();
+    let server = server_with_canary(&["-t", "1", "-o", "read_buf_mem_limit=4"]);
+    let value = vec![b'v'; 100_000];
+    set(&mut server.connect(), "big", &value);
+    let baseline = rss_bytes(server.pid());
+    // Three clients ask for 30 MB of replies each and read none of them yet.
+    let request = b"get big\r\n".repeat(300);
+    let mut hogs: Vec<Client> = (0..3).map(|_| server.connect()).collect();
+    for hog in &mut hogs {
+        hog.stream.set_nonblocking(true).expect("nonblocking");
+        let mut sent = 0;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sent < request.len() && Instant::now() < deadline {
+            match hog.stream.write(&request[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        assert_eq!(sent, request.len(), "the server reads every request");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut other = server.connect();
+    let held: u64 = stat(&mut other, "response_obj_bytes");
+    // Half the limit for replies left unread, and the one reply that crossed it (with the
+    // buffer's doubling): 2.6 MB measured.
+    assert!(held <= 4 << 20, "{held} bytes of replies held under a 4 MiB limit");
+    let grown = rss_bytes(server.pid()).saturating_sub(baseline);
+    assert!(grown < 16 << 20, "RSS grew {grown} bytes");
+    // Idle while the hogs do not read, and others are served.
+    let (used, allowed) = ticks_while_idle(&server, Duration::from_secs(1));
+    assert!(used <= allowed, "{used} ticks in 1 s while every hog is blocked");
+    assert_eq!(other.call(b"get big\r\n").len(), value.len() + 27);
+    assert_healthy(&server);
+    // Each hog then reads every reply, whole and in order.
+    let mut block = b"VALUE big 0 100000\r\n".to_vec();
+    block.extend_from_slice(&value);
+    block.extend_from_slice(b"\r\nEND\r\n");
+    for hog in &mut hogs {
+        hog.stream.set_nonblocking(false).expect("blocking");
+        let mut got = vec![0; block.len()];
+        for n in 0..300 {
+            hog.stream.read_exact(&mut got).unwrap_or_else(|e| panic!("reply {n}: {e}"));
+            assert!(got == block, "reply {n}");
+        }
+    }
+    assert_eq!(stat(&mut other, "response_obj_oom"), 0);
+}
