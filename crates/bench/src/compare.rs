@@ -55,6 +55,21 @@ pub struct CompareArgs {
     /// Print a JSON line after the table.
     #[arg(long)]
     pub json: bool,
+    /// memtier_benchmark's binary (scripts/build-memtier.sh): each row is also run by memtier
+    /// against both servers (its own preloaded keys, the row's value size, set:get ratio, key
+    /// distribution, connections and depth, one thread on the load cores), measured from the
+    /// servers as qs-bench's runs are, and printed beside qs-bench's figures. Text and binary.
+    #[arg(long)]
+    pub memtier: Option<String>,
+}
+
+/// What memtier_benchmark's run of a row cost one server.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemtierFigures {
+    /// Operations per second (the server's cmd_get + cmd_set).
+    pub ops_per_sec: f64,
+    /// Server CPU per operation, µs (/proc).
+    pub server_cpu_us_per_op: Option<f64>,
 }
 
 /// One workload of the matrix.
@@ -87,6 +102,8 @@ pub struct Row {
     pub cpu_ratio: Option<f64>,
     /// p99 ratio (quicksilver / memcached; lower is better).
     pub p99_ratio: f64,
+    /// memtier_benchmark's run of the same workload (with `--memtier`): quicksilver's, memcached's.
+    pub memtier: Option<(MemtierFigures, MemtierFigures)>,
 }
 
 /// What `compare` measured.
@@ -256,7 +273,147 @@ fn row(workers: usize, point: &Point, quicksilver: LoadReport, memcached: LoadRe
         p99_ratio: ratio(quicksilver.p99_us, memcached.p99_us),
         quicksilver,
         memcached,
+        memtier: None,
     }
+}
+
+/// memtier_benchmark's arguments for `point` against `port` (`None` for a protocol memtier does
+/// not speak). `load`: preload the keys (every key once, each connection its own range).
+fn memtier_args(point: &Point, settings: &Settings, port: u16, load: bool) -> Option<Vec<String>> {
+    let protocol = match settings.protocol {
+        load::Protocol::Text => "memcache_text",
+        load::Protocol::Binary => "memcache_binary",
+        _ => return None,
+    };
+    let dataset: crate::workload::Dataset = clap::ValueEnum::from_str(point.dataset, true).ok()?;
+    let value_len = dataset.sizes().1;
+    let mut args: Vec<String> = [
+        "-s",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-P",
+        protocol,
+        "-t",
+        "1",
+        "-c",
+        &settings.connections.to_string(),
+        "-d",
+        &value_len.to_string(),
+        "--key-maximum",
+        &settings.keys.to_string(),
+        "--hide-histogram",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    if load {
+        let per_connection = settings.keys.div_ceil(settings.connections as u64);
+        args.extend(
+            ["--ratio", "1:0", "--key-pattern", "P:P", "-n", &per_connection.to_string()].map(String::from),
+        );
+        return Some(args);
+    }
+    let gets = (point.get_ratio * 100.0).round() as u64;
+    let sets = 100 - gets.min(100);
+    let common = gcd(gets, sets).max(1);
+    let pattern = if point.dist == "zipf" { "Z:Z" } else { "R:R" };
+    let seconds = (settings.warmup + settings.duration).ceil().max(1.0) as u64;
+    args.extend(
+        [
+            "--ratio",
+            &format!("{}:{}", sets / common, gets / common),
+            "--key-pattern",
+            pattern,
+            "--pipeline",
+            &point.depth.to_string(),
+            "--test-time",
+            &seconds.to_string(),
+        ]
+        .map(String::from),
+    );
+    if point.dist == "zipf" {
+        args.extend(["--key-zipf-exp", "0.99"].map(String::from));
+    }
+    Some(args)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The server's `cmd_get + cmd_set`.
+fn server_ops(port: u16) -> io::Result<u64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(b"stats\r\n")?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 16384];
+    while !reply.ends_with(b"END\r\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::other("the server closed the stats connection"));
+        }
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&reply);
+    let stat = |name: &str| {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("STAT "))
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok(stat("cmd_get") + stat("cmd_set"))
+}
+
+/// Runs memtier_benchmark's version of `point` against `server` (after preloading its keys once
+/// per dataset) and measures the server over the run's middle `settings.duration` seconds.
+fn memtier_run(
+    memtier: &str,
+    cores: &str,
+    server: &Server,
+    point: &Point,
+    settings: &Settings,
+    loaded: &mut Vec<&'static str>,
+) -> io::Result<Option<MemtierFigures>> {
+    let Some(args) = memtier_args(point, settings, server.port, false) else { return Ok(None) };
+    let spawn = |args: &[String]| {
+        Command::new("taskset")
+            .arg("-c")
+            .arg(cores)
+            .arg(memtier)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|error| io::Error::other(format!("{memtier}: {error}")))
+    };
+    if !loaded.contains(&point.dataset) {
+        let load = memtier_args(point, settings, server.port, true).expect("the protocol was accepted");
+        let status = spawn(&load)?.wait()?;
+        if !status.success() {
+            return Err(io::Error::other(format!("{memtier} failed to load the keys ({status})")));
+        }
+        loaded.push(point.dataset);
+    }
+    let mut child = spawn(&args)?;
+    std::thread::sleep(Duration::from_secs_f64(settings.warmup.max(0.5)));
+    let pid = server.child.id();
+    let (ops0, cpu0) = (server_ops(server.port)?, load::process_cpu_secs(pid));
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(settings.duration));
+    let (ops1, cpu1) = (server_ops(server.port)?, load::process_cpu_secs(pid));
+    let elapsed = started.elapsed().as_secs_f64();
+    child.wait()?;
+    let ops = ops1.saturating_sub(ops0);
+    Ok(Some(MemtierFigures {
+        ops_per_sec: ops as f64 / elapsed,
+        server_cpu_us_per_op: cpu0.zip(cpu1).filter(|_| ops > 0).map(|(a, b)| (b - a) * 1e6 / ops as f64),
+    }))
 }
 
 fn describe(point: &Point) -> String {
@@ -328,13 +485,25 @@ pub fn run(args: &CompareArgs) -> io::Result<CompareReport> {
         }
         let qs = start(&quicksilver, &qs_args, &server_cores, qs_port)?;
         let mc = start(&args.memcached, &mc_args, &server_cores, mc_port)?;
+        let (mut qs_loaded, mut mc_loaded) = (Vec::new(), Vec::new());
         for (index, point) in matrix(quick).iter().enumerate() {
             // Alternate which server goes first, so neither always follows the other.
             let (first, second) = if index % 2 == 0 { (&qs, &mc) } else { (&mc, &qs) };
             let a = load::run(&load_args(first, point, &settings, None)?)?;
             let b = load::run(&load_args(second, point, &settings, None)?)?;
             let (qs_report, mc_report) = if index % 2 == 0 { (a, b) } else { (b, a) };
-            let row = row(count, point, qs_report, mc_report);
+            let mut row = row(count, point, qs_report, mc_report);
+            if let Some(memtier) = &args.memtier {
+                let qs_memtier = memtier_run(memtier, &load_cores, &qs, point, &settings, &mut qs_loaded)?;
+                let mc_memtier = memtier_run(memtier, &load_cores, &mc, point, &settings, &mut mc_loaded)?;
+                row.memtier = qs_memtier.zip(mc_memtier);
+                if let Some((q, m)) = &row.memtier {
+                    eprintln!(
+                        "  {:<26} depth {:>2}: memtier: quicksilver {:>9.0} ops/s, memcached {:>9.0} ops/s",
+                        "", point.depth, q.ops_per_sec, m.ops_per_sec
+                    );
+                }
+            }
             eprintln!(
                 "  {:<26} depth {:>2}: quicksilver {:>9.0} ops/s, memcached {:>9.0} ops/s ({:.2}x)",
                 describe(point),
@@ -503,6 +672,39 @@ pub fn print(report: &CompareReport) {
         );
     }
     println!("(server CPU in µs per operation from /proc; p99 in µs, closed loop)");
+    if report.rows.iter().any(|row| row.memtier.is_some()) {
+        println!("memtier_benchmark on the same rows (one thread; the servers' own counts and CPU):");
+        println!(
+            "{:>7}  {:<26} {:>5}  {:>10} {:>10} {:>6}  {:>8} {:>8} {:>6}  {:>14}",
+            "workers",
+            "workload",
+            "depth",
+            "qs ops/s",
+            "mc ops/s",
+            "ratio",
+            "qs CPU",
+            "mc CPU",
+            "ratio",
+            "qs-bench ratio"
+        );
+        for row in &report.rows {
+            let Some((q, m)) = &row.memtier else { continue };
+            let cpu_ratio = q.server_cpu_us_per_op.zip(m.server_cpu_us_per_op).map(|(a, b)| a / b);
+            println!(
+                "{:>7}  {:<26} {:>5}  {:>10.0} {:>10.0} {:>5.2}x  {:>8} {:>8} {:>5}x  {:>13}x",
+                row.workers,
+                describe(&row.point),
+                row.point.depth,
+                q.ops_per_sec,
+                m.ops_per_sec,
+                q.ops_per_sec / m.ops_per_sec.max(1.0),
+                figure(q.server_cpu_us_per_op, 2),
+                figure(m.server_cpu_us_per_op, 2),
+                figure(cpu_ratio, 2),
+                figure(row.cpu_ratio, 2),
+            );
+        }
+    }
     if !report.equal_load.is_empty() {
         println!("equal offered load, open loop (tiny, 95% GET, uniform, depth 16; latency from the scheduled time):");
         println!(
@@ -531,4 +733,43 @@ pub fn print(report: &CompareReport) {
 /// Errors, wrong and stale values of one run.
 fn errors(report: &LoadReport) -> u64 {
     report.errors + report.wrong_values + report.stale_values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memtier_runs_the_rows_workload() {
+        let settings = Settings {
+            protocol: load::Protocol::Text,
+            keys: 50_000,
+            duration: 2.0,
+            warmup: 0.5,
+            connections: 50,
+        };
+        let point = Point { dataset: "small", get_ratio: 0.95, dist: "zipf", depth: 16 };
+        let args = memtier_args(&point, &settings, 11311, false).expect("text is spoken").join(" ");
+        for part in [
+            "-p 11311",
+            "-P memcache_text",
+            "-c 50",
+            "-d 64",
+            "--key-maximum 50000",
+            "--ratio 1:19",
+            "--key-pattern Z:Z",
+            "--pipeline 16",
+            "--test-time 3",
+            "--key-zipf-exp 0.99",
+        ] {
+            assert!(args.contains(part), "{part} in {args}");
+        }
+        let half = Point { dataset: "tiny", get_ratio: 0.5, dist: "uniform", depth: 1 };
+        let args = memtier_args(&half, &settings, 1, false).expect("text").join(" ");
+        assert!(args.contains("--ratio 1:1") && args.contains("-d 8") && args.contains("R:R"), "{args}");
+        let load = memtier_args(&half, &settings, 1, true).expect("text").join(" ");
+        assert!(load.contains("--ratio 1:0") && load.contains("P:P") && load.contains("-n 1000"), "{load}");
+        let meta = Settings { protocol: load::Protocol::Meta, ..settings };
+        assert!(memtier_args(&point, &meta, 1, false).is_none(), "memtier has no meta protocol");
+    }
 }
