@@ -9,9 +9,8 @@ generator's own report is trusted. Rounds interleave the servers so drift hits b
 
     scripts/bench-memtier.py [--memtier PATH] [--rounds 3] [--seconds 4]
 
-memtier_benchmark is built outside the repository, e.g.:
-    git clone https://github.com/RedisLabs/memtier_benchmark ~/.cache/memtier/src
-    cd ~/.cache/memtier/src && autoreconf -ivf && ./configure && make
+memtier_benchmark is built outside the repository by scripts/build-memtier.sh (into
+~/.cache/memtier/src, this script's default --memtier).
 """
 import argparse
 import os
