@@ -18,34 +18,30 @@ server at the same depth (`--rate`, "open"), so that both offer the same load.
 memtier_benchmark: scripts/build-memtier.sh. perf: Debian's linux-perf (tracepoints only).
 """
 import argparse
+import importlib.util
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
 
-HZ = os.sysconf("SC_CLK_TCK")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = 100_000
 EVENTS = ["raw_syscalls:sys_enter", "syscalls:sys_enter_read", "syscalls:sys_enter_recvfrom",
           "syscalls:sys_enter_sendmsg", "syscalls:sys_enter_sendto", "syscalls:sys_enter_epoll_wait"]
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
+def _bench_memtier():
+    # The measurements bench-memtier.py makes (its name has a dash: loaded by path).
+    spec = importlib.util.spec_from_file_location("bench_memtier", os.path.join(REPO, "scripts/bench-memtier.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def server_ops(port):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
-    stats = dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
-    return int(stats["cmd_get"]) + int(stats["cmd_set"])
+_MEASURE = _bench_memtier()
+cpu_seconds = _MEASURE.cpu_seconds
+server_ops = _MEASURE.ops
 
 
 def segments():

@@ -346,21 +346,26 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
-/// The server's `cmd_get + cmd_set`.
-fn server_ops(port: u16) -> io::Result<u64> {
+/// The reply to `request` (a `stats` command), up to its `END`.
+fn stats_reply(port: u16, request: &[u8]) -> io::Result<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"stats\r\n")?;
+    stream.write_all(request)?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 16384];
     while !reply.ends_with(b"END\r\n") {
         let n = stream.read(&mut chunk)?;
         if n == 0 {
-            return Err(io::Error::other("the server closed the stats connection"));
+            break;
         }
         reply.extend_from_slice(&chunk[..n]);
     }
-    let text = String::from_utf8_lossy(&reply);
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// The server's `cmd_get + cmd_set`.
+fn server_ops(port: u16) -> io::Result<u64> {
+    let text = stats_reply(port, b"stats\r\n")?;
     let stat = |name: &str| {
         text.lines()
             .filter_map(|line| line.strip_prefix("STAT "))
@@ -602,20 +607,9 @@ fn sweep_plots(
 
 /// Quicksilver's GETs per partition (`stats partitions`).
 pub fn partition_gets(port: u16) -> io::Result<Option<Vec<f64>>> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"stats partitions\r\n")?;
-    let mut text = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !text.ends_with(b"END\r\n") {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        text.extend_from_slice(&chunk[..n]);
-    }
+    let text = stats_reply(port, b"stats partitions\r\n")?;
     let mut gets = Vec::new();
-    for line in String::from_utf8_lossy(&text).lines() {
+    for line in text.lines() {
         let mut fields = line.split_whitespace();
         let (Some("STAT"), Some(name), Some(value)) = (fields.next(), fields.next(), fields.next()) else {
             continue;

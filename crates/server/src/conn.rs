@@ -411,29 +411,23 @@ impl Output {
         true
     }
 
+    /// The replies ready behind one that waits.
+    fn ready_segments(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.segments.iter().filter_map(|segment| match segment {
+            Segment::Ready(bytes) => Some(bytes),
+            Segment::Waiting { .. } | Segment::Mark(_) => None,
+        })
+    }
+
     /// Bytes held for this connection (unsent and waiting).
     pub fn held_bytes(&self) -> usize {
-        let segments: usize = self
-            .segments
-            .iter()
-            .map(|segment| match segment {
-                Segment::Ready(bytes) => bytes.len(),
-                Segment::Waiting { .. } | Segment::Mark(_) => 0,
-            })
-            .sum();
+        let segments: usize = self.ready_segments().map(Vec::len).sum();
         self.out.len() - self.sent + segments
     }
 
     /// Memory its buffers hold (what [`Buffers::charge`] charges).
     pub fn capacity_bytes(&self) -> usize {
-        let segments: usize = self
-            .segments
-            .iter()
-            .map(|segment| match segment {
-                Segment::Ready(bytes) => bytes.capacity(),
-                Segment::Waiting { .. } | Segment::Mark(_) => 0,
-            })
-            .sum();
+        let segments: usize = self.ready_segments().map(Vec::capacity).sum();
         let spare: usize = self.spare.iter().map(Vec::capacity).sum();
         self.out.capacity() + segments + spare
     }
