@@ -49,9 +49,15 @@ enum Subcommands {
     /// The probe's echo server (started by `probe`; prints its address, runs until killed).
     #[command(hide = true)]
     ProbeEcho {
-        /// epoll or uring.
+        /// epoll, uring or uring-multishot.
         #[arg(long, value_enum, default_value = "epoll")]
         io: probe::EchoIo,
+        /// What to answer: the bytes received, or END for every line (memcached misses).
+        #[arg(long, value_enum, default_value = "echo")]
+        answer: probe::Answer,
+        /// Port to listen on (0: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
     },
 }
 
@@ -106,12 +112,13 @@ fn main() {
             print_table(&report);
             print_json(args.json, &report);
         }
-        Subcommands::ProbeEcho { io } => {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        Subcommands::ProbeEcho { io, answer, port } => {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind 127.0.0.1");
             println!("{}", listener.local_addr().expect("bound address"));
             let served = match io {
-                probe::EchoIo::Epoll => probe::echo_server(listener),
-                probe::EchoIo::Uring => probe::echo_server_uring(listener),
+                probe::EchoIo::Epoll => probe::echo_server(listener, answer),
+                probe::EchoIo::Uring => probe::echo_server_uring(listener, answer),
+                probe::EchoIo::UringMultishot => probe::echo_server_uring_multishot(listener, answer),
             };
             if let Err(error) = served {
                 fail("probe-echo", error);

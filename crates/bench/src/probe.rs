@@ -35,7 +35,7 @@ pub struct ProbeArgs {
     #[arg(long, default_value_t = 24)]
     pub message: usize,
     /// Echo server kinds to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [EchoIo::Epoll, EchoIo::Uring])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [EchoIo::Epoll, EchoIo::Uring, EchoIo::UringMultishot])]
     pub io: Vec<EchoIo>,
     /// Pipeline depths to measure.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 16])]
@@ -69,6 +69,11 @@ pub enum EchoIo {
     Epoll,
     /// io_uring completions, one submission per loop turn for every connection.
     Uring,
+    /// io_uring as `uring`, with multishot receives into a provided-buffer ring and
+    /// registered (fixed) files.
+    #[value(name = "uring-multishot")]
+    #[serde(rename = "uring-multishot")]
+    UringMultishot,
 }
 
 impl EchoIo {
@@ -76,6 +81,33 @@ impl EchoIo {
         match self {
             EchoIo::Epoll => "epoll",
             EchoIo::Uring => "uring",
+            EchoIo::UringMultishot => "uring-multishot",
+        }
+    }
+}
+
+/// What the echo server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Answer {
+    /// The bytes received, as received.
+    #[default]
+    Echo,
+    /// `END\r\n` for every line received: a memcached miss for each text request, so that
+    /// memcached-protocol load generators (memtier_benchmark with `--ratio 0:1`) can drive
+    /// the bare servers and measure the floor under their own traffic pattern.
+    End,
+}
+
+impl Answer {
+    /// Appends the answer to `input` to `out`.
+    fn answer(self, input: &[u8], out: &mut Vec<u8>) {
+        match self {
+            Answer::Echo => out.extend_from_slice(input),
+            Answer::End => {
+                for _ in input.iter().filter(|&&byte| byte == b'\n') {
+                    out.extend_from_slice(b"END\r\n");
+                }
+            }
         }
     }
 }
@@ -146,9 +178,9 @@ pub struct ProbeReport {
     pub dram: Option<DramFigure>,
 }
 
-/// Runs the echo server on `listener` until the process is killed: read what arrived, write it
-/// back, one read and one write per readable connection (a short read means drained).
-pub fn echo_server(listener: std::net::TcpListener) -> io::Result<()> {
+/// Runs the echo server on `listener` until the process is killed: read what arrived, write its
+/// answer, one read and one write per readable connection (a short read means drained).
+pub fn echo_server(listener: std::net::TcpListener, answer: Answer) -> io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut listener = TcpListener::from_std(listener);
     let mut poll = Poll::new()?;
@@ -156,6 +188,7 @@ pub fn echo_server(listener: std::net::TcpListener) -> io::Result<()> {
     let mut conns: Vec<TcpStream> = Vec::new();
     let mut events = Events::with_capacity(1024);
     let mut buf = vec![0u8; 64 << 10];
+    let mut reply = Vec::new();
     loop {
         poll.poll(&mut events, None)?;
         for event in events.iter() {
@@ -172,8 +205,10 @@ pub fn echo_server(listener: std::net::TcpListener) -> io::Result<()> {
                 match stream.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
+                        reply.clear();
+                        answer.answer(&buf[..n], &mut reply);
                         // A client that went away ends only its own connection.
-                        if stream.write_all(&buf[..n]).is_err() || n < buf.len() {
+                        if stream.write_all(&reply).is_err() || n < buf.len() {
                             break;
                         }
                     }
@@ -209,7 +244,7 @@ struct UringConn {
 /// flight, and submits everything with one `io_uring_enter` that also waits for the next
 /// completion. Runs until the process is killed.
 #[allow(unsafe_code)] // io_uring's submission contract: buffers outlive their operations.
-pub fn echo_server_uring(listener: std::net::TcpListener) -> io::Result<()> {
+pub fn echo_server_uring(listener: std::net::TcpListener, answer: Answer) -> io::Result<()> {
     use io_uring::{opcode, squeue, types, IoUring};
     use std::os::fd::AsRawFd;
 
@@ -267,7 +302,7 @@ pub fn echo_server_uring(listener: std::net::TcpListener) -> io::Result<()> {
                     let conn = &mut conns[index];
                     conn.receiving = false;
                     if result > 0 {
-                        conn.outgoing.extend_from_slice(&conn.incoming[..result as usize]);
+                        answer.answer(&conn.incoming[..result as usize], &mut conn.outgoing);
                         dirty.push(index);
                     }
                 }
@@ -300,6 +335,191 @@ pub fn echo_server_uring(listener: std::net::TcpListener) -> io::Result<()> {
                 let send = opcode::Send::new(fd, conn.in_flight.as_ptr(), conn.in_flight.len() as u32)
                     .build()
                     .user_data((index as u64) << 2 | UD_SEND);
+                push(&mut ring, &send)?;
+            }
+        }
+    }
+}
+
+/// Receive buffers the kernel picks from for multishot receives: a ring of entries naming
+/// buffers (registered as buffer group `GROUP`), and the buffers, `SIZE` bytes each.
+struct ProvidedBuffers {
+    entries: std::ptr::NonNull<io_uring::types::BufRingEntry>,
+    layout: std::alloc::Layout,
+    buffers: Box<[u8]>,
+    count: u16,
+    tail: u16,
+}
+
+#[allow(unsafe_code)] // The buffer ring is memory shared with the kernel.
+impl ProvidedBuffers {
+    const GROUP: u16 = 0;
+    const SIZE: usize = 4096;
+
+    /// Registers `count` buffers (a power of two) with `ring`, all given to the kernel.
+    fn register(ring: &io_uring::IoUring, count: u16) -> io::Result<ProvidedBuffers> {
+        assert!(count.is_power_of_two());
+        let layout =
+            std::alloc::Layout::from_size_align(count as usize * 16, 4096).map_err(io::Error::other)?;
+        // SAFETY: the layout has a non-zero size; zeroed memory is a valid ring (tail 0).
+        let entries = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+            .ok_or_else(|| io::Error::other("no memory for the buffer ring"))?
+            .cast();
+        let mut buffers = ProvidedBuffers {
+            entries,
+            layout,
+            buffers: vec![0u8; count as usize * Self::SIZE].into_boxed_slice(),
+            count,
+            tail: 0,
+        };
+        // SAFETY: the ring is page-aligned, `count` entries long, and lives (with the
+        // buffers it names) until after the ring: the echo server never returns normally.
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(entries.as_ptr() as u64, count, Self::GROUP, 0)?
+        };
+        for id in 0..count {
+            buffers.give_back(id);
+        }
+        Ok(buffers)
+    }
+
+    /// The first `len` bytes of buffer `id`, which the kernel has filled and handed over.
+    fn filled(&self, id: u16, len: usize) -> &[u8] {
+        &self.buffers[id as usize * Self::SIZE..][..len]
+    }
+
+    /// Hands buffer `id` back to the kernel.
+    fn give_back(&mut self, id: u16) {
+        let index = (self.tail & (self.count - 1)) as usize;
+        // SAFETY: `index` is within the ring; the kernel reads only entries before the
+        // published tail, and this entry's previous buffer has been consumed (each id is
+        // given back once per completion naming it).
+        let entry = unsafe { &mut *self.entries.as_ptr().add(index) };
+        entry.set_addr(self.buffers[id as usize * Self::SIZE..].as_ptr() as u64);
+        entry.set_len(Self::SIZE as u32);
+        entry.set_bid(id);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail field overlays the first entry's reserved field, which the kernel
+        // reads as the ring's tail; it is published after the entry it covers (release).
+        let tail = unsafe {
+            &*(io_uring::types::BufRingEntry::tail(self.entries.as_ptr())
+                as *const std::sync::atomic::AtomicU16)
+        };
+        tail.store(self.tail, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for ProvidedBuffers {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: allocated in `register` with this layout.
+        unsafe { std::alloc::dealloc(self.entries.as_ptr().cast(), self.layout) };
+    }
+}
+
+/// The io_uring echo server with everything io_uring offers a TCP server: accepted sockets
+/// registered as fixed files, one multishot receive per connection drawing from a
+/// provided-buffer ring (no receive re-posted per message), and each loop turn's sends
+/// submitted with one `io_uring_enter` that also waits. Runs until the process is killed.
+#[allow(unsafe_code)] // io_uring's submission contract: buffers outlive their operations.
+pub fn echo_server_uring_multishot(listener: std::net::TcpListener, answer: Answer) -> io::Result<()> {
+    use io_uring::{cqueue, opcode, squeue, types, IoUring};
+    use std::os::fd::AsRawFd;
+
+    const FILES: u32 = 4096;
+    fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: receives write only into provided buffers (owned by `ProvidedBuffers`,
+        // which outlives the ring's use); a send reads a connection's `in_flight`, which is
+        // not changed while `sending` is set, and connections are never removed.
+        while unsafe { ring.submission().push(entry) }.is_err() {
+            ring.submit()?;
+        }
+        Ok(())
+    }
+
+    let mut ring: IoUring =
+        IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_cqsize(8192).build(1024)?;
+    ring.submitter().register_files_sparse(FILES)?;
+    let mut provided = ProvidedBuffers::register(&ring, 1024)?;
+    let accept =
+        opcode::Accept::new(types::Fd(listener.as_raw_fd()), std::ptr::null_mut(), std::ptr::null_mut())
+            .build()
+            .user_data(UD_ACCEPT);
+    push(&mut ring, &accept)?;
+    let receive = |slot: usize| {
+        opcode::RecvMulti::new(types::Fixed(slot as u32), ProvidedBuffers::GROUP)
+            .build()
+            .user_data((slot as u64) << 2 | UD_RECV)
+    };
+    let mut conns: Vec<UringConn> = Vec::new();
+    let mut completions: Vec<(u64, i32, u32)> = Vec::new();
+    let mut dirty: Vec<usize> = Vec::new();
+    loop {
+        ring.submit_and_wait(1)?;
+        completions.extend(ring.completion().map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags())));
+        for (user_data, result, flags) in completions.drain(..) {
+            let (index, kind) = ((user_data >> 2) as usize, user_data & 3);
+            match kind {
+                UD_ACCEPT => {
+                    push(&mut ring, &accept)?;
+                    if result < 0 || conns.len() as u32 >= FILES {
+                        continue;
+                    }
+                    // SAFETY: a successful accept completion's result is a new descriptor
+                    // that nothing else owns.
+                    let stream =
+                        unsafe { <std::net::TcpStream as std::os::fd::FromRawFd>::from_raw_fd(result) };
+                    stream.set_nodelay(true)?;
+                    let slot = conns.len();
+                    ring.submitter().register_files_update(slot as u32, &[stream.as_raw_fd()])?;
+                    conns.push(UringConn {
+                        stream,
+                        incoming: Box::default(),
+                        outgoing: Vec::new(),
+                        in_flight: Vec::new(),
+                        sending: false,
+                        receiving: true,
+                    });
+                    push(&mut ring, &receive(slot))?;
+                }
+                UD_RECV => {
+                    if let Some(id) = cqueue::buffer_select(flags) {
+                        if result > 0 {
+                            answer.answer(provided.filled(id, result as usize), &mut conns[index].outgoing);
+                            dirty.push(index);
+                        }
+                        provided.give_back(id);
+                    }
+                    // A multishot receive ends on an error, end of file, or no buffer left:
+                    // re-post it unless the peer closed.
+                    if !cqueue::more(flags) && result != 0 {
+                        push(&mut ring, &receive(index))?;
+                    }
+                }
+                _ => {
+                    let conn = &mut conns[index];
+                    conn.sending = false;
+                    if result > 0 {
+                        conn.in_flight.drain(..result as usize);
+                        dirty.push(index);
+                    }
+                }
+            }
+        }
+        for index in dirty.drain(..) {
+            let conn = &mut conns[index];
+            if !conn.sending && (!conn.in_flight.is_empty() || !conn.outgoing.is_empty()) {
+                if conn.in_flight.is_empty() {
+                    std::mem::swap(&mut conn.in_flight, &mut conn.outgoing);
+                }
+                conn.sending = true;
+                let send = opcode::Send::new(
+                    types::Fixed(index as u32),
+                    conn.in_flight.as_ptr(),
+                    conn.in_flight.len() as u32,
+                )
+                .build()
+                .user_data((index as u64) << 2 | UD_SEND);
                 push(&mut ring, &send)?;
             }
         }
@@ -592,10 +812,10 @@ pub fn run(args: &ProbeArgs) -> io::Result<ProbeReport> {
 mod tests {
     use super::*;
 
-    fn echoes(server: fn(std::net::TcpListener) -> io::Result<()>) {
+    fn echoes(server: fn(std::net::TcpListener, Answer) -> io::Result<()>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
-        std::thread::spawn(move || server(listener));
+        std::thread::spawn(move || server(listener, Answer::Echo));
         let mut clients: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(address).unwrap()).collect();
         for round in 0..3 {
             for (index, client) in clients.iter_mut().enumerate() {
@@ -617,6 +837,34 @@ mod tests {
     #[test]
     fn the_uring_echo_server_echoes() {
         echoes(echo_server_uring);
+    }
+
+    fn answers_misses(server: fn(std::net::TcpListener, Answer) -> io::Result<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || server(listener, Answer::End));
+        let mut client = std::net::TcpStream::connect(address).unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        client.write_all(b"get a\r\nget b\r\n").unwrap();
+        let mut reply = vec![0u8; 10];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(reply, b"END\r\nEND\r\n");
+    }
+
+    #[test]
+    fn the_epoll_echo_server_answers_misses() {
+        answers_misses(echo_server);
+    }
+
+    #[test]
+    fn the_uring_echo_server_answers_misses() {
+        answers_misses(echo_server_uring);
+    }
+
+    #[test]
+    fn the_multishot_uring_echo_server_echoes_and_answers_misses() {
+        echoes(echo_server_uring_multishot);
+        answers_misses(echo_server_uring_multishot);
     }
 
     #[test]

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The floor under memtier_benchmark: what a server that does no work at all costs under the
+same traffic as quicksilver and memcached (issue 27, parts 2 and 3).
+
+`qs-bench probe-echo --answer end` is a bare server answering `END` (a miss) to every request
+line, in three kinds: `epoll` (readiness, one read and one write per ready connection, what
+quicksilver and memcached do), `uring` (io_uring: a receive posted per connection, one
+`io_uring_enter` per loop turn for every send and re-posted receive) and `uring-multishot`
+(io_uring with multishot receives into a provided-buffer ring and registered files). memtier
+sends gets only (`--ratio 0:1`), so every server answers the same misses.
+
+Two measurements, rounds interleaving the servers:
+
+    scripts/bench-floor.py pinned [--rounds 4] [--depth 1]
+        one worker on core 0, memtier on core 1 (`-t 1 -c 50`): server CPU per operation
+        (/proc utime+stime over 3 s in the middle of a 5 s run; operations from memtier).
+
+    scripts/bench-floor.py defaults [--rounds 2]
+        every server with its defaults, nothing pinned, memtier with its defaults (4 threads x
+        50 connections, depth 1): ops/s and latency as a user's first run sees them.
+
+memtier_benchmark: scripts/build-memtier.sh.
+"""
+import argparse
+import importlib.util
+import os
+import re
+import subprocess
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ECHO_KINDS = ["epoll", "uring", "uring-multishot"]
+
+
+def _bench_memtier():
+    # The measurements bench-memtier.py makes (its name has a dash: loaded by path).
+    spec = importlib.util.spec_from_file_location("bench_memtier", os.path.join(REPO, "scripts/bench-memtier.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_MEASURE = _bench_memtier()
+
+
+def server_command(args, kind, port, pinned):
+    if kind == "memcached":
+        user = ["-u", "nobody"] if os.getuid() == 0 else []
+        command = [args.memcached, "-p", str(port), "-U", "0", "-l", "127.0.0.1"] + user
+        command += ["-t", "1", "-m", "1024"] if pinned else []
+    elif kind == "quicksilver":
+        command = [args.quicksilver, "-p", str(port), "-U", "0", "-l", "127.0.0.1"]
+        command += ["-t", "1", "-m", "1024"] if pinned else []
+    else:
+        command = [args.qs_bench, "probe-echo", "--io", kind, "--answer", "end", "--port", str(port)]
+    return (["taskset", "-c", "0"] if pinned else []) + command
+
+
+def memtier(args, port, extra):
+    return [args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--ratio", "0:1",
+            "--hide-histogram"] + extra
+
+
+def totals(output):
+    """memtier's Totals line: ops/s, average, p50 and p99 latency (ms)."""
+    fields = re.search(r"^Totals\s+(.*)$", output, re.M).group(1).split()
+    return float(fields[0]), float(fields[3]), float(fields[4]), float(fields[5])
+
+
+def pinned_point(args, kind, port):
+    server = subprocess.Popen(server_command(args, kind, port, True), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _MEASURE.wait_port(port)
+        load = subprocess.Popen(["taskset", "-c", "1"] + memtier(args, port, [
+            "-t", "1", "-c", "50", "-d", "32", "--key-maximum", "100000", "--key-pattern", "R:R",
+            "--pipeline", str(args.depth), "--test-time", "5"]), stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        time.sleep(1.0)
+        cpu0, t0 = _MEASURE.cpu_seconds(server.pid), time.time()
+        time.sleep(3.0)
+        cpu1, t1 = _MEASURE.cpu_seconds(server.pid), time.time()
+        rate = totals(load.communicate()[0])[0]
+        return rate, (cpu1 - cpu0) / (t1 - t0) / rate * 1e6
+    finally:
+        server.kill()
+        server.wait()
+
+
+def defaults_point(args, kind, port):
+    server = subprocess.Popen(server_command(args, kind, port, False), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _MEASURE.wait_port(port)
+        out = subprocess.run(memtier(args, port, ["--test-time", "5", "--print-percentiles", "50,99"]),
+                             capture_output=True, text=True, check=True).stdout
+        return totals(out)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["pinned", "defaults"])
+    parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    parser.add_argument("--quicksilver", default=os.path.join(REPO, "target/release/quicksilver"))
+    parser.add_argument("--qs-bench", default=os.path.join(REPO, "target/release/qs-bench"))
+    parser.add_argument("--memcached", default="memcached")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--servers", default=",".join(["memcached", "quicksilver"] + ECHO_KINDS))
+    args = parser.parse_args()
+    port = 24100
+    for round_ in range(args.rounds):
+        for kind in args.servers.split(","):
+            port += 1
+            if args.mode == "pinned":
+                rate, cpu = pinned_point(args, kind, port)
+                print(f"round {round_} depth {args.depth} {kind:16} {rate:9,.0f} ops/s {cpu:6.2f} us CPU/op", flush=True)
+            else:
+                rate, average, p50, p99 = defaults_point(args, kind, port)
+                print(f"round {round_} {kind:16} {rate:9,.0f} ops/s  latency avg {average:.2f} p50 {p50:.2f} "
+                      f"p99 {p99:.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
