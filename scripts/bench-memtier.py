@@ -8,6 +8,10 @@ then runs memtier for --seconds; the figures come from the servers themselves: o
 generator's own report is trusted. Rounds interleave the servers so drift hits both alike.
 
     scripts/bench-memtier.py [--memtier PATH] [--rounds 3] [--seconds 4]
+        [--protocols memcache_text,memcache_binary] [--depths 1,16] [--ratios 1:19]
+
+With more than one --ratios (memtier's set:get), each server's rows are printed per ratio, so
+writes and reads can be compared on the wire (e.g. --ratios 1:19,1:1).
 
 memtier_benchmark is built outside the repository by scripts/build-memtier.sh (into
 ~/.cache/memtier/src, this script's default --memtier).
@@ -55,10 +59,10 @@ def memtier(args, port, protocol, extra):
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def point(args, name, pid, port, protocol, depth):
+def point(args, name, pid, port, protocol, depth, ratio="1:19"):
     memtier(args, port, protocol, ["--ratio", "1:0", "--key-pattern", "P:P", "-n", str(args.keys // args.connections)])
     ops0, cpu0, t0 = ops(port), cpu_seconds(pid), time.time()
-    memtier(args, port, protocol, ["--ratio", "1:19", "--key-pattern", "R:R", "--pipeline", str(depth),
+    memtier(args, port, protocol, ["--ratio", ratio, "--key-pattern", "R:R", "--pipeline", str(depth),
                                    "--test-time", str(args.seconds)])
     ops1, cpu1, t1 = ops(port), cpu_seconds(pid), time.time()
     done = ops1 - ops0
@@ -74,7 +78,13 @@ def main():
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--keys", type=int, default=10000)
+    parser.add_argument("--protocols", default="memcache_text,memcache_binary")
+    parser.add_argument("--depths", default="1,16")
+    parser.add_argument("--ratios", default="1:19")
     args = parser.parse_args()
+    protocols = args.protocols.split(",")
+    depths = [int(depth) for depth in args.depths.split(",")]
+    ratios = args.ratios.split(",")
     user = ["-u", "nobody"] if os.getuid() == 0 else []
     servers = {
         "quicksilver": (["taskset", "-c", "0", args.quicksilver, "-t", "1", "-p", "22171", "-l", "127.0.0.1"], 22171),
@@ -87,22 +97,26 @@ def main():
             wait_port(port)
         results = {}
         for _ in range(args.rounds):
-            for protocol in ["memcache_text", "memcache_binary"]:
-                for depth in [1, 16]:
-                    for name, (_, port) in servers.items():
-                        rate, cpu = point(args, name, procs[name].pid, port, protocol, depth)
-                        results.setdefault((name, protocol, depth), []).append((rate, cpu))
-                        print(f"{name} {protocol} depth {depth}: {rate:,.0f} ops/s, {cpu:.3f} us CPU/op", flush=True)
-        print("\n| server, protocol | depth 1 ops/s | depth 1 CPU/op | depth 16 ops/s | depth 16 CPU/op |")
-        print("|---|---|---|---|---|")
+            for protocol in protocols:
+                for depth in depths:
+                    for ratio in ratios:
+                        for name, (_, port) in servers.items():
+                            rate, cpu = point(args, name, procs[name].pid, port, protocol, depth, ratio)
+                            results.setdefault((name, protocol, depth, ratio), []).append((rate, cpu))
+                            print(f"{name} {protocol} depth {depth} set:get {ratio}: {rate:,.0f} ops/s, "
+                                  f"{cpu:.3f} us CPU/op", flush=True)
+        header = "".join(f" depth {depth} ops/s | depth {depth} CPU/op |" for depth in depths)
+        print(f"\n| server, protocol, set:get |{header}")
+        print("|---|" + "---|---|" * len(depths))
         median = lambda values: sorted(values)[len(values) // 2]
         for name in servers:
-            for protocol in ["memcache_text", "memcache_binary"]:
-                cells = []
-                for depth in [1, 16]:
-                    runs = results[(name, protocol, depth)]
-                    cells += [f"{median([r for r, _ in runs]):,.0f}", f"{median([c for _, c in runs]):.2f} us"]
-                print(f"| {name}, {protocol} | " + " | ".join(cells) + " |")
+            for protocol in protocols:
+                for ratio in ratios:
+                    cells = []
+                    for depth in depths:
+                        runs = results[(name, protocol, depth, ratio)]
+                        cells += [f"{median([r for r, _ in runs]):,.0f}", f"{median([c for _, c in runs]):.2f} us"]
+                    print(f"| {name}, {protocol}, {ratio} | " + " | ".join(cells) + " |")
     finally:
         for proc in procs.values():
             proc.kill()
