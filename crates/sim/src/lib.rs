@@ -1,2 +1,14 @@
-//! qs-sim: cache and partition simulators driving the real engine. Empty until its issue.
+//! qs-sim: cache simulators that drive the real engine. A request stream (synthetic, or a real
+//! trace read as a stream) is replayed against exact reference models (LRU by stack distance,
+//! FIFO) and against qs-store's partitions under simulated time, so every figure of the engine
+//! can be held against an exact answer: miss-ratio curves by cache size and policy, with the
+//! lossy index's misses told apart from the log's.
 #![forbid(unsafe_code)]
+
+pub mod engine;
+pub mod fifo;
+pub mod lru;
+pub mod mrc;
+pub mod stream;
+pub mod trace;
+pub mod zipf;

@@ -1,0 +1,267 @@
+//! The real engine under simulated time: qs-store's partitions, built as the server builds
+//! them, replaying a stream with no sockets and no clock (each request's `time` is the
+//! engine's `now`). Keys become bytes as a client would send them, values are written at
+//! their real sizes, so the log fills and evicts exactly as in the server.
+//!
+//! Besides the hit ratio it separates the engine's misses by cause: a get that misses while
+//! the key's latest version is still in its log (not evicted, not deleted, not expired) was
+//! lost by the lossy index (a slot evicted from a full bucket, or a tag that matched another
+//! key's), not by the log's capacity.
+
+use crate::stream::{Access, Op};
+use hashbrown::HashSet;
+use qs_store::index::{BUCKET_BYTES, SLOTS_PER_BUCKET};
+use qs_store::{Command, Config, Eviction, Expiry, KeyHash, Outcome, Partition, Request, StoreMode};
+
+/// How the engine is built.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineShape {
+    /// Item memory: bytes of log, over all partitions.
+    pub log_bytes: u64,
+    /// Partitions (the server has several per worker); keys go to them by hash as there.
+    pub partitions: u32,
+    /// The eviction policy.
+    pub eviction: Eviction,
+    /// Expected item bytes (header included), to size the index as the server does.
+    pub item_bytes: f64,
+    /// Index load at which a full log of such items fills the slots (the server's 0.625).
+    pub index_load: f64,
+}
+
+/// Misses and hits of an engine run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineTally {
+    /// Gets replayed.
+    pub gets: u64,
+    /// Gets that hit.
+    pub hits: u64,
+    /// Misses of keys whose latest version was still in the log: the index's doing.
+    pub index_misses: u64,
+    /// Misses of keys expired by their TTL.
+    pub expired_misses: u64,
+    /// Slots the index evicted from full buckets.
+    pub index_evictions: u64,
+    /// Items the log evicted at its head.
+    pub log_evictions: u64,
+}
+
+impl EngineTally {
+    /// Hit ratio of gets.
+    pub fn hit_ratio(&self) -> f64 {
+        self.hits as f64 / self.gets.max(1) as f64
+    }
+}
+
+/// The engine being driven.
+pub struct EngineSim {
+    partitions: Vec<Partition>,
+    partition_bits: u32,
+    fill: bool,
+    /// Keys whose latest version the log still holds (for the miss causes).
+    resident: HashSet<Vec<u8>>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    out: Vec<u8>,
+    tally: EngineTally,
+}
+
+impl EngineSim {
+    /// An empty engine of `shape`; with `fill`, a get miss is followed by the client's set.
+    pub fn new(shape: &EngineShape, fill: bool) -> EngineSim {
+        let partitions = shape.partitions.max(1).next_power_of_two();
+        let log_bytes = ((shape.log_bytes / u64::from(partitions)) as usize & !7).max(4096);
+        let slots = log_bytes as f64 / shape.item_bytes.max(24.0) / shape.index_load;
+        let buckets = ((slots / SLOTS_PER_BUCKET as f64).ceil() as usize).next_power_of_two().max(1);
+        let partitions: Vec<Partition> = (0..partitions)
+            .map(|index| {
+                let mut config = Config::new(log_bytes, buckets);
+                config.eviction = shape.eviction;
+                config.partition_index = index as u16;
+                config.partition_bits = partitions.trailing_zeros();
+                let mut partition = Partition::new(config);
+                partition.record_evictions(true);
+                partition
+            })
+            .collect();
+        EngineSim {
+            partition_bits: (partitions.len() as u32).trailing_zeros(),
+            partitions,
+            fill,
+            resident: HashSet::new(),
+            key: Vec::new(),
+            value: vec![b'v'; qs_store::config::ITEM_BYTES_MAX_DEFAULT],
+            out: Vec::new(),
+            tally: EngineTally::default(),
+        }
+    }
+
+    /// Bytes of index over all partitions.
+    pub fn index_bytes(&self) -> usize {
+        self.partitions.iter().map(|partition| partition.main_buckets() * BUCKET_BYTES).sum()
+    }
+
+    /// Replays one request at its time.
+    pub fn access(&mut self, access: &Access) {
+        key_bytes(access.key, access.key_size, &mut self.key);
+        let hash = KeyHash::of(&self.key);
+        let index = hash.partition(self.partition_bits);
+        let now = access.time + 1;
+        match access.op {
+            Op::Get => {
+                self.tally.gets += 1;
+                self.out.clear();
+                let request = Request { key: &self.key, hash, command: Command::Get };
+                let expired_before = self.partitions[index].stats().get_expired;
+                match self.partitions[index].execute(&request, now, &mut self.out) {
+                    Outcome::Hit(_) => self.tally.hits += 1,
+                    _ => {
+                        // Whatever the cause, the key is no longer findable.
+                        if self.resident.remove(&self.key) {
+                            if self.partitions[index].stats().get_expired > expired_before {
+                                self.tally.expired_misses += 1;
+                            } else {
+                                self.tally.index_misses += 1;
+                            }
+                        }
+                        if self.fill {
+                            self.set(index, hash, access, now);
+                        }
+                    }
+                }
+            }
+            Op::Set => self.set(index, hash, access, now),
+            Op::Delete => {
+                let request = Request { key: &self.key, hash, command: Command::Delete { cas: 0 } };
+                self.partitions[index].execute(&request, now, &mut self.out);
+                self.resident.remove(&self.key);
+            }
+        }
+        for evicted in self.partitions[index].take_evictions() {
+            self.resident.remove(&evicted.key);
+        }
+    }
+
+    fn set(&mut self, index: usize, hash: KeyHash, access: &Access, now: u32) {
+        let size = (access.value_size as usize).min(self.value.len());
+        let expiry = if access.ttl == 0 { Expiry::NEVER } else { Expiry(now + access.ttl) };
+        let command = Command::Store { mode: StoreMode::Set, value: &self.value[..size], flags: 0, expiry };
+        let request = Request { key: &self.key, hash, command };
+        if let Outcome::Stored { .. } = self.partitions[index].execute(&request, now, &mut self.out) {
+            self.resident.insert(self.key.clone());
+        }
+    }
+
+    /// The run so far.
+    pub fn tally(&self) -> EngineTally {
+        let mut tally = self.tally;
+        for partition in &self.partitions {
+            tally.index_evictions += partition.stats().index_evictions;
+            tally.log_evictions += partition.stats().log_evictions;
+        }
+        tally
+    }
+}
+
+/// The key bytes of key number `key`: its 16 hex digits padded with `_` to `size`, or its last
+/// `size` digits when `size` is shorter (at least 1 byte, at most memcached's 250), as a
+/// client's generated keys look.
+pub fn key_bytes(key: u64, size: u16, out: &mut Vec<u8>) {
+    use std::io::Write;
+    out.clear();
+    write!(out, "{key:016x}").expect("write to a vector");
+    let size = (size as usize).clamp(1, qs_store::KEY_BYTES_MAX);
+    if size < out.len() {
+        out.drain(..out.len() - size);
+    }
+    out.resize(size, b'_');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lru::LruCurve;
+    use crate::stream::{KeyDist, SizeDist, Synthetic};
+
+    fn recipe(keys: u64) -> Synthetic {
+        Synthetic {
+            keys,
+            requests: 200_000,
+            dist: KeyDist::Zipf(0.99),
+            set_share: 0.0,
+            ycsb: None,
+            key_size: 16,
+            sizes: SizeDist::Fixed(32),
+            rate: 10_000,
+            seed: 11,
+        }
+    }
+
+    fn shape(log_bytes: u64, eviction: Eviction) -> EngineShape {
+        EngineShape { log_bytes, partitions: 1, eviction, item_bytes: 64.0, index_load: 0.625 }
+    }
+
+    #[test]
+    fn a_cache_that_holds_every_key_misses_only_cold() {
+        let mut engine = EngineSim::new(&shape(8 << 20, Eviction::ApproxLru), true);
+        let mut curve = LruCurve::new(&[8 << 20]);
+        for access in recipe(10_000).stream() {
+            engine.access(&access);
+            curve.access(&access, 64);
+        }
+        let tally = engine.tally();
+        assert_eq!(tally.gets, curve.gets());
+        assert_eq!(tally.gets - tally.hits, curve.cold_misses());
+        assert_eq!((tally.index_misses, tally.log_evictions), (0, 0));
+    }
+
+    /// Hit ratios of exact FIFO, exact LRU and the engine with `eviction`, 20,000 keys of
+    /// 64-byte items through a 256 KiB log (4096 items).
+    fn against_models(eviction: Eviction) -> (f64, f64, EngineTally) {
+        let mut engine = EngineSim::new(&shape(256 << 10, eviction), true);
+        let mut curve = LruCurve::new(&[256 << 10]);
+        let mut fifo = crate::fifo::FifoCache::new(256 << 10);
+        for access in recipe(20_000).stream() {
+            engine.access(&access);
+            curve.access(&access, 64);
+            fifo.access(&access, 64);
+        }
+        (fifo.hit_ratio(), curve.hit_ratios()[0].1, engine.tally())
+    }
+
+    #[test]
+    fn the_engine_under_fifo_is_exact_fifo_but_for_its_index() {
+        let (fifo, _, tally) = against_models(Eviction::Fifo);
+        assert!(tally.log_evictions > 0);
+        let index = tally.index_misses as f64 / tally.gets as f64;
+        assert!((tally.hit_ratio() + index - fifo).abs() < 0.002, "{tally:?} vs {fifo}");
+    }
+
+    #[test]
+    fn approximate_lru_lies_between_fifo_and_lru() {
+        let (fifo, lru, tally) = against_models(Eviction::ApproxLru);
+        assert!(fifo < tally.hit_ratio() && tally.hit_ratio() < lru, "{fifo} {} {lru}", tally.hit_ratio());
+    }
+
+    #[test]
+    fn deletes_and_ttls_are_honoured() {
+        let mut engine = EngineSim::new(&shape(1 << 20, Eviction::ApproxLru), false);
+        let at = |time, key, op, ttl| Access { time, key, key_size: 8, value_size: 10, op, ttl };
+        engine.access(&at(0, 1, Op::Set, 5));
+        engine.access(&at(0, 2, Op::Set, 0));
+        engine.access(&at(1, 1, Op::Get, 0));
+        engine.access(&at(1, 2, Op::Delete, 0));
+        engine.access(&at(2, 2, Op::Get, 0));
+        engine.access(&at(9, 1, Op::Get, 0));
+        let tally = engine.tally();
+        assert_eq!((tally.gets, tally.hits, tally.expired_misses, tally.index_misses), (3, 1, 1, 0));
+    }
+
+    #[test]
+    fn keys_look_like_client_keys() {
+        let mut key = Vec::new();
+        key_bytes(0xab, 20, &mut key);
+        assert_eq!(key, b"00000000000000ab____");
+        key_bytes(0xab, 4, &mut key);
+        assert_eq!(key, b"00ab");
+    }
+}
