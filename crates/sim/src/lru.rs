@@ -242,6 +242,7 @@ mod tests {
             sizes: SizeDist::Fixed(8),
             rate: 1000,
             seed: 5,
+            scramble: false,
         };
         let mut curve = LruCurve::new(&[100 * 16, 250 * 16, 500 * 16]);
         for access in recipe.stream() {

@@ -3,6 +3,8 @@
 //!     qs-sim mrc --dist zipf --theta 0.99 --keys 1000000 --requests 10000000
 //!     qs-sim mrc --trace cluster52.csv --format twitter --fractions 0.01,0.1,0.5
 //!     qs-sim mrc --ycsb a --keys 100000 --json
+//!     qs-sim skew --keys 201326592 --partitions 16,24,120,240
+//!     qs-sim front --records 1000000 --requests 10000000
 
 use clap::{Parser, Subcommand, ValueEnum};
 use qs_sim::mrc::{self, Model, MrcPlan, MrcReport};
@@ -25,6 +27,69 @@ struct Cli {
 enum Command {
     /// Miss-ratio curves by cache size, for exact LRU, exact FIFO and the engine.
     Mrc(MrcArgs),
+    /// Load on the hottest partition over the mean, zipf keys spread by hash (exact).
+    Skew(SkewArgs),
+    /// The NIC paper's front cache: miss ratio by size, ways, policy, allocation, YCSB mix.
+    Front(FrontArgs),
+}
+
+#[derive(clap::Args)]
+struct SkewArgs {
+    /// Keys (the paper's 192 Mi: 201326592).
+    #[arg(long, default_value_t = 192 << 20)]
+    keys: u64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    /// Key bytes.
+    #[arg(long, default_value_t = 16)]
+    key_size: u16,
+    /// Partition counts.
+    #[arg(long, value_delimiter = ',', default_values_t = [16, 24, 120, 240])]
+    partitions: Vec<u32>,
+    /// Placements to draw (where the hottest keys land is chance): 0, 1, ... placements-1.
+    #[arg(long, default_value_t = 1)]
+    placements: u64,
+    /// Print the report as JSON after the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum PolicyArg {
+    Fifo,
+    Lru,
+}
+
+#[derive(clap::Args)]
+struct FrontArgs {
+    /// Records (the main cache holds them all).
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Transaction-phase requests per workload.
+    #[arg(long, default_value_t = 10_000_000)]
+    requests: u64,
+    /// YCSB workloads.
+    #[arg(long, value_delimiter = ',', value_parser = parse_ycsb, default_values = ["a", "b", "c", "d"])]
+    ycsb: Vec<Ycsb>,
+    /// Front cache sizes as fractions of the records.
+    #[arg(long, value_delimiter = ',', default_values_t = [1.0 / 64.0, 1.0 / 32.0, 1.0 / 16.0, 1.0 / 8.0, 0.25, 0.5])]
+    ratios: Vec<f64>,
+    /// Ways per set.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
+    ways: Vec<usize>,
+    /// Replacement policies.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [PolicyArg::Fifo, PolicyArg::Lru])]
+    policies: Vec<PolicyArg>,
+    /// Also run read-no-allocate (a get miss does not fill the front cache).
+    #[arg(long)]
+    no_allocate: bool,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the report as JSON after the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -112,6 +177,14 @@ struct MrcArgs {
     /// Gets that miss are not followed by a set (read-no-allocate).
     #[arg(long)]
     no_fill: bool,
+    /// The engine's index load: slots a log full of the stream's mean item fills (the
+    /// server's 0.625; lower is a larger, less lossy index).
+    #[arg(long, default_value_t = qs_store::config::INDEX_LOAD_DEFAULT)]
+    index_load: f64,
+    /// Also run a twin engine per size whose index never overflows: the difference is what
+    /// the lossy index costs in hit ratio.
+    #[arg(long)]
+    index_cost: bool,
     /// Print the report as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -156,6 +229,8 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
         },
         partitions: args.partitions,
         fill: !args.no_fill,
+        index_load: args.index_load,
+        index_cost: args.index_cost,
     };
     if let Some(path) = &args.trace {
         let format = match args.format {
@@ -182,6 +257,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
         sizes: args.value_size,
         rate: args.rate,
         seed: args.seed,
+        scramble: false,
     };
     mrc::run(&plan, || Ok(recipe.stream().map(Ok)))
 }
@@ -202,7 +278,7 @@ fn print(report: &MrcReport) {
     );
     println!(
         "{:>9} {:>14} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
-        "fraction", "bytes", "LRU %", "FIFO %", "engine %", "index %", "expired %", "index evict"
+        "fraction", "bytes", "LRU %", "FIFO %", "engine %", "index -pp", "expired %", "index evict"
     );
     for point in &report.points {
         println!(
@@ -212,19 +288,103 @@ fn print(report: &MrcReport) {
             percent(point.lru),
             percent(point.fifo),
             percent(point.engine),
-            percent(point.engine_index_miss),
+            percent(point.engine_index_cost),
             percent(point.engine_expired_miss),
             point.engine_index_evictions.map_or_else(|| "-".into(), |count| count.to_string()),
         );
     }
     if let Some(rate) = report.engine_requests_per_sec {
-        println!("engine replay: {:.2} M requests/s (all sizes together)", rate / 1e6);
+        println!("engine replay: {:.2} M requests/s (per engine run, replay only, one core)", rate / 1e6);
+    }
+}
+
+fn skew_command(args: &SkewArgs) {
+    println!("zipf {} over {} keys:", args.theta, args.keys);
+    println!(
+        "{:>9} {:>10} {:>18} {:>14} {:>22}",
+        "placement", "partitions", "hottest / mean", "hottest share", "under 1/5 of hottest"
+    );
+    for placement in 0..args.placements.max(1) {
+        let points = qs_sim::skew::skew(args.keys, args.theta, args.key_size, &args.partitions, placement);
+        for point in &points {
+            println!(
+                "{:>9} {:>10} {:>17.2}x {:>13.2}% {:>21.1}%",
+                placement,
+                point.partitions,
+                point.hottest_over_mean,
+                point.hottest_share * 100.0,
+                point.cold_share * 100.0
+            );
+        }
+        if args.json {
+            println!("{}", serde_json::to_string(&points).expect("a report serialises"));
+        }
+    }
+}
+
+fn front_command(args: &FrontArgs) {
+    use qs_sim::front::Policy;
+    let policies: Vec<Policy> = args
+        .policies
+        .iter()
+        .map(|policy| if *policy == PolicyArg::Fifo { Policy::Fifo } else { Policy::Lru })
+        .collect();
+    let allocation: Vec<bool> = if args.no_allocate { vec![true, false] } else { vec![true] };
+    let points = qs_sim::front::experiment(&qs_sim::front::FrontPlan {
+        records: args.records,
+        requests: args.requests,
+        workloads: args.ycsb.clone(),
+        ratios: args.ratios.clone(),
+        ways: args.ways.clone(),
+        policies,
+        allocation,
+        seed: args.seed,
+    });
+    println!(
+        "get miss ratio (%) of the front cache; {} records, {} requests per workload",
+        args.records, args.requests
+    );
+    println!("{:>8} {:>6} {:>8} {:>14} ratio: miss %", "workload", "policy", "allocate", "ways");
+    let mut rows: Vec<(String, String, bool, usize)> = Vec::new();
+    for point in &points {
+        let row = (point.workload.clone(), format!("{:?}", point.policy), point.read_allocate, point.ways);
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+    }
+    for (workload, policy, allocate, ways) in rows {
+        let cells: Vec<String> = points
+            .iter()
+            .filter(|p| {
+                p.workload == workload
+                    && format!("{:?}", p.policy) == policy
+                    && p.read_allocate == allocate
+                    && p.ways == ways
+            })
+            .map(|p| format!("1/{:.0}: {:5.2}", 1.0 / p.ratio, p.miss_ratio * 100.0))
+            .collect();
+        println!(
+            "{workload:>8} {policy:>6} {:>8} {ways:>14} {}",
+            if allocate { "read" } else { "no" },
+            cells.join("  ")
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&points).expect("a report serialises"));
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Skew(args) => {
+            skew_command(&args);
+            ExitCode::SUCCESS
+        }
+        Command::Front(args) => {
+            front_command(&args);
+            ExitCode::SUCCESS
+        }
         Command::Mrc(args) => match mrc_command(&args) {
             Ok(report) => {
                 print(&report);

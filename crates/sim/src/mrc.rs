@@ -3,12 +3,12 @@
 //! pass). Every model counts an item as the engine stores it (header, key and value, padded),
 //! so LRU, FIFO and the engine are compared at the same item memory.
 
-use crate::engine::{EngineShape, EngineSim};
+use crate::engine::{key_bytes, EngineShape, EngineSim};
 use crate::fifo::FifoCache;
 use crate::lru::LruCurve;
 use crate::stream::Access;
 use hashbrown::HashMap;
-use qs_store::Eviction;
+use qs_store::{Eviction, KeyHash};
 use serde::Serialize;
 use std::io;
 
@@ -38,6 +38,11 @@ pub struct MrcPlan {
     pub partitions: u32,
     /// Whether a get miss is followed by the client's set.
     pub fill: bool,
+    /// The engine's index load (the server's: [`qs_store::config::INDEX_LOAD_DEFAULT`]).
+    pub index_load: f64,
+    /// Also run, for every size, a twin engine whose index is 16 times larger (it never
+    /// overflows), so that what the lossy index costs in hit ratio is the difference.
+    pub index_cost: bool,
 }
 
 /// One cache size's figures.
@@ -53,9 +58,9 @@ pub struct MrcPoint {
     pub fifo: Option<f64>,
     /// The engine's.
     pub engine: Option<f64>,
-    /// Share of the engine's gets missed because of the lossy index (the key's item was still
-    /// in the log).
-    pub engine_index_miss: Option<f64>,
+    /// What the lossy index costs: the hit ratio of a twin whose index never overflows, less
+    /// the engine's.
+    pub engine_index_cost: Option<f64>,
     /// Share of the engine's gets missed because the item had expired.
     pub engine_expired_miss: Option<f64>,
     /// Index slots evicted from full buckets.
@@ -79,13 +84,57 @@ pub struct MrcReport {
     pub eviction: String,
     /// One entry per size, ascending.
     pub points: Vec<MrcPoint>,
-    /// Requests per second of the engine replay (all sizes together).
+    /// Requests per second of the engines' replay, over all engines (sizes and twins) and
+    /// counting only the replay, not making the stream.
     pub engine_requests_per_sec: Option<f64>,
 }
 
 /// Bytes an access's item takes in the engine's log.
 pub fn item_bytes(access: &Access) -> u64 {
     qs_store::item::item_bytes(access.key_size as usize, access.value_size as usize, access.ttl != 0) as u64
+}
+
+/// Replays `stream` through every engine and returns the seconds spent replaying (not
+/// reading or generating the stream). The stream is taken in chunks; each request's key is
+/// made once for all engines, and the engine's two prefetch stages run ahead of the replay
+/// as the server runs them over a batch: a request's index bucket is loaded `AHEAD`
+/// requests before it is replayed, its item `AHEAD / 2` before. Prefetches are hints: the
+/// outcome is that of one request at a time, in order.
+fn replay_pipelined<S>(engines: &mut [EngineSim], stream: S) -> io::Result<f64>
+where
+    S: Iterator<Item = io::Result<Access>>,
+{
+    const CHUNK: usize = 4096;
+    const AHEAD: usize = 16;
+    let mut chunk: Vec<(Access, KeyHash)> = Vec::with_capacity(CHUNK);
+    let mut keys: Vec<Vec<u8>> = vec![Vec::new(); CHUNK];
+    let mut replaying = 0.0;
+    let mut stream = stream.fuse();
+    loop {
+        chunk.clear();
+        for key in keys.iter_mut() {
+            let Some(access) = stream.next() else { break };
+            let access = access?;
+            key_bytes(access.key, access.key_size, key);
+            chunk.push((access, KeyHash::of(key)));
+        }
+        if chunk.is_empty() {
+            return Ok(replaying);
+        }
+        let started = std::time::Instant::now();
+        for (index, (access, hash)) in chunk.iter().enumerate() {
+            if let Some((_, ahead)) = chunk.get(index + AHEAD) {
+                engines.iter().for_each(|engine| engine.prefetch(*ahead, 1));
+            }
+            if let Some((_, ahead)) = chunk.get(index + AHEAD / 2) {
+                engines.iter().for_each(|engine| engine.prefetch(*ahead, 2));
+            }
+            for engine in engines.iter_mut() {
+                engine.replay(access, &keys[index], *hash);
+            }
+        }
+        replaying += started.elapsed().as_secs_f64();
+    }
 }
 
 /// Runs `plan` over the stream `open()` returns (called once per pass).
@@ -120,7 +169,7 @@ where
             lru: None,
             fifo: None,
             engine: None,
-            engine_index_miss: None,
+            engine_index_cost: None,
             engine_expired_miss: None,
             engine_index_evictions: None,
         })
@@ -152,7 +201,6 @@ where
     }
     let mut engine_requests_per_sec = None;
     if plan.models.contains(&Model::Engine) {
-        let started = std::time::Instant::now();
         let item_bytes = item_total as f64 / requests.max(1) as f64;
         let mut engines: Vec<EngineSim> = sizes
             .iter()
@@ -162,24 +210,37 @@ where
                     partitions: plan.partitions,
                     eviction: plan.eviction,
                     item_bytes,
-                    index_load: qs_store::config::INDEX_LOAD_DEFAULT,
+                    index_load: plan.index_load,
                 };
                 EngineSim::new(&shape, plan.fill)
             })
             .collect();
-        for access in open()? {
-            let access = access?;
-            for engine in &mut engines {
-                engine.access(&access);
-            }
+        if plan.index_cost {
+            let twins: Vec<EngineSim> = sizes
+                .iter()
+                .map(|&log_bytes| {
+                    let shape = EngineShape {
+                        log_bytes,
+                        partitions: plan.partitions,
+                        eviction: plan.eviction,
+                        item_bytes,
+                        index_load: plan.index_load / 16.0,
+                    };
+                    EngineSim::new(&shape, plan.fill)
+                })
+                .collect();
+            engines.extend(twins);
         }
-        let seconds = started.elapsed().as_secs_f64();
-        engine_requests_per_sec = Some((requests * engines.len() as u64) as f64 / seconds.max(1e-9));
-        for (point, engine) in points.iter_mut().zip(&engines) {
-            let tally = engine.tally();
+        let replaying = replay_pipelined(&mut engines, open()?)?;
+        engine_requests_per_sec = Some((requests * engines.len() as u64) as f64 / replaying.max(1e-9));
+        let twins = if plan.index_cost { &engines[sizes.len()..] } else { &[] };
+        for (index, point) in points.iter_mut().enumerate() {
+            let tally = engines[index].tally();
             point.engine = Some(tally.hit_ratio());
-            point.engine_index_miss = Some(tally.index_misses as f64 / tally.gets.max(1) as f64);
             point.engine_expired_miss = Some(tally.expired_misses as f64 / tally.gets.max(1) as f64);
+            if let Some(twin) = twins.get(index) {
+                point.engine_index_cost = Some(twin.tally().hit_ratio() - tally.hit_ratio());
+            }
             point.engine_index_evictions = Some(tally.index_evictions);
         }
     }
@@ -212,6 +273,7 @@ mod tests {
             sizes: SizeDist::Uniform { min: 16, max: 200 },
             rate: 10_000,
             seed: 2,
+            scramble: false,
         };
         let plan = MrcPlan {
             sizes: vec![],
@@ -220,6 +282,8 @@ mod tests {
             eviction: Eviction::ApproxLru,
             partitions: 1,
             fill: true,
+            index_load: qs_store::config::INDEX_LOAD_DEFAULT,
+            index_cost: true,
         };
         let report = run(&plan, || Ok(recipe.stream().map(Ok))).unwrap();
         assert_eq!(report.requests, 100_000);

@@ -130,6 +130,10 @@ pub struct Synthetic {
     pub rate: u64,
     /// Random seed.
     pub seed: u64,
+    /// Spread the popular keys over the key numbers (YCSB's scrambled zipfian) instead of
+    /// making key 0 the most popular: matters where key order does (a load phase that sets
+    /// keys in order), not for popularity.
+    pub scramble: bool,
 }
 
 impl Synthetic {
@@ -144,7 +148,13 @@ impl Synthetic {
             KeyDist::Uniform => None,
             KeyDist::Zipf(theta) | KeyDist::Latest(theta) => Some(Zipf::new(self.keys, theta)),
         };
+        // A stride coprime with the key count permutes 0..keys.
+        let mut stride = 2_654_435_761 % self.keys.max(1);
+        while self.scramble && gcd(stride.max(1), self.keys) != 1 {
+            stride += 1;
+        }
         SyntheticStream {
+            stride: stride.max(1),
             recipe: *self,
             dist,
             zipf,
@@ -159,6 +169,7 @@ impl Synthetic {
 /// A synthetic stream being generated.
 pub struct SyntheticStream {
     recipe: Synthetic,
+    stride: u64,
     dist: KeyDist,
     zipf: Option<Zipf>,
     rng: Rng,
@@ -184,7 +195,16 @@ impl SyntheticStream {
     fn choose(&mut self) -> u64 {
         match self.dist {
             KeyDist::Uniform => self.rng.below(self.keys),
-            KeyDist::Zipf(_) => self.zipf.as_ref().expect("zipf").sample(&mut self.rng) - 1,
+            KeyDist::Zipf(_) => {
+                let rank = self.zipf.as_ref().expect("zipf").sample(&mut self.rng) - 1;
+                if self.recipe.scramble {
+                    let offset = mix(self.recipe.seed) % self.keys;
+                    ((u128::from(rank) * u128::from(self.stride) + u128::from(offset))
+                        % u128::from(self.keys)) as u64
+                } else {
+                    rank
+                }
+            }
             KeyDist::Latest(_) => {
                 // Rank r (1 = the newest) among the keys so far; ranks past them wrap.
                 let rank = self.zipf.as_ref().expect("zipf").sample(&mut self.rng) - 1;
@@ -228,6 +248,14 @@ impl Iterator for SyntheticStream {
         };
         self.issued += 1;
         Some(access)
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -282,6 +310,7 @@ mod tests {
             sizes: SizeDist::Uniform { min: 10, max: 100 },
             rate: 1000,
             seed: 7,
+            scramble: false,
         }
     }
 
@@ -303,6 +332,17 @@ mod tests {
             assert_eq!(access.value_size, recipe().sizes.size_of(access.key));
             assert!(access.key < 1000);
         }
+    }
+
+    #[test]
+    fn scrambling_permutes_the_keys_and_keeps_popularity() {
+        let plain: Vec<_> = recipe().stream().map(|a| a.key).collect();
+        let scrambled: Vec<_> = Synthetic { scramble: true, ..recipe() }.stream().map(|a| a.key).collect();
+        assert!(scrambled.iter().all(|&key| key < 1000));
+        let count = |keys: &[u64], key: u64| keys.iter().filter(|&&k| k == key).count();
+        let hottest = (0..1000).max_by_key(|&key| count(&scrambled, key)).unwrap();
+        assert_ne!(hottest, 0);
+        assert_eq!(count(&scrambled, hottest), count(&plain, 0));
     }
 
     #[test]
