@@ -268,12 +268,12 @@ fn percent(value: Option<f64>) -> String {
 
 fn print(report: &MrcReport) {
     println!(
-        "{} requests ({} gets), {} keys, working set {} bytes, cold misses {:.2}% of gets; engine eviction {}",
+        "{} requests ({} gets), {} keys, working set {} bytes, cold misses {}% of gets; engine eviction {}",
         report.requests,
         report.gets,
         report.keys,
         report.working_set_bytes,
-        report.cold_miss_ratio * 100.0,
+        percent(report.cold_miss_ratio),
         report.eviction
     );
     println!(

@@ -78,8 +78,8 @@ pub struct MrcReport {
     pub keys: u64,
     /// Bytes of the distinct keys' items.
     pub working_set_bytes: u64,
-    /// Gets of keys never seen before: misses at any size.
-    pub cold_miss_ratio: f64,
+    /// Gets of keys never seen before (misses at any size), when LRU ran.
+    pub cold_miss_ratio: Option<f64>,
     /// The engine's eviction policy.
     pub eviction: String,
     /// One entry per size, ascending.
@@ -174,7 +174,7 @@ where
             engine_index_evictions: None,
         })
         .collect();
-    let mut cold_miss_ratio = 0.0;
+    let mut cold_miss_ratio = None;
     if plan.models.contains(&Model::Lru) {
         let mut curve = LruCurve::new(&sizes);
         for access in open()? {
@@ -184,7 +184,7 @@ where
         for (point, (_, ratio)) in points.iter_mut().zip(curve.hit_ratios()) {
             point.lru = Some(ratio);
         }
-        cold_miss_ratio = curve.cold_misses() as f64 / curve.gets().max(1) as f64;
+        cold_miss_ratio = Some(curve.cold_misses() as f64 / curve.gets().max(1) as f64);
     }
     if plan.models.contains(&Model::Fifo) {
         let mut caches: Vec<FifoCache> = sizes.iter().map(|&size| FifoCache::new(size)).collect();
@@ -297,7 +297,7 @@ mod tests {
             assert!(point.lru >= point.fifo, "{point:?}");
         }
         let all = &report.points[3];
-        let ceiling = 1.0 - report.cold_miss_ratio;
+        let ceiling = 1.0 - report.cold_miss_ratio.unwrap();
         assert!((all.lru.unwrap() - ceiling).abs() < 1e-9 && (all.fifo.unwrap() - ceiling).abs() < 1e-9);
         assert!(all.engine.unwrap() > ceiling - 0.01, "{all:?} vs {ceiling}");
     }
