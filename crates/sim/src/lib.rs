@@ -10,6 +10,7 @@
 pub mod engine;
 pub mod fifo;
 pub mod front;
+pub mod hotkeys;
 pub mod lru;
 pub mod mrc;
 pub mod skew;

@@ -31,6 +31,33 @@ enum Command {
     Skew(SkewArgs),
     /// The NIC paper's front cache: miss ratio by size, ways, policy, allocation, YCSB mix.
     Front(FrontArgs),
+    /// Hot keys: per-partition Space-Saving summaries, merged, against the exact top N.
+    Hotkeys(HotkeysArgs),
+}
+
+#[derive(clap::Args)]
+struct HotkeysArgs {
+    /// Keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Requests.
+    #[arg(long, default_value_t = 10_000_000)]
+    requests: u64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    /// Partitions, each with its own summary.
+    #[arg(long, default_value_t = 8)]
+    partitions: u32,
+    /// Keys each summary watches.
+    #[arg(long, default_value_t = 64)]
+    capacity: usize,
+    /// How many of the top keys to check.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -374,9 +401,49 @@ fn front_command(args: &FrontArgs) {
     }
 }
 
+fn hotkeys_command(args: &HotkeysArgs) -> bool {
+    let recipe = Synthetic {
+        keys: args.keys.max(1),
+        requests: args.requests,
+        dist: KeyDist::Zipf(args.theta),
+        set_share: 0.0,
+        ycsb: None,
+        key_size: 16,
+        sizes: SizeDist::Fixed(32),
+        rate: 100_000,
+        seed: args.seed,
+        scramble: true,
+    };
+    let checks = qs_sim::hotkeys::check(&recipe, args.partitions, args.capacity, args.top);
+    println!(
+        "zipf {} over {} keys, {} requests; {} partitions x {} watched keys, merged:",
+        args.theta, args.keys, args.requests, args.partitions, args.capacity
+    );
+    println!("{:>4} {:>18} {:>10} {:>10} {:>8} {:>7}", "rank", "key", "exact", "estimate", "error", "within");
+    for check in &checks {
+        println!(
+            "{:>4} {:>18} {:>10} {:>10} {:>8} {:>7}",
+            check.rank,
+            check.key,
+            check.exact,
+            check.estimate.map_or_else(|| "-".into(), |count| count.to_string()),
+            check.error.map_or_else(|| "-".into(), |error| error.to_string()),
+            if check.within_bound { "yes" } else { "NO" }
+        );
+    }
+    checks.iter().all(|check| check.within_bound)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Hotkeys(args) => {
+            if hotkeys_command(&args) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         Command::Skew(args) => {
             skew_command(&args);
             ExitCode::SUCCESS

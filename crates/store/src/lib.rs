@@ -8,12 +8,14 @@
 //! Module map: [`keyhash`] (which hash bits do what), [`region`] (pages; the only `unsafe`),
 //! [`words`] (byte copies over shared atomic words), [`item`] (entry layout and memcached item
 //! rules), [`index`] (buckets and slots), [`log`] (circular log memory), [`partition`] (the
-//! operations), [`reader`] (CREW optimistic reads), [`command`] (requests and outcomes).
+//! operations), [`reader`] (CREW optimistic reads), [`command`] (requests and outcomes),
+//! [`hot`] (the most frequent keys in fixed memory, for `stats hotkeys`).
 
 pub mod arena;
 pub mod command;
 pub mod config;
 pub mod crcw;
+pub mod hot;
 pub mod index;
 pub mod item;
 pub mod keyhash;
