@@ -76,6 +76,16 @@ pub struct Engine {
     recording_evictions: bool,
     /// The request running now was handed over by another worker.
     pub for_other: bool,
+    /// The keys this worker runs commands on, most frequent (`stats hotkeys`).
+    hot: qs_store::hot::TopKeys,
+    /// Counting keys (refreshed from [`crate::hotkeys::HotKeys`] each loop turn).
+    hot_on: bool,
+    /// The reset generation `hot` counts since, when it was last published, with how many
+    /// accesses counted then, and loop turns since the clock was last looked at for it.
+    hot_generation: u64,
+    hot_published: std::time::Instant,
+    hot_published_accesses: u64,
+    hot_turns: u32,
 }
 
 impl Engine {
@@ -98,6 +108,12 @@ impl Engine {
             conn_fd: -1,
             recording_evictions: false,
             for_other: false,
+            hot: qs_store::hot::TopKeys::new(crate::hotkeys::WATCHED_PER_WORKER),
+            hot_on: false,
+            hot_generation: 0,
+            hot_published: std::time::Instant::now(),
+            hot_published_accesses: 0,
+            hot_turns: 0,
         }
     }
 
@@ -425,6 +441,11 @@ impl Engine {
                 }
             }
             Request::Stats { group: b"detail", argument } => self.shared.detail.command(argument, out),
+            Request::Stats { group: b"hotkeys", argument } => {
+                // This worker's own summary as of now; the others' as of their last publish.
+                self.publish_hot(true);
+                self.shared.hotkeys.command(argument, out);
+            }
             Request::Stats { group: b"conns", .. } => {
                 self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
                 out.extend_from_slice(reply::END);
@@ -661,6 +682,9 @@ impl Engine {
         command: Command<'_>,
         out: &mut Vec<u8>,
     ) -> Outcome {
+        if self.hot_on {
+            self.hot.offer(hash, key);
+        }
         let request = qs_store::Request { key, hash, command };
         let now = self.now_secs;
         match &mut self.partitions[partition] {
@@ -674,6 +698,9 @@ impl Engine {
         let (hash, partition) = self.locate(key);
         if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
             return self.run_at(hash, partition, key, command, out);
+        }
+        if self.hot_on {
+            self.hot.offer(hash, key);
         }
         let (outcome, gone) = self.shared.readers[partition].get_telling(hash, key, self.now_secs, out);
         match gone {
@@ -1238,6 +1265,37 @@ impl Engine {
         out.extend_from_slice(b" cls=1 size=");
         reply::push_u64(out, debug_size(key.len(), hit.value_len) as u64);
         out.extend_from_slice(b"\r\n");
+    }
+
+    /// Whether keys were counted since the last publish (the worker then wakes within
+    /// [`crate::hotkeys::PUBLISH_EVERY`] to publish them even if it has nothing else to do).
+    pub fn hot_dirty(&self) -> bool {
+        self.hot.accesses() != self.hot_published_accesses
+    }
+
+    /// Once per loop turn (`now`: at once): publishes this worker's hot keys when they changed
+    /// and the last publish is older than [`crate::hotkeys::PUBLISH_EVERY`], and picks up
+    /// `stats hotkeys on|off|reset`. The clock is looked at every 16th turn while busy.
+    pub fn publish_hot(&mut self, now: bool) {
+        self.hot_turns = self.hot_turns.wrapping_add(1);
+        if !now && self.hot_turns % 16 != 0 && self.hot_on == self.shared.hotkeys.enabled() {
+            return;
+        }
+        let hotkeys = &self.shared.hotkeys;
+        self.hot_on = hotkeys.enabled();
+        let generation = hotkeys.generation();
+        if generation != self.hot_generation {
+            self.hot_generation = generation;
+            self.hot.clear();
+            self.hot_published_accesses = 0;
+            return;
+        }
+        if !self.hot_dirty() || !(now || self.hot_published.elapsed() >= crate::hotkeys::PUBLISH_EVERY) {
+            return;
+        }
+        self.hot_published = std::time::Instant::now();
+        self.hot_published_accesses = self.hot.accesses();
+        hotkeys.publish(self.worker, self.hot.top());
     }
 
     /// Publishes this worker's partition figures and counters for `stats`.

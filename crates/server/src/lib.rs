@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod detail;
 pub mod dump;
 pub mod engine;
+pub mod hotkeys;
 pub mod listen;
 pub mod native;
 pub mod registry;
@@ -179,6 +180,7 @@ impl Server {
             crawler_enabled: AtomicBool::new(extended.lru_crawler),
             stats_baseline: Mutex::default(),
             detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
+            hotkeys: hotkeys::HotKeys::new(workers),
             registry: Default::default(),
             watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
             sasl_passwords,

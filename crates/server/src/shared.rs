@@ -274,6 +274,8 @@ pub struct Shared {
     pub stats_baseline: Mutex<StatsBaseline>,
     /// `stats detail`: per-prefix counters.
     pub detail: crate::detail::Detail,
+    /// `stats hotkeys`: the workers' most frequent keys.
+    pub hotkeys: crate::hotkeys::HotKeys,
     /// Every open socket, for `stats conns`.
     pub registry: crate::registry::Registry,
     /// `watch` connections.

@@ -277,6 +277,8 @@ impl Worker {
             }
             self.shared.sleeping[self.index].0.store(false, SeqCst);
             self.engine.now_secs = crate::sys::now_secs();
+            // A wake-up with nothing to do is the publish the timeout asked for.
+            self.engine.publish_hot(events.is_empty());
             // Starts (or stops) recording evictions before this turn's requests run.
             self.engine.log_evictions();
             for event in events.iter() {
@@ -390,6 +392,10 @@ impl Worker {
         if rings_have_work {
             self.shared.sleeping[self.index].0.store(false, SeqCst);
             return Some(Duration::ZERO);
+        }
+        if self.engine.hot_dirty() {
+            // Wake once more to publish the keys counted since the last publish.
+            return Some(crate::hotkeys::PUBLISH_EVERY);
         }
         Some(Duration::from_secs(1))
     }

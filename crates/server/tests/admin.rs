@@ -151,3 +151,63 @@ fn cache_memlimit_is_refused_in_store_mode_and_past_memory_max() {
         "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
     );
 }
+
+/// `stats hotkeys`: a stream with known counts over connections served by both workers, the
+/// merged answer held to the exact counts and their bounds.
+#[test]
+fn stats_hotkeys_finds_the_most_frequent_keys_within_their_bounds() {
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2"]);
+    // Key k is read 400 / k times (k = 1..=200): a zipf-like stream whose top ten are keys
+    // 1..=10, spread over four connections (which the two workers share) and both workers'
+    // partitions.
+    let mut clients: Vec<Client> = (0..4).map(|_| quicksilver.connect()).collect();
+    // Off until asked for; each worker picks the switch up at its next loop turn.
+    assert_eq!(call(&mut clients[0], "stats hotkeys\r\n"), "STAT hotkeys off\r\nEND\r\n");
+    assert_eq!(call(&mut clients[0], "stats hotkeys on\r\n"), "OK\r\n");
+    set(&mut clients[0], "hot1", b"v");
+    let mut exact = std::collections::HashMap::new();
+    let mut batch = vec![String::new(); 4];
+    for k in 1..=200u64 {
+        for i in 0..400 / k {
+            batch[(i as usize + k as usize) % 4].push_str(&format!("mg hot{k} v\r\n"));
+            *exact.entry(format!("hot{k}")).or_insert(0u64) += 1;
+        }
+    }
+    *exact.get_mut("hot1").unwrap() += 1; // the set
+    for (client, requests) in clients.iter_mut().zip(&batch) {
+        client.call(requests.as_bytes());
+    }
+    // Other workers publish within 50 ms (hotkeys::PUBLISH_EVERY).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let answer = call(&mut clients[0], "stats hotkeys 10\r\n");
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines.len(), 11, "{answer}");
+    assert_eq!(lines[10], "END");
+    for (rank, line) in lines[..10].iter().enumerate() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[1], format!("hotkey_{}", rank + 1), "{line}");
+        let key = fields[2];
+        let count: u64 = fields[3].strip_prefix("count=").unwrap().parse().unwrap();
+        let error: u64 = fields[4].strip_prefix("error=").unwrap().parse().unwrap();
+        let truth = exact[key];
+        assert!(count >= truth && count - error <= truth, "{line}: exact {truth}");
+        // The top ten are keys 1..=10 (400, 200, 133, 100, 80, 66, 57, 50, 44, 40 reads).
+        let k: u64 = key.strip_prefix("hot").unwrap().parse().unwrap();
+        assert!(k <= 10, "{line}");
+    }
+    let top3 = call(&mut clients[1], "stats hotkeys 3\r\n");
+    assert!(top3.starts_with("STAT hotkey_1 hot1 count=") && top3.lines().count() == 4, "{top3}");
+    assert_eq!(
+        call(&mut clients[1], "stats hotkeys nine\r\n"),
+        "CLIENT_ERROR usage: stats hotkeys [N|on|off|reset]\r\n"
+    );
+    assert_eq!(call(&mut clients[1], "stats hotkeys off\r\n"), "OK\r\n");
+    assert_eq!(call(&mut clients[1], "stats hotkeys reset\r\n"), "RESET\r\n");
+    clients[2].call(b"mg hot1 v\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(call(&mut clients[3], "stats hotkeys\r\n"), "STAT hotkeys off\r\nEND\r\n");
+    assert_eq!(call(&mut clients[1], "stats hotkeys on\r\n"), "OK\r\n");
+    clients[2].call(b"mg hot7 v\r\nmg hot7 v\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(call(&mut clients[3], "stats hotkeys\r\n"), "STAT hotkey_1 hot7 count=2 error=0\r\nEND\r\n");
+}
