@@ -13,6 +13,7 @@ pub mod front;
 pub mod hotkeys;
 pub mod lru;
 pub mod mrc;
+pub mod plot;
 pub mod skew;
 pub mod stream;
 pub mod trace;

@@ -215,6 +215,9 @@ struct MrcArgs {
     /// Print the report as JSON after the table.
     #[arg(long)]
     json: bool,
+    /// Draw the curves to this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 fn parse_ycsb(text: &str) -> Result<Ycsb, String> {
@@ -457,6 +460,16 @@ fn main() -> ExitCode {
                 print(&report);
                 if args.json {
                     println!("{}", serde_json::to_string(&report).expect("a report serialises"));
+                }
+                if let Some(path) = &args.svg {
+                    let title = match &args.trace {
+                        Some(trace) => format!("{} ({} requests)", trace.display(), report.requests),
+                        None => format!("{} keys, {} requests", args.keys, report.requests),
+                    };
+                    if let Err(error) = qs_sim::plot::mrc(path, &title, &report) {
+                        eprintln!("qs-sim mrc: {}: {error}", path.display());
+                        return ExitCode::FAILURE;
+                    }
                 }
                 ExitCode::SUCCESS
             }

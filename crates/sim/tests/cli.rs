@@ -28,6 +28,7 @@ fn a_twitter_trace_gives_curves_for_every_model() {
         text.push_str(&format!("{},key{},8,40,1,get,0\n", 200 + i, i % 200));
     }
     let path = trace_file("loop.csv", &text);
+    let svg = path.with_extension("svg");
     let output = qs_sim()
         .args([
             "mrc",
@@ -39,6 +40,7 @@ fn a_twitter_trace_gives_curves_for_every_model() {
             "0.1,1",
             "--json",
         ])
+        .args(["--svg", svg.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -53,6 +55,8 @@ fn a_twitter_trace_gives_curves_for_every_model() {
     assert_eq!(points[1]["lru"], 1.0);
     assert_eq!(points[1]["fifo"], 1.0);
     assert_eq!(points[1]["engine"], 1.0);
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawing.starts_with("<svg") && drawing.contains("exact LRU") && drawing.contains("engine"));
 }
 
 #[test]
