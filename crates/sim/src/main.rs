@@ -267,10 +267,21 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
             FormatArg::Twitter => Format::Twitter,
             FormatArg::Oracle => Format::OracleGeneral,
         };
+        let mut pass = 0;
         return mrc::run(&plan, || {
             let file = File::open(path)
                 .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))?;
-            Ok(Trace::new(BufReader::with_capacity(1 << 20, file), format, args.key_size))
+            // A bar per pass over the trace, by bytes read (drawn only on a terminal).
+            pass += 1;
+            let bytes = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
+            let bar = indicatif::ProgressBar::new(bytes)
+                .with_style(
+                    indicatif::ProgressStyle::with_template("{msg} {wide_bar} {bytes}/{total_bytes} {eta}")
+                        .expect("a valid template"),
+                )
+                .with_message(format!("pass {pass}"))
+                .with_finish(indicatif::ProgressFinish::AndClear);
+            Ok(Trace::new(BufReader::with_capacity(1 << 20, bar.wrap_read(file)), format, args.key_size))
         });
     }
     let recipe = Synthetic {
