@@ -132,6 +132,8 @@ enum FormatArg {
     Twitter,
     /// libCacheSim's oracleGeneral binary records.
     Oracle,
+    /// The server's `watch fetchers mutations` stream (memcached's format).
+    Watch,
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -266,6 +268,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
         let format = match args.format {
             FormatArg::Twitter => Format::Twitter,
             FormatArg::Oracle => Format::OracleGeneral,
+            FormatArg::Watch => Format::Watch,
         };
         let mut pass = 0;
         return mrc::run(&plan, || {
