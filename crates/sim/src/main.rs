@@ -140,6 +140,7 @@ enum FormatArg {
 enum ModelArg {
     Lru,
     Fifo,
+    Lfu,
     Engine,
 }
 
@@ -195,7 +196,7 @@ struct MrcArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<u64>,
     /// Models to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelArg::Lru, ModelArg::Fifo, ModelArg::Engine])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelArg::Lru, ModelArg::Fifo, ModelArg::Lfu, ModelArg::Engine])]
     models: Vec<ModelArg>,
     /// The engine's eviction policy (the server's default: approx-lru).
     #[arg(long, value_enum, default_value = "approx-lru")]
@@ -251,6 +252,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
             .map(|model| match model {
                 ModelArg::Lru => Model::Lru,
                 ModelArg::Fifo => Model::Fifo,
+                ModelArg::Lfu => Model::Lfu,
                 ModelArg::Engine => Model::Engine,
             })
             .collect(),
@@ -321,16 +323,17 @@ fn print(report: &MrcReport) {
         report.eviction
     );
     println!(
-        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
-        "fraction", "bytes", "LRU %", "FIFO %", "engine %", "index -pp", "expired %", "index evict"
+        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
+        "fraction", "bytes", "LRU %", "FIFO %", "LFU %", "engine %", "index -pp", "expired %", "index evict"
     );
     for point in &report.points {
         println!(
-            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
+            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
             point.fraction,
             point.bytes,
             percent(point.lru),
             percent(point.fifo),
+            percent(point.lfu),
             percent(point.engine),
             percent(point.engine_index_cost),
             percent(point.engine_expired_miss),

@@ -19,6 +19,8 @@ pub enum Model {
     Lru,
     /// Exact FIFO.
     Fifo,
+    /// Idealised (perfect) LFU.
+    Lfu,
     /// The real engine.
     Engine,
 }
@@ -56,6 +58,8 @@ pub struct MrcPoint {
     pub lru: Option<f64>,
     /// Exact FIFO's.
     pub fifo: Option<f64>,
+    /// Idealised LFU's.
+    pub lfu: Option<f64>,
     /// The engine's.
     pub engine: Option<f64>,
     /// What the lossy index costs: the hit ratio of a twin whose index never overflows, less
@@ -168,6 +172,7 @@ where
             fraction: bytes as f64 / working_set.max(1) as f64,
             lru: None,
             fifo: None,
+            lfu: None,
             engine: None,
             engine_index_cost: None,
             engine_expired_miss: None,
@@ -197,6 +202,20 @@ where
         }
         for (point, cache) in points.iter_mut().zip(&caches) {
             point.fifo = Some(cache.hit_ratio());
+        }
+    }
+    if plan.models.contains(&Model::Lfu) {
+        let mut caches: Vec<crate::lfu::LfuCache> =
+            sizes.iter().map(|&size| crate::lfu::LfuCache::new(size)).collect();
+        for access in open()? {
+            let access = access?;
+            let bytes = item_bytes(&access);
+            for cache in &mut caches {
+                cache.access(&access, bytes);
+            }
+        }
+        for (point, cache) in points.iter_mut().zip(&caches) {
+            point.lfu = Some(cache.hit_ratio());
         }
     }
     let mut engine_requests_per_sec = None;
@@ -278,7 +297,7 @@ mod tests {
         let plan = MrcPlan {
             sizes: vec![],
             fractions: vec![0.05, 0.2, 0.5, 2.0],
-            models: vec![Model::Lru, Model::Fifo, Model::Engine],
+            models: vec![Model::Lru, Model::Fifo, Model::Lfu, Model::Engine],
             eviction: Eviction::ApproxLru,
             partitions: 1,
             fill: true,
@@ -293,8 +312,9 @@ mod tests {
             assert!(pair[0].engine < pair[1].engine);
         }
         for point in &report.points {
-            // LRU beats FIFO on a skewed stream; the engine's approximate LRU lies near LRU.
+            // LRU beats FIFO on a skewed stream; with a static popularity, perfect LFU beats both.
             assert!(point.lru >= point.fifo, "{point:?}");
+            assert!(point.lfu >= point.lru, "{point:?}");
         }
         let all = &report.points[3];
         let ceiling = 1.0 - report.cold_miss_ratio.unwrap();

@@ -8,8 +8,12 @@ use std::path::Path;
 /// A model's hit ratio at a point, when it ran.
 type Series = fn(&crate::mrc::MrcPoint) -> Option<f64>;
 
-const COLOURS: [RGBColor; 3] =
-    [RGBColor(0x1f, 0x77, 0xb4), RGBColor(0xd6, 0x27, 0x28), RGBColor(0x2c, 0xa0, 0x2c)];
+const COLOURS: [RGBColor; 4] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x2c, 0xa0, 0x2c),
+];
 
 /// Draws `report`'s curves to `path` under `title`.
 pub fn mrc(path: &Path, title: &str, report: &MrcReport) -> Result<(), String> {
@@ -35,8 +39,12 @@ pub fn mrc(path: &Path, title: &str, report: &MrcReport) -> Result<(), String> {
         .x_label_formatter(&|x| format!("{x}"))
         .draw()
         .map_err(|error| error.to_string())?;
-    let models: [(&str, Series); 3] =
-        [("exact LRU", |p| p.lru), ("exact FIFO", |p| p.fifo), ("engine", |p| p.engine)];
+    let models: [(&str, Series); 4] = [
+        ("exact LRU", |p| p.lru),
+        ("exact FIFO", |p| p.fifo),
+        ("idealised LFU", |p| p.lfu),
+        ("engine", |p| p.engine),
+    ];
     for (index, (name, value)) in models.iter().enumerate() {
         let points: Vec<(f64, f64)> = report
             .points
@@ -47,7 +55,7 @@ pub fn mrc(path: &Path, title: &str, report: &MrcReport) -> Result<(), String> {
         if points.is_empty() {
             continue;
         }
-        let colour = COLOURS[index];
+        let colour = COLOURS[index % COLOURS.len()];
         chart
             .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
             .map_err(|error| error.to_string())?
