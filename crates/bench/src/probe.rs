@@ -226,6 +226,21 @@ const UD_SEND: u64 = 2;
 /// Receive/send `ioprio` flag: arm the poll before trying the socket.
 const IORING_RECVSEND_POLL_FIRST: u16 = 1;
 
+/// Queues `entry` on `ring`, submitting what is queued first when the queue is full.
+///
+/// # Safety
+/// Every buffer `entry` points to must stay allocated, and unchanged (a send's) or untouched
+/// (a receive's), until the entry's completion arrives.
+#[allow(unsafe_code)]
+unsafe fn submit_entry(ring: &mut io_uring::IoUring, entry: &io_uring::squeue::Entry) -> io::Result<()> {
+    // SAFETY: the caller keeps `entry`'s buffers as the kernel needs them (this function's
+    // contract).
+    while unsafe { ring.submission().push(entry) }.is_err() {
+        ring.submit()?;
+    }
+    Ok(())
+}
+
 /// One connection of the io_uring echo server.
 struct UringConn {
     stream: std::net::TcpStream,
@@ -253,10 +268,7 @@ pub fn echo_server_uring(listener: std::net::TcpListener, answer: Answer) -> io:
         // neither dropped, moved out of its box/vector allocation, nor written (receive
         // buffer) or changed (send buffer) until the entry's completion arrives: the
         // `receiving`/`sending` flags guard them, and connections are never removed.
-        while unsafe { ring.submission().push(entry) }.is_err() {
-            ring.submit()?;
-        }
-        Ok(())
+        unsafe { submit_entry(ring, entry) }
     }
 
     // Completions are reaped only in `io_uring_enter` (no interrupting task work), and a
@@ -431,10 +443,7 @@ pub fn echo_server_uring_multishot(listener: std::net::TcpListener, answer: Answ
         // SAFETY: receives write only into provided buffers (owned by `ProvidedBuffers`,
         // which outlives the ring's use); a send reads a connection's `in_flight`, which is
         // not changed while `sending` is set, and connections are never removed.
-        while unsafe { ring.submission().push(entry) }.is_err() {
-            ring.submit()?;
-        }
-        Ok(())
+        unsafe { submit_entry(ring, entry) }
     }
 
     let mut ring: IoUring =

@@ -5,6 +5,7 @@
 
 use crate::engine::{key_bytes, EngineShape, EngineSim};
 use crate::fifo::FifoCache;
+use crate::lfu::LfuCache;
 use crate::lru::LruCurve;
 use crate::stream::Access;
 use hashbrown::HashMap;
@@ -141,6 +142,48 @@ where
     }
 }
 
+/// A cache simulated directly, one per size (FIFO and LFU are not stack algorithms).
+pub trait SizedCache {
+    /// Replays one request; `bytes` is what the item takes.
+    fn access(&mut self, access: &Access, bytes: u64);
+    /// Hit ratio of gets.
+    fn hit_ratio(&self) -> f64;
+}
+
+impl SizedCache for FifoCache {
+    fn access(&mut self, access: &Access, bytes: u64) {
+        FifoCache::access(self, access, bytes);
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        FifoCache::hit_ratio(self)
+    }
+}
+
+impl SizedCache for LfuCache {
+    fn access(&mut self, access: &Access, bytes: u64) {
+        LfuCache::access(self, access, bytes);
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        LfuCache::hit_ratio(self)
+    }
+}
+
+/// Replays `stream` through one cache per size (all in one pass) and returns their hit ratios.
+fn replay_per_size<C: SizedCache, S>(sizes: &[u64], new: fn(u64) -> C, stream: S) -> io::Result<Vec<f64>>
+where
+    S: Iterator<Item = io::Result<Access>>,
+{
+    let mut caches: Vec<C> = sizes.iter().map(|&size| new(size)).collect();
+    for access in stream {
+        let access = access?;
+        let bytes = item_bytes(&access);
+        caches.iter_mut().for_each(|cache| cache.access(&access, bytes));
+    }
+    Ok(caches.iter().map(SizedCache::hit_ratio).collect())
+}
+
 /// Runs `plan` over the stream `open()` returns (called once per pass).
 pub fn run<S>(plan: &MrcPlan, mut open: impl FnMut() -> io::Result<S>) -> io::Result<MrcReport>
 where
@@ -192,31 +235,12 @@ where
         cold_miss_ratio = Some(curve.cold_misses() as f64 / curve.gets().max(1) as f64);
     }
     if plan.models.contains(&Model::Fifo) {
-        let mut caches: Vec<FifoCache> = sizes.iter().map(|&size| FifoCache::new(size)).collect();
-        for access in open()? {
-            let access = access?;
-            let bytes = item_bytes(&access);
-            for cache in &mut caches {
-                cache.access(&access, bytes);
-            }
-        }
-        for (point, cache) in points.iter_mut().zip(&caches) {
-            point.fifo = Some(cache.hit_ratio());
-        }
+        let ratios = replay_per_size(&sizes, FifoCache::new, open()?)?;
+        points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.fifo = Some(ratio));
     }
     if plan.models.contains(&Model::Lfu) {
-        let mut caches: Vec<crate::lfu::LfuCache> =
-            sizes.iter().map(|&size| crate::lfu::LfuCache::new(size)).collect();
-        for access in open()? {
-            let access = access?;
-            let bytes = item_bytes(&access);
-            for cache in &mut caches {
-                cache.access(&access, bytes);
-            }
-        }
-        for (point, cache) in points.iter_mut().zip(&caches) {
-            point.lfu = Some(cache.hit_ratio());
-        }
+        let ratios = replay_per_size(&sizes, LfuCache::new, open()?)?;
+        points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.lfu = Some(ratio));
     }
     let mut engine_requests_per_sec = None;
     if plan.models.contains(&Model::Engine) {
