@@ -333,6 +333,8 @@ pub struct Extended {
     /// Options accepted that change nothing here (memcached's slab and LRU tuning), for the
     /// one warning line at start.
     pub ignored: Vec<String>,
+    /// `-o mrc_sample=N`: `stats mrc` samples 1 key in N at most (0: off until `stats mrc on`).
+    pub mrc_sample_one_in: u32,
 }
 
 /// memcached's slab page: the largest slab chunk and what `slab_chunk_max` must divide.
@@ -386,6 +388,7 @@ impl Config {
             slab_reassign: true,
             lru_maintainer: true,
             ignored: Vec::new(),
+            mrc_sample_one_in: crate::mrc::SAMPLE_ONE_IN,
         };
         let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
             let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
@@ -415,6 +418,13 @@ impl Config {
                         .parse::<u32>()
                         .map_err(|_| "could not parse argument to read_buf_mem_limit".to_string())?;
                     extended.read_buf_mem_limit_bytes = megabytes as usize * (1 << 20);
+                }
+                "mrc_sample" => {
+                    let value = value.ok_or("Missing mrc_sample argument")?;
+                    extended.mrc_sample_one_in = value
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|_| "could not parse argument to mrc_sample".to_string())?;
                 }
                 "maxconns_fast" => extended.maxconns_fast = true,
                 "no_maxconns_fast" => extended.maxconns_fast = false,

@@ -446,6 +446,9 @@ impl Engine {
                 self.publish_hot(true);
                 self.shared.hotkeys.command(argument, out);
             }
+            Request::Stats { group: b"mrc", argument } => {
+                self.shared.mrc.command(argument, self.shared.maxbytes(), out);
+            }
             Request::Stats { group: b"conns", .. } => {
                 self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
                 out.extend_from_slice(reply::END);
@@ -685,6 +688,7 @@ impl Engine {
         if self.hot_on {
             self.hot.offer(hash, key);
         }
+        self.shared.mrc.offer(self.worker, hash, key, &command);
         let request = qs_store::Request { key, hash, command };
         let now = self.now_secs;
         match &mut self.partitions[partition] {
@@ -702,6 +706,7 @@ impl Engine {
         if self.hot_on {
             self.hot.offer(hash, key);
         }
+        self.shared.mrc.offer(self.worker, hash, key, &command);
         let (outcome, gone) = self.shared.readers[partition].get_telling(hash, key, self.now_secs, out);
         match gone {
             qs_store::Gone::No => {}

@@ -16,6 +16,7 @@ pub mod dump;
 pub mod engine;
 pub mod hotkeys;
 pub mod listen;
+pub mod mrc;
 pub mod native;
 pub mod registry;
 pub mod shared;
@@ -181,6 +182,7 @@ impl Server {
             stats_baseline: Mutex::default(),
             detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
             hotkeys: hotkeys::HotKeys::new(workers),
+            mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
             registry: Default::default(),
             watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
             sasl_passwords,

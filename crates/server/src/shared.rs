@@ -276,6 +276,8 @@ pub struct Shared {
     pub detail: crate::detail::Detail,
     /// `stats hotkeys`: the workers' most frequent keys.
     pub hotkeys: crate::hotkeys::HotKeys,
+    /// `stats mrc`: the live miss-ratio curve.
+    pub mrc: crate::mrc::LiveMrc,
     /// Every open socket, for `stats conns`.
     pub registry: crate::registry::Registry,
     /// `watch` connections.

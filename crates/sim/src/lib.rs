@@ -12,6 +12,7 @@ pub mod fifo;
 pub mod front;
 pub mod hotkeys;
 pub mod lfu;
+pub mod live;
 pub mod lru;
 pub mod mrc;
 pub mod plot;

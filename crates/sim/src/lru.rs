@@ -2,46 +2,12 @@
 //! gives the hit ratio of an LRU cache of every size at once, because LRU is a stack algorithm
 //! (a cache's contents are always the top of one recency stack). With items of different
 //! sizes the distance is counted in bytes: a get hits a cache of C bytes when its own item and
-//! every distinct item touched since its previous access fit in C.
-//!
-//! Distances come from a Fenwick tree over time: each key keeps its bytes at the position of
-//! its last access, so the bytes touched since a key's last access are one prefix-sum
-//! difference (O(log n) per request). Positions are renumbered when the tree fills, so memory
-//! follows the distinct keys, not the stream's length.
+//! every distinct item touched since its previous access fit in C. The distances are
+//! [`qs_store::mrc::StackDistances`]' (a Fenwick tree over time), the same code the server's
+//! live estimate (`stats mrc`) runs on its sample of keys.
 
 use crate::stream::{Access, Op};
-use hashbrown::HashMap;
-
-/// Sums over positions (a binary indexed tree).
-struct Fenwick(Vec<u64>);
-
-impl Fenwick {
-    fn new(len: usize) -> Fenwick {
-        Fenwick(vec![0; len + 1])
-    }
-
-    fn add(&mut self, position: usize, delta: i64) {
-        let mut i = position + 1;
-        while i < self.0.len() {
-            self.0[i] = self.0[i].wrapping_add_signed(delta);
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    /// Sum of positions `0..end`.
-    fn prefix(&self, end: usize) -> u64 {
-        let (mut i, mut sum) = (end, 0u64);
-        while i > 0 {
-            sum = sum.wrapping_add(self.0[i]);
-            i &= i - 1;
-        }
-        sum
-    }
-
-    fn capacity(&self) -> usize {
-        self.0.len() - 1
-    }
-}
+use qs_store::mrc::StackDistances;
 
 /// Hits of an LRU cache at each of a set of sizes, from one pass.
 pub struct LruCurve {
@@ -49,14 +15,9 @@ pub struct LruCurve {
     sizes: Vec<u64>,
     /// Gets whose distance falls in (sizes[i-1], sizes[i]]; the last slot: beyond every size.
     buckets: Vec<u64>,
-    tree: Fenwick,
-    /// Per key: position of its last access and its bytes there.
-    last: HashMap<u64, (usize, u64)>,
-    next: usize,
+    stack: StackDistances,
     gets: u64,
     cold: u64,
-    /// Bytes of every distinct key seen (at its latest size): the working set.
-    working_set: u64,
 }
 
 impl LruCurve {
@@ -65,16 +26,7 @@ impl LruCurve {
         let mut sizes = sizes.to_vec();
         sizes.sort_unstable();
         sizes.dedup();
-        LruCurve {
-            buckets: vec![0; sizes.len() + 1],
-            sizes,
-            tree: Fenwick::new(1 << 16),
-            last: HashMap::new(),
-            next: 0,
-            gets: 0,
-            cold: 0,
-            working_set: 0,
-        }
+        LruCurve { buckets: vec![0; sizes.len() + 1], sizes, stack: StackDistances::new(), gets: 0, cold: 0 }
     }
 
     /// Replays one request. `bytes` is what the item takes in the cache. Gets fill on a miss
@@ -86,57 +38,19 @@ impl LruCurve {
     /// that shrinks keeps its place: an LRU cache could then hold a deeper key again that it
     /// has already evicted, which the stack counts as held, so there the curve is an upper bound.
     pub fn access(&mut self, access: &Access, bytes: u64) {
-        let previous = match access.op {
-            Op::Delete => {
-                if let Some((position, old)) = self.last.remove(&access.key) {
-                    self.tree.add(position, -(old as i64));
-                    self.working_set -= old;
-                }
-                return;
+        match access.op {
+            Op::Delete => self.stack.remove(access.key),
+            Op::Set => {
+                self.stack.access(access.key, Some(bytes));
             }
-            Op::Get | Op::Set => self.last.get(&access.key).copied(),
-        };
-        let mut bytes = bytes;
-        if access.op == Op::Get {
-            self.gets += 1;
-            match previous {
-                Some((position, held)) => {
-                    let above = self.tree.prefix(self.next) - self.tree.prefix(position + 1);
-                    let distance = above + held;
-                    bytes = held;
-                    let bucket = self.sizes.partition_point(|&size| size < distance);
-                    self.buckets[bucket] += 1;
+            Op::Get => {
+                self.gets += 1;
+                match self.stack.get_or_fill(access.key, bytes) {
+                    Some(distance) => self.buckets[self.sizes.partition_point(|&size| size < distance)] += 1,
+                    None => self.cold += 1,
                 }
-                None => self.cold += 1,
             }
         }
-        if let Some((position, old)) = previous {
-            // Off the stack before any renumbering, which would put it back.
-            self.tree.add(position, -(old as i64));
-            self.last.remove(&access.key);
-            self.working_set -= old;
-        }
-        if self.next == self.tree.capacity() {
-            self.renumber();
-        }
-        self.tree.add(self.next, bytes as i64);
-        self.last.insert(access.key, (self.next, bytes));
-        self.working_set += bytes;
-        self.next += 1;
-    }
-
-    /// Packs the live positions into `0..keys` in their order, in a tree twice that size.
-    fn renumber(&mut self) {
-        let mut live: Vec<(usize, u64)> =
-            self.last.iter().map(|(&key, &(position, _))| (position, key)).collect();
-        live.sort_unstable();
-        self.tree = Fenwick::new((live.len() * 2).max(1 << 16));
-        for (new_position, (_, key)) in live.iter().enumerate() {
-            let entry = self.last.get_mut(key).expect("live key");
-            entry.0 = new_position;
-            self.tree.add(new_position, entry.1 as i64);
-        }
-        self.next = live.len();
     }
 
     /// Gets replayed.
@@ -151,7 +65,7 @@ impl LruCurve {
 
     /// Bytes of the distinct keys seen.
     pub fn working_set_bytes(&self) -> u64 {
-        self.working_set
+        self.stack.bytes()
     }
 
     /// (size, hit ratio of gets) for each size asked for.

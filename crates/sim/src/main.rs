@@ -7,6 +7,7 @@
 //!     qs-sim front --records 1000000 --requests 10000000
 
 use clap::{Parser, Subcommand, ValueEnum};
+use qs_sim::live::{LiveReport, Server};
 use qs_sim::mrc::{self, Model, MrcPlan, MrcReport};
 use qs_sim::stream::{KeyDist, SizeDist, Synthetic, Ycsb};
 use qs_sim::trace::{Format, Trace};
@@ -221,6 +222,14 @@ struct MrcArgs {
     /// Draw the curves to this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Also replay the stream to this quicksilver server (HOST:PORT; gets, the client's set
+    /// after each miss, sets, deletes) and set its own estimate (`stats mrc`, reset first)
+    /// beside the exact curves at its sizes (0.25x to 8x its item memory).
+    #[arg(long)]
+    live: Option<String>,
+    /// Requests per pipelined batch of the replay to --live.
+    #[arg(long, default_value_t = 64)]
+    live_depth: usize,
 }
 
 fn parse_ycsb(text: &str) -> Result<Ycsb, String> {
@@ -242,8 +251,56 @@ fn parse_sizes(text: &str) -> Result<SizeDist, String> {
     }
 }
 
+/// A request stream, boxed: synthetic or a trace.
+type Stream = Box<dyn Iterator<Item = io::Result<qs_sim::stream::Access>>>;
+
+/// Opens `args`' stream; `pass` counts the opens (a trace's progress bar names its pass).
+fn open_stream(args: &MrcArgs, pass: &mut u32) -> io::Result<Stream> {
+    *pass += 1;
+    if let Some(path) = &args.trace {
+        let format = match args.format {
+            FormatArg::Twitter => Format::Twitter,
+            FormatArg::Oracle => Format::OracleGeneral,
+            FormatArg::Watch => Format::Watch,
+        };
+        let file = File::open(path)
+            .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))?;
+        // A bar per pass over the trace, by bytes read (drawn only on a terminal).
+        let bytes = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
+        let bar = indicatif::ProgressBar::new(bytes)
+            .with_style(
+                indicatif::ProgressStyle::with_template("{msg} {wide_bar} {bytes}/{total_bytes} {eta}")
+                    .expect("a valid template"),
+            )
+            .with_message(format!("pass {pass}"))
+            .with_finish(indicatif::ProgressFinish::AndClear);
+        return Ok(Box::new(Trace::new(
+            BufReader::with_capacity(1 << 20, bar.wrap_read(file)),
+            format,
+            args.key_size,
+        )));
+    }
+    let recipe = Synthetic {
+        keys: args.keys.max(1),
+        requests: args.requests,
+        dist: match args.dist {
+            DistArg::Uniform => KeyDist::Uniform,
+            DistArg::Zipf => KeyDist::Zipf(args.theta),
+            DistArg::Latest => KeyDist::Latest(args.theta),
+        },
+        set_share: args.set_share,
+        ycsb: args.ycsb,
+        key_size: args.key_size,
+        sizes: args.value_size,
+        rate: args.rate,
+        seed: args.seed,
+        scramble: false,
+    };
+    Ok(Box::new(recipe.stream().map(Ok)))
+}
+
 fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
-    let plan = MrcPlan {
+    let mut plan = MrcPlan {
         sizes: args.sizes.clone(),
         fractions: args.fractions.clone(),
         models: args
@@ -266,46 +323,29 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
         index_load: args.index_load,
         index_cost: args.index_cost,
     };
-    if let Some(path) = &args.trace {
-        let format = match args.format {
-            FormatArg::Twitter => Format::Twitter,
-            FormatArg::Oracle => Format::OracleGeneral,
-            FormatArg::Watch => Format::Watch,
-        };
-        let mut pass = 0;
-        return mrc::run(&plan, || {
-            let file = File::open(path)
-                .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))?;
-            // A bar per pass over the trace, by bytes read (drawn only on a terminal).
-            pass += 1;
-            let bytes = file.metadata().map(|metadata| metadata.len()).unwrap_or(0);
-            let bar = indicatif::ProgressBar::new(bytes)
-                .with_style(
-                    indicatif::ProgressStyle::with_template("{msg} {wide_bar} {bytes}/{total_bytes} {eta}")
-                        .expect("a valid template"),
-                )
-                .with_message(format!("pass {pass}"))
-                .with_finish(indicatif::ProgressFinish::AndClear);
-            Ok(Trace::new(BufReader::with_capacity(1 << 20, bar.wrap_read(file)), format, args.key_size))
-        });
-    }
-    let recipe = Synthetic {
-        keys: args.keys.max(1),
-        requests: args.requests,
-        dist: match args.dist {
-            DistArg::Uniform => KeyDist::Uniform,
-            DistArg::Zipf => KeyDist::Zipf(args.theta),
-            DistArg::Latest => KeyDist::Latest(args.theta),
-        },
-        set_share: args.set_share,
-        ycsb: args.ycsb,
-        key_size: args.key_size,
-        sizes: args.value_size,
-        rate: args.rate,
-        seed: args.seed,
-        scramble: false,
+    let mut pass = 0;
+    let live = match &args.live {
+        Some(address) => {
+            let mut server = Server::connect(address)
+                .map_err(|error| io::Error::new(error.kind(), format!("{address}: {error}")))?;
+            server.stats("stats mrc reset")?;
+            server.stats("stats mrc on")?;
+            let replayed = server.replay(open_stream(args, &mut pass)?, args.live_depth)?;
+            let curve = server.live_curve()?;
+            plan.sizes.extend(curve.points.iter().map(|&(multiple, _)| curve.size(multiple)));
+            Some((replayed, curve))
+        }
+        None => None,
     };
-    mrc::run(&plan, || Ok(recipe.stream().map(Ok)))
+    let mut report = mrc::run(&plan, || open_stream(args, &mut pass))?;
+    if let Some((replayed, curve)) = live {
+        for point in &mut report.points {
+            point.live =
+                curve.points.iter().find(|&&(multiple, _)| curve.size(multiple) == point.bytes).map(|p| p.1);
+        }
+        report.live = Some(LiveReport { replayed, curve });
+    }
+    Ok(report)
 }
 
 fn percent(value: Option<f64>) -> String {
@@ -323,12 +363,21 @@ fn print(report: &MrcReport) {
         report.eviction
     );
     println!(
-        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
-        "fraction", "bytes", "LRU %", "FIFO %", "LFU %", "engine %", "index -pp", "expired %", "index evict"
+        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
+        "fraction",
+        "bytes",
+        "LRU %",
+        "FIFO %",
+        "LFU %",
+        "engine %",
+        "index -pp",
+        "expired %",
+        "index evict",
+        "live %"
     );
     for point in &report.points {
         println!(
-            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12}",
+            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
             point.fraction,
             point.bytes,
             percent(point.lru),
@@ -338,7 +387,27 @@ fn print(report: &MrcReport) {
             percent(point.engine_index_cost),
             percent(point.engine_expired_miss),
             point.engine_index_evictions.map_or_else(|| "-".into(), |count| count.to_string()),
+            percent(point.live),
         );
+    }
+    if let Some(live) = &report.live {
+        let (replayed, curve) = (&live.replayed, &live.curve);
+        println!(
+            "live: {} requests replayed, the server's own hit ratio {:.2}% at item memory {} bytes; its estimate \
+             (stats mrc) sampled at rate {}, working set {} bytes (exact {})",
+            replayed.requests,
+            replayed.hits as f64 * 100.0 / replayed.gets.max(1) as f64,
+            curve.item_memory,
+            curve.sample_rate,
+            curve.working_set_bytes,
+            report.working_set_bytes
+        );
+        let worst = report
+            .points
+            .iter()
+            .filter_map(|point| Some((point.live? - point.lru?).abs()))
+            .fold(0.0f64, f64::max);
+        println!("live estimate vs exact LRU: largest difference {:.2} percentage points", worst * 100.0);
     }
     if let Some(rate) = report.engine_requests_per_sec {
         println!("engine replay: {:.2} M requests/s (per engine run, replay only, one core)", rate / 1e6);

@@ -70,6 +70,8 @@ pub struct MrcPoint {
     pub engine_expired_miss: Option<f64>,
     /// Index slots evicted from full buckets.
     pub engine_index_evictions: Option<u64>,
+    /// A live server's own estimate at this size (`qs-sim mrc --live`).
+    pub live: Option<f64>,
 }
 
 /// A curve.
@@ -92,6 +94,8 @@ pub struct MrcReport {
     /// Requests per second of the engines' replay, over all engines (sizes and twins) and
     /// counting only the replay, not making the stream.
     pub engine_requests_per_sec: Option<f64>,
+    /// The replay to a live server and its estimate (`qs-sim mrc --live`).
+    pub live: Option<crate::live::LiveReport>,
 }
 
 /// Bytes an access's item takes in the engine's log.
@@ -220,6 +224,7 @@ where
             engine_index_cost: None,
             engine_expired_miss: None,
             engine_index_evictions: None,
+            live: None,
         })
         .collect();
     let mut cold_miss_ratio = None;
@@ -296,6 +301,7 @@ where
         eviction: format!("{:?}", plan.eviction),
         points,
         engine_requests_per_sec,
+        live: None,
     })
 }
 

@@ -8,11 +8,12 @@ use std::path::Path;
 /// A model's hit ratio at a point, when it ran.
 type Series = fn(&crate::mrc::MrcPoint) -> Option<f64>;
 
-const COLOURS: [RGBColor; 4] = [
+const COLOURS: [RGBColor; 5] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xff, 0x7f, 0x0e),
 ];
 
 /// Draws `report`'s curves to `path` under `title`.
@@ -39,11 +40,12 @@ pub fn mrc(path: &Path, title: &str, report: &MrcReport) -> Result<(), String> {
         .x_label_formatter(&|x| format!("{x}"))
         .draw()
         .map_err(|error| error.to_string())?;
-    let models: [(&str, Series); 4] = [
+    let models: [(&str, Series); 5] = [
         ("exact LRU", |p| p.lru),
         ("exact FIFO", |p| p.fifo),
         ("idealised LFU", |p| p.lfu),
         ("engine", |p| p.engine),
+        ("server estimate (stats mrc)", |p| p.live),
     ];
     for (index, (name, value)) in models.iter().enumerate() {
         let points: Vec<(f64, f64)> = report

@@ -9,7 +9,8 @@
 //! [`words`] (byte copies over shared atomic words), [`item`] (entry layout and memcached item
 //! rules), [`index`] (buckets and slots), [`log`] (circular log memory), [`partition`] (the
 //! operations), [`reader`] (CREW optimistic reads), [`command`] (requests and outcomes),
-//! [`hot`] (the most frequent keys in fixed memory, for `stats hotkeys`).
+//! [`hot`] (the most frequent keys in fixed memory, for `stats hotkeys`), [`mrc`] (LRU stack
+//! distances, exact and sampled: miss-ratio curves, for `stats mrc` and qs-sim).
 
 pub mod arena;
 pub mod command;
@@ -20,6 +21,7 @@ pub mod index;
 pub mod item;
 pub mod keyhash;
 pub mod log;
+pub mod mrc;
 pub mod partition;
 pub mod reader;
 pub mod region;

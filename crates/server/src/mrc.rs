@@ -1,0 +1,204 @@
+//! `stats mrc`: the server's own miss-ratio curve, estimated live. Every worker offers the key
+//! of each command it runs (gets, stores, deletes, touches, arithmetic; reads of other
+//! workers' partitions too); keys whose sampling hash falls below the threshold (SHARDS,
+//! [`qs_store::mrc::Shards`]: 1 key in [`SAMPLE_ONE_IN`] at most, fewer once more than
+//! [`SAMPLED_KEYS_MAX`] keys are sampled) go to one shared estimator under a mutex. A key not
+//! sampled costs one atomic load, a multiply and a compare.
+//!
+//! ```text
+//! STAT mrc on
+//! STAT mrc_sample_rate 0.015625
+//! STAT mrc_sampled_keys 4096
+//! STAT mrc_gets <gets since tracking began>
+//! STAT mrc_working_set_bytes <bytes of every key seen, estimated>
+//! STAT mrc_item_memory <item memory now: limit_maxbytes>
+//! STAT mrc_hit_ratio_0.25x 0.8123
+//! ...                                  (0.5x 1x 2x 4x 8x)
+//! END
+//! ```
+//!
+//! Each `mrc_hit_ratio_<m>x` is the hit ratio of gets that an LRU cache of m times the item
+//! memory would have had on the requests seen since tracking began (item bytes as the log
+//! stores them). `stats mrc on|off|reset` starts, stops and forgets it.
+
+use qs_store::mrc::{sample_hash, Access, Shards};
+use qs_store::{Command, KeyHash, StoreMode};
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Keys sampled at most: 1 in this many.
+pub const SAMPLE_ONE_IN: u32 = 64;
+/// Sampled keys held at most (about 64 bytes each); more lower the rate.
+pub const SAMPLED_KEYS_MAX: usize = 16 << 10;
+/// Multiples of the item memory `stats mrc` answers at.
+pub const MULTIPLES: [(f64, &str); 6] =
+    [(0.25, "0.25x"), (0.5, "0.5x"), (1.0, "1x"), (2.0, "2x"), (4.0, "4x"), (8.0, "8x")];
+
+/// A worker's count of gets, alone on its cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+struct Gets(AtomicU64);
+
+/// The live curve all workers feed.
+pub struct LiveMrc {
+    /// The estimator's sampling threshold; 0 while off (nothing is sampled).
+    threshold: AtomicU64,
+    one_in: u32,
+    /// Every get offered while on, by worker (each written by its worker only): SHARDS'
+    /// adjustment holds the sampled gets against the rate times these.
+    gets: Box<[Gets]>,
+    /// (on, the estimator, the sum of `gets` when it was reset).
+    shards: Mutex<(bool, Shards, u64)>,
+}
+
+impl LiveMrc {
+    /// For `workers` workers, sampling 1 key in `one_in` at most; on unless `one_in` is 0.
+    pub fn new(workers: usize, one_in: u32) -> LiveMrc {
+        let shards = Shards::new(one_in.max(1), SAMPLED_KEYS_MAX);
+        let on = one_in > 0;
+        LiveMrc {
+            threshold: AtomicU64::new(if on { shards.threshold() } else { 0 }),
+            one_in: one_in.max(1),
+            gets: (0..workers.max(1)).map(|_| Gets::default()).collect(),
+            shards: Mutex::new((on, shards, 0)),
+        }
+    }
+
+    /// Offers one command's key, run by worker `worker`: recorded when it is sampled.
+    #[inline(always)]
+    pub fn offer(&self, worker: usize, hash: KeyHash, key: &[u8], command: &Command<'_>) {
+        let threshold = self.threshold.load(Relaxed);
+        if threshold == 0 {
+            return;
+        }
+        if matches!(command, Command::Get | Command::GetAndTouch { .. } | Command::MetaGet(_)) {
+            if let Some(gets) = self.gets.get(worker) {
+                // Only this worker writes its count: a load and a store, no locked add.
+                gets.0.store(gets.0.load(Relaxed) + 1, Relaxed);
+            }
+        }
+        if sample_hash(hash.0) < threshold {
+            self.record(hash, key, command);
+        }
+    }
+
+    /// Gets offered since the start, all workers.
+    fn all_gets(&self) -> u64 {
+        self.gets.iter().map(|gets| gets.0.load(Relaxed)).sum()
+    }
+
+    #[inline(never)]
+    fn record(&self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
+        let access = match *command {
+            Command::Get | Command::GetAndTouch { .. } | Command::MetaGet(_) => Access::Get,
+            Command::Store { mode, value, expiry, .. } => match mode {
+                StoreMode::Append
+                | StoreMode::Prepend
+                | StoreMode::AppendCas(_)
+                | StoreMode::PrependCas(_) => Access::Touch,
+                _ => Access::Set(qs_store::item::item_bytes(key.len(), value.len(), expiry.0 != 0) as u64),
+            },
+            Command::Delete { .. } => Access::Delete,
+            _ => Access::Touch,
+        };
+        let mut guard = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+        let (on, shards, _) = &mut *guard;
+        if !*on {
+            return;
+        }
+        shards.access(hash.0, access);
+        self.threshold.store(shards.threshold(), Relaxed);
+    }
+
+    /// Answers `stats mrc [on|off|reset]`; `item_memory` is limit_maxbytes now.
+    pub fn command(&self, argument: &[u8], item_memory: u64, out: &mut Vec<u8>) {
+        let mut guard = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+        let (on, shards, gets_at_reset) = &mut *guard;
+        match argument {
+            b"on" | b"off" => {
+                *on = argument == b"on";
+                self.threshold.store(if *on { shards.threshold() } else { 0 }, Relaxed);
+                out.extend_from_slice(b"OK\r\n");
+                return;
+            }
+            b"reset" => {
+                shards.reset(self.one_in);
+                *gets_at_reset = self.all_gets();
+                if *on {
+                    self.threshold.store(shards.threshold(), Relaxed);
+                }
+                out.extend_from_slice(b"RESET\r\n");
+                return;
+            }
+            b"" => {}
+            _ => {
+                out.extend_from_slice(b"CLIENT_ERROR usage: stats mrc [on|off|reset]\r\n");
+                return;
+            }
+        }
+        let _ = write!(out, "STAT mrc {}\r\n", if *on { "on" } else { "off" });
+        let _ = write!(out, "STAT mrc_sample_rate {}\r\n", shards.rate());
+        let _ = write!(out, "STAT mrc_sampled_keys {}\r\n", shards.keys());
+        let all_gets = self.all_gets() - *gets_at_reset;
+        let _ = write!(out, "STAT mrc_gets {all_gets}\r\n");
+        let _ = write!(out, "STAT mrc_working_set_bytes {}\r\n", shards.working_set_bytes());
+        let _ = write!(out, "STAT mrc_item_memory {item_memory}\r\n");
+        for (multiple, name) in MULTIPLES {
+            let ratio = shards.hit_ratio_adjusted((item_memory as f64 * multiple) as u64, all_gets);
+            let _ = write!(out, "STAT mrc_hit_ratio_{name} {ratio:.4}\r\n");
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qs_store::Expiry;
+
+    fn answer(mrc: &LiveMrc, argument: &[u8]) -> String {
+        let mut out = Vec::new();
+        mrc.command(argument, 1000, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn counts_sampled_gets_by_distance_and_answers_each_multiple() {
+        // Every key sampled: 10 keys of 32 bytes in the log each (2-byte key, 8-byte value), read
+        // round robin by two workers.
+        let mrc = LiveMrc::new(2, 1);
+        let set = Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry(0) };
+        for round in 0..100 {
+            for key in 0..10u8 {
+                let key = [b'k', key];
+                let hash = KeyHash::of(&key);
+                mrc.offer(round % 2, hash, &key, &Command::Get);
+                if round == 0 {
+                    mrc.offer(round % 2, hash, &key, &set);
+                }
+            }
+        }
+        let text = answer(&mrc, b"");
+        assert!(
+            text.starts_with("STAT mrc on\r\nSTAT mrc_sample_rate 1\r\nSTAT mrc_sampled_keys 10\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("STAT mrc_gets 1000\r\n"), "{text}");
+        assert!(text.contains("STAT mrc_working_set_bytes 320\r\nSTAT mrc_item_memory 1000\r\n"), "{text}");
+        // 10 x 32 = 320 bytes of distance: misses at 250 bytes, hits (99 rounds of 100) above.
+        assert!(
+            text.contains("STAT mrc_hit_ratio_0.25x 0.0000\r\nSTAT mrc_hit_ratio_0.5x 0.9900\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("STAT mrc_hit_ratio_8x 0.9900\r\nEND\r\n"), "{text}");
+
+        assert_eq!(answer(&mrc, b"off"), "OK\r\n");
+        mrc.offer(0, KeyHash::of(b"k\x01"), b"k\x01", &Command::Get);
+        assert!(answer(&mrc, b"").contains("STAT mrc off\r\n"));
+        assert!(answer(&mrc, b"").contains("STAT mrc_gets 1000\r\n"));
+        assert_eq!(answer(&mrc, b"reset"), "RESET\r\n");
+        assert!(answer(&mrc, b"").contains("STAT mrc_gets 0\r\n"));
+        assert_eq!(answer(&mrc, b"x"), "CLIENT_ERROR usage: stats mrc [on|off|reset]\r\n");
+    }
+}
