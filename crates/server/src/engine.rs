@@ -685,10 +685,7 @@ impl Engine {
         command: Command<'_>,
         out: &mut Vec<u8>,
     ) -> Outcome {
-        if self.hot_on {
-            self.hot.offer(hash, key);
-        }
-        self.shared.mrc.offer(self.worker, hash, key, &command);
+        self.offer(hash, key, &command);
         let request = qs_store::Request { key, hash, command };
         let now = self.now_secs;
         match &mut self.partitions[partition] {
@@ -697,16 +694,28 @@ impl Engine {
         }
     }
 
+    /// Shows a command's key to `stats hotkeys` and `stats mrc`.
+    #[inline(always)]
+    fn offer(&mut self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
+        if self.hot_on {
+            self.hot.offer(hash, key);
+        }
+        self.shared.mrc.offer(self.worker, hash, key, command);
+    }
+
     /// A read of `key`: through the partition when owned, else through its CREW reader.
     fn read(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
         let (hash, partition) = self.locate(key);
         if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
             return self.run_at(hash, partition, key, command, out);
         }
-        if self.hot_on {
-            self.hot.offer(hash, key);
-        }
-        self.shared.mrc.offer(self.worker, hash, key, &command);
+        self.offer(hash, key, &command);
+        self.read_remote(hash, partition, key, out)
+    }
+
+    /// A get through `partition`'s CREW reader (not offered to `stats hotkeys` and `stats mrc`:
+    /// the caller does that).
+    fn read_remote(&mut self, hash: KeyHash, partition: usize, key: &[u8], out: &mut Vec<u8>) -> Outcome {
         let (outcome, gone) = self.shared.readers[partition].get_telling(hash, key, self.now_secs, out);
         match gone {
             qs_store::Gone::No => {}
@@ -986,7 +995,7 @@ impl Engine {
     fn meta_get(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
         let options = &meta.options;
         let key = meta.key();
-        let (_, partition) = self.locate(key);
+        let (hash, partition) = self.locate(key);
         let owned = self.partitions[partition].is_some();
         self.counters.cmd_get += 1;
         let mut value = std::mem::take(&mut self.scratch);
@@ -1006,16 +1015,24 @@ impl Engine {
             let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch, no_update };
             self.run(key, Command::MetaGet(options), &mut value)
         } else {
-            self.read(key, Command::Get, &mut value)
+            self.read_remote(hash, partition, key, &mut value)
         };
-        let (item, data, won, stale, win_sent) = match outcome {
-            Outcome::Hit(hit) => {
-                if !owned && ((hit.stale && !hit.win_sent) || (!hit.fetched_before && !options.has(b'u'))) {
-                    // The win token is the owner's to hand out, and the first fetch marks the
-                    // item fetched (meta `h`): both are writes, so the owner serves them.
+        // The win token is the owner's to hand out, and the first fetch marks the item fetched
+        // (meta `h`): both are writes, so the owner serves them (and shows the key to `stats
+        // hotkeys` and `stats mrc` then, once).
+        let for_owner =
+            |hit: &qs_store::Hit| (hit.stale && !hit.win_sent) || (!hit.fetched_before && !options.has(b'u'));
+        if !owned {
+            if let Outcome::Hit(hit) = &outcome {
+                if for_owner(hit) {
                     self.scratch = value;
                     return Exec::Forward(self.owner(partition));
                 }
+            }
+            self.offer(hash, key, &Command::Get);
+        }
+        let (item, data, won, stale, win_sent) = match outcome {
+            Outcome::Hit(hit) => {
                 let data = hit.value_start..hit.value_start + hit.value_len;
                 let mut item = self.meta_item(&hit);
                 if options.has(b't') && options.ttl.is_some() {

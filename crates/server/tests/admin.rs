@@ -211,3 +211,69 @@ fn stats_hotkeys_finds_the_most_frequent_keys_within_their_bounds() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(call(&mut clients[3], "stats hotkeys\r\n"), "STAT hotkey_1 hot7 count=2 error=0\r\nEND\r\n");
 }
+
+/// `stats mrc`: a zipf stream through a running server (gets, the client's set after each
+/// miss), its estimate held to the exact LRU curve of the same requests in the order the server
+/// ran them, computed here by stack distance.
+#[test]
+fn stats_mrc_estimates_the_exact_lru_curve() {
+    use qs_store::mrc::StackDistances;
+    let quicksilver = ServerProcess::quicksilver(&["-t", "2", "-m", "8", "-o", "mrc_sample=2"]);
+    let mut client = quicksilver.connect();
+    assert_eq!(call(&mut client, "stats mrc reset\r\n"), "RESET\r\n");
+    // 32,768 keys of 1,000-byte values (1,040 bytes each in the log: 32 MiB in all, four times
+    // the item memory), zipf 0.99 by inverse transform from a fixed seed.
+    let (keys, requests, value) = (32_768usize, 200_000usize, vec![b'v'; 1000]);
+    let weights: Vec<f64> = (1..=keys).map(|rank| (rank as f64).powf(-0.99)).collect();
+    let total: f64 = weights.iter().sum();
+    let cumulative: Vec<f64> =
+        weights.iter().scan(0.0, |sum, w| Some(*sum + w / total).inspect(|s| *sum = *s)).collect();
+    let mut state = 42u64;
+    let mut draw = || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+        cumulative.partition_point(|&c| c < u).min(keys - 1)
+    };
+    let item_bytes = |key: &str| qs_store::item::item_bytes(key.len(), value.len(), false) as u64;
+    let keyhash = |key: &str| qs_store::KeyHash::of(key.as_bytes()).0;
+    let mut exact = StackDistances::new();
+    let mut distances = Vec::new();
+    for _ in 0..requests / 100 {
+        let batch: Vec<String> = (0..100).map(|_| format!("k{}", draw())).collect();
+        let gets: String = batch.iter().map(|key| format!("mg {key}\r\n")).collect();
+        let replies = call(&mut client, &gets);
+        let replies: Vec<&str> = replies.split_terminator("\r\n").collect();
+        assert_eq!(replies.len(), batch.len(), "{replies:?}");
+        let mut fills = Vec::new();
+        for (key, reply) in batch.iter().zip(&replies) {
+            distances.push(exact.access(keyhash(key), None));
+            match *reply {
+                "HD" => {}
+                "EN" => {
+                    fills.extend_from_slice(format!("ms {key} {} q\r\n", value.len()).as_bytes());
+                    fills.extend_from_slice(&value);
+                    fills.extend_from_slice(b"\r\n");
+                    exact.access(keyhash(key), Some(item_bytes(key)));
+                }
+                other => panic!("mg {key}: {other}"),
+            }
+        }
+        assert_eq!(client.call(&fills), b"");
+    }
+    let answer = call(&mut client, "stats mrc\r\n");
+    let stats: std::collections::HashMap<&str, &str> =
+        answer.lines().filter_map(|line| line.strip_prefix("STAT ")?.split_once(' ')).collect();
+    assert_eq!(stats["mrc"], "on", "{answer}");
+    assert_eq!(stats["mrc_gets"], requests.to_string(), "{answer}");
+    let memory: u64 = stats["mrc_item_memory"].parse().unwrap();
+    assert_eq!(memory, 8 << 20);
+    for multiple in ["0.25", "0.5", "1", "2", "4", "8"] {
+        let size = (memory as f64 * multiple.parse::<f64>().unwrap()) as u64;
+        let want = distances.iter().filter(|d| d.is_some_and(|d| d <= size)).count() as f64 / requests as f64;
+        let got: f64 = stats[format!("mrc_hit_ratio_{multiple}x").as_str()].parse().unwrap();
+        assert!((want - got).abs() < 0.02, "{multiple}x: exact {want:.4}, estimate {got:.4}\n{answer}");
+    }
+    assert_eq!(call(&mut client, "stats mrc off\r\n"), "OK\r\n");
+    assert!(call(&mut client, "stats mrc\r\n").starts_with("STAT mrc off\r\n"));
+    assert_eq!(call(&mut client, "stats mrc x\r\n"), "CLIENT_ERROR usage: stats mrc [on|off|reset]\r\n");
+}

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""What counting hot keys (`stats hotkeys`) costs the server: one quicksilver worker on core 0,
-memtier_benchmark on core 1 (`-P memcache_text -t 1 -c 50 -d 32`, 100,000 keys preloaded, 1 set
-to 19 gets, uniform or zipf-like keys), server CPU per operation (/proc) and operations
-(`stats`), with counting on and off (`stats hotkeys on|off` on the same server), interleaved.
+"""What counting hot keys (`stats hotkeys`) or sampling the live miss-ratio curve (`stats mrc`)
+costs the server: one quicksilver worker on core 0, memtier_benchmark on core 1 (`-P memcache_text
+-t 1 -c 50 -d 32`, 100,000 keys preloaded, 1 set to 19 gets, uniform or zipf-like keys), server
+CPU per operation (/proc) and operations (`stats`), with the feature on and off (`stats hotkeys
+on|off` or `stats mrc on|off` on the same server), interleaved.
 
-    scripts/bench-hotkeys.py [--rounds 4] [--depths 16,1] [--pattern R:R]
+    scripts/bench-feature.py [--feature hotkeys|mrc] [--rounds 4] [--depths 16,1] [--pattern R:R]
 """
 import argparse
 import importlib.util
@@ -31,6 +32,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--depths", default="16,1")
     parser.add_argument("--pattern", default="R:R", help="memtier --key-pattern (G:G for gaussian)")
+    parser.add_argument("--feature", default="hotkeys", choices=["hotkeys", "mrc"])
     args = parser.parse_args()
     args.connections, args.keys, args.seconds = 50, 100_000, 4
     port = 22191
@@ -39,10 +41,11 @@ def main():
     try:
         MEASURE.wait_port(port)
         results = {}
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for depth in [int(d) for d in args.depths.split(",")]:
-                for state in ["on", "off"]:
-                    command(port, f"stats hotkeys {state}")
+                # Alternate which goes first, so that an order effect shows as spread, not bias.
+                for state in (["on", "off"] if round_ % 2 == 0 else ["off", "on"]):
+                    command(port, f"stats {args.feature} {state}")
                     MEASURE.memtier(args, port, "memcache_text", ["--ratio", "1:0", "--key-pattern", "P:P",
                                                                    "-n", str(args.keys // args.connections)])
                     ops0, cpu0 = MEASURE.ops(port), MEASURE.cpu_seconds(server.pid)
@@ -52,7 +55,7 @@ def main():
                     ops1, cpu1 = MEASURE.ops(port), MEASURE.cpu_seconds(server.pid)
                     cpu = (cpu1 - cpu0) / max(ops1 - ops0, 1) * 1e6
                     results.setdefault((depth, state), []).append(cpu)
-                    print(f"depth {depth} hotkeys {state}: {cpu:.3f} us CPU/op", flush=True)
+                    print(f"depth {depth} {args.feature} {state}: {cpu:.3f} us CPU/op", flush=True)
         for depth in [int(d) for d in args.depths.split(",")]:
             on, off = results[(depth, "on")], results[(depth, "off")]
             ratios = [a / b for a, b in zip(on, off)]
