@@ -2,8 +2,9 @@
 //! miss-ratio estimate (`stats mrc`) read back: `qs-sim mrc --live HOST:PORT` holds it against
 //! the exact curve of the same stream.
 //!
-//! Requests go in batches of up to `depth` (pipelined); a get that misses is followed by the
-//! client's set, as a look-aside client fills a miss, before the next batch. Sets and deletes
+//! Requests go in batches of up to `depth` (pipelined; a batch ends early rather than hold a
+//! key twice); a get that misses is followed by the client's set, as a look-aside client fills
+//! a miss, before the next batch, so the server sees the requests in the stream's order. Sets and deletes
 //! are sent `noreply`. A TTL becomes a 30-day exptime: the item keeps its expiry field (and so
 //! its size in the log) but the stream's simulated time is not replayed in real time.
 
@@ -129,12 +130,22 @@ impl Server {
         let mut replayed = Replayed::default();
         let (mut batch, mut out, mut key) = (Vec::with_capacity(depth), Vec::new(), Vec::new());
         let mut stream = stream.peekable();
+        let mut in_batch = std::collections::HashSet::new();
         let value = vec![b'x'; 1 << 20];
         while stream.peek().is_some() {
             batch.clear();
             out.clear();
-            for access in stream.by_ref().take(depth.max(1)) {
-                let access = access?;
+            in_batch.clear();
+            // A batch ends before a key it already has: a get after a miss of the same key
+            // in one batch would miss again, where the client's set would have filled it.
+            while batch.len() < depth.max(1) {
+                match stream.peek() {
+                    Some(Ok(next)) if !in_batch.contains(&next.key) => {}
+                    Some(Err(_)) => return Err(stream.next().and_then(Result::err).expect("an error")),
+                    _ => break,
+                }
+                let access = stream.next().expect("peeked")?;
+                in_batch.insert(access.key);
                 key_bytes(access.key, access.key_size, &mut key);
                 match access.op {
                     Op::Get => out.extend_from_slice(b"get "),
