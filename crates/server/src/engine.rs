@@ -86,6 +86,10 @@ pub struct Engine {
     hot_published: std::time::Instant,
     hot_published_accesses: u64,
     hot_turns: u32,
+    /// `stats mrc`'s sampling threshold as of this loop turn (0: off).
+    mrc_threshold: u64,
+    /// Gets run while `stats mrc` sampled (published each loop turn).
+    mrc_gets: u64,
 }
 
 impl Engine {
@@ -114,6 +118,8 @@ impl Engine {
             hot_published: std::time::Instant::now(),
             hot_published_accesses: 0,
             hot_turns: 0,
+            mrc_threshold: 0,
+            mrc_gets: 0,
         }
     }
 
@@ -447,7 +453,10 @@ impl Engine {
                 self.shared.hotkeys.command(argument, out);
             }
             Request::Stats { group: b"mrc", argument } => {
+                // This worker's count as of now; the others' as of their last loop turn.
+                self.turn_mrc();
                 self.shared.mrc.command(argument, self.shared.maxbytes(), out);
+                self.turn_mrc();
             }
             Request::Stats { group: b"conns", .. } => {
                 self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
@@ -700,7 +709,19 @@ impl Engine {
         if self.hot_on {
             self.hot.offer(hash, key);
         }
-        self.shared.mrc.offer(self.worker, hash, key, command);
+        if self.mrc_threshold != 0 {
+            self.mrc_gets += u64::from(crate::mrc::LiveMrc::is_get(command));
+            if qs_store::mrc::sample_hash(hash.0) < self.mrc_threshold {
+                self.shared.mrc.record(hash, key, command);
+            }
+        }
+    }
+
+    /// Once per loop turn, before the worker waits: publishes this worker's count of gets to
+    /// `stats mrc` and picks up its threshold (on, off, lowered).
+    pub fn turn_mrc(&mut self) {
+        self.shared.mrc.publish_gets(self.worker, self.mrc_gets);
+        self.mrc_threshold = self.shared.mrc.threshold();
     }
 
     /// A read of `key`: through the partition when owned, else through its CREW reader.

@@ -1,9 +1,10 @@
-//! `stats mrc`: the server's own miss-ratio curve, estimated live. Every worker offers the key
+//! `stats mrc`: the server's own miss-ratio curve, estimated live. Every worker looks at the key
 //! of each command it runs (gets, stores, deletes, touches, arithmetic; reads of other
 //! workers' partitions too); keys whose sampling hash falls below the threshold (SHARDS,
 //! [`qs_store::mrc::Shards`]: 1 key in [`SAMPLE_ONE_IN`] at most, fewer once more than
 //! [`SAMPLED_KEYS_MAX`] keys are sampled) go to one shared estimator under a mutex. A key not
-//! sampled costs one atomic load, a multiply and a compare.
+//! sampled costs a multiply and a compare against the worker's copy of the threshold, and a get
+//! one more increment of the worker's own count (published once per loop turn).
 //!
 //! ```text
 //! STAT mrc on
@@ -21,7 +22,7 @@
 //! memory would have had on the requests seen since tracking began (item bytes as the log
 //! stores them). `stats mrc on|off|reset` starts, stops and forgets it.
 
-use qs_store::mrc::{sample_hash, Access, Shards};
+use qs_store::mrc::{Access, Shards};
 use qs_store::{Command, KeyHash, StoreMode};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -35,7 +36,7 @@ pub const SAMPLED_KEYS_MAX: usize = 16 << 10;
 pub const MULTIPLES: [(f64, &str); 6] =
     [(0.25, "0.25x"), (0.5, "0.5x"), (1.0, "1x"), (2.0, "2x"), (4.0, "4x"), (8.0, "8x")];
 
-/// A worker's count of gets, alone on its cache lines.
+/// A worker's count of gets as last published, alone on its cache lines.
 #[repr(align(128))]
 #[derive(Default)]
 struct Gets(AtomicU64);
@@ -45,8 +46,8 @@ pub struct LiveMrc {
     /// The estimator's sampling threshold; 0 while off (nothing is sampled).
     threshold: AtomicU64,
     one_in: u32,
-    /// Every get offered while on, by worker (each written by its worker only): SHARDS'
-    /// adjustment holds the sampled gets against the rate times these.
+    /// Every get run while on, by worker, as published (each written by its worker only):
+    /// SHARDS' adjustment holds the sampled gets against the rate times these.
     gets: Box<[Gets]>,
     /// (on, the estimator, the sum of `gets` when it was reset).
     shards: Mutex<(bool, Shards, u64)>,
@@ -65,21 +66,24 @@ impl LiveMrc {
         }
     }
 
-    /// Offers one command's key, run by worker `worker`: recorded when it is sampled.
+    /// The sampling threshold now (0: off). A worker reads it once per loop turn and hands
+    /// [`LiveMrc::record`] the commands whose key's `sample_hash` is below it; a threshold a
+    /// turn old only offers keys that `record` then drops.
+    pub fn threshold(&self) -> u64 {
+        self.threshold.load(Relaxed)
+    }
+
+    /// Whether `command` is a read (counted as a get of the curve).
     #[inline(always)]
-    pub fn offer(&self, worker: usize, hash: KeyHash, key: &[u8], command: &Command<'_>) {
-        let threshold = self.threshold.load(Relaxed);
-        if threshold == 0 {
-            return;
-        }
-        if matches!(command, Command::Get | Command::GetAndTouch { .. } | Command::MetaGet(_)) {
-            if let Some(gets) = self.gets.get(worker) {
-                // Only this worker writes its count: a load and a store, no locked add.
-                gets.0.store(gets.0.load(Relaxed) + 1, Relaxed);
-            }
-        }
-        if sample_hash(hash.0) < threshold {
-            self.record(hash, key, command);
+    pub fn is_get(command: &Command<'_>) -> bool {
+        matches!(command, Command::Get | Command::GetAndTouch { .. } | Command::MetaGet(_))
+    }
+
+    /// Worker `worker`'s count of gets while sampling was on, since it started (published once
+    /// per loop turn).
+    pub fn publish_gets(&self, worker: usize, gets: u64) {
+        if let Some(slot) = self.gets.get(worker) {
+            slot.0.store(gets, Relaxed);
         }
     }
 
@@ -88,10 +92,12 @@ impl LiveMrc {
         self.gets.iter().map(|gets| gets.0.load(Relaxed)).sum()
     }
 
+    /// Records one command of a sampled key (or of a key a stale threshold let through: it is
+    /// dropped here).
     #[inline(never)]
-    fn record(&self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
+    pub fn record(&self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
         let access = match *command {
-            Command::Get | Command::GetAndTouch { .. } | Command::MetaGet(_) => Access::Get,
+            _ if Self::is_get(command) => Access::Get,
             Command::Store { mode, value, expiry, .. } => match mode {
                 StoreMode::Append
                 | StoreMode::Prepend
@@ -169,16 +175,20 @@ mod tests {
         // round robin by two workers.
         let mrc = LiveMrc::new(2, 1);
         let set = Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry(0) };
+        let mut gets = [0u64; 2];
         for round in 0..100 {
             for key in 0..10u8 {
                 let key = [b'k', key];
                 let hash = KeyHash::of(&key);
-                mrc.offer(round % 2, hash, &key, &Command::Get);
+                gets[round % 2] += 1;
+                mrc.record(hash, &key, &Command::Get);
                 if round == 0 {
-                    mrc.offer(round % 2, hash, &key, &set);
+                    mrc.record(hash, &key, &set);
                 }
             }
         }
+        mrc.publish_gets(0, gets[0]);
+        mrc.publish_gets(1, gets[1]);
         let text = answer(&mrc, b"");
         assert!(
             text.starts_with("STAT mrc on\r\nSTAT mrc_sample_rate 1\r\nSTAT mrc_sampled_keys 10\r\n"),
@@ -194,7 +204,8 @@ mod tests {
         assert!(text.ends_with("STAT mrc_hit_ratio_8x 0.9900\r\nEND\r\n"), "{text}");
 
         assert_eq!(answer(&mrc, b"off"), "OK\r\n");
-        mrc.offer(0, KeyHash::of(b"k\x01"), b"k\x01", &Command::Get);
+        assert_eq!(mrc.threshold(), 0);
+        mrc.record(KeyHash::of(b"k\x01"), b"k\x01", &Command::Get);
         assert!(answer(&mrc, b"").contains("STAT mrc off\r\n"));
         assert!(answer(&mrc, b"").contains("STAT mrc_gets 1000\r\n"));
         assert_eq!(answer(&mrc, b"reset"), "RESET\r\n");

@@ -269,6 +269,7 @@ impl Worker {
         let mut stop_deadline: Option<Instant> = None;
         loop {
             let timeout = self.timeout();
+            self.engine.turn_mrc();
             if let Err(error) = self.poll.poll(&mut events, timeout) {
                 if error.kind() != io::ErrorKind::Interrupted {
                     eprintln!("worker {}: poll failed: {error}", self.index);

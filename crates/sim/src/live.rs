@@ -32,6 +32,8 @@ pub struct LiveCurve {
     pub item_memory: u64,
     /// Its sampling rate.
     pub sample_rate: f64,
+    /// Keys in its sample.
+    pub sampled_keys: u64,
     /// Its estimate of the working set.
     pub working_set_bytes: u64,
     /// (multiple of the item memory, estimated LRU hit ratio).
@@ -206,6 +208,7 @@ impl Server {
         Ok(LiveCurve {
             item_memory: number("mrc_item_memory")? as u64,
             sample_rate: number("mrc_sample_rate")?,
+            sampled_keys: number("mrc_sampled_keys")? as u64,
             working_set_bytes: number("mrc_working_set_bytes")? as u64,
             points,
         })

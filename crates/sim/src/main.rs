@@ -394,11 +394,12 @@ fn print(report: &MrcReport) {
         let (replayed, curve) = (&live.replayed, &live.curve);
         println!(
             "live: {} requests replayed, the server's own hit ratio {:.2}% at item memory {} bytes; its estimate \
-             (stats mrc) sampled at rate {}, working set {} bytes (exact {})",
+             (stats mrc) sampled at rate {} ({} keys), working set {} bytes (exact {})",
             replayed.requests,
             replayed.hits as f64 * 100.0 / replayed.gets.max(1) as f64,
             curve.item_memory,
             curve.sample_rate,
+            curve.sampled_keys,
             curve.working_set_bytes,
             report.working_set_bytes
         );

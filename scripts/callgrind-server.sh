@@ -1,0 +1,43 @@
+#!/bin/bash
+# User-space instructions per operation of the quicksilver server (one worker) under memtier
+# traffic, counted by callgrind (repeatable where CPU time is not): 100,000 keys preloaded, then
+# 200,000 operations at 1 set to 19 gets, uniform keys, 50 connections, pipeline depth 16; only
+# the measured phase is counted (callgrind_control -z, then -d).
+#
+#     scripts/callgrind-server.sh [server options...]      e.g. -o mrc_sample=0
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+MEMTIER=${MEMTIER:-$HOME/.cache/memtier/src/memtier_benchmark}
+PORT=$((23500 + RANDOM % 400))
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" "$REPO/target/release/quicksilver" \
+    -t 1 -p "$PORT" -l 127.0.0.1 "$@" >/dev/null 2>"$OUT/valgrind.err" &
+PID=$!
+for _ in $(seq 60); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT))" 2>/dev/null && break
+    sleep 0.5
+done
+operations() {
+    python3 - "$PORT" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"stats\r\n")
+data = b""
+while not data.endswith(b"END\r\n"):
+    data += s.recv(65536)
+stats = dict(line.split()[1:3] for line in data.decode().splitlines() if line.startswith("STAT"))
+print(int(stats["cmd_get"]) + int(stats["cmd_set"]))
+PY
+}
+COMMON=(-s 127.0.0.1 -p "$PORT" -P memcache_text -t 1 -c 50 -d 32 --key-maximum 100000 --hide-histogram)
+"$MEMTIER" "${COMMON[@]}" --ratio 1:0 --key-pattern P:P -n 2000 >/dev/null 2>&1
+BEFORE=$(operations)
+callgrind_control -z "$PID" >/dev/null 2>&1
+"$MEMTIER" "${COMMON[@]}" --ratio 1:19 --key-pattern R:R --pipeline 16 -n 4000 >/dev/null 2>&1
+AFTER=$(operations)
+callgrind_control -d "$PID" >/dev/null 2>&1
+kill "$PID"
+wait "$PID" || true
+INSTRUCTIONS=$(callgrind_annotate "$OUT/cg.out.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{print $1}' | tr -d ,)
+python3 -c "print(f'server options: $*; {$AFTER - $BEFORE} operations, {$INSTRUCTIONS} instructions, {$INSTRUCTIONS / ($AFTER - $BEFORE):.1f} per operation')"
