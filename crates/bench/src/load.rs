@@ -170,6 +170,12 @@ pub struct LoadArgs {
     /// Print a JSON line after the table.
     #[arg(long)]
     pub json: bool,
+    /// Write every request of the run (warm-up included, the load of the keys before it not)
+    /// to this file as Twitter cache-trace CSV lines (seconds, key, key bytes, value bytes,
+    /// connection 0, get or set, TTL 0), the order they were drawn in: `qs-sim mrc --trace
+    /// FILE --format twitter` replays it.
+    #[arg(long)]
+    pub key_stream: Option<PathBuf>,
 }
 
 impl LoadArgs {
@@ -353,6 +359,8 @@ struct Workload {
     inserts_acked: u64,
     version_mask: u32,
     value: Vec<u8>,
+    /// `--key-stream`: where each drawn request is written, and when the run began.
+    key_stream: Option<(std::io::BufWriter<std::fs::File>, Instant)>,
 }
 
 impl Workload {
@@ -380,7 +388,41 @@ impl Workload {
             inserts_acked: 0,
             version_mask: ValueLayout::of(value_len).version_mask(),
             value: vec![0; value_len],
+            key_stream: match &args.key_stream {
+                Some(path) => Some((
+                    std::io::BufWriter::new(
+                        std::fs::File::create(path)
+                            .map_err(|error| format!("{}: {error}", path.display()))?,
+                    ),
+                    Instant::now(),
+                )),
+                None => None,
+            },
         })
+    }
+
+    /// Writes `part` to `--key-stream`, if any.
+    fn log_part(&mut self, part: &Part) {
+        let Some((file, start)) = &mut self.key_stream else {
+            return;
+        };
+        let mut key = Vec::with_capacity(self.key_len);
+        write_key_text(part.key, self.key_len, &mut key);
+        let seconds = part.at.saturating_duration_since(*start).as_secs();
+        let op = if part.write { "set" } else { "get" };
+        let key = String::from_utf8_lossy(&key);
+        if let Err(error) = writeln!(file, "{seconds},{key},{},{},0,{op},0", self.key_len, self.value_len) {
+            eprintln!("--key-stream: {error}; no more requests are written");
+            self.key_stream = None;
+        }
+    }
+
+    /// Flushes `--key-stream`.
+    fn finish_key_stream(&mut self) -> std::io::Result<()> {
+        match &mut self.key_stream {
+            Some((file, _)) => file.flush(),
+            None => Ok(()),
+        }
     }
 
     /// Draws the next operation and hands each of its parts, encoded, to `out`.
@@ -394,6 +436,7 @@ impl Workload {
             self.floor.push(0);
             self.unknown.push(false);
             let part = self.write(key, at, true);
+            self.log_part(&part);
             self.encode(&part, &mut wire);
             out(part, &wire);
             return;
@@ -407,12 +450,14 @@ impl Workload {
             let floor = self.floor[key as usize];
             let part =
                 Part { key, write: false, version: floor, at, last: !modify, insert: false, oldest: 0 };
+            self.log_part(&part);
             self.encode(&part, &mut wire);
             out(part, &wire);
             wire.clear();
         }
         if update || modify {
             let part = self.write(key, at, false);
+            self.log_part(&part);
             self.encode(&part, &mut wire);
             out(part, &wire);
         }
@@ -1022,6 +1067,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
     let ops_per_sec = counters.ops as f64 / elapsed;
     let rss = args.server_pid.and_then(process_rss_bytes);
     let unanswered = drain(&mut conns, &mut workload, &mut counters, &mut poll, &mut chunk)?;
+    workload.finish_key_stream()?;
     let (mix, dist) = args.workload().map_err(std::io::Error::other)?;
     Ok(LoadReport {
         server: args.server.to_string(),
@@ -1354,6 +1400,41 @@ mod tests {
             last: true,
             insert: false,
             oldest: 0,
+        }
+    }
+
+    #[test]
+    fn key_stream_writes_each_drawn_request_as_a_twitter_trace_line() {
+        let path = std::env::temp_dir().join(format!("qs-bench-key-stream-{}.csv", std::process::id()));
+        let path_text = path.to_str().expect("a UTF-8 temp path");
+        let mut workload = Workload::new(&args(&[
+            "--ycsb",
+            "f",
+            "--keys",
+            "1000",
+            "--dataset",
+            "small",
+            "--key-stream",
+            path_text,
+        ]))
+        .expect("workload");
+        let mut parts = Vec::new();
+        for _ in 0..200 {
+            workload.next(Instant::now(), |part, _| parts.push(part));
+        }
+        workload.finish_key_stream().expect("flush");
+        let text = std::fs::read_to_string(&path).expect("the key stream");
+        std::fs::remove_file(&path).ok();
+        let lines: Vec<&str> = text.lines().collect();
+        // YCSB F: every operation a get, half of them followed by a set of the same key.
+        assert_eq!(lines.len(), parts.len());
+        assert!(parts.len() > 250 && parts.len() < 350, "{} parts", parts.len());
+        for (line, part) in lines.iter().zip(&parts) {
+            let fields: Vec<&str> = line.split(',').collect();
+            let mut key = Vec::new();
+            write_key_text(part.key, 16, &mut key);
+            let op = if part.write { "set" } else { "get" };
+            assert_eq!(fields, ["0", std::str::from_utf8(&key).unwrap(), "16", "64", "0", op, "0"], "{line}");
         }
     }
 
