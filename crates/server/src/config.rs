@@ -335,6 +335,8 @@ pub struct Extended {
     pub ignored: Vec<String>,
     /// `-o mrc_sample=N`: `stats mrc` samples 1 key in N at most (0: off until `stats mrc on`).
     pub mrc_sample_one_in: u32,
+    /// `-o hotkeys_sample=N`: `stats hotkeys` counts 1 request in N (1: all, 0: off).
+    pub hotkeys_sample_one_in: u32,
 }
 
 /// memcached's slab page: the largest slab chunk and what `slab_chunk_max` must divide.
@@ -389,6 +391,7 @@ impl Config {
             lru_maintainer: true,
             ignored: Vec::new(),
             mrc_sample_one_in: crate::mrc::SAMPLE_ONE_IN,
+            hotkeys_sample_one_in: crate::hotkeys::SAMPLE_ONE_IN,
         };
         let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
             let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
@@ -425,6 +428,13 @@ impl Config {
                         .trim()
                         .parse::<u32>()
                         .map_err(|_| "could not parse argument to mrc_sample".to_string())?;
+                }
+                "hotkeys_sample" => {
+                    let value = value.ok_or("Missing hotkeys_sample argument")?;
+                    extended.hotkeys_sample_one_in = value
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|_| "could not parse argument to hotkeys_sample".to_string())?;
                 }
                 "maxconns_fast" => extended.maxconns_fast = true,
                 "no_maxconns_fast" => extended.maxconns_fast = false,

@@ -79,7 +79,10 @@ pub struct Engine {
     /// The keys this worker runs commands on, most frequent (`stats hotkeys`).
     hot: qs_store::hot::TopKeys,
     /// Counting keys (refreshed from [`crate::hotkeys::HotKeys`] each loop turn).
-    hot_on: bool,
+    hot_every: u32,
+    /// Requests until the next one counted (sampling), and the generator of the gaps.
+    hot_countdown: u32,
+    hot_rng: u64,
     /// The reset generation `hot` counts since, when it was last published, with how many
     /// accesses counted then, and loop turns since the clock was last looked at for it.
     hot_generation: u64,
@@ -113,7 +116,9 @@ impl Engine {
             recording_evictions: false,
             for_other: false,
             hot: qs_store::hot::TopKeys::new(crate::hotkeys::WATCHED_PER_WORKER),
-            hot_on: false,
+            hot_every: 0,
+            hot_countdown: 1,
+            hot_rng: 0x9e37_79b9_7f4a_7c15 ^ worker as u64,
             hot_generation: 0,
             hot_published: std::time::Instant::now(),
             hot_published_accesses: 0,
@@ -706,8 +711,12 @@ impl Engine {
     /// Shows a command's key to `stats hotkeys` and `stats mrc`.
     #[inline(always)]
     fn offer(&mut self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
-        if self.hot_on {
-            self.hot.offer(hash, key);
+        if self.hot_every != 0 {
+            self.hot_countdown -= 1;
+            if self.hot_countdown == 0 {
+                self.hot_countdown = self.hot_gap();
+                self.hot.offer(hash, key);
+            }
         }
         if self.mrc_threshold != 0 {
             self.mrc_gets += u64::from(crate::mrc::LiveMrc::is_get(command));
@@ -715,6 +724,20 @@ impl Engine {
                 self.shared.mrc.record(hash, key, command);
             }
         }
+    }
+
+    /// Requests until the next counted one: 1 when every request is counted, else uniform in
+    /// 1..2N (mean N), so that no periodic pattern of requests aliases with the sampling.
+    #[inline(never)]
+    fn hot_gap(&mut self) -> u32 {
+        if self.hot_every <= 1 {
+            return 1;
+        }
+        // xorshift64
+        self.hot_rng ^= self.hot_rng << 13;
+        self.hot_rng ^= self.hot_rng >> 7;
+        self.hot_rng ^= self.hot_rng << 17;
+        1 + (self.hot_rng % u64::from(2 * self.hot_every - 1)) as u32
     }
 
     /// Once per loop turn, before the worker waits: publishes this worker's count of gets to
@@ -1318,15 +1341,19 @@ impl Engine {
 
     /// Once per loop turn (`now`: at once): publishes this worker's hot keys when they changed
     /// and the last publish is older than [`crate::hotkeys::PUBLISH_EVERY`], and picks up
-    /// `stats hotkeys on|off|reset`. The clock is looked at every 16th turn while busy.
+    /// `stats hotkeys on|off|sample|reset`. The clock is looked at every 16th turn while busy.
+    /// Sampled counts are published scaled up by the sampling rate.
     pub fn publish_hot(&mut self, now: bool) {
         self.hot_turns = self.hot_turns.wrapping_add(1);
-        if !now && self.hot_turns % 16 != 0 && self.hot_on == self.shared.hotkeys.enabled() {
+        if !now && self.hot_turns % 16 != 0 && self.hot_every == self.shared.hotkeys.every() {
             return;
         }
-        let hotkeys = &self.shared.hotkeys;
-        self.hot_on = hotkeys.enabled();
-        let generation = hotkeys.generation();
+        let every = self.shared.hotkeys.every();
+        if self.hot_every != every {
+            self.hot_every = every;
+            self.hot_countdown = self.hot_gap();
+        }
+        let generation = self.shared.hotkeys.generation();
         if generation != self.hot_generation {
             self.hot_generation = generation;
             self.hot.clear();
@@ -1338,7 +1365,13 @@ impl Engine {
         }
         self.hot_published = std::time::Instant::now();
         self.hot_published_accesses = self.hot.accesses();
-        hotkeys.publish(self.worker, self.hot.top());
+        let scale = u64::from(self.hot_every.max(1));
+        let mut top = self.hot.top();
+        for hot in &mut top {
+            hot.count *= scale;
+            hot.error *= scale;
+        }
+        self.shared.hotkeys.publish(self.worker, top);
     }
 
     /// Publishes this worker's partition figures and counters for `stats`.

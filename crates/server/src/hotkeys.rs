@@ -10,18 +10,25 @@
 //! END
 //! ```
 //!
-//! An estimate is never below the key's true count since tracking began, and above it by at
-//! most `error`. Counting is off until `stats hotkeys on` (as `stats detail` is until `stats
-//! detail on`: counting every key costs 8-12% more server CPU per request at pipeline depth
-//! 16, docs/BENCHMARKS.md); `stats hotkeys off` stops it, `stats hotkeys reset` forgets the
-//! counts.
+//! Counting every key (`stats hotkeys on`) costs 5-19% more server CPU per request at pipeline
+//! depth 16 (docs/BENCHMARKS.md), so by default a worker counts one request in
+//! [`SAMPLE_ONE_IN`] on average (chosen at random intervals, so no periodic pattern of requests
+//! aliases with it) and scales the counts up: the answer then starts with `STAT hotkeys sampled
+//! 1/16`. Counted exactly, an estimate is never below the key's true count since tracking
+//! began and above it by at most `error`; sampled, `count` estimates it (a key with c requests
+//! is counted c/16 times, give or take sqrt(c/16)) and `error` bounds only the summary's part.
+//! `stats hotkeys off` stops counting, `stats hotkeys sample` goes back to sampling,
+//! `stats hotkeys reset` forgets the counts; `-o hotkeys_sample=N` starts the server counting
+//! 1 request in N (1: every request, 0: off).
 
 use qs_store::hot::{merge, HotKey};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// Requests counted, on average, per request run while sampling (the default).
+pub const SAMPLE_ONE_IN: u32 = 16;
 /// Keys each worker watches.
 pub const WATCHED_PER_WORKER: usize = 64;
 /// How stale another worker's summary may be in an answer.
@@ -33,17 +40,21 @@ pub const ANSWER_DEFAULT: usize = 10;
 
 /// What the workers share about hot keys.
 pub struct HotKeys {
-    enabled: AtomicBool,
+    /// 0: off; 1: every request counted; N: one in N on average.
+    every: AtomicU32,
+    /// What `stats hotkeys sample` goes back to.
+    sample_one_in: u32,
     /// Bumped by `stats hotkeys reset`: a worker that sees it change forgets its counts.
     generation: AtomicU64,
     published: Vec<Mutex<Vec<HotKey>>>,
 }
 
 impl HotKeys {
-    /// Counting off, nothing published yet, for `workers` workers.
-    pub fn new(workers: usize) -> HotKeys {
+    /// For `workers` workers, counting 1 request in `one_in` (0: off), nothing published yet.
+    pub fn new(workers: usize, one_in: u32) -> HotKeys {
         HotKeys {
-            enabled: AtomicBool::new(false),
+            every: AtomicU32::new(one_in),
+            sample_one_in: if one_in > 1 { one_in } else { SAMPLE_ONE_IN },
             generation: AtomicU64::new(0),
             published: (0..workers).map(|_| Mutex::default()).collect(),
         }
@@ -51,7 +62,27 @@ impl HotKeys {
 
     /// Whether workers count keys.
     pub fn enabled(&self) -> bool {
-        self.enabled.load(Relaxed)
+        self.every() != 0
+    }
+
+    /// Requests per counted request (0: off, 1: every request).
+    pub fn every(&self) -> u32 {
+        self.every.load(Relaxed)
+    }
+
+    /// Switches counting to one request in `every` (0: off); the counts so far are forgotten
+    /// when the rate changes, since they were scaled by the old one.
+    fn set_every(&self, every: u32) {
+        if self.every.swap(every, Relaxed) != every && every != 0 {
+            self.forget();
+        }
+    }
+
+    fn forget(&self) {
+        self.generation.fetch_add(1, Relaxed);
+        for slot in &self.published {
+            slot.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
     }
 
     /// The reset generation.
@@ -69,16 +100,17 @@ impl HotKeys {
     /// Answers `stats hotkeys <argument>`.
     pub fn command(&self, argument: &[u8], out: &mut Vec<u8>) {
         let count = match argument {
-            b"on" | b"off" => {
-                self.enabled.store(argument == b"on", Relaxed);
+            b"on" | b"off" | b"sample" => {
+                self.set_every(match argument {
+                    b"on" => 1,
+                    b"off" => 0,
+                    _ => self.sample_one_in,
+                });
                 out.extend_from_slice(b"OK\r\n");
                 return;
             }
             b"reset" => {
-                self.generation.fetch_add(1, Relaxed);
-                for slot in &self.published {
-                    slot.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                }
+                self.forget();
                 out.extend_from_slice(b"RESET\r\n");
                 return;
             }
@@ -86,7 +118,7 @@ impl HotKeys {
             number => match std::str::from_utf8(number).ok().and_then(|text| text.parse::<usize>().ok()) {
                 Some(count) => count.min(ANSWER_MAX),
                 None => {
-                    out.extend_from_slice(b"CLIENT_ERROR usage: stats hotkeys [N|on|off|reset]\r\n");
+                    out.extend_from_slice(b"CLIENT_ERROR usage: stats hotkeys [N|on|off|sample|reset]\r\n");
                     return;
                 }
             },
@@ -96,8 +128,12 @@ impl HotKeys {
             .iter()
             .map(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .collect();
-        if !self.enabled() {
-            out.extend_from_slice(b"STAT hotkeys off\r\n");
+        match self.every() {
+            0 => out.extend_from_slice(b"STAT hotkeys off\r\n"),
+            1 => {}
+            every => {
+                let _ = write!(out, "STAT hotkeys sampled 1/{every}\r\n");
+            }
         }
         for (rank, hot) in merge(&summaries, count).iter().enumerate() {
             let _ = write!(out, "STAT hotkey_{} ", rank + 1);
@@ -120,7 +156,7 @@ mod tests {
 
     #[test]
     fn merges_the_workers_summaries_and_answers_the_top_n() {
-        let hot = HotKeys::new(2);
+        let hot = HotKeys::new(2, 0);
         assert!(!hot.enabled());
         assert_eq!(answer(&hot, b"on"), "OK\r\n");
         hot.publish(
@@ -145,9 +181,19 @@ mod tests {
         assert_eq!(answer(&hot, b"off"), "OK\r\n");
         assert!(!hot.enabled());
         assert!(answer(&hot, b"1").starts_with("STAT hotkeys off\r\n"));
-        assert_eq!(answer(&hot, b"x"), "CLIENT_ERROR usage: stats hotkeys [N|on|off|reset]\r\n");
+        assert_eq!(answer(&hot, b"x"), "CLIENT_ERROR usage: stats hotkeys [N|on|off|sample|reset]\r\n");
         assert_eq!(answer(&hot, b"reset"), "RESET\r\n");
-        assert_eq!(hot.generation(), 1);
+        assert_eq!(hot.generation(), 2); // "on" forgot the (no) counts too
         assert_eq!(answer(&hot, b""), "STAT hotkeys off\r\nEND\r\n");
+        // Sampling: the rate heads the answer; a change of rate forgets the counts.
+        assert_eq!(answer(&hot, b"sample"), "OK\r\n");
+        assert_eq!((hot.every(), hot.generation()), (SAMPLE_ONE_IN, 3));
+        assert_eq!(answer(&hot, b""), "STAT hotkeys sampled 1/16\r\nEND\r\n");
+        assert_eq!(answer(&hot, b"sample"), "OK\r\n");
+        assert_eq!(hot.generation(), 3);
+        assert_eq!(answer(&hot, b"on"), "OK\r\n");
+        assert_eq!((hot.every(), hot.generation()), (1, 4));
+        let sampled = HotKeys::new(1, 8);
+        assert_eq!(answer(&sampled, b""), "STAT hotkeys sampled 1/8\r\nEND\r\n");
     }
 }

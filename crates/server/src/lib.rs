@@ -181,7 +181,7 @@ impl Server {
             crawler_enabled: AtomicBool::new(extended.lru_crawler),
             stats_baseline: Mutex::default(),
             detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
-            hotkeys: hotkeys::HotKeys::new(workers),
+            hotkeys: hotkeys::HotKeys::new(workers, extended.hotkeys_sample_one_in),
             mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
             registry: Default::default(),
             watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),

@@ -161,9 +161,11 @@ fn stats_hotkeys_finds_the_most_frequent_keys_within_their_bounds() {
     // 1..=10, spread over four connections (which the two workers share) and both workers'
     // partitions.
     let mut clients: Vec<Client> = (0..4).map(|_| quicksilver.connect()).collect();
-    // Off until asked for; each worker picks the switch up at its next loop turn.
-    assert_eq!(call(&mut clients[0], "stats hotkeys\r\n"), "STAT hotkeys off\r\nEND\r\n");
+    // Sampled until every request is asked for; each worker picks the switch up at its next
+    // loop turn.
+    assert_eq!(call(&mut clients[0], "stats hotkeys\r\n"), "STAT hotkeys sampled 1/16\r\nEND\r\n");
     assert_eq!(call(&mut clients[0], "stats hotkeys on\r\n"), "OK\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(100));
     set(&mut clients[0], "hot1", b"v");
     let mut exact = std::collections::HashMap::new();
     let mut batch = vec![String::new(); 4];
@@ -199,7 +201,7 @@ fn stats_hotkeys_finds_the_most_frequent_keys_within_their_bounds() {
     assert!(top3.starts_with("STAT hotkey_1 hot1 count=") && top3.lines().count() == 4, "{top3}");
     assert_eq!(
         call(&mut clients[1], "stats hotkeys nine\r\n"),
-        "CLIENT_ERROR usage: stats hotkeys [N|on|off|reset]\r\n"
+        "CLIENT_ERROR usage: stats hotkeys [N|on|off|sample|reset]\r\n"
     );
     assert_eq!(call(&mut clients[1], "stats hotkeys off\r\n"), "OK\r\n");
     assert_eq!(call(&mut clients[1], "stats hotkeys reset\r\n"), "RESET\r\n");
@@ -210,6 +212,35 @@ fn stats_hotkeys_finds_the_most_frequent_keys_within_their_bounds() {
     clients[2].call(b"mg hot7 v\r\nmg hot7 v\r\n");
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(call(&mut clients[3], "stats hotkeys\r\n"), "STAT hotkey_1 hot7 count=2 error=0\r\nEND\r\n");
+
+    // Sampled (the default): 1 request in 16 counted and scaled up. Two keys take 4,800 and
+    // 2,400 of 9,200 requests, 2,000 others one each: the two lead, with counts near theirs.
+    assert_eq!(call(&mut clients[1], "stats hotkeys sample\r\n"), "OK\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut batch = vec![String::new(); 4];
+    for i in 0..9_200usize {
+        let key = match i % 23 {
+            0..=11 => "heavy".to_string(),
+            12..=17 => "warm".to_string(),
+            _ => format!("cold{i}"),
+        };
+        batch[i % 4].push_str(&format!("mg {key} v\r\n"));
+    }
+    for (client, requests) in clients.iter_mut().zip(&batch) {
+        client.call(requests.as_bytes());
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let answer = call(&mut clients[0], "stats hotkeys 2\r\n");
+    let lines: Vec<&str> = answer.lines().collect();
+    assert_eq!(lines.len(), 4, "{answer}");
+    assert_eq!(lines[0], "STAT hotkeys sampled 1/16");
+    for (line, (key, truth)) in lines[1..3].iter().zip([("heavy", 4_800.0), ("warm", 2_400.0)]) {
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[2], key, "{answer}");
+        let count: f64 = fields[3].strip_prefix("count=").unwrap().parse().unwrap();
+        // 300 and 150 counted on average: within 30% is over three standard deviations.
+        assert!((count - truth).abs() < 0.3 * truth, "{line}: {truth} requests");
+    }
 }
 
 /// `stats mrc`: a zipf stream through a running server (gets, the client's set after each
