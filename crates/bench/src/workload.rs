@@ -40,7 +40,13 @@ pub enum Distribution {
     /// YCSB's "sequential": every key in turn, 0, 1, ... keys-1, then around again (what
     /// memaslap's gets do over the keys it has set: a working set that stays warm in the caches).
     Sequential,
+    /// One hot key (key 0) takes [`HOT_SHARE`] of the requests, the rest are uniform over
+    /// every key: the single celebrity key a partitioned cache must survive.
+    Hot,
 }
+
+/// The hot key's share of requests under [`Distribution::Hot`].
+pub const HOT_SHARE: f64 = 0.1;
 
 /// xoshiro-style 64-bit generator (wyrand): fast, seeded, good enough for load generation.
 #[derive(Clone, Debug)]
@@ -154,6 +160,8 @@ pub enum KeyChooser {
     Latest(Zipf),
     /// Keys in turn over [0, keys): the next one to hand out.
     Sequential { keys: u64, next: std::cell::Cell<u64> },
+    /// Key 0 with probability [`HOT_SHARE`], else uniform over [0, keys).
+    Hot(u64),
 }
 
 impl KeyChooser {
@@ -164,6 +172,7 @@ impl KeyChooser {
             Distribution::Zipf => KeyChooser::Zipf(Zipf::new(keys, theta), keys),
             Distribution::Latest => KeyChooser::Latest(Zipf::new(keys, theta)),
             Distribution::Sequential => KeyChooser::Sequential { keys, next: std::cell::Cell::new(0) },
+            Distribution::Hot => KeyChooser::Hot(keys),
         }
     }
 
@@ -185,6 +194,13 @@ impl KeyChooser {
                 let key = next.get();
                 next.set(if key + 1 == *keys { 0 } else { key + 1 });
                 key
+            }
+            KeyChooser::Hot(keys) => {
+                if rng.next_f64() < HOT_SHARE {
+                    0
+                } else {
+                    rng.below(*keys)
+                }
             }
         }
     }
@@ -331,6 +347,22 @@ mod tests {
             seen[rng.below(10) as usize] = true;
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn hot_gives_one_key_its_share_and_spreads_the_rest() {
+        let chooser = KeyChooser::new(Distribution::Hot, 1000, 0.99);
+        let mut rng = Rng::new(3);
+        let mut counts = vec![0u32; 1000];
+        for _ in 0..200_000 {
+            counts[chooser.next(&mut rng) as usize] += 1;
+        }
+        // Key 0: 10% plus its uniform share (0.09%); any other key about 0.09%.
+        let hot = f64::from(counts[0]) / 200_000.0;
+        assert!((hot - 0.1009).abs() < 0.003, "hot share {hot}");
+        let coldest = *counts[1..].iter().min().unwrap();
+        let warmest = *counts[1..].iter().max().unwrap();
+        assert!(coldest > 100 && warmest < 260, "{coldest}..{warmest}");
     }
 
     #[test]
