@@ -10,7 +10,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 MEMTIER=${MEMTIER:-$HOME/.cache/memtier/src/memtier_benchmark}
 PORT=$((23500 + RANDOM % 400))
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+trap '[ -n "${KEEP:-}" ] && cp "$OUT"/cg.out.1 "$KEEP"; rm -rf "$OUT"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" "$REPO/target/release/quicksilver" \
     -t 1 -p "$PORT" -l 127.0.0.1 "$@" >/dev/null 2>"$OUT/valgrind.err" &
 PID=$!
