@@ -9,13 +9,15 @@
 //! [`words`] (byte copies over shared atomic words), [`item`] (entry layout and memcached item
 //! rules), [`index`] (buckets and slots), [`log`] (circular log memory), [`partition`] (the
 //! operations), [`reader`] (CREW optimistic reads), [`command`] (requests and outcomes),
-//! [`hot`] (the most frequent keys in fixed memory, for `stats hotkeys`), [`mrc`] (LRU stack
+//! [`front`] (a reply cache validated by write epochs, for hot keys under EREW), [`hot`] (the
+//! most frequent keys in fixed memory, for `stats hotkeys`), [`mrc`] (LRU stack
 //! distances, exact and sampled: miss-ratio curves, for `stats mrc` and qs-sim).
 
 pub mod arena;
 pub mod command;
 pub mod config;
 pub mod crcw;
+pub mod front;
 pub mod hot;
 pub mod index;
 pub mod item;
