@@ -337,6 +337,9 @@ pub struct Extended {
     pub mrc_sample_one_in: u32,
     /// `-o hotkeys_sample=N`: `stats hotkeys` counts 1 request in N (1: all, 0: off).
     pub hotkeys_sample_one_in: u32,
+    /// `-o front_cache`: under EREW, workers serve repeated gets of other workers' keys from
+    /// a small cache validated by the owners' write epochs (qs_store::front).
+    pub front_cache: bool,
 }
 
 /// memcached's slab page: the largest slab chunk and what `slab_chunk_max` must divide.
@@ -392,6 +395,7 @@ impl Config {
             ignored: Vec::new(),
             mrc_sample_one_in: crate::mrc::SAMPLE_ONE_IN,
             hotkeys_sample_one_in: crate::hotkeys::SAMPLE_ONE_IN,
+            front_cache: false,
         };
         let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
             let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
@@ -436,6 +440,7 @@ impl Config {
                         .parse::<u32>()
                         .map_err(|_| "could not parse argument to hotkeys_sample".to_string())?;
                 }
+                "front_cache" => extended.front_cache = true,
                 "maxconns_fast" => extended.maxconns_fast = true,
                 "no_maxconns_fast" => extended.maxconns_fast = false,
                 "slab_chunk_max" => {

@@ -50,6 +50,12 @@ pub const VERSION: &str = "1.6.18-quicksilver";
 /// The reply to `version`.
 pub const VERSION_REPLY: &[u8] = b"VERSION 1.6.18-quicksilver\r\n";
 
+/// `-o front_cache`: sets and ways of a worker's front cache (qs-sim front: more than 4
+/// ways gains under half a point), and the largest reply it keeps.
+const FRONT_SETS: usize = 256;
+const FRONT_WAYS: usize = 4;
+const FRONT_REPLY_BYTES_MAX: usize = 2048;
+
 /// A worker's partitions and readers.
 pub struct Engine {
     /// This worker's number.
@@ -89,6 +95,8 @@ pub struct Engine {
     hot_published: std::time::Instant,
     hot_published_accesses: u64,
     hot_turns: u32,
+    /// `-o front_cache` under EREW: replies of other workers' keys (qs_store::front).
+    front: Option<qs_store::front::FrontCache>,
     /// `stats mrc`'s sampling threshold as of this loop turn (0: off).
     mrc_threshold: u64,
     /// Gets run while `stats mrc` sampled (published each loop turn).
@@ -101,6 +109,8 @@ impl Engine {
         let count = partitions.len();
         let limits = qs_proto::Limits { item_bytes_max: shared.item_bytes_max };
         let crew = !shared.readers.is_empty();
+        let front = (!shared.front_epochs.is_empty())
+            .then(|| qs_store::front::FrontCache::new(FRONT_SETS, FRONT_WAYS));
         Engine {
             worker,
             partitions,
@@ -124,6 +134,7 @@ impl Engine {
             hot_published_accesses: 0,
             hot_turns: 0,
             mrc_threshold: 0,
+            front,
             mrc_gets: 0,
         }
     }
@@ -653,6 +664,11 @@ impl Engine {
             self.counters.cmd_flush += 1;
         }
         let now = self.now_secs;
+        for (partition, owned) in self.partitions.iter().enumerate() {
+            if let (Some(_), Some(epochs)) = (owned, self.shared.front_epochs.get(partition)) {
+                epochs.bump_all();
+            }
+        }
         // As an exptime: past 30 days, an absolute unix time (one already past flushes now).
         let delay = match i64::from(delay) {
             d if d <= 0 => 0,
@@ -700,11 +716,59 @@ impl Engine {
         out: &mut Vec<u8>,
     ) -> Outcome {
         self.offer(hash, key, &command);
+        if let Some(epochs) = self.shared.front_epochs.get(partition) {
+            // Before any change: other workers' front caches stop serving the key now.
+            if !matches!(command, Command::Get) {
+                epochs.bump(hash.0);
+            }
+        }
         let request = qs_store::Request { key, hash, command };
         let now = self.now_secs;
         match &mut self.partitions[partition] {
             Some(partition) => partition.run(&request, now, out),
             None => panic!("request for partition {partition} routed to worker {}", self.worker),
+        }
+    }
+
+    /// `-o front_cache`: answers a plain `get` of `key` (another worker's) from this worker's
+    /// front cache when it holds a reply still valid; `false` otherwise (hand it over).
+    pub fn front_serve(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        if self.front.is_none() {
+            return false;
+        }
+        let (hash, partition) = self.locate(key);
+        let front = self.front.as_mut().expect("checked");
+        let Some(reply) = front.get(hash.0, key, &self.shared.front_epochs[partition], self.now_secs) else {
+            return false;
+        };
+        out.extend_from_slice(reply);
+        // Counted as a hit of a read served here, as a CREW read is.
+        self.counters.cmd_get += 1;
+        self.counters.remote_get_hits += 1;
+        self.counters.front_hits += 1;
+        let counts = &mut self.remote_reads[partition];
+        counts.0 += 1;
+        counts.1 += 1;
+        self.offer(hash, key, &Command::Get);
+        true
+    }
+
+    /// `-o front_cache`, at the owner: what a handed-over plain `get` of `key` was answered
+    /// under (the key's write epochs and this second), for the asking worker's front cache.
+    pub fn front_tag(&self, key: &[u8]) -> Option<(qs_store::front::Epoch, u32)> {
+        let (hash, partition) = self.locate(key);
+        Some((self.shared.front_epochs.get(partition)?.read(hash.0), self.now_secs))
+    }
+
+    /// `-o front_cache`: keeps the owner's reply to a plain `get` of `key`, tagged by
+    /// [`Engine::front_tag`].
+    pub fn front_fill(&mut self, key: &[u8], reply: &[u8], tag: (qs_store::front::Epoch, u32)) {
+        if reply.len() > FRONT_REPLY_BYTES_MAX || !reply.starts_with(b"VALUE ") {
+            return;
+        }
+        let hash = self.locate(key).0;
+        if let Some(front) = self.front.as_mut() {
+            front.insert(hash.0, key, reply, tag.0, tag.1);
         }
     }
 

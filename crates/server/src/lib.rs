@@ -25,6 +25,9 @@ pub mod sys;
 pub mod watch;
 pub mod worker;
 
+/// Write epochs per partition for `-o front_cache` (keys share one when their hash bits agree).
+const FRONT_EPOCH_SLOTS: usize = 4096;
+
 use config::{AccessArg, Config, EvictionArg, HugePagesArg};
 use qs_store::{Access, Eviction, HugePages, Partition};
 use shared::{Padded, Shared, WorkerFigures};
@@ -141,8 +144,16 @@ impl Server {
         } else {
             partitions.iter().map(Partition::reader).collect()
         };
+        // A front cache only helps where other workers' keys are handed over (EREW), and with
+        // more than one worker.
+        let front_epochs = if extended.front_cache && config.access == AccessArg::Erew && workers > 1 {
+            (0..partition_count).map(|_| qs_store::front::WriteEpochs::new(FRONT_EPOCH_SLOTS)).collect()
+        } else {
+            Vec::new()
+        };
         let first = &partitions[0];
         let shared = Arc::new(Shared {
+            front_epochs,
             workers,
             partition_bits: partition_count.trailing_zeros(),
             owner: owner.clone(),

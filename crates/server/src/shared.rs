@@ -31,6 +31,8 @@ pub struct WorkerCounters {
     pub remote_get_misses: u64,
     /// Requests handed to another worker.
     pub forwarded: u64,
+    /// Gets of other workers' keys answered from the front cache (`-o front_cache`).
+    pub front_hits: u64,
     /// Batches of requests handed to another worker (one per destination per loop turn).
     pub forward_batches: u64,
     /// Sleeping workers woken to run handed-over requests or take their replies.
@@ -93,6 +95,7 @@ impl WorkerCounters {
             remote_get_hits,
             remote_get_misses,
             forwarded,
+            front_hits,
             forward_batches,
             wakeups,
             executed_for_others,
@@ -125,6 +128,7 @@ impl WorkerCounters {
             (&mut self.remote_get_hits, remote_get_hits),
             (&mut self.remote_get_misses, remote_get_misses),
             (&mut self.forwarded, forwarded),
+            (&mut self.front_hits, front_hits),
             (&mut self.forward_batches, forward_batches),
             (&mut self.wakeups, wakeups),
             (&mut self.executed_for_others, executed_for_others),
@@ -162,6 +166,7 @@ impl WorkerCounters {
         self.remote_get_hits += other.remote_get_hits;
         self.remote_get_misses += other.remote_get_misses;
         self.forwarded += other.forwarded;
+        self.front_hits += other.front_hits;
         self.forward_batches += other.forward_batches;
         self.wakeups += other.wakeups;
         self.executed_for_others += other.executed_for_others;
@@ -278,6 +283,8 @@ pub struct Shared {
     pub hotkeys: crate::hotkeys::HotKeys,
     /// `stats mrc`: the live miss-ratio curve.
     pub mrc: crate::mrc::LiveMrc,
+    /// `-o front_cache` under EREW: each partition's write epochs (empty otherwise).
+    pub front_epochs: Vec<qs_store::front::WriteEpochs>,
     /// Every open socket, for `stats conns`.
     pub registry: crate::registry::Registry,
     /// `watch` connections.

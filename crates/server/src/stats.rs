@@ -449,6 +449,7 @@ fn quicksilver(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "log_evictions", p.log_evictions);
     stat(out, "index_evictions", p.index_evictions);
     stat(out, "requests_forwarded", c.forwarded);
+    stat(out, "front_cache_hits", c.front_hits);
     stat(out, "forward_batches", c.forward_batches);
     stat(out, "worker_wakeups", c.wakeups);
     stat(out, "remote_reads", remote_gets);

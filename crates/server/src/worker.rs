@@ -13,7 +13,7 @@ use crate::registry::{self, Addr, Info};
 use crate::shared::{Shared, WorkerCounters};
 use arrayvec::ArrayVec;
 use mio::{Events, Interest, Poll, Token};
-use qs_proto::{Parsed, Request};
+use qs_proto::{GetKind, Parsed, Request};
 use rtrb::{Consumer, Producer};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -65,6 +65,9 @@ pub struct Op {
     kind: OpKind,
     request: (u32, u32),
     response: (u32, u32),
+    /// `-o front_cache`: a plain `get` of one key answered under these write epochs and
+    /// second, for the asking worker's front cache.
+    front: Option<(qs_store::front::Epoch, u32)>,
 }
 
 /// Requests handed to one worker in one loop turn, and (on the way back) their replies.
@@ -959,6 +962,19 @@ impl Worker {
                         }
                         Route::AfterPending => {}
                         Route::Forward(owner) => {
+                            // A plain get of one key may come from the front cache, unless an
+                            // earlier request of this connection waits on the owner.
+                            if output.pending[owner] == 0 {
+                                if let Request::Get { kind: GetKind::Get, keys } = *request {
+                                    if let Some(key) = qs_proto::tokens::single_word(keys) {
+                                        if engine.front_serve(key, output.reply_buf()) {
+                                            *executed = true;
+                                            consumed += len;
+                                            continue;
+                                        }
+                                    }
+                                }
+                            }
                             hand.over(owner, &here[..len], OpKind::Reply, output, engine);
                             consumed += len;
                             continue;
@@ -1077,6 +1093,13 @@ impl Worker {
                             self.engine.for_other = true;
                             self.engine.execute(&request, responses);
                             self.engine.for_other = false;
+                            op.front = match request {
+                                Request::Get { kind: GetKind::Get, keys } if op.kind == OpKind::Reply => {
+                                    qs_proto::tokens::single_word(keys)
+                                        .and_then(|key| self.engine.front_tag(key))
+                                }
+                                _ => None,
+                            };
                         }
                         other => panic!("handed-over request did not parse: {other:?}"),
                     }
@@ -1109,6 +1132,14 @@ impl Worker {
                         continue;
                     }
                     let (start, len) = (op.response.0 as usize, op.response.1 as usize);
+                    if let Some(tag) = op.front {
+                        let request = &batch.requests[op.request.0 as usize..][..op.request.1 as usize];
+                        let line = request.strip_suffix(b"\n").unwrap_or(request);
+                        let line = line.strip_suffix(b"\r").unwrap_or(line);
+                        if let Some(key) = qs_proto::tokens::words(line).nth(1) {
+                            self.engine.front_fill(key, &batch.responses[start..start + len], tag);
+                        }
+                    }
                     let placed = conn.output.fill(op.id, &batch.responses[start..start + len]);
                     debug_assert!(placed, "a reply for a request that was not waiting");
                     queue(&mut self.work, conn, index);
@@ -1556,6 +1587,7 @@ impl Hand<'_> {
             kind,
             request,
             response: (0, 0),
+            front: None,
         });
         engine.counters.forwarded += 1;
     }

@@ -1217,3 +1217,48 @@ fn without_maxconns_fast_clients_wait_at_the_limit_then_get_served() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `-o front_cache` under EREW: readers on every worker read a key while a writer on another
+/// connection writes increasing versions; no read returns a version older than one whose set
+/// was acknowledged before the read was sent, reads of the other worker's key are served from
+/// the front cache once nothing changes, and every one counts as a get hit.
+#[test]
+fn front_cache_never_serves_a_value_older_than_an_acknowledged_set() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let server = ServerProcess::quicksilver(&["-t", "2", "--access", "erew", "-o", "front_cache"]);
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut writer = server.connect();
+    set(&mut writer, "celebrity", b"0");
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (acknowledged, done) = (acknowledged.clone(), done.clone());
+            let mut client = server.connect();
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    let floor = acknowledged.load(Ordering::Acquire);
+                    let value = get(&mut client, "celebrity").expect("the key is always there");
+                    let version: u64 = String::from_utf8(value).unwrap().parse().unwrap();
+                    assert!(version >= floor, "read version {version} after {floor} was acknowledged");
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    for version in 1..=3000u64 {
+        set(&mut writer, "celebrity", version.to_string().as_bytes());
+        acknowledged.store(version, Ordering::Release);
+    }
+    // Then nothing changes for a while: the other worker's readers are served from the front.
+    std::thread::sleep(Duration::from_millis(200));
+    done.store(true, Ordering::Release);
+    let reads: u64 = readers.into_iter().map(|reader| reader.join().unwrap()).sum();
+    assert!(reads > 1000, "{reads} reads");
+    let mut client = server.connect();
+    let (hits, gets) = (stat(&mut client, "get_hits"), stat(&mut client, "cmd_get"));
+    assert_eq!(hits, gets, "every get hit, front hits counted");
+    assert!(stat(&mut client, "front_cache_hits") > 0, "nothing served from the front cache");
+}
