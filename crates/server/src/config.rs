@@ -397,14 +397,12 @@ impl Config {
             hotkeys_sample_one_in: crate::hotkeys::SAMPLE_ONE_IN,
             front_cache: false,
         };
-        let kilobytes = |name: &str, value: Option<&str>| -> Result<usize, String> {
+        // A number argument, with memcached's messages for a missing or unreadable one.
+        let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
             let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
-            value
-                .trim()
-                .parse::<u32>()
-                .map(|kb| kb as usize * 1024)
-                .map_err(|_| format!("could not parse argument to {name}"))
+            value.trim().parse::<u32>().map_err(|_| format!("could not parse argument to {name}"))
         };
+        let kilobytes = |name: &str, value: Option<&str>| number(name, value).map(|kb| kb as usize * 1024);
         for option in self.extended.iter().filter(|option| !option.is_empty()) {
             let (name, value) = match option.split_once('=') {
                 Some((name, value)) => (name, Some(value)),
@@ -419,27 +417,10 @@ impl Config {
                     extended.idle_timeout_secs = atoi(value).max(0) as u32;
                 }
                 "read_buf_mem_limit" => {
-                    let value = value.ok_or("Missing read_buf_mem_limit argument")?;
-                    let megabytes = value
-                        .trim()
-                        .parse::<u32>()
-                        .map_err(|_| "could not parse argument to read_buf_mem_limit".to_string())?;
-                    extended.read_buf_mem_limit_bytes = megabytes as usize * (1 << 20);
+                    extended.read_buf_mem_limit_bytes = number(name, value)? as usize * (1 << 20);
                 }
-                "mrc_sample" => {
-                    let value = value.ok_or("Missing mrc_sample argument")?;
-                    extended.mrc_sample_one_in = value
-                        .trim()
-                        .parse::<u32>()
-                        .map_err(|_| "could not parse argument to mrc_sample".to_string())?;
-                }
-                "hotkeys_sample" => {
-                    let value = value.ok_or("Missing hotkeys_sample argument")?;
-                    extended.hotkeys_sample_one_in = value
-                        .trim()
-                        .parse::<u32>()
-                        .map_err(|_| "could not parse argument to hotkeys_sample".to_string())?;
-                }
+                "mrc_sample" => extended.mrc_sample_one_in = number(name, value)?,
+                "hotkeys_sample" => extended.hotkeys_sample_one_in = number(name, value)?,
                 "front_cache" => extended.front_cache = true,
                 "maxconns_fast" => extended.maxconns_fast = true,
                 "no_maxconns_fast" => extended.maxconns_fast = false,
