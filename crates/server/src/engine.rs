@@ -55,6 +55,8 @@ pub const VERSION_REPLY: &[u8] = b"VERSION 1.6.18-quicksilver\r\n";
 const FRONT_SETS: usize = 256;
 const FRONT_WAYS: usize = 4;
 const FRONT_REPLY_BYTES_MAX: usize = 2048;
+/// Sampled accesses a worker holds for `stats mrc` at most before handing them over.
+const MRC_BATCH_MAX: usize = 256;
 
 /// A worker's partitions and readers.
 pub struct Engine {
@@ -101,6 +103,8 @@ pub struct Engine {
     mrc_threshold: u64,
     /// Gets run while `stats mrc` sampled (published each loop turn).
     mrc_gets: u64,
+    /// Sampled accesses not yet handed to `stats mrc` (each loop turn, or when full).
+    mrc_batch: Vec<(u64, qs_store::mrc::Access)>,
 }
 
 impl Engine {
@@ -136,6 +140,7 @@ impl Engine {
             mrc_threshold: 0,
             front,
             mrc_gets: 0,
+            mrc_batch: Vec::with_capacity(MRC_BATCH_MAX),
         }
     }
 
@@ -785,7 +790,10 @@ impl Engine {
         if self.mrc_threshold != 0 {
             self.mrc_gets += u64::from(crate::mrc::LiveMrc::is_get(command));
             if qs_store::mrc::sample_hash(hash.0) < self.mrc_threshold {
-                self.shared.mrc.record(hash, key, command);
+                self.mrc_batch.push((hash.0, crate::mrc::LiveMrc::access_of(key, command)));
+                if self.mrc_batch.len() == MRC_BATCH_MAX {
+                    self.shared.mrc.record(&mut self.mrc_batch);
+                }
             }
         }
     }
@@ -804,9 +812,10 @@ impl Engine {
         1 + (self.hot_rng % u64::from(2 * self.hot_every - 1)) as u32
     }
 
-    /// Once per loop turn, before the worker waits: publishes this worker's count of gets to
-    /// `stats mrc` and picks up its threshold (on, off, lowered).
+    /// Once per loop turn, before the worker waits: hands `stats mrc` this worker's sampled
+    /// accesses and count of gets, and picks up its threshold (on, off, lowered).
     pub fn turn_mrc(&mut self) {
+        self.shared.mrc.record(&mut self.mrc_batch);
         self.shared.mrc.publish_gets(self.worker, self.mrc_gets);
         self.mrc_threshold = self.shared.mrc.threshold();
     }

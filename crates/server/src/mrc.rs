@@ -2,13 +2,14 @@
 //! of each command it runs (gets, stores, deletes, touches, arithmetic; reads of other
 //! workers' partitions too); keys whose sampling hash falls below the threshold (SHARDS,
 //! [`qs_store::mrc::Shards`]: 1 key in [`SAMPLE_ONE_IN`] at most, fewer once more than
-//! [`SAMPLED_KEYS_MAX`] keys are sampled) go to one shared estimator under a mutex. A key not
-//! sampled costs a multiply and a compare against the worker's copy of the threshold, and a get
-//! one more increment of the worker's own count (published once per loop turn).
+//! [`SAMPLED_KEYS_MAX`] keys are sampled) are collected by the worker and handed, once per
+//! loop turn, to one shared estimator under a mutex. A key not sampled costs a multiply and a
+//! compare against the worker's copy of the threshold, and a get one more increment of the
+//! worker's own count (published once per loop turn).
 //!
 //! ```text
 //! STAT mrc on
-//! STAT mrc_sample_rate 0.015625
+//! STAT mrc_sample_rate 0.0625
 //! STAT mrc_sampled_keys 4096
 //! STAT mrc_gets <gets since tracking began>
 //! STAT mrc_working_set_bytes <bytes of every key seen, estimated>
@@ -23,13 +24,13 @@
 //! stores them). `stats mrc on|off|reset` starts, stops and forgets it.
 
 use qs_store::mrc::{Access, Shards};
-use qs_store::{Command, KeyHash, StoreMode};
+use qs_store::{Command, StoreMode};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Keys sampled at most: 1 in this many.
-pub const SAMPLE_ONE_IN: u32 = 64;
+pub const SAMPLE_ONE_IN: u32 = 16;
 /// Sampled keys held at most (about 64 bytes each); more lower the rate.
 pub const SAMPLED_KEYS_MAX: usize = 16 << 10;
 /// Multiples of the item memory `stats mrc` answers at.
@@ -92,11 +93,10 @@ impl LiveMrc {
         self.gets.iter().map(|gets| gets.0.load(Relaxed)).sum()
     }
 
-    /// Records one command of a sampled key (or of a key a stale threshold let through: it is
-    /// dropped here).
-    #[inline(never)]
-    pub fn record(&self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
-        let access = match *command {
+    /// What `command` does to the LRU stack of `stats mrc`.
+    #[inline(always)]
+    pub fn access_of(key: &[u8], command: &Command<'_>) -> Access {
+        match *command {
             _ if Self::is_get(command) => Access::Get,
             Command::Store { mode, value, expiry, .. } => match mode {
                 StoreMode::Append
@@ -107,14 +107,26 @@ impl LiveMrc {
             },
             Command::Delete { .. } => Access::Delete,
             _ => Access::Touch,
-        };
-        let mut guard = self.shards.lock().unwrap_or_else(|e| e.into_inner());
-        let (on, shards, _) = &mut *guard;
-        if !*on {
+        }
+    }
+
+    /// Records a worker's sampled accesses, in the order it ran them (keys a stale threshold
+    /// let through are dropped here), and empties `accesses`. One lock per batch: a worker
+    /// hands its batch over once per loop turn, so the estimator's lines move between cores
+    /// once per turn, not once per sampled request.
+    pub fn record(&self, accesses: &mut Vec<(u64, Access)>) {
+        if accesses.is_empty() {
             return;
         }
-        shards.access(hash.0, access);
-        self.threshold.store(shards.threshold(), Relaxed);
+        let mut guard = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+        let (on, shards, _) = &mut *guard;
+        if *on {
+            for &(keyhash, access) in accesses.iter() {
+                shards.access(keyhash, access);
+            }
+            self.threshold.store(shards.threshold(), Relaxed);
+        }
+        accesses.clear();
     }
 
     /// Answers `stats mrc [on|off|reset]`; `item_memory` is limit_maxbytes now.
@@ -161,7 +173,7 @@ impl LiveMrc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qs_store::Expiry;
+    use qs_store::{Expiry, KeyHash};
 
     fn answer(mrc: &LiveMrc, argument: &[u8]) -> String {
         let mut out = Vec::new();
@@ -181,10 +193,12 @@ mod tests {
                 let key = [b'k', key];
                 let hash = KeyHash::of(&key);
                 gets[round % 2] += 1;
-                mrc.record(hash, &key, &Command::Get);
+                let mut batch = vec![(hash.0, LiveMrc::access_of(&key, &Command::Get))];
                 if round == 0 {
-                    mrc.record(hash, &key, &set);
+                    batch.push((hash.0, LiveMrc::access_of(&key, &set)));
                 }
+                mrc.record(&mut batch);
+                assert!(batch.is_empty());
             }
         }
         mrc.publish_gets(0, gets[0]);
@@ -205,7 +219,7 @@ mod tests {
 
         assert_eq!(answer(&mrc, b"off"), "OK\r\n");
         assert_eq!(mrc.threshold(), 0);
-        mrc.record(KeyHash::of(b"k\x01"), b"k\x01", &Command::Get);
+        mrc.record(&mut vec![(KeyHash::of(b"k\x01").0, Access::Get)]);
         assert!(answer(&mrc, b"").contains("STAT mrc off\r\n"));
         assert!(answer(&mrc, b"").contains("STAT mrc_gets 1000\r\n"));
         assert_eq!(answer(&mrc, b"reset"), "RESET\r\n");

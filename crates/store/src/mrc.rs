@@ -118,7 +118,9 @@ impl StackDistances {
         let (distance, old, new) = match self.last.get_mut(&key) {
             Some(entry) => {
                 let (position, held) = *entry;
-                let distance = self.tree.prefix(next) - self.tree.prefix(position + 1) + held;
+                // Every key's bytes sit at a position below `next`: the prefix up to `next`
+                // is `total`, so one walk of the tree gives the bytes above the key.
+                let distance = self.total - self.tree.prefix(position + 1) + held;
                 self.tree.add(position, -(held as i64));
                 let new = bytes.unwrap_or(held);
                 *entry = (next, new);
