@@ -40,7 +40,7 @@ pub struct EngineArgs {
     /// Key popularity.
     #[arg(long = "dist", value_enum, default_value = "uniform")]
     pub distribution: Distribution,
-    /// Zipf exponent.
+    /// Zipf exponent (below 1: YCSB's generator; 1 or more: rejection-inversion).
     #[arg(long, default_value_t = 0.99)]
     pub theta: f64,
     /// Fraction of operations that are GETs (the rest are SETs of existing keys).

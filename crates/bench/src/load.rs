@@ -129,7 +129,7 @@ pub struct LoadArgs {
     /// Key distribution.
     #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
     pub dist: Distribution,
-    /// Zipf skew.
+    /// Zipf exponent (below 1: YCSB's generator; 1 or more: rejection-inversion).
     #[arg(long, default_value_t = 0.99)]
     pub theta: f64,
     /// Measured seconds (per point with --search).

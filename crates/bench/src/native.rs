@@ -34,7 +34,7 @@ pub struct NativeArgs {
     /// Key distribution.
     #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
     pub dist: Distribution,
-    /// Zipf skew.
+    /// Zipf exponent (below 1: YCSB's generator; 1 or more: rejection-inversion).
     #[arg(long, default_value_t = 0.99)]
     pub theta: f64,
     /// Requests per datagram on average: a batch is this many times the partition count

@@ -156,8 +156,13 @@ pub enum KeyChooser {
     Uniform(u64),
     /// Scrambled zipf over [0, keys).
     Zipf(Zipf, u64),
+    /// Scrambled zipf over [0, keys) with theta >= 1, beyond Gray's generator: rejection-inversion
+    /// (qs-sim's sampler, the one its simulations draw from).
+    ZipfHeavy(qs_sim::zipf::Zipf, u64),
     /// Zipf over recency: rank 0 is the newest key (the highest number).
     Latest(Zipf),
+    /// [`KeyChooser::Latest`] with theta >= 1 (its set-up is constant time, so growing rebuilds it).
+    LatestHeavy(qs_sim::zipf::Zipf, u64, f64),
     /// Keys in turn over [0, keys): the next one to hand out.
     Sequential { keys: u64, next: std::cell::Cell<u64> },
     /// Key 0 with probability [`HOT_SHARE`], else uniform over [0, keys).
@@ -169,6 +174,12 @@ impl KeyChooser {
     pub fn new(distribution: Distribution, keys: u64, theta: f64) -> KeyChooser {
         match distribution {
             Distribution::Uniform => KeyChooser::Uniform(keys),
+            Distribution::Zipf if theta >= 1.0 => {
+                KeyChooser::ZipfHeavy(qs_sim::zipf::Zipf::new(keys.max(1), theta), keys)
+            }
+            Distribution::Latest if theta >= 1.0 => {
+                KeyChooser::LatestHeavy(qs_sim::zipf::Zipf::new(keys.max(1), theta), keys, theta)
+            }
             Distribution::Zipf => KeyChooser::Zipf(Zipf::new(keys, theta), keys),
             Distribution::Latest => KeyChooser::Latest(Zipf::new(keys, theta)),
             Distribution::Sequential => KeyChooser::Sequential { keys, next: std::cell::Cell::new(0) },
@@ -179,8 +190,13 @@ impl KeyChooser {
     /// Keys `[0, keys)` now exist (after inserts): "latest" follows the newest; the others keep
     /// drawing from the keys they started with, as YCSB's do.
     pub fn grow(&mut self, keys: u64) {
-        if let KeyChooser::Latest(zipf) = self {
-            zipf.grow(keys);
+        match self {
+            KeyChooser::Latest(zipf) => zipf.grow(keys),
+            KeyChooser::LatestHeavy(zipf, held, theta) if keys > *held => {
+                *zipf = qs_sim::zipf::Zipf::new(keys, *theta);
+                *held = keys;
+            }
+            _ => {}
         }
     }
     /// The next key number.
@@ -189,7 +205,9 @@ impl KeyChooser {
         match self {
             KeyChooser::Uniform(keys) => rng.below(*keys),
             KeyChooser::Zipf(zipf, keys) => scramble(zipf.next(rng), *keys),
+            KeyChooser::ZipfHeavy(zipf, keys) => scramble(zipf.sample_with(|| rng.next_f64()) - 1, *keys),
             KeyChooser::Latest(zipf) => zipf.items() - 1 - zipf.next(rng),
+            KeyChooser::LatestHeavy(zipf, keys, _) => *keys - zipf.sample_with(|| rng.next_f64()),
             KeyChooser::Sequential { keys, next } => {
                 let key = next.get();
                 next.set(if key + 1 == *keys { 0 } else { key + 1 });
@@ -326,6 +344,35 @@ pub fn judge(number: u64, value: &[u8], floor: u32, issued: u32) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zipf_beyond_one_follows_its_law() {
+        // theta 1.2 over 1000 keys: Gray's generator cannot, rejection-inversion can. The most
+        // drawn key takes 1/H(1000, 1.2) of the draws, the next (1/2)^1.2 of that.
+        let harmonic: f64 = (1..=1000).map(|k| (k as f64).powf(-1.2)).sum();
+        for distribution in [Distribution::Zipf, Distribution::Latest] {
+            let chooser = KeyChooser::new(distribution, 1000, 1.2);
+            let mut rng = Rng::new(7);
+            let mut counts = vec![0u32; 1000];
+            for _ in 0..200_000 {
+                counts[chooser.next(&mut rng) as usize] += 1;
+            }
+            let mut sorted = counts.clone();
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            let top = sorted[0] as f64 / 200_000.0;
+            assert!((top - 1.0 / harmonic).abs() < 0.01, "{top} vs {}", 1.0 / harmonic);
+            let second = sorted[1] as f64 / sorted[0] as f64;
+            assert!((second - 0.5f64.powf(1.2)).abs() < 0.03, "{second}");
+            if distribution == Distribution::Latest {
+                assert_eq!(sorted[0], counts[999], "latest: the newest key is the hottest");
+            }
+        }
+        let mut latest = KeyChooser::new(Distribution::Latest, 10, 1.5);
+        latest.grow(20);
+        let mut rng = Rng::new(3);
+        assert!((0..1000).map(|_| latest.next(&mut rng)).any(|key| key >= 10), "grown keys are drawn");
+        assert!((0..1000).all(|_| latest.next(&mut rng) < 20));
+    }
 
     #[test]
     fn zipf_is_skewed_and_in_range() {

@@ -28,8 +28,14 @@ impl Zipf {
 
     /// A rank in 1..=n.
     pub fn sample(&self, rng: &mut Rng) -> u64 {
+        self.sample_with(|| rng.unit())
+    }
+
+    /// A rank in 1..=n, drawing uniform numbers in [0, 1) from `unit` (another generator's).
+    #[inline]
+    pub fn sample_with(&self, mut unit: impl FnMut() -> f64) -> u64 {
         loop {
-            let u = self.h_integral_n + rng.unit() * (self.h_integral_x1 - self.h_integral_n);
+            let u = self.h_integral_n + unit() * (self.h_integral_x1 - self.h_integral_n);
             let x = self.h_integral_inverse(u);
             let k = (x + 0.5).floor().clamp(1.0, self.n);
             if k - x <= self.s || u >= self.h_integral(k + 0.5) - self.h(k) {
