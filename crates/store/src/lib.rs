@@ -25,6 +25,7 @@ pub mod keyhash;
 pub mod log;
 pub mod mrc;
 pub mod partition;
+pub mod persist;
 pub mod reader;
 pub mod region;
 pub mod stats;

@@ -115,6 +115,26 @@ impl Log {
         Log { region, geometry }
     }
 
+    /// A log in `log_bytes` (a multiple of 4096) of a memory file from byte `offset` (`-e`): its
+    /// contents are the file's, so a restarted server finds the items the last one wrote.
+    #[cfg(not(any(miri, loom)))]
+    pub fn in_file(
+        file: &std::fs::File,
+        offset: u64,
+        log_bytes: usize,
+        offset_bits: u32,
+    ) -> std::io::Result<Log> {
+        let region = Region::from_file(file, offset, log_bytes)?;
+        let lap_bytes = (log_bytes as u64).next_power_of_two();
+        assert!(
+            offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * lap_bytes,
+            "the offset space must be at least four times the log's lap"
+        );
+        let geometry =
+            LogGeometry { log_bytes: log_bytes as u64, lap_bytes, offset_mask: (1 << offset_bits) - 1 };
+        Ok(Log { region, geometry })
+    }
+
     /// Store mode's arena memory: `bytes` (a multiple of 8), not necessarily a power of two.
     /// Its offsets never wrap; the geometry is that of the next power of two, so every offset
     /// in it is "live" from head 0 and maps to itself.

@@ -143,6 +143,14 @@ pub struct Partition {
     /// Items evicted since [`Partition::take_evictions`] last ran, while
     /// [`Partition::record_evictions`] is on (memcached's `watch evictions`).
     evicted: Option<Vec<Evicted>>,
+    /// `-e`: the page of the memory file that says where the log's live window is
+    /// ([`crate::persist`]); `None` in memory only.
+    persist: Option<crate::persist::State>,
+    /// log2 of the partition count (a recovered key must hash to this partition).
+    partition_bits: u32,
+    /// CAS sequences below this were handed out before the last restart or may have been; the
+    /// state page keeps it a step ahead of `next_cas_seq` (`u64::MAX` in memory only).
+    cas_mark: u64,
 }
 
 /// An item evicted to make room, as `watch evictions` reports it.
@@ -170,12 +178,6 @@ struct StoreState {
 impl Partition {
     /// Builds a partition (allocating and faulting in its memory).
     pub fn new(config: Config) -> Partition {
-        let bucket_bits = config.bucket_count.trailing_zeros();
-        assert!(
-            config.partition_bits + bucket_bits + crate::keyhash::TAG_BITS <= 64,
-            "partition, bucket and tag bits must fit in the keyhash"
-        );
-        assert!(config.partition_bits <= CAS_PARTITION_BITS);
         let (log, index) = if config.store_mode {
             let log = Log::new_arena(config.log_bytes, config.huge_pages);
             (log, Index::new(config.bucket_count, config.spare_buckets, config.huge_pages))
@@ -184,6 +186,59 @@ impl Partition {
                 Log::new(config.log_bytes, config.log_room_bytes, config.offset_bits, config.huge_pages);
             (log, Index::new(config.bucket_count, 0, config.huge_pages))
         };
+        Partition::assemble(config, log, index)
+    }
+
+    /// `-e`: a cache-mode partition whose log lives in `file` from byte `offset`
+    /// ([`crate::persist::segment_bytes`] of it: the state page, then `config.log_bytes`
+    /// rounded down to whole pages). What the file holds for the same geometry is taken back
+    /// (the live window is scanned, every item checked and indexed again); anything else
+    /// starts empty. The index stays in memory: it is rebuilt, not saved.
+    #[cfg(not(any(miri, loom)))]
+    pub fn open(
+        config: Config,
+        file: &std::fs::File,
+        offset: u64,
+    ) -> std::io::Result<(Partition, crate::persist::Recovered)> {
+        if config.store_mode {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "store mode cannot use a memory file",
+            ));
+        }
+        let log_bytes = crate::persist::log_bytes(config.log_bytes);
+        let state = crate::persist::State::open(file, offset)?;
+        let log = Log::in_file(file, offset + crate::persist::STATE_BYTES, log_bytes, config.offset_bits)?;
+        let index = Index::new(config.bucket_count, 0, config.huge_pages);
+        let mut config = config;
+        config.log_bytes = log_bytes;
+        let mut partition = Partition::assemble(config, log, index);
+        let shape = crate::persist::Shape {
+            log_bytes: log_bytes as u64,
+            offset_bits: config.offset_bits,
+            partition_index: config.partition_index,
+            partition_bits: config.partition_bits,
+        };
+        let recovered = match state.window(&shape) {
+            Some(window) => partition.recover(window),
+            None => {
+                state.start(&shape);
+                crate::persist::Recovered::default()
+            }
+        };
+        partition.cas_mark = partition.next_cas_seq;
+        partition.persist = Some(state);
+        partition.advance_cas_mark();
+        Ok((partition, recovered))
+    }
+
+    fn assemble(config: Config, log: Log, index: Index) -> Partition {
+        let bucket_bits = config.bucket_count.trailing_zeros();
+        assert!(
+            config.partition_bits + bucket_bits + crate::keyhash::TAG_BITS <= 64,
+            "partition, bucket and tag bits must fit in the keyhash"
+        );
+        assert!(config.partition_bits <= CAS_PARTITION_BITS);
         let geometry = log.geometry();
         let bucket_mask = index.bucket_mask();
         // The scan must visit every bucket before the tail advances by the offset space less
@@ -225,6 +280,94 @@ impl Partition {
             store,
             hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
             evicted: None,
+            persist: None,
+            partition_bits: config.partition_bits,
+            cas_mark: u64::MAX,
+        }
+    }
+
+    /// Takes back the live window a memory file kept: every record from its head to its tail
+    /// is checked (a sane header that fits before the tail, a key that hashes to this
+    /// partition) and indexed, a later version of a key replacing an earlier one. The window
+    /// is cut at the first record that fails, so nothing torn or misplaced is ever served.
+    #[cfg(not(any(miri, loom)))]
+    fn recover(&mut self, window: crate::persist::Window) -> crate::persist::Recovered {
+        let mut recovered = crate::persist::Recovered::default();
+        self.head = window.head;
+        self.tail = window.head;
+        self.shared.head.store(self.head, Relaxed);
+        self.limit_bytes = window.limit_bytes.clamp(self.log_limit_min() as u64, self.geometry.log_bytes);
+        self.shared.oldest_live.store(window.oldest_live, Relaxed);
+        self.shared.oldest_cas_seq.store(window.oldest_cas_seq, Relaxed);
+        self.next_cas_seq = window.cas_mark.max(1);
+        let mut key = Vec::new();
+        let mut at = window.head;
+        while at < window.tail {
+            if self.shared.log.is_padding(at) {
+                at += self.geometry.to_lap_end(at);
+                continue;
+            }
+            let header = self.shared.log.header(at);
+            let key_len = header.word0.key_len();
+            let capacity = header.capacity() as u64;
+            let sane = key_len > 0
+                && key_len <= KEY_BYTES_MAX
+                && header.word1.value_len() <= VALUE_BYTES_MAX
+                && at + capacity <= window.tail
+                && self.geometry.physical(at) as u64 + capacity <= self.geometry.log_bytes;
+            if !sane {
+                recovered.cut_bytes = window.tail - at;
+                break;
+            }
+            key.clear();
+            self.shared.log.read_bytes(at, header.key_start(), key_len, &mut key);
+            let hash = KeyHash::of(&key);
+            if hash.partition(self.partition_bits) != usize::from(self.shared.partition_index) {
+                recovered.cut_bytes = window.tail - at;
+                break;
+            }
+            self.tail = at + capacity;
+            at += capacity;
+            if header.word0.has(BIT_DEAD) {
+                continue;
+            }
+            self.stats.items += 1;
+            self.stats.bytes += capacity;
+            self.next_cas_seq = self.next_cas_seq.max(header.word0.cas_seq() + 1);
+            let offset = self.tail - capacity;
+            let slot = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
+            match self.find(hash, &key) {
+                Some(older) => {
+                    self.retire(older.offset, &older.header);
+                    self.set_slot(older.slot_bucket, older.slot, slot);
+                    recovered.replaced += 1;
+                }
+                None => self.link(hash.bucket(self.bucket_mask), slot),
+            }
+        }
+        self.tail = at;
+        recovered.items = self.stats.items;
+        recovered.bytes = self.stats.bytes;
+        self.touched_bytes = self.geometry.log_bytes;
+        self.persist_window();
+        recovered
+    }
+
+    /// `-e`: writes the live window (head and tail) to the state page; called after the
+    /// records it covers are whole.
+    #[inline(always)]
+    fn persist_window(&self) {
+        if let Some(state) = &self.persist {
+            state.set_window(self.head, self.tail);
+        }
+    }
+
+    /// `-e`: keeps the state page's CAS mark ahead of every sequence handed out.
+    #[cold]
+    fn advance_cas_mark(&mut self) {
+        self.cas_mark = self.next_cas_seq + crate::persist::CAS_MARK_STEP;
+        if let Some(state) = &self.persist {
+            state.set_cas_mark(self.cas_mark);
         }
     }
 
@@ -358,7 +501,12 @@ impl Partition {
     /// change size. Returns whether the size changed.
     pub fn set_log_limit(&mut self, bytes: usize) -> bool {
         let bytes = (bytes & !7) as u64;
-        if self.store.is_some() || bytes > self.geometry.log_bytes || bytes < self.log_limit_min() as u64 {
+        // A memory file's log keeps the size its file was laid out for.
+        if self.store.is_some()
+            || self.persist.is_some()
+            || bytes > self.geometry.log_bytes
+            || bytes < self.log_limit_min() as u64
+        {
             return false;
         }
         let shrinking = bytes < self.limit_bytes;
@@ -718,12 +866,15 @@ impl Partition {
         let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
         if !by_cas {
             self.shared.oldest_live.store(flush_at.max(1), Relaxed);
-            return;
+        } else {
+            let oldest_live = flush_at.saturating_sub(1).max(1);
+            self.shared.oldest_live.store(oldest_live, Relaxed);
+            if oldest_live <= now_secs {
+                self.shared.oldest_cas_seq.store(self.next_cas_seq, Relaxed);
+            }
         }
-        let oldest_live = flush_at.saturating_sub(1).max(1);
-        self.shared.oldest_live.store(oldest_live, Relaxed);
-        if oldest_live <= now_secs {
-            self.shared.oldest_cas_seq.store(self.next_cas_seq, Relaxed);
+        if let Some(state) = &self.persist {
+            state.set_flush(self.shared.oldest_live.load(Relaxed), self.shared.oldest_cas_seq.load(Relaxed));
         }
     }
 
@@ -1159,7 +1310,9 @@ impl Partition {
         let cas = self.shared.cas_unique(new_item.cas_seq);
         if let Some(found) = existing {
             let capacity = found.header.capacity();
-            if size <= capacity && (capacity - size) / 8 <= SLACK_WORDS_MAX {
+            // Not in a memory file: a value rewritten in place could be found half written
+            // after a crash, where an appended one is outside the window until whole.
+            if size <= capacity && (capacity - size) / 8 <= SLACK_WORDS_MAX && self.persist.is_none() {
                 let version = self.begin_write(found.bucket);
                 let key_in_place = found.header.word0.has(BIT_EXT) == ext;
                 self.write_item(found.offset, key, value, new_item, (capacity - size) / 8, key_in_place);
@@ -1518,6 +1671,9 @@ impl Partition {
     fn take_cas_seq(&mut self) -> u64 {
         let seq = self.next_cas_seq;
         self.next_cas_seq += 1;
+        if self.next_cas_seq >= self.cas_mark {
+            self.advance_cas_mark();
+        }
         seq
     }
 
@@ -1632,6 +1788,8 @@ impl Partition {
         let size = item::item_bytes(key.len(), value.len(), ext);
         let offset = self.reserve(size);
         self.write_item(offset, key, value, new_item, 0, false);
+        // The item is whole: the memory file's window may take it in.
+        self.persist_window();
         self.stats.items += 1;
         self.stats.bytes += size as u64;
         offset
@@ -1680,6 +1838,9 @@ impl Partition {
             while lap_bytes - (self.tail - self.head) < need {
                 self.evict_head();
             }
+            // The memory file's window moves past the evicted records before they are
+            // overwritten.
+            self.persist_window();
             self.shared.head.store(self.head, Relaxed);
             if self.crew {
                 fence(Release);

@@ -36,6 +36,8 @@ pub enum PageKind {
     Plain,
     /// A heap allocation (Miri, or sizes too small to map).
     Heap,
+    /// A shared mapping of a memory file (`-e`): its contents outlive the process.
+    File,
 }
 
 impl PageKind {
@@ -46,6 +48,7 @@ impl PageKind {
             PageKind::TransparentHuge => "thp",
             PageKind::Plain => "4k",
             PageKind::Heap => "heap",
+            PageKind::File => "file",
         }
     }
 }
@@ -100,6 +103,44 @@ impl Region {
         heap(room_words)
     }
 
+    /// `bytes` (a multiple of 4096) of `file` from byte `offset` (a multiple of 4096), mapped
+    /// shared: what is written is the file's, and what the file held is read back, so the
+    /// memory survives the process (on tmpfs or a DAX file system, memcached's `-e`). The file
+    /// must be at least `offset + bytes` long.
+    #[cfg(not(any(miri, loom)))]
+    pub fn from_file(file: &std::fs::File, offset: u64, bytes: usize) -> std::io::Result<Region> {
+        use std::os::fd::AsRawFd;
+        if bytes == 0 || bytes % 4096 != 0 || offset % 4096 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "unaligned memory-file region",
+            ));
+        }
+        if file.metadata()?.len() < offset + bytes as u64 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "memory file too short"));
+        }
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset too large"))?;
+        // SAFETY: a fresh shared mapping of a file range the kernel places; no existing memory
+        // is touched. The file is at least `offset + bytes` long (checked above), so no page of
+        // the mapping lies past its end (which would SIGBUS when touched); the mapping holds its
+        // own reference to the file, so closing `file` later does not unmap it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                offset,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(mapped(base, bytes, base, bytes / WORD_BYTES, PageKind::File))
+    }
+
     /// Gives the pages wholly at or after byte `from` back to the kernel (a shrunk log's end);
     /// they read as zero afterwards and are faulted in again when written. The caller
     /// guarantees nothing reachable lies there: the owner writes nothing there until the
@@ -108,7 +149,9 @@ impl Region {
     pub fn release_from(&self, from: usize) {
         #[cfg(not(any(miri, loom)))]
         if let Backing::Mapped { .. } = self.backing {
-            if self.kind == PageKind::Hugetlb {
+            // A file's pages hold its contents (they would read back as they are, not as
+            // zero): nothing to give back.
+            if self.kind == PageKind::Hugetlb || self.kind == PageKind::File {
                 return;
             }
             let start = (self.data as usize + from).next_multiple_of(4096);
@@ -292,6 +335,30 @@ mod tests {
         } else {
             assert_ne!(region.page_kind(), PageKind::Hugetlb);
         }
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn a_file_region_outlives_its_mapping() {
+        let path = std::env::temp_dir().join(format!("qs-region-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(3 * 4096).unwrap();
+        let region = Region::from_file(&file, 4096, 8192).unwrap();
+        assert_eq!((region.page_kind(), region.words().len()), (PageKind::File, 1024));
+        region.words()[5].store(0xfeed, Relaxed);
+        drop(region);
+        let again = Region::from_file(&file, 4096, 8192).unwrap();
+        assert_eq!(again.words()[5].load(Relaxed), 0xfeed);
+        assert!(Region::from_file(&file, 8192, 8192).is_err(), "past the file's end");
+        assert!(Region::from_file(&file, 100, 4096).is_err(), "unaligned");
+        drop(again);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[cfg(not(miri))]
