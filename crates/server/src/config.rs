@@ -118,7 +118,9 @@ pub struct Config {
     /// Print the licenses and exit (memcached's -i).
     #[arg(short = 'i', long = "license")]
     pub license: bool,
-    /// memcached's restartable cache file (-e): not available yet (issue 26).
+    /// memcached's restartable cache (-e): the logs live in this file (tmpfs or DAX), and a
+    /// restart with the same -m, -t and partitions serves what was there, after a graceful
+    /// stop or a crash alike.
     #[arg(short = 'e', long = "memory-file")]
     pub memory_file: Option<std::path::PathBuf>,
     /// memcached's TLS (-Z): not available yet (issue 28).
@@ -585,8 +587,10 @@ impl Config {
 
     /// Checks what clap cannot; the message is for the user.
     pub fn validate(&self) -> Result<(), String> {
-        if self.memory_file.is_some() {
-            return Err("-e (restartable cache in a memory file) is not available in quicksilver yet".into());
+        if self.memory_file.is_some() && self.store_mode() {
+            return Err(
+                "-e: store mode keeps its items in an arena, not a log; a memory file holds logs only".into(),
+            );
         }
         if self.enable_ssl {
             return Err("-Z (TLS) is not available in quicksilver yet".into());

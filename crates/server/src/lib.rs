@@ -16,6 +16,7 @@ pub mod dump;
 pub mod engine;
 pub mod hotkeys;
 pub mod listen;
+pub mod memfile;
 pub mod mrc;
 pub mod native;
 pub mod registry;
@@ -130,15 +131,19 @@ impl Server {
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
         let room_bytes = ((config.memory_max_bytes() / partition_count as u64) as usize) & !7;
-        let partitions: Vec<Partition> = (0..partition_count)
+        let configs: Vec<qs_store::Config> = (0..partition_count)
             .map(|p| {
                 let mut partition = partition_config(&config, p, partition_count);
                 // Address space for cache_memlimit to grow the log into (used only as it
-                // fills; store mode's arena ignores it).
+                // fills; store mode's arena and a memory file's logs ignore it).
                 partition.log_room_bytes = room_bytes;
-                Partition::new(partition)
+                partition
             })
             .collect();
+        let partitions: Vec<Partition> = match &config.memory_file {
+            Some(path) => memfile::open(path, &configs)?.partitions,
+            None => configs.into_iter().map(Partition::new).collect(),
+        };
         let readers = if config.access == AccessArg::Erew {
             Vec::new()
         } else {

@@ -52,8 +52,8 @@ fn main() {
         }
         std::process::exit(status);
     };
-    let (pidfile, user, config_lock_memory) =
-        (config.pidfile.clone(), config.user.clone(), config.lock_memory);
+    let (pidfile, user, config_lock_memory, memory_file) =
+        (config.pidfile.clone(), config.user.clone(), config.lock_memory, config.memory_file.clone());
     let server = match qs_server::Server::start_held(config) {
         Ok(server) => server,
         Err(message) => fail(background, &message, 1),
@@ -85,7 +85,9 @@ fn main() {
         background.started();
     }
     let stop = server.stopper();
-    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT]) {
+    // SIGUSR1: memcached's graceful stop before a restart with -e (any stop is one here).
+    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGUSR1])
+    {
         Ok(signals) => signals,
         Err(error) => {
             eprintln!("quicksilver: cannot handle signals: {error}");
@@ -101,4 +103,9 @@ fn main() {
         }
     });
     server.wait();
+    if let Some(path) = memory_file {
+        if let Err(error) = qs_server::memfile::write_meta(&path, qs_server::sys::now_secs()) {
+            eprintln!("[restart] cannot write {}: {error}", qs_server::memfile::meta_path(&path).display());
+        }
+    }
 }

@@ -306,6 +306,10 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "drop_privileges", "no");
     stat(out, "ssl_enabled", "no");
     stat(out, "proxy_enabled", "no");
+    match &config.memory_file {
+        Some(path) => stat(out, "memory_file", path.display()),
+        None => stat(out, "memory_file", "(null)"),
+    }
     stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
     stat(out, "interface", config.interface());
     stat(out, "partitions", shared.partitions.len());

@@ -1,0 +1,138 @@
+//! `-e FILE` (memcached's `--memory-file`): the partitions' logs live in a file (on tmpfs or a
+//! DAX file system, as memcached recommends), so a restarted server serves what the last one
+//! held. The file is a header page that names the layout, then each partition's part
+//! ([`qs_store::persist`]: a state page and the log). A restart with the same layout takes every
+//! partition back (each scans and indexes its log again); another layout starts with a clean
+//! cache and says so.
+//!
+//! Beyond memcached, whose `-e` survives only a graceful stop (SIGUSR1), nothing here waits for
+//! a stop: the state pages are kept current as the logs are written, so a `kill -9` or a crash
+//! at any moment restarts warm too, losing only writes in flight. memcached's metadata file
+//! (`FILE.meta`, written at a graceful stop) is kept for its tools and tests: a graceful stop
+//! writes one, and a start refuses one it cannot read, as memcached does.
+
+use qs_store::persist::{segment_bytes, Recovered};
+use qs_store::Partition;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Bytes of the header page.
+const HEADER_BYTES: u64 = 4096;
+/// First line of the header page and of the metadata file.
+const MAGIC: &str = "quicksilver memory file 1";
+
+/// What opening the memory file did.
+pub struct Opened {
+    /// The partitions, their logs in the file.
+    pub partitions: Vec<Partition>,
+    /// What they took back (summed).
+    pub recovered: Recovered,
+    /// Whether the file was laid out for this configuration (a warm start).
+    pub warm: bool,
+}
+
+/// The metadata file beside `path` (memcached's name).
+pub fn meta_path(path: &Path) -> PathBuf {
+    let mut meta = path.as_os_str().to_owned();
+    meta.push(".meta");
+    PathBuf::from(meta)
+}
+
+/// The header page's text for partitions of these configurations.
+fn layout(configs: &[qs_store::Config]) -> String {
+    let mut text = format!("{MAGIC}\npartitions {}\n", configs.len());
+    for config in configs {
+        text.push_str(&format!(
+            "partition {} log_bytes {} offset_bits {}\n",
+            config.partition_index,
+            qs_store::persist::log_bytes(config.log_bytes),
+            config.offset_bits
+        ));
+    }
+    text
+}
+
+/// Opens (or makes) the memory file at `path` for partitions of `configs` and builds them
+/// there. Messages for the operator go to standard error, in memcached's `[restart]` form.
+pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String> {
+    let fail = |what: &str, error: std::io::Error| format!("-e {}: {what}: {error}", path.display());
+    let meta = meta_path(path);
+    if meta.exists() {
+        let mut text = String::new();
+        let readable = File::open(&meta).and_then(|mut file| file.read_to_string(&mut text)).is_ok();
+        if !readable || !text.starts_with(MAGIC) {
+            return Err(format!("[restart] corrupt metadata file {}", meta.display()));
+        }
+        // Read once, as memcached does: the next start decides from the file itself.
+        let _ = std::fs::remove_file(&meta);
+    }
+    let layout = layout(configs);
+    let total = HEADER_BYTES + configs.iter().map(|config| segment_bytes(config.log_bytes)).sum::<u64>();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|error| fail("cannot open", error))?;
+    let length = file.metadata().map_err(|error| fail("cannot stat", error))?.len();
+    let mut header = vec![0u8; HEADER_BYTES as usize];
+    let warm = length == total
+        && file.read_exact_at(&mut header, 0).is_ok()
+        && header.starts_with(layout.as_bytes())
+        && header[layout.len()..].iter().all(|&byte| byte == 0);
+    if !warm {
+        if length > 0 {
+            eprintln!(
+                "[restart] {} was laid out for another configuration (memory, threads or partitions); \
+                 starting with a clean cache",
+                path.display()
+            );
+        } else {
+            eprintln!("[restart] no memory file at {}, starting with a clean cache", path.display());
+        }
+        // Emptied first so that no page of the old layout is read as this one's.
+        file.set_len(0).map_err(|error| fail("cannot truncate", error))?;
+        file.set_len(total).map_err(|error| fail("cannot size", error))?;
+        file.write_all_at(layout.as_bytes(), 0).map_err(|error| fail("cannot write", error))?;
+    }
+    let started = std::time::Instant::now();
+    let mut partitions = Vec::with_capacity(configs.len());
+    let mut recovered = Recovered::default();
+    let mut offset = HEADER_BYTES;
+    for config in configs {
+        let (partition, taken) =
+            Partition::open(*config, &file, offset).map_err(|error| fail("cannot map", error))?;
+        offset += segment_bytes(config.log_bytes);
+        recovered.items += taken.items;
+        recovered.bytes += taken.bytes;
+        recovered.replaced += taken.replaced;
+        recovered.cut_bytes += taken.cut_bytes;
+        partitions.push(partition);
+    }
+    if warm {
+        eprintln!(
+            "[restart] {}: {} items ({} bytes) taken back in {} ms{}",
+            path.display(),
+            recovered.items,
+            recovered.bytes,
+            started.elapsed().as_millis(),
+            if recovered.cut_bytes > 0 {
+                format!("; {} bytes that failed their checks were dropped", recovered.cut_bytes)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Opened { partitions, recovered, warm })
+}
+
+/// At a graceful stop: memcached's metadata file, for the tools that look for it (the state
+/// itself is in the memory file, current at every moment).
+pub fn write_meta(path: &Path, now_secs: u32) -> std::io::Result<()> {
+    let mut file = File::create(meta_path(path))?;
+    writeln!(file, "{MAGIC}\nstop_time {now_secs}")?;
+    file.sync_all()
+}
