@@ -163,7 +163,9 @@ impl Server {
             partition_bits: partition_count.trailing_zeros(),
             owner: owner.clone(),
             readers,
-            partitions: (0..partition_count).map(|_| Mutex::default()).collect(),
+            // As built: a memory file's partitions start with the items they took back, which
+            // `stats` shows before their workers first publish.
+            partitions: partitions.iter().map(|partition| Mutex::new(partition.stats_snapshot())).collect(),
             free_groups: partitions.iter().filter_map(Partition::free_groups).collect(),
             workers_published: (0..workers)
                 .map(|_| {

@@ -99,13 +99,30 @@ pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String>
         file.write_all_at(layout.as_bytes(), 0).map_err(|error| fail("cannot write", error))?;
     }
     let started = std::time::Instant::now();
-    let mut partitions = Vec::with_capacity(configs.len());
-    let mut recovered = Recovered::default();
+    // Each partition scans its own log: as many at once as there are cores.
+    let mut offsets = Vec::with_capacity(configs.len());
     let mut offset = HEADER_BYTES;
     for config in configs {
-        let (partition, taken) =
-            Partition::open(*config, &file, offset).map_err(|error| fail("cannot map", error))?;
+        offsets.push(offset);
         offset += segment_bytes(config.log_bytes);
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len()).max(1);
+    let mut opened: Vec<Option<std::io::Result<(Partition, Recovered)>>> = (0..configs.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        for (chunk, slots) in opened.chunks_mut(configs.len().div_ceil(threads)).enumerate() {
+            let first = chunk * configs.len().div_ceil(threads);
+            let (file, configs, offsets) = (&file, configs, &offsets);
+            scope.spawn(move || {
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    *slot = Some(Partition::open(configs[first + i], file, offsets[first + i]));
+                }
+            });
+        }
+    });
+    let mut partitions = Vec::with_capacity(configs.len());
+    let mut recovered = Recovered::default();
+    for result in opened {
+        let (partition, taken) = result.expect("opened").map_err(|error| fail("cannot map", error))?;
         recovered.items += taken.items;
         recovered.bytes += taken.bytes;
         recovered.replaced += taken.replaced;
