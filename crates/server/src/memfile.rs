@@ -107,7 +107,8 @@ pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String>
         offset += segment_bytes(config.log_bytes);
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len()).max(1);
-    let mut opened: Vec<Option<std::io::Result<(Partition, Recovered)>>> = (0..configs.len()).map(|_| None).collect();
+    let mut opened: Vec<Option<std::io::Result<(Partition, Recovered)>>> =
+        (0..configs.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         for (chunk, slots) in opened.chunks_mut(configs.len().div_ceil(threads)).enumerate() {
             let first = chunk * configs.len().div_ceil(threads);
