@@ -1093,7 +1093,6 @@ fn options_for_missing_features_refuse_to_start_and_say_why() {
         (&["-o", "ext_path=/tmp/extstore:1G"], "extstore"),
         (&["-Z"], "TLS"),
         (&["-o", "ssl_chain_cert=/tmp/cert.pem"], "TLS"),
-        (&["-e", "/tmp/memory_file"], "restartable"),
         (&["-o", "no_such_option"], "Illegal suboption \"no_such_option\""),
         (&["-I", "1000"], "Item max size cannot be less than 1024 bytes."),
         (&["-I", "256m"], "Cannot set item size limit higher than 1/2 of memory max."),
