@@ -17,6 +17,7 @@ pub mod arena;
 pub mod command;
 pub mod config;
 pub mod crcw;
+pub mod flash;
 pub mod front;
 pub mod hot;
 pub mod index;

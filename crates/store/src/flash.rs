@@ -1,0 +1,270 @@
+//! The flash tier's log (`-o ext_path`, issue 26 part 1): items that leave the head of a
+//! partition's DRAM log go on, in large sequential writes, to a circular log in a file on flash.
+//!
+//! The log is cut into pages of `page_bytes` (memcached's extstore writes whole pages too). The
+//! page being filled lives in memory (the write buffer); when the next record does not fit, the
+//! buffer is written to the file in one `pwrite` at the page's place and a new page starts. A
+//! page's place is reused once the log has gone round: logical offsets grow for ever (as the
+//! DRAM log's do), page `n` lives at `(n mod pages) * page_bytes` of the file's region, and an
+//! offset is live while its page is one of the last `pages` (the one in memory included). So an
+//! index slot that points at flash needs no invalidation when its page is overwritten: it stops
+//! being live, as a DRAM slot does when the head passes it.
+//!
+//! A write that fails (an I/O error, a full device, a file removed behind the server's back)
+//! turns the tier off: appends are refused from then on, reads of pages already written go on,
+//! and nothing in DRAM is touched; [`FlashStats::failed`] says so.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// What the flash log has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlashStats {
+    /// Records appended.
+    pub records: u64,
+    /// Bytes of records appended.
+    pub record_bytes: u64,
+    /// Pages written to the file.
+    pub pages_written: u64,
+    /// Bytes written to the file.
+    pub bytes_written: u64,
+    /// Pages whose place was reused (their records gone).
+    pub pages_reused: u64,
+    /// Reads served from the file.
+    pub reads: u64,
+    /// Reads of the page still in memory.
+    pub buffer_reads: u64,
+    /// Writes that failed.
+    pub write_errors: u64,
+    /// Whether the tier turned itself off after a write error.
+    pub failed: bool,
+}
+
+/// Where a live record's bytes are.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Place<'a> {
+    /// In the page being filled, in memory.
+    Buffer(&'a [u8]),
+    /// In the file at this byte position.
+    File(u64),
+}
+
+/// One partition's circular log on flash.
+pub struct FlashLog {
+    file: Arc<File>,
+    /// Byte position of the region in the file.
+    base: u64,
+    page_bytes: u64,
+    pages: u64,
+    /// The page being filled (its number) and its bytes so far.
+    page: u64,
+    buffer: Vec<u8>,
+    stats: FlashStats,
+}
+
+impl FlashLog {
+    /// A log in `bytes` of `file` from byte `base`, in pages of `page_bytes` (at least two
+    /// pages fit, or `None`).
+    pub fn new(file: Arc<File>, base: u64, bytes: u64, page_bytes: usize) -> Option<FlashLog> {
+        let page_bytes = page_bytes.max(4096) as u64;
+        let pages = bytes / page_bytes;
+        (pages >= 2).then(|| FlashLog {
+            file,
+            base,
+            page_bytes,
+            pages,
+            page: 0,
+            buffer: Vec::with_capacity(page_bytes as usize),
+            stats: FlashStats::default(),
+        })
+    }
+
+    /// Bytes of one page: the largest record the log takes.
+    pub fn page_bytes(&self) -> usize {
+        self.page_bytes as usize
+    }
+
+    /// Bytes of the log (whole pages).
+    pub fn bytes(&self) -> u64 {
+        self.pages * self.page_bytes
+    }
+
+    /// What it has done.
+    pub fn stats(&self) -> FlashStats {
+        self.stats
+    }
+
+    /// Whether appends are taken (not after a write error).
+    pub fn is_on(&self) -> bool {
+        !self.stats.failed
+    }
+
+    /// Appends `record` and returns its logical offset; `None` when the tier is off or the
+    /// record is larger than a page. The page in memory goes to the file first when the record
+    /// does not fit in it.
+    pub fn append(&mut self, record: &[u8]) -> Option<u64> {
+        if self.stats.failed || record.len() as u64 > self.page_bytes {
+            return None;
+        }
+        if (self.buffer.len() + record.len()) as u64 > self.page_bytes && !self.write_page() {
+            return None;
+        }
+        let offset = self.page * self.page_bytes + self.buffer.len() as u64;
+        self.buffer.extend_from_slice(record);
+        self.stats.records += 1;
+        self.stats.record_bytes += record.len() as u64;
+        Some(offset)
+    }
+
+    /// Writes the page in memory to its place and starts the next; false (and the tier off)
+    /// when the write fails.
+    fn write_page(&mut self) -> bool {
+        let place = self.base + (self.page % self.pages) * self.page_bytes;
+        match self.file.write_all_at(&self.buffer, place) {
+            Ok(()) => {
+                self.stats.pages_written += 1;
+                self.stats.bytes_written += self.buffer.len() as u64;
+                self.page += 1;
+                if self.page >= self.pages {
+                    // The next page's place held page `page - pages`: its records are gone.
+                    self.stats.pages_reused += 1;
+                }
+                self.buffer.clear();
+                true
+            }
+            Err(_) => {
+                self.stats.write_errors += 1;
+                self.stats.failed = true;
+                false
+            }
+        }
+    }
+
+    /// Writes the page in memory out now (a graceful stop); its records stay readable.
+    pub fn flush(&mut self) -> bool {
+        self.buffer.is_empty() || self.write_page()
+    }
+
+    /// Whether the record at logical `offset` is still in the log (its page not reused).
+    #[inline]
+    pub fn is_live(&self, offset: u64) -> bool {
+        let page = offset / self.page_bytes;
+        page <= self.page && page + self.pages > self.page
+    }
+
+    /// Where the `len` bytes at live `offset` are, or `None` when they are gone.
+    pub fn place(&self, offset: u64, len: usize) -> Option<Place<'_>> {
+        if !self.is_live(offset) || offset % self.page_bytes + len as u64 > self.page_bytes {
+            return None;
+        }
+        let within = (offset % self.page_bytes) as usize;
+        if offset / self.page_bytes == self.page {
+            return self.buffer.get(within..within + len).map(Place::Buffer);
+        }
+        Some(Place::File(
+            self.base + (offset / self.page_bytes % self.pages) * self.page_bytes + within as u64,
+        ))
+    }
+
+    /// Reads `len` bytes at `offset` into `out` (appended), waiting for the device: for the
+    /// flash tier's I/O threads and for tests. False when the record is gone or the read
+    /// failed. A page reused while the read was in flight is caught by the caller, which
+    /// checks [`FlashLog::is_live`] again and the key it finds.
+    pub fn read(&mut self, offset: u64, len: usize, out: &mut Vec<u8>) -> bool {
+        match self.place(offset, len) {
+            None => false,
+            Some(Place::Buffer(bytes)) => {
+                out.extend_from_slice(bytes);
+                self.stats.buffer_reads += 1;
+                true
+            }
+            Some(Place::File(position)) => {
+                let start = out.len();
+                out.resize(start + len, 0);
+                let read = self.file.read_exact_at(&mut out[start..], position).is_ok();
+                if !read {
+                    out.truncate(start);
+                } else {
+                    self.stats.reads += 1;
+                }
+                read
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(miri)))]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+
+    fn temp(name: &str) -> (std::path::PathBuf, Arc<File>) {
+        let path = std::env::temp_dir().join(format!("qs-flash-{name}-{}", std::process::id()));
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        (path, Arc::new(file))
+    }
+
+    fn record(n: u64) -> Vec<u8> {
+        format!("record {n};").repeat(1 + (n % 300) as usize).into_bytes()
+    }
+
+    #[test]
+    fn records_read_back_from_the_buffer_and_the_file_until_their_page_is_reused() {
+        let (path, file) = temp("laps");
+        let mut log = FlashLog::new(file, 8192, 8 * 4096, 4096).unwrap();
+        let mut offsets = Vec::new();
+        for n in 0..2000u64 {
+            let offset = log.append(&record(n)).expect("taken");
+            offsets.push(offset);
+            // Every record still live reads back as written; every older one is gone.
+            if n % 97 == 0 {
+                for (m, &at) in offsets.iter().enumerate() {
+                    let mut out = Vec::new();
+                    let want = record(m as u64);
+                    if log.is_live(at) {
+                        assert!(log.read(at, want.len(), &mut out), "record {m}");
+                        assert_eq!(out, want, "record {m}");
+                    } else {
+                        assert!(!log.read(at, want.len(), &mut out));
+                    }
+                }
+            }
+        }
+        let stats = log.stats();
+        assert!(stats.pages_reused > 0 && stats.reads > 0 && stats.buffer_reads > 0, "{stats:?}");
+        // The live records are those of the last 8 pages (records of up to 3.6 KB leave
+        // pages part empty).
+        let live: u64 = offsets
+            .iter()
+            .enumerate()
+            .filter(|(_, &at)| log.is_live(at))
+            .map(|(n, _)| record(n as u64).len() as u64)
+            .sum();
+        assert!(live > 3 * 4096 && live <= 8 * 4096, "{live}");
+        // Nothing was written outside the region.
+        assert!(std::fs::metadata(&path).unwrap().len() <= 8192 + 8 * 4096);
+        assert_eq!(log.append(&vec![0; 4097]), None, "larger than a page");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_turns_the_tier_off_and_keeps_what_was_read_before() {
+        let (path, _) = temp("readonly");
+        let file = Arc::new(File::open(&path).unwrap()); // read-only: every write fails
+        let mut log = FlashLog::new(file, 0, 4 * 4096, 4096).unwrap();
+        let first = log.append(b"in memory").unwrap();
+        let mut appended = 1;
+        while log.append(&[7; 1000]).is_some() {
+            appended += 1;
+        }
+        assert!(appended >= 4, "a page's worth went in before the write");
+        let stats = log.stats();
+        assert!(stats.failed && !log.is_on() && stats.write_errors == 1, "{stats:?}");
+        assert_eq!(log.append(b"more"), None);
+        let mut out = Vec::new();
+        assert!(log.read(first, 9, &mut out), "the page still in memory reads");
+        assert_eq!(out, b"in memory");
+        std::fs::remove_file(path).unwrap();
+    }
+}
