@@ -96,6 +96,8 @@ fn a_graceful_stop_and_a_kill_both_restart_warm_with_flags_cas_and_ttl() {
     let server = ServerProcess::quicksilver(&args);
     assert!(!file.meta().exists(), "the metadata file is read once");
     let mut client = server.connect();
+    assert_eq!(client.call(b"mg key6 h\r\n"), b"HD h1\r\n", "fetched before the stop");
+    assert_eq!(client.call(b"mg key8 h\r\n"), b"HD h0\r\n", "never fetched");
     check(&mut client);
     assert_eq!(common::stat(&mut client, "curr_items"), 2999);
     kill9(server);
