@@ -160,14 +160,17 @@ impl FlashLog {
         }
         let within = (offset % self.page_bytes) as usize;
         if offset / self.page_bytes == self.page {
-            return self.buffer.get(within..within + len).map(Place::Buffer);
+            // The page being filled holds only what was appended: a read of a fixed size
+            // gets the rest of it.
+            return self.buffer.get(within..(within + len).min(self.buffer.len())).map(Place::Buffer);
         }
         Some(Place::File(
             self.base + (offset / self.page_bytes % self.pages) * self.page_bytes + within as u64,
         ))
     }
 
-    /// Reads `len` bytes at `offset` into `out` (appended), waiting for the device: for the
+    /// Reads `len` bytes at `offset` into `out` (appended; fewer from the page still in memory
+    /// when it holds fewer), waiting for the device: for the
     /// flash tier's I/O threads and for tests. False when the record is gone or the read
     /// failed. A page reused while the read was in flight is caught by the caller, which
     /// checks [`FlashLog::is_live`] again and the key it finds.

@@ -9,10 +9,14 @@
 //! |   P bits     |                       |    B bits     |    16 bits     |
 //! +--------------+---------- ... --------+---------------+----------------+
 //! ```
-//! `P + B + 16 <= 64` is checked when a partition is configured.
+//! `P + B + 16 <= 64` is checked when a partition is configured. The tag takes the low 15 of
+//! its 16 bits: the top bit of a slot's tag says the item is on flash ([`FLASH_TAG`]), so a
+//! DRAM lookup's tag compare never matches a flash slot.
 
-/// Bits of the keyhash used as the tag.
+/// Bits of the keyhash reserved for the tag.
 pub const TAG_BITS: u32 = 16;
+/// A slot's tag with this bit set points at the flash tier, not the DRAM log.
+pub const FLASH_TAG: u16 = 0x8000;
 
 /// A key's 64-bit hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,10 +45,10 @@ impl KeyHash {
         (self.0 >> TAG_BITS) as usize & bucket_mask
     }
 
-    /// The 16-bit tag; never 0, which marks an empty slot.
+    /// The tag: 15 bits, never 0 (an empty slot), never with [`FLASH_TAG`].
     #[inline(always)]
     pub const fn tag(self) -> u16 {
-        let tag = self.0 as u16;
+        let tag = self.0 as u16 & !FLASH_TAG;
         if tag == 0 {
             1
         } else {
@@ -65,6 +69,8 @@ mod tests {
         assert_eq!(hash.bucket(0xFF), 0x12);
         assert_eq!(hash.tag(), 0x3456);
         assert_eq!(KeyHash(0xFFFF_0000).tag(), 1, "tag 0 maps to 1");
+        assert_eq!(KeyHash(0x8000).tag(), 1, "the flash bit is not a tag bit");
+        assert_eq!(KeyHash(0xF00D).tag(), 0x700D);
     }
 
     #[test]

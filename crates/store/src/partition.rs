@@ -19,6 +19,10 @@ use crate::region::PageKind;
 use crate::stats::PartitionStats;
 use crate::sync::{fence, Arc, AtomicU32, AtomicU64};
 use std::cell::Cell;
+
+#[path = "partition_flash.rs"]
+mod flash_tier;
+pub use flash_tier::{FlashCounters, FlashRead, Promoted, FLASH_READ_BYTES};
 use std::sync::atomic::Ordering::{Relaxed, Release};
 
 /// Bits of a CAS unique that carry the partition number.
@@ -148,6 +152,8 @@ pub struct Partition {
     persist: Option<crate::persist::State>,
     /// log2 of the partition count (a recovered key must hash to this partition).
     partition_bits: u32,
+    /// `-o ext_path`: where items leaving the DRAM head go ([`flash_tier`]).
+    flash: Option<Box<flash_tier::FlashTier>>,
     /// CAS sequences below this were handed out before the last restart or may have been; the
     /// state page keeps it a step ahead of `next_cas_seq` (`u64::MAX` in memory only).
     cas_mark: u64,
@@ -282,6 +288,7 @@ impl Partition {
             evicted: None,
             persist: None,
             partition_bits: config.partition_bits,
+            flash: None,
             cas_mark: u64::MAX,
         }
     }
@@ -668,7 +675,11 @@ impl Partition {
                 let words = self.shared.index.bucket(at);
                 for word in &words[1..] {
                     let slot = Slot(word.load(Relaxed));
-                    if slot.is_empty() || slot.is_link() || !self.geometry.is_live(slot.offset(), self.head) {
+                    if slot.is_empty()
+                        || slot.is_link()
+                        || Self::is_flash_slot(slot)
+                        || !self.geometry.is_live(slot.offset(), self.head)
+                    {
                         continue;
                     }
                     let header = self.shared.log.header(slot.offset());
@@ -731,6 +742,7 @@ impl Partition {
             Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, out),
         };
         self.scan_if_due();
+        self.settle_if_pending();
         outcome
     }
 
@@ -758,12 +770,22 @@ impl Partition {
     /// [`Partition::prefetch_bucket`] and [`Partition::prefetch_item`].
     #[inline]
     pub fn run(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
-        match request.command {
+        let outcome = match request.command {
             Command::Get => self.plain_get(request, now_secs, out),
             Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
                 self.plain_set(request, value, flags, expiry, now_secs, out)
             }
-            _ => self.execute(request, now_secs, out),
+            _ => return self.execute(request, now_secs, out),
+        };
+        self.settle_if_pending();
+        outcome
+    }
+
+    /// Re-points the slots of items this command demoted to flash, if any.
+    #[inline(always)]
+    fn settle_if_pending(&mut self) {
+        if self.flash.is_some() {
+            self.settle_flash();
         }
     }
 
@@ -918,7 +940,10 @@ impl Partition {
             assert_eq!(words[0].load(Relaxed) & 1, 0, "bucket left mid-change");
             for word in &words[1..] {
                 let slot = Slot(word.load(Relaxed));
-                if !slot.is_empty() && self.geometry.is_live(slot.offset(), self.head) {
+                if !slot.is_empty()
+                    && !Self::is_flash_slot(slot)
+                    && self.geometry.is_live(slot.offset(), self.head)
+                {
                     let header = self.shared.log.header(slot.offset());
                     assert!(!header.word0.has(BIT_DEAD), "a slot points to a dead item");
                 }
@@ -1328,6 +1353,9 @@ impl Partition {
         }
         let bucket = hash.bucket(self.bucket_mask);
         let version = self.begin_write(bucket);
+        if self.flash.is_some() {
+            self.supersede_flash(hash);
+        }
         let offset = self.append(key, value, new_item);
         self.link(bucket, Slot::new(hash.tag(), offset));
         self.end_write(bucket, version);
@@ -1762,16 +1790,26 @@ impl Partition {
         let mut oldest = (0, 0u64);
         for (slot_index, word) in words[1..].iter().enumerate() {
             let current = Slot(word.load(Relaxed));
-            if current.is_empty() || !self.geometry.is_live(current.offset(), self.head) {
+            if current.is_empty() || self.slot_is_dead(current) {
                 word.store(slot.0, Relaxed);
                 return;
             }
-            let age = self.tail.wrapping_sub(current.offset()) & self.geometry.offset_mask;
+            // A flash item is older than any in DRAM: the first to give up its slot.
+            let age = if Self::is_flash_slot(current) {
+                u64::MAX
+            } else {
+                self.tail.wrapping_sub(current.offset()) & self.geometry.offset_mask
+            };
             if age > oldest.1 {
                 oldest = (slot_index, age);
             }
         }
         let victim = Slot(words[1 + oldest.0].load(Relaxed));
+        if Self::is_flash_slot(victim) {
+            self.stats.index_evictions += 1;
+            self.set_slot(bucket, oldest.0, slot);
+            return;
+        }
         let header = self.shared.log.header(victim.offset());
         self.note_eviction(victim.offset(), &header);
         self.retire(victim.offset(), &header);
@@ -1872,6 +1910,8 @@ impl Partition {
             self.stats.bytes -= header.capacity() as u64;
             if self.shared.is_gone(&header, self.clock_secs) {
                 self.count_reclaimed(&header);
+            } else if self.flash.is_some() && self.demote(offset, &header) {
+                // On flash now, still answering: not an eviction.
             } else {
                 self.note_eviction(offset, &header);
                 self.stats.log_evictions += 1;
@@ -1896,7 +1936,7 @@ impl Partition {
         let version = self.begin_write(bucket);
         for word in &self.shared.index.bucket(bucket)[1..BUCKET_WORDS] {
             let slot = Slot(word.load(Relaxed));
-            if !slot.is_empty() && !self.geometry.is_live(slot.offset(), self.head) {
+            if !slot.is_empty() && self.slot_is_dead(slot) {
                 word.store(0, Relaxed);
             }
         }

@@ -1,0 +1,321 @@
+//! A partition's flash tier (`-o ext_path`, issue 26 part 1): items leaving the DRAM log's head
+//! are demoted to the partition's [`FlashLog`] instead of dropped, and their index slot is
+//! re-pointed there (the tag with [`FLASH_TAG`] set, the flash offset), so a flash item costs no
+//! more DRAM than a slot. A DRAM lookup's tag compare never matches a flash slot; a command that
+//! misses in DRAM asks [`Partition::flash_lookup`] whether the key may be on flash, reads the
+//! record (the server without blocking its worker; [`Partition::execute_with_flash`] in
+//! place), and [`Partition::promote`] checks it and brings it back to DRAM, where the command
+//! then runs as on any DRAM item: every command keeps memcached's semantics on a flash item
+//! (delete, incr, append, cas, touch...) at the price of one read. A plain set needs no read:
+//! it drops the key's flash slots.
+//!
+//! Demotion happens inside the eviction loop, which may run inside another bucket's version
+//! bracket; the slot is re-pointed right after the command (`settle_flash`), and a lookup in
+//! between misses, as for any item mid-eviction.
+
+use super::{NewItem, Partition};
+use crate::flash::{FlashLog, FlashStats};
+use crate::index::Slot;
+use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_FETCHED, EXT_BYTES, HEADER_BYTES};
+use crate::keyhash::{KeyHash, FLASH_TAG};
+use crate::log::Header;
+use crate::{Command, Outcome, Request};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Bytes read for a flash record when its size is not known yet (a device page).
+pub const FLASH_READ_BYTES: usize = 4096;
+
+/// What the flash tier has done besides its log's own figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlashCounters {
+    /// Items demoted from the DRAM head to flash.
+    pub demoted: u64,
+    /// Items that would have been demoted but whose slot had gone (evicted from the index or
+    /// taken while the demotion waited): dropped as without flash.
+    pub dropped: u64,
+    /// Items brought back to DRAM by a command.
+    pub promoted: u64,
+    /// Flash reads that found another key (a tag match), a gone page or an expired item.
+    pub misses: u64,
+    /// Flash slots a plain set made obsolete.
+    pub superseded: u64,
+}
+
+/// The flash side of a partition.
+pub(super) struct FlashTier {
+    pub(super) log: FlashLog,
+    /// Smaller items stay DRAM-only (memcached's `ext_item_size`).
+    min_item_bytes: usize,
+    /// Demotions whose slot waits to be re-pointed: (bucket, slot, DRAM slot, flash slot).
+    pending: Vec<(usize, usize, Slot, Slot)>,
+    counters: FlashCounters,
+}
+
+/// A flash record to read for a key: where, and how many bytes to start with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashRead {
+    /// Logical flash offset.
+    pub offset: u64,
+    /// Bytes to read: [`FLASH_READ_BYTES`] or to the end of its page, whichever is less.
+    pub len: usize,
+}
+
+/// What a read record says, for [`Partition::promote`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Promoted {
+    /// Back in DRAM: run the command.
+    Done,
+    /// The key is not there (another key's record, a gone page, an expired item): run the
+    /// command as a DRAM miss.
+    Absent,
+    /// The record is longer than what was read: read this many bytes from the same offset.
+    NeedBytes(usize),
+}
+
+impl Partition {
+    /// Gives this partition a flash tier: items of at least `min_item_bytes` (header included)
+    /// leaving the DRAM head go to `log`. Not in store mode (nothing is evicted there).
+    pub fn attach_flash(&mut self, log: FlashLog, min_item_bytes: usize) {
+        if self.store.is_none() {
+            self.flash = Some(Box::new(FlashTier {
+                log,
+                min_item_bytes,
+                pending: Vec::new(),
+                counters: FlashCounters::default(),
+            }));
+        }
+    }
+
+    /// The flash tier's figures, if it has one.
+    pub fn flash_stats(&self) -> Option<(FlashStats, FlashCounters)> {
+        self.flash.as_ref().map(|tier| (tier.log.stats(), tier.counters))
+    }
+
+    /// Whether `slot` points into the flash tier.
+    #[inline(always)]
+    pub(super) fn is_flash_slot(slot: Slot) -> bool {
+        slot.tag() & FLASH_TAG != 0
+    }
+
+    /// Whether a non-empty `slot` points at nothing any more (an offset the DRAM head or the
+    /// flash log has passed).
+    #[inline(always)]
+    pub(super) fn slot_is_dead(&self, slot: Slot) -> bool {
+        if Self::is_flash_slot(slot) {
+            return self.flash.as_ref().map_or(true, |tier| !tier.log.is_live(slot.offset()));
+        }
+        !self.geometry.is_live(slot.offset(), self.head)
+    }
+
+    /// At eviction: copies the live item at `offset` to flash and queues its slot's move;
+    /// false when it stays a plain eviction (too small, the tier off, its slot gone).
+    pub(super) fn demote(&mut self, offset: u64, header: &Header) -> bool {
+        let capacity = header.capacity();
+        let Some(tier) = self.flash.as_mut() else { return false };
+        if capacity < tier.min_item_bytes || capacity > tier.log.page_bytes() || !tier.log.is_on() {
+            return false;
+        }
+        let mut record = std::mem::take(&mut self.scratch);
+        record.clear();
+        self.shared.log.read_bytes(offset, 0, capacity, &mut record);
+        let key_start = header.key_start();
+        let hash = KeyHash::of(&record[key_start..key_start + header.word0.key_len()]);
+        let bucket = hash.bucket(self.bucket_mask);
+        let dram = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
+        let slot = self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == dram.0);
+        let demoted = match slot {
+            Some(slot) => match tier.log.append(&record) {
+                Some(flash_offset) => {
+                    tier.pending.push((bucket, slot, dram, Slot::new(hash.tag() | FLASH_TAG, flash_offset)));
+                    tier.counters.demoted += 1;
+                    true
+                }
+                None => false,
+            },
+            None => {
+                tier.counters.dropped += 1;
+                false
+            }
+        };
+        self.scratch = record;
+        demoted
+    }
+
+    /// After a command: re-points the slots of the items it demoted. A slot taken meanwhile
+    /// (by the command's own new item) leaves the flash item to any free slot of its bucket,
+    /// or drops it.
+    pub(super) fn settle_flash(&mut self) {
+        let Some(tier) = self.flash.as_mut() else { return };
+        if tier.pending.is_empty() {
+            return;
+        }
+        let mut pending = std::mem::take(&mut tier.pending);
+        for &(bucket, slot, dram, flash) in &pending {
+            let version = self.begin_write(bucket);
+            let words = self.shared.index.bucket(bucket);
+            let target = if words[1 + slot].load(Relaxed) == dram.0 {
+                Some(slot)
+            } else {
+                words[1..].iter().position(|word| {
+                    let current = Slot(word.load(Relaxed));
+                    current.is_empty() || self.slot_is_dead(current)
+                })
+            };
+            match target {
+                Some(target) => self.set_slot(bucket, target, flash),
+                None => {
+                    if let Some(tier) = self.flash.as_mut() {
+                        tier.counters.demoted -= 1;
+                        tier.counters.dropped += 1;
+                    }
+                }
+            }
+            self.end_write(bucket, version);
+        }
+        pending.clear();
+        if let Some(tier) = self.flash.as_mut() {
+            tier.pending = pending;
+        }
+    }
+
+    /// Where `hash`'s key may be on flash: the first live flash slot with its tag (the record
+    /// read there says whether it is the key). `None` without a flash tier, and for keys with
+    /// no flash slot: the command is a plain DRAM miss.
+    pub fn flash_lookup(&self, hash: KeyHash) -> Option<FlashRead> {
+        let tier = self.flash.as_ref()?;
+        let flash_tag = hash.tag() | FLASH_TAG;
+        let words = self.shared.index.bucket(hash.bucket(self.bucket_mask));
+        words[1..].iter().find_map(|word| {
+            let slot = Slot(word.load(Relaxed));
+            (slot.tag() == flash_tag && tier.log.is_live(slot.offset())).then(|| {
+                let page_left =
+                    tier.log.page_bytes() - (slot.offset() % tier.log.page_bytes() as u64) as usize;
+                FlashRead { offset: slot.offset(), len: FLASH_READ_BYTES.min(page_left) }
+            })
+        })
+    }
+
+    /// With the record read at `read.offset`: when it is `key`'s, live and unexpired, puts it
+    /// back in DRAM (its CAS, flags, expiry and bits kept; fetched, as a command is about to
+    /// touch it) in place of the flash slot.
+    pub fn promote(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        read: FlashRead,
+        record: &[u8],
+        now_secs: u32,
+    ) -> Promoted {
+        let promoted = self.promote_inner(hash, key, read, record, now_secs);
+        if promoted == Promoted::Absent {
+            if let Some(tier) = self.flash.as_mut() {
+                tier.counters.misses += 1;
+            }
+        }
+        self.settle_flash();
+        promoted
+    }
+
+    fn promote_inner(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        read: FlashRead,
+        record: &[u8],
+        now_secs: u32,
+    ) -> Promoted {
+        let bucket = hash.bucket(self.bucket_mask);
+        let flash = Slot::new(hash.tag() | FLASH_TAG, read.offset);
+        let words = self.shared.index.bucket(bucket);
+        let Some(slot) = words[1..].iter().position(|word| word.load(Relaxed) == flash.0) else {
+            return Promoted::Absent; // dropped or superseded while the read was in flight
+        };
+        if !self.flash.as_ref().is_some_and(|tier| tier.log.is_live(read.offset))
+            || record.len() < HEADER_BYTES
+        {
+            return Promoted::Absent;
+        }
+        let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
+        let word0 = Word0(word(0));
+        let ext = if word0.has(BIT_EXT) && record.len() >= HEADER_BYTES + EXT_BYTES {
+            Ext(word(HEADER_BYTES))
+        } else {
+            Ext(0)
+        };
+        let header = Header { word0, word1: Word1(word(8)), ext };
+        let capacity = header.capacity();
+        if record.len() < capacity {
+            return Promoted::NeedBytes(capacity);
+        }
+        let key_start = header.key_start();
+        let key_len = header.word0.key_len();
+        if key_len != key.len() || &record[key_start..key_start + key_len] != key {
+            return Promoted::Absent;
+        }
+        if self.shared.is_gone(&header, now_secs) {
+            // Expired or flushed: its flash slot goes, as a DRAM item's would.
+            let version = self.begin_write(bucket);
+            self.set_slot(bucket, slot, Slot::EMPTY);
+            self.end_write(bucket, version);
+            return Promoted::Absent;
+        }
+        let value_len = header.word1.value_len();
+        let new_item = NewItem {
+            cas_seq: header.word0.cas_seq(),
+            bits: header.word0.bits() & !BIT_EXT | BIT_FETCHED,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access: header.word1.last_access(),
+        };
+        let version = self.begin_write(bucket);
+        let offset =
+            self.append(key, &record[key_start + key_len..key_start + key_len + value_len], new_item);
+        self.set_slot(bucket, slot, Slot::new(hash.tag(), offset));
+        self.end_write(bucket, version);
+        if let Some(tier) = self.flash.as_mut() {
+            tier.counters.promoted += 1;
+        }
+        Promoted::Done
+    }
+
+    /// A plain set of `hash`'s key: its flash versions (slots with its tag in its bucket; a
+    /// same-tag slot of another key goes too, a rare lost cache entry) stop answering.
+    pub(super) fn supersede_flash(&mut self, hash: KeyHash) {
+        let Some(tier) = self.flash.as_mut() else { return };
+        let flash_tag = hash.tag() | FLASH_TAG;
+        let bucket = hash.bucket(self.bucket_mask);
+        let words = self.shared.index.bucket(bucket);
+        for (slot, word) in words[1..].iter().enumerate() {
+            if Slot(word.load(Relaxed)).tag() == flash_tag {
+                tier.counters.superseded += 1;
+                // Within the set's own bracket of this bucket.
+                words[1 + slot].store(0, Relaxed);
+            }
+        }
+    }
+
+    /// [`Partition::execute`] that reads flash in place when the key may be there: for tests,
+    /// simulations and tools; the server reads without blocking its worker.
+    pub fn execute_with_flash(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        let plain_set = matches!(request.command, Command::Store { mode: crate::StoreMode::Set, .. });
+        if !plain_set && self.peek(request.hash, request.key, now_secs).is_none() {
+            if let Some(mut read) = self.flash_lookup(request.hash) {
+                let mut record = Vec::new();
+                loop {
+                    record.clear();
+                    let Some(tier) = self.flash.as_mut() else { break };
+                    if !tier.log.read(read.offset, read.len, &mut record) {
+                        break;
+                    }
+                    match self.promote(request.hash, request.key, read, &record, now_secs) {
+                        Promoted::NeedBytes(len) => read.len = len,
+                        Promoted::Done | Promoted::Absent => break,
+                    }
+                }
+            }
+        }
+        let outcome = self.execute(request, now_secs, out);
+        self.settle_flash();
+        outcome
+    }
+}
