@@ -26,6 +26,10 @@ pub struct EngineShape {
     pub item_bytes: f64,
     /// Index load at which a full log of such items fills the slots (the server's 0.625).
     pub index_load: f64,
+    /// A flash tier behind the DRAM log of this many times its bytes (0: none): items leaving
+    /// the DRAM head go to a flash log (qs_store::flash, in a temporary file) and come back on
+    /// access, as `-o ext_path` does; the index is sized for the items of both.
+    pub flash_ratio: f64,
 }
 
 /// Misses and hits of an engine run.
@@ -59,6 +63,8 @@ pub struct EngineSim {
     value: Vec<u8>,
     out: Vec<u8>,
     tally: EngineTally,
+    /// Whether the partitions have a flash tier.
+    flash: bool,
 }
 
 impl EngineSim {
@@ -66,7 +72,8 @@ impl EngineSim {
     pub fn new(shape: &EngineShape, fill: bool) -> EngineSim {
         let partitions = shape.partitions.max(1).next_power_of_two();
         let log_bytes = ((shape.log_bytes / u64::from(partitions)) as usize & !7).max(4096);
-        let slots = log_bytes as f64 / shape.item_bytes.max(24.0) / shape.index_load;
+        let flash_bytes = (log_bytes as f64 * shape.flash_ratio) as u64;
+        let slots = (log_bytes as u64 + flash_bytes) as f64 / shape.item_bytes.max(24.0) / shape.index_load;
         let buckets = ((slots / SLOTS_PER_BUCKET as f64).ceil() as usize).next_power_of_two().max(1);
         let partitions: Vec<Partition> = (0..partitions)
             .map(|index| {
@@ -74,7 +81,13 @@ impl EngineSim {
                 config.eviction = shape.eviction;
                 config.partition_index = index as u16;
                 config.partition_bits = partitions.trailing_zeros();
-                Partition::new(config)
+                let mut partition = Partition::new(config);
+                if flash_bytes > 0 {
+                    if let Some(log) = flash_log(flash_bytes) {
+                        partition.attach_flash(log, 0);
+                    }
+                }
+                partition
             })
             .collect();
         EngineSim {
@@ -85,6 +98,7 @@ impl EngineSim {
             value: vec![b'v'; qs_store::config::ITEM_BYTES_MAX_DEFAULT],
             out: Vec::new(),
             tally: EngineTally::default(),
+            flash: flash_bytes > 0,
         }
     }
 
@@ -123,7 +137,13 @@ impl EngineSim {
                 self.out.clear();
                 let request = Request { key, hash, command: Command::Get };
                 let expired_before = self.partitions[index].stats().get_expired;
-                match self.partitions[index].run(&request, now, &mut self.out) {
+                let partition = &mut self.partitions[index];
+                let outcome = if self.flash {
+                    partition.execute_with_flash(&request, now, &mut self.out)
+                } else {
+                    partition.run(&request, now, &mut self.out)
+                };
+                match outcome {
                     Outcome::Hit(_) => self.tally.hits += 1,
                     _ => {
                         if self.partitions[index].stats().get_expired > expired_before {
@@ -138,7 +158,11 @@ impl EngineSim {
             Op::Set => self.set(index, key, hash, access, now),
             Op::Delete => {
                 let request = Request { key, hash, command: Command::Delete { cas: 0 } };
-                self.partitions[index].run(&request, now, &mut self.out);
+                if self.flash {
+                    self.partitions[index].execute_with_flash(&request, now, &mut self.out);
+                } else {
+                    self.partitions[index].run(&request, now, &mut self.out);
+                }
             }
         }
     }
@@ -160,6 +184,18 @@ impl EngineSim {
         }
         tally
     }
+}
+
+/// A flash log of `bytes` in a temporary file (removed at once: the open file lives on), in
+/// 64 KiB pages; `None` when no file can be made or it is too small.
+fn flash_log(bytes: u64) -> Option<qs_store::flash::FlashLog> {
+    static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("qs-sim-flash-{}-{number}", std::process::id()));
+    let file =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    qs_store::flash::FlashLog::new(std::sync::Arc::new(file), 0, bytes, 64 << 10)
 }
 
 /// The key bytes of key number `key`: its 16 hex digits padded with `_` to `size`, or its last
@@ -198,7 +234,14 @@ mod tests {
     }
 
     fn shape(log_bytes: u64, eviction: Eviction) -> EngineShape {
-        EngineShape { log_bytes, partitions: 1, eviction, item_bytes: 64.0, index_load: 0.625 }
+        EngineShape {
+            log_bytes,
+            partitions: 1,
+            eviction,
+            item_bytes: 64.0,
+            index_load: 0.625,
+            flash_ratio: 0.0,
+        }
     }
 
     #[test]
@@ -254,6 +297,23 @@ mod tests {
         engine.access(&at(9, 1, Op::Get, 0));
         let tally = engine.tally();
         assert_eq!((tally.gets, tally.hits, tally.expired_misses), (3, 1, 1));
+    }
+
+    #[test]
+    fn dram_with_nine_times_as_much_flash_hits_as_ten_times_the_dram() {
+        // The flash tier's promise (issue 26): a hit ratio equal to a DRAM-only cache ten
+        // times as large. 20,000 keys of 64-byte items; 64 KiB of DRAM (5% of the working set).
+        let run = |log_bytes: u64, flash_ratio: f64| {
+            let shape = EngineShape { flash_ratio, ..shape(log_bytes, Eviction::ApproxLru) };
+            let mut engine = EngineSim::new(&shape, true);
+            for access in recipe(20_000).stream() {
+                engine.access(&access);
+            }
+            engine.tally().hit_ratio()
+        };
+        let (small, tiered, large) = (run(64 << 10, 0.0), run(64 << 10, 9.0), run(640 << 10, 0.0));
+        assert!(tiered > small + 0.1, "{small} {tiered} {large}");
+        assert!((tiered - large).abs() < 0.03, "{small} {tiered} {large}");
     }
 
     #[test]

@@ -216,6 +216,10 @@ struct MrcArgs {
     /// the lossy index costs in hit ratio.
     #[arg(long)]
     index_cost: bool,
+    /// Give the engine a flash tier of this many times each size's DRAM (`-o ext_path`'s
+    /// model: items leaving the DRAM head go to a flash log and come back when read).
+    #[arg(long, default_value_t = 0.0)]
+    flash_ratio: f64,
     /// Print the report as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -322,6 +326,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
         fill: !args.no_fill,
         index_load: args.index_load,
         index_cost: args.index_cost,
+        flash_ratio: args.flash_ratio,
     };
     let mut pass = 0;
     let live = match &args.live {

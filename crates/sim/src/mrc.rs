@@ -46,6 +46,8 @@ pub struct MrcPlan {
     /// Also run, for every size, a twin engine whose index is 16 times larger (it never
     /// overflows), so that what the lossy index costs in hit ratio is the difference.
     pub index_cost: bool,
+    /// The engine with a flash tier of this many times each size's DRAM (0: none).
+    pub flash_ratio: f64,
 }
 
 /// One cache size's figures.
@@ -259,6 +261,7 @@ where
                     eviction: plan.eviction,
                     item_bytes,
                     index_load: plan.index_load,
+                    flash_ratio: plan.flash_ratio,
                 };
                 EngineSim::new(&shape, plan.fill)
             })
@@ -273,6 +276,7 @@ where
                         eviction: plan.eviction,
                         item_bytes,
                         index_load: plan.index_load / 16.0,
+                        flash_ratio: plan.flash_ratio,
                     };
                     EngineSim::new(&shape, plan.fill)
                 })
@@ -333,6 +337,7 @@ mod tests {
             fill: true,
             index_load: qs_store::config::INDEX_LOAD_DEFAULT,
             index_cost: true,
+            flash_ratio: 0.0,
         };
         let report = run(&plan, || Ok(recipe.stream().map(Ok))).unwrap();
         assert_eq!(report.requests, 100_000);

@@ -146,6 +146,11 @@ impl FlashLog {
         self.buffer.is_empty() || self.write_page()
     }
 
+    /// Bytes appended after the record at `offset` (how old it is).
+    pub fn age(&self, offset: u64) -> u64 {
+        (self.page * self.page_bytes + self.buffer.len() as u64).saturating_sub(offset)
+    }
+
     /// Whether the record at logical `offset` is still in the log (its page not reused).
     #[inline]
     pub fn is_live(&self, offset: u64) -> bool {
@@ -183,15 +188,27 @@ impl FlashLog {
                 true
             }
             Some(Place::File(position)) => {
+                // A page is written as long as it was filled, so a read of a fixed size near
+                // its end may stop at the file's end: what is there is the record.
                 let start = out.len();
                 out.resize(start + len, 0);
-                let read = self.file.read_exact_at(&mut out[start..], position).is_ok();
-                if !read {
-                    out.truncate(start);
-                } else {
+                let mut got = 0;
+                while got < len {
+                    match self.file.read_at(&mut out[start + got..], position + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            got = 0;
+                            break;
+                        }
+                    }
+                }
+                out.truncate(start + got);
+                if got > 0 {
                     self.stats.reads += 1;
                 }
-                read
+                got > 0
             }
         }
     }

@@ -39,6 +39,8 @@ pub struct FlashCounters {
     pub misses: u64,
     /// Flash slots a plain set made obsolete.
     pub superseded: u64,
+    /// Gets answered from flash without moving the item (the younger half of the flash log).
+    pub served: u64,
 }
 
 /// The flash side of a partition.
@@ -58,6 +60,16 @@ pub struct FlashRead {
     pub offset: u64,
     /// Bytes to read: [`FLASH_READ_BYTES`] or to the end of its page, whichever is less.
     pub len: usize,
+}
+
+/// What a read record is.
+enum Checked {
+    /// `key`'s, live: its slot and header.
+    Valid { bucket: usize, slot: usize, header: Header },
+    /// Not the key's, gone or expired.
+    Absent,
+    /// Longer than what was read.
+    NeedBytes(usize),
 }
 
 /// What a read record says, for [`Partition::promote`].
@@ -224,41 +236,13 @@ impl Partition {
         record: &[u8],
         now_secs: u32,
     ) -> Promoted {
-        let bucket = hash.bucket(self.bucket_mask);
-        let flash = Slot::new(hash.tag() | FLASH_TAG, read.offset);
-        let words = self.shared.index.bucket(bucket);
-        let Some(slot) = words[1..].iter().position(|word| word.load(Relaxed) == flash.0) else {
-            return Promoted::Absent; // dropped or superseded while the read was in flight
+        let (bucket, slot, header) = match self.check_record(hash, key, read, record, now_secs) {
+            Checked::Valid { bucket, slot, header } => (bucket, slot, header),
+            Checked::Absent => return Promoted::Absent,
+            Checked::NeedBytes(len) => return Promoted::NeedBytes(len),
         };
-        if !self.flash.as_ref().is_some_and(|tier| tier.log.is_live(read.offset))
-            || record.len() < HEADER_BYTES
-        {
-            return Promoted::Absent;
-        }
-        let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
-        let word0 = Word0(word(0));
-        let ext = if word0.has(BIT_EXT) && record.len() >= HEADER_BYTES + EXT_BYTES {
-            Ext(word(HEADER_BYTES))
-        } else {
-            Ext(0)
-        };
-        let header = Header { word0, word1: Word1(word(8)), ext };
-        let capacity = header.capacity();
-        if record.len() < capacity {
-            return Promoted::NeedBytes(capacity);
-        }
         let key_start = header.key_start();
         let key_len = header.word0.key_len();
-        if key_len != key.len() || &record[key_start..key_start + key_len] != key {
-            return Promoted::Absent;
-        }
-        if self.shared.is_gone(&header, now_secs) {
-            // Expired or flushed: its flash slot goes, as a DRAM item's would.
-            let version = self.begin_write(bucket);
-            self.set_slot(bucket, slot, Slot::EMPTY);
-            self.end_write(bucket, version);
-            return Promoted::Absent;
-        }
         let value_len = header.word1.value_len();
         let new_item = NewItem {
             cas_seq: header.word0.cas_seq(),
@@ -276,6 +260,93 @@ impl Partition {
             tier.counters.promoted += 1;
         }
         Promoted::Done
+    }
+
+    /// Whether the record read at `read.offset` is `key`'s, live and unexpired (an expired or
+    /// flushed one loses its slot here).
+    fn check_record(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        read: FlashRead,
+        record: &[u8],
+        now_secs: u32,
+    ) -> Checked {
+        let bucket = hash.bucket(self.bucket_mask);
+        let flash = Slot::new(hash.tag() | FLASH_TAG, read.offset);
+        let words = self.shared.index.bucket(bucket);
+        let Some(slot) = words[1..].iter().position(|word| word.load(Relaxed) == flash.0) else {
+            return Checked::Absent; // dropped or superseded while the read was in flight
+        };
+        if !self.flash.as_ref().is_some_and(|tier| tier.log.is_live(read.offset))
+            || record.len() < HEADER_BYTES
+        {
+            return Checked::Absent;
+        }
+        let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
+        let word0 = Word0(word(0));
+        let ext = if word0.has(BIT_EXT) && record.len() >= HEADER_BYTES + EXT_BYTES {
+            Ext(word(HEADER_BYTES))
+        } else {
+            Ext(0)
+        };
+        let header = Header { word0, word1: Word1(word(8)), ext };
+        let capacity = header.capacity();
+        if record.len() < capacity {
+            return Checked::NeedBytes(capacity);
+        }
+        let key_start = header.key_start();
+        let key_len = header.word0.key_len();
+        if key_len != key.len() || &record[key_start..key_start + key_len] != key {
+            return Checked::Absent;
+        }
+        if self.shared.is_gone(&header, now_secs) {
+            // Expired or flushed: its flash slot goes, as a DRAM item's would.
+            let version = self.begin_write(bucket);
+            self.set_slot(bucket, slot, Slot::EMPTY);
+            self.end_write(bucket, version);
+            return Checked::Absent;
+        }
+        Checked::Valid { bucket, slot, header }
+    }
+
+    /// Whether a flash record sits in the older half of the flash log: a read of it brings it
+    /// back to DRAM (to be written to flash again later, at the tail), as the DRAM log's
+    /// approximate LRU re-appends hits in its older half; a younger one is served from flash
+    /// and stays there, so hot items are not rewritten on every read.
+    pub fn in_older_half(&self, offset: u64) -> bool {
+        self.flash.as_ref().is_some_and(|tier| tier.log.age(offset) > tier.log.bytes() / 2)
+    }
+
+    /// A plain get answered from a flash record where it is (no move): `Some(Ok(hit))`,
+    /// `Some(Err(len))` to read `len` bytes first, `None` when the record is not the key's.
+    pub fn serve_from_flash(
+        &mut self,
+        request: &Request<'_>,
+        read: FlashRead,
+        record: &[u8],
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<Outcome, usize>> {
+        let header = match self.check_record(request.hash, request.key, read, record, now_secs) {
+            Checked::Valid { header, .. } => header,
+            Checked::NeedBytes(len) => return Some(Err(len)),
+            Checked::Absent => {
+                if let Some(tier) = self.flash.as_mut() {
+                    tier.counters.misses += 1;
+                }
+                return None;
+            }
+        };
+        let value_from = header.key_start() + header.word0.key_len();
+        let value_start = out.len();
+        out.extend_from_slice(&record[value_from..value_from + header.word1.value_len()]);
+        self.stats.gets += 1;
+        self.stats.get_hits += 1;
+        if let Some(tier) = self.flash.as_mut() {
+            tier.counters.served += 1;
+        }
+        Some(Ok(Outcome::Hit(header.hit(value_start, self.shared.cas_unique(header.word0.cas_seq())))))
     }
 
     /// A plain set of `hash`'s key: its flash versions (slots with its tag in its bucket; a
@@ -306,6 +377,16 @@ impl Partition {
                     let Some(tier) = self.flash.as_mut() else { break };
                     if !tier.log.read(read.offset, read.len, &mut record) {
                         break;
+                    }
+                    if matches!(request.command, Command::Get) && !self.in_older_half(read.offset) {
+                        match self.serve_from_flash(request, read, &record, now_secs, out) {
+                            Some(Ok(outcome)) => return outcome,
+                            Some(Err(len)) => {
+                                read.len = len;
+                                continue;
+                            }
+                            None => break,
+                        }
                     }
                     match self.promote(request.hash, request.key, read, &record, now_secs) {
                         Promoted::NeedBytes(len) => read.len = len,

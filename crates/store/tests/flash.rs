@@ -87,9 +87,9 @@ fn items_pushed_out_of_dram_answer_from_flash_with_their_cas_and_flags() {
         assert_eq!(&out[hit.value_start..hit.value_start + hit.value_len], &value(n, 0)[..]);
         assert_eq!((hit.flags, hit.cas), (7, cas[&n]), "key {n}");
     }
-    assert!(lost <= collisions, "lost {lost}, collisions {collisions}");
+    assert!(lost <= collisions, "lost {lost}, collisions {collisions}: {:?}", partition.flash_stats());
     let (_, counters) = partition.flash_stats().unwrap();
-    assert!(counters.promoted > 1500, "{counters:?}");
+    assert!(counters.served + counters.promoted > 1500, "{counters:?}");
 }
 
 #[test]
