@@ -77,6 +77,11 @@ pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String>
         .truncate(false)
         .open(path)
         .map_err(|error| fail("cannot open", error))?;
+    // Two servers on one file would write each other's logs: the second refuses to start.
+    // The lock lives as long as the mappings' file (the process), a kill -9 included.
+    if !crate::sys::try_lock_exclusive(&file).map_err(|error| fail("cannot lock", error))? {
+        return Err(format!("-e {}: the memory file is in use by another server", path.display()));
+    }
     let length = file.metadata().map_err(|error| fail("cannot stat", error))?.len();
     let mut header = vec![0u8; HEADER_BYTES as usize];
     let warm = length == total

@@ -116,6 +116,22 @@ pub fn udp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<mio::net::Ud
     Ok(mio::net::UdpSocket::from_std(socket.into()))
 }
 
+/// Takes `file`'s exclusive advisory lock without waiting (released when the file is closed,
+/// or the process dies): false when another process holds it.
+pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor the File owns and keeps open for the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(error)
+    }
+}
+
 /// Seconds `debugtime` has moved the clock by (0 unless the server runs with
 /// `--enable-debugtime`).
 static CLOCK_SHIFT_SECS: AtomicI64 = AtomicI64::new(0);

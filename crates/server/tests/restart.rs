@@ -126,6 +126,22 @@ fn an_unreadable_metadata_file_stops_the_start_as_memcacheds_does() {
 }
 
 #[test]
+fn a_second_server_on_the_same_memory_file_refuses_to_start() {
+    let file = MemoryFile::new("lock");
+    let first = ServerProcess::quicksilver(&["-e", file.arg()]);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-p", "0", "-l", "127.0.0.1", "-e", file.arg()])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("in use by another server"), "{output:?}");
+    kill9(first);
+    // A killed server's lock goes with it.
+    let again = ServerProcess::quicksilver(&["-e", file.arg()]);
+    assert_eq!(again.connect().call(b"get nothing\r\n"), b"END\r\n");
+}
+
+#[test]
 fn store_mode_refuses_a_memory_file() {
     let file = MemoryFile::new("store");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
