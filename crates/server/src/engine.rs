@@ -600,7 +600,9 @@ impl Engine {
         }
         let shared = &self.shared;
         let per_partition = ((u64::from(megabytes) << 20) / shared.partitions.len() as u64) as usize & !7;
-        if shared.store_mode || per_partition > shared.log_room || per_partition < shared.log_limit_min {
+        // A memory file's logs keep the size the file was laid out for (-e).
+        let fixed = shared.store_mode || shared.config.memory_file.is_some();
+        if fixed || per_partition > shared.log_room || per_partition < shared.log_limit_min {
             return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
         }
         for partition in self.partitions.iter_mut().flatten() {

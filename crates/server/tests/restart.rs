@@ -71,6 +71,11 @@ fn a_graceful_stop_and_a_kill_both_restart_warm_with_flags_cas_and_ttl() {
     }
     assert_eq!(client.call(b"delete key7\r\n"), b"DELETED\r\n");
     let gets = client.call(b"gets key5 key6\r\n");
+    assert_eq!(
+        client.call(b"cache_memlimit 16\r\n"),
+        b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n",
+        "the file fixes the logs' size"
+    );
     let settings = common::stats(&mut client, "settings");
     assert!(
         settings.iter().any(|(name, value)| name == "memory_file" && value == file.arg()),
