@@ -218,24 +218,6 @@ impl Partition {
         record: &[u8],
         now_secs: u32,
     ) -> Promoted {
-        let promoted = self.promote_inner(hash, key, read, record, now_secs);
-        if promoted == Promoted::Absent {
-            if let Some(tier) = self.flash.as_mut() {
-                tier.counters.misses += 1;
-            }
-        }
-        self.settle_flash();
-        promoted
-    }
-
-    fn promote_inner(
-        &mut self,
-        hash: KeyHash,
-        key: &[u8],
-        read: FlashRead,
-        record: &[u8],
-        now_secs: u32,
-    ) -> Promoted {
         let (bucket, slot, header) = match self.check_record(hash, key, read, record, now_secs) {
             Checked::Valid { bucket, slot, header } => (bucket, slot, header),
             Checked::Absent => return Promoted::Absent,
@@ -259,12 +241,30 @@ impl Partition {
         if let Some(tier) = self.flash.as_mut() {
             tier.counters.promoted += 1;
         }
+        self.settle_flash();
         Promoted::Done
     }
 
     /// Whether the record read at `read.offset` is `key`'s, live and unexpired (an expired or
-    /// flushed one loses its slot here).
+    /// flushed one loses its slot here); an absent one is counted as a flash miss.
     fn check_record(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        read: FlashRead,
+        record: &[u8],
+        now_secs: u32,
+    ) -> Checked {
+        let checked = self.check_record_inner(hash, key, read, record, now_secs);
+        if matches!(checked, Checked::Absent) {
+            if let Some(tier) = self.flash.as_mut() {
+                tier.counters.misses += 1;
+            }
+        }
+        checked
+    }
+
+    fn check_record_inner(
         &mut self,
         hash: KeyHash,
         key: &[u8],
@@ -331,12 +331,7 @@ impl Partition {
         let header = match self.check_record(request.hash, request.key, read, record, now_secs) {
             Checked::Valid { header, .. } => header,
             Checked::NeedBytes(len) => return Some(Err(len)),
-            Checked::Absent => {
-                if let Some(tier) = self.flash.as_mut() {
-                    tier.counters.misses += 1;
-                }
-                return None;
-            }
+            Checked::Absent => return None,
         };
         let value_from = header.key_start() + header.word0.key_len();
         let value_start = out.len();
