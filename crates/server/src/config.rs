@@ -342,6 +342,63 @@ pub struct Extended {
     /// `-o front_cache`: under EREW, workers serve repeated gets of other workers' keys from
     /// a small cache validated by the owners' write epochs (qs_store::front).
     pub front_cache: bool,
+    /// `-o ext_path=FILE:SIZE` (several allowed): the flash tier's files and their sizes.
+    pub ext_paths: Vec<(std::path::PathBuf, u64)>,
+    /// `-o ext_item_size`: items smaller than this (header, key and value) stay DRAM-only.
+    pub ext_item_size: usize,
+    /// `-o ext_wbuf_size` (MB): the most a partition's flash write page holds.
+    pub ext_wbuf_bytes: usize,
+    /// `-o ext_page_size` (MB): memcached's flash allocation unit (shown in `stats settings`;
+    /// the flash log here is one circular log per partition).
+    pub ext_page_bytes: usize,
+    /// `-o ext_threads`: threads reading flash.
+    pub ext_threads: usize,
+}
+
+/// memcached's ext_* defaults (storage.c, memcached.c).
+pub const EXT_ITEM_SIZE_DEFAULT: usize = 512;
+pub const EXT_WBUF_MB_DEFAULT: usize = 4;
+pub const EXT_PAGE_MB_DEFAULT: usize = 64;
+pub const EXT_THREADS_DEFAULT: usize = 1;
+
+/// memcached's extstore options that tune its page compaction and write-back thread: accepted
+/// and named in the one warning line (the flash log here is circular: nothing to compact).
+const EXT_TUNING_OPTIONS: &[&str] = &[
+    "ext_item_age",
+    "ext_low_ttl",
+    "ext_recache_rate",
+    "ext_compact_under",
+    "ext_drop_under",
+    "ext_max_frag",
+    "ext_drop_unread",
+    "ext_max_sleep",
+    "ext_io_depth",
+    "slab_automove_freeratio",
+];
+
+/// memcached's ext_path argument: `FILE:SIZE[:bucket]`, SIZE with an m, g, t or p suffix.
+fn parse_ext_path(value: &str) -> Result<(std::path::PathBuf, u64), String> {
+    let mut parts = value.split(':');
+    let file = parts.next().filter(|file| !file.is_empty()).ok_or("Could not parse ext_path")?;
+    let size = parts.next().filter(|size| !size.is_empty()).ok_or(
+        "must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)",
+    )?;
+    if let Some(bucket) = parts.next() {
+        if !matches!(bucket, "compact" | "lowttl" | "chunked" | "default") {
+            return Err(format!("Unknown extstore bucket: {bucket}"));
+        }
+    }
+    let (digits, unit) = size.split_at(size.len() - 1);
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        "t" => 1 << 40,
+        "p" => 1 << 50,
+        _ => return Err(format!("ext_path {file}: size {size} needs an M, G, T or P suffix")),
+    };
+    let count: u64 = digits.parse().map_err(|_| format!("ext_path {file}: could not parse size {size}"))?;
+    let bytes = count.checked_mul(multiplier).filter(|&bytes| bytes > 0);
+    Ok((file.into(), bytes.ok_or_else(|| format!("ext_path {file}: size {size} is not usable"))?))
 }
 
 /// memcached's slab page: the largest slab chunk and what `slab_chunk_max` must divide.
@@ -398,6 +455,11 @@ impl Config {
             mrc_sample_one_in: crate::mrc::SAMPLE_ONE_IN,
             hotkeys_sample_one_in: crate::hotkeys::SAMPLE_ONE_IN,
             front_cache: false,
+            ext_paths: Vec::new(),
+            ext_item_size: EXT_ITEM_SIZE_DEFAULT,
+            ext_wbuf_bytes: EXT_WBUF_MB_DEFAULT << 20,
+            ext_page_bytes: EXT_PAGE_MB_DEFAULT << 20,
+            ext_threads: EXT_THREADS_DEFAULT,
         };
         // A number argument, with memcached's messages for a missing or unreadable one.
         let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
@@ -459,11 +521,16 @@ impl Config {
                 }
                 _ if NO_OP_OPTIONS.contains(&name) => {}
                 _ if TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
-                _ if name.starts_with("ext_") => {
-                    return Err(format!(
-                        "-o {name}: extstore (the flash tier) is not available in quicksilver yet"
-                    ))
+                "ext_path" => {
+                    let value = value.ok_or("Could not parse ext_path")?;
+                    extended.ext_paths.push(parse_ext_path(value)?);
                 }
+                "ext_item_size" => extended.ext_item_size = number(name, value)? as usize,
+                "ext_wbuf_size" => extended.ext_wbuf_bytes = number(name, value)? as usize * (1 << 20),
+                "ext_page_size" => extended.ext_page_bytes = number(name, value)? as usize * (1 << 20),
+                "ext_threads" => extended.ext_threads = (number(name, value)? as usize).max(1),
+                _ if EXT_TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
+                _ if name.starts_with("ext_") => return Err(format!("Illegal suboption \"{option}\"")),
                 _ if name.starts_with("ssl_") => {
                     return Err(format!("-o {name}: TLS is not available in quicksilver yet"))
                 }

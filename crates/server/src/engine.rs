@@ -1455,6 +1455,9 @@ impl Engine {
             if let Some(partition) = partition {
                 *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) =
                     partition.stats_snapshot();
+                if let (Some(figures), Some(slot)) = (partition.flash_stats(), self.shared.flash.get(index)) {
+                    *slot.lock().unwrap_or_else(|e| e.into_inner()) = figures;
+                }
             }
         }
         let mut published =

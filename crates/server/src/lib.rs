@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod detail;
 pub mod dump;
 pub mod engine;
+pub mod flashio;
 pub mod hotkeys;
 pub mod listen;
 pub mod memfile;
@@ -83,6 +84,67 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
     partition
 }
 
+/// Bytes a flash item is expected to take when sizing the index for the flash tier: the
+/// flash share is counted at twice `ext_item_size` per item (smaller ones stay in DRAM).
+fn flash_item_bytes(extended: &config::Extended) -> u64 {
+    (2 * extended.ext_item_size.max(EXPECTED_ITEM_BYTES)) as u64
+}
+
+/// With a flash tier the index must find the flash items too: each partition's index grows by
+/// its share of the flash bytes at [`flash_item_bytes`] per item (8 bytes a slot: at the
+/// default 512, 1 GiB of flash costs 8 MiB of index).
+fn flash_index_sizing(mut configs: Vec<qs_store::Config>, extended: &config::Extended) -> Vec<qs_store::Config> {
+    let flash_bytes: u64 = extended.ext_paths.iter().map(|(_, bytes)| bytes).sum();
+    let per_partition = flash_bytes / configs.len() as u64;
+    for partition in &mut configs {
+        let dram_slots = (partition.log_bytes / EXPECTED_ITEM_BYTES) as u64;
+        let flash_slots = per_partition / flash_item_bytes(extended);
+        let slots = (dram_slots + flash_slots) as f64;
+        let buckets = ((slots / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
+            .max(1)
+            .next_power_of_two();
+        partition.bucket_count = partition.bucket_count.max(buckets);
+    }
+    configs
+}
+
+/// Opens the `ext_path` files and gives each partition its flash log: partition p writes to
+/// file p mod files, in an equal share of it; a log's pages hold at most `ext_wbuf_size` and
+/// at least eight fit in its share.
+fn attach_flash(partitions: &mut [Partition], extended: &config::Extended) -> Result<(), String> {
+    let files = extended.ext_paths.len();
+    for (number, (path, bytes)) in extended.ext_paths.iter().enumerate() {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| format!("Failed to open file for storage: {}: {e}", path.display()))?;
+        let is_device = {
+            use std::os::unix::fs::FileTypeExt;
+            file.metadata().map(|meta| meta.file_type().is_block_device()).unwrap_or(false)
+        };
+        if !is_device {
+            file.set_len(*bytes).map_err(|e| format!("Failed to size {}: {e}", path.display()))?;
+        }
+        let file = Arc::new(file);
+        let sharing: Vec<usize> = (0..partitions.len()).filter(|p| p % files == number).collect();
+        if sharing.is_empty() {
+            continue;
+        }
+        let share = bytes / sharing.len() as u64 & !4095;
+        let page_bytes = (extended.ext_wbuf_bytes as u64).min(share / 8) & !4095;
+        for (slot, &index) in sharing.iter().enumerate() {
+            let log = qs_store::flash::FlashLog::new(Arc::clone(&file), slot as u64 * share, share, page_bytes as usize)
+                .ok_or_else(|| format!("ext_path {}: {bytes} bytes is too small for {} partitions", path.display(), sharing.len()))?;
+            // ext_item_size counts the item's bytes; a record here adds its header.
+            partitions[index].attach_flash(log, extended.ext_item_size);
+        }
+    }
+    Ok(())
+}
+
 /// A server that is listening; [`Server::wait`] runs it to the end.
 pub struct Server {
     shared: Arc<Shared>,
@@ -103,7 +165,23 @@ impl Server {
     /// root, drops to -u's user, then serves, as memcached does.
     pub fn start_held(config: Config) -> Result<Server, String> {
         config.validate()?;
+        let mut config = config;
         let mut extended = config.extended()?;
+        let flash_on = !extended.ext_paths.is_empty();
+        if flash_on {
+            if config.store_mode() {
+                return Err("-o ext_path: store mode keeps every item in memory; the flash tier is for cache mode".into());
+            }
+            if config.memory_file.is_some() {
+                return Err("-o ext_path with -e: the flash tier's items do not survive a restart yet".into());
+            }
+            if config.access != AccessArg::Erew {
+                // A flash read is the owner's to make (its flash log's page in memory is not
+                // shared), so reads of other workers' partitions are handed to them.
+                eprintln!("quicksilver: -o ext_path: reads go to the partition's owner (--access erew)");
+                config.access = AccessArg::Erew;
+            }
+        }
         if let Some(factor) = config.slab_growth_factor {
             extended.ignored.push(format!("-f {factor}"));
         }
@@ -140,10 +218,14 @@ impl Server {
                 partition
             })
             .collect();
-        let partitions: Vec<Partition> = match &config.memory_file {
+        let configs = if flash_on { flash_index_sizing(configs, &extended) } else { configs };
+        let mut partitions: Vec<Partition> = match &config.memory_file {
             Some(path) => memfile::open(path, &configs)?.partitions,
             None => configs.into_iter().map(Partition::new).collect(),
         };
+        if flash_on {
+            attach_flash(&mut partitions, &extended)?;
+        }
         let readers = if config.access == AccessArg::Erew {
             Vec::new()
         } else {
@@ -158,6 +240,12 @@ impl Server {
         };
         let first = &partitions[0];
         let shared = Arc::new(Shared {
+            flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
+            flash: partitions
+                .iter()
+                .filter_map(Partition::flash_stats)
+                .map(Mutex::new)
+                .collect(),
             front_epochs,
             workers,
             partition_bits: partition_count.trailing_zeros(),
@@ -333,6 +421,9 @@ impl Server {
                 })
                 .map_err(|e| e.to_string())?;
             threads.push(thread);
+        }
+        if shared.flash_io.is_some() {
+            flashio::FlashIo::start(&shared, shared.extended.ext_threads).map_err(|e| format!("flash reader threads: {e}"))?;
         }
         Ok(Server { shared, threads, gate })
     }

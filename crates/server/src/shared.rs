@@ -222,6 +222,10 @@ pub struct Shared {
     pub partition_bits: u32,
     /// Owner worker of each partition.
     pub owner: Vec<usize>,
+    /// `-o ext_path`: the flash reader threads' queues.
+    pub flash_io: Option<crate::flashio::FlashIo>,
+    /// `-o ext_path`: each partition's flash figures as its owner last published them.
+    pub flash: Vec<Mutex<(qs_store::flash::FlashStats, qs_store::FlashCounters)>>,
     /// CREW readers, one per partition (empty under EREW).
     pub readers: Vec<Reader>,
     /// Published per-partition counters (by the owner).

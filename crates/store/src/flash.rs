@@ -33,6 +33,8 @@ pub struct FlashStats {
     pub pages_reused: u64,
     /// Reads served from the file.
     pub reads: u64,
+    /// Bytes those reads brought.
+    pub bytes_read: u64,
     /// Reads of the page still in memory.
     pub buffer_reads: u64,
     /// Writes that failed.
@@ -78,6 +80,22 @@ impl FlashLog {
             buffer: Vec::with_capacity(page_bytes as usize),
             stats: FlashStats::default(),
         })
+    }
+
+    /// The file it is in (readers on other threads read it with `pread`).
+    pub fn file(&self) -> Arc<File> {
+        Arc::clone(&self.file)
+    }
+
+    /// Counts a read made by another thread at a [`Place::File`] (`bytes` read), or from the
+    /// page in memory.
+    pub fn count_read(&mut self, bytes: usize, from_buffer: bool) {
+        if from_buffer {
+            self.stats.buffer_reads += 1;
+        } else {
+            self.stats.reads += 1;
+            self.stats.bytes_read += bytes as u64;
+        }
     }
 
     /// Bytes of one page: the largest record the log takes.
@@ -207,6 +225,7 @@ impl FlashLog {
                 out.truncate(start + got);
                 if got > 0 {
                     self.stats.reads += 1;
+                    self.stats.bytes_read += got as u64;
                 }
                 got > 0
             }

@@ -22,7 +22,7 @@ use std::cell::Cell;
 
 #[path = "partition_flash.rs"]
 mod flash_tier;
-pub use flash_tier::{FlashCounters, FlashRead, Promoted, FLASH_READ_BYTES};
+pub use flash_tier::{FlashCounters, FlashRead, Promoted, Resolved, FLASH_READ_BYTES};
 use std::sync::atomic::Ordering::{Relaxed, Release};
 
 /// Bits of a CAS unique that carry the partition number.

@@ -72,6 +72,18 @@ enum Checked {
     NeedBytes(usize),
 }
 
+/// What the server does with a flash record it read ([`Partition::flash_resolve`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// Back in DRAM (or not the key's, gone, expired): run the command as usual.
+    Done,
+    /// The key's, in the younger half, and the command is a plain get: serve it from the
+    /// record with [`Partition::serve_from_flash`] (nothing moves).
+    Serve,
+    /// The record is longer than what was read: read this many bytes from the same offset.
+    NeedBytes(usize),
+}
+
 /// What a read record says, for [`Partition::promote`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Promoted {
@@ -205,6 +217,65 @@ impl Partition {
                 FlashRead { offset: slot.offset(), len: FLASH_READ_BYTES.min(page_left) }
             })
         })
+    }
+
+    /// Where `hash`'s key must be read from flash before a command on it runs: it is not in
+    /// DRAM and a live flash slot has its tag. `None` without a flash tier (one branch).
+    #[inline]
+    pub fn flash_probe(&self, hash: KeyHash, key: &[u8], now_secs: u32) -> Option<FlashRead> {
+        self.flash.as_ref()?;
+        let read = self.flash_lookup(hash)?;
+        self.peek(hash, key, now_secs).is_none().then_some(read)
+    }
+
+    /// Where the flash log's `len` bytes at `offset` are (`None`: gone).
+    pub fn flash_place(&self, offset: u64, len: usize) -> Option<crate::flash::Place<'_>> {
+        self.flash.as_ref()?.log.place(offset, len)
+    }
+
+    /// The flash log's file, for readers on other threads.
+    pub fn flash_file(&self) -> Option<std::sync::Arc<std::fs::File>> {
+        self.flash.as_ref().map(|tier| tier.log.file())
+    }
+
+    /// With the record read for `hash`'s key at `read.offset`: a plain get (`plain_get`) of a
+    /// record in the younger half is to be served from it; anything else brings the item back
+    /// to DRAM ([`Partition::promote`]) so the command runs on it as on any DRAM item.
+    pub fn flash_resolve(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        read: FlashRead,
+        record: &[u8],
+        now_secs: u32,
+        plain_get: bool,
+    ) -> Resolved {
+        if plain_get && !self.in_older_half(read.offset) {
+            return match self.check_record(hash, key, read, record, now_secs) {
+                Checked::Valid { .. } => Resolved::Serve,
+                Checked::NeedBytes(len) => Resolved::NeedBytes(len),
+                Checked::Absent => Resolved::Done,
+            };
+        }
+        match self.promote(hash, key, read, record, now_secs) {
+            Promoted::NeedBytes(len) => Resolved::NeedBytes(len),
+            Promoted::Done | Promoted::Absent => Resolved::Done,
+        }
+    }
+
+    /// Counts a read of the flash log made elsewhere ([`crate::flash::FlashLog::count_read`]).
+    pub fn flash_count_read(&mut self, bytes: usize, from_buffer: bool) {
+        if let Some(tier) = self.flash.as_mut() {
+            tier.log.count_read(bytes, from_buffer);
+        }
+    }
+
+    /// Counts a flash read that could not be made (the tier is off, the read failed): the
+    /// command runs as a DRAM miss.
+    pub fn flash_read_failed(&mut self) {
+        if let Some(tier) = self.flash.as_mut() {
+            tier.counters.misses += 1;
+        }
     }
 
     /// With the record read at `read.offset`: when it is `key`'s, live and unexpired, puts it
