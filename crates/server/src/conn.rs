@@ -639,6 +639,8 @@ pub struct Conn {
     pub write_blocked: bool,
     /// Processing stops until every forwarded request has come back.
     pub stalled: bool,
+    /// Its first request waits for flash reads (worker::flash): it runs again when they are back.
+    pub flash_wait: bool,
     /// Close once the output is sent (quit, end of input, shutdown).
     pub closing: bool,
     /// Close now.
@@ -686,6 +688,7 @@ impl Conn {
             && !self.closing
             && !self.eof
             && !self.stalled
+            && !self.flash_wait
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
     }
 }

@@ -58,6 +58,29 @@ const FRONT_REPLY_BYTES_MAX: usize = 2048;
 /// Sampled accesses a worker holds for `stats mrc` at most before handing them over.
 const MRC_BATCH_MAX: usize = 256;
 
+/// A key of a request whose record must come from flash before the request runs.
+#[derive(Clone, Debug)]
+pub struct FlashKey {
+    /// Where it is.
+    pub partition: usize,
+    pub hash: KeyHash,
+    pub key: Vec<u8>,
+    /// What to read (grown when the record turns out longer).
+    pub read: qs_store::FlashRead,
+    /// The request is a plain get (text get/gets, binary get): a young record is served
+    /// where it is instead of coming back to DRAM.
+    pub plain_get: bool,
+}
+
+/// A flash key resolved for the request about to run again: its record when it is to be
+/// served from flash (`None`: promoted, or absent, so the request runs as usual and the key is
+/// not looked for on flash again).
+#[derive(Debug)]
+pub struct FlashResolved {
+    pub hash: KeyHash,
+    pub serve: Option<(qs_store::FlashRead, Vec<u8>)>,
+}
+
 /// A worker's partitions and readers.
 pub struct Engine {
     /// This worker's number.
@@ -105,6 +128,11 @@ pub struct Engine {
     mrc_gets: u64,
     /// Sampled accesses not yet handed to `stats mrc` (each loop turn, or when full).
     mrc_batch: Vec<(u64, qs_store::mrc::Access)>,
+    /// `-o ext_path`: the partitions have flash tiers.
+    flash_on: bool,
+    /// The flash keys of the request about to run again, resolved (see [`FlashResolved`]);
+    /// emptied once it has run.
+    pub flash_resolved: Vec<FlashResolved>,
 }
 
 impl Engine {
@@ -113,6 +141,7 @@ impl Engine {
         let count = partitions.len();
         let limits = qs_proto::Limits { item_bytes_max: shared.item_bytes_max };
         let crew = !shared.readers.is_empty();
+        let flash_on = !shared.flash.is_empty();
         let front = (!shared.front_epochs.is_empty())
             .then(|| qs_store::front::FrontCache::new(FRONT_SETS, FRONT_WAYS));
         Engine {
@@ -141,6 +170,8 @@ impl Engine {
             front,
             mrc_gets: 0,
             mrc_batch: Vec::with_capacity(MRC_BATCH_MAX),
+            flash_on,
+            flash_resolved: Vec::new(),
         }
     }
 
@@ -386,6 +417,74 @@ impl Engine {
             Route::Local
         } else {
             Route::Forward(owner)
+        }
+    }
+
+    /// Whether the partitions have flash tiers.
+    #[inline]
+    pub fn flash_on(&self) -> bool {
+        self.flash_on
+    }
+
+    /// The keys of `request` (to run here) whose records are on flash and must be read before
+    /// it runs, appended to `keys`; none without a flash tier. A plain set needs no read (it
+    /// drops the key's flash copies), nor does a key just resolved.
+    pub fn flash_probe(&self, request: &Request<'_>, keys: &mut Vec<FlashKey>) {
+        if !self.flash_on {
+            return;
+        }
+        let plain_get = match request {
+            Request::Get { kind, .. } => matches!(kind, GetKind::Get | GetKind::Gets),
+            Request::Binary(binary) => {
+                matches!(binary.command, qs_proto::binary::Command::Get { touch: None, .. })
+            }
+            _ => false,
+        };
+        let mut probe = |key: &[u8]| {
+            if key.len() > qs_proto::KEY_BYTES_MAX {
+                return;
+            }
+            let (hash, partition) = self.locate(key);
+            if self.flash_resolved.iter().any(|resolved| resolved.hash == hash)
+                || keys.iter().any(|known| known.hash == hash)
+            {
+                return;
+            }
+            let Some(owned) = &self.partitions[partition] else { return };
+            if let Some(read) = owned.flash_probe(hash, key, self.now_secs) {
+                keys.push(FlashKey { partition, hash, key: key.to_vec(), read, plain_get });
+            }
+        };
+        match request {
+            Request::Get { keys, .. } => qs_proto::tokens::words(keys).for_each(&mut probe),
+            Request::Store { mode: StoreMode::Set, .. } | Request::TooLarge { .. } => {}
+            Request::Meta(meta) => probe(meta.key()),
+            _ => {
+                if let Some(key) = single_key_of(request) {
+                    probe(key);
+                }
+            }
+        }
+    }
+
+    /// Forgets the flash keys resolved for the request that has now run.
+    #[inline]
+    pub fn flash_forget(&mut self) {
+        if !self.flash_resolved.is_empty() {
+            self.flash_resolved.clear();
+        }
+    }
+
+    /// A plain get of a key whose record was read from flash and is to be served from it;
+    /// `None` when there is none (or it stopped being the key's: run as usual).
+    fn read_flash(&mut self, hash: KeyHash, partition: usize, key: &[u8], out: &mut Vec<u8>) -> Option<Outcome> {
+        let at = self.flash_resolved.iter().position(|resolved| resolved.hash == hash && resolved.serve.is_some())?;
+        let (read, record) = self.flash_resolved[at].serve.take()?;
+        let owned = self.partitions[partition].as_mut()?;
+        let request = qs_store::Request { key, hash, command: Command::Get };
+        match owned.serve_from_flash(&request, read, &record, self.now_secs, out) {
+            Some(Ok(outcome)) => Some(outcome),
+            _ => None,
         }
     }
 
@@ -825,6 +924,12 @@ impl Engine {
     /// A read of `key`: through the partition when owned, else through its CREW reader.
     fn read(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
         let (hash, partition) = self.locate(key);
+        if !self.flash_resolved.is_empty() && matches!(command, Command::Get) {
+            if let Some(outcome) = self.read_flash(hash, partition, key, out) {
+                self.offer(hash, key, &command);
+                return outcome;
+            }
+        }
         if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
             return self.run_at(hash, partition, key, command, out);
         }

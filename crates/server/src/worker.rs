@@ -22,6 +22,9 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "worker_flash.rs"]
+mod flash;
+
 const WAKER: Token = Token(0);
 const LISTENER_BASE: usize = 1;
 const UDP: Token = Token(15);
@@ -52,6 +55,8 @@ pub enum OpKind {
     StripEnd,
     /// Not sent (flush_all on other workers, the delete after a refused set).
     Discard,
+    /// Held by the owner for flash reads: answered in a later batch (never on a ring).
+    Held,
 }
 
 /// One forwarded request.
@@ -191,6 +196,8 @@ pub struct Worker {
     buffers_shown: crate::conn::BufferFigures,
     /// Its `watch` connections.
     watching: Vec<usize>,
+    /// Requests waiting for flash reads.
+    flash: flash::FlashWaits,
 }
 
 impl Worker {
@@ -263,6 +270,7 @@ impl Worker {
             buffers: Buffers::new(buffer_limit),
             buffers_shown: Default::default(),
             watching: Vec::new(),
+            flash: Default::default(),
         })
     }
 
@@ -326,6 +334,7 @@ impl Worker {
                 self.executed = true;
             }
             self.run_handed_over();
+            self.finish_flash();
             self.place_replies();
             self.read_ahead();
             while let Some(index) = self.work.pop() {
@@ -373,6 +382,7 @@ impl Worker {
     /// Zero when work is queued; otherwise announce sleep, re-check the rings, and sleep.
     fn timeout(&self) -> Option<Duration> {
         let busy = !self.work.is_empty()
+            || self.flash.has_ready()
             || self.udp_ready
             || self.native.ready()
             || self.outgoing.iter().any(Option::is_some)
@@ -386,6 +396,7 @@ impl Worker {
         self.shared.sleeping[self.index].0.store(true, SeqCst);
         std::sync::atomic::fence(SeqCst);
         let rings_have_work = self.rings.from.iter().flatten().any(|ring| !ring.is_empty())
+            || self.shared.flash_io.as_ref().is_some_and(|io| io.has_done(self.index))
             || self.rings.reply_from.iter().flatten().any(|ring| !ring.is_empty())
             || self.watching.iter().any(|&index| {
                 self.conns[index]
@@ -518,6 +529,7 @@ impl Worker {
                 peer_closed: false,
                 write_blocked: false,
                 stalled: false,
+                flash_wait: false,
                 closing: false,
                 dead: false,
                 queued: false,
@@ -603,6 +615,7 @@ impl Worker {
             shared,
             watching,
             buffers,
+            flash,
             ..
         } = self;
         let me = *me;
@@ -626,8 +639,12 @@ impl Worker {
             error,
             protocol,
             authenticated,
+            flash_wait,
             ..
         } = conn;
+        if *flash_wait {
+            return;
+        }
         *starved = false;
         engine.conn_fd = *fd;
         if watch.is_some() {
@@ -692,6 +709,8 @@ impl Worker {
         // memcached's -R: after this many requests the connection waits for the next turn.
         let reqs_per_event = if udp { u32::MAX } else { shared.config.reqs_per_event };
         let mut served = 0u32;
+        // The first request may be one that waited for flash: its resolved keys serve it only.
+        let mut ran_first = false;
         loop {
             if *stalled && output.pending_total == 0 {
                 // What it waited for has arrived (service reads again only once this clears).
@@ -768,6 +787,10 @@ impl Worker {
                 // UDP: the reply of the request handled last, still to be marked as ended.
                 let mut unmarked: Option<Option<Box<[u8]>>> = None;
                 for (parsed, located) in &window {
+                    if ran_first {
+                        engine.flash_forget();
+                    }
+                    ran_first = true;
                     if let Some(last_key) = unmarked.take() {
                         output.mark(last_key);
                     }
@@ -983,6 +1006,11 @@ impl Worker {
                             let Request::Get { kind, keys } = *request else {
                                 unreachable!("split gets are gets")
                             };
+                            if engine.flash_on() && park_for_flash(flash, request, engine, shared, index, *generation) {
+                                *flash_wait = true;
+                                stop = true;
+                                break;
+                            }
                             *executed = true;
                             let budget = OUTPUT_BYTES_HIGH
                                 .saturating_sub(output.held_bytes())
@@ -1023,6 +1051,11 @@ impl Worker {
                             }
                             *stalled = true;
                         }
+                    }
+                    if engine.flash_on() && park_for_flash(flash, request, engine, shared, index, *generation) {
+                        *flash_wait = true;
+                        stop = true;
+                        break;
                     }
                     *executed = true;
                     if let Request::Get { kind, keys } = *request {
@@ -1065,55 +1098,38 @@ impl Worker {
         }
     }
 
-    /// Runs the requests other workers handed over and queues their replies.
+    /// Runs the requests other workers handed over and queues their replies. A request whose
+    /// keys are on flash, and those of its connection behind it, are held until the reads are
+    /// back (`flash`); their replies go back later.
     fn run_handed_over(&mut self) {
         for from in 0..self.rings.from.len() {
             while let Some(mut batch) = self.rings.from[from].as_mut().and_then(|ring| ring.pop().ok()) {
                 self.executed = true;
                 let Batch { ops, requests, responses } = &mut batch;
                 responses.clear();
-                for op in ops.iter_mut() {
+                let mut held = 0;
+                for at in 0..ops.len() {
+                    let op = &mut ops[at];
                     let (start, len) = (op.request.0 as usize, op.request.1 as usize);
-                    let response_start = responses.len();
                     let request = &requests[start..start + len];
-                    self.engine.conn_fd = op.fd;
-                    if let Some((partition, buckets)) = crate::dump::decode_chunk(request) {
-                        self.engine.dump_chunk(partition, buckets, responses);
-                        op.response = (response_start as u32, (responses.len() - response_start) as u32);
-                        continue;
-                    }
-                    let parse = match request.first() {
-                        Some(&qs_proto::binary::REQUEST_MAGIC) => qs_proto::binary::parse,
-                        _ => qs_proto::parse,
-                    };
-                    match parse(request, &self.engine.limits) {
-                        Parsed::Request { request, .. } => {
-                            // Every key of a handed-over request is owned here, so nothing
-                            // is handed on.
-                            self.engine.for_other = true;
-                            self.engine.execute(&request, responses);
-                            self.engine.for_other = false;
-                            op.front = match request {
-                                Request::Get { kind: GetKind::Get, keys } if op.kind == OpKind::Reply => {
-                                    qs_proto::tokens::single_word(keys)
-                                        .and_then(|key| self.engine.front_tag(key))
-                                }
-                                _ => None,
-                            };
-                        }
-                        other => panic!("handed-over request did not parse: {other:?}"),
-                    }
-                    match op.kind {
-                        OpKind::Reply => {}
-                        OpKind::StripEnd => {
-                            if responses[response_start..].ends_with(qs_proto::response::END) {
-                                responses.truncate(responses.len() - qs_proto::response::END.len());
+                    if self.engine.flash_on() && crate::dump::decode_chunk(request).is_none() {
+                        if !self.flash.holds(from, op) {
+                            self.flash.keys.clear();
+                            if let Parsed::Request { request, .. } = parse_handed(request, &self.engine.limits) {
+                                self.engine.flash_probe(&request, &mut self.flash.keys);
                             }
                         }
-                        OpKind::Discard => responses.truncate(response_start),
+                        if self.flash.holds(from, op) || !self.flash.keys.is_empty() {
+                            self.flash.hold(from, *op, request.to_vec(), &mut self.engine, &self.shared);
+                            op.kind = OpKind::Held;
+                            held += 1;
+                            continue;
+                        }
                     }
-                    op.response = (response_start as u32, (responses.len() - response_start) as u32);
-                    self.engine.counters.executed_for_others += 1;
+                    run_op(&mut self.engine, op, request, responses);
+                }
+                if held > 0 {
+                    ops.retain(|op| op.kind != OpKind::Held);
                 }
                 self.unsent_replies[from].push_back(batch);
             }
@@ -1293,6 +1309,7 @@ impl Worker {
                 peer_closed: false,
                 write_blocked: false,
                 stalled: false,
+                flash_wait: false,
                 closing: false,
                 dead: false,
                 queued: true,
@@ -1313,7 +1330,7 @@ impl Worker {
     fn finish_udp(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
         let Transport::Udp { peer, request_id } = conn.transport else { return };
-        if conn.stalled || conn.waiting || conn.output.pending_total > 0 {
+        if conn.stalled || conn.waiting || conn.flash_wait || conn.output.pending_total > 0 {
             return;
         }
         if conn.output.held_bytes() > OUTPUT_BYTES_HIGH && conn.input.start < conn.input.end {
@@ -1591,6 +1608,71 @@ impl Hand<'_> {
         });
         engine.counters.forwarded += 1;
     }
+}
+
+/// Parses a handed-over request's bytes (either protocol).
+fn parse_handed<'a>(request: &'a [u8], limits: &qs_proto::Limits) -> Parsed<'a> {
+    match request.first() {
+        Some(&qs_proto::binary::REQUEST_MAGIC) => qs_proto::binary::parse(request, limits),
+        _ => qs_proto::parse(request, limits),
+    }
+}
+
+/// Runs one handed-over request (or dump chunk) and appends its reply to `responses`.
+fn run_op(engine: &mut Engine, op: &mut Op, request: &[u8], responses: &mut Vec<u8>) {
+    let response_start = responses.len();
+    engine.conn_fd = op.fd;
+    if let Some((partition, buckets)) = crate::dump::decode_chunk(request) {
+        engine.dump_chunk(partition, buckets, responses);
+        op.response = (response_start as u32, (responses.len() - response_start) as u32);
+        return;
+    }
+    match parse_handed(request, &engine.limits) {
+        Parsed::Request { request, .. } => {
+            // Every key of a handed-over request is owned here, so nothing is handed on.
+            engine.for_other = true;
+            engine.execute(&request, responses);
+            engine.for_other = false;
+            op.front = match request {
+                Request::Get { kind: GetKind::Get, keys } if op.kind == OpKind::Reply => {
+                    qs_proto::tokens::single_word(keys).and_then(|key| engine.front_tag(key))
+                }
+                _ => None,
+            };
+        }
+        other => panic!("handed-over request did not parse: {other:?}"),
+    }
+    match op.kind {
+        OpKind::Reply | OpKind::Held => {}
+        OpKind::StripEnd => {
+            if responses[response_start..].ends_with(qs_proto::response::END) {
+                responses.truncate(responses.len() - qs_proto::response::END.len());
+            }
+        }
+        OpKind::Discard => responses.truncate(response_start),
+    }
+    op.response = (response_start as u32, (responses.len() - response_start) as u32);
+    engine.counters.executed_for_others += 1;
+}
+
+/// With `-o ext_path`: when `request` (to run here now) has keys on flash, starts reading them
+/// and returns true; the request stays in the connection's input and runs again when they are
+/// back.
+fn park_for_flash(
+    flash: &mut flash::FlashWaits,
+    request: &Request<'_>,
+    engine: &mut Engine,
+    shared: &Shared,
+    conn: usize,
+    generation: u32,
+) -> bool {
+    flash.keys.clear();
+    engine.flash_probe(request, &mut flash.keys);
+    if flash.keys.is_empty() {
+        return false;
+    }
+    flash.start(flash::Waiter::Local { conn, generation }, engine, shared);
+    true
 }
 
 /// For a storage request whose data block exceeds the item size limit: the key's owner, and
