@@ -2,6 +2,7 @@
 //! and dashboards parse them). Figures come from what owners publish once per loop turn.
 
 use crate::shared::{Shared, StatsBaseline, WorkerFigures};
+use qs_store::flash::FlashStats;
 use qs_store::PartitionStats;
 use std::fmt::Display;
 use std::io::Write;
@@ -143,6 +144,16 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "get_misses", p.get_misses + (remote_gets - remote_hits));
     stat(out, "get_expired", p.get_expired + c.remote_get_expired);
     stat(out, "get_flushed", p.get_flushed + c.remote_get_flushed);
+    let flash = flash_totals(shared);
+    if let Some(FlashTotals { log, tier, .. }) = &flash {
+        // A read of a flash record (the page in memory included) for any command.
+        stat(out, "get_extstore", log.reads + log.buffer_reads);
+        stat(out, "get_aborted_extstore", 0);
+        stat(out, "get_oom_extstore", 0);
+        stat(out, "recache_from_extstore", tier.promoted);
+        stat(out, "miss_from_extstore", tier.misses);
+        stat(out, "badcrc_from_extstore", 0);
+    }
     stat(out, "delete_misses", p.delete_misses);
     stat(out, "delete_hits", p.delete_hits);
     stat(out, "incr_misses", p.incr_misses);
@@ -201,6 +212,9 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "log_watcher_skipped", watchers.skipped.load(Relaxed));
     stat(out, "log_watcher_sent", watchers.sent.load(Relaxed));
     stat(out, "log_watchers", watchers.count());
+    if let Some(totals) = &flash {
+        extstore_stats(out, totals);
+    }
     stat(out, "unexpected_napi_ids", 0);
     stat(out, "round_robin_fallback", 0);
     stat(out, "bytes", p.bytes);
@@ -250,6 +264,86 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "store_spare_buckets", p.spare_buckets);
         stat(out, "store_refused_writes", p.refused);
     }
+}
+
+/// The flash tier's figures summed over the partitions (`None` without one).
+struct FlashTotals {
+    log: FlashStats,
+    tier: qs_store::FlashCounters,
+    /// Bytes of the pages in use (written and still in the logs, and those being filled).
+    used_page_bytes: u64,
+    /// Bytes of all the logs.
+    capacity_bytes: u64,
+    /// Pages written and still in their logs.
+    pages_used: u64,
+}
+
+fn flash_totals(shared: &Shared) -> Option<FlashTotals> {
+    if shared.flash.is_empty() {
+        return None;
+    }
+    let mut log = FlashStats::default();
+    let mut tier = qs_store::FlashCounters::default();
+    let (mut used_page_bytes, mut capacity_bytes, mut pages_used) = (0, 0, 0);
+    for slot in &shared.flash {
+        let (one, counters) = *slot.lock().unwrap_or_else(|e| e.into_inner());
+        log.records += one.records;
+        log.record_bytes += one.record_bytes;
+        log.pages_written += one.pages_written;
+        log.bytes_written += one.bytes_written;
+        log.pages_reused += one.pages_reused;
+        log.reads += one.reads;
+        log.bytes_read += one.bytes_read;
+        log.buffer_reads += one.buffer_reads;
+        log.write_errors += one.write_errors;
+        log.failed |= one.failed;
+        log.records_evicted += one.records_evicted;
+        log.bytes_evicted += one.bytes_evicted;
+        log.pages += one.pages;
+        used_page_bytes += (one.pages_written + 1).min(one.pages) * one.page_bytes;
+        capacity_bytes += one.pages * one.page_bytes;
+        pages_used += one.pages_written.min(one.pages);
+        tier.demoted += counters.demoted;
+        tier.dropped += counters.dropped;
+        tier.promoted += counters.promoted;
+        tier.misses += counters.misses;
+        tier.superseded += counters.superseded;
+        tier.served += counters.served;
+    }
+    Some(FlashTotals { log, tier, used_page_bytes, capacity_bytes, pages_used })
+}
+
+/// memcached's extstore lines of `stats`. The logs are circular: a page's place is reused as
+/// a whole (a page eviction), nothing is compacted.
+fn extstore_stats(out: &mut Vec<u8>, totals: &FlashTotals) {
+    let FlashTotals { log, tier, used_page_bytes, capacity_bytes, pages_used } = totals;
+    let used_bytes = log.record_bytes - log.bytes_evicted;
+    stat(out, "extstore_compact_lost", 0);
+    stat(out, "extstore_compact_rescues", 0);
+    stat(out, "extstore_compact_skipped", 0);
+    stat(out, "extstore_page_allocs", log.pages_written);
+    stat(out, "extstore_page_evictions", log.pages_reused);
+    stat(out, "extstore_page_reclaims", 0);
+    stat(out, "extstore_pages_free", log.pages - pages_used);
+    stat(out, "extstore_pages_used", pages_used);
+    stat(out, "extstore_objects_evicted", log.records_evicted);
+    stat(out, "extstore_objects_read", log.reads + log.buffer_reads);
+    stat(out, "extstore_objects_written", log.records);
+    stat(out, "extstore_objects_used", log.records - log.records_evicted);
+    stat(out, "extstore_bytes_evicted", log.bytes_evicted);
+    stat(out, "extstore_bytes_written", log.bytes_written);
+    stat(out, "extstore_bytes_read", log.bytes_read);
+    stat(out, "extstore_bytes_used", used_bytes);
+    stat(out, "extstore_bytes_fragmented", used_page_bytes.saturating_sub(used_bytes));
+    stat(out, "extstore_limit_maxbytes", capacity_bytes);
+    stat(out, "extstore_io_queue", 0);
+    // Quicksilver's own.
+    stat(out, "extstore_demoted", tier.demoted);
+    stat(out, "extstore_demote_dropped", tier.dropped);
+    stat(out, "extstore_superseded", tier.superseded);
+    stat(out, "extstore_served_in_place", tier.served);
+    stat(out, "extstore_write_errors", log.write_errors);
+    stat(out, "extstore_failed", u8::from(log.failed));
 }
 
 fn settings(shared: &Shared, out: &mut Vec<u8>) {
@@ -303,6 +397,20 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "worker_logbuf_size", extended.worker_logbuf_bytes);
     stat(out, "read_buf_mem_limit", extended.read_buf_mem_limit_bytes);
     stat(out, "inline_ascii_response", "no");
+    if !shared.flash.is_empty() {
+        let extended = &shared.extended;
+        stat(out, "ext_item_size", extended.ext_item_size);
+        stat(out, "ext_item_age", u32::MAX);
+        stat(out, "ext_low_ttl", 0);
+        stat(out, "ext_recache_rate", 0);
+        stat(out, "ext_wbuf_size", extended.ext_wbuf_bytes);
+        stat(out, "ext_compact_under", 0);
+        stat(out, "ext_drop_under", 0);
+        stat(out, "ext_max_sleep", 1_000_000);
+        stat(out, "ext_max_frag", "0.80");
+        stat(out, "slab_automove_freeratio", "0.010");
+        stat(out, "ext_drop_unread", "no");
+    }
     stat(out, "drop_privileges", "no");
     stat(out, "ssl_enabled", "no");
     stat(out, "proxy_enabled", "no");
@@ -476,5 +584,16 @@ fn partitions(shared: &Shared, out: &mut Vec<u8>) {
         field("sets", p.sets);
         field("log_evictions", p.log_evictions);
         field("index_evictions", p.index_evictions);
+        if let Some(slot) = shared.flash.get(index) {
+            let (log, tier) = *slot.lock().unwrap_or_else(|e| e.into_inner());
+            field("flash_demoted", tier.demoted);
+            field("flash_reads", log.reads + log.buffer_reads);
+            field("flash_promoted", tier.promoted);
+            field("flash_served", tier.served);
+            field("flash_misses", tier.misses);
+            field("flash_objects_used", log.records - log.records_evicted);
+            field("flash_bytes_written", log.bytes_written);
+            field("flash_failed", u64::from(log.failed));
+        }
     }
 }

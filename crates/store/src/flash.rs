@@ -41,6 +41,12 @@ pub struct FlashStats {
     pub write_errors: u64,
     /// Whether the tier turned itself off after a write error.
     pub failed: bool,
+    /// Records (and their bytes) whose page was reused: gone from flash.
+    pub records_evicted: u64,
+    pub bytes_evicted: u64,
+    /// The log's size in pages, and a page's bytes.
+    pub pages: u64,
+    pub page_bytes: u64,
 }
 
 /// Where a live record's bytes are.
@@ -62,6 +68,10 @@ pub struct FlashLog {
     /// The page being filled (its number) and its bytes so far.
     page: u64,
     buffer: Vec<u8>,
+    /// Per place in the file: the records (and bytes) of the page written there.
+    placed: Vec<(u32, u64)>,
+    /// Records (and bytes) in the page being filled.
+    filling: (u32, u64),
     stats: FlashStats,
 }
 
@@ -78,7 +88,9 @@ impl FlashLog {
             pages,
             page: 0,
             buffer: Vec::with_capacity(page_bytes as usize),
-            stats: FlashStats::default(),
+            placed: vec![(0, 0); pages as usize],
+            filling: (0, 0),
+            stats: FlashStats { pages, page_bytes, ..FlashStats::default() },
         })
     }
 
@@ -132,6 +144,8 @@ impl FlashLog {
         self.buffer.extend_from_slice(record);
         self.stats.records += 1;
         self.stats.record_bytes += record.len() as u64;
+        self.filling.0 += 1;
+        self.filling.1 += record.len() as u64;
         Some(offset)
     }
 
@@ -143,6 +157,10 @@ impl FlashLog {
             Ok(()) => {
                 self.stats.pages_written += 1;
                 self.stats.bytes_written += self.buffer.len() as u64;
+                let place = (self.page % self.pages) as usize;
+                let (records, bytes) = std::mem::replace(&mut self.placed[place], std::mem::take(&mut self.filling));
+                self.stats.records_evicted += u64::from(records);
+                self.stats.bytes_evicted += bytes;
                 self.page += 1;
                 if self.page >= self.pages {
                     // The next page's place held page `page - pages`: its records are gone.
