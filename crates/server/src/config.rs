@@ -380,9 +380,10 @@ const EXT_TUNING_OPTIONS: &[&str] = &[
 fn parse_ext_path(value: &str) -> Result<(std::path::PathBuf, u64), String> {
     let mut parts = value.split(':');
     let file = parts.next().filter(|file| !file.is_empty()).ok_or("Could not parse ext_path")?;
-    let size = parts.next().filter(|size| !size.is_empty()).ok_or(
-        "must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)",
-    )?;
+    let size = parts
+        .next()
+        .filter(|size| !size.is_empty())
+        .ok_or("must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)")?;
     if let Some(bucket) = parts.next() {
         if !matches!(bucket, "compact" | "lowttl" | "chunked" | "default") {
             return Err(format!("Unknown extstore bucket: {bucket}"));

@@ -133,6 +133,8 @@ pub struct Engine {
     /// The flash keys of the request about to run again, resolved (see [`FlashResolved`]);
     /// emptied once it has run.
     pub flash_resolved: Vec<FlashResolved>,
+    /// Partitions whose flash tier turned off, already said on standard error.
+    flash_off_said: std::cell::Cell<u64>,
 }
 
 impl Engine {
@@ -172,6 +174,7 @@ impl Engine {
             mrc_batch: Vec::with_capacity(MRC_BATCH_MAX),
             flash_on,
             flash_resolved: Vec::new(),
+            flash_off_said: std::cell::Cell::new(0),
         }
     }
 
@@ -477,8 +480,17 @@ impl Engine {
 
     /// A plain get of a key whose record was read from flash and is to be served from it;
     /// `None` when there is none (or it stopped being the key's: run as usual).
-    fn read_flash(&mut self, hash: KeyHash, partition: usize, key: &[u8], out: &mut Vec<u8>) -> Option<Outcome> {
-        let at = self.flash_resolved.iter().position(|resolved| resolved.hash == hash && resolved.serve.is_some())?;
+    fn read_flash(
+        &mut self,
+        hash: KeyHash,
+        partition: usize,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let at = self
+            .flash_resolved
+            .iter()
+            .position(|resolved| resolved.hash == hash && resolved.serve.is_some())?;
         let (read, record) = self.flash_resolved[at].serve.take()?;
         let owned = self.partitions[partition].as_mut()?;
         let request = qs_store::Request { key, hash, command: Command::Get };
@@ -1561,6 +1573,14 @@ impl Engine {
                 *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) =
                     partition.stats_snapshot();
                 if let (Some(figures), Some(slot)) = (partition.flash_stats(), self.shared.flash.get(index)) {
+                    let bit = 1u64 << (index % 64);
+                    if figures.0.failed && self.flash_off_said.get() & bit == 0 {
+                        self.flash_off_said.set(self.flash_off_said.get() | bit);
+                        eprintln!(
+                            "quicksilver: partition {index}: a flash write failed; its flash tier is off \
+                             (items leaving DRAM are evicted, flash items still in place answer; stats: extstore_failed)"
+                        );
+                    }
                     *slot.lock().unwrap_or_else(|e| e.into_inner()) = figures;
                 }
             }

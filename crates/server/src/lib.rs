@@ -93,7 +93,10 @@ fn flash_item_bytes(extended: &config::Extended) -> u64 {
 /// With a flash tier the index must find the flash items too: each partition's index grows by
 /// its share of the flash bytes at [`flash_item_bytes`] per item (8 bytes a slot: at the
 /// default 512, 1 GiB of flash costs 8 MiB of index).
-fn flash_index_sizing(mut configs: Vec<qs_store::Config>, extended: &config::Extended) -> Vec<qs_store::Config> {
+fn flash_index_sizing(
+    mut configs: Vec<qs_store::Config>,
+    extended: &config::Extended,
+) -> Vec<qs_store::Config> {
     let flash_bytes: u64 = extended.ext_paths.iter().map(|(_, bytes)| bytes).sum();
     let per_partition = flash_bytes / configs.len() as u64;
     for partition in &mut configs {
@@ -133,11 +136,22 @@ fn attach_flash(partitions: &mut [Partition], extended: &config::Extended) -> Re
         if sharing.is_empty() {
             continue;
         }
-        let share = bytes / sharing.len() as u64 & !4095;
+        let share = (bytes / sharing.len() as u64) & !4095;
         let page_bytes = (extended.ext_wbuf_bytes as u64).min(share / 8) & !4095;
         for (slot, &index) in sharing.iter().enumerate() {
-            let log = qs_store::flash::FlashLog::new(Arc::clone(&file), slot as u64 * share, share, page_bytes as usize)
-                .ok_or_else(|| format!("ext_path {}: {bytes} bytes is too small for {} partitions", path.display(), sharing.len()))?;
+            let log = qs_store::flash::FlashLog::new(
+                Arc::clone(&file),
+                slot as u64 * share,
+                share,
+                page_bytes as usize,
+            )
+            .ok_or_else(|| {
+                format!(
+                    "ext_path {}: {bytes} bytes is too small for {} partitions",
+                    path.display(),
+                    sharing.len()
+                )
+            })?;
             // ext_item_size counts the item's bytes; a record here adds its header.
             partitions[index].attach_flash(log, extended.ext_item_size);
         }
@@ -170,7 +184,10 @@ impl Server {
         let flash_on = !extended.ext_paths.is_empty();
         if flash_on {
             if config.store_mode() {
-                return Err("-o ext_path: store mode keeps every item in memory; the flash tier is for cache mode".into());
+                return Err(
+                    "-o ext_path: store mode keeps every item in memory; the flash tier is for cache mode"
+                        .into(),
+                );
             }
             if config.memory_file.is_some() {
                 return Err("-o ext_path with -e: the flash tier's items do not survive a restart yet".into());
@@ -241,11 +258,7 @@ impl Server {
         let first = &partitions[0];
         let shared = Arc::new(Shared {
             flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
-            flash: partitions
-                .iter()
-                .filter_map(Partition::flash_stats)
-                .map(Mutex::new)
-                .collect(),
+            flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
             front_epochs,
             workers,
             partition_bits: partition_count.trailing_zeros(),
@@ -423,7 +436,8 @@ impl Server {
             threads.push(thread);
         }
         if shared.flash_io.is_some() {
-            flashio::FlashIo::start(&shared, shared.extended.ext_threads).map_err(|e| format!("flash reader threads: {e}"))?;
+            flashio::FlashIo::start(&shared, shared.extended.ext_threads)
+                .map_err(|e| format!("flash reader threads: {e}"))?;
         }
         Ok(Server { shared, threads, gate })
     }

@@ -1006,7 +1006,9 @@ impl Worker {
                             let Request::Get { kind, keys } = *request else {
                                 unreachable!("split gets are gets")
                             };
-                            if engine.flash_on() && park_for_flash(flash, request, engine, shared, index, *generation) {
+                            if engine.flash_on()
+                                && park_for_flash(flash, request, engine, shared, index, *generation)
+                            {
                                 *flash_wait = true;
                                 stop = true;
                                 break;
@@ -1052,7 +1054,8 @@ impl Worker {
                             *stalled = true;
                         }
                     }
-                    if engine.flash_on() && park_for_flash(flash, request, engine, shared, index, *generation) {
+                    if engine.flash_on() && park_for_flash(flash, request, engine, shared, index, *generation)
+                    {
                         *flash_wait = true;
                         stop = true;
                         break;
@@ -1108,14 +1111,15 @@ impl Worker {
                 let Batch { ops, requests, responses } = &mut batch;
                 responses.clear();
                 let mut held = 0;
-                for at in 0..ops.len() {
-                    let op = &mut ops[at];
+                for op in ops.iter_mut() {
                     let (start, len) = (op.request.0 as usize, op.request.1 as usize);
                     let request = &requests[start..start + len];
                     if self.engine.flash_on() && crate::dump::decode_chunk(request).is_none() {
                         if !self.flash.holds(from, op) {
                             self.flash.keys.clear();
-                            if let Parsed::Request { request, .. } = parse_handed(request, &self.engine.limits) {
+                            if let Parsed::Request { request, .. } =
+                                parse_handed(request, &self.engine.limits)
+                            {
                                 self.engine.flash_probe(&request, &mut self.flash.keys);
                             }
                         }

@@ -168,17 +168,18 @@ impl FlashWaits {
                 wait.states[number] = KeyState::Resolved(FlashResolved { hash: key.hash, serve: None });
                 continue;
             }
-            let serve = match partition.flash_resolve(key.hash, &key.key, key.read, &record, now, key.plain_get) {
-                Resolved::Done => None,
-                Resolved::Serve => Some((key.read, record)),
-                Resolved::NeedBytes(len) if len > key.read.len => {
-                    key.read.len = len;
-                    wait.states[number] = KeyState::Reading;
-                    again = true;
-                    continue;
-                }
-                Resolved::NeedBytes(_) => None,
-            };
+            let serve =
+                match partition.flash_resolve(key.hash, &key.key, key.read, &record, now, key.plain_get) {
+                    Resolved::Done => None,
+                    Resolved::Serve => Some((key.read, record)),
+                    Resolved::NeedBytes(len) if len > key.read.len => {
+                        key.read.len = len;
+                        wait.states[number] = KeyState::Reading;
+                        again = true;
+                        continue;
+                    }
+                    Resolved::NeedBytes(_) => None,
+                };
             wait.states[number] = KeyState::Resolved(FlashResolved { hash: key.hash, serve });
         }
         if again {
@@ -210,7 +211,14 @@ impl FlashWaits {
 
     /// Holds a handed-over request behind the connection's others, or (with `self.keys` to
     /// read) as the first.
-    pub(super) fn hold(&mut self, from: usize, op: Op, request: Vec<u8>, engine: &mut Engine, shared: &Shared) {
+    pub(super) fn hold(
+        &mut self,
+        from: usize,
+        op: Op,
+        request: Vec<u8>,
+        engine: &mut Engine,
+        shared: &Shared,
+    ) {
         let key = (from, op.conn, op.generation);
         let waiter = Waiter::Handed { from, op, request };
         let id = if self.held.contains_key(&key) {

@@ -158,7 +158,8 @@ impl FlashLog {
                 self.stats.pages_written += 1;
                 self.stats.bytes_written += self.buffer.len() as u64;
                 let place = (self.page % self.pages) as usize;
-                let (records, bytes) = std::mem::replace(&mut self.placed[place], std::mem::take(&mut self.filling));
+                let (records, bytes) =
+                    std::mem::replace(&mut self.placed[place], std::mem::take(&mut self.filling));
                 self.stats.records_evicted += u64::from(records);
                 self.stats.bytes_evicted += bytes;
                 self.page += 1;

@@ -1,0 +1,285 @@
+//! `-o ext_path` (issue 26 part 1): items that leave DRAM go to a flash log and come back
+//! without the worker waiting for the device; every command keeps memcached's semantics on
+//! them; replies keep request order; a full device turns the tier off and DRAM keeps serving.
+
+mod common;
+
+use common::{stat, stats, Client, ServerProcess};
+use std::path::PathBuf;
+
+/// A flash file in the temporary directory (a real file system, as extstore wants), removed
+/// when dropped.
+struct FlashFile(PathBuf);
+
+impl FlashFile {
+    fn new(name: &str) -> FlashFile {
+        let path = std::env::temp_dir().join(format!("qs-flash-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        FlashFile(path)
+    }
+
+    /// The `-o` argument for a file of `size` (memcached's spelling, e.g. 64m).
+    fn option(&self, size: &str) -> String {
+        format!("ext_path={}:{size}", self.0.display())
+    }
+}
+
+impl Drop for FlashFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn value(n: usize) -> Vec<u8> {
+    // 1-3 KiB, as the issue's values, and recognisable.
+    format!("v{n:07}.").repeat(100 + n % 256).into_bytes()
+}
+
+/// Stores keys `key:0..count` with flags n, pipelined (noreply), then waits for them.
+fn fill(client: &mut Client, prefix: &str, count: usize) {
+    let mut batch = Vec::new();
+    for n in 0..count {
+        let data = value(n);
+        batch.extend_from_slice(format!("set {prefix}:{n} {n} 0 {} noreply\r\n", data.len()).as_bytes());
+        batch.extend_from_slice(&data);
+        batch.extend_from_slice(b"\r\n");
+        if batch.len() > 256 << 10 {
+            client.send(&batch);
+            batch.clear();
+        }
+    }
+    client.call(&batch);
+}
+
+/// The reply to `gets` of one key: (flags, cas, value), or `None` on a miss.
+fn parse_gets(reply: &[u8]) -> Option<(u32, u64, Vec<u8>)> {
+    if reply == b"END\r\n" {
+        return None;
+    }
+    let line_end = reply.windows(2).position(|w| w == b"\r\n").expect("a line");
+    let line = std::str::from_utf8(&reply[..line_end]).expect("text");
+    let fields: Vec<&str> = line.split(' ').collect();
+    assert_eq!(fields[0], "VALUE", "{line}");
+    let len: usize = fields[3].parse().expect("length");
+    let data = reply[line_end + 2..line_end + 2 + len].to_vec();
+    assert_eq!(&reply[line_end + 2 + len..], b"\r\nEND\r\n");
+    Some((fields[2].parse().expect("flags"), fields[4].parse().expect("cas"), data))
+}
+
+fn get_stat(client: &mut Client, name: &str) -> u64 {
+    stat(client, name)
+}
+
+fn server(file: &FlashFile, extra: &[&str]) -> ServerProcess {
+    let option = file.option("64m");
+    let mut args = vec!["-t", "2", "-m", "8", "-o", &option];
+    args.extend_from_slice(extra);
+    ServerProcess::quicksilver(&args)
+}
+
+#[test]
+fn items_beyond_dram_come_back_from_flash_with_their_flags_and_cas() {
+    let file = FlashFile::new("basic");
+    let server = server(&file, &[]);
+    let mut client = server.connect();
+    // 8 MiB of DRAM, ~40 MiB of items: most of them end up on flash.
+    let count = 20_000;
+    fill(&mut client, "key", count);
+    assert!(get_stat(&mut client, "extstore_objects_written") > 10_000);
+    let mut cas = vec![0u64; count];
+    for round in 0..2 {
+        for (n, known) in cas.iter_mut().enumerate() {
+            let reply = client.call(format!("gets key:{n}\r\n").as_bytes());
+            let (flags, unique, data) =
+                parse_gets(&reply).unwrap_or_else(|| panic!("key:{n} missing (round {round})"));
+            assert_eq!((flags as usize, data), (n, value(n)), "key:{n}");
+            if round == 0 {
+                *known = unique;
+            } else {
+                assert_eq!(unique, *known, "key:{n}: a CAS unique survives flash and back");
+            }
+        }
+    }
+    let reads = get_stat(&mut client, "get_extstore");
+    assert!(reads > 10_000, "get_extstore {reads}");
+    assert_eq!(get_stat(&mut client, "extstore_failed"), 0);
+    // Per-partition figures.
+    let partitions = stats(&mut client, "partitions");
+    let demoted: u64 = partitions
+        .iter()
+        .filter(|(name, _)| name.ends_with(":flash_demoted"))
+        .map(|(_, value)| value.parse::<u64>().expect("a number"))
+        .sum();
+    assert_eq!(demoted, get_stat(&mut client, "extstore_demoted"));
+}
+
+#[test]
+fn commands_on_flash_items_keep_memcached_semantics() {
+    let file = FlashFile::new("commands");
+    // ext_item_size 0: small counters go to flash too.
+    let server = server(&file, &["-o", "ext_item_size=0"]);
+    let mut client = server.connect();
+    for n in 0..8 {
+        assert_eq!(client.call(format!("set c:{n} 7 0 3\r\n100\r\n").as_bytes()), b"STORED\r\n");
+    }
+    let cas = parse_gets(&client.call(b"gets c:5\r\n")).expect("c:5").1;
+    // Push them out of DRAM.
+    fill(&mut client, "fill", 12_000);
+    let reads = |client: &mut Client| get_stat(client, "get_extstore");
+    let before = reads(&mut client);
+    assert_eq!(client.call(b"incr c:0 5\r\n"), b"105\r\n");
+    assert_eq!(client.call(b"get c:0\r\n"), b"VALUE c:0 7 3\r\n105\r\nEND\r\n");
+    assert_eq!(client.call(b"delete c:1\r\n"), b"DELETED\r\n");
+    assert_eq!(client.call(b"get c:1\r\n"), b"END\r\n");
+    assert_eq!(client.call(b"touch c:2 1000\r\n"), b"TOUCHED\r\n");
+    assert_eq!(client.call(b"append c:3 0 0 1\r\nx\r\n"), b"STORED\r\n");
+    assert_eq!(client.call(b"get c:3\r\n"), b"VALUE c:3 7 4\r\n100x\r\nEND\r\n");
+    assert_eq!(client.call(b"add c:4 0 0 1\r\ny\r\n"), b"NOT_STORED\r\n");
+    assert_eq!(client.call(format!("cas c:5 9 0 3 {cas}\r\nnew\r\n").as_bytes()), b"STORED\r\n");
+    assert_eq!(client.call(b"get c:5\r\n"), b"VALUE c:5 9 3\r\nnew\r\nEND\r\n");
+    assert_eq!(client.call(b"mg c:6 v f s\r\n"), b"VA 3 f7 s3\r\n100\r\n");
+    assert_eq!(client.call(b"decr c:7 1\r\n"), b"99\r\n");
+    assert!(reads(&mut client) >= before + 8, "the commands read flash");
+    // A plain set needs no read and wins.
+    assert_eq!(client.call(b"set fill:3 1 0 2\r\nhi\r\n"), b"STORED\r\n");
+    assert_eq!(client.call(b"get fill:3\r\n"), b"VALUE fill:3 1 2\r\nhi\r\nEND\r\n");
+}
+
+#[test]
+fn a_pipeline_across_flash_and_dram_answers_in_order() {
+    let file = FlashFile::new("pipeline");
+    let server = server(&file, &[]);
+    let mut client = server.connect();
+    let count = 16_000;
+    fill(&mut client, "key", count);
+    // Old keys (on flash), new ones (in DRAM), and a set between two gets of a flash key, all
+    // in one write.
+    let mut request = Vec::new();
+    let mut expected = Vec::new();
+    for n in (0..400).map(|i| i * 37 % count) {
+        let old = n % 3000;
+        for key in [old, count - 1 - n % 200] {
+            request.extend_from_slice(format!("get key:{key}\r\n").as_bytes());
+            let data = value(key);
+            expected.extend_from_slice(format!("VALUE key:{key} {key} {}\r\n", data.len()).as_bytes());
+            expected.extend_from_slice(&data);
+            expected.extend_from_slice(b"\r\nEND\r\n");
+        }
+    }
+    request.extend_from_slice(b"get key:5\r\nset key:5 1 0 3\r\nnew\r\nget key:5\r\n");
+    let data = value(5);
+    expected.extend_from_slice(format!("VALUE key:5 5 {}\r\n", data.len()).as_bytes());
+    expected.extend_from_slice(&data);
+    expected.extend_from_slice(b"\r\nEND\r\nSTORED\r\nVALUE key:5 1 3\r\nnew\r\nEND\r\n");
+    // A multi-get of flash keys.
+    let keys: Vec<usize> = (100..140).collect();
+    request.extend_from_slice(b"get");
+    for key in &keys {
+        request.extend_from_slice(format!(" key:{key}").as_bytes());
+    }
+    request.extend_from_slice(b"\r\n");
+    for &key in &keys {
+        let data = value(key);
+        expected.extend_from_slice(format!("VALUE key:{key} {key} {}\r\n", data.len()).as_bytes());
+        expected.extend_from_slice(&data);
+        expected.extend_from_slice(b"\r\n");
+    }
+    expected.extend_from_slice(b"END\r\n");
+    let reply = client.call(&request);
+    assert!(
+        reply == expected,
+        "replies out of order or wrong ({} bytes, expected {})",
+        reply.len(),
+        expected.len()
+    );
+    assert!(get_stat(&mut client, "get_extstore") > 100);
+}
+
+#[test]
+fn extstore_stats_carry_memcached_names_in_its_order() {
+    let file = FlashFile::new("names");
+    let server = server(&file, &[]);
+    let memcached_file = FlashFile::new("names-memcached");
+    let option = memcached_file.option("64m");
+    let memcached = ServerProcess::memcached(&["-m", "64", "-o", &option]);
+    let names = |client: &mut Client, group: &str| -> Vec<String> {
+        stats(client, group).into_iter().map(|(name, _)| name).filter(|name| name.contains("ext")).collect()
+    };
+    let ours = names(&mut server.connect(), "");
+    let theirs = names(&mut memcached.connect(), "");
+    let shared: Vec<&String> = ours.iter().filter(|name| theirs.contains(name)).collect();
+    assert_eq!(shared, theirs.iter().collect::<Vec<_>>(), "ours: {ours:?}");
+    let ours = names(&mut server.connect(), "settings");
+    for name in ["ext_item_size", "ext_wbuf_size", "ext_recache_rate"] {
+        assert!(ours.iter().any(|ours| ours == name), "stats settings lacks {name}");
+    }
+}
+
+#[test]
+fn memcached_spelling_of_ext_path_is_checked() {
+    let refusal = |option: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+            .args(["-p", "0", "-l", "127.0.0.1", "-o", option])
+            .output()
+            .expect("runs");
+        assert!(!output.status.success(), "{option} started");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    assert!(refusal("ext_path=/tmp/x").contains("must supply size to ext_path"));
+    assert!(refusal("ext_path=/tmp/x:64m:elsewhere").contains("Unknown extstore bucket: elsewhere"));
+    assert!(refusal("ext_path=/nonexistent-dir/x:64m").contains("Failed to open file for storage"));
+    assert!(refusal("ext_bogus=1").contains("Illegal suboption"));
+}
+
+/// A full device: a tmpfs of 2 MiB under a 64 MiB flash file. Needs root (mount); skipped
+/// otherwise.
+#[test]
+fn a_full_device_turns_the_tier_off_and_dram_keeps_serving() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("qs-flash-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|status| status.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        let _ = std::fs::remove_dir(&dir);
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _unmount = Unmount(dir.clone());
+    let option = format!("ext_path={}:64m", dir.join("flash").display());
+    let server = ServerProcess::quicksilver(&["-t", "2", "-m", "8", "-o", &option]);
+    let mut client = server.connect();
+    let count = 16_000;
+    fill(&mut client, "key", count);
+    assert_eq!(get_stat(&mut client, "extstore_failed"), 1);
+    assert!(get_stat(&mut client, "extstore_write_errors") >= 1);
+    // The newest items are in DRAM and answer; every answer is right.
+    let mut hits = 0;
+    for n in 0..count {
+        if let Some((flags, _, data)) = parse_gets(&client.call(format!("gets key:{n}\r\n").as_bytes())) {
+            assert_eq!((flags as usize, data), (n, value(n)));
+            hits += 1;
+        }
+    }
+    assert!(hits > 2000, "{hits} hits");
+    for n in count - 100..count {
+        assert!(parse_gets(&client.call(format!("gets key:{n}\r\n").as_bytes())).is_some(), "key:{n}");
+    }
+    // And it still takes writes.
+    assert_eq!(client.call(b"set after 0 0 2\r\nok\r\n"), b"STORED\r\n");
+    assert_eq!(client.call(b"get after\r\n"), b"VALUE after 0 2\r\nok\r\nEND\r\n");
+}
