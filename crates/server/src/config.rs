@@ -737,6 +737,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ext_path_in_memcached_syntax() {
+        assert_eq!(parse_ext_path("/f/e:64m"), Ok(("/f/e".into(), 64 << 20)));
+        assert_eq!(parse_ext_path("/f/e:2G:compact"), Ok(("/f/e".into(), 2 << 30)));
+        assert_eq!(parse_ext_path("/f/e:1t"), Ok(("/f/e".into(), 1 << 40)));
+        assert!(parse_ext_path("/f/e").unwrap_err().starts_with("must supply size"));
+        assert!(parse_ext_path("/f/e:64").is_err(), "no unit");
+        assert!(parse_ext_path("/f/e:0m").is_err());
+        assert!(parse_ext_path(":64m").is_err());
+        assert_eq!(parse_ext_path("/f/e:1m:other"), Err("Unknown extstore bucket: other".into()));
+        let config = Config::parse_from(["quicksilver", "-o", "ext_path=/a:1g,ext_path=/b:2g,ext_item_size=1024,ext_threads=4,ext_recache_rate=10"]);
+        let extended = config.extended().unwrap();
+        assert_eq!(extended.ext_paths, vec![("/a".into(), 1 << 30), ("/b".into(), 2 << 30)]);
+        assert_eq!((extended.ext_item_size, extended.ext_threads), (1024, 4));
+        assert_eq!(extended.ignored, vec!["ext_recache_rate=10".to_string()]);
+    }
+
+    #[test]
     fn sizes_in_memcached_syntax() {
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert_eq!(parse_size("512k"), Ok(512 << 10));

@@ -300,6 +300,12 @@ mod tests {
             .map(|(n, _)| record(n as u64).len() as u64)
             .sum();
         assert!(live > 3 * 4096 && live <= 8 * 4096, "{live}");
+        // Evicted records are those of pages whose place was reused (counted a page late: a
+        // page's records die when its place is next written).
+        let dead = offsets.iter().filter(|&&at| !log.is_live(at)).count() as u64;
+        assert!(stats.records_evicted <= dead, "{} > {dead}", stats.records_evicted);
+        assert!(dead - stats.records_evicted < 2 * 4096 / 10, "{} vs {dead}", stats.records_evicted);
+        assert_eq!(stats.records, 2000);
         // Nothing was written outside the region.
         assert!(std::fs::metadata(&path).unwrap().len() <= 8192 + 8 * 4096);
         assert_eq!(log.append(&vec![0; 4097]), None, "larger than a page");
