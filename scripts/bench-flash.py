@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The flash tier side by side (issue 26): quicksilver -o ext_path against memcached 1.6's
+extstore at the same DRAM and flash sizes, and quicksilver with ten times the DRAM and no flash
+(the hit ratio the tier should match), under memtier_benchmark: values of 1-4 KiB, a working
+set ten times DRAM, zipf 0.99 and uniform keys, 1 set in 10.
+
+Each server runs on core 0 (all its threads: workers, flash readers, memcached's extstore
+threads), memtier on core 1. Per point: start the server, preload every key once (memtier's
+P:P pattern), run memtier for --seconds, stop the server. Figures come from the servers:
+hit ratio from `stats` get_hits/get_misses around the run, CPU per operation from
+/proc/PID/stat; throughput and p50/p99 from memtier's JSON. DRAM per flash item: quicksilver's
+index bytes per item it holds; memcached's item bytes (`stats` bytes, its header items)
+per flash item.
+
+fio measures the device in the same run: 4 KiB random reads of a file in the flash files'
+directory, O_DIRECT (the device) and buffered (the page cache both servers read through).
+
+    scripts/bench-flash.py [--memtier PATH] [--dir DIR] [--dram-mb 64] [--seconds 15]
+        [--rounds 1] [--connections 20] [--pipeline 1]
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HZ = os.sysconf("SC_CLK_TCK")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def stats(port):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"stats\r\n")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            data += s.recv(65536)
+    return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
+
+
+def wait_port(port):
+    for _ in range(400):
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing answers on port {port}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fio(directory, direct, seconds):
+    path = os.path.join(directory, "qs-fio.file")
+    command = ["fio", "--name=randread", f"--filename={path}", "--size=1g", "--rw=randread", "--bs=4k",
+               "--ioengine=psync", f"--direct={1 if direct else 0}", "--numjobs=1", "--iodepth=1",
+               f"--runtime={seconds}", "--time_based", "--output-format=json"]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    os.remove(path)
+    job = json.loads(out[out.index("{"):])["jobs"][0]["read"]
+    return job["iops"], job["clat_ns"]["percentile"]["50.000000"] / 1000, job["clat_ns"]["percentile"]["99.000000"] / 1000
+
+
+def memtier(args, port, extra, json_file=None):
+    command = ["taskset", "-c", "1", args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text",
+               "-t", "1", "-c", str(args.connections), "--data-size-range=1024-4096",
+               "--key-maximum", str(args.keys), "--hide-histogram"] + extra
+    if json_file:
+        command.append(f"--json-out-file={json_file}")
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def point(args, name, command, dist):
+    port = free_port()
+    flash_files = [part.split("=", 1)[1].split(":")[0] for part in command if part.startswith("ext_path=")]
+    for path in flash_files:
+        if os.path.exists(path):
+            os.remove(path)
+    server = subprocess.Popen(["taskset", "-c", "0"] + command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        # Preload: every key once, in parallel ranges.
+        memtier(args, port, ["--ratio=1:0", "--key-pattern=P:P", "-n", "allkeys", "--pipeline=16"])
+        pattern = ["--key-pattern=Z:Z", "--key-zipf-exp=0.99"] if dist == "zipf" else ["--key-pattern=R:R"]
+        before, cpu_before = stats(port), cpu_seconds(server.pid)
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            memtier(args, port, ["--ratio=1:9", f"--test-time={args.seconds}", f"--pipeline={args.pipeline}",
+                                 "--distinct-client-seed"] + pattern, out.name)
+            report = json.load(open(out.name))
+        after, cpu_after = stats(port), cpu_seconds(server.pid)
+    finally:
+        server.terminate()
+        server.wait()
+        for path in flash_files:
+            if os.path.exists(path):
+                os.remove(path)
+    delta = lambda key: int(after.get(key, 0)) - int(before.get(key, 0))
+    hits, misses = delta("get_hits"), delta("get_misses")
+    operations = delta("cmd_get") + delta("cmd_set")
+    totals = report["ALL STATS"]["Totals"]
+    percentiles = totals.get("Percentile Latencies", {})
+    p50 = percentiles.get("p50.00", 0) * 1000
+    p99 = percentiles.get("p99.00", 0) * 1000
+    items = int(after.get("curr_items", 0))
+    flash_items = int(after.get("extstore_objects_used", 0))
+    if "quicksilver" in after.get("version", ""):
+        dram_per_flash_item = int(after["hash_bytes"]) / max(1, items + flash_items)
+    elif flash_items:
+        # memcached keeps a header item per flash item; its `bytes` counts them with the
+        # items still in memory: charged here to the flash items, an upper bound.
+        dram_per_flash_item = int(after["bytes"]) / max(1, items)
+    else:
+        dram_per_flash_item = 0
+    return {
+        "server": name, "dist": dist, "ops_s": totals["Ops/sec"], "hit_ratio": hits / max(1, hits + misses),
+        "cpu_us_op": (cpu_after - cpu_before) / max(1, operations) * 1e6, "p50_us": p50, "p99_us": p99,
+        "flash_reads": delta("get_extstore"), "flash_items": flash_items, "dram_items": items,
+        "dram_bytes_per_flash_item": dram_per_flash_item,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    parser.add_argument("--quicksilver", default=os.path.join(ROOT, "target/release/quicksilver"))
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the flash files go")
+    parser.add_argument("--dram-mb", type=int, default=64)
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--connections", type=int, default=20)
+    parser.add_argument("--pipeline", type=int, default=1)
+    parser.add_argument("--dists", default="zipf,uniform")
+    args = parser.parse_args()
+    dram = args.dram_mb
+    flash = 10 * dram
+    # A working set of ten times DRAM: items average ~2.6 KB with their keys and headers.
+    args.keys = flash * (1 << 20) // 2600
+    direct = fio(args.dir, True, 5)
+    buffered = fio(args.dir, False, 5)
+    print(f"fio 4 KiB random reads, {args.dir}: O_DIRECT {direct[0]:.0f}/s (p50 {direct[1]:.0f} us, p99 {direct[2]:.0f} us); "
+          f"buffered {buffered[0]:.0f}/s (p50 {buffered[1]:.1f} us, p99 {buffered[2]:.1f} us)")
+    run_as = ["-u", "nobody"] if os.geteuid() == 0 else []
+    servers = [
+        ("quicksilver flash", [args.quicksilver, "-t", "1", "-m", str(dram), "-o",
+                               f"ext_path={args.dir}/qs-bench-flash:{flash}m"]),
+        ("memcached extstore", ["memcached"] + run_as + ["-t", "1", "-m", str(dram), "-o",
+                                f"ext_path={args.dir}/mc-bench-flash:{flash}m"]),
+        ("quicksilver 10x DRAM", [args.quicksilver, "-t", "1", "-m", str(flash + dram)]),
+        ("memcached 10x DRAM", ["memcached"] + run_as + ["-t", "1", "-m", str(flash + dram)]),
+    ]
+    print(f"DRAM {dram} MiB, flash {flash} MiB, {args.keys} keys of 1-4 KiB, set:get 1:9, "
+          f"{args.connections} connections, pipeline {args.pipeline}, {args.seconds} s")
+    header = "| server | keys | ops/s | hit ratio | CPU us/op | p50 us | p99 us | flash reads | flash items | DRAM B/flash item |"
+    print(header)
+    print("|---" * (header.count("|") - 1) + "|")
+    for _ in range(args.rounds):
+        for dist in args.dists.split(","):
+            for name, command in servers:
+                r = point(args, name, command, dist)
+                per_item = f"{r['dram_bytes_per_flash_item']:.1f}" if r["flash_items"] else "-"
+                print(f"| {r['server']} | {dist} | {r['ops_s']:.0f} | {r['hit_ratio']:.4f} | {r['cpu_us_op']:.1f} | "
+                      f"{r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['flash_reads']} | {r['flash_items']} | {per_item} |",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
