@@ -353,6 +353,9 @@ pub struct Extended {
     pub ext_page_bytes: usize,
     /// `-o ext_threads`: threads reading flash.
     pub ext_threads: usize,
+    /// `-o flash_io=threads`: flash reads on the reader threads even where io_uring works
+    /// (`auto`, the default: each worker's own io_uring, the threads where it is refused).
+    pub flash_io_threads: bool,
 }
 
 /// memcached's ext_* defaults (storage.c, memcached.c).
@@ -461,6 +464,7 @@ impl Config {
             ext_wbuf_bytes: EXT_WBUF_MB_DEFAULT << 20,
             ext_page_bytes: EXT_PAGE_MB_DEFAULT << 20,
             ext_threads: EXT_THREADS_DEFAULT,
+            flash_io_threads: false,
         };
         // A number argument, with memcached's messages for a missing or unreadable one.
         let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
@@ -530,6 +534,13 @@ impl Config {
                 "ext_wbuf_size" => extended.ext_wbuf_bytes = number(name, value)? as usize * (1 << 20),
                 "ext_page_size" => extended.ext_page_bytes = number(name, value)? as usize * (1 << 20),
                 "ext_threads" => extended.ext_threads = (number(name, value)? as usize).max(1),
+                "flash_io" => {
+                    extended.flash_io_threads = match value {
+                        Some("threads") => true,
+                        Some("auto") => false,
+                        _ => return Err("flash_io must be auto or threads".into()),
+                    }
+                }
                 _ if EXT_TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
                 _ if name.starts_with("ext_") => return Err(format!("Illegal suboption \"{option}\"")),
                 _ if name.starts_with("ssl_") => {
@@ -746,7 +757,11 @@ mod tests {
         assert!(parse_ext_path("/f/e:0m").is_err());
         assert!(parse_ext_path(":64m").is_err());
         assert_eq!(parse_ext_path("/f/e:1m:other"), Err("Unknown extstore bucket: other".into()));
-        let config = Config::parse_from(["quicksilver", "-o", "ext_path=/a:1g,ext_path=/b:2g,ext_item_size=1024,ext_threads=4,ext_recache_rate=10"]);
+        let config = Config::parse_from([
+            "quicksilver",
+            "-o",
+            "ext_path=/a:1g,ext_path=/b:2g,ext_item_size=1024,ext_threads=4,ext_recache_rate=10",
+        ]);
         let extended = config.extended().unwrap();
         assert_eq!(extended.ext_paths, vec![("/a".into(), 1 << 30), ("/b".into(), 2 << 30)]);
         assert_eq!((extended.ext_item_size, extended.ext_threads), (1024, 4));

@@ -5,8 +5,11 @@
 //! else; the request that waits keeps its place in its connection's order
 //! (`worker::flash`).
 //!
-//! io_uring would save the thread hop; on this machine a system call costs ~95 ns against the
-//! microseconds of a device read, and the thread pool works on every kernel.
+//! Where the kernel offers io_uring, each worker has its own ring ([`Uring`]) instead: reads
+//! are queued during the loop turn and submitted with one system call, a read the page cache
+//! holds completes in that call (no thread hop, no wake-up), and one the device must serve
+//! completes later and wakes the worker through an eventfd in its epoll set. The thread pool
+//! is the fallback (`io_uring_setup` refused, as under some seccomp profiles).
 
 use crate::shared::Shared;
 use std::fs::File;
@@ -119,6 +122,113 @@ fn read(job: Job) -> Done {
     Done { ticket: job.ticket, bytes }
 }
 
+/// A worker's io_uring for flash reads.
+pub struct Uring {
+    ring: io_uring::IoUring,
+    eventfd: std::os::fd::OwnedFd,
+    /// Reads submitted or queued whose completion has not been taken.
+    in_flight: usize,
+    /// Reads queued since the last submit.
+    queued: usize,
+}
+
+impl Uring {
+    /// A ring of `entries` with an eventfd told of completions the kernel finishes later.
+    pub fn new(entries: u32) -> std::io::Result<Uring> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let ring = io_uring::IoUring::new(entries)?;
+        // SAFETY: eventfd takes no pointers; a negative result is an error, checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let eventfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // Only completions after the submitting call signal (those of the page cache come
+        // back inside it and need no wake-up).
+        ring.submitter().register_eventfd_async(eventfd.as_raw_fd())?;
+        Ok(Uring { ring, eventfd, in_flight: 0, queued: 0 })
+    }
+
+    /// The eventfd to watch in epoll.
+    pub fn eventfd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.eventfd.as_raw_fd()
+    }
+
+    /// Queues a read of `buf.len()` bytes of `file` at `position` into `buf`, named `ticket`;
+    /// false when the ring is full even after submitting what it holds.
+    ///
+    /// # Safety
+    /// `buf`'s memory must stay allocated and untouched until this ticket's completion has
+    /// been taken with [`Uring::reap`] (dropping the ring waits for every read in flight, so
+    /// the buffers must be dropped after it).
+    pub unsafe fn push_read(&mut self, file: &File, buf: &mut [u8], position: u64, ticket: u64) -> bool {
+        use std::os::fd::AsRawFd;
+        let entry = io_uring::opcode::Read::new(
+            io_uring::types::Fd(file.as_raw_fd()),
+            buf.as_mut_ptr(),
+            buf.len() as u32,
+        )
+        .offset(position)
+        .build()
+        .user_data(ticket);
+        for _ in 0..2 {
+            // SAFETY: the caller keeps `buf` alive and untouched until the completion, and
+            // `file` outlives it (the partition holds it for the worker's life).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.in_flight += 1;
+                self.queued += 1;
+                return true;
+            }
+            self.submit();
+        }
+        false
+    }
+
+    /// Submits the queued reads (one system call; reads the page cache holds complete in it).
+    pub fn submit(&mut self) {
+        if self.queued > 0 {
+            self.queued = 0;
+            let _ = self.ring.submit();
+        }
+    }
+
+    /// Takes the finished reads: (ticket, bytes read or a negative errno).
+    pub fn reap(&mut self, into: &mut Vec<(u64, i32)>) {
+        for entry in self.ring.completion() {
+            into.push((entry.user_data(), entry.result()));
+            self.in_flight -= 1;
+        }
+    }
+
+    /// Whether reads are queued unsubmitted or finished untaken (the worker must not sleep).
+    pub fn has_work(&mut self) -> bool {
+        self.queued > 0 || !self.ring.completion().is_empty()
+    }
+
+    /// Clears the eventfd after it woke the worker.
+    pub fn clear_eventfd(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: reads 8 bytes into an 8-byte buffer from a descriptor this ring owns.
+        unsafe { libc::read(self.eventfd(), count.as_mut_ptr().cast(), 8) };
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        // The kernel may still write into the buffers of reads in flight: wait for them.
+        let mut done = Vec::new();
+        while self.in_flight > 0 {
+            if self.ring.submit_and_wait(self.in_flight).is_err() {
+                break;
+            }
+            done.clear();
+            self.reap(&mut done);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +242,34 @@ mod tests {
         assert_eq!((done.ticket, done.bytes.as_slice()), (7, &b"456789"[..]));
         let done = read(Job { file, position: 50, len: 4, worker: 0, ticket: 8 });
         assert!(done.bytes.is_empty());
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_ring_reads_what_the_file_holds() {
+        let Ok(mut ring) = Uring::new(8) else {
+            eprintln!("skipped: no io_uring here");
+            return;
+        };
+        let path = std::env::temp_dir().join(format!("qs-flashio-ring-{}", std::process::id()));
+        std::fs::write(&path, b"abcdefghij").unwrap();
+        let file = File::open(&path).unwrap();
+        let mut first = vec![0u8; 4];
+        let mut second = vec![0u8; 100];
+        // SAFETY: both buffers live until their completions are reaped below.
+        unsafe {
+            assert!(ring.push_read(&file, &mut first, 2, 1));
+            assert!(ring.push_read(&file, &mut second, 6, 2));
+        }
+        assert!(ring.has_work());
+        ring.submit();
+        let mut done = Vec::new();
+        while done.len() < 2 {
+            ring.reap(&mut done);
+        }
+        done.sort();
+        assert_eq!(done, vec![(1, 4), (2, 4)]);
+        assert_eq!((&first[..], &second[..4]), (&b"cdef"[..], &b"ghij"[..]));
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -258,6 +258,7 @@ impl Server {
         let first = &partitions[0];
         let shared = Arc::new(Shared {
             flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
+            flash_rings: Default::default(),
             flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
             front_epochs,
             workers,

@@ -224,6 +224,8 @@ pub struct Shared {
     pub owner: Vec<usize>,
     /// `-o ext_path`: the flash reader threads' queues.
     pub flash_io: Option<crate::flashio::FlashIo>,
+    /// `-o ext_path`: workers reading flash through their own io_uring.
+    pub flash_rings: std::sync::atomic::AtomicUsize,
     /// `-o ext_path`: each partition's flash figures as its owner last published them.
     pub flash: Vec<Mutex<(qs_store::flash::FlashStats, qs_store::FlashCounters)>>,
     /// CREW readers, one per partition (empty under EREW).

@@ -410,6 +410,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "ext_max_frag", "0.80");
         stat(out, "slab_automove_freeratio", "0.010");
         stat(out, "ext_drop_unread", "no");
+        let rings = shared.flash_rings.load(Relaxed);
+        stat(out, "flash_io", if rings == shared.workers { "io_uring" } else { "threads" });
     }
     stat(out, "drop_privileges", "no");
     stat(out, "ssl_enabled", "no");

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 mod flash;
 
 const WAKER: Token = Token(0);
+/// The flash tier's io_uring eventfd (reads the device finished).
+const FLASH: Token = Token(NATIVE_BASE - 1);
 const LISTENER_BASE: usize = 1;
 const UDP: Token = Token(15);
 const CONN_BASE: usize = 16;
@@ -234,6 +236,19 @@ impl Worker {
                 shared.registry.add(socket.as_raw_fd(), Arc::new(info));
             }
         }
+        let mut flash = flash::FlashWaits::default();
+        if shared.flash_io.is_some() && !shared.extended.flash_io_threads {
+            // io_uring where the kernel allows it; the reader threads otherwise.
+            if let Ok(uring) = crate::flashio::Uring::new(256) {
+                poll.registry().register(
+                    &mut mio::unix::SourceFd(&uring.eventfd()),
+                    FLASH,
+                    Interest::READABLE,
+                )?;
+                flash.uring = Some(uring);
+                shared.flash_rings.fetch_add(1, Relaxed);
+            }
+        }
         let workers = shared.workers;
         let input_limit =
             shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
@@ -270,7 +285,7 @@ impl Worker {
             buffers: Buffers::new(buffer_limit),
             buffers_shown: Default::default(),
             watching: Vec::new(),
-            flash: Default::default(),
+            flash,
         })
     }
 
@@ -296,6 +311,11 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER => {}
+                    FLASH => {
+                        if let Some(uring) = self.flash.uring.as_ref() {
+                            uring.clear_eventfd();
+                        }
+                    }
                     UDP => self.udp_ready = true,
                     Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
                     Token(token) if token >= NATIVE_BASE => {
@@ -340,6 +360,13 @@ impl Worker {
             while let Some(index) = self.work.pop() {
                 self.service(index);
             }
+            if self.shared.flash_io.is_some() {
+                // Reads the page cache holds complete inside the submit: run their requests
+                // in this turn.
+                self.flash.submit();
+                self.finish_flash();
+                self.flash.submit();
+            }
             // Published before the replies leave, so a client that saw a reply sees its
             // effect in `stats` (asked on any worker).
             if self.executed {
@@ -380,9 +407,9 @@ impl Worker {
     }
 
     /// Zero when work is queued; otherwise announce sleep, re-check the rings, and sleep.
-    fn timeout(&self) -> Option<Duration> {
+    fn timeout(&mut self) -> Option<Duration> {
         let busy = !self.work.is_empty()
-            || self.flash.has_ready()
+            || self.flash.has_work()
             || self.udp_ready
             || self.native.ready()
             || self.outgoing.iter().any(Option::is_some)

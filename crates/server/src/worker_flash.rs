@@ -13,7 +13,7 @@
 
 use super::{queue, run_op, Batch, Op, Worker};
 use crate::engine::{Engine, FlashKey, FlashResolved};
-use crate::flashio::{Done, Job};
+use crate::flashio::{Done, Job, Uring};
 use crate::shared::Shared;
 use qs_store::flash::Place;
 use qs_store::Resolved;
@@ -33,6 +33,8 @@ pub(super) enum Waiter {
 /// Where one key of a waiting request stands.
 enum KeyState {
     Reading,
+    /// Being read by the worker's io_uring into this buffer (not to be touched until then).
+    InFlight(Vec<u8>),
     Read(Vec<u8>),
     Resolved(FlashResolved),
 }
@@ -49,6 +51,9 @@ struct Wait {
 /// The requests a worker holds for flash.
 #[derive(Default)]
 pub(super) struct FlashWaits {
+    /// The worker's io_uring (else reads go to the reader threads). First, so it is dropped
+    /// first: its drop waits for the reads still writing into the waits' buffers.
+    pub(super) uring: Option<Uring>,
     waits: Vec<Option<Wait>>,
     free: Vec<usize>,
     /// Waits whose reads are all back.
@@ -57,14 +62,23 @@ pub(super) struct FlashWaits {
     /// oldest first; only the first has reads in flight.
     held: HashMap<(usize, u32, u32), VecDeque<usize>>,
     done: Vec<Done>,
+    reaped: Vec<(u64, i32)>,
     /// Scratch for probes.
     pub(super) keys: Vec<FlashKey>,
 }
 
 impl FlashWaits {
-    /// Whether finished reads are waiting to be handled (the worker must not sleep).
-    pub(super) fn has_ready(&self) -> bool {
-        !self.ready.is_empty()
+    /// Whether finished reads are waiting to be handled, or reads to be submitted (the worker
+    /// must not sleep).
+    pub(super) fn has_work(&mut self) -> bool {
+        !self.ready.is_empty() || self.uring.as_mut().is_some_and(Uring::has_work)
+    }
+
+    /// Submits the reads queued on the ring.
+    pub(super) fn submit(&mut self) {
+        if let Some(uring) = self.uring.as_mut() {
+            uring.submit();
+        }
     }
 
     fn insert(&mut self, wait: Wait) -> usize {
@@ -99,6 +113,22 @@ impl FlashWaits {
                 continue;
             }
             let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
+            let ticket = (id as u64) << KEY_BITS | number as u64;
+            if let (Some(uring), Some(Place::File(position)), Some(file)) = (
+                self.uring.as_mut(),
+                partition.flash_place(key.read.offset, key.read.len),
+                partition.flash_file(),
+            ) {
+                let mut buf = vec![0u8; key.read.len];
+                // SAFETY: the buffer moves into the key's state untouched (a Vec's heap memory
+                // stays where it is) and stays there until `collect` takes its completion;
+                // the ring is dropped before the waits (field order).
+                if unsafe { uring.push_read(&file, &mut buf, position, ticket) } {
+                    wait.states[number] = KeyState::InFlight(buf);
+                    wait.reading += 1;
+                    continue;
+                }
+            }
             let job = match partition.flash_place(key.read.offset, key.read.len) {
                 None => None,
                 Some(Place::Buffer(bytes)) => {
@@ -112,7 +142,7 @@ impl FlashWaits {
                     position,
                     len: key.read.len,
                     worker,
-                    ticket: (id as u64) << KEY_BITS | number as u64,
+                    ticket,
                 }),
             };
             match (job, shared.flash_io.as_ref()) {
@@ -133,9 +163,23 @@ impl FlashWaits {
         }
     }
 
-    /// Takes the reads the reader threads finished.
+    /// Takes the reads the ring and the reader threads finished.
     fn collect(&mut self, engine: &mut Engine, shared: &Shared) {
         let Some(io) = shared.flash_io.as_ref() else { return };
+        if let Some(uring) = self.uring.as_mut() {
+            let mut reaped = std::mem::take(&mut self.reaped);
+            uring.reap(&mut reaped);
+            for (ticket, result) in reaped.drain(..) {
+                let id = (ticket >> KEY_BITS) as usize;
+                let number = (ticket & ((1 << KEY_BITS) - 1)) as usize;
+                let Some(wait) = self.waits.get_mut(id).and_then(Option::as_mut) else { continue };
+                let KeyState::InFlight(buf) = &mut wait.states[number] else { continue };
+                let mut bytes = std::mem::take(buf);
+                bytes.truncate(result.max(0) as usize);
+                self.done.push(Done { ticket, bytes });
+            }
+            self.reaped = reaped;
+        }
         io.take(engine.worker, &mut self.done);
         for done in self.done.drain(..) {
             let id = (done.ticket >> KEY_BITS) as usize;

@@ -115,10 +115,29 @@ fn items_beyond_dram_come_back_from_flash_with_their_flags_and_cas() {
 
 #[test]
 fn commands_on_flash_items_keep_memcached_semantics() {
-    let file = FlashFile::new("commands");
+    commands_on_flash_items(&[]);
+}
+
+#[test]
+fn commands_on_flash_items_through_the_reader_threads() {
+    commands_on_flash_items(&["-o", "flash_io=threads"]);
+}
+
+fn commands_on_flash_items(extra: &[&str]) {
+    let file = FlashFile::new(&format!("commands{}", extra.len()));
     // ext_item_size 0: small counters go to flash too.
-    let server = server(&file, &["-o", "ext_item_size=0"]);
+    let mut args = vec!["-o", "ext_item_size=0"];
+    args.extend_from_slice(extra);
+    let server = server(&file, &args);
     let mut client = server.connect();
+    let io =
+        stats(&mut client, "settings").into_iter().find(|(name, _)| name == "flash_io").expect("flash_io").1;
+    if extra.is_empty() {
+        // io_uring on every kernel CI runs (5.1 and later, not refused by a seccomp profile).
+        assert!(io == "io_uring" || std::env::var_os("QS_NO_IO_URING").is_some(), "{io}");
+    } else {
+        assert_eq!(io, "threads");
+    }
     for n in 0..8 {
         assert_eq!(client.call(format!("set c:{n} 7 0 3\r\n100\r\n").as_bytes()), b"STORED\r\n");
     }
@@ -147,8 +166,17 @@ fn commands_on_flash_items_keep_memcached_semantics() {
 
 #[test]
 fn a_pipeline_across_flash_and_dram_answers_in_order() {
-    let file = FlashFile::new("pipeline");
-    let server = server(&file, &[]);
+    pipeline_across_flash_and_dram(&[]);
+}
+
+#[test]
+fn a_pipeline_across_flash_and_dram_answers_in_order_through_the_reader_threads() {
+    pipeline_across_flash_and_dram(&["-o", "flash_io=threads"]);
+}
+
+fn pipeline_across_flash_and_dram(extra: &[&str]) {
+    let file = FlashFile::new(&format!("pipeline{}", extra.len()));
+    let server = server(&file, extra);
     let mut client = server.connect();
     let count = 16_000;
     fill(&mut client, "key", count);
