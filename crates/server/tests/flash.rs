@@ -311,3 +311,24 @@ fn a_full_device_turns_the_tier_off_and_dram_keeps_serving() {
     assert_eq!(client.call(b"set after 0 0 2\r\nok\r\n"), b"STORED\r\n");
     assert_eq!(client.call(b"get after\r\n"), b"VALUE after 0 2\r\nok\r\nEND\r\n");
 }
+
+#[test]
+fn memcached_udp_reads_flash_items_too() {
+    let file = FlashFile::new("udp");
+    let option = file.option("64m");
+    let server = ServerProcess::quicksilver_udp(&["-t", "2", "-m", "8", "-o", &option, "-o", "ext_item_size=0"]);
+    let mut client = server.connect();
+    assert_eq!(client.call(b"set small 3 0 5\r\nhello\r\n"), b"STORED\r\n");
+    fill(&mut client, "key", 12_000);
+    let before = get_stat(&mut client, "get_extstore");
+    let mut udp = common::UdpClient::new(server.udp_port);
+    let reply = udp.exchange(b"get small\r\nget key:7\r\nmn\r\n").expect("an answer");
+    let payload: Vec<u8> = reply.into_iter().flat_map(|datagram| datagram.payload).collect();
+    let data = value(7);
+    let mut expected = b"VALUE small 3 5\r\nhello\r\nEND\r\n".to_vec();
+    expected.extend_from_slice(format!("VALUE key:7 7 {}\r\n", data.len()).as_bytes());
+    expected.extend_from_slice(&data);
+    expected.extend_from_slice(b"\r\nEND\r\nMN\r\n");
+    assert!(payload == expected, "{:?}", String::from_utf8_lossy(&payload[..payload.len().min(200)]));
+    assert!(get_stat(&mut client, "get_extstore") >= before + 2);
+}
