@@ -936,7 +936,7 @@ impl Engine {
     /// A read of `key`: through the partition when owned, else through its CREW reader.
     fn read(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
         let (hash, partition) = self.locate(key);
-        if !self.flash_resolved.is_empty() && matches!(command, Command::Get) {
+        if self.flash_on && !self.flash_resolved.is_empty() && matches!(command, Command::Get) {
             if let Some(outcome) = self.read_flash(hash, partition, key, out) {
                 self.offer(hash, key, &command);
                 return outcome;

@@ -737,7 +737,8 @@ impl Worker {
         let reqs_per_event = if udp { u32::MAX } else { shared.config.reqs_per_event };
         let mut served = 0u32;
         // The first request may be one that waited for flash: its resolved keys serve it only.
-        let mut ran_first = false;
+        let flash_on = engine.flash_on();
+        let mut ran_first = !flash_on;
         loop {
             if *stalled && output.pending_total == 0 {
                 // What it waited for has arrived (service reads again only once this clears).
@@ -814,10 +815,12 @@ impl Worker {
                 // UDP: the reply of the request handled last, still to be marked as ended.
                 let mut unmarked: Option<Option<Box<[u8]>>> = None;
                 for (parsed, located) in &window {
-                    if ran_first {
-                        engine.flash_forget();
+                    if flash_on {
+                        if ran_first {
+                            engine.flash_forget();
+                        }
+                        ran_first = true;
                     }
-                    ran_first = true;
                     if let Some(last_key) = unmarked.take() {
                         output.mark(last_key);
                     }
@@ -1033,8 +1036,7 @@ impl Worker {
                             let Request::Get { kind, keys } = *request else {
                                 unreachable!("split gets are gets")
                             };
-                            if engine.flash_on()
-                                && park_for_flash(flash, request, engine, shared, index, *generation)
+                            if flash_on && park_for_flash(flash, request, engine, shared, index, *generation)
                             {
                                 *flash_wait = true;
                                 stop = true;
@@ -1081,8 +1083,7 @@ impl Worker {
                             *stalled = true;
                         }
                     }
-                    if engine.flash_on() && park_for_flash(flash, request, engine, shared, index, *generation)
-                    {
+                    if flash_on && park_for_flash(flash, request, engine, shared, index, *generation) {
                         *flash_wait = true;
                         stop = true;
                         break;

@@ -316,7 +316,8 @@ fn a_full_device_turns_the_tier_off_and_dram_keeps_serving() {
 fn memcached_udp_reads_flash_items_too() {
     let file = FlashFile::new("udp");
     let option = file.option("64m");
-    let server = ServerProcess::quicksilver_udp(&["-t", "2", "-m", "8", "-o", &option, "-o", "ext_item_size=0"]);
+    let server =
+        ServerProcess::quicksilver_udp(&["-t", "2", "-m", "8", "-o", &option, "-o", "ext_item_size=0"]);
     let mut client = server.connect();
     assert_eq!(client.call(b"set small 3 0 5\r\nhello\r\n"), b"STORED\r\n");
     fill(&mut client, "key", 12_000);
