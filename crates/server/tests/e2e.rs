@@ -1090,7 +1090,7 @@ fn memcached_service_lines_start_quicksilver_unchanged() {
 #[test]
 fn options_for_missing_features_refuse_to_start_and_say_why() {
     let refusals: &[(&[&str], &str)] = &[
-        (&["-o", "ext_path=/tmp/extstore:1G"], "extstore"),
+        (&["-o", "ext_path=/tmp/extstore"], "must supply size to ext_path"),
         (&["-Z"], "TLS"),
         (&["-o", "ssl_chain_cert=/tmp/cert.pem"], "TLS"),
         (&["-o", "no_such_option"], "Illegal suboption \"no_such_option\""),
