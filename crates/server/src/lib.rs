@@ -15,6 +15,7 @@ pub mod detail;
 pub mod dump;
 pub mod engine;
 pub mod flashio;
+pub mod flashsave;
 pub mod hotkeys;
 pub mod listen;
 pub mod memfile;
@@ -114,8 +115,13 @@ fn flash_index_sizing(
 /// Opens the `ext_path` files and gives each partition its flash log: partition p writes to
 /// file p mod files, in an equal share of it; a log's pages hold at most `ext_wbuf_size` and
 /// at least eight fit in its share.
-fn attach_flash(partitions: &mut [Partition], extended: &config::Extended) -> Result<(), String> {
+fn attach_flash(
+    partitions: &mut [Partition],
+    extended: &config::Extended,
+    mut saved: Vec<Option<flashsave::Saved>>,
+) -> Result<(), String> {
     let files = extended.ext_paths.len();
+    let mut restored = 0;
     for (number, (path, bytes)) in extended.ext_paths.iter().enumerate() {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -152,11 +158,27 @@ fn attach_flash(partitions: &mut [Partition], extended: &config::Extended) -> Re
                     sharing.len()
                 )
             })?;
+            let identity = flash_identity(extended, index, log.shape());
             // ext_item_size counts the item's bytes; a record here adds its header.
             partitions[index].attach_flash(log, extended.ext_item_size);
+            if let Some(state) = saved.get_mut(index).and_then(Option::take) {
+                if state.identity == identity {
+                    restored += partitions[index].flash_restore(state.page, &state.slots);
+                }
+            }
         }
     }
+    if !saved.is_empty() {
+        eprintln!("[restart] {restored} flash items back");
+    }
     Ok(())
+}
+
+/// What names partition `partition`'s flash log (`flashsave`): its `ext_path` file and the
+/// log's shape in it.
+pub fn flash_identity(extended: &config::Extended, partition: usize, shape: (u64, u64, u64)) -> String {
+    let (path, bytes) = &extended.ext_paths[partition % extended.ext_paths.len()];
+    flashsave::identity(path, *bytes, shape)
 }
 
 /// A server that is listening; [`Server::wait`] runs it to the end.
@@ -188,9 +210,6 @@ impl Server {
                     "-o ext_path: store mode keeps every item in memory; the flash tier is for cache mode"
                         .into(),
                 );
-            }
-            if config.memory_file.is_some() {
-                return Err("-o ext_path with -e: the flash tier's items do not survive a restart yet".into());
             }
             if config.access != AccessArg::Erew {
                 // A flash read is the owner's to make (its flash log's page in memory is not
@@ -240,8 +259,13 @@ impl Server {
             Some(path) => memfile::open(path, &configs)?.partitions,
             None => configs.into_iter().map(Partition::new).collect(),
         };
+        // A graceful stop's flash state is read once, whatever this start's options.
+        let saved = match &config.memory_file {
+            Some(path) => flashsave::take_all(path, partition_count),
+            None => Vec::new(),
+        };
         if flash_on {
-            attach_flash(&mut partitions, &extended)?;
+            attach_flash(&mut partitions, &extended, saved)?;
         }
         let readers = if config.access == AccessArg::Erew {
             Vec::new()

@@ -399,6 +399,7 @@ impl Worker {
             if self.shared.stop.load(Relaxed) {
                 let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
                 if self.conns.iter().all(Option::is_none) || Instant::now() > deadline {
+                    self.save_flash();
                     self.engine.publish();
                     return;
                 }

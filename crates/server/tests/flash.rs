@@ -333,3 +333,113 @@ fn memcached_udp_reads_flash_items_too() {
     assert!(payload == expected, "{:?}", String::from_utf8_lossy(&payload[..payload.len().min(200)]));
     assert!(get_stat(&mut client, "get_extstore") >= before + 2);
 }
+
+/// A memory file for -e on tmpfs where there is one, with its `.meta` and flash state files,
+/// removed when dropped.
+struct MemoryFile(PathBuf);
+
+impl MemoryFile {
+    fn new(name: &str) -> MemoryFile {
+        let dir = if std::path::Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let file = MemoryFile(dir.join(format!("qs-flash-e-{name}-{}", std::process::id())));
+        file.clean();
+        file
+    }
+
+    fn clean(&self) {
+        let _ = std::fs::remove_file(&self.0);
+        let name = self.0.file_name().and_then(|name| name.to_str()).expect("utf-8").to_string();
+        if let Ok(entries) = std::fs::read_dir(self.0.parent().expect("a directory")) {
+            for entry in entries.flatten() {
+                if entry.file_name().to_str().is_some_and(|other| other.starts_with(&format!("{name}."))) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for MemoryFile {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+fn stop_with(mut server: ServerProcess, signal: i32) {
+    // SAFETY: kill with a child pid we own.
+    unsafe { libc::kill(server.pid() as i32, signal) };
+    let status = server.wait_exit(std::time::Duration::from_secs(10)).expect("stops");
+    assert!(signal == libc::SIGKILL || status.success(), "{status:?}");
+}
+
+/// What a key must read as after the changes `restart_keeps_flash_items` makes.
+fn after_changes(n: usize) -> Option<Vec<u8>> {
+    match n % 50 {
+        0 => None,                                  // deleted while on flash
+        1 => Some(format!("new{n}").into_bytes()), // overwritten while on flash
+        _ => Some(value(n)),
+    }
+}
+
+fn restart_keeps_flash_items(graceful: bool) {
+    let memory = MemoryFile::new(if graceful { "usr1" } else { "kill" });
+    let flash = FlashFile::new(if graceful { "e-usr1" } else { "e-kill" });
+    let option = flash.option("64m");
+    let args = ["-t", "2", "-m", "8", "-o", &option, "-e", memory.arg()];
+    let server = ServerProcess::quicksilver(&args);
+    let mut client = server.connect();
+    let count = 14_000;
+    fill(&mut client, "key", count);
+    assert!(get_stat(&mut client, "extstore_objects_used") > 8_000);
+    for n in (0..count).step_by(50) {
+        assert_eq!(client.call(format!("delete key:{n}\r\n").as_bytes()), b"DELETED\r\n");
+        let new = format!("new{}", n + 1);
+        let request = format!("set key:{} {} 0 {}\r\n{new}\r\n", n + 1, n + 1, new.len());
+        assert_eq!(client.call(request.as_bytes()), b"STORED\r\n");
+    }
+    drop(client);
+    stop_with(server, if graceful { libc::SIGUSR1 } else { libc::SIGKILL });
+    let server = ServerProcess::quicksilver(&args);
+    let mut client = server.connect();
+    let (mut kept, mut lost) = (0, 0);
+    for n in 0..count {
+        let got = parse_gets(&client.call(format!("gets key:{n}\r\n").as_bytes()));
+        match (got, after_changes(n)) {
+            (None, None) => kept += 1,
+            (Some(_), None) => panic!("key:{n} was deleted and came back"),
+            (None, Some(_)) => lost += 1,
+            (Some((flags, _, data)), Some(want)) => {
+                assert_eq!((flags as usize, data), (n, want), "key:{n}");
+                kept += 1;
+            }
+        }
+    }
+    let reads = get_stat(&mut client, "get_extstore");
+    if graceful {
+        // Everything was there at the stop: everything is back, most of it from flash.
+        assert_eq!(lost, 0, "kept {kept}");
+        assert!(reads > 8_000, "get_extstore {reads}");
+    } else {
+        // The memory items come back; the flash tier starts empty.
+        assert!(kept > 1_000 && lost > 5_000, "kept {kept} lost {lost}");
+        assert_eq!(reads, 0);
+    }
+}
+
+#[test]
+fn a_graceful_restart_with_e_keeps_the_flash_items() {
+    restart_keeps_flash_items(true);
+}
+
+#[test]
+fn a_killed_server_restarts_with_its_memory_items_and_no_stale_flash_item() {
+    restart_keeps_flash_items(false);
+}

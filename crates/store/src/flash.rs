@@ -110,6 +110,25 @@ impl FlashLog {
         }
     }
 
+    /// The number of the page being filled: with [`FlashLog::shape`], what a graceful stop
+    /// saves to resume the log ([`FlashLog::resume`]).
+    pub fn page(&self) -> u64 {
+        self.page
+    }
+
+    /// Where the log is: its region's byte position in the file, its pages and their bytes.
+    pub fn shape(&self) -> (u64, u64, u64) {
+        (self.base, self.pages, self.page_bytes)
+    }
+
+    /// Takes the log up where a graceful stop left it (its last page written out with
+    /// [`FlashLog::flush`], `page` the next to fill): the records of the last `pages` pages are
+    /// live again. Nothing may have been appended since it was made.
+    pub fn resume(&mut self, page: u64) {
+        debug_assert!(self.buffer.is_empty() && self.page == 0, "resumed after use");
+        self.page = page;
+    }
+
     /// Bytes of one page: the largest record the log takes.
     pub fn page_bytes(&self) -> usize {
         self.page_bytes as usize

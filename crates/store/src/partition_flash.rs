@@ -263,6 +263,65 @@ impl Partition {
         }
     }
 
+    /// A graceful stop: writes the flash page in memory out and returns the page to fill next
+    /// with every flash slot (its bucket and word) that points at a live record, for
+    /// [`Partition::flash_restore`]; `None` without a tier or when the tier is off.
+    pub fn flash_save(&mut self) -> Option<(u64, Vec<(u64, u64)>)> {
+        self.settle_flash();
+        let tier = self.flash.as_mut()?;
+        if !tier.log.flush() || !tier.log.is_on() {
+            return None;
+        }
+        let mut slots = Vec::new();
+        for bucket in 0..=self.bucket_mask {
+            for word in &self.shared.index.bucket(bucket)[1..] {
+                let slot = Slot(word.load(Relaxed));
+                if Self::is_flash_slot(slot) && tier.log.is_live(slot.offset()) {
+                    slots.push((bucket as u64, slot.0));
+                }
+            }
+        }
+        Some((tier.log.page(), slots))
+    }
+
+    /// The flash log's place and shape (see [`FlashLog::shape`]).
+    pub fn flash_shape(&self) -> Option<(u64, u64, u64)> {
+        self.flash.as_ref().map(|tier| tier.log.shape())
+    }
+
+    /// At a restart after a graceful stop, before anything runs: the flash log resumes at
+    /// `page` and the saved slots go back into the index where their bucket has room and holds
+    /// no item that may be the same key (a slot with the same tag: the DRAM item is newer, as
+    /// a set drops the key's flash slots). Returns how many came back.
+    pub fn flash_restore(&mut self, page: u64, slots: &[(u64, u64)]) -> usize {
+        let Some(tier) = self.flash.as_mut() else { return 0 };
+        tier.log.resume(page);
+        let mut restored = 0;
+        for &(bucket, word) in slots {
+            let bucket = bucket as usize;
+            let slot = Slot(word);
+            let live = self.flash.as_ref().is_some_and(|tier| tier.log.is_live(slot.offset()));
+            if bucket > self.bucket_mask || !Self::is_flash_slot(slot) || !live {
+                continue;
+            }
+            let words = self.shared.index.bucket(bucket);
+            let tag = slot.tag() & !FLASH_TAG;
+            let taken = words[1..].iter().any(|word| {
+                let other = Slot(word.load(Relaxed));
+                other != Slot::EMPTY && other.tag() & !FLASH_TAG == tag
+            });
+            let Some(free) = words[1..].iter().position(|word| word.load(Relaxed) == Slot::EMPTY.0) else { continue };
+            if taken {
+                continue;
+            }
+            let version = self.begin_write(bucket);
+            self.set_slot(bucket, free, slot);
+            self.end_write(bucket, version);
+            restored += 1;
+        }
+        restored
+    }
+
     /// Counts a read of the flash log made elsewhere ([`crate::flash::FlashLog::count_read`]).
     pub fn flash_count_read(&mut self, bytes: usize, from_buffer: bool) {
         if let Some(tier) = self.flash.as_mut() {
