@@ -39,7 +39,8 @@ pub fn identity(ext_path: &Path, ext_bytes: u64, shape: (u64, u64, u64)) -> Stri
 
 /// Writes `partition`'s state (at a graceful stop).
 pub fn save(path: &Path, partition: usize, saved: &Saved) -> std::io::Result<()> {
-    let mut bytes = format!("{MAGIC}\n{}\n{}\n{}\n", saved.identity, saved.page, saved.slots.len()).into_bytes();
+    let mut bytes =
+        format!("{MAGIC}\n{}\n{}\n{}\n", saved.identity, saved.page, saved.slots.len()).into_bytes();
     for &(bucket, word) in &saved.slots {
         bytes.extend_from_slice(&bucket.to_le_bytes());
         bytes.extend_from_slice(&word.to_le_bytes());
@@ -100,7 +101,8 @@ mod tests {
     #[test]
     fn a_saved_state_reads_back_once() {
         let path = std::env::temp_dir().join(format!("qs-flashsave-{}", std::process::id()));
-        let saved = Saved { identity: "id".into(), page: 42, slots: vec![(1, 0x8001_0000_0000_0040), (7, 9)] };
+        let saved =
+            Saved { identity: "id".into(), page: 42, slots: vec![(1, 0x8001_0000_0000_0040), (7, 9)] };
         save(&path, 3, &saved).unwrap();
         let mut all = take_all(&path, 4);
         let got = all[3].take().expect("saved");

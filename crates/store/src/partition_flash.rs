@@ -62,6 +62,18 @@ pub struct FlashRead {
     pub len: usize,
 }
 
+/// The header at the start of a flash record of at least [`HEADER_BYTES`].
+fn record_header(record: &[u8]) -> Header {
+    let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
+    let word0 = Word0(word(0));
+    let ext = if word0.has(BIT_EXT) && record.len() >= HEADER_BYTES + EXT_BYTES {
+        Ext(word(HEADER_BYTES))
+    } else {
+        Ext(0)
+    };
+    Header { word0, word1: Word1(word(8)), ext }
+}
+
 /// What a read record is.
 enum Checked {
     /// `key`'s, live: its slot and header.
@@ -310,8 +322,10 @@ impl Partition {
                 let other = Slot(word.load(Relaxed));
                 other != Slot::EMPTY && other.tag() & !FLASH_TAG == tag
             });
-            let Some(free) = words[1..].iter().position(|word| word.load(Relaxed) == Slot::EMPTY.0) else { continue };
-            if taken {
+            let Some(free) = words[1..].iter().position(|word| word.load(Relaxed) == Slot::EMPTY.0) else {
+                continue;
+            };
+            if taken && self.flash_key_in_dram(slot.offset()) {
                 continue;
             }
             let version = self.begin_write(bucket);
@@ -320,6 +334,23 @@ impl Partition {
             restored += 1;
         }
         restored
+    }
+
+    /// Whether the key of the flash record at `offset` has an item in DRAM (read in place: for
+    /// [`Partition::flash_restore`], where a tag is shared). True when the record cannot be
+    /// read, so an unreadable one is not put back.
+    fn flash_key_in_dram(&mut self, offset: u64) -> bool {
+        let Some(tier) = self.flash.as_mut() else { return true };
+        let page_left = tier.log.page_bytes() - (offset % tier.log.page_bytes() as u64) as usize;
+        let mut record = Vec::new();
+        if !tier.log.read(offset, FLASH_READ_BYTES.min(page_left), &mut record) || record.len() < HEADER_BYTES
+        {
+            return true;
+        }
+        let header = record_header(&record);
+        let (start, len) = (header.key_start(), header.word0.key_len());
+        let Some(key) = record.get(start..start + len).filter(|key| !key.is_empty()) else { return true };
+        self.find(KeyHash::of(key), key).is_some()
     }
 
     /// Counts a read of the flash log made elsewhere ([`crate::flash::FlashLog::count_read`]).
@@ -413,14 +444,7 @@ impl Partition {
         {
             return Checked::Absent;
         }
-        let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
-        let word0 = Word0(word(0));
-        let ext = if word0.has(BIT_EXT) && record.len() >= HEADER_BYTES + EXT_BYTES {
-            Ext(word(HEADER_BYTES))
-        } else {
-            Ext(0)
-        };
-        let header = Header { word0, word1: Word1(word(8)), ext };
+        let header = record_header(record);
         let capacity = header.capacity();
         if record.len() < capacity {
             return Checked::NeedBytes(capacity);
