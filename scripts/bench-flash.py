@@ -18,7 +18,7 @@ directory, O_DIRECT one at a time and 16 in flight (the device), and through a w
 to spare a recently written file stays there).
 
     scripts/bench-flash.py [--memtier PATH] [--dir DIR] [--dram-mb 64] [--seconds 15]
-        [--rounds 1] [--connections 20] [--pipeline 1]
+        [--rounds 1] [--connections 20] [--pipeline 1] [--direct] [--only NAMES]
 """
 import argparse
 import json
@@ -150,6 +150,9 @@ def main():
     parser.add_argument("--connections", type=int, default=20)
     parser.add_argument("--pipeline", type=int, default=1)
     parser.add_argument("--dists", default="zipf,uniform")
+    parser.add_argument("--direct", action="store_true",
+                        help="also quicksilver with -o flash_direct (O_DIRECT: its flash reads reach the device)")
+    parser.add_argument("--only", default="", help="comma-separated server names to run (default: all)")
     args = parser.parse_args()
     dram = args.dram_mb
     flash = 10 * dram
@@ -167,6 +170,11 @@ def main():
         ("quicksilver 10x DRAM", [args.quicksilver, "-t", "1", "-m", str(flash + dram)]),
         ("memcached 10x DRAM", ["memcached"] + run_as + ["-t", "1", "-m", str(flash + dram)]),
     ]
+    if args.direct:
+        servers.insert(1, ("quicksilver flash O_DIRECT", [args.quicksilver, "-t", "1", "-m", str(dram), "-o",
+                                                         f"ext_path={args.dir}/qs-bench-flash:{flash}m,flash_direct"]))
+    if args.only:
+        servers = [server for server in servers if server[0] in args.only.split(",")]
     print(f"DRAM {dram} MiB, flash {flash} MiB, {args.keys} keys of 1-4 KiB, set:get 1:9, "
           f"{args.connections} connections, pipeline {args.pipeline}, {args.seconds} s")
     header = "| server | keys | ops/s | hit ratio | CPU us/op | p50 us | p99 us | flash reads | flash items | DRAM B/flash item |"

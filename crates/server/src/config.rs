@@ -356,6 +356,9 @@ pub struct Extended {
     /// `-o flash_io=threads`: flash reads on the reader threads even where io_uring works
     /// (`auto`, the default: each worker's own io_uring, the threads where it is refused).
     pub flash_io_threads: bool,
+    /// `-o flash_direct`: the flash files are opened with O_DIRECT (reads and writes reach the
+    /// device, not the page cache; for measuring it, or where memory is better spent on items).
+    pub flash_direct: bool,
 }
 
 /// memcached's ext_* defaults (storage.c, memcached.c).
@@ -465,6 +468,7 @@ impl Config {
             ext_page_bytes: EXT_PAGE_MB_DEFAULT << 20,
             ext_threads: EXT_THREADS_DEFAULT,
             flash_io_threads: false,
+            flash_direct: false,
         };
         // A number argument, with memcached's messages for a missing or unreadable one.
         let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
@@ -534,6 +538,7 @@ impl Config {
                 "ext_wbuf_size" => extended.ext_wbuf_bytes = number(name, value)? as usize * (1 << 20),
                 "ext_page_size" => extended.ext_page_bytes = number(name, value)? as usize * (1 << 20),
                 "ext_threads" => extended.ext_threads = (number(name, value)? as usize).max(1),
+                "flash_direct" => extended.flash_direct = true,
                 "flash_io" => {
                     extended.flash_io_threads = match value {
                         Some("threads") => true,

@@ -13,7 +13,6 @@
 
 use crate::shared::Shared;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -29,6 +28,8 @@ pub struct Job {
     /// The worker that waits, and its number for the read.
     pub worker: usize,
     pub ticket: u64,
+    /// The file is opened with O_DIRECT: read an aligned span.
+    pub direct: bool,
 }
 
 /// A read made.
@@ -103,22 +104,12 @@ impl FlashIo {
     }
 }
 
-/// Reads a job's bytes, retrying short reads until the end of the file.
+/// Reads a job's bytes (fewer at the end of the file; none when the read failed).
 fn read(job: Job) -> Done {
-    let mut bytes = vec![0; job.len];
-    let mut got = 0;
-    while got < job.len {
-        match job.file.read_at(&mut bytes[got..], job.position + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => {
-                got = 0;
-                break;
-            }
-        }
+    let mut bytes = Vec::with_capacity(job.len);
+    if !qs_store::flash::read_at(&job.file, job.position, job.len, job.direct, &mut bytes) {
+        bytes.clear();
     }
-    bytes.truncate(got);
     Done { ticket: job.ticket, bytes }
 }
 
@@ -238,9 +229,9 @@ mod tests {
         let path = std::env::temp_dir().join(format!("qs-flashio-{}", std::process::id()));
         std::fs::write(&path, b"0123456789").unwrap();
         let file = Arc::new(File::open(&path).unwrap());
-        let done = read(Job { file: Arc::clone(&file), position: 4, len: 100, worker: 0, ticket: 7 });
+        let done = read(Job { file: Arc::clone(&file), position: 4, len: 100, worker: 0, ticket: 7, direct: false });
         assert_eq!((done.ticket, done.bytes.as_slice()), (7, &b"456789"[..]));
-        let done = read(Job { file, position: 50, len: 4, worker: 0, ticket: 8 });
+        let done = read(Job { file, position: 50, len: 4, worker: 0, ticket: 8, direct: false });
         assert!(done.bytes.is_empty());
         std::fs::remove_file(path).unwrap();
     }

@@ -123,13 +123,19 @@ fn attach_flash(
     let files = extended.ext_paths.len();
     let mut restored = 0;
     for (number, (path, bytes)) in extended.ext_paths.iter().enumerate() {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| format!("Failed to open file for storage: {}: {e}", path.display()))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        if extended.flash_direct {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(libc::O_DIRECT);
+        }
+        let file =
+            options.open(path).map_err(|e| format!("Failed to open file for storage: {}: {e}", path.display()))?;
+        // Two servers on one flash file would overwrite each other's pages (memcached refuses
+        // too): the lock lives as long as the file is open.
+        if !sys::try_lock_exclusive(&file).map_err(|e| format!("ext_path {}: cannot lock: {e}", path.display()))? {
+            return Err(format!("ext_path {}: in use by another server", path.display()));
+        }
         let is_device = {
             use std::os::unix::fs::FileTypeExt;
             file.metadata().map(|meta| meta.file_type().is_block_device()).unwrap_or(false)
@@ -151,6 +157,7 @@ fn attach_flash(
                 share,
                 page_bytes as usize,
             )
+            .and_then(|log| if extended.flash_direct { log.direct() } else { Some(log) })
             .ok_or_else(|| {
                 format!(
                     "ext_path {}: {bytes} bytes is too small for {} partitions",

@@ -35,6 +35,9 @@ enum KeyState {
     Reading,
     /// Being read by the worker's io_uring into this buffer (not to be touched until then).
     InFlight(Vec<u8>),
+    /// The same for a file opened with O_DIRECT: an aligned span, of which the record's
+    /// bytes start at `skip`.
+    InFlightDirect { buf: qs_store::flash::AlignedBuf, skip: usize, len: usize },
     Read(Vec<u8>),
     Resolved(FlashResolved),
 }
@@ -114,10 +117,29 @@ impl FlashWaits {
             }
             let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
             let ticket = (id as u64) << KEY_BITS | number as u64;
-            if let (Some(uring), Some(Place::File(position)), Some(file)) = (
+            let direct = partition.flash_is_direct();
+            if let (Some(uring), Some(Place::File(position)), Some(file), true) = (
                 self.uring.as_mut(),
                 partition.flash_place(key.read.offset, key.read.len),
                 partition.flash_file(),
+                direct,
+            ) {
+                let (start, span) = qs_store::flash::direct_span(position, key.read.len);
+                let mut buf = qs_store::flash::AlignedBuf::zeroed(span);
+                // SAFETY: as below: the aligned buffer's blocks stay where they are, in the
+                // key's state, until `collect` takes the completion.
+                if unsafe { uring.push_read(&file, &mut buf.bytes_mut()[..span], start, ticket) } {
+                    let skip = (position - start) as usize;
+                    wait.states[number] = KeyState::InFlightDirect { buf, skip, len: key.read.len };
+                    wait.reading += 1;
+                    continue;
+                }
+            }
+            if let (Some(uring), Some(Place::File(position)), Some(file), false) = (
+                self.uring.as_mut(),
+                partition.flash_place(key.read.offset, key.read.len),
+                partition.flash_file(),
+                direct,
             ) {
                 let mut buf = vec![0u8; key.read.len];
                 // SAFETY: the buffer moves into the key's state untouched (a Vec's heap memory
@@ -143,6 +165,7 @@ impl FlashWaits {
                     len: key.read.len,
                     worker,
                     ticket,
+                    direct,
                 }),
             };
             match (job, shared.flash_io.as_ref()) {
@@ -173,9 +196,18 @@ impl FlashWaits {
                 let id = (ticket >> KEY_BITS) as usize;
                 let number = (ticket & ((1 << KEY_BITS) - 1)) as usize;
                 let Some(wait) = self.waits.get_mut(id).and_then(Option::as_mut) else { continue };
-                let KeyState::InFlight(buf) = &mut wait.states[number] else { continue };
-                let mut bytes = std::mem::take(buf);
-                bytes.truncate(result.max(0) as usize);
+                let got = result.max(0) as usize;
+                let bytes = match &mut wait.states[number] {
+                    KeyState::InFlight(buf) => {
+                        let mut bytes = std::mem::take(buf);
+                        bytes.truncate(got);
+                        bytes
+                    }
+                    KeyState::InFlightDirect { buf, skip, len } => {
+                        buf.bytes().get(*skip..got.min(*skip + *len)).map(<[u8]>::to_vec).unwrap_or_default()
+                    }
+                    _ => continue,
+                };
                 self.done.push(Done { ticket, bytes });
             }
             self.reaped = reaped;

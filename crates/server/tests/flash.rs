@@ -123,8 +123,41 @@ fn commands_on_flash_items_through_the_reader_threads() {
     commands_on_flash_items(&["-o", "flash_io=threads"]);
 }
 
+/// Whether the temporary directory takes O_DIRECT (tmpfs does not).
+fn direct_io_works() -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!("qs-flash-direct-probe-{}", std::process::id()));
+    let works = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .is_ok();
+    let _ = std::fs::remove_file(path);
+    works
+}
+
+#[test]
+fn commands_on_flash_items_with_o_direct() {
+    if !direct_io_works() {
+        eprintln!("skipped: no O_DIRECT in {}", std::env::temp_dir().display());
+        return;
+    }
+    commands_on_flash_items(&["-o", "flash_direct"]);
+    commands_on_flash_items(&["-o", "flash_direct,flash_io=threads"]);
+}
+
+#[test]
+fn a_pipeline_across_flash_and_dram_answers_in_order_with_o_direct() {
+    if direct_io_works() {
+        pipeline_across_flash_and_dram(&["-o", "flash_direct"]);
+    }
+}
+
 fn commands_on_flash_items(extra: &[&str]) {
-    let file = FlashFile::new(&format!("commands{}", extra.len()));
+    let file = FlashFile::new(&format!("commands{}", extra.concat().replace(['=', ',', '-'], "")));
     // ext_item_size 0: small counters go to flash too.
     let mut args = vec!["-o", "ext_item_size=0"];
     args.extend_from_slice(extra);
@@ -132,11 +165,11 @@ fn commands_on_flash_items(extra: &[&str]) {
     let mut client = server.connect();
     let io =
         stats(&mut client, "settings").into_iter().find(|(name, _)| name == "flash_io").expect("flash_io").1;
-    if extra.is_empty() {
+    if extra.iter().any(|arg| arg.contains("flash_io=threads")) {
+        assert_eq!(io, "threads");
+    } else {
         // io_uring on every kernel CI runs (5.1 and later, not refused by a seccomp profile).
         assert!(io == "io_uring" || std::env::var_os("QS_NO_IO_URING").is_some(), "{io}");
-    } else {
-        assert_eq!(io, "threads");
     }
     for n in 0..8 {
         assert_eq!(client.call(format!("set c:{n} 7 0 3\r\n100\r\n").as_bytes()), b"STORED\r\n");
@@ -175,7 +208,7 @@ fn a_pipeline_across_flash_and_dram_answers_in_order_through_the_reader_threads(
 }
 
 fn pipeline_across_flash_and_dram(extra: &[&str]) {
-    let file = FlashFile::new(&format!("pipeline{}", extra.len()));
+    let file = FlashFile::new(&format!("pipeline{}", extra.concat().replace(['=', ',', '-'], "")));
     let server = server(&file, extra);
     let mut client = server.connect();
     let count = 16_000;
@@ -257,6 +290,11 @@ fn memcached_spelling_of_ext_path_is_checked() {
     assert!(refusal("ext_path=/tmp/x:64m:elsewhere").contains("Unknown extstore bucket: elsewhere"));
     assert!(refusal("ext_path=/nonexistent-dir/x:64m").contains("Failed to open file for storage"));
     assert!(refusal("ext_bogus=1").contains("Illegal suboption"));
+    // A second server on a flash file in use, as memcached's t/extstore.t checks.
+    let file = FlashFile::new("twice");
+    let option = file.option("64m");
+    let _first = ServerProcess::quicksilver(&["-m", "8", "-o", &option]);
+    assert!(refusal(&option).contains("in use by another server"));
 }
 
 /// A full device: a tmpfs of 2 MiB under a 64 MiB flash file. Needs root (mount); skipped

@@ -49,6 +49,82 @@ pub struct FlashStats {
     pub page_bytes: u64,
 }
 
+/// The alignment O_DIRECT asks of a file position, a length and a buffer address.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// One aligned block of [`AlignedBuf`].
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Block([u8; DIRECT_ALIGN]);
+
+/// Bytes at a [`DIRECT_ALIGN`]-aligned address, in whole blocks (what O_DIRECT reads into and
+/// writes from). Its heap memory stays where it is while it lives (an io_uring read may hold
+/// its address).
+pub struct AlignedBuf {
+    blocks: Vec<Block>,
+}
+
+impl AlignedBuf {
+    /// Zeroed, at least `len` bytes (rounded up to whole blocks).
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        AlignedBuf { blocks: vec![Block([0; DIRECT_ALIGN]); len.div_ceil(DIRECT_ALIGN)] }
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `Block` is `repr(C)` around a byte array of exactly its alignment, so it has
+        // no padding and `blocks` is `len * DIRECT_ALIGN` initialized, contiguous bytes.
+        unsafe { std::slice::from_raw_parts(self.blocks.as_ptr().cast::<u8>(), self.blocks.len() * DIRECT_ALIGN) }
+    }
+
+    /// Its bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the borrow of `self` is unique.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.blocks.as_mut_ptr().cast::<u8>(), self.blocks.len() * DIRECT_ALIGN)
+        }
+    }
+}
+
+/// The aligned span covering `len` bytes at `position`: its start and length.
+pub fn direct_span(position: u64, len: usize) -> (u64, usize) {
+    let start = position & !(DIRECT_ALIGN as u64 - 1);
+    let end = (position + len as u64).next_multiple_of(DIRECT_ALIGN as u64);
+    (start, (end - start) as usize)
+}
+
+/// Reads `len` bytes at `position` of `file` into `out` (appended; fewer at the end of the
+/// file), through an aligned span when `direct` (a file opened with O_DIRECT). False when the
+/// read failed or found nothing.
+pub fn read_at(file: &File, position: u64, len: usize, direct: bool, out: &mut Vec<u8>) -> bool {
+    let (start, span) = if direct { direct_span(position, len) } else { (position, len) };
+    let mut aligned = direct.then(|| AlignedBuf::zeroed(span));
+    let mut plain = Vec::new();
+    let buf: &mut [u8] = match aligned.as_mut() {
+        Some(aligned) => &mut aligned.bytes_mut()[..span],
+        None => {
+            plain.resize(span, 0);
+            &mut plain
+        }
+    };
+    let mut got = 0;
+    while got < span {
+        match file.read_at(&mut buf[got..], start + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    let skip = (position - start) as usize;
+    let end = got.min(skip + len);
+    if end <= skip {
+        return false;
+    }
+    out.extend_from_slice(&buf[skip..end]);
+    true
+}
+
 /// Where a live record's bytes are.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Place<'a> {
@@ -72,6 +148,9 @@ pub struct FlashLog {
     placed: Vec<(u32, u64)>,
     /// Records (and bytes) in the page being filled.
     filling: (u32, u64),
+    /// The file is opened with O_DIRECT: pages go out through this aligned copy, padded to
+    /// whole blocks, and reads are of aligned spans.
+    direct: Option<AlignedBuf>,
     stats: FlashStats,
 }
 
@@ -90,8 +169,22 @@ impl FlashLog {
             buffer: Vec::with_capacity(page_bytes as usize),
             placed: vec![(0, 0); pages as usize],
             filling: (0, 0),
+            direct: None,
             stats: FlashStats { pages, page_bytes, ..FlashStats::default() },
         })
+    }
+
+    /// The same log on a file opened with O_DIRECT (its region and pages must be aligned to
+    /// [`DIRECT_ALIGN`]: `None` otherwise).
+    pub fn direct(mut self) -> Option<FlashLog> {
+        let aligned = self.base % DIRECT_ALIGN as u64 == 0 && self.page_bytes % DIRECT_ALIGN as u64 == 0;
+        self.direct = Some(AlignedBuf::zeroed(self.page_bytes as usize));
+        aligned.then_some(self)
+    }
+
+    /// Whether reads must be of aligned spans (O_DIRECT).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// The file it is in (readers on other threads read it with `pread`).
@@ -172,7 +265,17 @@ impl FlashLog {
     /// when the write fails.
     fn write_page(&mut self) -> bool {
         let place = self.base + (self.page % self.pages) * self.page_bytes;
-        match self.file.write_all_at(&self.buffer, place) {
+        let written = match self.direct.as_mut() {
+            Some(staging) => {
+                let padded = self.buffer.len().next_multiple_of(DIRECT_ALIGN);
+                let bytes = &mut staging.bytes_mut()[..padded];
+                bytes[..self.buffer.len()].copy_from_slice(&self.buffer);
+                bytes[self.buffer.len()..].fill(0);
+                self.file.write_all_at(bytes, place)
+            }
+            None => self.file.write_all_at(&self.buffer, place),
+        };
+        match written {
             Ok(()) => {
                 self.stats.pages_written += 1;
                 self.stats.bytes_written += self.buffer.len() as u64;
@@ -247,25 +350,12 @@ impl FlashLog {
                 // A page is written as long as it was filled, so a read of a fixed size near
                 // its end may stop at the file's end: what is there is the record.
                 let start = out.len();
-                out.resize(start + len, 0);
-                let mut got = 0;
-                while got < len {
-                    match self.file.read_at(&mut out[start + got..], position + got as u64) {
-                        Ok(0) => break,
-                        Ok(n) => got += n,
-                        Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => {
-                            got = 0;
-                            break;
-                        }
-                    }
-                }
-                out.truncate(start + got);
-                if got > 0 {
+                let read = read_at(&self.file, position, len, self.direct.is_some(), out);
+                if read {
                     self.stats.reads += 1;
-                    self.stats.bytes_read += got as u64;
+                    self.stats.bytes_read += (out.len() - start) as u64;
                 }
-                got > 0
+                read
             }
         }
     }
@@ -332,6 +422,30 @@ mod tests {
     }
 
     #[test]
+    fn a_direct_log_reads_back_what_it_wrote() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = std::env::temp_dir().join(format!("qs-flash-direct-{}", std::process::id()));
+        let opened = OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(&path);
+        let Ok(file) = opened else {
+            eprintln!("skipped: no O_DIRECT on {}", path.display());
+            return;
+        };
+        let mut log = FlashLog::new(Arc::new(file), 8192, 8 * 8192, 8192).unwrap().direct().expect("aligned");
+        let mut offsets = Vec::new();
+        for n in 0..200u64 {
+            offsets.push(log.append(&record(n)).expect("taken"));
+        }
+        for (n, &at) in offsets.iter().enumerate().filter(|(_, &at)| log.is_live(at)) {
+            let want = record(n as u64);
+            let mut out = Vec::new();
+            assert!(log.read(at, want.len(), &mut out), "record {n}");
+            assert_eq!(out, want, "record {n}");
+        }
+        assert!(log.stats().reads > 0);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
     fn a_failed_write_turns_the_tier_off_and_keeps_what_was_read_before() {
         let (path, _) = temp("readonly");
         let file = Arc::new(File::open(&path).unwrap()); // read-only: every write fails
@@ -349,5 +463,24 @@ mod tests {
         assert!(log.read(first, 9, &mut out), "the page still in memory reads");
         assert_eq!(out, b"in memory");
         std::fs::remove_file(path).unwrap();
+    }
+}
+
+/// The aligned buffer's unsafe views, under Miri too (`miri_` tests run there).
+#[cfg(test)]
+mod miri_tests {
+    use super::*;
+
+    #[test]
+    fn miri_an_aligned_buffer_is_aligned_and_whole() {
+        let mut buf = AlignedBuf::zeroed(5000);
+        assert_eq!(buf.bytes().len(), 8192);
+        assert_eq!(buf.bytes().as_ptr() as usize % DIRECT_ALIGN, 0);
+        buf.bytes_mut()[8191] = 7;
+        buf.bytes_mut()[0] = 1;
+        assert_eq!((buf.bytes()[0], buf.bytes()[4096], buf.bytes()[8191]), (1, 0, 7));
+        assert_eq!(direct_span(4100, 10), (4096, 4096));
+        assert_eq!(direct_span(4090, 10), (0, 8192));
+        assert_eq!(direct_span(8192, 4096), (8192, 4096));
     }
 }

@@ -245,6 +245,11 @@ impl Partition {
         self.flash.as_ref()?.log.place(offset, len)
     }
 
+    /// Whether the flash file is opened with O_DIRECT (reads of aligned spans).
+    pub fn flash_is_direct(&self) -> bool {
+        self.flash.as_ref().is_some_and(|tier| tier.log.is_direct())
+    }
+
     /// The flash log's file, for readers on other threads.
     pub fn flash_file(&self) -> Option<std::sync::Arc<std::fs::File>> {
         self.flash.as_ref().map(|tier| tier.log.file())
