@@ -229,7 +229,8 @@ mod tests {
         let path = std::env::temp_dir().join(format!("qs-flashio-{}", std::process::id()));
         std::fs::write(&path, b"0123456789").unwrap();
         let file = Arc::new(File::open(&path).unwrap());
-        let done = read(Job { file: Arc::clone(&file), position: 4, len: 100, worker: 0, ticket: 7, direct: false });
+        let done =
+            read(Job { file: Arc::clone(&file), position: 4, len: 100, worker: 0, ticket: 7, direct: false });
         assert_eq!((done.ticket, done.bytes.as_slice()), (7, &b"456789"[..]));
         let done = read(Job { file, position: 50, len: 4, worker: 0, ticket: 8, direct: false });
         assert!(done.bytes.is_empty());

@@ -129,11 +129,14 @@ fn attach_flash(
             use std::os::unix::fs::OpenOptionsExt;
             options.custom_flags(libc::O_DIRECT);
         }
-        let file =
-            options.open(path).map_err(|e| format!("Failed to open file for storage: {}: {e}", path.display()))?;
+        let file = options
+            .open(path)
+            .map_err(|e| format!("Failed to open file for storage: {}: {e}", path.display()))?;
         // Two servers on one flash file would overwrite each other's pages (memcached refuses
         // too): the lock lives as long as the file is open.
-        if !sys::try_lock_exclusive(&file).map_err(|e| format!("ext_path {}: cannot lock: {e}", path.display()))? {
+        if !sys::try_lock_exclusive(&file)
+            .map_err(|e| format!("ext_path {}: cannot lock: {e}", path.display()))?
+        {
             return Err(format!("ext_path {}: in use by another server", path.display()));
         }
         let is_device = {

@@ -37,7 +37,11 @@ enum KeyState {
     InFlight(Vec<u8>),
     /// The same for a file opened with O_DIRECT: an aligned span, of which the record's
     /// bytes start at `skip`.
-    InFlightDirect { buf: qs_store::flash::AlignedBuf, skip: usize, len: usize },
+    InFlightDirect {
+        buf: qs_store::flash::AlignedBuf,
+        skip: usize,
+        len: usize,
+    },
     Read(Vec<u8>),
     Resolved(FlashResolved),
 }
