@@ -470,6 +470,16 @@ impl Engine {
         }
     }
 
+    /// `-e` with a flash tier: writes each owned partition's flash page as far as it holds
+    /// (see [`qs_store::Partition::flash_write_partial`]).
+    pub fn flash_write_partial(&mut self) {
+        if self.flash_on {
+            for partition in self.partitions.iter_mut().flatten() {
+                partition.flash_write_partial();
+            }
+        }
+    }
+
     /// Forgets the flash keys resolved for the request that has now run.
     #[inline]
     pub fn flash_forget(&mut self) {

@@ -151,12 +151,18 @@ fn attach_flash(
         if sharing.is_empty() {
             continue;
         }
-        let share = (bytes / sharing.len() as u64) & !4095;
+        // The file's first page names the run that last wrote it: a memory file's flash slots
+        // are trusted only if they were made in that run (no server has written it since).
+        let old_epoch = read_flash_epoch(&file, extended.flash_direct);
+        let new_epoch = random_u64() | 1;
+        write_flash_epoch(&file, new_epoch)
+            .map_err(|e| format!("ext_path {}: cannot write: {e}", path.display()))?;
+        let share = (bytes.saturating_sub(FLASH_HEADER_BYTES) / sharing.len() as u64) & !4095;
         let page_bytes = (extended.ext_wbuf_bytes as u64).min(share / 8) & !4095;
         for (slot, &index) in sharing.iter().enumerate() {
             let log = qs_store::flash::FlashLog::new(
                 Arc::clone(&file),
-                slot as u64 * share,
+                FLASH_HEADER_BYTES + slot as u64 * share,
                 share,
                 page_bytes as usize,
             )
@@ -171,17 +177,56 @@ fn attach_flash(
             let identity = flash_identity(extended, index, log.shape());
             // ext_item_size counts the item's bytes; a record here adds its header.
             partitions[index].attach_flash(log, extended.ext_item_size);
-            if let Some(state) = saved.get_mut(index).and_then(Option::take) {
-                if state.identity == identity {
-                    restored += partitions[index].flash_restore(state.page, &state.slots);
+            let partition = &mut partitions[index];
+            let (crash_slots, persisted) = partition.take_crash_flash();
+            match saved.get_mut(index).and_then(Option::take) {
+                // A graceful stop saved the exact state.
+                Some(state) if state.identity == identity => {
+                    restored += partition.flash_restore(state.page, &state.slots);
+                }
+                // After a crash: the index file's flash slots, in the pages written before it,
+                // if the flash file is as the crashed run left it.
+                _ => {
+                    if let Some((page, epoch)) = persisted {
+                        if old_epoch == Some(epoch) && !crash_slots.is_empty() {
+                            restored += partition.flash_restore(page, &crash_slots);
+                        }
+                    }
                 }
             }
+            partition.set_flash_epoch(new_epoch);
         }
     }
     if !saved.is_empty() {
         eprintln!("[restart] {restored} flash items back");
     }
     Ok(())
+}
+
+/// Bytes at the start of each flash file before the partitions' logs: the run's epoch.
+const FLASH_HEADER_BYTES: u64 = 4096;
+/// The flash file header's first word.
+const FLASH_MAGIC: &[u8; 8] = b"QSFLASH1";
+
+/// The epoch in a flash file's header (`None`: not one of ours, or unreadable).
+fn read_flash_epoch(file: &std::fs::File, direct: bool) -> Option<u64> {
+    let mut header = Vec::new();
+    if !qs_store::flash::read_at(file, 0, 16, direct, &mut header)
+        || header.len() < 16
+        || &header[..8] != FLASH_MAGIC
+    {
+        return None;
+    }
+    Some(u64::from_le_bytes(header[8..16].try_into().expect("8 bytes")))
+}
+
+/// Writes a flash file's header page with `epoch` (aligned: the file may be O_DIRECT).
+fn write_flash_epoch(file: &std::fs::File, epoch: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut page = qs_store::flash::AlignedBuf::zeroed(FLASH_HEADER_BYTES as usize);
+    page.bytes_mut()[..8].copy_from_slice(FLASH_MAGIC);
+    page.bytes_mut()[8..16].copy_from_slice(&epoch.to_le_bytes());
+    file.write_all_at(page.bytes(), 0)
 }
 
 /// What names partition `partition`'s flash log (`flashsave`): its `ext_path` file and the
@@ -266,7 +311,7 @@ impl Server {
             .collect();
         let configs = if flash_on { flash_index_sizing(configs, &extended) } else { configs };
         let mut partitions: Vec<Partition> = match &config.memory_file {
-            Some(path) => memfile::open(path, &configs)?.partitions,
+            Some(path) => memfile::open(path, &configs, flash_on)?.partitions,
             None => configs.into_iter().map(Partition::new).collect(),
         };
         // A graceful stop's flash state is read once, whatever this start's options.

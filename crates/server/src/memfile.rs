@@ -40,6 +40,13 @@ pub fn meta_path(path: &Path) -> PathBuf {
     PathBuf::from(meta)
 }
 
+/// The index file beside `path` (`-o ext_path` with `-e`).
+pub fn index_path(path: &Path) -> PathBuf {
+    let mut index = path.as_os_str().to_owned();
+    index.push(".index");
+    PathBuf::from(index)
+}
+
 /// The header page's text for partitions of these configurations.
 fn layout(configs: &[qs_store::Config]) -> String {
     let mut text = format!("{MAGIC}\npartitions {}\n", configs.len());
@@ -56,7 +63,7 @@ fn layout(configs: &[qs_store::Config]) -> String {
 
 /// Opens (or makes) the memory file at `path` for partitions of `configs` and builds them
 /// there. Messages for the operator go to standard error, in memcached's `[restart]` form.
-pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String> {
+pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Result<Opened, String> {
     let fail = |what: &str, error: std::io::Error| format!("-e {}: {what}: {error}", path.display());
     let meta = meta_path(path);
     if meta.exists() {
@@ -103,6 +110,36 @@ pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String>
         file.set_len(total).map_err(|error| fail("cannot size", error))?;
         file.write_all_at(layout.as_bytes(), 0).map_err(|error| fail("cannot write", error))?;
     }
+    // With a flash tier, the indexes live in FILE.index (their flash slots survive a crash);
+    // trusted only beside a warm memory file of this layout, emptied otherwise.
+    let index_file = if flash_index {
+        let index_path = index_path(path);
+        let index_total: u64 =
+            configs.iter().map(|config| qs_store::index::Index::file_bytes(config.bucket_count) as u64).sum();
+        let index_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&index_path)
+            .map_err(|error| fail("cannot open the index file", error))?;
+        let index_length =
+            index_file.metadata().map_err(|error| fail("cannot stat the index file", error))?.len();
+        if !warm || index_length != index_total {
+            index_file.set_len(0).map_err(|error| fail("cannot truncate the index file", error))?;
+            index_file.set_len(index_total).map_err(|error| fail("cannot size the index file", error))?;
+        }
+        Some(index_file)
+    } else {
+        let _ = std::fs::remove_file(index_path(path));
+        None
+    };
+    let mut index_offsets = Vec::with_capacity(configs.len());
+    let mut index_offset = 0;
+    for config in configs {
+        index_offsets.push(index_offset);
+        index_offset += qs_store::index::Index::file_bytes(config.bucket_count) as u64;
+    }
     let started = std::time::Instant::now();
     // Each partition scans its own log: as many at once as there are cores.
     let mut offsets = Vec::with_capacity(configs.len());
@@ -118,9 +155,11 @@ pub fn open(path: &Path, configs: &[qs_store::Config]) -> Result<Opened, String>
         for (chunk, slots) in opened.chunks_mut(configs.len().div_ceil(threads)).enumerate() {
             let first = chunk * configs.len().div_ceil(threads);
             let (file, configs, offsets) = (&file, configs, &offsets);
+            let (index_file, index_offsets) = (index_file.as_ref(), &index_offsets);
             scope.spawn(move || {
                 for (i, slot) in slots.iter_mut().enumerate() {
-                    *slot = Some(Partition::open(configs[first + i], file, offsets[first + i]));
+                    let index = index_file.map(|index_file| (index_file, index_offsets[first + i]));
+                    *slot = Some(Partition::open(configs[first + i], file, offsets[first + i], index));
                 }
             });
         }

@@ -293,8 +293,18 @@ impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(256);
         let mut stop_deadline: Option<Instant> = None;
+        let flash_durable = self.shared.flash_io.is_some() && self.shared.config.memory_file.is_some();
+        let mut flash_written_secs = 0;
         loop {
             let timeout = self.timeout();
+            if flash_durable
+                && (timeout != Some(Duration::ZERO) || self.engine.now_secs != flash_written_secs)
+            {
+                // -e: before sleeping, and once a second under load, the flash page being
+                // filled goes to the file, so a crash loses no flash item older than that.
+                flash_written_secs = self.engine.now_secs;
+                self.engine.flash_write_partial();
+            }
             self.engine.turn_mrc();
             if let Err(error) = self.poll.poll(&mut events, timeout) {
                 if error.kind() != io::ErrorKind::Interrupted {

@@ -149,6 +149,8 @@ pub struct FlashLog {
     /// The page being filled (its number) and its bytes so far.
     page: u64,
     buffer: Vec<u8>,
+    /// Bytes of `buffer` already in the file (written early by [`FlashLog::write_partial`]).
+    flushed: usize,
     /// Per place in the file: the records (and bytes) of the page written there.
     placed: Vec<(u32, u64)>,
     /// Records (and bytes) in the page being filled.
@@ -172,6 +174,7 @@ impl FlashLog {
             pages,
             page: 0,
             buffer: Vec::with_capacity(page_bytes as usize),
+            flushed: 0,
             placed: vec![(0, 0); pages as usize],
             filling: (0, 0),
             direct: None,
@@ -219,12 +222,32 @@ impl FlashLog {
         (self.base, self.pages, self.page_bytes)
     }
 
-    /// Takes the log up where a graceful stop left it (its last page written out with
-    /// [`FlashLog::flush`], `page` the next to fill): the records of the last `pages` pages are
-    /// live again. Nothing may have been appended since it was made.
-    pub fn resume(&mut self, page: u64) {
+    /// Logical offset below which every record is in the file: whole pages, then what
+    /// [`FlashLog::write_partial`] wrote of the page being filled.
+    pub fn durable(&self) -> u64 {
+        self.page * self.page_bytes + self.flushed as u64
+    }
+
+    /// Takes the log up where a stop left it: the records below `durable` (as
+    /// [`FlashLog::durable`] said then) are live again, and appends go on after them (the
+    /// page they end in is read back into memory). Nothing may have been appended since it
+    /// was made. False (and the log left empty) when that page cannot be read.
+    pub fn resume(&mut self, durable: u64) -> bool {
         debug_assert!(self.buffer.is_empty() && self.page == 0, "resumed after use");
+        let (page, within) = (durable / self.page_bytes, (durable % self.page_bytes) as usize);
+        if within > 0 {
+            let place = self.base + (page % self.pages) * self.page_bytes;
+            let mut prefix = Vec::with_capacity(self.page_bytes as usize);
+            if !read_at(&self.file, place, within, self.direct.is_some(), &mut prefix)
+                || prefix.len() != within
+            {
+                return false;
+            }
+            self.buffer = prefix;
+        }
         self.page = page;
+        self.flushed = within;
+        true
     }
 
     /// Bytes of one page: the largest record the log takes.
@@ -269,8 +292,35 @@ impl FlashLog {
     /// Writes the page in memory to its place and starts the next; false (and the tier off)
     /// when the write fails.
     fn write_page(&mut self) -> bool {
+        let written = self.write_buffer();
+        self.finish_page(written)
+    }
+
+    /// Writes what the page being filled holds so far to its place (it is written again,
+    /// whole, when full), so a crash loses no record appended before; false (and the tier off)
+    /// when the write fails.
+    pub fn write_partial(&mut self) -> bool {
+        if self.stats.failed || self.buffer.len() == self.flushed {
+            return !self.stats.failed;
+        }
+        match self.write_buffer() {
+            Ok(()) => {
+                self.stats.bytes_written += (self.buffer.len() - self.flushed) as u64;
+                self.flushed = self.buffer.len();
+                true
+            }
+            Err(_) => {
+                self.stats.write_errors += 1;
+                self.stats.failed = true;
+                false
+            }
+        }
+    }
+
+    /// Writes the page being filled, as far as it holds, to its place.
+    fn write_buffer(&mut self) -> std::io::Result<()> {
         let place = self.base + (self.page % self.pages) * self.page_bytes;
-        let written = match self.direct.as_mut() {
+        match self.direct.as_mut() {
             Some(staging) => {
                 let padded = self.buffer.len().next_multiple_of(DIRECT_ALIGN);
                 let bytes = &mut staging.bytes_mut()[..padded];
@@ -279,11 +329,15 @@ impl FlashLog {
                 self.file.write_all_at(bytes, place)
             }
             None => self.file.write_all_at(&self.buffer, place),
-        };
+        }
+    }
+
+    fn finish_page(&mut self, written: std::io::Result<()>) -> bool {
         match written {
             Ok(()) => {
                 self.stats.pages_written += 1;
                 self.stats.bytes_written += self.buffer.len() as u64;
+                self.flushed = 0;
                 let place = (self.page % self.pages) as usize;
                 let (records, bytes) =
                     std::mem::replace(&mut self.placed[place], std::mem::take(&mut self.filling));

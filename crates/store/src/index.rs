@@ -85,6 +85,21 @@ impl Index {
         Index { region, bucket_mask: bucket_count - 1, spare_count }
     }
 
+    /// `bucket_count` main buckets (a power of two, no spares) mapped from `bytes_for(..)`
+    /// bytes of `file` at `offset`, as they were left there (`-e` with a flash tier: the flash
+    /// slots survive a crash).
+    #[cfg(not(any(miri, loom)))]
+    pub fn in_file(file: &std::fs::File, offset: u64, bucket_count: usize) -> std::io::Result<Index> {
+        assert!(bucket_count.is_power_of_two(), "bucket count must be a power of two");
+        let region = Region::from_file(file, offset, Index::file_bytes(bucket_count))?;
+        Ok(Index { region, bucket_mask: bucket_count - 1, spare_count: 0 })
+    }
+
+    /// Bytes a file holds for an index of `bucket_count` buckets (whole pages).
+    pub fn file_bytes(bucket_count: usize) -> usize {
+        (bucket_count * BUCKET_BYTES).next_multiple_of(4096)
+    }
+
     /// Number of spare buckets (bucket numbers `bucket_count()..bucket_count() + spare_count()`).
     pub fn spare_count(&self) -> usize {
         self.spare_count

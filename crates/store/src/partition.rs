@@ -150,6 +150,9 @@ pub struct Partition {
     /// `-e`: the page of the memory file that says where the log's live window is
     /// ([`crate::persist`]); `None` in memory only.
     persist: Option<crate::persist::State>,
+    /// `-e` with a flash tier: the flash slots the index file held at start-up (bucket, word),
+    /// until the flash tier is attached and decides whether they still hold.
+    crash_flash_slots: Vec<(u64, u64)>,
     /// log2 of the partition count (a recovered key must hash to this partition).
     partition_bits: u32,
     /// `-o ext_path`: where items leaving the DRAM head go ([`flash_tier`]).
@@ -205,6 +208,7 @@ impl Partition {
         config: Config,
         file: &std::fs::File,
         offset: u64,
+        index_file: Option<(&std::fs::File, u64)>,
     ) -> std::io::Result<(Partition, crate::persist::Recovered)> {
         if config.store_mode {
             return Err(std::io::Error::new(
@@ -215,10 +219,21 @@ impl Partition {
         let log_bytes = crate::persist::log_bytes(config.log_bytes);
         let state = crate::persist::State::open(file, offset)?;
         let log = Log::in_file(file, offset + crate::persist::STATE_BYTES, log_bytes, config.offset_bits)?;
-        let index = Index::new(config.bucket_count, 0, config.huge_pages);
+        // With a flash tier the index lives in a file too: its flash slots are taken before it
+        // is emptied for the log's scan, and put back once the flash tier is attached
+        // (`flash_restore`); its DRAM slots are rebuilt from the log like any index's.
+        let (index, crash_flash_slots) = match index_file {
+            Some((index_file, index_offset)) => {
+                let index = Index::in_file(index_file, index_offset, config.bucket_count)?;
+                let slots = flash_tier::take_flash_slots(&index);
+                (index, slots)
+            }
+            None => (Index::new(config.bucket_count, 0, config.huge_pages), Vec::new()),
+        };
         let mut config = config;
         config.log_bytes = log_bytes;
         let mut partition = Partition::assemble(config, log, index);
+        partition.crash_flash_slots = crash_flash_slots;
         let shape = crate::persist::Shape {
             log_bytes: log_bytes as u64,
             offset_bits: config.offset_bits,
@@ -287,6 +302,7 @@ impl Partition {
             hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
             evicted: None,
             persist: None,
+            crash_flash_slots: Vec::new(),
             partition_bits: config.partition_bits,
             flash: None,
             cas_mark: u64::MAX,

@@ -74,6 +74,30 @@ fn record_header(record: &[u8]) -> Header {
     Header { word0, word1: Word1(word(8)), ext }
 }
 
+/// Takes every flash slot out of an index left in a file (bucket, word) and empties the
+/// index, for the log's scan to rebuild.
+#[cfg(not(any(miri, loom)))]
+pub(super) fn take_flash_slots(index: &crate::index::Index) -> Vec<(u64, u64)> {
+    let mut slots = Vec::new();
+    for bucket in 0..index.bucket_count() {
+        let words = index.bucket(bucket);
+        for word in &words[1..] {
+            let slot = Slot(word.load(Relaxed));
+            if slot.tag() & FLASH_TAG != 0 {
+                slots.push((bucket as u64, slot.0));
+            }
+        }
+        for word in words {
+            word.store(0, Relaxed);
+        }
+    }
+    slots
+}
+
+/// What a memory file kept of a partition's flash tier: the index file's flash slots (bucket,
+/// word), and the state page's durable flash offset and flash file epoch.
+pub type CrashFlash = (Vec<(u64, u64)>, Option<(u64, u64)>);
+
 /// What a read record is.
 enum Checked {
     /// `key`'s, live: its slot and header.
@@ -212,6 +236,7 @@ impl Partition {
         if let Some(tier) = self.flash.as_mut() {
             tier.pending = pending;
         }
+        self.persist_flash_page();
     }
 
     /// Where `hash`'s key may be on flash: the first live flash slot with its tag (the record
@@ -289,6 +314,8 @@ impl Partition {
         if !tier.log.flush() || !tier.log.is_on() {
             return None;
         }
+        self.persist_flash_page();
+        let tier = self.flash.as_ref()?;
         let mut slots = Vec::new();
         for bucket in 0..=self.bucket_mask {
             for word in &self.shared.index.bucket(bucket)[1..] {
@@ -298,7 +325,43 @@ impl Partition {
                 }
             }
         }
-        Some((tier.log.page(), slots))
+        Some((tier.log.durable(), slots))
+    }
+
+    /// `-e`: the flash slots the index file held at start-up, and the flash page and epoch
+    /// the state page kept (see [`Partition::flash_restore`]); taken once.
+    pub fn take_crash_flash(&mut self) -> CrashFlash {
+        (std::mem::take(&mut self.crash_flash_slots), self.persist.as_ref().map(|state| state.flash()))
+    }
+
+    /// `-e`: the flash file's epoch from now on, and the page the log fills, in the state page.
+    pub fn set_flash_epoch(&mut self, epoch: u64) {
+        let page = self.flash.as_ref().map_or(0, |tier| tier.log.durable());
+        if let Some(state) = &self.persist {
+            state.set_flash_page(page);
+            state.set_flash_epoch(epoch);
+        }
+    }
+
+    /// `-e`: the state page learns the flash page being filled (every page before it is
+    /// written): slots into it or later are dropped at a restart after a crash.
+    #[inline]
+    pub(super) fn persist_flash_page(&self) {
+        if let (Some(state), Some(tier)) = (&self.persist, &self.flash) {
+            state.set_flash_page(tier.log.durable());
+        }
+    }
+
+    /// `-e`: writes the flash page being filled as far as it holds (when the worker idles, and
+    /// once a second), so that a crash loses no flash item appended before.
+    pub fn flash_write_partial(&mut self) {
+        if self.persist.is_none() {
+            return;
+        }
+        if let Some(tier) = self.flash.as_mut() {
+            tier.log.write_partial();
+        }
+        self.persist_flash_page();
     }
 
     /// The flash log's place and shape (see [`FlashLog::shape`]).
@@ -310,14 +373,20 @@ impl Partition {
     /// `page` and the saved slots go back into the index where their bucket has room and holds
     /// no item that may be the same key (a slot with the same tag: the DRAM item is newer, as
     /// a set drops the key's flash slots). Returns how many came back.
-    pub fn flash_restore(&mut self, page: u64, slots: &[(u64, u64)]) -> usize {
+    pub fn flash_restore(&mut self, durable: u64, slots: &[(u64, u64)]) -> usize {
         let Some(tier) = self.flash.as_mut() else { return 0 };
-        tier.log.resume(page);
+        if !tier.log.resume(durable) {
+            return 0;
+        }
         let mut restored = 0;
         for &(bucket, word) in slots {
             let bucket = bucket as usize;
             let slot = Slot(word);
-            let live = self.flash.as_ref().is_some_and(|tier| tier.log.is_live(slot.offset()));
+            // Live, and written to the file before the stop (what was only in memory is gone).
+            let live = self
+                .flash
+                .as_ref()
+                .is_some_and(|tier| tier.log.is_live(slot.offset()) && slot.offset() < durable);
             if bucket > self.bucket_mask || !Self::is_flash_slot(slot) || !live {
                 continue;
             }

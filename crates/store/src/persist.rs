@@ -35,6 +35,8 @@ const W_LIMIT: usize = 5;
 const W_OLDEST_LIVE: usize = 6;
 const W_OLDEST_CAS: usize = 7;
 const W_CAS_MARK: usize = 8;
+const W_FLASH_PAGE: usize = 9;
+const W_FLASH_EPOCH: usize = 10;
 
 /// The log bytes a memory file holds for a partition configured with `log_bytes`: whole pages.
 pub fn log_bytes(log_bytes: usize) -> usize {
@@ -164,6 +166,23 @@ impl State {
     pub fn set_flush(&self, oldest_live: u32, oldest_cas_seq: u64) {
         self.words()[W_OLDEST_LIVE].store(u64::from(oldest_live), Relaxed);
         self.words()[W_OLDEST_CAS].store(oldest_cas_seq, Relaxed);
+    }
+
+    /// The flash log's durable offset (every record below it is in the file) and the epoch of
+    /// the flash file the slots refer to (`-o ext_path` with `-e`).
+    pub fn flash(&self) -> (u64, u64) {
+        (self.words()[W_FLASH_PAGE].load(Relaxed), self.words()[W_FLASH_EPOCH].load(Relaxed))
+    }
+
+    /// The flash log's durable offset now (stored only once what is below it is written).
+    #[inline]
+    pub fn set_flash_page(&self, page: u64) {
+        self.words()[W_FLASH_PAGE].store(page, Relaxed);
+    }
+
+    /// The flash file's epoch now.
+    pub fn set_flash_epoch(&self, epoch: u64) {
+        self.words()[W_FLASH_EPOCH].store(epoch, Relaxed);
     }
 
     /// Every CAS sequence handed out from now on stays below `mark` until it is raised.

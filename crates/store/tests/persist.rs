@@ -44,7 +44,7 @@ fn config(log_bytes: usize) -> Config {
 }
 
 fn open(config: Config, file: &File) -> (Partition, Recovered) {
-    Partition::open(config, file, 0).unwrap()
+    Partition::open(config, file, 0, None).unwrap()
 }
 
 fn key(n: u64) -> Vec<u8> {
@@ -193,7 +193,7 @@ fn garbage_past_the_tail_and_another_shape_are_never_served() {
     drop(partition);
     // Another log size for the same file starts empty.
     let (_copy, copy) = temp.snapshot("shape");
-    let (mut other, recovered) = Partition::open(config(128 << 10), &copy, 0).unwrap();
+    let (mut other, recovered) = Partition::open(config(128 << 10), &copy, 0, None).unwrap();
     assert_eq!(recovered.items, 0);
     assert_eq!(get(&mut other, &key(1), NOW), None);
 }
