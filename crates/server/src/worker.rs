@@ -825,7 +825,10 @@ impl Worker {
                 let mut resume = None;
                 // UDP: the reply of the request handled last, still to be marked as ended.
                 let mut unmarked: Option<Option<Box<[u8]>>> = None;
-                for (parsed, located) in &window {
+                // A request that waits for flash: the window's requests after it may start
+                // their flash reads now (FlashWaits::prefetch).
+                let mut waits_at = None;
+                for (position, (parsed, located)) in window.iter().enumerate() {
                     if flash_on {
                         if ran_first {
                             engine.flash_forget();
@@ -1050,6 +1053,7 @@ impl Worker {
                             if flash_on && park_for_flash(flash, request, engine, shared, index, *generation)
                             {
                                 *flash_wait = true;
+                                waits_at = Some(position);
                                 stop = true;
                                 break;
                             }
@@ -1096,6 +1100,7 @@ impl Worker {
                     }
                     if flash_on && park_for_flash(flash, request, engine, shared, index, *generation) {
                         *flash_wait = true;
+                        waits_at = Some(position);
                         stop = true;
                         break;
                     }
@@ -1126,6 +1131,13 @@ impl Worker {
                 }
                 if let Some(last_key) = unmarked.take() {
                     output.mark(last_key);
+                }
+                if let Some(position) = waits_at {
+                    for (parsed, _) in &window[position + 1..] {
+                        if let Parsed::Request { request, .. } = parsed {
+                            flash.prefetch(request, engine, shared);
+                        }
+                    }
                 }
                 engine.hint_clear();
                 (consumed, stop, resume)

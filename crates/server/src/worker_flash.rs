@@ -21,6 +21,78 @@ use std::collections::{HashMap, VecDeque};
 
 /// Bits of a read's ticket that number the key within its wait.
 const KEY_BITS: u32 = 16;
+/// A ticket with this bit names a read started ahead ([`FlashWaits::prefetch`]), by its slot.
+const PREFETCH: u64 = 1 << 63;
+/// Reads started ahead that a worker keeps at most.
+const PREFETCH_MAX: usize = 256;
+
+/// A read started ahead of its request.
+struct Prefetch {
+    /// Partition and flash offset.
+    at: (usize, u64),
+    /// In flight, or read.
+    state: KeyState,
+    /// The wait's key ticket that asked for it while it was in flight.
+    waiter: Option<u64>,
+}
+
+/// How a read began.
+enum Started {
+    /// In flight on the ring ([`KeyState::InFlight`] or `InFlightDirect`, holding its buffer)
+    /// or on a reader thread ([`KeyState::Reading`]).
+    Reading(KeyState),
+    /// Already here: from the page in memory, or nothing (the record is gone).
+    Done(Vec<u8>),
+}
+
+/// Starts reading `read` of `partition` as `ticket`.
+fn start_read(
+    uring: Option<&mut Uring>,
+    partition: &mut qs_store::Partition,
+    read: qs_store::FlashRead,
+    worker: usize,
+    ticket: u64,
+    shared: &Shared,
+) -> Started {
+    let direct = partition.flash_is_direct();
+    let place = match partition.flash_place(read.offset, read.len) {
+        None => return Started::Done(Vec::new()),
+        Some(Place::Buffer(bytes)) => {
+            let bytes = bytes.to_vec();
+            partition.flash_count_read(bytes.len(), true);
+            return Started::Done(bytes);
+        }
+        Some(Place::File(position)) => position,
+    };
+    let Some(file) = partition.flash_file() else { return Started::Done(Vec::new()) };
+    if let Some(uring) = uring {
+        if direct {
+            let (start, span) = qs_store::flash::direct_span(place, read.len);
+            let mut buf = qs_store::flash::AlignedBuf::zeroed(span);
+            // SAFETY: the aligned buffer's blocks stay where they are, in the state returned
+            // (a wait's key or a prefetch slot), until `collect` takes the completion; the
+            // ring is dropped before the waits and the prefetches (field order).
+            if unsafe { uring.push_read(&file, &mut buf.bytes_mut()[..span], start, ticket) } {
+                let skip = (place - start) as usize;
+                return Started::Reading(KeyState::InFlightDirect { buf, skip, len: read.len });
+            }
+        } else {
+            let mut buf = vec![0u8; read.len];
+            // SAFETY: as above: a Vec's heap memory stays where it is while the Vec moves into
+            // the returned state, untouched until its completion is taken.
+            if unsafe { uring.push_read(&file, &mut buf, place, ticket) } {
+                return Started::Reading(KeyState::InFlight(buf));
+            }
+        }
+    }
+    match shared.flash_io.as_ref() {
+        Some(io) => {
+            io.submit(Job { file, position: place, len: read.len, worker, ticket, direct });
+            Started::Reading(KeyState::Reading)
+        }
+        None => Started::Done(Vec::new()),
+    }
+}
 
 /// Who waits.
 pub(super) enum Waiter {
@@ -70,6 +142,10 @@ pub(super) struct FlashWaits {
     held: HashMap<(usize, u32, u32), VecDeque<usize>>,
     done: Vec<Done>,
     reaped: Vec<(u64, i32)>,
+    /// Reads started ahead, by slot, and their slots by (partition, flash offset).
+    prefetches: Vec<Option<Prefetch>>,
+    prefetch_free: Vec<usize>,
+    prefetch_index: HashMap<(usize, u64), usize>,
     /// Scratch for probes.
     pub(super) keys: Vec<FlashKey>,
 }
@@ -111,7 +187,8 @@ impl FlashWaits {
     }
 
     /// Reads the keys of wait `id` still in [`KeyState::Reading`]: from the page in memory at
-    /// once, from the file on a reader thread.
+    /// once, from a read started ahead for a later request (`prefetch`), else from the file
+    /// through the ring or a reader thread.
     fn read_keys(&mut self, id: usize, engine: &mut Engine, shared: &Shared) {
         let worker = engine.worker;
         let wait = self.waits[id].as_mut().expect("a live wait");
@@ -119,75 +196,90 @@ impl FlashWaits {
             if !matches!(wait.states[number], KeyState::Reading) {
                 continue;
             }
-            let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
             let ticket = (id as u64) << KEY_BITS | number as u64;
-            let direct = partition.flash_is_direct();
-            if let (Some(uring), Some(Place::File(position)), Some(file), true) = (
-                self.uring.as_mut(),
-                partition.flash_place(key.read.offset, key.read.len),
-                partition.flash_file(),
-                direct,
-            ) {
-                let (start, span) = qs_store::flash::direct_span(position, key.read.len);
-                let mut buf = qs_store::flash::AlignedBuf::zeroed(span);
-                // SAFETY: as below: the aligned buffer's blocks stay where they are, in the
-                // key's state, until `collect` takes the completion.
-                if unsafe { uring.push_read(&file, &mut buf.bytes_mut()[..span], start, ticket) } {
-                    let skip = (position - start) as usize;
-                    wait.states[number] = KeyState::InFlightDirect { buf, skip, len: key.read.len };
+            if let Some(slot) = self.prefetch_index.remove(&(key.partition, key.read.offset)) {
+                let ahead = self.prefetches[slot].as_mut().expect("an indexed prefetch");
+                if let KeyState::Read(bytes) = &mut ahead.state {
+                    wait.states[number] = KeyState::Read(std::mem::take(bytes));
+                    self.prefetches[slot] = None;
+                    self.prefetch_free.push(slot);
+                } else {
+                    // Still reading: its bytes come to this key when they are back.
+                    ahead.waiter = Some(ticket);
                     wait.reading += 1;
-                    continue;
                 }
+                continue;
             }
-            if let (Some(uring), Some(Place::File(position)), Some(file), false) = (
-                self.uring.as_mut(),
-                partition.flash_place(key.read.offset, key.read.len),
-                partition.flash_file(),
-                direct,
-            ) {
-                let mut buf = vec![0u8; key.read.len];
-                // SAFETY: the buffer moves into the key's state untouched (a Vec's heap memory
-                // stays where it is) and stays there until `collect` takes its completion;
-                // the ring is dropped before the waits (field order).
-                if unsafe { uring.push_read(&file, &mut buf, position, ticket) } {
-                    wait.states[number] = KeyState::InFlight(buf);
-                    wait.reading += 1;
-                    continue;
-                }
-            }
-            let job = match partition.flash_place(key.read.offset, key.read.len) {
-                None => None,
-                Some(Place::Buffer(bytes)) => {
-                    let bytes = bytes.to_vec();
-                    partition.flash_count_read(bytes.len(), true);
-                    wait.states[number] = KeyState::Read(bytes);
-                    None
-                }
-                Some(Place::File(position)) => partition.flash_file().map(|file| Job {
-                    file,
-                    position,
-                    len: key.read.len,
-                    worker,
-                    ticket,
-                    direct,
-                }),
-            };
-            match (job, shared.flash_io.as_ref()) {
-                (Some(job), Some(io)) => {
-                    io.submit(job);
+            let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
+            match start_read(self.uring.as_mut(), partition, key.read, worker, ticket, shared) {
+                Started::Reading(state) => {
+                    wait.states[number] = state;
                     wait.reading += 1;
                 }
-                _ => {
-                    if matches!(wait.states[number], KeyState::Reading) {
-                        // Gone from the log (or no reader): nothing to read, a DRAM miss.
-                        wait.states[number] = KeyState::Read(Vec::new());
-                    }
-                }
+                Started::Done(bytes) => wait.states[number] = KeyState::Read(bytes),
             }
         }
         if wait.reading == 0 {
             self.ready.push(id);
         }
+    }
+
+    /// With a connection's request waiting for flash: starts reading the flash keys of a
+    /// later plain get of the same connection (parsed in the same window), so that its read
+    /// overlaps the first one's instead of following it (MICA's prefetch, one tier down).
+    pub(super) fn prefetch(&mut self, request: &qs_proto::Request<'_>, engine: &mut Engine, shared: &Shared) {
+        if !matches!(
+            request,
+            qs_proto::Request::Get { kind: qs_proto::GetKind::Get | qs_proto::GetKind::Gets, .. }
+        ) {
+            return;
+        }
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        engine.flash_probe(request, &mut keys);
+        for key in keys.drain(..) {
+            let at = (key.partition, key.read.offset);
+            if self.prefetch_index.contains_key(&at) || !self.prefetch_room() {
+                continue;
+            }
+            let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
+            if !matches!(partition.flash_place(key.read.offset, key.read.len), Some(Place::File(_))) {
+                continue; // in memory: read when its turn comes
+            }
+            let slot = self.prefetch_free.pop().unwrap_or_else(|| {
+                self.prefetches.push(None);
+                self.prefetches.len() - 1
+            });
+            let ticket = PREFETCH | slot as u64;
+            let state =
+                match start_read(self.uring.as_mut(), partition, key.read, engine.worker, ticket, shared) {
+                    Started::Reading(state) => state,
+                    Started::Done(_) => {
+                        self.prefetch_free.push(slot);
+                        continue;
+                    }
+                };
+            self.prefetches[slot] = Some(Prefetch { at, state, waiter: None });
+            self.prefetch_index.insert(at, slot);
+        }
+        self.keys = keys;
+    }
+
+    /// Whether another read may start ahead: at most [`PREFETCH_MAX`] at once, the oldest
+    /// finished ones unused so far given up for room.
+    fn prefetch_room(&mut self) -> bool {
+        if self.prefetch_index.len() < PREFETCH_MAX {
+            return true;
+        }
+        let unused = self.prefetches.iter().position(|slot| {
+            slot.as_ref()
+                .is_some_and(|ahead| ahead.waiter.is_none() && matches!(ahead.state, KeyState::Read(_)))
+        });
+        let Some(slot) = unused else { return false };
+        let ahead = self.prefetches[slot].take().expect("found");
+        self.prefetch_index.remove(&ahead.at);
+        self.prefetch_free.push(slot);
+        true
     }
 
     /// Takes the reads the ring and the reader threads finished.
@@ -197,17 +289,24 @@ impl FlashWaits {
             let mut reaped = std::mem::take(&mut self.reaped);
             uring.reap(&mut reaped);
             for (ticket, result) in reaped.drain(..) {
-                let id = (ticket >> KEY_BITS) as usize;
-                let number = (ticket & ((1 << KEY_BITS) - 1)) as usize;
-                let Some(wait) = self.waits.get_mut(id).and_then(Option::as_mut) else { continue };
                 let got = result.max(0) as usize;
-                let bytes = match &mut wait.states[number] {
-                    KeyState::InFlight(buf) => {
+                let state = if ticket & PREFETCH != 0 {
+                    self.prefetches
+                        .get_mut((ticket & !PREFETCH) as usize)
+                        .and_then(Option::as_mut)
+                        .map(|ahead| &mut ahead.state)
+                } else {
+                    let id = (ticket >> KEY_BITS) as usize;
+                    let number = (ticket & ((1 << KEY_BITS) - 1)) as usize;
+                    self.waits.get_mut(id).and_then(Option::as_mut).map(|wait| &mut wait.states[number])
+                };
+                let bytes = match state {
+                    Some(KeyState::InFlight(buf)) => {
                         let mut bytes = std::mem::take(buf);
                         bytes.truncate(got);
                         bytes
                     }
-                    KeyState::InFlightDirect { buf, skip, len } => {
+                    Some(KeyState::InFlightDirect { buf, skip, len }) => {
                         buf.bytes().get(*skip..got.min(*skip + *len)).map(<[u8]>::to_vec).unwrap_or_default()
                     }
                     _ => continue,
@@ -217,20 +316,46 @@ impl FlashWaits {
             self.reaped = reaped;
         }
         io.take(engine.worker, &mut self.done);
-        for done in self.done.drain(..) {
-            let id = (done.ticket >> KEY_BITS) as usize;
-            let number = (done.ticket & ((1 << KEY_BITS) - 1)) as usize;
-            let Some(wait) = self.waits.get_mut(id).and_then(Option::as_mut) else { continue };
-            if let Some(partition) = engine.partitions[wait.keys[number].partition].as_mut() {
-                if !done.bytes.is_empty() {
-                    partition.flash_count_read(done.bytes.len(), false);
+        let mut done = std::mem::take(&mut self.done);
+        for Done { ticket, bytes } in done.drain(..) {
+            if ticket & PREFETCH != 0 {
+                let slot = (ticket & !PREFETCH) as usize;
+                let Some(ahead) = self.prefetches.get_mut(slot).and_then(Option::as_mut) else { continue };
+                if let Some(partition) = engine.partitions[ahead.at.0].as_mut() {
+                    if !bytes.is_empty() {
+                        partition.flash_count_read(bytes.len(), false);
+                    }
                 }
+                match ahead.waiter {
+                    // A request came for it meanwhile: its bytes are that key's.
+                    Some(waiter) => {
+                        self.prefetches[slot] = None;
+                        self.prefetch_free.push(slot);
+                        self.deliver(waiter, bytes, engine, false);
+                    }
+                    None => ahead.state = KeyState::Read(bytes),
+                }
+                continue;
             }
-            wait.states[number] = KeyState::Read(done.bytes);
-            wait.reading -= 1;
-            if wait.reading == 0 {
-                self.ready.push(id);
+            self.deliver(ticket, bytes, engine, true);
+        }
+        self.done = done;
+    }
+
+    /// A wait's key read is back (`count`: a read of its own, counted here).
+    fn deliver(&mut self, ticket: u64, bytes: Vec<u8>, engine: &mut Engine, count: bool) {
+        let id = (ticket >> KEY_BITS) as usize;
+        let number = (ticket & ((1 << KEY_BITS) - 1)) as usize;
+        let Some(wait) = self.waits.get_mut(id).and_then(Option::as_mut) else { return };
+        if count && !bytes.is_empty() {
+            if let Some(partition) = engine.partitions[wait.keys[number].partition].as_mut() {
+                partition.flash_count_read(bytes.len(), false);
             }
+        }
+        wait.states[number] = KeyState::Read(bytes);
+        wait.reading -= 1;
+        if wait.reading == 0 {
+            self.ready.push(id);
         }
     }
 
