@@ -144,7 +144,9 @@ fn attach_flash(
             file.metadata().map(|meta| meta.file_type().is_block_device()).unwrap_or(false)
         };
         if !is_device {
-            file.set_len(*bytes).map_err(|e| format!("Failed to size {}: {e}", path.display()))?;
+            // SIZE for the logs, and the header page before them.
+            file.set_len(*bytes + FLASH_HEADER_BYTES)
+                .map_err(|e| format!("Failed to size {}: {e}", path.display()))?;
         }
         let file = Arc::new(file);
         let sharing: Vec<usize> = (0..partitions.len()).filter(|p| p % files == number).collect();
@@ -157,7 +159,7 @@ fn attach_flash(
         let new_epoch = random_u64() | 1;
         write_flash_epoch(&file, new_epoch)
             .map_err(|e| format!("ext_path {}: cannot write: {e}", path.display()))?;
-        let share = (bytes.saturating_sub(FLASH_HEADER_BYTES) / sharing.len() as u64) & !4095;
+        let share = (bytes / sharing.len() as u64) & !4095;
         let page_bytes = (extended.ext_wbuf_bytes as u64).min(share / 8) & !4095;
         for (slot, &index) in sharing.iter().enumerate() {
             let log = qs_store::flash::FlashLog::new(
