@@ -8,12 +8,22 @@ fn qs_sim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_qs-sim"))
 }
 
-fn trace_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("qs-sim-test-{}", std::process::id()));
+/// A test's own directory under the temporary one, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes `text` to `name` in a directory of its own (what the run writes beside it goes too).
+fn trace_file(name: &str, text: &str) -> (Scratch, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("qs-sim-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    (Scratch(dir), path)
 }
 
 #[test]
@@ -27,7 +37,7 @@ fn a_twitter_trace_gives_curves_for_every_model() {
     for i in 0..2000 {
         text.push_str(&format!("{},key{},8,40,1,get,0\n", 200 + i, i % 200));
     }
-    let path = trace_file("loop.csv", &text);
+    let (_scratch, path) = trace_file("loop.csv", &text);
     let svg = path.with_extension("svg");
     let output = qs_sim()
         .args([
@@ -61,7 +71,7 @@ fn a_twitter_trace_gives_curves_for_every_model() {
 
 #[test]
 fn bad_input_is_named() {
-    let path = trace_file("bad.csv", "1,a,8,40,1,get,0\n2,b,8,forty,1,get,0\n");
+    let (_scratch, path) = trace_file("bad.csv", "1,a,8,40,1,get,0\n2,b,8,forty,1,get,0\n");
     let output = qs_sim().args(["mrc", "--trace", path.to_str().unwrap()]).output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();
