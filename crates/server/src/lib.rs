@@ -15,7 +15,6 @@ pub mod detail;
 pub mod dump;
 pub mod engine;
 pub mod flashio;
-pub mod flashsave;
 pub mod hotkeys;
 pub mod listen;
 pub mod memfile;
@@ -115,11 +114,7 @@ fn flash_index_sizing(
 /// Opens the `ext_path` files and gives each partition its flash log: partition p writes to
 /// file p mod files, in an equal share of it; a log's pages hold at most `ext_wbuf_size` and
 /// at least eight fit in its share.
-fn attach_flash(
-    partitions: &mut [Partition],
-    extended: &config::Extended,
-    mut saved: Vec<Option<flashsave::Saved>>,
-) -> Result<(), String> {
+fn attach_flash(partitions: &mut [Partition], extended: &config::Extended) -> Result<(), String> {
     let files = extended.ext_paths.len();
     let mut restored = 0;
     for (number, (path, bytes)) in extended.ext_paths.iter().enumerate() {
@@ -176,30 +171,21 @@ fn attach_flash(
                     sharing.len()
                 )
             })?;
-            let identity = flash_identity(extended, index, log.shape());
             // ext_item_size counts the item's bytes; a record here adds its header.
             partitions[index].attach_flash(log, extended.ext_item_size);
             let partition = &mut partitions[index];
-            let (crash_slots, persisted) = partition.take_crash_flash();
-            match saved.get_mut(index).and_then(Option::take) {
-                // A graceful stop saved the exact state.
-                Some(state) if state.identity == identity => {
-                    restored += partition.flash_restore(state.page, &state.slots);
-                }
-                // After a crash: the index file's flash slots, in the pages written before it,
-                // if the flash file is as the crashed run left it.
-                _ => {
-                    if let Some((page, epoch)) = persisted {
-                        if old_epoch == Some(epoch) && !crash_slots.is_empty() {
-                            restored += partition.flash_restore(page, &crash_slots);
-                        }
-                    }
+            // -e: the index file's flash slots, in what was written out before the stop (a
+            // graceful one or a crash), if the flash file is as that run left it.
+            let (slots, persisted) = partition.take_crash_flash();
+            if let Some((durable, epoch)) = persisted {
+                if old_epoch == Some(epoch) && !slots.is_empty() {
+                    restored += partition.flash_restore(durable, &slots);
                 }
             }
             partition.set_flash_epoch(new_epoch);
         }
     }
-    if !saved.is_empty() {
+    if restored > 0 {
         eprintln!("[restart] {restored} flash items back");
     }
     Ok(())
@@ -229,13 +215,6 @@ fn write_flash_epoch(file: &std::fs::File, epoch: u64) -> std::io::Result<()> {
     page.bytes_mut()[..8].copy_from_slice(FLASH_MAGIC);
     page.bytes_mut()[8..16].copy_from_slice(&epoch.to_le_bytes());
     file.write_all_at(page.bytes(), 0)
-}
-
-/// What names partition `partition`'s flash log (`flashsave`): its `ext_path` file and the
-/// log's shape in it.
-pub fn flash_identity(extended: &config::Extended, partition: usize, shape: (u64, u64, u64)) -> String {
-    let (path, bytes) = &extended.ext_paths[partition % extended.ext_paths.len()];
-    flashsave::identity(path, *bytes, shape)
 }
 
 /// A server that is listening; [`Server::wait`] runs it to the end.
@@ -316,13 +295,8 @@ impl Server {
             Some(path) => memfile::open(path, &configs, flash_on)?.partitions,
             None => configs.into_iter().map(Partition::new).collect(),
         };
-        // A graceful stop's flash state is read once, whatever this start's options.
-        let saved = match &config.memory_file {
-            Some(path) => flashsave::take_all(path, partition_count),
-            None => Vec::new(),
-        };
         if flash_on {
-            attach_flash(&mut partitions, &extended, saved)?;
+            attach_flash(&mut partitions, &extended)?;
         }
         let readers = if config.access == AccessArg::Erew {
             Vec::new()

@@ -409,7 +409,8 @@ impl Worker {
             if self.shared.stop.load(Relaxed) {
                 let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
                 if self.conns.iter().all(Option::is_none) || Instant::now() > deadline {
-                    self.save_flash();
+                    // -e: the flash pages being filled go out, so the next start has them all.
+                    self.engine.flash_write_partial();
                     self.engine.publish();
                     return;
                 }

@@ -437,26 +437,6 @@ impl FlashWaits {
 }
 
 impl Worker {
-    /// A graceful stop with `-e`: saves each owned partition's flash state beside the memory
-    /// file (`flashsave`) so the next start finds its flash items.
-    pub(super) fn save_flash(&mut self) {
-        let Some(path) = self.shared.config.memory_file.clone() else { return };
-        if self.shared.flash_io.is_none() {
-            return;
-        }
-        for (index, partition) in self.engine.partitions.iter_mut().enumerate() {
-            let Some(partition) = partition.as_mut() else { continue };
-            let (Some(shape), Some((page, slots))) = (partition.flash_shape(), partition.flash_save()) else {
-                continue;
-            };
-            let identity = crate::flash_identity(&self.shared.extended, index, shape);
-            let saved = crate::flashsave::Saved { identity, page, slots };
-            if let Err(error) = crate::flashsave::save(&path, index, &saved) {
-                eprintln!("[restart] cannot save partition {index}'s flash state: {error}");
-            }
-        }
-    }
-
     /// Runs the requests whose flash reads are back.
     pub(super) fn finish_flash(&mut self) {
         if self.shared.flash_io.is_none() {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{stat, stats, Client, ServerProcess};
+use common::{stat, stats, Client, MemoryFile, ServerProcess};
 use std::path::PathBuf;
 
 /// A flash file in the temporary directory (a real file system, as extstore wants), removed
@@ -370,45 +370,6 @@ fn memcached_udp_reads_flash_items_too() {
     expected.extend_from_slice(b"\r\nEND\r\nMN\r\n");
     assert!(payload == expected, "{:?}", String::from_utf8_lossy(&payload[..payload.len().min(200)]));
     assert!(get_stat(&mut client, "get_extstore") >= before + 2);
-}
-
-/// A memory file for -e on tmpfs where there is one, with its `.meta` and flash state files,
-/// removed when dropped.
-struct MemoryFile(PathBuf);
-
-impl MemoryFile {
-    fn new(name: &str) -> MemoryFile {
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let file = MemoryFile(dir.join(format!("qs-flash-e-{name}-{}", std::process::id())));
-        file.clean();
-        file
-    }
-
-    fn clean(&self) {
-        let _ = std::fs::remove_file(&self.0);
-        let name = self.0.file_name().and_then(|name| name.to_str()).expect("utf-8").to_string();
-        if let Ok(entries) = std::fs::read_dir(self.0.parent().expect("a directory")) {
-            for entry in entries.flatten() {
-                if entry.file_name().to_str().is_some_and(|other| other.starts_with(&format!("{name}."))) {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-            }
-        }
-    }
-
-    fn arg(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-}
-
-impl Drop for MemoryFile {
-    fn drop(&mut self) {
-        self.clean();
-    }
 }
 
 fn stop_with(mut server: ServerProcess, signal: i32) {

@@ -5,44 +5,11 @@
 
 mod common;
 
-use common::{Client, ServerProcess};
+use common::{Client, MemoryFile, ServerProcess};
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A memory file on tmpfs where there is one (as memcached recommends), removed when dropped.
-struct MemoryFile(PathBuf);
-
-impl MemoryFile {
-    fn new(name: &str) -> MemoryFile {
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let path = dir.join(format!("qs-restart-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(path.with_extension("meta"));
-        MemoryFile(path)
-    }
-
-    fn arg(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-
-    fn meta(&self) -> PathBuf {
-        PathBuf::from(format!("{}.meta", self.arg()))
-    }
-}
-
-impl Drop for MemoryFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(self.meta());
-    }
-}
 
 /// Starts quicksilver with `args` expecting it to refuse; its standard error.
 fn refusal(args: &[&str]) -> String {
@@ -203,7 +170,6 @@ fn kill_minus_9_under_write_load_with_a_flash_tier_never_serves_a_wrong_value() 
     let args = ["-t", "2", "-m", "16", "-o", &option, "-e", file.arg()];
     let (kept, _lost) = fault_loop(&args);
     let _ = std::fs::remove_file(&flash);
-    let _ = std::fs::remove_file(format!("{}.index", file.arg()));
     assert!(kept > 0, "the loop checked nothing");
 }
 

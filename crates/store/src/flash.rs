@@ -211,17 +211,6 @@ impl FlashLog {
         }
     }
 
-    /// The number of the page being filled: with [`FlashLog::shape`], what a graceful stop
-    /// saves to resume the log ([`FlashLog::resume`]).
-    pub fn page(&self) -> u64 {
-        self.page
-    }
-
-    /// Where the log is: its region's byte position in the file, its pages and their bytes.
-    pub fn shape(&self) -> (u64, u64, u64) {
-        (self.base, self.pages, self.page_bytes)
-    }
-
     /// Logical offset below which every record is in the file: whole pages, then what
     /// [`FlashLog::write_partial`] wrote of the page being filled.
     pub fn durable(&self) -> u64 {
@@ -357,11 +346,6 @@ impl FlashLog {
                 false
             }
         }
-    }
-
-    /// Writes the page in memory out now (a graceful stop); its records stay readable.
-    pub fn flush(&mut self) -> bool {
-        self.buffer.is_empty() || self.write_page()
     }
 
     /// Bytes appended after the record at `offset` (how old it is).

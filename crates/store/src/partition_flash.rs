@@ -305,46 +305,23 @@ impl Partition {
         }
     }
 
-    /// A graceful stop: writes the flash page in memory out and returns the page to fill next
-    /// with every flash slot (its bucket and word) that points at a live record, for
-    /// [`Partition::flash_restore`]; `None` without a tier or when the tier is off.
-    pub fn flash_save(&mut self) -> Option<(u64, Vec<(u64, u64)>)> {
-        self.settle_flash();
-        let tier = self.flash.as_mut()?;
-        if !tier.log.flush() || !tier.log.is_on() {
-            return None;
-        }
-        self.persist_flash_page();
-        let tier = self.flash.as_ref()?;
-        let mut slots = Vec::new();
-        for bucket in 0..=self.bucket_mask {
-            for word in &self.shared.index.bucket(bucket)[1..] {
-                let slot = Slot(word.load(Relaxed));
-                if Self::is_flash_slot(slot) && tier.log.is_live(slot.offset()) {
-                    slots.push((bucket as u64, slot.0));
-                }
-            }
-        }
-        Some((tier.log.durable(), slots))
-    }
-
-    /// `-e`: the flash slots the index file held at start-up, and the flash page and epoch
-    /// the state page kept (see [`Partition::flash_restore`]); taken once.
+    /// `-e`: the flash slots the index file held at start-up, and the flash log's durable
+    /// offset and epoch the state page kept (see [`Partition::flash_restore`]); taken once.
     pub fn take_crash_flash(&mut self) -> CrashFlash {
         (std::mem::take(&mut self.crash_flash_slots), self.persist.as_ref().map(|state| state.flash()))
     }
 
-    /// `-e`: the flash file's epoch from now on, and the page the log fills, in the state page.
+    /// `-e`: the flash file's epoch from now on, and the log's durable offset, in the state page.
     pub fn set_flash_epoch(&mut self, epoch: u64) {
-        let page = self.flash.as_ref().map_or(0, |tier| tier.log.durable());
+        let durable = self.flash.as_ref().map_or(0, |tier| tier.log.durable());
         if let Some(state) = &self.persist {
-            state.set_flash_page(page);
+            state.set_flash_page(durable);
             state.set_flash_epoch(epoch);
         }
     }
 
-    /// `-e`: the state page learns the flash page being filled (every page before it is
-    /// written): slots into it or later are dropped at a restart after a crash.
+    /// `-e`: the state page learns the flash log's durable offset: slots at or above it are
+    /// dropped at a restart.
     #[inline]
     pub(super) fn persist_flash_page(&self) {
         if let (Some(state), Some(tier)) = (&self.persist, &self.flash) {
@@ -352,25 +329,22 @@ impl Partition {
         }
     }
 
-    /// `-e`: writes the flash page being filled as far as it holds (when the worker idles, and
-    /// once a second), so that a crash loses no flash item appended before.
+    /// `-e`: writes the flash page being filled as far as it holds (when the worker idles,
+    /// once a second, and at a graceful stop), so that a restart finds every flash item
+    /// appended before.
     pub fn flash_write_partial(&mut self) {
         if self.persist.is_none() {
             return;
         }
+        self.settle_flash();
         if let Some(tier) = self.flash.as_mut() {
             tier.log.write_partial();
         }
         self.persist_flash_page();
     }
 
-    /// The flash log's place and shape (see [`FlashLog::shape`]).
-    pub fn flash_shape(&self) -> Option<(u64, u64, u64)> {
-        self.flash.as_ref().map(|tier| tier.log.shape())
-    }
-
-    /// At a restart after a graceful stop, before anything runs: the flash log resumes at
-    /// `page` and the saved slots go back into the index where their bucket has room and holds
+    /// At a restart, before anything runs: the flash log resumes at `durable` (what the stop
+    /// left written) and the slots go back into the index where their bucket has room and holds
     /// no item that may be the same key (a slot with the same tag: the DRAM item is newer, as
     /// a set drops the key's flash slots). Returns how many came back.
     pub fn flash_restore(&mut self, durable: u64, slots: &[(u64, u64)]) -> usize {

@@ -602,3 +602,49 @@ pub fn mask_reply(reply: &[u8], last_cas: &mut String, clock: bool) -> Vec<Strin
     }
     lines
 }
+
+/// A memory file for `-e`, on tmpfs where there is one (as memcached recommends), removed when
+/// dropped with what the server keeps beside it (`.meta`, `.index`).
+pub struct MemoryFile(pub std::path::PathBuf);
+
+impl MemoryFile {
+    /// A fresh one named after `name` and this process.
+    pub fn new(name: &str) -> MemoryFile {
+        let dir = if std::path::Path::new("/dev/shm").is_dir() {
+            std::path::PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let file = MemoryFile(dir.join(format!("qs-e-{name}-{}", std::process::id())));
+        file.clean();
+        file
+    }
+
+    fn clean(&self) {
+        let _ = std::fs::remove_file(&self.0);
+        let prefix = format!("{}.", self.0.file_name().and_then(|name| name.to_str()).expect("utf-8"));
+        if let Ok(entries) = std::fs::read_dir(self.0.parent().expect("a directory")) {
+            for entry in entries.flatten() {
+                if entry.file_name().to_str().is_some_and(|other| other.starts_with(&prefix)) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
+
+    /// The path, as -e takes it.
+    pub fn arg(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+
+    /// memcached's metadata file beside it.
+    pub fn meta(&self) -> std::path::PathBuf {
+        std::path::PathBuf::from(format!("{}.meta", self.arg()))
+    }
+}
+
+impl Drop for MemoryFile {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
