@@ -19,6 +19,7 @@ to spare a recently written file stays there).
 
     scripts/bench-flash.py [--memtier PATH] [--dir DIR] [--dram-mb 64] [--seconds 15]
         [--rounds 1] [--connections 20] [--pipeline 1] [--direct] [--only NAMES]
+        [--rates R1,R2,...]
 """
 import argparse
 import json
@@ -89,54 +90,116 @@ def memtier(args, port, extra, json_file=None):
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def point(args, name, command, dist):
-    port = free_port()
-    flash_files = [part.split("=", 1)[1].split(":")[0] for part in command if part.startswith("ext_path=")]
-    for path in flash_files:
-        if os.path.exists(path):
-            os.remove(path)
-    server = subprocess.Popen(["taskset", "-c", "0"] + command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        # Preload: every key once, in parallel ranges.
-        memtier(args, port, ["--ratio=1:0", "--key-pattern=P:P", "-n", "allkeys", "--pipeline=16"])
-        pattern = ["--key-pattern=Z:Z", "--key-zipf-exp=0.99"] if dist == "zipf" else ["--key-pattern=R:R"]
-        before, cpu_before = stats(port), cpu_seconds(server.pid)
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            memtier(args, port, ["--ratio=1:9", f"--test-time={args.seconds}", f"--pipeline={args.pipeline}",
-                                 "--distinct-client-seed"] + pattern, out.name)
-            report = json.load(open(out.name))
-        after, cpu_after = stats(port), cpu_seconds(server.pid)
-    finally:
-        server.terminate()
-        server.wait()
-        for path in flash_files:
+class Server:
+    """One server process on core 0, preloaded with every key once (memtier's P:P pattern)."""
+
+    def __init__(self, args, command):
+        self.port = free_port()
+        self.flash_files = [part.split("=", 1)[1].split(":")[0] for part in command if part.startswith("ext_path=")]
+        self.remove_flash_files()
+        self.process = subprocess.Popen(["taskset", "-c", "0"] + command + ["-p", str(self.port), "-l", "127.0.0.1",
+                                                                           "-U", "0"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        memtier(args, self.port, ["--ratio=1:0", "--key-pattern=P:P", "-n", "allkeys", "--pipeline=16"])
+
+    def remove_flash_files(self):
+        for path in self.flash_files:
             if os.path.exists(path):
                 os.remove(path)
-    delta = lambda key: int(after.get(key, 0)) - int(before.get(key, 0))
-    hits, misses = delta("get_hits"), delta("get_misses")
-    operations = delta("cmd_get") + delta("cmd_set")
-    totals = report["ALL STATS"]["Totals"]
-    percentiles = totals.get("Percentile Latencies", {})
-    p50 = percentiles.get("p50.00", 0) * 1000
-    p99 = percentiles.get("p99.00", 0) * 1000
-    items = int(after.get("curr_items", 0))
-    flash_items = int(after.get("extstore_objects_used", 0))
-    if "quicksilver" in after.get("version", ""):
-        dram_per_flash_item = int(after["hash_bytes"]) / max(1, items + flash_items)
-    elif flash_items:
-        # memcached keeps a header item per flash item; its `bytes` counts them with the
-        # items still in memory: charged here to the flash items, an upper bound.
-        dram_per_flash_item = int(after["bytes"]) / max(1, items)
-    else:
-        dram_per_flash_item = 0
-    return {
-        "server": name, "dist": dist, "ops_s": totals["Ops/sec"], "hit_ratio": hits / max(1, hits + misses),
-        "cpu_us_op": (cpu_after - cpu_before) / max(1, operations) * 1e6, "p50_us": p50, "p99_us": p99,
-        "flash_reads": delta("get_extstore"), "flash_items": flash_items, "dram_items": items,
-        "dram_bytes_per_flash_item": dram_per_flash_item,
-    }
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait()
+        self.remove_flash_files()
+
+    def run(self, args, name, dist, rate=None):
+        """One measured run: closed loop, or open loop at `rate` requests/s in all (memtier's
+        --rate-limiting is per connection)."""
+        pattern = ["--key-pattern=Z:Z", "--key-zipf-exp=0.99"] if dist == "zipf" else ["--key-pattern=R:R"]
+        if rate:
+            pattern.append(f"--rate-limiting={max(1, rate // args.connections)}")
+        before, cpu_before = stats(self.port), cpu_seconds(self.process.pid)
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            memtier(args, self.port, ["--ratio=1:9", f"--test-time={args.seconds}", f"--pipeline={args.pipeline}",
+                                      "--distinct-client-seed"] + pattern, out.name)
+            report = json.load(open(out.name))
+        after, cpu_after = stats(self.port), cpu_seconds(self.process.pid)
+        delta = lambda key: int(after.get(key, 0)) - int(before.get(key, 0))
+        hits, misses = delta("get_hits"), delta("get_misses")
+        operations = delta("cmd_get") + delta("cmd_set")
+        totals = report["ALL STATS"]["Totals"]
+        percentiles = totals.get("Percentile Latencies", {})
+        items = int(after.get("curr_items", 0))
+        flash_items = int(after.get("extstore_objects_used", 0))
+        if "quicksilver" in after.get("version", ""):
+            dram_per_flash_item = int(after["hash_bytes"]) / max(1, items + flash_items)
+        elif flash_items:
+            # memcached keeps a header item per flash item; its `bytes` counts them with the
+            # items still in memory: charged here to the flash items, an upper bound.
+            dram_per_flash_item = int(after["bytes"]) / max(1, items)
+        else:
+            dram_per_flash_item = 0
+        ops_s = totals["Ops/sec"]
+        hit_ratio = hits / max(1, hits + misses)
+        return {
+            "server": name, "dist": dist, "rate": rate, "ops_s": ops_s, "hit_ratio": hit_ratio,
+            "hits_s": ops_s * 0.9 * hit_ratio,
+            "cpu_us_op": (cpu_after - cpu_before) / max(1, operations) * 1e6,
+            "p50_us": percentiles.get("p50.00", 0) * 1000, "p99_us": percentiles.get("p99.00", 0) * 1000,
+            "flash_reads": delta("get_extstore"), "flash_items": flash_items, "dram_items": items,
+            "dram_bytes_per_flash_item": dram_per_flash_item,
+        }
+
+
+def point(args, name, command, dist):
+    server = Server(args, command)
+    try:
+        return server.run(args, name, dist)
+    finally:
+        server.stop()
+
+
+def sweep(args, servers):
+    """Open loop: each server at each offered rate, after one preload per server and key
+    distribution. A rate is held when memtier achieved 90% of it (its rate limiter falls short by a few percent). The comparison: memcached
+    extstore's highest held rate and its p99 there; then each other server's highest held rate
+    whose p99 is no worse (its throughput at memcached's p99), in requests and in hits."""
+    rates = [int(rate) for rate in args.rates.split(",")]
+    print("| server | keys | offered/s | ops/s | hits/s | hit ratio | CPU us/op | p50 us | p99 us | flash reads |")
+    print("|---" * 10 + "|")
+    for dist in args.dists.split(","):
+        results = {}
+        for name, command in servers:
+            server = Server(args, command)
+            try:
+                for rate in rates:
+                    r = server.run(args, name, dist, rate)
+                    results.setdefault(name, []).append(r)
+                    print(f"| {name} | {dist} | {rate} | {r['ops_s']:.0f} | {r['hits_s']:.0f} | {r['hit_ratio']:.4f} | "
+                          f"{r['cpu_us_op']:.1f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['flash_reads']} |",
+                          flush=True)
+                    if r["ops_s"] < 0.8 * rate:
+                        break
+            finally:
+                server.stop()
+        held = {name: [r for r in rs if r["ops_s"] >= 0.9 * r["rate"]] for name, rs in results.items()}
+        reference = held.get("memcached extstore")
+        if not reference:
+            continue
+        best = max(reference, key=lambda r: r["rate"])
+        print(f"{dist}: memcached extstore holds {best['ops_s']:.0f}/s ({best['hits_s']:.0f} hits/s) "
+              f"at p99 {best['p99_us']:.0f} us")
+        for name, rs in held.items():
+            if name == "memcached extstore":
+                continue
+            within = [r for r in rs if r["p99_us"] <= best["p99_us"]]
+            if within:
+                top = max(within, key=lambda r: r["rate"])
+                print(f"{dist}: {name} at that p99: {top['ops_s']:.0f}/s ({top['ops_s'] / best['ops_s']:.2f}x), "
+                      f"{top['hits_s']:.0f} hits/s ({top['hits_s'] / max(1, best['hits_s']):.2f}x)")
+            else:
+                print(f"{dist}: {name} holds no rate within that p99")
 
 
 def main():
@@ -153,6 +216,8 @@ def main():
     parser.add_argument("--direct", action="store_true",
                         help="also quicksilver with -o flash_direct (O_DIRECT: its flash reads reach the device)")
     parser.add_argument("--only", default="", help="comma-separated server names to run (default: all)")
+    parser.add_argument("--rates", default="",
+                        help="comma-separated offered rates (requests/s in all): an open-loop sweep instead")
     args = parser.parse_args()
     dram = args.dram_mb
     flash = 10 * dram
@@ -177,6 +242,9 @@ def main():
         servers = [server for server in servers if server[0] in args.only.split(",")]
     print(f"DRAM {dram} MiB, flash {flash} MiB, {args.keys} keys of 1-4 KiB, set:get 1:9, "
           f"{args.connections} connections, pipeline {args.pipeline}, {args.seconds} s")
+    if args.rates:
+        sweep(args, servers)
+        return
     header = "| server | keys | ops/s | hit ratio | CPU us/op | p50 us | p99 us | flash reads | flash items | DRAM B/flash item |"
     print(header)
     print("|---" * (header.count("|") - 1) + "|")

@@ -14,6 +14,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
+# memcached's TLS files: run with SSL_TEST=1, which makes the harness start the server with -Z
+# and its test certificates and connect with IO::Socket::SSL (Debian's libio-socket-ssl-perl).
+tls_files=(
+    ssl_cert_refresh.t ssl_ports.t ssl_proto_version.t ssl_session_resumption.t ssl_settings.t
+    ssl_verify_modes.t
+)
 # The files that test the wire protocol and that quicksilver must pass.
 wire=(
     00-startup.t ascii-auth.t binary.t binary-get.t binary-sasl.t bogus-commands.t cas.t
@@ -44,7 +50,7 @@ wire=(
 # SASL is tested with python-binary-memcached instead (crates/server/tests/interop.rs).
 # Not wire protocol (memcached's internals or its tree): 64bit.t issue_22.t issue_29.t
 # issue_163.t (slab classes' counters), slabs*.t chunked-*.t slabhang.t refhang.t
-# lru-maintainer.t lru-crawler.t (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t, ssl_*.t (TLS, issue 28),
+# lru-maintainer.t lru-crawler.t (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t,
 # misbehave.t (privilege drop),
 # line-lengths.t whitespace.t (memcached's own documents and sources), issue_140.t
 # issue_260.t (skipped by memcached itself).
@@ -107,25 +113,38 @@ cat >"$run/memcached-debug" <<'EOF'
 # Stands in for memcached's debug build: quicksilver with the test's arguments. memcached's
 # debug build has `debugtime`; quicksilver enables it with --enable-debugtime.
 # relaxed_privileges only loosens memcached's sandbox, which quicksilver does not have.
+# With -Z the harness also passes -U (a UDP port, which memcached serves in plaintext beside
+# TLS); quicksilver refuses that unless told so: -o ssl_allow_plaintext says it.
 args=(--enable-debugtime)
+tls=""
 while [ $# -gt 0 ]; do
     if [ "$1" = -o ] && [ "${2:-}" = relaxed_privileges ]; then shift 2; continue; fi
+    [ "$1" = -Z ] && tls=1
     args+=("$1")
     shift
 done
+[ -n "$tls" ] && args+=(-o ssl_allow_plaintext)
 exec "$QS_BIN" "${args[@]}"
 EOF
 chmod +x "$run/timedrun" "$run/memcached-debug"
 
+if ! perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1; then
+    step "installing Perl's IO::Socket::SSL (memcached's TLS files use it)"
+    $SUDO apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q libio-socket-ssl-perl >/dev/null
+fi
+
 files=("$@")
-[ "${#files[@]}" -eq 0 ] && files=("${wire[@]}")
+[ "${#files[@]}" -eq 0 ] && files=("${wire[@]}" "${tls_files[@]}")
 step "memcached's t/ files against $QS_BIN"
 failed=()
 for file in "${files[@]}"; do
     log="$run/$file.log"
     started=$(date +%s)
     status=0
-    (cd "$run" && timeout -k 5 180 perl "t/$file") >"$log" 2>&1 || status=$?
+    ssl_test=""
+    case "$file" in ssl_*) ssl_test=1 ;; esac
+    (cd "$run" && SSL_TEST=$ssl_test timeout -k 5 180 perl "t/$file") >"$log" 2>&1 || status=$?
     took=$(($(date +%s) - started))
     if [ "$status" -eq 0 ] && ! grep -q '^not ok' "$log"; then
         printf '%-24s ok (%ss, %s tests)\n' "$file" "$took" "$(grep -c '^ok' "$log" || true)"

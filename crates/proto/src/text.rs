@@ -210,6 +210,11 @@ pub enum Request<'a> {
         /// What was asked.
         mode: ShutdownMode,
     },
+    /// `refresh_certs [noreply]`: memcached's TLS reload of the certificate, key and CA files.
+    RefreshCerts {
+        /// No reply wanted.
+        noreply: bool,
+    },
     /// A binary-protocol request ([`crate::binary::parse`]).
     Binary(crate::binary::Binary<'a>),
 }
@@ -374,6 +379,7 @@ fn parse_tokens<'a, const N: usize>(
             };
             done(Request::Shutdown { mode }, line_len)
         }
+        b"refresh_certs" => done(Request::RefreshCerts { noreply: tokens.noreply() }, line_len),
         command if is_http_request(command, tokens.get(tokens.len().saturating_sub(1))) => Parsed::Close,
         _ => refuse(ERROR, line_len, false),
     }

@@ -123,7 +123,8 @@ pub struct Config {
     /// stop or a crash alike.
     #[arg(short = 'e', long = "memory-file")]
     pub memory_file: Option<std::path::PathBuf>,
-    /// memcached's TLS (-Z): not available yet (issue 28).
+    /// Enable TLS/SSL (memcached's -Z): every TCP listener speaks TLS, except those given as
+    /// `-l notls:IP:PORT`; the certificate and key come from -o ssl_chain_cert and ssl_key.
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
     /// Protocol of client connections (memcached's -B): auto lets each connection's first byte
@@ -281,6 +282,11 @@ fn parse_delimiter(text: &str) -> Result<u8, String> {
     }
 }
 
+/// memcached's safe_strtol: the whole argument is a number (spaces around allowed).
+fn strtol(text: &str) -> Option<i64> {
+    text.trim().parse().ok()
+}
+
 /// C's atoi: an optional sign and the digits after leading spaces, 0 when there are none.
 fn atoi(text: &str) -> i64 {
     let text = text.trim_start();
@@ -359,6 +365,8 @@ pub struct Extended {
     /// `-o flash_direct`: the flash files are opened with O_DIRECT (reads and writes reach the
     /// device, not the page cache; for measuring it, or where memory is better spent on items).
     pub flash_direct: bool,
+    /// The `ssl_*` options (used with -Z).
+    pub ssl: crate::tls::Settings,
 }
 
 /// memcached's ext_* defaults (storage.c, memcached.c).
@@ -469,6 +477,7 @@ impl Config {
             ext_threads: EXT_THREADS_DEFAULT,
             flash_io_threads: false,
             flash_direct: false,
+            ssl: crate::tls::Settings::default(),
         };
         // A number argument, with memcached's messages for a missing or unreadable one.
         let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
@@ -548,8 +557,35 @@ impl Config {
                 }
                 _ if EXT_TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
                 _ if name.starts_with("ext_") => return Err(format!("Illegal suboption \"{option}\"")),
-                _ if name.starts_with("ssl_") => {
-                    return Err(format!("-o {name}: TLS is not available in quicksilver yet"))
+                "ssl_chain_cert" => {
+                    extended.ssl.chain_cert = Some(value.ok_or("Missing ssl_chain_cert argument")?.into());
+                }
+                "ssl_key" => extended.ssl.key = Some(value.ok_or("Missing ssl_key argument")?.into()),
+                "ssl_verify_mode" => {
+                    let value = value.ok_or("Missing ssl_verify_mode argument")?;
+                    let mode = strtol(value).ok_or("could not parse argument to ssl_verify_mode")?;
+                    extended.ssl.verify_mode = u8::try_from(mode)
+                        .ok()
+                        .filter(|mode| *mode <= 3)
+                        .ok_or("Invalid ssl_verify_mode. Use help to see valid options.")?;
+                }
+                "ssl_keyformat" => {
+                    let value = value.ok_or("Missing ssl_keyformat argument")?;
+                    extended.ssl.keyformat = strtol(value).ok_or("could not parse argument to ssl_keyformat")?;
+                }
+                "ssl_ciphers" => extended.ssl.ciphers = Some(value.ok_or("Missing ssl_ciphers argument")?.into()),
+                "ssl_ca_cert" => extended.ssl.ca_cert = Some(value.ok_or("Missing ssl_ca_cert argument")?.into()),
+                "ssl_wbuf_size" => extended.ssl.wbuf_bytes = kilobytes(name, value)?,
+                "ssl_session_cache" => extended.ssl.session_cache = true,
+                "ssl_kernel_tls" => extended.ssl.kernel_tls = true,
+                "ssl_allow_plaintext" => extended.ssl.allow_plaintext = true,
+                "ssl_min_version" => {
+                    let value = value.ok_or("Missing ssl_min_version argument")?;
+                    let version = strtol(value).ok_or("could not parse argument to ssl_min_version")?;
+                    extended.ssl.min_version = u8::try_from(version)
+                        .ok()
+                        .filter(|version| *version <= 3)
+                        .ok_or("Invalid ssl_min_version. Use help to see valid options.")?;
                 }
                 _ if name.starts_with("proxy_") => {
                     return Err(format!("-o {name}: memcached's proxy mode is not part of quicksilver"))
@@ -561,6 +597,37 @@ impl Config {
     }
 
     /// memcached's checks of -I against -m and slab_chunk_max, with its messages.
+    /// -Z's rules: memcached's, plus plaintext UDP and native ports only when asked for.
+    fn check_tls(&self, extended: &Extended, plan: &crate::listen::Plan) -> Result<(), String> {
+        if !self.enable_ssl {
+            if plan.tcp.iter().any(|endpoint| endpoint.notls) {
+                return Err("'notls' option is valid only when SSL is enabled".into());
+            }
+            return Ok(());
+        }
+        if plan.tcp.is_empty() {
+            return Err("ERROR: You cannot enable SSL without a TCP port.".into());
+        }
+        if extended.ssl.kernel_tls {
+            return Err("Kernel TLS offload is not available".into());
+        }
+        if !extended.ssl.allow_plaintext {
+            if !plan.udp.is_empty() {
+                return Err("-Z: UDP (-U) has no TLS, so its requests and replies would cross the network in \
+                            plaintext beside the TLS ports; turn it off (-U 0) or accept that with \
+                            -o ssl_allow_plaintext"
+                    .into());
+            }
+            if self.native_port != 0 {
+                return Err("-Z: the native UDP ports (--native-port) have no TLS, so their requests and \
+                            replies would cross the network in plaintext; leave them off or accept that \
+                            with -o ssl_allow_plaintext"
+                    .into());
+            }
+        }
+        Ok(())
+    }
+
     fn check_item_size(&self, extended: &Extended) -> Result<(), String> {
         let item = self.item_bytes_max;
         if item < 1024 {
@@ -676,9 +743,6 @@ impl Config {
                 "-e: store mode keeps its items in an arena, not a log; a memory file holds logs only".into(),
             );
         }
-        if self.enable_ssl {
-            return Err("-Z (TLS) is not available in quicksilver yet".into());
-        }
         if self.sasl {
             if self.protocol == Protocol::Ascii {
                 return Err("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
@@ -711,12 +775,15 @@ impl Config {
             }
         }
         let plan = self.listen_plan()?;
-        if plan.udp.len() > 1 || (plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0))
-        {
-            return Err("-U, --worker-port-base and --native-port take one -l address (several given)".into());
+        if plan.udp.len() > crate::worker::UDP_SOCKETS_MAX {
+            return Err(format!("-U: at most {} UDP addresses (-l gives more)", crate::worker::UDP_SOCKETS_MAX));
+        }
+        if plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0) {
+            return Err("--worker-port-base and --native-port take one -l address (several given)".into());
         }
         let extended = self.extended()?;
         self.check_item_size(&extended)?;
+        self.check_tls(&extended, &plan)?;
         let workers = self.workers();
         let partitions = self.partition_count();
         if workers > 256 {

@@ -476,6 +476,8 @@ pub enum Stream {
     Tcp(mio::net::TcpStream),
     /// A UNIX domain socket.
     Unix(mio::net::UnixStream),
+    /// TCP with TLS (-Z).
+    Tls(Box<crate::tls::TlsStream>),
 }
 
 impl std::io::Read for Stream {
@@ -483,6 +485,7 @@ impl std::io::Read for Stream {
         match self {
             Stream::Tcp(stream) => stream.read(buf),
             Stream::Unix(stream) => stream.read(buf),
+            Stream::Tls(stream) => stream.read(buf),
         }
     }
 }
@@ -492,11 +495,16 @@ impl std::io::Write for Stream {
         match self {
             Stream::Tcp(stream) => stream.write(buf),
             Stream::Unix(stream) => stream.write(buf),
+            Stream::Tls(stream) => stream.write(buf),
         }
     }
 
+    /// Sends what TLS still holds (nothing to do for a plain socket).
     fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(stream) => stream.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -538,8 +546,38 @@ macro_rules! delegate_source {
     };
 }
 
-delegate_source!(Stream);
 delegate_source!(Listener);
+
+impl mio::event::Source for Stream {
+    fn register(&mut self, registry: &mio::Registry, token: mio::Token, interests: mio::Interest) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(socket) => socket.register(registry, token, interests),
+            Stream::Unix(socket) => socket.register(registry, token, interests),
+            Stream::Tls(stream) => stream.socket_mut().register(registry, token, interests),
+        }
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(socket) => socket.reregister(registry, token, interests),
+            Stream::Unix(socket) => socket.reregister(registry, token, interests),
+            Stream::Tls(stream) => stream.socket_mut().reregister(registry, token, interests),
+        }
+    }
+
+    fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(socket) => socket.deregister(registry),
+            Stream::Unix(socket) => socket.deregister(registry),
+            Stream::Tls(stream) => stream.socket_mut().deregister(registry),
+        }
+    }
+}
 
 /// A listening socket: TCP, or a UNIX domain socket (memcached's `-s`).
 pub enum Listener {
@@ -591,6 +629,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.as_raw_fd(),
             Stream::Unix(stream) => stream.as_raw_fd(),
+            Stream::Tls(stream) => stream.socket().as_raw_fd(),
         }
     }
 
@@ -600,6 +639,9 @@ impl Stream {
         match (self, listener) {
             (Stream::Tcp(stream), Addr::Inet(addr)) if addr.ip().is_unspecified() => {
                 stream.local_addr().map_or_else(|_| listener.clone(), Addr::Inet)
+            }
+            (Stream::Tls(stream), Addr::Inet(addr)) if addr.ip().is_unspecified() => {
+                stream.socket().local_addr().map_or_else(|_| listener.clone(), Addr::Inet)
             }
             _ => listener.clone(),
         }
@@ -617,6 +659,8 @@ pub enum Transport {
         peer: std::net::SocketAddr,
         /// The frame header's request id, echoed in every reply datagram.
         request_id: u16,
+        /// Which of the worker's UDP sockets it came in on (the replies leave from it).
+        socket: usize,
     },
 }
 

@@ -332,6 +332,7 @@ impl Engine {
                 | Request::DebugTime { .. }
                 | Request::Watch { .. }
                 | Request::Shutdown { .. }
+                | Request::RefreshCerts { .. }
         );
         if keyed && self.shared.workers == 1 {
             // Every partition is here: no need to hash the keys twice.
@@ -364,7 +365,8 @@ impl Engine {
             | Request::SlabsReassign { .. }
             | Request::CacheDump { .. }
             | Request::DebugTime { .. }
-            | Request::Shutdown { .. } => return Route::Local,
+            | Request::Shutdown { .. }
+            | Request::RefreshCerts { .. } => return Route::Local,
         };
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return Route::Local;
@@ -656,6 +658,21 @@ impl Engine {
             }
             Request::CrawlerPacing => out.extend_from_slice(reply::OK),
             Request::Binary(ref binary) => return self.binary(binary, out),
+            Request::RefreshCerts { noreply } => {
+                let refreshed = match &self.shared.tls {
+                    Some(tls) => tls.refresh(crate::sys::now_secs()),
+                    None => Err("Error TLS not enabled".into()),
+                };
+                match refreshed {
+                    Ok(()) if noreply => {}
+                    Ok(()) => out.extend_from_slice(reply::OK),
+                    // As memcached: the error goes back even with noreply.
+                    Err(message) => {
+                        out.extend_from_slice(message.as_bytes());
+                        out.extend_from_slice(b"\r\n");
+                    }
+                }
+            }
             Request::Shutdown { mode } => {
                 if !self.shared.config.enable_shutdown {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod shared;
 pub mod stats;
 pub mod sys;
+pub mod tls;
 pub mod watch;
 pub mod worker;
 
@@ -277,6 +278,10 @@ impl Server {
             false => None,
         };
         let ascii_passwords = config.auth_file.as_deref().map(auth::Passwords::load).transpose()?;
+        let tls = match config.enable_ssl {
+            true => Some(Arc::new(tls::Context::new(&extended.ssl, sys::now_secs())?)),
+            false => None,
+        };
         let workers = config.workers();
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
@@ -362,6 +367,7 @@ impl Server {
             watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
             sasl_passwords,
             ascii_passwords,
+            tls: tls.clone(),
             extended,
             unix_accept: Mutex::new(()),
             reserved_accept: Mutex::new(()),
@@ -383,7 +389,7 @@ impl Server {
         };
         // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
         // free port where the plan asks for one, and the others join it there.
-        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol)>> =
+        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol, bool)>> =
             (0..workers).map(|_| Vec::new()).collect();
         let mut tcp_bound = Vec::new();
         for endpoint in &plan.tcp {
@@ -395,11 +401,11 @@ impl Server {
                 let listener = sys::listener(addr, true, config.backlog)
                     .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
                 addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                listeners.push((conn::Listener::Tcp(listener), endpoint.protocol));
+                listeners.push((conn::Listener::Tcp(listener), endpoint.protocol, tls.is_some() && !endpoint.notls));
             }
             tcp_bound.push(addr);
         }
-        let mut udp: Vec<Option<mio::net::UdpSocket>> = (0..workers).map(|_| None).collect();
+        let mut udp: Vec<Vec<mio::net::UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
         let mut udp_bound = Vec::new();
         for &planned in &plan.udp {
             let mut addr = planned;
@@ -413,7 +419,7 @@ impl Server {
                 addr = bound
                     .local_addr()
                     .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
-                *socket = Some(bound);
+                socket.push(bound);
             }
             udp_bound.push(addr);
         }
@@ -437,6 +443,7 @@ impl Server {
                         listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
                     )),
                     config.binding_protocol(),
+                    false,
                 ));
             }
             if config.worker_port_base != 0 {
@@ -449,9 +456,10 @@ impl Server {
                             .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
                     ),
                     config.binding_protocol(),
+                    tls.is_some(),
                 ));
             }
-            let udp = udp[index].take();
+            let udp = std::mem::take(&mut udp[index]);
             let mut ports = Vec::new();
             if config.native_port != 0 {
                 for partition in (0..partition_count).filter(|&p| owner[p] == index) {

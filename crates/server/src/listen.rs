@@ -14,6 +14,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 pub struct Endpoint {
     pub addr: SocketAddr,
     pub protocol: Protocol,
+    /// `notls:`: plaintext even with -Z.
+    pub notls: bool,
 }
 
 /// The addresses the command line asks for.
@@ -53,11 +55,11 @@ pub fn plan(specs: &[String], tcp: i32, udp: i32, default_protocol: Protocol) ->
     let udp = socket_port(udp, "UDP")?;
     let mut plan = Plan::default();
     for spec in specs.iter().flat_map(|spec| spec.split(';')).filter(|spec| !spec.is_empty()) {
-        let Spec { addrs, port, protocol } = parse_spec(spec)?;
+        let Spec { addrs, port, protocol, notls } = parse_spec(spec)?;
         let protocol = protocol.unwrap_or(default_protocol);
         for ip in addrs {
             if let Some(port) = port.or(tcp) {
-                let endpoint = Endpoint { addr: SocketAddr::new(ip, port), protocol };
+                let endpoint = Endpoint { addr: SocketAddr::new(ip, port), protocol, notls };
                 if !plan.tcp.iter().any(|seen| seen.addr == endpoint.addr) {
                     plan.tcp.push(endpoint);
                 }
@@ -78,6 +80,7 @@ struct Spec {
     addrs: Vec<IpAddr>,
     port: Option<u16>,
     protocol: Option<Protocol>,
+    notls: bool,
 }
 
 /// Strips `name[value]:` from the front of `spec`, returning the value.
@@ -93,6 +96,14 @@ fn bracketed<'a>(spec: &mut &'a str, name: &str) -> Result<Option<&'a str>, Stri
 }
 
 fn parse_spec(mut spec: &str) -> Result<Spec, String> {
+    // memcached's `notls:` comes first, before `proto[...]:`.
+    let notls = match spec.strip_prefix("notls:") {
+        Some(rest) => {
+            spec = rest;
+            true
+        }
+        None => false,
+    };
     let whole = spec;
     let protocol = match bracketed(&mut spec, "proto")? {
         None => None,
@@ -143,7 +154,7 @@ fn parse_spec(mut spec: &str) -> Result<Spec, String> {
         }
         found
     };
-    Ok(Spec { addrs, port, protocol })
+    Ok(Spec { addrs, port, protocol, notls })
 }
 
 /// memcached's `MEMCACHED_PORT_FILENAME`: once listening, the ports are written there

@@ -69,12 +69,26 @@ pub struct Info {
     pub local: Option<Addr>,
     state: AtomicU8,
     last_cmd_secs: AtomicU32,
+    /// -Z: the common name of the client's certificate, once its handshake has finished.
+    tls_peer_cn: std::sync::OnceLock<Box<str>>,
 }
 
 impl Info {
     /// A socket opened or accepted at `now_secs`.
     pub fn new(kind: Kind, addr: Addr, local: Option<Addr>, now_secs: u32) -> Info {
-        Info { kind, addr, local, state: AtomicU8::new(0), last_cmd_secs: AtomicU32::new(now_secs) }
+        Info {
+            kind,
+            addr,
+            local,
+            state: AtomicU8::new(0),
+            last_cmd_secs: AtomicU32::new(now_secs),
+            tls_peer_cn: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Records the common name of the client's TLS certificate (`stats conns` shows it).
+    pub fn set_tls_peer_cn(&self, name: String) {
+        let _ = self.tls_peer_cn.set(name.into_boxed_str());
     }
 
     /// Records the connection's state (a store only when it changes).
@@ -147,7 +161,7 @@ impl Registry {
 
     /// Writes `stats conns` (without its END) as memcached 1.6.18 does: by descriptor, each
     /// socket's address, a client's local address, its state and seconds since its last
-    /// command. `asking` is the descriptor of the connection that asked (it is parsing a
+    /// command (and, beyond memcached, a TLS client's certificate name). `asking` is the descriptor of the connection that asked (it is parsing a
     /// command).
     pub fn write_stats(&self, asking: i32, now_secs: u32, out: &mut Vec<u8>) {
         let entries = self.lock();
@@ -169,6 +183,10 @@ impl Registry {
             let _ = write!(text, "STAT {fd}:state {state}\r\n");
             let idle = now_secs.saturating_sub(info.last_cmd_secs.load(Relaxed));
             let _ = write!(text, "STAT {fd}:secs_since_last_cmd {idle}\r\n");
+            if let Some(name) = info.tls_peer_cn.get() {
+                // Beyond memcached 1.6.18 (its proxy reads the same name: tls_peer_cn).
+                let _ = write!(text, "STAT {fd}:tls_peer_cn {}\r\n", name.replace(['\r', '\n'], " "));
+            }
         }
         out.extend_from_slice(text.as_bytes());
     }

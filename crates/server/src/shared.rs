@@ -212,6 +212,8 @@ pub struct Shared {
     pub sasl_passwords: Option<crate::auth::Passwords>,
     /// -Y: the ASCII authentication users.
     pub ascii_passwords: Option<crate::auth::Passwords>,
+    /// -Z: the TLS configuration and its figures.
+    pub tls: Option<std::sync::Arc<crate::tls::Context>>,
     /// The `-o` options.
     pub extended: crate::config::Extended,
     /// The command line.

@@ -215,6 +215,13 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     if let Some(totals) = &flash {
         extstore_stats(out, totals);
     }
+    if let Some(tls) = &shared.tls {
+        if tls.settings().session_cache {
+            stat(out, "ssl_new_sessions", tls.new_sessions());
+        }
+        stat(out, "ssl_handshake_errors", tls.handshake_errors.load(Relaxed));
+        stat(out, "time_since_server_cert_refresh", tls.secs_since_refresh(crate::sys::now_secs()));
+    }
     stat(out, "unexpected_napi_ids", 0);
     stat(out, "round_robin_fallback", 0);
     stat(out, "bytes", p.bytes);
@@ -414,7 +421,22 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "flash_io", if rings == shared.workers { "io_uring" } else { "threads" });
     }
     stat(out, "drop_privileges", "no");
-    stat(out, "ssl_enabled", "no");
+    // memcached's TLS lines (Debian's build has TLS: they are there with or without -Z).
+    let ssl = &shared.extended.ssl;
+    let path = |path: &Option<std::path::PathBuf>, none: &'static str| {
+        path.as_ref().map_or_else(|| none.to_string(), |path| path.display().to_string())
+    };
+    stat(out, "ssl_enabled", yes(config.enable_ssl));
+    stat(out, "ssl_chain_cert", path(&ssl.chain_cert, "(null)"));
+    stat(out, "ssl_key", path(&ssl.key, "(null)"));
+    stat(out, "ssl_verify_mode", ssl.verify_flags());
+    stat(out, "ssl_keyformat", ssl.keyformat);
+    stat(out, "ssl_ciphers", ssl.ciphers.as_deref().unwrap_or("NULL"));
+    stat(out, "ssl_ca_cert", path(&ssl.ca_cert, "NULL"));
+    stat(out, "ssl_wbuf_size", ssl.wbuf_bytes);
+    stat(out, "ssl_session_cache", yes(ssl.session_cache));
+    stat(out, "ssl_kernel_tls", yes(ssl.kernel_tls));
+    stat(out, "ssl_min_version", ssl.min_version_text());
     stat(out, "proxy_enabled", "no");
     match &config.memory_file {
         Some(path) => stat(out, "memory_file", path.display()),

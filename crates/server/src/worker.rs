@@ -29,7 +29,10 @@ const WAKER: Token = Token(0);
 /// The flash tier's io_uring eventfd (reads the device finished).
 const FLASH: Token = Token(NATIVE_BASE - 1);
 const LISTENER_BASE: usize = 1;
-const UDP: Token = Token(15);
+/// memcached's UDP sockets (-U, one per -l address): tokens below the flash eventfd's.
+const UDP_BASE: usize = NATIVE_BASE - 1 - UDP_SOCKETS_MAX;
+/// The most UDP sockets a worker serves (-l addresses with -U).
+pub const UDP_SOCKETS_MAX: usize = 64;
 const CONN_BASE: usize = 16;
 /// Tokens of the native ports (far above any connection's).
 const NATIVE_BASE: usize = 1 << 40;
@@ -144,10 +147,10 @@ pub fn rings(workers: usize) -> Vec<Rings> {
 /// What a worker listens on.
 pub struct Sockets {
     /// TCP: the main ports (shared by every worker) and, with --worker-port-base, its own;
-    /// each with the protocol its connections start in.
-    pub listeners: Vec<(crate::conn::Listener, crate::config::Protocol)>,
+    /// each with the protocol its connections start in and whether they speak TLS (-Z).
+    pub listeners: Vec<(crate::conn::Listener, crate::config::Protocol, bool)>,
     /// memcached's UDP port (-U), shared by every worker.
-    pub udp: Option<mio::net::UdpSocket>,
+    pub udp: Vec<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
     pub native: crate::native::Native,
 }
@@ -162,10 +165,12 @@ pub struct Worker {
     listener_addrs: Vec<Addr>,
     /// Each listener's protocol (-B, or its `proto[...]` in -l).
     listener_protocols: Vec<crate::config::Protocol>,
+    /// Each listener's connections speak TLS (-Z, unless `notls:`).
+    listener_tls: Vec<bool>,
     /// memcached's UDP port (-U), bound by every worker.
-    udp: Option<mio::net::UdpSocket>,
+    udp: Vec<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
-    udp_ready: bool,
+    udp_ready: u64,
     /// Receive buffer for one datagram, and the send buffer for one reply datagram.
     udp_buf: Vec<u8>,
     /// The native protocol's ports of this worker's partitions.
@@ -213,12 +218,14 @@ impl Worker {
         rings: Rings,
     ) -> io::Result<Worker> {
         let Sockets { listeners, mut udp, mut native } = sockets;
-        let (mut listeners, listener_protocols): (Vec<_>, Vec<_>) = listeners.into_iter().unzip();
+        let listener_tls: Vec<bool> = listeners.iter().map(|listener| listener.2).collect();
+        let (mut listeners, listener_protocols): (Vec<_>, Vec<_>) =
+            listeners.into_iter().map(|(listener, protocol, _)| (listener, protocol)).unzip();
         for (offset, listener) in listeners.iter_mut().enumerate() {
             poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
         }
-        if let Some(socket) = udp.as_mut() {
-            poll.registry().register(socket, UDP, Interest::READABLE)?;
+        for (offset, socket) in udp.iter_mut().enumerate() {
+            poll.registry().register(socket, Token(UDP_BASE + offset), Interest::READABLE)?;
         }
         for (offset, port) in native.ports.iter_mut().enumerate() {
             poll.registry().register(&mut port.socket, Token(NATIVE_BASE + offset), Interest::READABLE)?;
@@ -230,7 +237,7 @@ impl Worker {
             let info = Info::new(registry::Kind::Listener, addr.clone(), None, now);
             shared.registry.add(listener.fd(), Arc::new(info));
         }
-        if let Some(socket) = udp.as_ref() {
+        for socket in &udp {
             if let Ok(addr) = socket.local_addr() {
                 let info = Info::new(registry::Kind::Udp, Addr::Inet(addr), None, now);
                 shared.registry.add(socket.as_raw_fd(), Arc::new(info));
@@ -261,7 +268,8 @@ impl Worker {
             listeners,
             listener_addrs,
             listener_protocols,
-            udp_ready: udp.is_some(),
+            listener_tls,
+            udp_ready: if udp.len() >= 64 { u64::MAX } else { (1u64 << udp.len()) - 1 },
             udp,
             udp_buf: vec![0; DATAGRAM_BYTES_MAX],
             native,
@@ -326,7 +334,9 @@ impl Worker {
                             uring.clear_eventfd();
                         }
                     }
-                    UDP => self.udp_ready = true,
+                    Token(token) if (UDP_BASE..UDP_BASE + UDP_SOCKETS_MAX).contains(&token) => {
+                        self.udp_ready |= 1 << (token - UDP_BASE);
+                    }
                     Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
                     Token(token) if token >= NATIVE_BASE => {
                         if let Some(port) = self.native.ports.get_mut(token - NATIVE_BASE) {
@@ -357,7 +367,7 @@ impl Worker {
                     self.accept(listener);
                 }
             }
-            if self.udp_ready {
+            if self.udp_ready != 0 {
                 self.receive_udp();
             }
             if self.native.ready() && self.native.serve(&mut self.engine) {
@@ -402,9 +412,12 @@ impl Worker {
             self.write_all();
             self.publish_buffers();
             let idle_timeout = self.shared.extended.idle_timeout_secs;
-            if idle_timeout > 0 && self.engine.now_secs != self.idle_scan_secs {
+            if self.engine.now_secs != self.idle_scan_secs {
                 self.idle_scan_secs = self.engine.now_secs;
-                self.kick_idle(idle_timeout);
+                if idle_timeout > 0 {
+                    self.kick_idle(idle_timeout);
+                }
+                self.drop_stalled_handshakes();
             }
             if self.shared.stop.load(Relaxed) {
                 let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
@@ -422,7 +435,7 @@ impl Worker {
     fn timeout(&mut self) -> Option<Duration> {
         let busy = !self.work.is_empty()
             || self.flash.has_work()
-            || self.udp_ready
+            || self.udp_ready != 0
             || self.native.ready()
             || self.outgoing.iter().any(Option::is_some)
             || self.unsent_replies.iter().any(|queue| !queue.is_empty());
@@ -459,11 +472,11 @@ impl Worker {
             self.shared.registry.remove(listener.fd());
             let _ = self.poll.registry().deregister(&mut listener);
         }
-        if let Some(socket) = self.udp.as_mut() {
+        for socket in &mut self.udp {
             // Kept for sending the replies of datagrams already received.
             let _ = self.poll.registry().deregister(socket);
-            self.udp_ready = false;
         }
+        self.udp_ready = 0;
         for port in &mut self.native.ports {
             let _ = self.poll.registry().deregister(&mut port.socket);
             port.ready = false;
@@ -525,6 +538,17 @@ impl Worker {
                 self.shared.rejected_connections.fetch_add(1, Relaxed);
                 let _ = stream.write(TOO_MANY_CONNECTIONS);
                 continue;
+            }
+            if self.listener_tls[listener] {
+                let Some(tls) = self.shared.tls.as_ref() else { continue };
+                let crate::conn::Stream::Tcp(socket) = stream else { continue };
+                stream = match tls.accept(socket, self.engine.now_secs) {
+                    Ok(session) => crate::conn::Stream::Tls(Box::new(session)),
+                    Err(_) => {
+                        self.shared.curr_connections.fetch_sub(1, Relaxed);
+                        continue;
+                    }
+                };
             }
             self.shared.total_connections.fetch_add(1, Relaxed);
             let index = self.free.pop().unwrap_or_else(|| {
@@ -596,7 +620,7 @@ impl Worker {
         loop {
             self.process(index);
             let Some(conn) = self.conns[index].as_mut() else { return };
-            if !conn.may_read() || !read_once(conn, &mut self.engine.counters, &mut self.buffers) {
+            if !conn.may_read() || !read_once(conn, &mut self.engine.counters, &mut self.buffers, self.shared.tls.as_deref()) {
                 break;
             }
         }
@@ -619,12 +643,13 @@ impl Worker {
         if self.work.len() < 2 {
             return;
         }
-        let Worker { work, conns, engine, ahead, buffers, .. } = self;
+        let Worker { work, conns, engine, ahead, buffers, shared, .. } = self;
+        let tls = shared.tls.as_deref();
         ahead.clear();
         // `service` pops the queue from its end: load in that order.
         for &index in work.iter().rev() {
             let Some(conn) = conns[index].as_mut() else { continue };
-            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers) {
+            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers, tls) {
                 continue;
             }
             if let Some(key) = qs_proto::tokens::key_guess(conn.input.pending()) {
@@ -1280,6 +1305,18 @@ impl Worker {
             conn.held = if hold { conn.held + 1 } else { 0 };
             while !hold && !conn.dead && !conn.write_blocked {
                 if conn.output.unsent().is_empty() {
+                    // TLS: records rustls still holds go out too.
+                    match stream.flush() {
+                        Ok(()) => {}
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                            conn.write_blocked = true;
+                            break;
+                        }
+                        Err(_) => {
+                            conn.dead = true;
+                            break;
+                        }
+                    }
                     // A watcher's lines move over once what it was sent before is gone.
                     let Some(sink) = conn.watch.as_ref() else { break };
                     let moved = sink.take(conn.output.reply_buf());
@@ -1299,7 +1336,10 @@ impl Worker {
                 }
             }
             conn.output.lend_back(&mut self.buffers);
-            let finished = conn.closing && conn.output.held_bytes() == 0 && conn.output.pending_total == 0;
+            let finished = conn.closing
+                && conn.output.held_bytes() == 0
+                && conn.output.pending_total == 0
+                && !conn.write_blocked;
             if conn.dead || finished {
                 self.close(index);
             } else if !conn.write_blocked && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH && !conn.stalled {
@@ -1317,8 +1357,12 @@ impl Worker {
     /// of its own whose input is the datagram's requests, run like any other connection's.
     fn receive_udp(&mut self) {
         for _ in 0..UDP_DATAGRAMS_PER_TURN {
-            let Some(socket) = self.udp.as_ref() else {
-                self.udp_ready = false;
+            if self.udp_ready == 0 {
+                return;
+            }
+            let which = self.udp_ready.trailing_zeros() as usize;
+            let Some(socket) = self.udp.get(which) else {
+                self.udp_ready = 0;
                 return;
             };
             let (len, peer) = match socket.recv_from(&mut self.udp_buf) {
@@ -1326,8 +1370,8 @@ impl Worker {
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     // WouldBlock: drained (edge-triggered epoll reports what arrives next).
-                    self.udp_ready = false;
-                    return;
+                    self.udp_ready &= !(1 << which);
+                    continue;
                 }
             };
             self.engine.counters.bytes_read += len as u64;
@@ -1357,7 +1401,7 @@ impl Worker {
                 authenticated: true,
                 info: None,
                 fd: socket.as_raw_fd(),
-                transport: Transport::Udp { peer, request_id: header.request_id },
+                transport: Transport::Udp { peer, request_id: header.request_id, socket: which },
                 generation: self.generations[index],
                 input: Input { limit: end, buf: payload, start: 0, end, skip: 0, lent: false },
                 output: Output::new(self.shared.workers),
@@ -1385,7 +1429,7 @@ impl Worker {
     /// in numbered datagrams as memcached does; then the connection ends.
     fn finish_udp(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
-        let Transport::Udp { peer, request_id } = conn.transport else { return };
+        let Transport::Udp { peer, request_id, socket } = conn.transport else { return };
         if conn.stalled || conn.waiting || conn.flash_wait || conn.output.pending_total > 0 {
             return;
         }
@@ -1402,7 +1446,7 @@ impl Worker {
             start = *end;
         }
         messages.extend(qs_proto::udp::Messages::new(&output.out[start..], None));
-        if let Some(socket) = self.udp.as_ref() {
+        if let Some(socket) = self.udp.get(socket) {
             for message in messages {
                 let Some((count, chunks)) = qs_proto::udp::datagrams(message) else { continue };
                 for (sequence, chunk) in chunks.enumerate() {
@@ -1424,6 +1468,26 @@ impl Worker {
             self.udp_buf.resize(DATAGRAM_BYTES_MAX, 0);
         }
         self.close(index);
+    }
+
+    /// -Z: closes connections whose handshake has run past its time (a stalled client holds
+    /// a socket and a session, nothing more, until then), counting each as a handshake error.
+    fn drop_stalled_handshakes(&mut self) {
+        let Some(tls) = self.shared.tls.clone() else { return };
+        for index in 0..self.conns.len() {
+            let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
+                Transport::Tcp(crate::conn::Stream::Tls(session)) => session.handshake_overdue(self.engine.now_secs),
+                _ => false,
+            });
+            if overdue {
+                tls.handshake_errors.fetch_add(1, Relaxed);
+                if let Some(conn) = self.conns[index].as_mut() {
+                    conn.error = true;
+                    conn.dead = true;
+                }
+                self.close(index);
+            }
+        }
     }
 
     /// `-o idle_timeout`: closes the stream connections that have sent no command for more
@@ -1469,6 +1533,11 @@ impl Worker {
                 self.free.push(index);
                 return;
             };
+            if let crate::conn::Stream::Tls(session) = stream {
+                if !conn.dead {
+                    session.close();
+                }
+            }
             let _ = self.poll.registry().deregister(stream);
             self.shared.registry.remove(stream.fd());
             self.shared.curr_connections.fetch_sub(1, Relaxed);
@@ -1516,7 +1585,12 @@ fn peer_text(addr: &Addr) -> (String, u16, &'static str) {
 
 /// One read from `conn`'s socket into its buffer; false when nothing more should be read
 /// this turn (the socket is drained, closed or failed, or the buffer is full).
-fn read_once(conn: &mut Conn, counters: &mut WorkerCounters, buffers: &mut Buffers) -> bool {
+fn read_once(
+    conn: &mut Conn,
+    counters: &mut WorkerCounters,
+    buffers: &mut Buffers,
+    tls: Option<&crate::tls::Context>,
+) -> bool {
     let Some(spare) = conn.input.spare(buffers) else {
         // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
         conn.dead = true;
@@ -1556,6 +1630,17 @@ fn read_once(conn: &mut Conn, counters: &mut WorkerCounters, buffers: &mut Buffe
         Err(_) => {
             conn.read_ready = false;
             conn.dead = true;
+        }
+    }
+    if let (crate::conn::Stream::Tls(session), Some(tls)) = (stream, tls) {
+        if session.take_handshake_failure() {
+            tls.handshake_errors.fetch_add(1, Relaxed);
+            conn.error = true;
+        }
+        if let Some(Some(name)) = session.take_handshake() {
+            if let Some(info) = conn.info.as_ref() {
+                info.set_tls_peer_cn(name);
+            }
         }
     }
     true
