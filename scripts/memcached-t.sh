@@ -8,6 +8,7 @@
 #   scripts/memcached-t.sh            the wire-protocol files, each must pass
 #   scripts/memcached-t.sh FILE.t...  only these (e.g. a file listed below as not yet passing)
 #
+# QS_T_TLS=1: every file over TLS (the harness adds -Z and connects with IO::Socket::SSL).
 # QS_BIN: the server binary (default target/release/quicksilver, built if missing).
 # QS_CACHE: where the source is kept (default ~/.cache/quicksilver).
 set -euo pipefail
@@ -142,7 +143,7 @@ for file in "${files[@]}"; do
     log="$run/$file.log"
     started=$(date +%s)
     status=0
-    ssl_test=""
+    ssl_test=${QS_T_TLS:-}
     case "$file" in ssl_*) ssl_test=1 ;; esac
     (cd "$run" && SSL_TEST=$ssl_test timeout -k 5 180 perl "t/$file") >"$log" 2>&1 || status=$?
     took=$(($(date +%s) - started))

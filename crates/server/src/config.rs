@@ -67,7 +67,11 @@ pub struct Config {
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
     /// memcached's extended options, comma-separated `name=value` (see
-    /// docs/COMPATIBILITY.md): watcher_logbuf_size=KB, worker_logbuf_size=KB.
+    /// docs/COMPATIBILITY.md): watcher_logbuf_size=KB, worker_logbuf_size=KB, idle_timeout,
+    /// ext_path=FILE:SIZE, ...; TLS (with -Z): ssl_chain_cert, ssl_key, ssl_keyformat,
+    /// ssl_verify_mode (0 none, 1 request, 2 require, 3 once), ssl_ca_cert, ssl_ciphers,
+    /// ssl_wbuf_size=KB, ssl_session_cache, ssl_min_version (2 tlsv1.2, 3 tlsv1.3),
+    /// ssl_handshake_timeout=SECS, ssl_allow_plaintext (UDP beside TLS).
     #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append, value_delimiter = ',')]
     pub extended: Vec<String>,
     /// Disable CAS (memcached's -C): items carry no CAS unique (0 is reported), `cas` stores
@@ -579,6 +583,7 @@ impl Config {
                 "ssl_session_cache" => extended.ssl.session_cache = true,
                 "ssl_kernel_tls" => extended.ssl.kernel_tls = true,
                 "ssl_allow_plaintext" => extended.ssl.allow_plaintext = true,
+                "ssl_handshake_timeout" => extended.ssl.handshake_secs = number(name, value)?,
                 "ssl_min_version" => {
                     let value = value.ok_or("Missing ssl_min_version argument")?;
                     let version = strtol(value).ok_or("could not parse argument to ssl_min_version")?;

@@ -3,7 +3,8 @@
 //!
 //! The handshake runs inside the worker's event loop like any other read: a connection's
 //! `Stream::Tls` feeds what the socket holds to rustls and writes rustls's answer back, never
-//! waiting. A handshake that does not finish within [`HANDSHAKE_SECS`] is closed and counted
+//! waiting. A handshake that does not finish within `ssl_handshake_timeout` seconds
+//! ([`HANDSHAKE_SECS`] unless set) is closed and counted
 //! (`ssl_handshake_errors`), as are handshakes that fail.
 //!
 //! What differs from memcached's OpenSSL build (docs/COMPATIBILITY.md): TLS 1.2 and 1.3 only
@@ -17,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
-/// Seconds a connection may take to finish its handshake before it is closed.
+/// Seconds a connection may take to finish its handshake before it is closed (the default of
+/// `-o ssl_handshake_timeout`).
 pub const HANDSHAKE_SECS: u32 = 10;
 
 /// Sessions the server-side cache keeps (`-o ssl_session_cache`): OpenSSL's default size.
@@ -54,6 +56,8 @@ pub struct Settings {
     /// `ssl_allow_plaintext` (quicksilver's): UDP and the native ports may run beside -Z,
     /// without TLS.
     pub allow_plaintext: bool,
+    /// `ssl_handshake_timeout` (quicksilver's): seconds a handshake may take.
+    pub handshake_secs: u32,
 }
 
 impl Default for Settings {
@@ -70,6 +74,7 @@ impl Default for Settings {
             kernel_tls: false,
             min_version: 2,
             allow_plaintext: false,
+            handshake_secs: HANDSHAKE_SECS,
         }
     }
 }
@@ -157,7 +162,8 @@ impl Context {
         let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
         let mut session = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
         session.set_buffer_limit(Some(self.settings.wbuf_bytes.max(1024)));
-        Ok(TlsStream { socket, session, started_secs: now_secs, handshaken: false, failed: false })
+        let deadline_secs = now_secs.saturating_add(self.settings.handshake_secs.max(1));
+        Ok(TlsStream { socket, session, deadline_secs, handshaken: false, failed: false })
     }
 }
 
@@ -338,8 +344,8 @@ fn build(settings: &Settings, sessions: &Arc<SessionCache>) -> Result<Arc<rustls
 pub struct TlsStream {
     socket: mio::net::TcpStream,
     session: rustls::ServerConnection,
-    /// When it was accepted (the server's clock, seconds).
-    started_secs: u32,
+    /// When its handshake must have finished (the server's clock, seconds).
+    deadline_secs: u32,
     /// Its handshake finished (and was seen by the worker).
     handshaken: bool,
     /// Its handshake failed.
@@ -359,7 +365,7 @@ impl TlsStream {
 
     /// Whether the handshake is still running after its time (`now_secs`).
     pub fn handshake_overdue(&self, now_secs: u32) -> bool {
-        self.session.is_handshaking() && now_secs.saturating_sub(self.started_secs) >= HANDSHAKE_SECS
+        self.session.is_handshaking() && now_secs >= self.deadline_secs
     }
 
     /// Whether a read failed in the handshake since the last call (a counted error).

@@ -196,6 +196,41 @@ impl ServerProcess {
         panic!("quicksilver -S did not start");
     }
 
+    /// Starts quicksilver with `args` (plus -p and -l 127.0.0.1), waiting until `ready(port)`
+    /// (e.g. a TLS handshake and a version) succeeds.
+    pub fn quicksilver_probed(args: &[&str], ready: impl Fn(u16) -> bool) -> ServerProcess {
+        Self::program_probed("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), args, ready)
+    }
+
+    /// Starts `program` with `args` (plus -p and -l 127.0.0.1), waiting until `ready(port)`.
+    pub fn program_probed(
+        name: &'static str,
+        program: &str,
+        args: &[&str],
+        ready: impl Fn(u16) -> bool,
+    ) -> ServerProcess {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let port_text = port.to_string();
+            let mut command = Command::new(program);
+            command.args(["-p", &port_text, "-l", "127.0.0.1"]).args(args);
+            command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+            let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+            let mut server = ServerProcess { child, port, udp_port: 0, native_port: 0, name };
+            let deadline = Instant::now() + START_TIMEOUT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = server.child.try_wait() {
+                    break;
+                }
+                if ready(port) {
+                    return server;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("{name} did not start");
+    }
+
     fn spawn(name: &'static str, program: &str, args: &[&str]) -> ServerProcess {
         for _attempt in 0..5 {
             if let Some(server) = Self::spawn_at(name, program, free_port(), args) {
