@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache, pylibmc, python-binary-memcached"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -22,6 +22,9 @@ command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
 /usr/bin/python3 -c "import pymemcache" >/dev/null 2>&1 || missing+=(python3-pymemcache)
 /usr/bin/python3 -c "import pylibmc" >/dev/null 2>&1 || missing+=(python3-pylibmc)
 /usr/bin/python3 -c "import bmemcached" >/dev/null 2>&1 || missing+=(python3-binary-memcached)
+/usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || missing+=(python3-pytest)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1 || missing+=(libio-socket-ssl-perl)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -45,6 +48,9 @@ test "${PIPESTATUS[0]}" -eq 0
 step "memcached 1.6.18's own t/ suite against quicksilver (its wire-protocol files)"
 cargo build --release --quiet -p qs-server
 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
+
+step "memcached 1.6.18's t/ suite again, every file over TLS (-Z)"
+QS_T_TLS=1 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
 step "cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \

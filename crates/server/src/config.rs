@@ -575,10 +575,15 @@ impl Config {
                 }
                 "ssl_keyformat" => {
                     let value = value.ok_or("Missing ssl_keyformat argument")?;
-                    extended.ssl.keyformat = strtol(value).ok_or("could not parse argument to ssl_keyformat")?;
+                    extended.ssl.keyformat =
+                        strtol(value).ok_or("could not parse argument to ssl_keyformat")?;
                 }
-                "ssl_ciphers" => extended.ssl.ciphers = Some(value.ok_or("Missing ssl_ciphers argument")?.into()),
-                "ssl_ca_cert" => extended.ssl.ca_cert = Some(value.ok_or("Missing ssl_ca_cert argument")?.into()),
+                "ssl_ciphers" => {
+                    extended.ssl.ciphers = Some(value.ok_or("Missing ssl_ciphers argument")?.into())
+                }
+                "ssl_ca_cert" => {
+                    extended.ssl.ca_cert = Some(value.ok_or("Missing ssl_ca_cert argument")?.into())
+                }
                 "ssl_wbuf_size" => extended.ssl.wbuf_bytes = kilobytes(name, value)?,
                 "ssl_session_cache" => extended.ssl.session_cache = true,
                 "ssl_kernel_tls" => extended.ssl.kernel_tls = true,
@@ -618,10 +623,12 @@ impl Config {
         }
         if !extended.ssl.allow_plaintext {
             if !plan.udp.is_empty() {
-                return Err("-Z: UDP (-U) has no TLS, so its requests and replies would cross the network in \
+                return Err(
+                    "-Z: UDP (-U) has no TLS, so its requests and replies would cross the network in \
                             plaintext beside the TLS ports; turn it off (-U 0) or accept that with \
                             -o ssl_allow_plaintext"
-                    .into());
+                        .into(),
+                );
             }
             if self.native_port != 0 {
                 return Err("-Z: the native UDP ports (--native-port) have no TLS, so their requests and \
@@ -781,7 +788,10 @@ impl Config {
         }
         let plan = self.listen_plan()?;
         if plan.udp.len() > crate::worker::UDP_SOCKETS_MAX {
-            return Err(format!("-U: at most {} UDP addresses (-l gives more)", crate::worker::UDP_SOCKETS_MAX));
+            return Err(format!(
+                "-U: at most {} UDP addresses (-l gives more)",
+                crate::worker::UDP_SOCKETS_MAX
+            ));
         }
         if plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0) {
             return Err("--worker-port-base and --native-port take one -l address (several given)".into());

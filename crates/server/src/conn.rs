@@ -549,7 +549,12 @@ macro_rules! delegate_source {
 delegate_source!(Listener);
 
 impl mio::event::Source for Stream {
-    fn register(&mut self, registry: &mio::Registry, token: mio::Token, interests: mio::Interest) -> std::io::Result<()> {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> std::io::Result<()> {
         match self {
             Stream::Tcp(socket) => socket.register(registry, token, interests),
             Stream::Unix(socket) => socket.register(registry, token, interests),

@@ -401,7 +401,11 @@ impl Server {
                 let listener = sys::listener(addr, true, config.backlog)
                     .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
                 addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                listeners.push((conn::Listener::Tcp(listener), endpoint.protocol, tls.is_some() && !endpoint.notls));
+                listeners.push((
+                    conn::Listener::Tcp(listener),
+                    endpoint.protocol,
+                    tls.is_some() && !endpoint.notls,
+                ));
             }
             tcp_bound.push(addr);
         }

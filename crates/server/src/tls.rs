@@ -12,7 +12,9 @@
 //! suites by OpenSSL's names, `ssl_kernel_tls` is refused as by a memcached built without it.
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
+use rustls::pki_types::{
+    CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
+};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -93,7 +95,10 @@ impl Settings {
 
     /// memcached's name for `ssl_min_version`.
     pub fn min_version_text(&self) -> &'static str {
-        ["tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3"].get(self.min_version as usize).copied().unwrap_or("unknown")
+        ["tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3"]
+            .get(self.min_version as usize)
+            .copied()
+            .unwrap_or("unknown")
     }
 }
 
@@ -304,7 +309,10 @@ fn build(settings: &Settings, sessions: &Arc<SessionCache>) -> Result<Arc<rustls
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| format!("Error setting up TLS: {e}"))?;
-    let chain_path = settings.chain_cert.as_deref().ok_or("Error loading the certificate chain: (null) : no ssl_chain_cert given")?;
+    let chain_path = settings
+        .chain_cert
+        .as_deref()
+        .ok_or("Error loading the certificate chain: (null) : no ssl_chain_cert given")?;
     let chain = load_certs(chain_path, "certificate chain")?;
     let key_path = settings.key.as_deref().unwrap_or(chain_path);
     let key = load_key(key_path, settings.keyformat)?;
@@ -319,7 +327,9 @@ fn build(settings: &Settings, sessions: &Arc<SessionCache>) -> Result<Arc<rustls
         })?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in load_certs(ca_path, "CA certificate")? {
-            roots.add(cert).map_err(|e| format!("Error loading the CA certificate: {} : {e}", ca_path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("Error loading the CA certificate: {} : {e}", ca_path.display()))?;
         }
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
         let verifier = if settings.verify_mode == 1 { verifier.allow_unauthenticated() } else { verifier };
@@ -381,7 +391,12 @@ impl TlsStream {
             return None;
         }
         self.handshaken = true;
-        Some(self.session.peer_certificates().and_then(|certs| certs.first()).and_then(|cert| common_name(cert)))
+        Some(
+            self.session
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(|cert| common_name(cert)),
+        )
     }
 
     /// Writes what rustls holds for the socket (handshake messages, records, alerts).
@@ -546,7 +561,10 @@ mod tests {
                 .map(|suite| suite.suite())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(tls12("ECDHE-RSA-AES128-GCM-SHA256"), vec![rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]);
+        assert_eq!(
+            tls12("ECDHE-RSA-AES128-GCM-SHA256"),
+            vec![rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]
+        );
         assert_eq!(tls12("HIGH:!ECDSA:!CHACHA20").len(), 2);
         assert_eq!(tls12("ALL").len(), 6);
         assert!(tls12("RC4-MD5").is_empty());

@@ -620,7 +620,9 @@ impl Worker {
         loop {
             self.process(index);
             let Some(conn) = self.conns[index].as_mut() else { return };
-            if !conn.may_read() || !read_once(conn, &mut self.engine.counters, &mut self.buffers, self.shared.tls.as_deref()) {
+            if !conn.may_read()
+                || !read_once(conn, &mut self.engine.counters, &mut self.buffers, self.shared.tls.as_deref())
+            {
                 break;
             }
         }
@@ -649,7 +651,8 @@ impl Worker {
         // `service` pops the queue from its end: load in that order.
         for &index in work.iter().rev() {
             let Some(conn) = conns[index].as_mut() else { continue };
-            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers, tls) {
+            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers, tls)
+            {
                 continue;
             }
             if let Some(key) = qs_proto::tokens::key_guess(conn.input.pending()) {
@@ -1476,7 +1479,9 @@ impl Worker {
         let Some(tls) = self.shared.tls.clone() else { return };
         for index in 0..self.conns.len() {
             let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
-                Transport::Tcp(crate::conn::Stream::Tls(session)) => session.handshake_overdue(self.engine.now_secs),
+                Transport::Tcp(crate::conn::Stream::Tls(session)) => {
+                    session.handshake_overdue(self.engine.now_secs)
+                }
                 _ => false,
             });
             if overdue {

@@ -511,3 +511,115 @@ fn sasl_logins_with_python_binary_memcached() {
     assert_eq!(lines[3], "4 2", "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A quicksilver with TLS on its port and a plaintext `notls` listener beside it (started
+/// once the plaintext one answers); returns it and the plaintext port.
+fn tls_server(extra: &[&str]) -> (ServerProcess, u16) {
+    let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
+    let plain = common::free_tcp_ports(1);
+    let listen = format!("notls:127.0.0.1:{plain}");
+    let files = format!("ssl_chain_cert={certs}/server.pem,ssl_key={certs}/server.key");
+    let mut args = vec!["-Z", "-o", &files, "-l", &listen];
+    args.extend_from_slice(extra);
+    let server = ServerProcess::quicksilver_probed(&args, |_| {
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", plain)) else { return false };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut reply = [0u8; 16];
+        stream.write_all(b"version\r\n").is_ok()
+            && std::io::Read::read(&mut stream, &mut reply).is_ok_and(|n| reply[..n].starts_with(b"VERSION"))
+    });
+    (server, plain)
+}
+
+/// pymemcache's own integration suite (Debian ships it with the package), its TLS test
+/// (`test_tls`: Client, PooledClient and HashClient with a `tls_context`) among them: the plain
+/// tests on a `notls` listener, the TLS ones on the -Z port. Its conftest's CA is pointed at
+/// tests/tls/ca.pem.
+#[test]
+fn pymemcache_integration_suite_passes_over_tls_and_plaintext() {
+    let python = "/usr/bin/python3";
+    let found = run(
+        python,
+        &["-c", "import pymemcache.test, pytest, os; print(os.path.dirname(pymemcache.test.__file__))"],
+    );
+    assert!(
+        found.status.success(),
+        "pymemcache's tests or pytest missing (scripts/test.sh installs python3-pytest)"
+    );
+    let source = stdout(&found).trim().to_string();
+    let dir = std::env::temp_dir().join(format!("qs-pymemcache-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for file in ["conftest.py", "test_integration.py", "utils.py", "__init__.py"] {
+        let from = std::path::Path::new(&source).join(file);
+        if !from.exists() {
+            continue;
+        }
+        let mut text = std::fs::read_to_string(&from).expect("read");
+        if file == "conftest.py" {
+            let original = r#"cafile=os.path.join(os.path.dirname(__file__), "certs/ca-root.crt")"#;
+            assert!(text.contains(original), "pymemcache's conftest changed: {text}");
+            text = text.replace(original, r#"cafile=os.environ["QS_TLS_CA"]"#);
+        }
+        std::fs::write(dir.join(file), text).expect("write");
+    }
+    let (server, plain) = tls_server(&["-t", "2"]);
+    let output = Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "test_integration.py"])
+        .args(["--server", "127.0.0.1", "--port", &plain.to_string()])
+        .args(["--tls-server", "127.0.0.1", "--tls-port", &server.port.to_string()])
+        .env("QS_TLS_CA", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls/ca.pem"))
+        .current_dir(&dir)
+        .output()
+        .expect("pytest");
+    let text = stdout(&output);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(output.status.success(), "{text}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.matches("PASSED test_integration.py::test_tls").count() >= 3, "{text}");
+}
+
+/// `openssl s_client` (OpenSSL's own client): TLS 1.3 and 1.2, the server's certificate verified
+/// against the test CA, a client certificate presented where the server requires one, and
+/// refused without one.
+#[test]
+fn openssl_s_client_talks_to_the_tls_port() {
+    let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
+    let verify = format!("ssl_verify_mode=2,ssl_ca_cert={certs}/ca.pem");
+    let (server, _) = tls_server(&["-o", &verify]);
+    let connect = format!("127.0.0.1:{}", server.port);
+    let ca = format!("{certs}/ca.pem");
+    let cert = format!("{certs}/client.pem");
+    let key = format!("{certs}/client.key");
+    let session = |extra: &[&str]| -> (bool, String) {
+        let mut child = Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &connect,
+                "-CAfile",
+                &ca,
+                "-verify_return_error",
+                "-quiet",
+                "-crlf",
+            ])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("openssl s_client (scripts/test.sh installs openssl)");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"set tls-key 5 0 2\nhi\nget tls-key\nquit\n")
+            .expect("write");
+        let output = child.wait_with_output().expect("s_client");
+        (output.status.success(), stdout(&output) + &String::from_utf8_lossy(&output.stderr))
+    };
+    for version in ["-tls1_3", "-tls1_2"] {
+        let (_, text) = session(&[version, "-cert", &cert, "-key", &key]);
+        assert!(text.contains("STORED\r\nVALUE tls-key 5 2\r\nhi\r\nEND\r\n"), "{version}: {text}");
+    }
+    let (_, text) = session(&["-tls1_3"]);
+    assert!(!text.contains("STORED"), "served without a client certificate: {text}");
+}

@@ -26,15 +26,19 @@ fn server_args() -> Vec<String> {
 
 /// A client's TLS settings: trusts tests/tls/ca.pem, presents `identity` (a name in tests/tls/:
 /// `client`, `rogue`) if given, speaks `versions`.
-fn client_config(identity: Option<&str>, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<rustls::ClientConfig> {
+fn client_config(
+    identity: Option<&str>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(cert_path("ca.pem")).expect("ca.pem") {
         roots.add(cert.expect("ca cert")).expect("root");
     }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_protocol_versions(versions)
-        .expect("versions")
-        .with_root_certificates(roots);
+    let builder =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(versions)
+            .expect("versions")
+            .with_root_certificates(roots);
     let config = match identity {
         Some(name) => {
             let chain = CertificateDer::pem_file_iter(cert_path(&format!("{name}.pem")))
@@ -49,7 +53,8 @@ fn client_config(identity: Option<&str>, versions: &[&'static rustls::SupportedP
     Arc::new(config)
 }
 
-const ALL_VERSIONS: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+const ALL_VERSIONS: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 /// A blocking TLS client.
 struct TlsClient {
@@ -256,7 +261,10 @@ fn bad_clients_are_closed_and_counted_and_nothing_else_changes() {
     }
     assert_eq!(errors(&mut good), before + 4, "each bad client is one handshake error");
     // The established connection and the stored item are untouched.
-    assert_eq!(good.call_until(b"get canary\r\n", b"END\r\n").expect("get"), b"VALUE canary 0 5\r\nalive\r\nEND\r\n");
+    assert_eq!(
+        good.call_until(b"get canary\r\n", b"END\r\n").expect("get"),
+        b"VALUE canary 0 5\r\nalive\r\nEND\r\n"
+    );
     assert!(answers_tls(server.port));
 }
 
@@ -295,7 +303,8 @@ fn stalled_handshakes_cost_nothing_while_waiting_and_are_closed_at_their_deadlin
 fn client_certificates_are_required_and_verified_with_verify_mode_2() {
     let ca = format!("ssl_verify_mode=2,ssl_ca_cert={}", cert_path("ca.pem"));
     let server = tls_server(&["-o", &ca]);
-    let mut good = TlsClient::connect(server.port, client_config(Some("client"), ALL_VERSIONS)).expect("good client");
+    let mut good =
+        TlsClient::connect(server.port, client_config(Some("client"), ALL_VERSIONS)).expect("good client");
     assert_eq!(good.call(b"version\r\n")[..7], *b"VERSION");
     // No certificate; one signed by another CA; both under TLS 1.2 and 1.3.
     for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
@@ -352,7 +361,10 @@ fn refresh_certs_gives_new_connections_the_new_files() {
     // A broken file: memcached's error, and nothing changes.
     std::fs::write(&cert, b"not a certificate\n").expect("write");
     let reply = String::from_utf8(first.call(b"refresh_certs\r\n")).expect("utf8");
-    assert!(reply.starts_with(&format!("Error loading the certificate chain: {} : ", cert.display())), "{reply}");
+    assert!(
+        reply.starts_with(&format!("Error loading the certificate chain: {} : ", cert.display())),
+        "{reply}"
+    );
     assert_eq!(TlsClient::plain(server.port).peer_certificate(), der_of("server2.pem"));
     assert_eq!(first.call(b"refresh_certs noreply\r\nmn\r\n")[..4], *b"Erro");
     let _ = std::fs::remove_dir_all(&dir);
@@ -363,7 +375,8 @@ fn tls_1_3_minimum_refuses_tls_1_2_clients() {
     let server = tls_server(&["-o", "ssl_min_version=3"]);
     let old = TlsClient::connect(server.port, client_config(None, &[&rustls::version::TLS12]));
     assert!(old.map_or(true, refused));
-    let mut new = TlsClient::connect(server.port, client_config(None, &[&rustls::version::TLS13])).expect("TLS 1.3");
+    let mut new =
+        TlsClient::connect(server.port, client_config(None, &[&rustls::version::TLS13])).expect("TLS 1.3");
     assert_eq!(new.call(b"version\r\n")[..7], *b"VERSION");
     assert_eq!(new.stat("ssl_handshake_errors"), "1");
 }
@@ -380,7 +393,11 @@ fn session_cache_resumes_sessions_only_when_asked() {
             assert_eq!(first.call(b"version\r\n")[..7], *b"VERSION");
             let second = TlsClient::connect(server.port, config).expect("second");
             let kind = second.stream.conn.handshake_kind();
-            assert_eq!(kind == Some(rustls::HandshakeKind::Resumed), resumed, "{versions:?} cache {cache}: {kind:?}");
+            assert_eq!(
+                kind == Some(rustls::HandshakeKind::Resumed),
+                resumed,
+                "{versions:?} cache {cache}: {kind:?}"
+            );
         }
         let mut client = TlsClient::plain(server.port);
         let stats = client.stats("");
@@ -395,10 +412,19 @@ fn bad_tls_options_stop_the_server_with_a_message() {
     let chain = format!("ssl_chain_cert={},ssl_key={}", cert_path("server.pem"), cert_path("server.key"));
     let cases: &[(&[&str], &str)] = &[
         (&["-Z"], "Error loading the certificate chain"),
-        (&["-Z", "-o", "ssl_chain_cert=/nonexistent.pem"], "Error loading the certificate chain: /nonexistent.pem"),
+        (
+            &["-Z", "-o", "ssl_chain_cert=/nonexistent.pem"],
+            "Error loading the certificate chain: /nonexistent.pem",
+        ),
         (&["-Z", "-o", &chain, "-U", "11299"], "ssl_allow_plaintext"),
-        (&["-Z", "-o", &chain, "-o", "ssl_verify_mode=5"], "Invalid ssl_verify_mode. Use help to see valid options."),
-        (&["-Z", "-o", &chain, "-o", "ssl_min_version=4"], "Invalid ssl_min_version. Use help to see valid options."),
+        (
+            &["-Z", "-o", &chain, "-o", "ssl_verify_mode=5"],
+            "Invalid ssl_verify_mode. Use help to see valid options.",
+        ),
+        (
+            &["-Z", "-o", &chain, "-o", "ssl_min_version=4"],
+            "Invalid ssl_min_version. Use help to see valid options.",
+        ),
         (&["-Z", "-o", &chain, "-o", "ssl_kernel_tls"], "Kernel TLS offload is not available"),
         (&["-Z", "-o", &chain, "-o", "ssl_ciphers=RC4-MD5"], "Error setting the provided cipher(s): RC4-MD5"),
         (&["-Z", "-o", &chain, "-o", "ssl_verify_mode=2"], "ssl_ca_cert"),
@@ -456,8 +482,10 @@ fn tls_settings_and_refresh_certs_match_memcached() {
     let plain_memcached = ServerProcess::memcached(&[]);
     let stats = |server: &ServerProcess| {
         let mut client = server.connect();
-        let lines: Vec<(String, String)> =
-            common::stats(&mut client, "settings").into_iter().filter(|(key, _)| key.starts_with("ssl_")).collect();
+        let lines: Vec<(String, String)> = common::stats(&mut client, "settings")
+            .into_iter()
+            .filter(|(key, _)| key.starts_with("ssl_"))
+            .collect();
         (lines, client.call(b"refresh_certs\r\n"))
     };
     assert_eq!(stats(&plain_ours), stats(&plain_memcached));
