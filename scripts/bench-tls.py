@@ -111,6 +111,50 @@ def point(args, name, command, tls, pipeline, handshakes=False):
     }
 
 
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def idle_memory(command, count=1000):
+    """Resident memory per idle TLS connection: `count` clients connect, finish the handshake
+    and one request, then stay silent (Python's ssl module, OpenSSL)."""
+    import resource
+    import ssl
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    port = free_port()
+    server = subprocess.Popen(command + ["-p", str(port), "-U", "0", "-l", f"127.0.0.1:{port}", "-c", "4096", "-Z",
+                                         "-o", f"ssl_chain_cert={CERTS}/server.pem,ssl_key={CERTS}/server.key"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    context = ssl.create_default_context(cafile=f"{CERTS}/ca.pem")
+    clients = []
+
+    def connect(n):
+        for _ in range(n):
+            client = context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+            client.sendall(b"version\r\n")
+            client.recv(100)
+            clients.append(client)
+
+    try:
+        wait_port(port)
+        connect(100)
+        time.sleep(0.3)
+        before = rss_bytes(server.pid)
+        connect(count)
+        time.sleep(0.3)
+        return (rss_bytes(server.pid) - before) / count
+    finally:
+        for client in clients:
+            client.close()
+        server.terminate()
+        server.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
@@ -150,6 +194,10 @@ def main():
         r = point(args, name, command, True, 1, handshakes=True)
         print(f"| {name} | {r['ops_s']:.0f} | {r['handshakes_s_core']:.0f} | "
               f"{1e6 / max(1, r['handshakes_s_core']):.0f} | {r['handshake_errors']} |", flush=True)
+    print()
+    print("Memory per idle TLS connection (1,000 clients after a handshake and one request):")
+    for name, command in servers:
+        print(f"- {name}: {idle_memory(command) / 1024:.1f} KiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -835,6 +835,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tls_options_in_memcached_syntax() {
+        let parse = |options: &str| {
+            Config::try_parse_from(["quicksilver", "-o", options])
+                .expect("command line")
+                .extended()
+                .map(|e| e.ssl)
+        };
+        let ssl = parse("ssl_chain_cert=/c.pem,ssl_key=/k.pem,ssl_verify_mode=2,ssl_keyformat=2,ssl_wbuf_size=64,ssl_session_cache,ssl_min_version=3,ssl_ca_cert=/ca.pem,ssl_ciphers=HIGH:!ECDSA").expect("valid");
+        assert_eq!(ssl.chain_cert.as_deref(), Some(std::path::Path::new("/c.pem")));
+        assert_eq!((ssl.verify_mode, ssl.verify_flags(), ssl.keyformat), (2, 3, 2));
+        assert_eq!((ssl.wbuf_bytes, ssl.session_cache, ssl.min_version_text()), (64 << 10, true, "tlsv1.3"));
+        assert_eq!(ssl.ciphers.as_deref(), Some("HIGH:!ECDSA"));
+        assert_eq!(parse("ssl_verify_mode").unwrap_err(), "Missing ssl_verify_mode argument");
+        assert_eq!(parse("ssl_verify_mode=x").unwrap_err(), "could not parse argument to ssl_verify_mode");
+        assert_eq!(
+            parse("ssl_verify_mode=4").unwrap_err(),
+            "Invalid ssl_verify_mode. Use help to see valid options."
+        );
+        assert_eq!(
+            parse("ssl_min_version=-1").unwrap_err(),
+            "Invalid ssl_min_version. Use help to see valid options."
+        );
+        assert_eq!(parse("ssl_chain_cert").unwrap_err(), "Missing ssl_chain_cert argument");
+        assert_eq!(parse("ssl_bogus").unwrap_err(), "Illegal suboption \"ssl_bogus\"");
+        let plan = |args: &[&str]| {
+            let mut all = vec!["quicksilver"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all).expect("command line").validate()
+        };
+        assert_eq!(
+            plan(&["-l", "notls:127.0.0.1:1"]).unwrap_err(),
+            "'notls' option is valid only when SSL is enabled"
+        );
+        assert!(plan(&["-Z", "-U", "11211"]).unwrap_err().contains("ssl_allow_plaintext"));
+        assert!(plan(&["-Z", "-U", "11211", "-o", "ssl_allow_plaintext"]).is_ok());
+        assert_eq!(plan(&["-Z", "-p", "0"]).unwrap_err(), "ERROR: You cannot enable SSL without a TCP port.");
+    }
+
+    #[test]
     fn ext_path_in_memcached_syntax() {
         assert_eq!(parse_ext_path("/f/e:64m"), Ok(("/f/e".into(), 64 << 20)));
         assert_eq!(parse_ext_path("/f/e:2G:compact"), Ok(("/f/e".into(), 2 << 30)));

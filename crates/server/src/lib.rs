@@ -282,6 +282,12 @@ impl Server {
             true => Some(Arc::new(tls::Context::new(&extended.ssl, sys::now_secs())?)),
             false => None,
         };
+        if tls.is_some() && (config.udp_port() != 0 || config.native_port != 0) {
+            eprintln!(
+                "quicksilver: -Z with -o ssl_allow_plaintext: UDP{} serve plaintext (TLS covers TCP only)",
+                if config.native_port != 0 { " and the native ports" } else { "" }
+            );
+        }
         let workers = config.workers();
         let partition_count = config.partition_count();
         let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
