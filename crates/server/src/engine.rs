@@ -482,6 +482,51 @@ impl Engine {
         }
     }
 
+    /// The native protocol's flash path: when `key`'s record is on flash, reads it now (the
+    /// worker waits for this one read: a page-cache copy, or the device's latency) and brings
+    /// the item back to DRAM, so that the command run next finds it. A failed read counts as
+    /// a flash miss and leaves the key as it was.
+    pub fn flash_load_now(&mut self, hash: KeyHash, partition: usize, key: &[u8]) {
+        if !self.flash_on {
+            return;
+        }
+        let now = self.now_secs;
+        let Some(owned) = self.partitions[partition].as_mut() else { return };
+        let Some(mut read) = owned.flash_probe(hash, key, now) else { return };
+        // A record longer than the first read asks for one more read of its whole length.
+        for _ in 0..2 {
+            let record = match owned.flash_place(read.offset, read.len) {
+                None => Vec::new(),
+                Some(qs_store::flash::Place::Buffer(bytes)) => {
+                    let bytes = bytes.to_vec();
+                    owned.flash_count_read(bytes.len(), true);
+                    bytes
+                }
+                Some(qs_store::flash::Place::File(position)) => {
+                    let mut bytes = Vec::with_capacity(read.len);
+                    let direct = owned.flash_is_direct();
+                    let read_ok = owned.flash_file().is_some_and(|file| {
+                        qs_store::flash::read_at(&file, position, read.len, direct, &mut bytes)
+                    });
+                    if read_ok {
+                        owned.flash_count_read(bytes.len(), false);
+                    } else {
+                        bytes.clear();
+                    }
+                    bytes
+                }
+            };
+            if record.is_empty() {
+                owned.flash_read_failed();
+                return;
+            }
+            match owned.flash_resolve(hash, key, read, &record, now, false) {
+                qs_store::Resolved::NeedBytes(len) if len > read.len => read.len = len,
+                _ => return,
+            }
+        }
+    }
+
     /// Forgets the flash keys resolved for the request that has now run.
     #[inline]
     pub fn flash_forget(&mut self) {

@@ -469,6 +469,10 @@ fn execute(
 ) {
     let id = (request.opcode as u8, request.request_id);
     let key = request.key;
+    // A key on flash comes back to DRAM first (a plain set replaces it: no read needed).
+    if engine.flash_on() && !(request.opcode == Opcode::Set && request.operand == 0) {
+        engine.flash_load_now(hash, partition, key);
+    }
     let run = |engine: &mut Engine, command: Command<'_>, out: &mut Vec<u8>| {
         engine.run_owned(hash, partition, key, command, out).expect("routed to the owner")
     };

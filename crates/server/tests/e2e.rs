@@ -1091,8 +1091,12 @@ fn memcached_service_lines_start_quicksilver_unchanged() {
 fn options_for_missing_features_refuse_to_start_and_say_why() {
     let refusals: &[(&[&str], &str)] = &[
         (&["-o", "ext_path=/tmp/extstore"], "must supply size to ext_path"),
-        (&["-Z"], "TLS"),
-        (&["-o", "ssl_chain_cert=/tmp/cert.pem"], "TLS"),
+        (&["-Z"], "ERROR: You cannot enable SSL without a TCP port."),
+        (
+            &["-Z", "-l", "127.0.0.1:11299", "-o", "ssl_chain_cert=/nonexistent/cert.pem"],
+            "Error loading the certificate chain",
+        ),
+        (&["-o", "proxy_config=/tmp/proxy.lua"], "proxy mode is not part of quicksilver"),
         (&["-o", "no_such_option"], "Illegal suboption \"no_such_option\""),
         (&["-I", "1000"], "Item max size cannot be less than 1024 bytes."),
         (&["-I", "256m"], "Cannot set item size limit higher than 1/2 of memory max."),

@@ -372,6 +372,34 @@ fn memcached_udp_reads_flash_items_too() {
     assert!(get_stat(&mut client, "get_extstore") >= before + 2);
 }
 
+/// Quicksilver's native UDP protocol finds flash items too (each comes back to DRAM before
+/// its command runs): gets with flags and value, incr, touch and delete.
+#[test]
+fn native_protocol_reads_flash_items_too() {
+    let file = FlashFile::new("native");
+    let option = file.option("64m");
+    let server =
+        ServerProcess::quicksilver_native(8, &["-t", "2", "-m", "8", "-o", &option, "-o", "ext_item_size=0"]);
+    let mut client = server.connect();
+    assert_eq!(client.call(b"set counter 0 0 2\r\n41\r\n"), b"STORED\r\n");
+    fill(&mut client, "key", 12_000);
+    assert!(get_stat(&mut client, "extstore_objects_used") > 1_000, "the fill reached flash");
+    let before = get_stat(&mut client, "get_extstore");
+    let mut native =
+        qs_client::NativeClient::connect(std::net::SocketAddr::from(([127, 0, 0, 1], server.native_port)))
+            .expect("the directory");
+    for n in [0usize, 7, 100, 4_000] {
+        let reply = native.get(format!("key:{n}").as_bytes()).expect("an answer").expect("a hit, from flash");
+        assert_eq!((reply.flags, reply.value), (n as u32, value(n)), "key:{n}");
+    }
+    assert!(get_stat(&mut client, "get_extstore") >= before + 3, "read from flash");
+    let counter = native.incr(b"counter", 1).expect("incr");
+    assert_eq!((counter.status, counter.number), (qs_client::Status::Ok, 42));
+    assert_eq!(native.delete(b"key:5").expect("delete").status, qs_client::Status::Ok);
+    assert_eq!(client.call(b"get key:5\r\n"), b"END\r\n");
+    assert_eq!(native.get(b"key:5").expect("an answer"), None);
+}
+
 fn stop_with(mut server: ServerProcess, signal: i32) {
     // SAFETY: kill with a child pid we own.
     unsafe { libc::kill(server.pid() as i32, signal) };
