@@ -68,7 +68,7 @@ pub struct Config {
     pub disable_watch: bool,
     /// memcached's extended options, comma-separated `name=value` (see
     /// docs/COMPATIBILITY.md): watcher_logbuf_size=KB, worker_logbuf_size=KB, idle_timeout,
-    /// ext_path=FILE:SIZE, ...; TLS (with -Z): ssl_chain_cert, ssl_key, ssl_keyformat,
+    /// the flash tier's ext_* options, ...; TLS (with -Z): ssl_chain_cert, ssl_key, ssl_keyformat,
     /// ssl_verify_mode (0 none, 1 request, 2 require, 3 once), ssl_ca_cert, ssl_ciphers,
     /// ssl_wbuf_size=KB, ssl_session_cache, ssl_min_version (2 tlsv1.2, 3 tlsv1.3),
     /// ssl_handshake_timeout=SECS, ssl_allow_plaintext (UDP beside TLS).
