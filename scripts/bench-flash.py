@@ -24,45 +24,16 @@ to spare a recently written file stays there).
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-HZ = os.sysconf("SC_CLK_TCK")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, cpu_seconds, free_port, rss_bytes, stats, wait_port  # noqa: E402
 
 
-def stats(port):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
-    return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
 
 
-def wait_port(port):
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing answers on port {port}")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fio(directory, mode, seconds):

@@ -18,38 +18,19 @@ memtier_benchmark is built outside the repository by scripts/build-memtier.sh (i
 """
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
 
-HZ = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_seconds, stats, wait_port  # noqa: E402
 
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
 
 
 def ops(port):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
-    stats = dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
-    return int(stats["cmd_get"]) + int(stats["cmd_set"])
+    figures = stats(port)
+    return int(figures["cmd_get"]) + int(figures["cmd_set"])
 
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing answers on port {port}")
 
 
 def memtier(args, port, protocol, extra):

@@ -23,40 +23,13 @@ import sys
 import tempfile
 import time
 
-HZ = os.sysconf("SC_CLK_TCK")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, cpu_seconds, free_port, rss_bytes, stats, wait_port  # noqa: E402
 CERTS = os.path.join(ROOT, "crates/server/tests/tls")
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stats(port):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
-    return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
-
-
-def wait_port(port):
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing answers on port {port}")
 
 
 def memtier(args, port, tls, extra, json_file=None):
@@ -110,13 +83,6 @@ def point(args, name, command, tls, pipeline, handshakes=False):
         "handshake_errors": delta("ssl_handshake_errors"),
     }
 
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def idle_memory(command, count=1000):

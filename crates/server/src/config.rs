@@ -489,6 +489,19 @@ impl Config {
             value.trim().parse::<u32>().map_err(|_| format!("could not parse argument to {name}"))
         };
         let kilobytes = |name: &str, value: Option<&str>| number(name, value).map(|kb| kb as usize * 1024);
+        // memcached's TLS options: a text, a signed number, a choice of 0..=max.
+        let text = |name: &str, value: Option<&str>| {
+            value.map(str::to_string).ok_or_else(|| format!("Missing {name} argument"))
+        };
+        let signed = |name: &str, value: Option<&str>| -> Result<i64, String> {
+            strtol(&text(name, value)?).ok_or_else(|| format!("could not parse argument to {name}"))
+        };
+        let choice = |name: &str, value: Option<&str>, max: u8| -> Result<u8, String> {
+            u8::try_from(signed(name, value)?)
+                .ok()
+                .filter(|choice| *choice <= max)
+                .ok_or_else(|| format!("Invalid {name}. Use help to see valid options."))
+        };
         for option in self.extended.iter().filter(|option| !option.is_empty()) {
             let (name, value) = match option.split_once('=') {
                 Some((name, value)) => (name, Some(value)),
@@ -561,42 +574,18 @@ impl Config {
                 }
                 _ if EXT_TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
                 _ if name.starts_with("ext_") => return Err(format!("Illegal suboption \"{option}\"")),
-                "ssl_chain_cert" => {
-                    extended.ssl.chain_cert = Some(value.ok_or("Missing ssl_chain_cert argument")?.into());
-                }
-                "ssl_key" => extended.ssl.key = Some(value.ok_or("Missing ssl_key argument")?.into()),
-                "ssl_verify_mode" => {
-                    let value = value.ok_or("Missing ssl_verify_mode argument")?;
-                    let mode = strtol(value).ok_or("could not parse argument to ssl_verify_mode")?;
-                    extended.ssl.verify_mode = u8::try_from(mode)
-                        .ok()
-                        .filter(|mode| *mode <= 3)
-                        .ok_or("Invalid ssl_verify_mode. Use help to see valid options.")?;
-                }
-                "ssl_keyformat" => {
-                    let value = value.ok_or("Missing ssl_keyformat argument")?;
-                    extended.ssl.keyformat =
-                        strtol(value).ok_or("could not parse argument to ssl_keyformat")?;
-                }
-                "ssl_ciphers" => {
-                    extended.ssl.ciphers = Some(value.ok_or("Missing ssl_ciphers argument")?.into())
-                }
-                "ssl_ca_cert" => {
-                    extended.ssl.ca_cert = Some(value.ok_or("Missing ssl_ca_cert argument")?.into())
-                }
+                "ssl_chain_cert" => extended.ssl.chain_cert = Some(text(name, value)?.into()),
+                "ssl_key" => extended.ssl.key = Some(text(name, value)?.into()),
+                "ssl_ciphers" => extended.ssl.ciphers = Some(text(name, value)?),
+                "ssl_ca_cert" => extended.ssl.ca_cert = Some(text(name, value)?.into()),
+                "ssl_keyformat" => extended.ssl.keyformat = signed(name, value)?,
+                "ssl_verify_mode" => extended.ssl.verify_mode = choice(name, value, 3)?,
+                "ssl_min_version" => extended.ssl.min_version = choice(name, value, 3)?,
                 "ssl_wbuf_size" => extended.ssl.wbuf_bytes = kilobytes(name, value)?,
                 "ssl_session_cache" => extended.ssl.session_cache = true,
                 "ssl_kernel_tls" => extended.ssl.kernel_tls = true,
                 "ssl_allow_plaintext" => extended.ssl.allow_plaintext = true,
                 "ssl_handshake_timeout" => extended.ssl.handshake_secs = number(name, value)?,
-                "ssl_min_version" => {
-                    let value = value.ok_or("Missing ssl_min_version argument")?;
-                    let version = strtol(value).ok_or("could not parse argument to ssl_min_version")?;
-                    extended.ssl.min_version = u8::try_from(version)
-                        .ok()
-                        .filter(|version| *version <= 3)
-                        .ok_or("Invalid ssl_min_version. Use help to see valid options.")?;
-                }
                 _ if name.starts_with("proxy_") => {
                     return Err(format!("-o {name}: memcached's proxy mode is not part of quicksilver"))
                 }

@@ -508,8 +508,19 @@ impl std::io::Write for Stream {
     }
 }
 
-/// `mio::event::Source` for an enum of a TCP and a UNIX socket: each call goes to the variant.
-macro_rules! delegate_source {
+impl Stream {
+    /// The socket the poll watches.
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(socket) => socket,
+            Stream::Unix(socket) => socket,
+            Stream::Tls(stream) => stream.socket_mut(),
+        }
+    }
+}
+
+/// `mio::event::Source` for a type whose `source()` gives the socket the poll watches.
+macro_rules! via_source {
     ($type:ident) => {
         impl mio::event::Source for $type {
             fn register(
@@ -518,10 +529,7 @@ macro_rules! delegate_source {
                 token: mio::Token,
                 interests: mio::Interest,
             ) -> std::io::Result<()> {
-                match self {
-                    $type::Tcp(socket) => socket.register(registry, token, interests),
-                    $type::Unix(socket) => socket.register(registry, token, interests),
-                }
+                self.source().register(registry, token, interests)
             }
 
             fn reregister(
@@ -530,59 +538,18 @@ macro_rules! delegate_source {
                 token: mio::Token,
                 interests: mio::Interest,
             ) -> std::io::Result<()> {
-                match self {
-                    $type::Tcp(socket) => socket.reregister(registry, token, interests),
-                    $type::Unix(socket) => socket.reregister(registry, token, interests),
-                }
+                self.source().reregister(registry, token, interests)
             }
 
             fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
-                match self {
-                    $type::Tcp(socket) => socket.deregister(registry),
-                    $type::Unix(socket) => socket.deregister(registry),
-                }
+                self.source().deregister(registry)
             }
         }
     };
 }
 
-delegate_source!(Listener);
-
-impl mio::event::Source for Stream {
-    fn register(
-        &mut self,
-        registry: &mio::Registry,
-        token: mio::Token,
-        interests: mio::Interest,
-    ) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(socket) => socket.register(registry, token, interests),
-            Stream::Unix(socket) => socket.register(registry, token, interests),
-            Stream::Tls(stream) => stream.socket_mut().register(registry, token, interests),
-        }
-    }
-
-    fn reregister(
-        &mut self,
-        registry: &mio::Registry,
-        token: mio::Token,
-        interests: mio::Interest,
-    ) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(socket) => socket.reregister(registry, token, interests),
-            Stream::Unix(socket) => socket.reregister(registry, token, interests),
-            Stream::Tls(stream) => stream.socket_mut().reregister(registry, token, interests),
-        }
-    }
-
-    fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
-        match self {
-            Stream::Tcp(socket) => socket.deregister(registry),
-            Stream::Unix(socket) => socket.deregister(registry),
-            Stream::Tls(stream) => stream.socket_mut().deregister(registry),
-        }
-    }
-}
+via_source!(Stream);
+via_source!(Listener);
 
 /// A listening socket: TCP, or a UNIX domain socket (memcached's `-s`).
 pub enum Listener {
@@ -593,6 +560,14 @@ pub enum Listener {
 }
 
 impl Listener {
+    /// The socket the poll watches.
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Listener::Tcp(socket) => socket,
+            Listener::Unix(socket) => socket,
+        }
+    }
+
     /// Accepts one connection (TCP without Nagle's delay, as memcached sets it), with the
     /// peer's address.
     pub fn accept(&self) -> std::io::Result<(Stream, Addr)> {
