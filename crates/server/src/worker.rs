@@ -540,15 +540,19 @@ impl Worker {
                 continue;
             }
             if self.listener_tls[listener] {
-                let Some(tls) = self.shared.tls.as_ref() else { continue };
-                let crate::conn::Stream::Tcp(socket) = stream else { continue };
-                stream = match tls.accept(socket, self.engine.now_secs) {
-                    Ok(session) => crate::conn::Stream::Tls(Box::new(session)),
-                    Err(_) => {
-                        self.shared.curr_connections.fetch_sub(1, Relaxed);
-                        continue;
+                // -Z: a TLS session around the socket (its handshake runs as it is read).
+                let session = match (self.shared.tls.as_ref(), stream) {
+                    (Some(tls), crate::conn::Stream::Tcp(socket)) => {
+                        tls.accept(socket, self.engine.now_secs).ok()
                     }
+                    _ => None,
                 };
+                let Some(session) = session else {
+                    // The socket is closed as it drops; its place goes back.
+                    self.shared.curr_connections.fetch_sub(1, Relaxed);
+                    continue;
+                };
+                stream = crate::conn::Stream::Tls(Box::new(session));
             }
             self.shared.total_connections.fetch_add(1, Relaxed);
             let index = self.free.pop().unwrap_or_else(|| {

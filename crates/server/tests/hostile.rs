@@ -28,23 +28,13 @@ fn ticks_per_second() -> u64 {
     u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
 }
 
-/// CPU time the process has used, user plus system, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    // Fields after the command name (which may hold spaces) start at field 3 (state);
-    // utime and stime are fields 14 and 15.
-    let after_name = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
 /// Waits `period` and returns the server's CPU ticks in it, and 2% of a core over the time
 /// actually waited (the bound for a server with nothing to do).
 fn ticks_while_idle(server: &ServerProcess, period: Duration) -> (u64, u64) {
-    let before = cpu_ticks(server.pid());
+    let before = common::cpu_ticks(server.pid());
     let started = Instant::now();
     std::thread::sleep(period);
-    let used = cpu_ticks(server.pid()) - before;
+    let used = common::cpu_ticks(server.pid()) - before;
     (used, ticks_per_second() * started.elapsed().as_millis() as u64 * 2 / 100 / 1000)
 }
 
@@ -198,7 +188,7 @@ fn a_thousand_slowloris_connections_cost_little_and_are_answered() {
     let rounds = 2;
     let mut replies: Vec<Vec<u8>> = vec![Vec::new(); streams.len()];
     let mut probe = server.connect();
-    let before = cpu_ticks(server.pid());
+    let before = common::cpu_ticks(server.pid());
     let started = Instant::now();
     let mut worst_probe = Duration::ZERO;
     // A byte every 100 ms on every connection: each request takes 1.2 s to arrive.
@@ -222,7 +212,7 @@ fn a_thousand_slowloris_connections_cost_little_and_are_answered() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let elapsed = started.elapsed();
-    let used = cpu_ticks(server.pid()) - before;
+    let used = common::cpu_ticks(server.pid()) - before;
     // Each byte is a wake-up, a read and a look for a line end: about 10,000 a second here.
     let allowed = ticks_per_second() * elapsed.as_millis() as u64 * 30 / 100 / 1000;
     assert!(used <= allowed, "{used} ticks in {elapsed:?} for 1000 slow connections (at most {allowed})");

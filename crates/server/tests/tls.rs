@@ -162,13 +162,6 @@ fn closes_within(stream: &mut TcpStream, limit: Duration) -> bool {
     false
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
-    let after_name = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
 #[test]
 fn tls_serves_every_protocol_with_large_values_and_pipelines() {
     let server = tls_server(&["-t", "2"]);
@@ -283,9 +276,9 @@ fn stalled_handshakes_cost_nothing_while_waiting_and_are_closed_at_their_deadlin
         stalled.push(socket);
     }
     std::thread::sleep(Duration::from_millis(300));
-    let cpu_before = cpu_ticks(server.pid());
+    let cpu_before = common::cpu_ticks(server.pid());
     std::thread::sleep(Duration::from_millis(1000));
-    let spent = cpu_ticks(server.pid()) - cpu_before;
+    let spent = common::cpu_ticks(server.pid()) - cpu_before;
     // A core is ~100 ticks a second; waiting costs nothing (a tick of noise allowed).
     assert!(spent <= 2, "stalled handshakes cost {spent} ticks in 1 s");
     let rss_growth = common::rss_bytes(server.pid()).saturating_sub(rss_before);
