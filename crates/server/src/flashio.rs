@@ -11,12 +11,20 @@
 //! completes later and wakes the worker through an eventfd in its epoll set. The thread pool
 //! is the fallback (`io_uring_setup` refused, as under some seccomp profiles).
 
-use crate::shared::Shared;
 use std::fs::File;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// What the reader threads need of the server they serve.
+pub trait Host: Send + Sync + 'static {
+    /// The queues (`None`: the server has no flash tier).
+    fn flash_io(&self) -> Option<&FlashIo>;
+    /// Wakes worker `worker` if it sleeps (its read is done).
+    fn wake(&self, worker: usize);
+    /// The server is stopping: idle threads end.
+    fn stopping(&self) -> bool;
+}
 
 /// One read to make.
 pub struct Job {
@@ -59,11 +67,11 @@ impl FlashIo {
     }
 
     /// Starts `threads` reader threads; they end soon after the server stops.
-    pub fn start(shared: &Arc<Shared>, threads: usize) -> std::io::Result<()> {
+    pub fn start<H: Host>(shared: &Arc<H>, threads: usize) -> std::io::Result<()> {
         for index in 0..threads {
             let shared = Arc::clone(shared);
             std::thread::Builder::new().name(format!("qs-flash-{index}")).spawn(move || {
-                let Some(io) = shared.flash_io.as_ref() else { return };
+                let Some(io) = shared.flash_io() else { return };
                 let receiver = Arc::clone(&io.receiver);
                 loop {
                     let job = {
@@ -75,9 +83,9 @@ impl FlashIo {
                             let worker = job.worker;
                             let done = read(job);
                             io.done[worker].lock().unwrap_or_else(|e| e.into_inner()).push(done);
-                            shared.wake_if_sleeping(worker);
+                            shared.wake(worker);
                         }
-                        Err(RecvTimeoutError::Timeout) if !shared.stop.load(Relaxed) => {}
+                        Err(RecvTimeoutError::Timeout) if !shared.stopping() => {}
                         Err(_) => return,
                     }
                 }

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use qs_server::config::Config;
-use qs_server::daemon;
+use qs_server::sys::daemon;
 
 /// What -i prints (memcached prints its and libevent's licenses).
 const LICENSE: &str =
@@ -104,8 +104,11 @@ fn main() {
     });
     server.wait();
     if let Some(path) = memory_file {
-        if let Err(error) = qs_server::memfile::write_meta(&path, qs_server::sys::now_secs()) {
-            eprintln!("[restart] cannot write {}: {error}", qs_server::memfile::meta_path(&path).display());
+        if let Err(error) = qs_server::sys::memfile::write_meta(&path, qs_server::sys::now_secs()) {
+            eprintln!(
+                "[restart] cannot write {}: {error}",
+                qs_server::sys::memfile::meta_path(&path).display()
+            );
         }
     }
 }

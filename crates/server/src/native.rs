@@ -11,8 +11,9 @@
 //! proven its address (the directory's cookie) are at most [`wire::UNPROVEN_REPLY_FACTOR`]
 //! times the size of its datagram, so the port cannot amplify spoofed traffic.
 
-use crate::engine::Engine;
-use crate::shared::{Shared, WorkerCounters};
+use crate::exec::Engine;
+use crate::observe::counters::WorkerCounters;
+use crate::shared::Shared;
 use crate::sys::Burst;
 use qs_proto::native::{self as wire, Directory, Header, Kind, Opcode, RequestMsg, Requests, Status};
 use qs_store::{Command, KeyHash, Outcome, StoreMode};

@@ -3,192 +3,11 @@
 //! owner locks once per event-loop turn (never per request).
 
 use crate::config::Config;
+use crate::observe::counters::WorkerCounters;
 use qs_store::{PageKind, PartitionStats, Reader};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
-
-/// A worker's own counters (memcached's per-thread stats), published once per loop turn.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WorkerCounters {
-    /// get/gets/gat/gats/mg keys.
-    pub cmd_get: u64,
-    /// Storage commands.
-    pub cmd_set: u64,
-    /// flush_all.
-    pub cmd_flush: u64,
-    /// touch and gat/gats keys.
-    pub cmd_touch: u64,
-    /// Meta commands.
-    pub meta_cmds: u64,
-    /// Bytes read from clients.
-    pub bytes_read: u64,
-    /// Bytes written to clients.
-    pub bytes_written: u64,
-    /// Reads of other workers' partitions served here (CREW), per outcome.
-    pub remote_get_hits: u64,
-    /// As above, misses.
-    pub remote_get_misses: u64,
-    /// Requests handed to another worker.
-    pub forwarded: u64,
-    /// Gets of other workers' keys answered from the front cache (`-o front_cache`).
-    pub front_hits: u64,
-    /// Batches of requests handed to another worker (one per destination per loop turn).
-    pub forward_batches: u64,
-    /// Sleeping workers woken to run handed-over requests or take their replies.
-    pub wakeups: u64,
-    /// Requests executed for another worker.
-    pub executed_for_others: u64,
-    /// Connections closed for misbehaving (over-long lines, unread output).
-    pub conns_dropped: u64,
-    /// Native protocol: datagrams received on the partitions' ports.
-    pub native_datagrams_in: u64,
-    /// Native protocol: datagrams sent.
-    pub native_datagrams_out: u64,
-    /// Native protocol: requests answered (any status).
-    pub native_requests: u64,
-    /// Native protocol: requests for a partition another worker owns (stale directories).
-    pub native_redirects: u64,
-    /// Native protocol: malformed requests, and datagrams that were not the protocol's.
-    pub native_bad: u64,
-    /// Native protocol: retransmitted incr/decr answered from the de-duplication table.
-    pub native_duplicates: u64,
-    /// Native protocol: reply datagrams dropped because the socket's send buffer was full.
-    pub native_replies_dropped: u64,
-    /// Times a connection was set aside after -R requests so others could run.
-    pub conn_yields: u64,
-    /// Connections closed by -o idle_timeout.
-    pub idle_kicks: u64,
-    /// Authentication attempts (SASL, ASCII auth).
-    pub auth_cmds: u64,
-    /// Failed authentication attempts.
-    pub auth_errors: u64,
-    /// CREW reads of other workers' partitions that found an expired item.
-    pub remote_get_expired: u64,
-    /// CREW reads of other workers' partitions that found a flushed item.
-    pub remote_get_flushed: u64,
-    /// Stores refused as larger than -I before reaching a partition.
-    pub store_too_large: u64,
-    /// Connections closed for want of a read buffer under -o read_buf_mem_limit.
-    pub read_buf_oom: u64,
-    /// Connections closed for want of reply memory under -o read_buf_mem_limit.
-    pub response_obj_oom: u64,
-}
-
-impl WorkerCounters {
-    /// What accrued since `base` (an earlier reading of the same counters).
-    pub fn since(&self, base: &WorkerCounters) -> WorkerCounters {
-        let mut since = *self;
-        since.sub(base);
-        since
-    }
-
-    fn sub(&mut self, base: &WorkerCounters) {
-        let WorkerCounters {
-            cmd_get,
-            cmd_set,
-            cmd_flush,
-            cmd_touch,
-            meta_cmds,
-            bytes_read,
-            bytes_written,
-            remote_get_hits,
-            remote_get_misses,
-            forwarded,
-            front_hits,
-            forward_batches,
-            wakeups,
-            executed_for_others,
-            conns_dropped,
-            native_datagrams_in,
-            native_datagrams_out,
-            native_requests,
-            native_redirects,
-            native_bad,
-            native_duplicates,
-            native_replies_dropped,
-            conn_yields,
-            idle_kicks,
-            auth_cmds,
-            auth_errors,
-            remote_get_expired,
-            remote_get_flushed,
-            store_too_large,
-            read_buf_oom,
-            response_obj_oom,
-        } = *base;
-        for (value, base) in [
-            (&mut self.cmd_get, cmd_get),
-            (&mut self.cmd_set, cmd_set),
-            (&mut self.cmd_flush, cmd_flush),
-            (&mut self.cmd_touch, cmd_touch),
-            (&mut self.meta_cmds, meta_cmds),
-            (&mut self.bytes_read, bytes_read),
-            (&mut self.bytes_written, bytes_written),
-            (&mut self.remote_get_hits, remote_get_hits),
-            (&mut self.remote_get_misses, remote_get_misses),
-            (&mut self.forwarded, forwarded),
-            (&mut self.front_hits, front_hits),
-            (&mut self.forward_batches, forward_batches),
-            (&mut self.wakeups, wakeups),
-            (&mut self.executed_for_others, executed_for_others),
-            (&mut self.conns_dropped, conns_dropped),
-            (&mut self.native_datagrams_in, native_datagrams_in),
-            (&mut self.native_datagrams_out, native_datagrams_out),
-            (&mut self.native_requests, native_requests),
-            (&mut self.native_redirects, native_redirects),
-            (&mut self.native_bad, native_bad),
-            (&mut self.native_duplicates, native_duplicates),
-            (&mut self.native_replies_dropped, native_replies_dropped),
-            (&mut self.conn_yields, conn_yields),
-            (&mut self.idle_kicks, idle_kicks),
-            (&mut self.auth_cmds, auth_cmds),
-            (&mut self.auth_errors, auth_errors),
-            (&mut self.remote_get_expired, remote_get_expired),
-            (&mut self.remote_get_flushed, remote_get_flushed),
-            (&mut self.store_too_large, store_too_large),
-            (&mut self.read_buf_oom, read_buf_oom),
-            (&mut self.response_obj_oom, response_obj_oom),
-        ] {
-            *value = value.saturating_sub(base);
-        }
-    }
-
-    /// Adds `other` into `self`.
-    pub fn add(&mut self, other: &WorkerCounters) {
-        self.cmd_get += other.cmd_get;
-        self.cmd_set += other.cmd_set;
-        self.cmd_flush += other.cmd_flush;
-        self.cmd_touch += other.cmd_touch;
-        self.meta_cmds += other.meta_cmds;
-        self.bytes_read += other.bytes_read;
-        self.bytes_written += other.bytes_written;
-        self.remote_get_hits += other.remote_get_hits;
-        self.remote_get_misses += other.remote_get_misses;
-        self.forwarded += other.forwarded;
-        self.front_hits += other.front_hits;
-        self.forward_batches += other.forward_batches;
-        self.wakeups += other.wakeups;
-        self.executed_for_others += other.executed_for_others;
-        self.conns_dropped += other.conns_dropped;
-        self.native_datagrams_in += other.native_datagrams_in;
-        self.native_datagrams_out += other.native_datagrams_out;
-        self.conn_yields += other.conn_yields;
-        self.idle_kicks += other.idle_kicks;
-        self.auth_cmds += other.auth_cmds;
-        self.auth_errors += other.auth_errors;
-        self.native_requests += other.native_requests;
-        self.native_redirects += other.native_redirects;
-        self.native_bad += other.native_bad;
-        self.native_duplicates += other.native_duplicates;
-        self.native_replies_dropped += other.native_replies_dropped;
-        self.remote_get_expired += other.remote_get_expired;
-        self.remote_get_flushed += other.remote_get_flushed;
-        self.store_too_large += other.store_too_large;
-        self.read_buf_oom += other.read_buf_oom;
-        self.response_obj_oom += other.response_obj_oom;
-    }
-}
 
 /// What a worker publishes for `stats`.
 #[derive(Clone, Debug, Default)]
@@ -198,7 +17,7 @@ pub struct WorkerFigures {
     /// Per partition: reads of other workers' partitions served here (gets, hits).
     pub remote_reads: Vec<(u64, u64)>,
     /// What its connection buffers hold (a reading, not a counter).
-    pub buffers: crate::conn::BufferFigures,
+    pub buffers: crate::session::BufferFigures,
 }
 
 /// A value on its own cache line, so workers' flags do not share lines.
@@ -209,11 +28,11 @@ pub struct Padded<T>(pub T);
 /// Server-wide state.
 pub struct Shared {
     /// -S: the SASL users (MEMCACHED_SASL_PWDB).
-    pub sasl_passwords: Option<crate::auth::Passwords>,
+    pub sasl_passwords: Option<crate::session::auth::Passwords>,
     /// -Y: the ASCII authentication users.
-    pub ascii_passwords: Option<crate::auth::Passwords>,
+    pub ascii_passwords: Option<crate::session::auth::Passwords>,
     /// -Z: the TLS configuration and its figures.
-    pub tls: Option<std::sync::Arc<crate::tls::Context>>,
+    pub tls: Option<std::sync::Arc<crate::session::tls::Context>>,
     /// The `-o` options.
     pub extended: crate::config::Extended,
     /// The command line.
@@ -286,17 +105,17 @@ pub struct Shared {
     /// What `stats reset` zeroed: the counters as they stood then.
     pub stats_baseline: Mutex<StatsBaseline>,
     /// `stats detail`: per-prefix counters.
-    pub detail: crate::detail::Detail,
+    pub detail: crate::observe::detail::Detail,
     /// `stats hotkeys`: the workers' most frequent keys.
-    pub hotkeys: crate::hotkeys::HotKeys,
+    pub hotkeys: crate::observe::hotkeys::HotKeys,
     /// `stats mrc`: the live miss-ratio curve.
-    pub mrc: crate::mrc::LiveMrc,
+    pub mrc: crate::observe::mrc::LiveMrc,
     /// `-o front_cache` under EREW: each partition's write epochs (empty otherwise).
     pub front_epochs: Vec<qs_store::front::WriteEpochs>,
     /// Every open socket, for `stats conns`.
-    pub registry: crate::registry::Registry,
+    pub registry: crate::observe::registry::Registry,
     /// `watch` connections.
-    pub watchers: crate::watch::Watchers,
+    pub watchers: crate::observe::watch::Watchers,
     /// Held while a worker accepts from the UNIX socket every worker listens on: accepts in
     /// turn, so descriptors are numbered in the order clients connected (a concurrent
     /// `accept4` reserves a descriptor even when it finds nothing), as memcached's one
@@ -367,7 +186,7 @@ impl Shared {
         false
     }
 
-    /// Logs a line of `stream` to its watchers (call only when [`crate::watch::Watchers::wants`]
+    /// Logs a line of `stream` to its watchers (call only when [`crate::observe::watch::Watchers::wants`]
     /// it) and wakes the workers that must send it.
     pub fn log(&self, stream: u16, body: std::fmt::Arguments<'_>) {
         let wake = self.watchers.log(stream, body);
@@ -389,5 +208,19 @@ impl Shared {
         for waker in self.wakers.iter().filter_map(OnceLock::get) {
             let _ = waker.wake();
         }
+    }
+}
+
+impl crate::flashio::Host for Shared {
+    fn flash_io(&self) -> Option<&crate::flashio::FlashIo> {
+        self.flash_io.as_ref()
+    }
+
+    fn wake(&self, worker: usize) {
+        self.wake_if_sleeping(worker);
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -109,7 +109,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "pid", std::process::id());
     stat(out, "uptime", shared.started.elapsed().as_secs());
     stat(out, "time", now);
-    stat(out, "version", crate::engine::VERSION);
+    stat(out, "version", super::VERSION);
     stat(out, "libevent", "none");
     stat(out, "pointer_size", usize::BITS);
     stat(out, "rusage_user", format_args!("{user:.6}"));

@@ -4,7 +4,7 @@
 //! `user password`). Passwords are compared in constant time, every entry always, so neither
 //! the timing nor the reply tells a wrong user from a wrong password.
 
-use crate::shared::WorkerCounters;
+use crate::observe::counters::WorkerCounters;
 use qs_proto::binary::{self as bin, opcode, status, Binary, Command};
 
 /// Most entries memcached reads from an auth file (its `MAX_ENTRIES`).

@@ -4,8 +4,9 @@
 //! Routing (which worker must run a request) is decided by [`Engine::route`]; `execute` then
 //! assumes every key it touches is either owned here or readable here.
 
-use crate::shared::{Shared, WorkerCounters};
-use crate::watch::{self, UriKey};
+use crate::observe::counters::WorkerCounters;
+use crate::observe::watch::{self, UriKey};
+use crate::shared::Shared;
 use qs_proto::response::{self as reply, MetaItem};
 use qs_proto::{GetKind, Meta, MetaCommand, Request, ShutdownMode, StoreMode};
 use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
@@ -44,11 +45,7 @@ pub enum Exec {
     Forward(usize),
 }
 
-/// The version we report: memcached's, whose behaviour we follow (clients pick features by
-/// it), then our own name.
-pub const VERSION: &str = "1.6.18-quicksilver";
-/// The reply to `version`.
-pub const VERSION_REPLY: &[u8] = b"VERSION 1.6.18-quicksilver\r\n";
+pub use crate::admin::{VERSION, VERSION_REPLY};
 
 /// `-o front_cache`: sets and ways of a worker's front cache (qs-sim front: more than 4
 /// ways gains under half a point), and the largest reply it keeps.
@@ -109,7 +106,7 @@ pub struct Engine {
     pub for_other: bool,
     /// The keys this worker runs commands on, most frequent (`stats hotkeys`).
     hot: qs_store::hot::TopKeys,
-    /// Counting keys (refreshed from [`crate::hotkeys::HotKeys`] each loop turn).
+    /// Counting keys (refreshed from [`crate::observe::hotkeys::HotKeys`] each loop turn).
     hot_every: u32,
     /// Requests until the next one counted (sampling), and the generator of the gaps.
     hot_countdown: u32,
@@ -160,7 +157,7 @@ impl Engine {
             conn_fd: -1,
             recording_evictions: false,
             for_other: false,
-            hot: qs_store::hot::TopKeys::new(crate::hotkeys::WATCHED_PER_WORKER),
+            hot: qs_store::hot::TopKeys::new(crate::observe::hotkeys::WATCHED_PER_WORKER),
             hot_every: 0,
             hot_countdown: 1,
             hot_rng: 0x9e37_79b9_7f4a_7c15 ^ worker as u64,
@@ -652,7 +649,7 @@ impl Engine {
                 out.extend_from_slice(reply::END);
             }
             Request::SlabsReassign { classes } => {
-                let largest = crate::stats::memcached_largest_class(&self.shared);
+                let largest = crate::admin::stats::memcached_largest_class(&self.shared);
                 out.extend_from_slice(slabs_reassign(classes, largest));
             }
             Request::CacheMemlimit { megabytes, noreply } => {
@@ -679,7 +676,7 @@ impl Engine {
             Request::Stats { group, .. } => {
                 // This worker's own figures as of now, not as of its last loop turn.
                 self.publish();
-                crate::stats::write(&self.shared, group, out)
+                crate::admin::stats::write(&self.shared, group, out)
             }
             Request::Version => out.extend_from_slice(VERSION_REPLY),
             Request::Verbosity { noreply } => {
@@ -818,11 +815,11 @@ impl Engine {
             out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
             return;
         };
-        if class >= crate::stats::SLAB_CLASSES_MAX {
+        if class >= crate::admin::stats::SLAB_CLASSES_MAX {
             out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
             return;
         }
-        if class == crate::stats::LOG_CLASS {
+        if class == crate::admin::stats::LOG_CLASS {
             let start = out.len();
             let mut shown = 0u32;
             let buckets = 0..self.shared.main_buckets;
@@ -973,9 +970,9 @@ impl Engine {
             }
         }
         if self.mrc_threshold != 0 {
-            self.mrc_gets += u64::from(crate::mrc::LiveMrc::is_get(command));
+            self.mrc_gets += u64::from(crate::observe::mrc::LiveMrc::is_get(command));
             if qs_store::mrc::sample_hash(hash.0) < self.mrc_threshold {
-                self.mrc_batch.push((hash.0, crate::mrc::LiveMrc::access_of(key, command)));
+                self.mrc_batch.push((hash.0, crate::observe::mrc::LiveMrc::access_of(key, command)));
                 if self.mrc_batch.len() == MRC_BATCH_MAX {
                     self.shared.mrc.record(&mut self.mrc_batch);
                 }
@@ -1598,13 +1595,13 @@ impl Engine {
     }
 
     /// Whether keys were counted since the last publish (the worker then wakes within
-    /// [`crate::hotkeys::PUBLISH_EVERY`] to publish them even if it has nothing else to do).
+    /// [`crate::observe::hotkeys::PUBLISH_EVERY`] to publish them even if it has nothing else to do).
     pub fn hot_dirty(&self) -> bool {
         self.hot.accesses() != self.hot_published_accesses
     }
 
     /// Once per loop turn (`now`: at once): publishes this worker's hot keys when they changed
-    /// and the last publish is older than [`crate::hotkeys::PUBLISH_EVERY`], and picks up
+    /// and the last publish is older than [`crate::observe::hotkeys::PUBLISH_EVERY`], and picks up
     /// `stats hotkeys on|off|sample|reset`. The clock is looked at every 16th turn while busy.
     /// Sampled counts are published scaled up by the sampling rate.
     pub fn publish_hot(&mut self, now: bool) {
@@ -1624,7 +1621,9 @@ impl Engine {
             self.hot_published_accesses = 0;
             return;
         }
-        if !self.hot_dirty() || !(now || self.hot_published.elapsed() >= crate::hotkeys::PUBLISH_EVERY) {
+        if !self.hot_dirty()
+            || !(now || self.hot_published.elapsed() >= crate::observe::hotkeys::PUBLISH_EVERY)
+        {
             return;
         }
         self.hot_published = std::time::Instant::now();

@@ -225,7 +225,7 @@ impl Engine {
             _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
         }
         self.publish();
-        crate::stats::write(&self.shared, group, &mut text);
+        crate::admin::stats::write(&self.shared, group, &mut text);
         for line in text.split(|&byte| byte == b'\n') {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             let Some(stat) = line.strip_prefix(b"STAT ") else { continue };

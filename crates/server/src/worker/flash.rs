@@ -12,7 +12,7 @@
 //! DRAM, where the request then finds it, or keeps the record to serve a plain get from it.
 
 use super::{queue, run_op, Batch, Op, Worker};
-use crate::engine::{Engine, FlashKey, FlashResolved};
+use crate::exec::{Engine, FlashKey, FlashResolved};
 use crate::flashio::{Done, Job, Uring};
 use crate::shared::Shared;
 use qs_store::flash::Place;

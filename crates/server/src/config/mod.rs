@@ -1,5 +1,8 @@
 //! The command line, in memcached's spelling where it has one.
 
+pub mod listen;
+pub mod ssl;
+
 use clap::{Parser, ValueEnum};
 use std::net::IpAddr;
 
@@ -7,6 +10,9 @@ use std::net::IpAddr;
 pub const DEFAULT_PORT: i32 = 11211;
 
 /// quicksilver: a memcached-compatible cache server on MICA's data path.
+/// The most UDP sockets a worker serves (-l addresses with -U).
+pub const UDP_SOCKETS_MAX: usize = 64;
+
 #[derive(Parser, Debug, Clone)]
 #[command(name = "quicksilver", version = crate::VERSION, about, max_term_width = 100)]
 pub struct Config {
@@ -370,7 +376,7 @@ pub struct Extended {
     /// device, not the page cache; for measuring it, or where memory is better spent on items).
     pub flash_direct: bool,
     /// The `ssl_*` options (used with -Z).
-    pub ssl: crate::tls::Settings,
+    pub ssl: ssl::Settings,
 }
 
 /// memcached's ext_* defaults (storage.c, memcached.c).
@@ -471,8 +477,8 @@ impl Config {
             slab_reassign: true,
             lru_maintainer: true,
             ignored: Vec::new(),
-            mrc_sample_one_in: crate::mrc::SAMPLE_ONE_IN,
-            hotkeys_sample_one_in: crate::hotkeys::SAMPLE_ONE_IN,
+            mrc_sample_one_in: crate::observe::mrc::SAMPLE_ONE_IN,
+            hotkeys_sample_one_in: crate::observe::hotkeys::SAMPLE_ONE_IN,
             front_cache: false,
             ext_paths: Vec::new(),
             ext_item_size: EXT_ITEM_SIZE_DEFAULT,
@@ -481,7 +487,7 @@ impl Config {
             ext_threads: EXT_THREADS_DEFAULT,
             flash_io_threads: false,
             flash_direct: false,
-            ssl: crate::tls::Settings::default(),
+            ssl: ssl::Settings::default(),
         };
         // A number argument, with memcached's messages for a missing or unreadable one.
         let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
@@ -597,7 +603,7 @@ impl Config {
 
     /// memcached's checks of -I against -m and slab_chunk_max, with its messages.
     /// -Z's rules: memcached's, plus plaintext UDP and native ports only when asked for.
-    fn check_tls(&self, extended: &Extended, plan: &crate::listen::Plan) -> Result<(), String> {
+    fn check_tls(&self, extended: &Extended, plan: &crate::config::listen::Plan) -> Result<(), String> {
         if !self.enable_ssl {
             if plan.tcp.iter().any(|endpoint| endpoint.notls) {
                 return Err("'notls' option is valid only when SSL is enabled".into());
@@ -687,11 +693,11 @@ impl Config {
     }
 
     /// The addresses to listen on (none with -s, which replaces TCP and UDP).
-    pub fn listen_plan(&self) -> Result<crate::listen::Plan, String> {
+    pub fn listen_plan(&self) -> Result<crate::config::listen::Plan, String> {
         if self.unix_socket.is_some() {
-            return Ok(crate::listen::Plan::default());
+            return Ok(crate::config::listen::Plan::default());
         }
-        crate::listen::plan(&self.listen, self.tcp_port(), self.udp_port(), self.binding_protocol())
+        crate::config::listen::plan(&self.listen, self.tcp_port(), self.udp_port(), self.binding_protocol())
     }
 
     /// The first interface (UDP, the worker ports and the native ports bind it).
@@ -776,11 +782,8 @@ impl Config {
             }
         }
         let plan = self.listen_plan()?;
-        if plan.udp.len() > crate::worker::UDP_SOCKETS_MAX {
-            return Err(format!(
-                "-U: at most {} UDP addresses (-l gives more)",
-                crate::worker::UDP_SOCKETS_MAX
-            ));
+        if plan.udp.len() > UDP_SOCKETS_MAX {
+            return Err(format!("-U: at most {} UDP addresses (-l gives more)", UDP_SOCKETS_MAX));
         }
         if plan.tcp.len() > 1 && (self.worker_port_base != 0 || self.native_port != 0) {
             return Err("--worker-port-base and --native-port take one -l address (several given)".into());

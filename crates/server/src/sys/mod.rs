@@ -1,6 +1,9 @@
 //! The few operating-system calls the standard library and mio do not offer. Each `unsafe`
 //! block is one libc call on values this module owns.
 
+pub mod daemon;
+pub mod memfile;
+
 pub use qs_net::{send_burst, Burst, BURST_MAX};
 use std::io;
 use std::net::SocketAddr;

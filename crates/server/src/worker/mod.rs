@@ -6,11 +6,12 @@
 //! push the turn's hand-over batches (waking a worker only if it sleeps), publish counters,
 //! then write every connection's output with one send each.
 
-use crate::config::Protocol;
-use crate::conn::{Buffers, Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
-use crate::engine::{Engine, Exec, Located, Route};
-use crate::registry::{self, Addr, Info};
-use crate::shared::{Shared, WorkerCounters};
+use crate::config::{Protocol, UDP_SOCKETS_MAX};
+use crate::exec::{Engine, Exec, Located, Route};
+use crate::observe::counters::WorkerCounters;
+use crate::observe::registry::{self, Addr, Info};
+use crate::session::{Buffers, Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
+use crate::shared::Shared;
 use arrayvec::ArrayVec;
 use mio::{Events, Interest, Poll, Token};
 use qs_proto::{GetKind, Parsed, Request};
@@ -22,7 +23,6 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[path = "worker_flash.rs"]
 mod flash;
 
 const WAKER: Token = Token(0);
@@ -31,8 +31,6 @@ const FLASH: Token = Token(NATIVE_BASE - 1);
 const LISTENER_BASE: usize = 1;
 /// memcached's UDP sockets (-U, one per -l address): tokens below the flash eventfd's.
 const UDP_BASE: usize = NATIVE_BASE - 1 - UDP_SOCKETS_MAX;
-/// The most UDP sockets a worker serves (-l addresses with -U).
-pub const UDP_SOCKETS_MAX: usize = 64;
 const CONN_BASE: usize = 16;
 /// Tokens of the native ports (far above any connection's).
 const NATIVE_BASE: usize = 1 << 40;
@@ -148,7 +146,7 @@ pub fn rings(workers: usize) -> Vec<Rings> {
 pub struct Sockets {
     /// TCP: the main ports (shared by every worker) and, with --worker-port-base, its own;
     /// each with the protocol its connections start in and whether they speak TLS (-Z).
-    pub listeners: Vec<(crate::conn::Listener, crate::config::Protocol, bool)>,
+    pub listeners: Vec<(crate::session::Listener, crate::config::Protocol, bool)>,
     /// memcached's UDP port (-U), shared by every worker.
     pub udp: Vec<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
@@ -160,7 +158,7 @@ pub struct Worker {
     index: usize,
     shared: Arc<Shared>,
     poll: Poll,
-    listeners: Vec<crate::conn::Listener>,
+    listeners: Vec<crate::session::Listener>,
     /// Each listener's address.
     listener_addrs: Vec<Addr>,
     /// Each listener's protocol (-B, or its `proto[...]` in -l).
@@ -200,7 +198,7 @@ pub struct Worker {
     /// Buffers lent to connections while they have bytes in flight.
     buffers: Buffers,
     /// What `buffers` held when last published.
-    buffers_shown: crate::conn::BufferFigures,
+    buffers_shown: crate::session::BufferFigures,
     /// Its `watch` connections.
     watching: Vec<usize>,
     /// Requests waiting for flash reads.
@@ -462,7 +460,7 @@ impl Worker {
         }
         if self.engine.hot_dirty() {
             // Wake once more to publish the keys counted since the last publish.
-            return Some(crate::hotkeys::PUBLISH_EVERY);
+            return Some(crate::observe::hotkeys::PUBLISH_EVERY);
         }
         Some(Duration::from_secs(1))
     }
@@ -499,7 +497,7 @@ impl Worker {
         let _turn = match self.listeners.get(listener) {
             // Another worker is accepting from the shared socket: it takes this one too (it
             // accepts until none is left; one arriving later wakes both workers again).
-            Some(crate::conn::Listener::Unix(_)) => match shared.unix_accept.try_lock() {
+            Some(crate::session::Listener::Unix(_)) => match shared.unix_accept.try_lock() {
                 Ok(guard) => Some(guard),
                 Err(_) => return,
             },
@@ -542,7 +540,7 @@ impl Worker {
             if self.listener_tls[listener] {
                 // -Z: a TLS session around the socket (its handshake runs as it is read).
                 let session = match (self.shared.tls.as_ref(), stream) {
-                    (Some(tls), crate::conn::Stream::Tcp(socket)) => {
+                    (Some(tls), crate::session::Stream::Tcp(socket)) => {
                         tls.accept(socket, self.engine.now_secs).ok()
                     }
                     _ => None,
@@ -552,7 +550,7 @@ impl Worker {
                     self.shared.curr_connections.fetch_sub(1, Relaxed);
                     continue;
                 };
-                stream = crate::conn::Stream::Tls(Box::new(session));
+                stream = crate::session::Stream::Tls(Box::new(session));
             }
             self.shared.total_connections.fetch_add(1, Relaxed);
             let index = self.free.pop().unwrap_or_else(|| {
@@ -574,10 +572,10 @@ impl Worker {
             let local = stream.local_addr(&self.listener_addrs[listener]);
             let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
             self.shared.registry.add(fd, info.clone());
-            if self.shared.watchers.wants(crate::watch::CONNEVENTS) {
+            if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
                 let (rip, rport, transport) = peer_text(&info.addr);
                 self.shared.log(
-                    crate::watch::CONNEVENTS,
+                    crate::observe::watch::CONNEVENTS,
                     format_args!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),
                 );
             }
@@ -743,13 +741,13 @@ impl Worker {
                         return;
                     }
                     let pending = input.pending();
-                    match crate::auth::ascii_auth(
+                    match crate::session::auth::ascii_auth(
                         pending,
                         passwords,
                         &mut engine.counters,
                         output.reply_buf(),
                     ) {
-                        crate::auth::AsciiAuth::Wait => {
+                        crate::session::auth::AsciiAuth::Wait => {
                             if pending.len() >= input.limit {
                                 *dead = true;
                             }
@@ -757,11 +755,11 @@ impl Worker {
                             *starved = true;
                             return;
                         }
-                        crate::auth::AsciiAuth::Close => {
+                        crate::session::auth::AsciiAuth::Close => {
                             *dead = true;
                             return;
                         }
-                        crate::auth::AsciiAuth::Answered { consumed, authenticated: ok } => {
+                        crate::session::auth::AsciiAuth::Answered { consumed, authenticated: ok } => {
                             *executed = true;
                             input.consume(consumed);
                             if ok {
@@ -1004,15 +1002,15 @@ impl Worker {
                         (request, shared.sasl_passwords.as_ref())
                     {
                         let reply = output.reply_buf();
-                        match crate::auth::sasl_gate(
+                        match crate::session::auth::sasl_gate(
                             request,
                             authenticated,
                             passwords,
                             &mut engine.counters,
                             reply,
                         ) {
-                            crate::auth::Gate::Pass => {}
-                            crate::auth::Gate::Answered { close } => {
+                            crate::session::auth::Gate::Pass => {}
+                            crate::session::auth::Gate::Answered { close } => {
                                 *executed = true;
                                 consumed += len;
                                 if close {
@@ -1105,11 +1103,11 @@ impl Worker {
                                     added += buf.len() - before;
                                 } else {
                                     let mut line = Vec::with_capacity(key.len() + 24);
-                                    crate::engine::single_get_line(kind, key, &mut line);
+                                    crate::exec::single_get_line(kind, key, &mut line);
                                     hand.over(owner, &line, OpKind::StripEnd, output, engine);
                                 }
                                 if added > budget || output.pending_total >= PENDING_PER_CONN_MAX {
-                                    rest = crate::engine::keys_after(keys, key);
+                                    rest = crate::exec::keys_after(keys, key);
                                     if rest.is_some() {
                                         break;
                                     }
@@ -1198,7 +1196,7 @@ impl Worker {
                 for op in ops.iter_mut() {
                     let (start, len) = (op.request.0 as usize, op.request.1 as usize);
                     let request = &requests[start..start + len];
-                    if self.engine.flash_on() && crate::dump::decode_chunk(request).is_none() {
+                    if self.engine.flash_on() && crate::session::dump::decode_chunk(request).is_none() {
                         if !self.flash.holds(from, op) {
                             self.flash.keys.clear();
                             if let Parsed::Request { request, .. } =
@@ -1483,7 +1481,7 @@ impl Worker {
         let Some(tls) = self.shared.tls.clone() else { return };
         for index in 0..self.conns.len() {
             let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
-                Transport::Tcp(crate::conn::Stream::Tls(session)) => {
+                Transport::Tcp(crate::session::Stream::Tls(session)) => {
                     session.handshake_overdue(self.engine.now_secs)
                 }
                 _ => false,
@@ -1542,7 +1540,7 @@ impl Worker {
                 self.free.push(index);
                 return;
             };
-            if let crate::conn::Stream::Tls(session) = stream {
+            if let crate::session::Stream::Tls(session) = stream {
                 if !conn.dead {
                     session.close();
                 }
@@ -1557,7 +1555,7 @@ impl Worker {
                 self.shared.watchers.remove(&sink);
                 self.watching.retain(|&watcher| watcher != index);
             }
-            if self.shared.watchers.wants(crate::watch::CONNEVENTS) {
+            if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
                 if let Some(info) = conn.info.as_ref() {
                     let (rip, rport, transport) = peer_text(&info.addr);
                     let reason = if conn.error {
@@ -1568,7 +1566,7 @@ impl Worker {
                         "normal"
                     };
                     self.shared.log(
-                        crate::watch::CONNEVENTS,
+                        crate::observe::watch::CONNEVENTS,
                         format_args!(
                             "type=conn_close rip={rip} rport={rport} transport={transport} reason={reason} cfd={}",
                             conn.fd
@@ -1598,7 +1596,7 @@ fn read_once(
     conn: &mut Conn,
     counters: &mut WorkerCounters,
     buffers: &mut Buffers,
-    tls: Option<&crate::tls::Context>,
+    tls: Option<&crate::session::tls::Context>,
 ) -> bool {
     let Some(spare) = conn.input.spare(buffers) else {
         // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
@@ -1641,7 +1639,7 @@ fn read_once(
             conn.dead = true;
         }
     }
-    if let (crate::conn::Stream::Tls(session), Some(tls)) = (stream, tls) {
+    if let (crate::session::Stream::Tls(session), Some(tls)) = (stream, tls) {
         if session.take_handshake_failure() {
             tls.handshake_errors.fetch_add(1, Relaxed);
             conn.error = true;
@@ -1673,20 +1671,20 @@ fn queue_flush(flush: &mut Vec<usize>, index: usize) {
 fn start_dump(
     classes: &[u8],
     stacked: bool,
-    dump: &mut Option<crate::dump::Cursor>,
+    dump: &mut Option<crate::session::dump::Cursor>,
     out: &mut Vec<u8>,
     engine: &Engine,
 ) {
     if !engine.crawler_enabled() {
-        out.extend_from_slice(crate::engine::CRAWLER_DISABLED);
+        out.extend_from_slice(crate::exec::CRAWLER_DISABLED);
     } else if engine.dumping_disabled() {
         out.extend_from_slice(b"ERROR metadump not allowed\r\n");
     } else if stacked {
         out.extend_from_slice(b"ERROR cannot pipeline other commands before metadump\r\n");
     } else {
         match qs_proto::crawler_classes(classes) {
-            None => out.extend_from_slice(crate::engine::BAD_CLASS),
-            Some(true) => *dump = Some(crate::dump::Cursor::default()),
+            None => out.extend_from_slice(crate::exec::BAD_CLASS),
+            Some(true) => *dump = Some(crate::session::dump::Cursor::default()),
             // A valid list of classes that hold nothing here.
             Some(false) => out.extend_from_slice(qs_proto::response::END),
         }
@@ -1697,7 +1695,7 @@ fn start_dump(
 /// others' by their owners. Returns true once the dump is complete (or was never started),
 /// with its `END` written.
 fn continue_dump(
-    dump: &mut Option<crate::dump::Cursor>,
+    dump: &mut Option<crate::session::dump::Cursor>,
     output: &mut Output,
     hand: &mut Hand<'_>,
     engine: &mut Engine,
@@ -1706,8 +1704,8 @@ fn continue_dump(
     let Some(cursor) = dump.as_mut() else { return true };
     let (partitions, buckets) = (engine.partitions.len(), engine.main_buckets());
     loop {
-        if output.held_bytes() >= crate::dump::OUTPUT_AHEAD_BYTES
-            || output.pending_total >= crate::dump::CHUNKS_IN_FLIGHT
+        if output.held_bytes() >= crate::session::dump::OUTPUT_AHEAD_BYTES
+            || output.pending_total >= crate::session::dump::CHUNKS_IN_FLIGHT
             || hand.full
         {
             return false;
@@ -1717,7 +1715,13 @@ fn continue_dump(
         if owner == me {
             engine.dump_chunk(partition, range, output.reply_buf());
         } else {
-            hand.over(owner, &crate::dump::encode_chunk(partition, range), OpKind::Reply, output, engine);
+            hand.over(
+                owner,
+                &crate::session::dump::encode_chunk(partition, range),
+                OpKind::Reply,
+                output,
+                engine,
+            );
         }
     }
     *dump = None;
@@ -1772,7 +1776,7 @@ fn parse_handed<'a>(request: &'a [u8], limits: &qs_proto::Limits) -> Parsed<'a> 
 fn run_op(engine: &mut Engine, op: &mut Op, request: &[u8], responses: &mut Vec<u8>) {
     let response_start = responses.len();
     engine.conn_fd = op.fd;
-    if let Some((partition, buckets)) = crate::dump::decode_chunk(request) {
+    if let Some((partition, buckets)) = crate::session::dump::decode_chunk(request) {
         engine.dump_chunk(partition, buckets, responses);
         op.response = (response_start as u32, (responses.len() - response_start) as u32);
         return;

@@ -1,7 +1,11 @@
 //! A client connection: its read buffer and its ordered output. Replies that another worker
 //! is computing wait in segments, so responses leave in request order.
 
-use crate::registry::Addr;
+pub mod auth;
+pub mod dump;
+pub mod tls;
+
+use crate::observe::registry::Addr;
 use std::collections::VecDeque;
 
 /// Output beyond which a connection's requests are not processed (and its socket not read)
@@ -477,7 +481,7 @@ pub enum Stream {
     /// A UNIX domain socket.
     Unix(mio::net::UnixStream),
     /// TCP with TLS (-Z).
-    Tls(Box<crate::tls::TlsStream>),
+    Tls(Box<crate::session::tls::TlsStream>),
 }
 
 impl std::io::Read for Stream {
@@ -678,7 +682,7 @@ pub struct Conn {
     pub held: u8,
     /// A running `lru_crawler metadump` (its request stays at the front of the input until
     /// the dump is complete).
-    pub dump: Option<crate::dump::Cursor>,
+    pub dump: Option<crate::session::dump::Cursor>,
     /// A request other than a get or `mn` ran since the input last ran dry: memcached still
     /// holds its response, and refuses a metadump behind it ("cannot pipeline").
     pub stacked: bool,
@@ -689,11 +693,11 @@ pub struct Conn {
     /// arriving): it waits for the socket like an idle connection.
     pub starved: bool,
     /// Its entry in `stats conns` (stream connections), which it keeps current.
-    pub info: Option<std::sync::Arc<crate::registry::Info>>,
+    pub info: Option<std::sync::Arc<crate::observe::registry::Info>>,
     /// Its socket's descriptor (a UDP request's: the UDP socket's).
     pub fd: i32,
     /// A `watch` connection: the log lines waiting for it (what it sends is ignored).
-    pub watch: Option<std::sync::Arc<crate::watch::Sink>>,
+    pub watch: Option<std::sync::Arc<crate::observe::watch::Sink>>,
     /// Closed for a protocol error (`watch connevents` says `reason=error`).
     pub error: bool,
     /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).

@@ -1,0 +1,10 @@
+//! What the workers record for the operator, written on the request path and read by the
+//! admin commands: the connection registry (`stats conns`), watchers' log streams (`watch`),
+//! hot keys, live miss-ratio curves, and per-prefix detail (`stats detail`).
+
+pub mod counters;
+pub mod detail;
+pub mod hotkeys;
+pub mod mrc;
+pub mod registry;
+pub mod watch;
