@@ -6,6 +6,7 @@
 //!
 //! Unsafe code is denied except in the io_uring echo server, whose kernel interface requires it.
 #![deny(unsafe_code)]
+#![allow(clippy::too_many_lines)]
 
 pub mod compare;
 pub mod engine;

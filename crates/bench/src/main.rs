@@ -1,5 +1,6 @@
 //! `qs-bench`: benchmarks for Quicksilver.
 #![forbid(unsafe_code)]
+#![allow(clippy::too_many_lines)]
 
 use clap::{Parser, Subcommand};
 use qs_bench::compare::{self, CompareArgs};

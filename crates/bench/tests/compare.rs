@@ -1,6 +1,8 @@
 //! `qs-bench compare` end to end: the real qs-bench binary starts the real quicksilver and
 //! memcached binaries, runs the quick matrix with short points, and prints the ratio table and
 //! a JSON report; the plots are written.
+// Benchmark drivers and report writers read best as one long sequence of steps or rows.
+#![allow(clippy::too_many_lines)]
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod direct;
 pub mod exec;
 pub mod flashio;
 pub mod native;

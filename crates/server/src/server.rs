@@ -417,7 +417,7 @@ impl Server {
         }
         let interface = plan.interface();
         let gate = Arc::new(Gate::default());
-        let mut rings = worker::rings(workers);
+        let mut rings = crate::direct::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {
             let mut listeners = std::mem::take(&mut tcp[index]);

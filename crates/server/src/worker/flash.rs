@@ -11,7 +11,8 @@
 //! Resolving a key ([`qs_store::Partition::flash_resolve`]) either brings the item back to
 //! DRAM, where the request then finds it, or keeps the record to serve a plain get from it.
 
-use super::{queue, run_op, Batch, Op, Worker};
+use super::{queue, Worker};
+use crate::direct::{run_op, Batch, Op};
 use crate::exec::{Engine, FlashKey, FlashResolved};
 use crate::flashio::{Done, Job, Uring};
 use crate::shared::Shared;

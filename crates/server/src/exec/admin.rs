@@ -1,0 +1,238 @@
+//! Admin commands that need the partitions a worker owns: `lru_crawler`, `lru_crawler
+//! metadump` chunks, `cache_memlimit`, `stats cachedump`; and the dispatch of every command
+//! that touches no key to [`crate::admin`].
+
+use super::*;
+
+impl Engine {
+    /// Runs a command that touches no key (`stats`, `version`, `shutdown`, the crawler and
+    /// slab commands...), appending its reply to `out`.
+    pub(super) fn admin(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Exec {
+        match *request {
+            Request::Stats { group: b"detail", argument } => self.shared.detail.command(argument, out),
+            Request::Stats { group: b"hotkeys", argument } => {
+                // This worker's own summary as of now; the others' as of their last publish.
+                self.publish_hot(true);
+                self.shared.hotkeys.command(argument, out);
+            }
+            Request::Stats { group: b"mrc", argument } => {
+                // This worker's count as of now; the others' as of their last loop turn.
+                self.turn_mrc();
+                self.shared.mrc.command(argument, self.shared.maxbytes(), out);
+                self.turn_mrc();
+            }
+            Request::Stats { group: b"conns", .. } => {
+                self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
+                out.extend_from_slice(reply::END);
+            }
+            Request::SlabsReassign { classes } => {
+                let largest = crate::admin::stats::memcached_largest_class(&self.shared);
+                out.extend_from_slice(slabs_reassign(classes, largest));
+            }
+            Request::CacheMemlimit { megabytes, noreply } => {
+                let reply = self.cache_memlimit(megabytes);
+                if !noreply {
+                    out.extend_from_slice(reply);
+                }
+            }
+            Request::CacheDump { args } => self.cache_dump(args, out),
+            Request::SlabsAutomove { noreply } => {
+                if !noreply {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Request::DebugTime { delta } => {
+                if self.shared.config.enable_debugtime {
+                    crate::sys::shift_clock(delta);
+                    self.now_secs = crate::sys::now_secs();
+                    out.extend_from_slice(reply::OK);
+                } else {
+                    out.extend_from_slice(b"ERROR\r\n");
+                }
+            }
+            Request::Stats { group, .. } => {
+                // This worker's own figures as of now, not as of its last loop turn.
+                self.publish();
+                crate::admin::stats::write(&self.shared, group, out)
+            }
+            Request::Version => out.extend_from_slice(VERSION_REPLY),
+            Request::Verbosity { noreply } => {
+                if !noreply {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Request::Quit => return Exec::Close,
+            // The worker turns a stream connection into a watcher; a datagram cannot be one.
+            Request::Watch { .. } => out.extend_from_slice(b"ERROR\r\n"),
+            Request::Crawl { classes } => out.extend_from_slice(self.crawl(classes)),
+            Request::CrawlerSwitch { enable } => {
+                let was = self.shared.crawler_enabled.swap(enable, Relaxed);
+                out.extend_from_slice(match (enable, was) {
+                    // As memcached: starting a running crawler fails; stopping always succeeds.
+                    (true, true) => b"ERROR failed to start lru crawler thread\r\n",
+                    _ => reply::OK,
+                });
+            }
+            Request::CrawlerPacing => out.extend_from_slice(reply::OK),
+            Request::RefreshCerts { noreply } => {
+                let refreshed = match &self.shared.tls {
+                    Some(tls) => tls.refresh(crate::sys::now_secs()),
+                    None => Err("Error TLS not enabled".into()),
+                };
+                match refreshed {
+                    Ok(()) if noreply => {}
+                    Ok(()) => out.extend_from_slice(reply::OK),
+                    // As memcached: the error goes back even with noreply.
+                    Err(message) => {
+                        out.extend_from_slice(message.as_bytes());
+                        out.extend_from_slice(b"\r\n");
+                    }
+                }
+            }
+            Request::Shutdown { mode } => {
+                if !self.shared.config.enable_shutdown {
+                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                } else if mode == ShutdownMode::Invalid {
+                    out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+                } else {
+                    // memcached closes this connection without a reply and stops as on a
+                    // signal; here both modes are the graceful stop of SIGTERM.
+                    self.shared.request_stop();
+                    return Exec::Close;
+                }
+            }
+            Request::Metadump { .. } => {
+                // A dump runs a chunk at a time from the connection (crate::worker); one that
+                // reaches the engine came where it cannot stream (a UDP datagram).
+                out.extend_from_slice(b"ERROR metadump not allowed\r\n");
+            }
+            _ => unreachable!("key commands run in Engine::execute"),
+        }
+        Exec::Done
+    }
+}
+
+impl Engine {
+    /// `lru_crawler crawl <classes>`: memcached's background reclaim of expired items. Here an
+    /// expired item is dropped when a request finds it, and its memory returns when the log's
+    /// head passes it (the index scan clears its slot), so there is nothing to start: the
+    /// reply is memcached's.
+    pub(super) fn crawl(&self, classes: &[u8]) -> &'static [u8] {
+        if !self.shared.crawler_enabled.load(Relaxed) {
+            return CRAWLER_DISABLED;
+        }
+        match qs_proto::crawler_classes(classes) {
+            None => BAD_CLASS,
+            // memcached answers this when the crawler finds no class to start on.
+            Some(_) if classes == b"hash" => b"ERROR an unknown error happened\r\n",
+            Some(_) => reply::OK,
+        }
+    }
+
+    /// One chunk of `lru_crawler metadump`: the items of main buckets `buckets` of `partition`
+    /// (owned here), one line each.
+    pub fn dump_chunk(&self, partition: usize, buckets: std::ops::Range<usize>, out: &mut Vec<u8>) {
+        let Some(owned) = &self.partitions[partition] else { return };
+        owned.dump(buckets, self.now_secs, |item| {
+            let line = reply::DumpItem {
+                key: item.key,
+                expires: (item.expiry != Expiry::NEVER).then_some(item.expiry.0),
+                last_access: item.last_access_secs,
+                cas: self.cas_out(item.cas),
+                fetched: item.fetched,
+                size: debug_size(item.key.len(), item.value_len) as u64,
+            };
+            reply::metadump_line(out, &line);
+        });
+    }
+
+    /// memcached's `cache_memlimit`: every worker runs it (a broadcast) on the partitions it
+    /// owns; the reply of the worker the client sent it to is the one sent.
+    pub(super) fn cache_memlimit(&mut self, megabytes: u32) -> &'static [u8] {
+        if megabytes < 8 {
+            return b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n";
+        }
+        if megabytes > 1_000_000_000 {
+            return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
+        }
+        let shared = &self.shared;
+        let per_partition = ((u64::from(megabytes) << 20) / shared.partitions.len() as u64) as usize & !7;
+        // A memory file's logs keep the size the file was laid out for (-e).
+        let fixed = shared.store_mode || shared.config.memory_file.is_some();
+        if fixed || per_partition > shared.log_room || per_partition < shared.log_limit_min {
+            return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
+        }
+        for partition in self.partitions.iter_mut().flatten() {
+            partition.set_log_limit(per_partition);
+        }
+        if !self.for_other {
+            self.shared.log_bytes.store(per_partition, Relaxed);
+            if self.shared.config.verbose > 0 {
+                eprintln!("maxbytes adjusted to {megabytes}m");
+            }
+        }
+        reply::OK
+    }
+
+    /// memcached's `stats cachedump <class> <limit>`: quicksilver's one class (1, the log)
+    /// lists up to `limit` items (0: all), at most 2 MB of lines as memcached; other valid
+    /// class ids are empty. Partitions of other workers are read through their CREW readers
+    /// (under EREW only this worker's partitions are listed).
+    pub(super) fn cache_dump(&self, args: Option<(Option<u32>, Option<u32>)>, out: &mut Vec<u8>) {
+        const REPLY_BYTES_MAX: usize = 2 << 20;
+        if self.shared.config.disable_dumping {
+            out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
+            return;
+        }
+        let Some(args) = args else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
+            return;
+        };
+        let (Some(class), Some(limit)) = args else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+            return;
+        };
+        if class >= crate::admin::stats::SLAB_CLASSES_MAX {
+            out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+            return;
+        }
+        if class == crate::admin::stats::LOG_CLASS {
+            let start = out.len();
+            let mut shown = 0u32;
+            let buckets = 0..self.shared.main_buckets;
+            let mut line = |item: &qs_store::Dumped<'_>| {
+                if (limit != 0 && shown >= limit) || out.len() - start > REPLY_BYTES_MAX - 600 {
+                    return;
+                }
+                let expires = if item.expiry == Expiry::NEVER { 0 } else { item.expiry.0 };
+                out.extend_from_slice(b"ITEM ");
+                out.extend_from_slice(item.key);
+                let _ = write!(out, " [{} b; {} s]\r\n", item.value_len, expires);
+                shown += 1;
+            };
+            for (index, partition) in self.partitions.iter().enumerate() {
+                match (partition, self.shared.readers.get(index)) {
+                    (Some(owned), _) => owned.dump(buckets.clone(), self.now_secs, &mut line),
+                    (None, Some(reader)) => reader.dump(buckets.clone(), self.now_secs, &mut line),
+                    (None, None) => {}
+                }
+            }
+        }
+        out.extend_from_slice(reply::END);
+    }
+
+    /// Main index buckets per partition.
+    pub fn main_buckets(&self) -> usize {
+        self.shared.main_buckets
+    }
+
+    /// Whether `lru_crawler` serves dumps and crawls (`lru_crawler disable` stops it).
+    pub fn crawler_enabled(&self) -> bool {
+        self.shared.crawler_enabled.load(Relaxed)
+    }
+
+    /// -X: `stats cachedump` and `lru_crawler metadump` are refused.
+    pub fn dumping_disabled(&self) -> bool {
+        self.shared.config.disable_dumping
+    }
+}

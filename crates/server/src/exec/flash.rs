@@ -1,0 +1,138 @@
+//! The flash tier seen from the engine: which keys of a request must be read from flash first,
+//! the reads resolved for the request about to run again, and the partial page written out.
+
+use super::*;
+
+impl Engine {
+    /// Whether the partitions have flash tiers.
+    #[inline]
+    pub fn flash_on(&self) -> bool {
+        self.flash_on
+    }
+
+    /// The keys of `request` (to run here) whose records are on flash and must be read before
+    /// it runs, appended to `keys`; none without a flash tier. A plain set needs no read (it
+    /// drops the key's flash copies), nor does a key just resolved.
+    pub fn flash_probe(&self, request: &Request<'_>, keys: &mut Vec<FlashKey>) {
+        if !self.flash_on {
+            return;
+        }
+        let plain_get = match request {
+            Request::Get { kind, .. } => matches!(kind, GetKind::Get | GetKind::Gets),
+            Request::Binary(binary) => {
+                matches!(binary.command, qs_proto::binary::Command::Get { touch: None, .. })
+            }
+            _ => false,
+        };
+        let mut probe = |key: &[u8]| {
+            if key.len() > qs_proto::KEY_BYTES_MAX {
+                return;
+            }
+            let (hash, partition) = self.locate(key);
+            if self.flash_resolved.iter().any(|resolved| resolved.hash == hash)
+                || keys.iter().any(|known| known.hash == hash)
+            {
+                return;
+            }
+            let Some(owned) = &self.partitions[partition] else { return };
+            if let Some(read) = owned.flash_probe(hash, key, self.now_secs) {
+                keys.push(FlashKey { partition, hash, key: key.to_vec(), read, plain_get });
+            }
+        };
+        match request {
+            Request::Get { keys, .. } => qs_proto::tokens::words(keys).for_each(&mut probe),
+            Request::Store { mode: StoreMode::Set, .. } | Request::TooLarge { .. } => {}
+            Request::Meta(meta) => probe(meta.key()),
+            _ => {
+                if let Some(key) = single_key_of(request) {
+                    probe(key);
+                }
+            }
+        }
+    }
+
+    /// `-e` with a flash tier: writes each owned partition's flash page as far as it holds
+    /// (see [`qs_store::Partition::flash_write_partial`]).
+    pub fn flash_write_partial(&mut self) {
+        if self.flash_on {
+            for partition in self.partitions.iter_mut().flatten() {
+                partition.flash_write_partial();
+            }
+        }
+    }
+
+    /// The native protocol's flash path: when `key`'s record is on flash, reads it now (the
+    /// worker waits for this one read: a page-cache copy, or the device's latency) and brings
+    /// the item back to DRAM, so that the command run next finds it. A failed read counts as
+    /// a flash miss and leaves the key as it was.
+    pub fn flash_load_now(&mut self, hash: KeyHash, partition: usize, key: &[u8]) {
+        if !self.flash_on {
+            return;
+        }
+        let now = self.now_secs;
+        let Some(owned) = self.partitions[partition].as_mut() else { return };
+        let Some(mut read) = owned.flash_probe(hash, key, now) else { return };
+        // A record longer than the first read asks for one more read of its whole length.
+        for _ in 0..2 {
+            let record = match owned.flash_place(read.offset, read.len) {
+                None => Vec::new(),
+                Some(qs_store::flash::Place::Buffer(bytes)) => {
+                    let bytes = bytes.to_vec();
+                    owned.flash_count_read(bytes.len(), true);
+                    bytes
+                }
+                Some(qs_store::flash::Place::File(position)) => {
+                    let mut bytes = Vec::with_capacity(read.len);
+                    let direct = owned.flash_is_direct();
+                    let read_ok = owned.flash_file().is_some_and(|file| {
+                        qs_store::flash::read_at(&file, position, read.len, direct, &mut bytes)
+                    });
+                    if read_ok {
+                        owned.flash_count_read(bytes.len(), false);
+                    } else {
+                        bytes.clear();
+                    }
+                    bytes
+                }
+            };
+            if record.is_empty() {
+                owned.flash_read_failed();
+                return;
+            }
+            match owned.flash_resolve(hash, key, read, &record, now, false) {
+                qs_store::Resolved::NeedBytes(len) if len > read.len => read.len = len,
+                _ => return,
+            }
+        }
+    }
+
+    /// Forgets the flash keys resolved for the request that has now run.
+    #[inline]
+    pub fn flash_forget(&mut self) {
+        if !self.flash_resolved.is_empty() {
+            self.flash_resolved.clear();
+        }
+    }
+
+    /// A plain get of a key whose record was read from flash and is to be served from it;
+    /// `None` when there is none (or it stopped being the key's: run as usual).
+    pub(super) fn read_flash(
+        &mut self,
+        hash: KeyHash,
+        partition: usize,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let at = self
+            .flash_resolved
+            .iter()
+            .position(|resolved| resolved.hash == hash && resolved.serve.is_some())?;
+        let (read, record) = self.flash_resolved[at].serve.take()?;
+        let owned = self.partitions[partition].as_mut()?;
+        let request = qs_store::Request { key, hash, command: Command::Get };
+        match owned.serve_from_flash(&request, read, &record, self.now_secs, out) {
+            Some(Ok(outcome)) => Some(outcome),
+            _ => None,
+        }
+    }
+}

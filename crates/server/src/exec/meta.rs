@@ -1,0 +1,348 @@
+//! memcached's meta commands (mg, ms, md, ma, me) on the partitions.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn meta(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
+        self.counters.meta_cmds += 1;
+        match meta.command {
+            MetaCommand::Get => return self.meta_get(meta, out),
+            MetaCommand::Set => self.meta_set(meta, out),
+            MetaCommand::Delete => self.meta_delete(meta, out),
+            MetaCommand::Arith => self.meta_arith(meta, out),
+            MetaCommand::Debug => self.meta_debug(meta, out),
+        }
+        Exec::Done
+    }
+
+    pub(super) fn meta_item(&self, hit: &qs_store::Hit) -> MetaItem {
+        MetaItem {
+            cas: self.cas_out(hit.cas),
+            flags: hit.flags,
+            value_len: hit.value_len,
+            ttl_secs: ttl_secs(hit.expiry, self.now_secs),
+            idle_secs: self.now_secs.saturating_sub(hit.last_access_secs),
+            fetched_before: hit.fetched_before,
+        }
+    }
+
+    /// The expiry a meta request's flags give an item: memcached applies N (only to an item
+    /// this request `created`) and T in the order the request lists them, starting from
+    /// `start`. With `until_t`, the expiry as it stands where the `t` flag is (what `t` reports).
+    pub(super) fn expiry_in_flag_order(
+        &self,
+        meta: &Meta<'_>,
+        start: Expiry,
+        created: bool,
+        until_t: bool,
+    ) -> Expiry {
+        let options = &meta.options;
+        let mut expiry = start;
+        for token in meta.flag_tokens() {
+            match token[0] {
+                b'N' if created => expiry = options.vivify.map_or(expiry, |ttl| self.expiry(ttl)),
+                b'T' => expiry = options.ttl.map_or(expiry, |ttl| self.expiry(ttl)),
+                b't' if until_t => return expiry,
+                _ => {}
+            }
+        }
+        expiry
+    }
+
+    pub(super) fn meta_get(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
+        let options = &meta.options;
+        let key = meta.key();
+        let (hash, partition) = self.locate(key);
+        let owned = self.partitions[partition].is_some();
+        self.counters.cmd_get += 1;
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        let outcome = if owned {
+            let touch = options.ttl.map(|ttl| self.expiry(ttl));
+            // An item created on a miss ends with the expiry its N and T leave in request order.
+            let vivify = options.vivify.map(|_| self.expiry_in_flag_order(meta, Expiry::NEVER, true, false));
+            let recache_below_secs = options.recache.map(|secs| secs.max(0) as u32);
+            if touch.is_some() {
+                self.counters.cmd_touch += 1;
+            }
+            let letters = || meta.flag_tokens().map(|token| token[0]);
+            let recache_before_touch = options.recache.is_some()
+                && letters().position(|l| l == b'R') < letters().position(|l| l == b'T');
+            let no_update = options.has(b'u');
+            let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch, no_update };
+            self.run(key, Command::MetaGet(options), &mut value)
+        } else {
+            self.read_remote(hash, partition, key, &mut value)
+        };
+        // The win token is the owner's to hand out, and the first fetch marks the item fetched
+        // (meta `h`): both are writes, so the owner serves them (and shows the key to `stats
+        // hotkeys` and `stats mrc` then, once).
+        let for_owner =
+            |hit: &qs_store::Hit| (hit.stale && !hit.win_sent) || (!hit.fetched_before && !options.has(b'u'));
+        if !owned {
+            if let Outcome::Hit(hit) = &outcome {
+                if for_owner(hit) {
+                    self.scratch = value;
+                    return Exec::Forward(self.owner(partition));
+                }
+            }
+            self.offer(hash, key, &Command::Get);
+        }
+        let (item, data, won, stale, win_sent) = match outcome {
+            Outcome::Hit(hit) => {
+                let data = hit.value_start..hit.value_start + hit.value_len;
+                let mut item = self.meta_item(&hit);
+                if options.has(b't') && options.ttl.is_some() {
+                    // `t` before `T` reads the expiry before the touch.
+                    let shown = self.expiry_in_flag_order(meta, hit.expiry_before, false, true);
+                    item.ttl_secs = ttl_secs(shown, self.now_secs);
+                }
+                (item, data, hit.won, hit.stale, hit.win_sent)
+            }
+            Outcome::Vivified { cas } => {
+                let shown = self.expiry_in_flag_order(meta, Expiry::NEVER, true, true);
+                let ttl_secs = ttl_secs(shown, self.now_secs);
+                (
+                    MetaItem { cas: self.cas_out(cas), ttl_secs, ..MetaItem::default() },
+                    0..0,
+                    true,
+                    false,
+                    false,
+                )
+            }
+            _ => {
+                if self.shared.watchers.wants(watch::FETCHERS) {
+                    self.log_get(key, None);
+                }
+                if !options.quiet() {
+                    // A miss reflects only the request's key (k) and opaque (O).
+                    out.extend_from_slice(b"EN");
+                    reply::meta_flags(out, meta, None, b"");
+                    out.extend_from_slice(b"\r\n");
+                }
+                self.scratch = value;
+                return Exec::Done;
+            }
+        };
+        if self.shared.watchers.wants(watch::FETCHERS) {
+            self.log_get(key, Some(item.value_len));
+        }
+        let with_value = options.has(b'v');
+        if with_value {
+            out.extend_from_slice(b"VA ");
+            reply::push_u64(out, item.value_len as u64);
+        } else {
+            out.extend_from_slice(b"HD");
+        }
+        reply::meta_flags(out, meta, Some(&item), b"cfstlh");
+        if win_sent {
+            out.extend_from_slice(b" Z");
+        }
+        if stale {
+            out.extend_from_slice(b" X");
+        }
+        if won {
+            out.extend_from_slice(b" W");
+        }
+        out.extend_from_slice(b"\r\n");
+        if with_value {
+            out.extend_from_slice(&value[data]);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.scratch = value;
+        Exec::Done
+    }
+
+    pub(super) fn meta_set(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let options = &meta.options;
+        let key = meta.key();
+        self.counters.cmd_set += 1;
+        let mut mode = match options.mode {
+            Some(b'E') => qs_store::StoreMode::Add,
+            Some(b'A') => qs_store::StoreMode::Append,
+            Some(b'P') => qs_store::StoreMode::Prepend,
+            Some(b'R') => qs_store::StoreMode::Replace,
+            _ => qs_store::StoreMode::Set,
+        };
+        if let Some(cas) = options.cas {
+            // As memcached: set and replace compare the CAS (with I, an older one stores the
+            // value marked stale), append and prepend compare a nonzero one, add ignores it.
+            mode = match mode {
+                // C0 never matches, and is no older version either: memcached answers EX.
+                qs_store::StoreMode::Set | qs_store::StoreMode::Replace if options.has(b'I') && cas != 0 => {
+                    qs_store::StoreMode::CasOrStale(cas)
+                }
+                qs_store::StoreMode::Set | qs_store::StoreMode::Replace => qs_store::StoreMode::Cas(cas),
+                qs_store::StoreMode::Append if cas != 0 => qs_store::StoreMode::AppendCas(cas),
+                qs_store::StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
+                other => other,
+            };
+        }
+        if meta.too_large(&self.limits) {
+            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+            out.extend_from_slice(reply::TOO_LARGE);
+            return;
+        }
+        let expiry = self.expiry(options.ttl.unwrap_or(0));
+        let command = Command::Store { mode, value: meta.data, flags: options.client_flags, expiry };
+        self.log_lookup(key);
+        let outcome = self.run(key, command, &mut Vec::new());
+        self.log_store(key, &outcome, mode, expiry, meta.data.len());
+        let (code, cas) = match outcome {
+            Outcome::Stored { cas } => ("HD", cas),
+            Outcome::NotStored => ("NS", 0),
+            Outcome::Exists => ("EX", 0),
+            Outcome::NotFound => ("NF", 0),
+            Outcome::TooLarge => {
+                self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                out.extend_from_slice(reply::TOO_LARGE);
+                return;
+            }
+            Outcome::OutOfMemory => {
+                // As memcached -M: the old value does not outlive a refused ms.
+                self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                out.extend_from_slice(reply::OUT_OF_MEMORY);
+                return;
+            }
+            _ => {
+                out.extend_from_slice(reply::BAD_FORMAT);
+                return;
+            }
+        };
+        if code == "HD" && options.quiet() {
+            return;
+        }
+        out.extend_from_slice(code.as_bytes());
+        let item = MetaItem { cas: self.cas_out(cas), ..MetaItem::default() };
+        reply::meta_flags(out, meta, Some(&item), b"c");
+        out.extend_from_slice(b"\r\n");
+    }
+
+    pub(super) fn meta_delete(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let options = &meta.options;
+        let key = meta.key();
+        // memcached's md compares any C, C0 included (no item has CAS 0, so it answers EX);
+        // to the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
+        let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { cas });
+        self.log_lookup(key);
+        let outcome = if options.has(b'I') {
+            let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
+            if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
+                let expiry = self.expiry(ttl);
+                self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
+            }
+            outcome
+        } else {
+            self.run(key, Command::Delete { cas }, &mut Vec::new())
+        };
+        let code: &[u8] = match outcome {
+            Outcome::Deleted if options.quiet() => return,
+            Outcome::Deleted => b"HD",
+            Outcome::Exists => b"EX",
+            _ => b"NF",
+        };
+        out.extend_from_slice(code);
+        reply::meta_flags(out, meta, None, b"");
+        out.extend_from_slice(b"\r\n");
+    }
+
+    pub(super) fn meta_arith(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let options = &meta.options;
+        let key = meta.key();
+        let decrement = meta.decrement();
+        let command = Command::Arith { delta: options.delta, decrement, cas: options.cas.unwrap_or(0) };
+        self.log_lookup(key);
+        let mut outcome = self.run(key, command, &mut Vec::new());
+        // memcached 1.6 answers a counter created on a miss (N) even in quiet mode; q silences
+        // only a delta applied to an existing counter, value (v) included.
+        let mut created = false;
+        if outcome == Outcome::NotFound && options.vivify.is_some() {
+            let expiry = self.expiry_in_flag_order(meta, Expiry::NEVER, true, false);
+            let mut digits = itoa::Buffer::new();
+            let value = digits.format(options.initial).as_bytes();
+            let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
+            outcome = match self.run(key, store, &mut Vec::new()) {
+                Outcome::Stored { cas } => {
+                    created = true;
+                    Outcome::Counter { value: options.initial, cas, expiry }
+                }
+                _ => Outcome::NotStored,
+            };
+        }
+        let (value, cas, expiry) = match outcome {
+            Outcome::Counter { value, cas, expiry } => (value, cas, expiry),
+            Outcome::NonNumeric => {
+                out.extend_from_slice(reply::NON_NUMERIC);
+                return;
+            }
+            Outcome::OutOfMemory => {
+                out.extend_from_slice(reply::ARITH_OUT_OF_MEMORY);
+                return;
+            }
+            other => {
+                out.extend_from_slice(match other {
+                    Outcome::Exists => b"EX",
+                    Outcome::NotStored => b"NS",
+                    _ => b"NF",
+                });
+                reply::meta_flags(out, meta, None, b"");
+                out.extend_from_slice(b"\r\n");
+                return;
+            }
+        };
+        if let (Some(ttl), false) = (options.ttl, created) {
+            let expiry = self.expiry(ttl);
+            self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
+        }
+        // A created counter already has its final expiry; `t` reads it where the flag stands.
+        let start = if created { Expiry::NEVER } else { expiry };
+        let ttl_secs = self::ttl_secs(self.expiry_in_flag_order(meta, start, created, true), self.now_secs);
+        let mut digits = itoa::Buffer::new();
+        let number = digits.format(value).as_bytes();
+        if options.quiet() && !created {
+            return;
+        }
+        if options.has(b'v') {
+            out.extend_from_slice(b"VA ");
+            reply::push_u64(out, number.len() as u64);
+        } else {
+            out.extend_from_slice(b"HD");
+        }
+        let item = MetaItem { cas: self.cas_out(cas), ttl_secs, ..MetaItem::default() };
+        reply::meta_flags(out, meta, Some(&item), b"ct");
+        out.extend_from_slice(b"\r\n");
+        if options.has(b'v') {
+            out.extend_from_slice(number);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    pub(super) fn meta_debug(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+        let key = meta.key();
+        let (hash, partition) = self.locate(key);
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        // A side-effect-free look: the reader when there is one, else a plain get.
+        let outcome = match self.shared.readers.get(partition) {
+            Some(reader) => reader.get(hash, key, self.now_secs, &mut value),
+            None => self.run(key, Command::Get, &mut value),
+        };
+        self.scratch = value;
+        let Outcome::Hit(hit) = outcome else {
+            out.extend_from_slice(b"EN\r\n");
+            return;
+        };
+        out.extend_from_slice(b"ME ");
+        out.extend_from_slice(meta.key_token);
+        out.extend_from_slice(b" exp=");
+        reply::push_i64(out, ttl_secs(hit.expiry, self.now_secs));
+        out.extend_from_slice(b" la=");
+        reply::push_u64(out, self.now_secs.saturating_sub(hit.last_access_secs) as u64);
+        out.extend_from_slice(b" cas=");
+        reply::push_u64(out, self.cas_out(hit.cas));
+        out.extend_from_slice(if hit.fetched_before { b" fetch=yes" } else { b" fetch=no" });
+        out.extend_from_slice(b" cls=1 size=");
+        reply::push_u64(out, debug_size(key.len(), hit.value_len) as u64);
+        out.extend_from_slice(b"\r\n");
+    }
+}

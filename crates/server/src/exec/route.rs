@@ -1,0 +1,228 @@
+//! Where a request runs: its key hashed once and located (partition, then bucket and item
+//! prefetched), and the worker that must run it ([`Route`]).
+
+use super::*;
+
+impl Engine {
+    pub(super) fn locate(&self, key: &[u8]) -> Located {
+        if let Some((address, len, located)) = self.hint {
+            // The very bytes of the request being run (same address and length in the
+            // unchanged read buffer): its hash is known.
+            if address == key.as_ptr() as usize && len == key.len() {
+                return located;
+            }
+        }
+        let hash = KeyHash::of(key);
+        (hash, hash.partition(self.shared.partition_bits))
+    }
+
+    /// The one key of a single-key request, located; `None` for other requests and for keys
+    /// too long to look up.
+    pub fn locate_request(&self, request: &Request<'_>) -> Option<Located> {
+        let key = single_key_of(request)?;
+        (key.len() <= qs_proto::KEY_BYTES_MAX).then(|| self.locate(key))
+    }
+
+    /// Prefetch stage 1: start loading the key's bucket.
+    #[inline]
+    pub fn prefetch_bucket(&self, (hash, partition): Located) {
+        match &self.partitions[partition] {
+            Some(owned) => owned.prefetch_bucket(hash),
+            None if self.crew => self.shared.readers[partition].prefetch_bucket(hash),
+            None => {}
+        }
+    }
+
+    /// Prefetch stage 1 for a key not yet parsed (a guess: see [`qs_proto::tokens::key_guess`]);
+    /// its place, for stage 2.
+    #[inline]
+    pub fn prefetch_key(&self, key: &[u8]) -> Located {
+        let hash = KeyHash::of(key);
+        let located = (hash, hash.partition(self.shared.partition_bits));
+        self.prefetch_bucket(located);
+        located
+    }
+
+    /// Prefetch stage 2, after stage 1 had time: start loading the key's item.
+    #[inline]
+    pub fn prefetch_item(&self, (hash, partition): Located) {
+        match &self.partitions[partition] {
+            Some(owned) => owned.prefetch_item(hash),
+            None if self.crew => self.shared.readers[partition].prefetch_item(hash),
+            None => {}
+        }
+    }
+
+    /// Remembers where `request`'s key was located, for the request about to run.
+    pub fn hint(&mut self, request: &Request<'_>, located: Option<Located>) {
+        self.hint = match (single_key_of(request), located) {
+            (Some(key), Some(located)) => Some((key.as_ptr() as usize, key.len(), located)),
+            _ => None,
+        };
+    }
+
+    /// Forgets the hint (the read buffer may change after this).
+    pub fn hint_clear(&mut self) {
+        self.hint = None;
+    }
+
+    pub(super) fn owner(&self, partition: usize) -> usize {
+        self.shared.owner[partition]
+    }
+
+    /// For building a window of requests ahead of running them: whether `request` (located at
+    /// `located`) will have to wait for the connection's requests handed to other workers
+    /// (`waiting_on`: a bit per worker, as it will be when this request runs), so nothing after
+    /// it should be parsed yet; and the workers waited on after it. A guess that only sizes
+    /// the window: running the requests decides, so a wrong guess costs a parse, never order.
+    pub fn stalls(&self, request: &Request<'_>, located: Option<Located>, waiting_on: &mut u64) -> bool {
+        if self.shared.workers == 1 {
+            return false;
+        }
+        let Some((_, partition)) = located else {
+            // Several keys, no key, or stats: may wait on anything handed over so far.
+            return *waiting_on != 0;
+        };
+        let owner = self.owner(partition);
+        if owner == self.worker {
+            return false;
+        }
+        let crew_read = self.crew
+            && matches!(
+                request,
+                Request::Get { kind: GetKind::Get | GetKind::Gets, .. }
+                    | Request::Binary(qs_proto::binary::Binary {
+                        command: qs_proto::binary::Command::Get { touch: None, .. },
+                        ..
+                    })
+            );
+        if crew_read {
+            return *waiting_on & (1 << (owner % 64)) != 0;
+        }
+        *waiting_on |= 1 << (owner % 64);
+        false
+    }
+
+    /// The worker that owns `partition`.
+    pub fn owner_of_partition(&self, partition: usize) -> usize {
+        self.owner(partition)
+    }
+
+    /// The worker that owns `key`.
+    pub fn owner_of(&self, key: &[u8]) -> usize {
+        self.owner(self.locate(key).1)
+    }
+
+    /// Where `request` must run, given how many requests this connection has waiting on each
+    /// worker (a later request for the same worker must queue behind them to keep order).
+    pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
+        let keyed = !matches!(
+            request,
+            Request::FlushAll { .. }
+                | Request::Stats { .. }
+                | Request::Version
+                | Request::Verbosity { .. }
+                | Request::Metadump { .. }
+                | Request::Crawl { .. }
+                | Request::CrawlerSwitch { .. }
+                | Request::CrawlerPacing
+                | Request::SlabsAutomove { .. }
+                | Request::SlabsReassign { .. }
+                | Request::CacheMemlimit { .. }
+                | Request::CacheDump { .. }
+                | Request::DebugTime { .. }
+                | Request::Watch { .. }
+                | Request::Shutdown { .. }
+                | Request::RefreshCerts { .. }
+        );
+        if keyed && self.shared.workers == 1 {
+            // Every partition is here: no need to hash the keys twice.
+            return Route::Local;
+        }
+        let key = match request {
+            Request::Binary(binary) => return self.route_binary(binary, pending),
+            Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
+            Request::Store { key, .. }
+            | Request::TooLarge { key, .. }
+            | Request::Delete { key, .. }
+            | Request::Arith { key, .. }
+            | Request::Touch { key, .. } => *key,
+            Request::Meta(meta) => return self.route_meta(meta, pending),
+            // -F: refused where it arrives.
+            Request::FlushAll { .. } if self.shared.config.disable_flush_all => return Route::Local,
+            Request::FlushAll { .. } => return Route::Broadcast,
+            // Every worker resizes its own partitions.
+            Request::CacheMemlimit { .. } => return Route::Broadcast,
+            Request::Stats { .. } | Request::Watch { .. } => return Route::AfterPending,
+            Request::Version
+            | Request::Verbosity { .. }
+            | Request::Quit
+            | Request::MetaNoop
+            | Request::Metadump { .. }
+            | Request::Crawl { .. }
+            | Request::CrawlerSwitch { .. }
+            | Request::CrawlerPacing
+            | Request::SlabsAutomove { .. }
+            | Request::SlabsReassign { .. }
+            | Request::CacheDump { .. }
+            | Request::DebugTime { .. }
+            | Request::Shutdown { .. }
+            | Request::RefreshCerts { .. } => return Route::Local,
+        };
+        if key.len() > qs_proto::KEY_BYTES_MAX {
+            return Route::Local;
+        }
+        let owner = self.owner(self.locate(key).1);
+        if owner == self.worker {
+            Route::Local
+        } else {
+            Route::Forward(owner)
+        }
+    }
+
+    pub(super) fn route_get(&self, kind: GetKind, keys: &[u8], pending: &[u32]) -> Route {
+        // gat/gats write (the new expiry), so only plain gets may read other partitions.
+        let read_only = kind.touch().is_none();
+        let mut remote = None;
+        let mut several = false;
+        for key in qs_proto::tokens::words(keys) {
+            if key.len() > qs_proto::KEY_BYTES_MAX {
+                // Answered here with an error, no key read.
+                return Route::Local;
+            }
+            let owner = self.owner(self.locate(key).1);
+            if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+                continue;
+            }
+            several |= remote.is_some_and(|other| other != owner);
+            remote = Some(owner);
+        }
+        match remote {
+            None => Route::Local,
+            Some(_) if self.crew && read_only => Route::AfterPending,
+            Some(owner) if !several && qs_proto::tokens::single_word(keys).is_some() => Route::Forward(owner),
+            Some(_) => Route::SplitGet,
+        }
+    }
+
+    pub(super) fn route_meta(&self, meta: &Meta<'_>, pending: &[u32]) -> Route {
+        if meta.key().len() > qs_proto::KEY_BYTES_MAX {
+            return Route::Local;
+        }
+        let owner = self.owner(self.locate(meta.key()).1);
+        if owner == self.worker {
+            return Route::Local;
+        }
+        let options = &meta.options;
+        let read_only = match meta.command {
+            MetaCommand::Get => !(options.has(b'T') || options.has(b'N') || options.has(b'R')),
+            MetaCommand::Debug => true,
+            _ => false,
+        };
+        if self.crew && read_only && pending[owner] == 0 {
+            Route::Local
+        } else {
+            Route::Forward(owner)
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Accepting connections (the -c limit, maxconns_fast, TLS sessions at accept), closing them,
+//! and the timers that close idle connections and stalled TLS handshakes.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn accept(&mut self, listener: usize) {
+        let shared = self.shared.clone();
+        let _turn = match self.listeners.get(listener) {
+            // Another worker is accepting from the shared socket: it takes this one too (it
+            // accepts until none is left; one arriving later wakes both workers again).
+            Some(crate::session::Listener::Unix(_)) => match shared.unix_accept.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(_) => return,
+            },
+            _ => None,
+        };
+        let fast = self.shared.extended.maxconns_fast;
+        let _reserving = (!fast).then(|| shared.reserved_accept.lock().unwrap_or_else(|e| e.into_inner()));
+        loop {
+            let Some(socket) = self.listeners.get(listener) else { return };
+            // Without maxconns_fast a place is taken before accepting: at the limit nothing
+            // is accepted and clients wait in the backlog until a connection closes.
+            if !fast {
+                let open = self.shared.curr_connections.fetch_add(1, Relaxed);
+                if open >= self.shared.config.max_connections as u64 {
+                    self.shared.curr_connections.fetch_sub(1, Relaxed);
+                    self.shared.disable_accepting();
+                    self.release_false_pause();
+                    return;
+                }
+            }
+            let (mut stream, peer) = match socket.accept() {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    if !fast {
+                        self.shared.curr_connections.fetch_sub(1, Relaxed);
+                    }
+                    if error.kind() != io::ErrorKind::WouldBlock && self.shared.config.verbose > 0 {
+                        eprintln!("accept: {error}");
+                    }
+                    return;
+                }
+            };
+            let open = if fast { self.shared.curr_connections.fetch_add(1, Relaxed) } else { 0 };
+            if open >= self.shared.config.max_connections as u64 {
+                self.shared.curr_connections.fetch_sub(1, Relaxed);
+                self.shared.rejected_connections.fetch_add(1, Relaxed);
+                let _ = stream.write(TOO_MANY_CONNECTIONS);
+                continue;
+            }
+            if self.listener_tls[listener] {
+                // -Z: a TLS session around the socket (its handshake runs as it is read).
+                let session = match (self.shared.tls.as_ref(), stream) {
+                    (Some(tls), crate::session::Stream::Tcp(socket)) => {
+                        tls.accept(socket, self.engine.now_secs).ok()
+                    }
+                    _ => None,
+                };
+                let Some(session) = session else {
+                    // The socket is closed as it drops; its place goes back.
+                    self.shared.curr_connections.fetch_sub(1, Relaxed);
+                    continue;
+                };
+                stream = crate::session::Stream::Tls(Box::new(session));
+            }
+            self.shared.total_connections.fetch_add(1, Relaxed);
+            let index = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.generations.push(0);
+                self.conns.len() - 1
+            });
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err() {
+                self.shared.curr_connections.fetch_sub(1, Relaxed);
+                self.free.push(index);
+                continue;
+            }
+            if self.shared.config.verbose > 1 {
+                eprintln!("worker {}: new connection {index}", self.index);
+            }
+            self.generations[index] = self.generations[index].wrapping_add(1);
+            let fd = stream.fd();
+            let local = stream.local_addr(&self.listener_addrs[listener]);
+            let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
+            self.shared.registry.add(fd, info.clone());
+            if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
+                let (rip, rport, transport) = peer_text(&info.addr);
+                self.shared.log(
+                    crate::observe::watch::CONNEVENTS,
+                    format_args!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),
+                );
+            }
+            let conn = Conn {
+                watch: None,
+                error: false,
+                protocol: self.listener_protocols[listener],
+                authenticated: self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none(),
+                info: Some(info),
+                fd,
+                transport: Transport::Tcp(stream),
+                generation: self.generations[index],
+                input: Input::new(self.input_limit),
+                output: Output::new(self.shared.workers),
+                read_ready: true,
+                peer_closed: false,
+                write_blocked: false,
+                stalled: false,
+                flash_wait: false,
+                closing: false,
+                dead: false,
+                queued: false,
+                waiting: false,
+                held: 0,
+                dump: None,
+                stacked: false,
+                eof: false,
+                starved: false,
+            };
+            self.conns[index] = Some(conn);
+            self.work.push(index);
+            if let Some(conn) = self.conns[index].as_mut() {
+                conn.queued = true;
+            }
+        }
+    }
+
+    /// Without maxconns_fast, after pausing at the limit: a connection that closed between
+    /// the count and the pause found nothing to resume, so this resumes (else accepting would
+    /// wait for a close that may never come).
+    pub(super) fn release_false_pause(&self) {
+        if self.shared.curr_connections.load(Relaxed) < self.shared.config.max_connections as u64 {
+            self.shared.connection_closed();
+        }
+    }
+
+    /// -Z: closes connections whose handshake has run past its time (a stalled client holds
+    /// a socket and a session, nothing more, until then), counting each as a handshake error.
+    pub(super) fn drop_stalled_handshakes(&mut self) {
+        let Some(tls) = self.shared.tls.clone() else { return };
+        for index in 0..self.conns.len() {
+            let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
+                Transport::Tcp(crate::session::Stream::Tls(session)) => {
+                    session.handshake_overdue(self.engine.now_secs)
+                }
+                _ => false,
+            });
+            if overdue {
+                tls.handshake_errors.fetch_add(1, Relaxed);
+                if let Some(conn) = self.conns[index].as_mut() {
+                    conn.error = true;
+                    conn.dead = true;
+                }
+                self.close(index);
+            }
+        }
+    }
+
+    /// `-o idle_timeout`: closes the stream connections that have sent no command for more
+    /// than `timeout_secs` while waiting for one (memcached's conn_timeout_thread), once a
+    /// second.
+    pub(super) fn kick_idle(&mut self, timeout_secs: u32) {
+        let since = self.engine.now_secs.saturating_sub(timeout_secs);
+        for index in 0..self.conns.len() {
+            let Some(conn) = self.conns[index].as_ref() else { continue };
+            let idle = conn.watch.is_none()
+                && conn.output.pending_total == 0
+                && conn.info.as_ref().is_some_and(|info| info.idle_since(since));
+            if idle {
+                self.engine.counters.idle_kicks += 1;
+                self.executed = true;
+                self.close(index);
+            }
+        }
+    }
+
+    pub(super) fn close(&mut self, index: usize) {
+        if let Some(mut conn) = self.conns[index].take() {
+            self.buffers.release(&mut conn.input, &mut conn.output);
+            let Transport::Tcp(stream) = &mut conn.transport else {
+                self.free.push(index);
+                return;
+            };
+            if let crate::session::Stream::Tls(session) = stream {
+                if !conn.dead {
+                    session.close();
+                }
+            }
+            let _ = self.poll.registry().deregister(stream);
+            self.shared.registry.remove(stream.fd());
+            self.shared.curr_connections.fetch_sub(1, Relaxed);
+            if !self.shared.extended.maxconns_fast {
+                self.shared.connection_closed();
+            }
+            if let Some(sink) = conn.watch.take() {
+                self.shared.watchers.remove(&sink);
+                self.watching.retain(|&watcher| watcher != index);
+            }
+            if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
+                if let Some(info) = conn.info.as_ref() {
+                    let (rip, rport, transport) = peer_text(&info.addr);
+                    let reason = if conn.error {
+                        "error"
+                    } else if self.shared.stop.load(Relaxed) {
+                        "shutdown"
+                    } else {
+                        "normal"
+                    };
+                    self.shared.log(
+                        crate::observe::watch::CONNEVENTS,
+                        format_args!(
+                            "type=conn_close rip={rip} rport={rport} transport={transport} reason={reason} cfd={}",
+                            conn.fd
+                        ),
+                    );
+                }
+            }
+            self.free.push(index);
+            if self.shared.config.verbose > 1 {
+                eprintln!("worker {}: closed connection {index}", self.index);
+            }
+        }
+    }
+}

@@ -1,0 +1,735 @@
+//! The window pipeline: a connection's buffered requests parsed a window at a time, each key
+//! hashed once, buckets then items prefetched, then each request run here, handed to its
+//! owner, or parked (flash reads, output space, another worker's replies); and the reads
+//! ahead that make one window of a turn's connections at depth 1.
+
+use super::*;
+
+impl Worker {
+    /// Processes buffered requests and reads more until the socket is drained or the
+    /// connection must wait.
+    pub(super) fn service(&mut self, index: usize) {
+        let Some(conn) = self.conns[index].as_mut() else { return };
+        conn.queued = false;
+        conn.output.borrow(&mut self.buffers);
+        loop {
+            self.process(index);
+            let Some(conn) = self.conns[index].as_mut() else { return };
+            if !conn.may_read()
+                || !read_once(conn, &mut self.engine.counters, &mut self.buffers, self.shared.tls.as_deref())
+            {
+                break;
+            }
+        }
+        if let Some(conn) = self.conns[index].as_mut() {
+            if matches!(conn.transport, Transport::Tcp(_)) {
+                conn.input.lend_back(&mut self.buffers);
+            }
+            // A connection dropped (a read_buf_oom among the reasons) shows in stats at once.
+            self.executed |= conn.dead;
+        }
+        queue_flush(&mut self.flush, index);
+    }
+
+    /// Reads the connections queued this turn whose buffers are empty, and starts loading the
+    /// bucket and then the item of each one's first request before any of them runs: at
+    /// depth 1 a connection brings one request per turn, so the turn's connections together
+    /// are the batch that hides the memory loads (MICA's prefetch pipeline, across
+    /// connections). The keys are guessed before parsing; a wrong guess only wastes a load.
+    pub(super) fn read_ahead(&mut self) {
+        if self.work.len() < 2 {
+            return;
+        }
+        let Worker { work, conns, engine, ahead, buffers, shared, .. } = self;
+        let tls = shared.tls.as_deref();
+        ahead.clear();
+        // `service` pops the queue from its end: load in that order.
+        for &index in work.iter().rev() {
+            let Some(conn) = conns[index].as_mut() else { continue };
+            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers, tls)
+            {
+                continue;
+            }
+            if let Some(key) = qs_proto::tokens::key_guess(conn.input.pending()) {
+                ahead.push(engine.prefetch_key(key));
+            }
+        }
+        for &located in ahead.iter() {
+            engine.prefetch_item(located);
+        }
+    }
+
+    /// Parses and runs (or hands over) every complete request buffered on connection `index`.
+    ///
+    /// Requests are taken a window at a time: the window is parsed first, its keys hashed
+    /// and their buckets and then their items prefetched, so the memory loads of a pipeline
+    /// overlap instead of stalling one request at a time (MICA's prefetch pipeline).
+    pub(super) fn process(&mut self, index: usize) {
+        let Worker {
+            conns,
+            engine,
+            outgoing,
+            spare,
+            inflight,
+            index: me,
+            executed,
+            retry,
+            shared,
+            watching,
+            buffers,
+            flash,
+            ..
+        } = self;
+        let me = *me;
+        let Some(conn) = conns[index].as_mut() else { return };
+        let Conn {
+            input,
+            output,
+            stalled,
+            closing,
+            dead,
+            generation,
+            waiting,
+            transport,
+            dump,
+            stacked,
+            eof,
+            starved,
+            info,
+            fd,
+            watch,
+            error,
+            protocol,
+            authenticated,
+            flash_wait,
+            ..
+        } = conn;
+        if *flash_wait {
+            return;
+        }
+        *starved = false;
+        engine.conn_fd = *fd;
+        if watch.is_some() {
+            // A watcher's input is read (to see it close) and ignored, as memcached ignores it.
+            input.consume(input.end - input.start);
+            *closing |= *eof;
+            *starved = true;
+            return;
+        }
+        let udp = matches!(transport, Transport::Udp { .. });
+        if *protocol == Protocol::Auto {
+            match input.pending().first() {
+                Some(&qs_proto::binary::REQUEST_MAGIC) => *protocol = Protocol::Binary,
+                Some(_) => *protocol = Protocol::Ascii,
+                None => {}
+            }
+        }
+        let binary = *protocol == Protocol::Binary;
+        if !*authenticated && !binary {
+            if let Some(passwords) = shared.ascii_passwords.as_ref() {
+                // -Y: the first command must authenticate (memcached's asciiauth).
+                loop {
+                    if !input.apply_skip() {
+                        *starved = true;
+                        return;
+                    }
+                    let pending = input.pending();
+                    match crate::session::auth::ascii_auth(
+                        pending,
+                        passwords,
+                        &mut engine.counters,
+                        output.reply_buf(),
+                    ) {
+                        crate::session::auth::AsciiAuth::Wait => {
+                            if pending.len() >= input.limit {
+                                *dead = true;
+                            }
+                            *closing |= *eof;
+                            *starved = true;
+                            return;
+                        }
+                        crate::session::auth::AsciiAuth::Close => {
+                            *dead = true;
+                            return;
+                        }
+                        crate::session::auth::AsciiAuth::Answered { consumed, authenticated: ok } => {
+                            *executed = true;
+                            input.consume(consumed);
+                            if ok {
+                                *authenticated = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        *waiting = false;
+        let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
+            || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
+        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
+        // memcached's -R: after this many requests the connection waits for the next turn.
+        let reqs_per_event = if udp { u32::MAX } else { shared.config.reqs_per_event };
+        let mut served = 0u32;
+        // The first request may be one that waited for flash: its resolved keys serve it only.
+        let flash_on = engine.flash_on();
+        let mut ran_first = !flash_on;
+        loop {
+            if *stalled && output.pending_total == 0 {
+                // What it waited for has arrived (service reads again only once this clears).
+                *stalled = false;
+            }
+            if !input.apply_skip() {
+                *starved = true;
+                return;
+            }
+            // The window borrows the read buffer: it lives in this block, dropped in place.
+            let (mut consumed, stop, resume) = {
+                let pending = input.pending();
+                let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
+                let mut ahead = 0;
+                // Workers this connection will be waiting on: a request that must wait for
+                // them ends the window (what follows would be parsed again after the wait).
+                let mut waiting_on = output
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &count)| count > 0)
+                    .fold(0u64, |bits, (owner, _)| bits | 1 << (owner % 64));
+                while !window.is_full() && ahead < pending.len() {
+                    let parsed = if binary {
+                        qs_proto::binary::parse(&pending[ahead..], &engine.limits)
+                    } else {
+                        qs_proto::parse(&pending[ahead..], &engine.limits)
+                    };
+                    let (len, located, stalls) = match &parsed {
+                        Parsed::Incomplete => break,
+                        Parsed::Close => (usize::MAX, None, false),
+                        Parsed::Refused { len, .. } => (*len, None, false),
+                        Parsed::Request { request, len } => {
+                            let located = engine.locate_request(request);
+                            (*len, located, engine.stalls(request, located, &mut waiting_on))
+                        }
+                    };
+                    if let Some(located) = located {
+                        engine.prefetch_bucket(located);
+                    }
+                    window.push((parsed, located));
+                    if stalls || len >= pending.len() - ahead {
+                        // A request that will wait; or a close, or a refused block running past
+                        // the buffer: nothing follows.
+                        break;
+                    }
+                    ahead += len;
+                }
+                if window.is_empty() {
+                    // The input ran dry: memcached would send what it holds now.
+                    *stacked = false;
+                    *closing |= *eof;
+                    *starved = true;
+                    if let Some(info) = info {
+                        info.ran_dry(pending);
+                    }
+                    return;
+                }
+                if let Some(info) = info {
+                    info.touch(engine.now_secs);
+                }
+                // Stage 2 only pays when other requests run while the item loads: a request
+                // alone (depth 1) goes straight to its lookup, which scans the bucket anyway.
+                if window.len() > 1 {
+                    for (_, located) in &window {
+                        if let Some(located) = located {
+                            engine.prefetch_item(*located);
+                        }
+                    }
+                }
+                let mut consumed = 0;
+                let mut stop = false;
+                let mut resume = None;
+                // UDP: the reply of the request handled last, still to be marked as ended.
+                let mut unmarked: Option<Option<Box<[u8]>>> = None;
+                // A request that waits for flash: the window's requests after it may start
+                // their flash reads now (FlashWaits::prefetch).
+                let mut waits_at = None;
+                for (position, (parsed, located)) in window.iter().enumerate() {
+                    if flash_on {
+                        if ran_first {
+                            engine.flash_forget();
+                        }
+                        ran_first = true;
+                    }
+                    if let Some(last_key) = unmarked.take() {
+                        output.mark(last_key);
+                    }
+                    if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
+                        stop = true;
+                        break;
+                    }
+                    if !udp && buffers.limited() {
+                        // -o read_buf_mem_limit (conn::Buffers): the replies written so far are
+                        // charged; past half the limit a connection with replies unsent waits
+                        // for its client to read them, and at the limit one holding no reply
+                        // memory at all is closed, as memcached closes it.
+                        buffers.charge(output);
+                        let holds = output.held_bytes() > 0 || output.pending_total > 0;
+                        if holds && buffers.hold_room() == 0 {
+                            stop = true;
+                            break;
+                        }
+                        if !holds && buffers.room() == 0 && output.capacity_bytes() == 0 {
+                            engine.counters.response_obj_oom += 1;
+                            *executed = true;
+                            *dead = true;
+                            *error = true;
+                            stop = true;
+                            break;
+                        }
+                    }
+                    if *stalled {
+                        if output.pending_total > 0 {
+                            stop = true;
+                            break;
+                        }
+                        *stalled = false;
+                    }
+                    if output.pending_total >= PENDING_PER_CONN_MAX {
+                        *stalled = true;
+                        stop = true;
+                        break;
+                    }
+                    if hand.full {
+                        // An owner is behind: wait until this turn's batches are sent.
+                        retry.push(index);
+                        *waiting = true;
+                        stop = true;
+                        break;
+                    }
+                    if served >= reqs_per_event {
+                        engine.counters.conn_yields += 1;
+                        retry.push(index);
+                        *waiting = true;
+                        stop = true;
+                        break;
+                    }
+                    served += 1;
+                    if udp {
+                        unmarked = Some(get_last_key(parsed));
+                    }
+                    let here = &pending[consumed..];
+                    let flushes = matches!(
+                        parsed,
+                        Parsed::Request { request: Request::Get { .. } | Request::MetaNoop, .. }
+                    );
+                    if let Parsed::Request { request: Request::Metadump { classes }, len } = parsed {
+                        if !udp {
+                            *executed = true;
+                            if dump.is_none() {
+                                start_dump(classes, *stacked, dump, output.reply_buf(), engine);
+                            }
+                            *stacked = true;
+                            if continue_dump(dump, output, &mut hand, engine, me) {
+                                consumed += len;
+                                continue;
+                            }
+                            // More to list once the client has read some: the request stays.
+                            stop = true;
+                            break;
+                        }
+                    }
+                    if let Parsed::Request { request: Request::Watch { streams }, len } = parsed {
+                        if !udp {
+                            if output.pending_total > 0 {
+                                // Its earlier requests' replies come first.
+                                *stalled = true;
+                                stop = true;
+                                break;
+                            }
+                            *executed = true;
+                            let refusal: &[u8] = if shared.config.disable_watch {
+                                b"CLIENT_ERROR watch commands not allowed\r\n"
+                            } else if *stacked {
+                                b"ERROR cannot pipeline other commands before watch\r\n"
+                            } else if streams.is_none() {
+                                b"ERROR\r\n"
+                            } else {
+                                b""
+                            };
+                            if !refusal.is_empty() {
+                                output.reply_buf().extend_from_slice(refusal);
+                                consumed += len;
+                                continue;
+                            }
+                            *watch = Some(shared.watchers.add(streams.unwrap_or_default(), me));
+                            watching.push(index);
+                            if let Some(info) = info {
+                                info.set_state(registry::State::Watch);
+                            }
+                            output.reply_buf().extend_from_slice(b"OK\r\n");
+                            // Whatever follows is ignored.
+                            consumed = pending.len();
+                            stop = true;
+                            break;
+                        }
+                    }
+                    *stacked = !flushes;
+                    let (request, len) = match parsed {
+                        Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
+                        Parsed::Close => {
+                            *dead = true;
+                            *error = true;
+                            engine.counters.conns_dropped += 1;
+                            stop = true;
+                            break;
+                        }
+                        Parsed::Refused { reply, len, noreply } => {
+                            if !noreply {
+                                output.reply_buf().extend_from_slice(reply.as_bytes());
+                            }
+                            consumed += len;
+                            continue;
+                        }
+                        Parsed::Request { request, len } => (request, *len),
+                    };
+                    if let (Request::Binary(request), Some(passwords)) =
+                        (request, shared.sasl_passwords.as_ref())
+                    {
+                        let reply = output.reply_buf();
+                        match crate::session::auth::sasl_gate(
+                            request,
+                            authenticated,
+                            passwords,
+                            &mut engine.counters,
+                            reply,
+                        ) {
+                            crate::session::auth::Gate::Pass => {}
+                            crate::session::auth::Gate::Answered { close } => {
+                                *executed = true;
+                                consumed += len;
+                                if close {
+                                    *closing = true;
+                                    stop = true;
+                                    break;
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                    engine.hint(request, *located);
+                    if let Some((owner, delete)) = too_large(request, engine) {
+                        // The data block never enters the buffer: answer here, and let the owner
+                        // drop the old value as memcached does.
+                        if owner == me {
+                            *executed = true;
+                            engine.execute(request, output.reply_buf());
+                        } else {
+                            if let Some(delete) = delete {
+                                hand.over(owner, &delete, OpKind::Discard, output, engine);
+                            }
+                            // Counted here, where it is answered (the owner only deletes).
+                            engine.counters.cmd_set += 1;
+                            engine.counters.store_too_large += 1;
+                            *executed = true;
+                            match request {
+                                Request::TooLarge { noreply: true, .. } => {}
+                                Request::Binary(binary) => qs_proto::binary::write_error(
+                                    output.reply_buf(),
+                                    binary.opcode,
+                                    binary.opaque,
+                                    qs_proto::binary::status::E2BIG,
+                                ),
+                                _ => output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE),
+                            }
+                        }
+                        consumed += len;
+                        continue;
+                    }
+                    match engine.route(request, &output.pending) {
+                        Route::Local => {}
+                        Route::AfterPending if output.pending_total > 0 => {
+                            *stalled = true;
+                            stop = true;
+                            break;
+                        }
+                        Route::AfterPending => {}
+                        Route::Forward(owner) => {
+                            // A plain get of one key may come from the front cache, unless an
+                            // earlier request of this connection waits on the owner.
+                            if output.pending[owner] == 0 {
+                                if let Request::Get { kind: GetKind::Get, keys } = *request {
+                                    if let Some(key) = qs_proto::tokens::single_word(keys) {
+                                        if engine.front_serve(key, output.reply_buf()) {
+                                            *executed = true;
+                                            consumed += len;
+                                            continue;
+                                        }
+                                    }
+                                }
+                            }
+                            hand.over(owner, &here[..len], OpKind::Reply, output, engine);
+                            consumed += len;
+                            continue;
+                        }
+                        Route::SplitGet => {
+                            let Request::Get { kind, keys } = *request else {
+                                unreachable!("split gets are gets")
+                            };
+                            if flash_on && park_for_flash(flash, request, engine, shared, index, *generation)
+                            {
+                                *flash_wait = true;
+                                waits_at = Some(position);
+                                stop = true;
+                                break;
+                            }
+                            *executed = true;
+                            let budget = OUTPUT_BYTES_HIGH
+                                .saturating_sub(output.held_bytes())
+                                .min(buffers.hold_room());
+                            let mut added = 0;
+                            let mut rest = None;
+                            for key in qs_proto::tokens::words(keys) {
+                                let owner = engine.owner_of(key);
+                                if owner == me {
+                                    let buf = output.reply_buf();
+                                    let before = buf.len();
+                                    engine.get_one(kind, key, buf);
+                                    added += buf.len() - before;
+                                } else {
+                                    let mut line = Vec::with_capacity(key.len() + 24);
+                                    crate::exec::single_get_line(kind, key, &mut line);
+                                    hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                                }
+                                if added > budget || output.pending_total >= PENDING_PER_CONN_MAX {
+                                    rest = crate::exec::keys_after(keys, key);
+                                    if rest.is_some() {
+                                        break;
+                                    }
+                                }
+                            }
+                            if let Some(rest) = rest {
+                                resume = Some(Resume::of(pending, here, keys, rest));
+                                stop = true;
+                                break;
+                            }
+                            output.reply_buf().extend_from_slice(qs_proto::response::END);
+                            consumed += len;
+                            continue;
+                        }
+                        Route::Broadcast => {
+                            for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
+                                hand.over(owner, &here[..len], OpKind::Discard, output, engine);
+                            }
+                            *stalled = true;
+                        }
+                    }
+                    if flash_on && park_for_flash(flash, request, engine, shared, index, *generation) {
+                        *flash_wait = true;
+                        waits_at = Some(position);
+                        stop = true;
+                        break;
+                    }
+                    *executed = true;
+                    if let Request::Get { kind, keys } = *request {
+                        // Not located: several keys (or one too long). Several keys' replies
+                        // may outgrow the output bound, so the get runs in pieces as the
+                        // client reads.
+                        if located.is_none() {
+                            let budget = OUTPUT_BYTES_HIGH
+                                .saturating_sub(output.held_bytes())
+                                .min(buffers.hold_room());
+                            if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
+                                resume = Some(Resume::of(pending, here, keys, rest));
+                                stop = true;
+                                break;
+                            }
+                            consumed += len;
+                            continue;
+                        }
+                    }
+                    match engine.execute(request, output.reply_buf()) {
+                        Exec::Done => {}
+                        Exec::Close => *closing = true,
+                        Exec::Forward(owner) => hand.over(owner, &here[..len], OpKind::Reply, output, engine),
+                    }
+                    consumed += len;
+                }
+                if let Some(last_key) = unmarked.take() {
+                    output.mark(last_key);
+                }
+                if let Some(position) = waits_at {
+                    for (parsed, _) in &window[position + 1..] {
+                        if let Parsed::Request { request, .. } = parsed {
+                            flash.prefetch(request, engine, shared);
+                        }
+                    }
+                }
+                engine.hint_clear();
+                (consumed, stop, resume)
+            };
+            if let Some(resume) = resume {
+                consumed = resume.apply(input);
+            }
+            input.consume(consumed);
+            if stop {
+                return;
+            }
+        }
+    }
+}
+
+/// One read from `conn`'s socket into its buffer; false when nothing more should be read
+/// The start of `lru_crawler metadump <classes>`: memcached's refusals, or the cursor set to
+/// the first chunk.
+fn start_dump(
+    classes: &[u8],
+    stacked: bool,
+    dump: &mut Option<crate::session::dump::Cursor>,
+    out: &mut Vec<u8>,
+    engine: &Engine,
+) {
+    if !engine.crawler_enabled() {
+        out.extend_from_slice(crate::exec::CRAWLER_DISABLED);
+    } else if engine.dumping_disabled() {
+        out.extend_from_slice(b"ERROR metadump not allowed\r\n");
+    } else if stacked {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before metadump\r\n");
+    } else {
+        match qs_proto::crawler_classes(classes) {
+            None => out.extend_from_slice(crate::exec::BAD_CLASS),
+            Some(true) => *dump = Some(crate::session::dump::Cursor::default()),
+            // A valid list of classes that hold nothing here.
+            Some(false) => out.extend_from_slice(qs_proto::response::END),
+        }
+    }
+}
+
+/// Lists chunks of a running dump while the client keeps up: the owned partitions' here, the
+/// others' by their owners. Returns true once the dump is complete (or was never started),
+/// with its `END` written.
+fn continue_dump(
+    dump: &mut Option<crate::session::dump::Cursor>,
+    output: &mut Output,
+    hand: &mut Hand<'_>,
+    engine: &mut Engine,
+    me: usize,
+) -> bool {
+    let Some(cursor) = dump.as_mut() else { return true };
+    let (partitions, buckets) = (engine.partitions.len(), engine.main_buckets());
+    loop {
+        if output.held_bytes() >= crate::session::dump::OUTPUT_AHEAD_BYTES
+            || output.pending_total >= crate::session::dump::CHUNKS_IN_FLIGHT
+            || hand.full
+        {
+            return false;
+        }
+        let Some((partition, range)) = cursor.next_chunk(partitions, buckets) else { break };
+        let owner = engine.owner_of_partition(partition);
+        if owner == me {
+            engine.dump_chunk(partition, range, output.reply_buf());
+        } else {
+            hand.over(
+                owner,
+                &crate::session::dump::encode_chunk(partition, range),
+                OpKind::Reply,
+                output,
+                engine,
+            );
+        }
+    }
+    *dump = None;
+    output.reply_buf().extend_from_slice(qs_proto::response::END);
+    true
+}
+
+/// With `-o ext_path`: when `request` (to run here now) has keys on flash, starts reading them
+/// and returns true; the request stays in the connection's input and runs again when they are
+/// back.
+fn park_for_flash(
+    flash: &mut flash::FlashWaits,
+    request: &Request<'_>,
+    engine: &mut Engine,
+    shared: &Shared,
+    conn: usize,
+    generation: u32,
+) -> bool {
+    flash.keys.clear();
+    engine.flash_probe(request, &mut flash.keys);
+    if flash.keys.is_empty() {
+        return false;
+    }
+    flash.start(flash::Waiter::Local { conn, generation }, engine, shared);
+    true
+}
+
+/// For a storage request whose data block exceeds the item size limit: the key's owner, and
+/// the request that drops the old value there when memcached would (a refused set; any ms).
+fn too_large(request: &Request<'_>, engine: &Engine) -> Option<(usize, Option<Vec<u8>>)> {
+    match request {
+        Request::TooLarge { key, mode, .. } => {
+            let delete =
+                (*mode == qs_proto::StoreMode::Set).then(|| [b"delete ", *key, b" noreply\r\n"].concat());
+            Some((engine.owner_of(key), delete))
+        }
+        Request::Binary(qs_proto::binary::Binary {
+            command: qs_proto::binary::Command::TooLarge { key, set },
+            ..
+        }) => {
+            let delete = set.then(|| {
+                qs_proto::binary::request_frame(qs_proto::binary::opcode::DELETEQ, 0, 0, &[], key, &[])
+            });
+            Some((engine.owner_of(key), delete))
+        }
+        Request::Meta(meta) if meta.too_large(&engine.limits) => {
+            let base64: &[u8] = if meta.options.base64() { b" b" } else { b"" };
+            let delete = [b"md ", meta.key_token, base64, b" q\r\n"].concat();
+            Some((engine.owner_of(meta.key()), Some(delete)))
+        }
+        _ => None,
+    }
+}
+
+/// For a UDP reply's message split: a get's last key (its reply is split at VALUE blocks).
+fn get_last_key(parsed: &Parsed<'_>) -> Option<Box<[u8]>> {
+    match parsed {
+        Parsed::Request { request: Request::Get { keys, .. }, .. } => {
+            qs_proto::tokens::words(keys).last().map(Box::from)
+        }
+        _ => None,
+    }
+}
+
+/// A multi-key get stopped part way (its replies reached the output bound): the keys not yet
+/// run become a get line of their own, written over the keys already run, and wait in the read
+/// buffer until the client has read enough.
+struct Resume {
+    /// Where the get's line starts in the unparsed bytes.
+    line: usize,
+    /// Length of the line's command part without trailing spaces (`get`, `gat <exptime>`).
+    prefix: usize,
+    /// Where the keys not yet run start in the unparsed bytes.
+    rest: usize,
+}
+
+impl Resume {
+    /// `line` is the get's line within `pending`, `keys` its keys and `rest` the suffix of
+    /// them still to run (all subslices of `pending`).
+    fn of(pending: &[u8], line: &[u8], keys: &[u8], rest: &[u8]) -> Resume {
+        let at = |part: &[u8]| part.as_ptr() as usize - pending.as_ptr() as usize;
+        let command = &pending[at(line)..at(keys)];
+        let prefix = command.iter().rposition(|&byte| byte != b' ').map_or(0, |last| last + 1);
+        Resume { line: at(line), prefix, rest: at(rest) }
+    }
+
+    /// Rewrites the line as a get of the remaining keys; returns how many unparsed bytes are
+    /// done with (everything before the rewritten line).
+    fn apply(&self, input: &mut Input) -> usize {
+        // At least one key and its separator were run, so the command part and a space fit
+        // before `rest`.
+        let start = self.rest - self.prefix - 1;
+        debug_assert!(start > self.line);
+        let base = input.start;
+        input.buf.copy_within(base + self.line..base + self.line + self.prefix, base + start);
+        input.buf[base + self.rest - 1] = b' ';
+        start
+    }
+}

@@ -1,0 +1,86 @@
+//! One send per connection per loop turn: each connection's ready output written, finished
+//! connections closed, back-pressured ones resumed.
+
+use super::*;
+
+impl Worker {
+    /// Writes every connection's ready output with one send each; closes finished ones.
+    pub(super) fn write_all(&mut self) {
+        while let Some(index) = self.flush.pop() {
+            let Some(conn) = self.conns[index].as_mut() else { continue };
+            let Transport::Tcp(stream) = &mut conn.transport else {
+                self.finish_udp(index);
+                continue;
+            };
+            // Replies that wait on another worker split a batch's answer in two sends (and
+            // the client's next requests in two reads, so the split lasts): hold the ready part
+            // back until they arrive, which queues the connection again. A client that keeps
+            // sending keeps replies pending; after HOLD_FLUSHES_MAX held flushes in a row the
+            // ready part goes anyway.
+            if conn.watch.is_some() {
+                // New lines for a watcher: try the socket even if it last refused (epoll
+                // reports a UNIX socket writable only once it is three quarters empty), so
+                // its buffer holds what the socket can take, as memcached's logger does.
+                conn.write_blocked = false;
+            }
+            let hold = conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.closing;
+            conn.held = if hold { conn.held + 1 } else { 0 };
+            while !hold && !conn.dead && !conn.write_blocked {
+                if conn.output.unsent().is_empty() {
+                    // TLS: records rustls still holds go out too.
+                    match stream.flush() {
+                        Ok(()) => {}
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                            conn.write_blocked = true;
+                            break;
+                        }
+                        Err(_) => {
+                            conn.dead = true;
+                            break;
+                        }
+                    }
+                    // A watcher's lines move over once what it was sent before is gone.
+                    let Some(sink) = conn.watch.as_ref() else { break };
+                    let moved = sink.take(conn.output.reply_buf());
+                    if moved == 0 {
+                        break;
+                    }
+                    self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+                }
+                match stream.write(conn.output.unsent()) {
+                    Ok(written) => {
+                        self.engine.counters.bytes_written += written as u64;
+                        conn.output.advance(written);
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.write_blocked = true,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => conn.dead = true,
+                }
+            }
+            conn.output.lend_back(&mut self.buffers);
+            let finished = conn.closing
+                && conn.output.held_bytes() == 0
+                && conn.output.pending_total == 0
+                && !conn.write_blocked;
+            if conn.dead || finished {
+                self.close(index);
+            } else if !conn.write_blocked && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH && !conn.stalled {
+                // Output drained below the limit: resume reading if it had stopped.
+                // Unparsed bytes that form no request yet wait for the socket (no spinning).
+                if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
+                    queue(&mut self.work, conn, index);
+                }
+            }
+        }
+        // Connections queued by the flush run next turn (poll returns at once).
+    }
+
+    /// Publishes what the connection buffers hold, when it changed.
+    pub(super) fn publish_buffers(&mut self) {
+        let now = self.buffers.figures();
+        if now != self.buffers_shown {
+            self.buffers_shown = now;
+            self.shared.workers_published[self.index].lock().unwrap_or_else(|e| e.into_inner()).buffers = now;
+        }
+    }
+}
