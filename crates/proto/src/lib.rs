@@ -16,6 +16,7 @@ pub mod check;
 pub mod meta;
 pub mod native;
 pub mod number;
+pub mod request;
 pub mod response;
 pub mod text;
 pub mod tokens;
@@ -99,6 +100,17 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         }
     }
     text::parse(line, line_len, buf, limits)
+}
+
+/// A guess at the key of the request at the start of `buf`, in either protocol, made without
+/// parsing it (for prefetching only: a wrong guess costs a wasted load, never a wrong answer):
+/// a binary frame's key ([`binary::key_guess`]), else the text line's second word
+/// ([`tokens::key_guess`]).
+pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
+    if buf.first() == Some(&binary::REQUEST_MAGIC) {
+        return binary::key_guess(buf);
+    }
+    tokens::key_guess(buf)
 }
 
 /// Where the first newline of `buf` is. Request lines are short, so the first 32 bytes are

@@ -3,117 +3,11 @@
 //! reflects the return flags in the order the request gave them.
 
 use crate::number::{strtol, strtoull};
-use crate::text::{Request, BAD_FORMAT, ERROR};
+pub use crate::request::{Meta, MetaCommand, MetaOptions};
+use crate::request::{Request, BAD_FORMAT, DECODED_KEY_BYTES_MAX, ERROR, META_TOKENS_MAX, OPAQUE_BYTES_MAX};
 use crate::tokens::{Tokens, TOKENS_MAX};
 use crate::{Limits, Parsed, KEY_BYTES_MAX};
 use base64::Engine;
-
-/// Which meta command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetaCommand {
-    /// mg.
-    Get,
-    /// ms.
-    Set,
-    /// md.
-    Delete,
-    /// ma.
-    Arith,
-    /// me.
-    Debug,
-}
-
-impl MetaCommand {
-    /// The command for `m<byte>` (mn is a text command: it takes no key).
-    pub fn from_byte(byte: u8) -> Option<MetaCommand> {
-        Some(match byte {
-            b'g' => MetaCommand::Get,
-            b's' => MetaCommand::Set,
-            b'd' => MetaCommand::Delete,
-            b'a' => MetaCommand::Arith,
-            b'e' => MetaCommand::Debug,
-            _ => return None,
-        })
-    }
-}
-
-/// memcached's MFLAG_MAX_OPT_LENGTH: more tokens than this (terminal included) is refused.
-const META_TOKENS_MAX: usize = 20;
-/// Longest opaque token, `O` included (memcached's MFLAG_MAX_OPAQUE_LENGTH).
-pub const OPAQUE_BYTES_MAX: usize = 32;
-/// A base64 key of [`KEY_BYTES_MAX`] characters decodes to at most this many bytes.
-const DECODED_KEY_BYTES_MAX: usize = KEY_BYTES_MAX / 4 * 3 + 3;
-
-/// A meta request, borrowing the read buffer.
-#[derive(Clone, Debug)]
-pub struct Meta<'a> {
-    /// Which command.
-    pub command: MetaCommand,
-    /// The key token as sent (base64 when the `b` flag is given).
-    pub key_token: &'a [u8],
-    /// The decoded key (`b` flag; the rare path, so it may allocate).
-    decoded: Option<Vec<u8>>,
-    /// The flag tokens as a line.
-    flags_line: &'a [u8],
-    /// ms: the declared data length.
-    pub value_len: usize,
-    /// Parsed flag values.
-    pub options: MetaOptions,
-    /// ms: the data block, without its `\r\n`.
-    pub data: &'a [u8],
-}
-
-/// Values of the meta flags that carry them.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MetaOptions {
-    /// Which flag letters were given (bit `c - 64` for ASCII letter `c`).
-    seen: u64,
-    /// `T`: new TTL.
-    pub ttl: Option<i32>,
-    /// `N`: vivify on miss with this TTL.
-    pub vivify: Option<i32>,
-    /// `R`: win when the remaining TTL is below this.
-    pub recache: Option<i32>,
-    /// `C`: compare CAS.
-    pub cas: Option<u64>,
-    /// `F`: client flags.
-    pub client_flags: u32,
-    /// `M`: mode character.
-    pub mode: Option<u8>,
-    /// `D`: delta (default 1).
-    pub delta: u64,
-    /// `J`: initial value on vivify (default 0).
-    pub initial: u64,
-}
-
-impl MetaOptions {
-    /// Whether flag `letter` was given.
-    pub fn has(&self, letter: u8) -> bool {
-        (b'A'..=b'z').contains(&letter) && self.seen & (1 << (letter - b'A')) != 0
-    }
-
-    /// `q`: suppress the nominal reply.
-    pub fn quiet(&self) -> bool {
-        self.has(b'q')
-    }
-
-    /// `b`: the key is base64.
-    pub fn base64(&self) -> bool {
-        self.has(b'b')
-    }
-}
-
-impl<'a> Meta<'a> {
-    /// The key the item is stored under (decoded when `b` was given).
-    pub fn key(&self) -> &[u8] {
-        self.decoded.as_deref().unwrap_or(self.key_token)
-    }
-
-    /// The flag tokens in request order (each starts with its letter).
-    pub fn flag_tokens(&self) -> impl Iterator<Item = &'a [u8]> {
-        crate::tokens::words(self.flags_line)
-    }
-}
 
 fn refuse(reply: &'static str, len: usize) -> Parsed<'static> {
     Parsed::Refused { reply, len, noreply: false }
@@ -203,20 +97,6 @@ pub(crate) fn parse<'a>(
         }
     }
     Parsed::Request { request: Request::Meta(meta), len }
-}
-
-impl Meta<'_> {
-    /// ms: whether the declared data block exceeds the item size limit (then `data` is empty
-    /// and the request's length covers the block to skip).
-    pub fn too_large(&self, limits: &Limits) -> bool {
-        self.command == MetaCommand::Set
-            && limits.too_large(self.key().len(), self.value_len, self.options.client_flags)
-    }
-
-    /// ma: decrement mode.
-    pub fn decrement(&self) -> bool {
-        matches!(self.options.mode, Some(b'D' | b'-'))
-    }
 }
 
 const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format\r\n";

@@ -1,6 +1,6 @@
 //! Replies, byte for byte as memcached 1.6 writes them.
 
-use crate::meta::Meta;
+use crate::request::Meta;
 
 /// `STORED`.
 pub const STORED: &[u8] = b"STORED\r\n";

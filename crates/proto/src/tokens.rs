@@ -86,15 +86,12 @@ pub fn single_word(line: &[u8]) -> Option<&[u8]> {
     rest[end..].iter().all(|&byte| byte == b' ').then_some(&rest[..end])
 }
 
-/// A guess at the key of the request at the start of `buf`, made without parsing it: the
-/// second word of its first line, where every single-key text and meta command but
+/// A guess at the key of the text or meta request at the start of `buf` ([`crate::key_guess`]
+/// for either protocol), made without parsing it: the second word of its first line, where every single-key text and meta command but
 /// `gat`/`gats` keeps its key (`get k`, `set k 0 0 1`, `mg k v`, ...). For prefetching only:
 /// a wrong guess costs one wasted memory load, never a wrong answer, so the command is not
 /// checked. `None` when the line does not have a whole second word within a key's length.
 pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
-    if buf.first() == Some(&crate::binary::REQUEST_MAGIC) {
-        return crate::binary::key_guess(buf);
-    }
     // The longest command word is 9 bytes (`verbosity`), the longest key 250.
     let head = &buf[..buf.len().min(10 + crate::KEY_BYTES_MAX + 1)];
     let command_end = head.iter().position(|&byte| byte == b' ')?;

@@ -16,6 +16,7 @@ pub mod live;
 pub mod lru;
 pub mod mrc;
 pub mod plot;
+pub mod rng;
 pub mod skew;
 pub mod stream;
 pub mod trace;

@@ -3,7 +3,7 @@
 //! memory for any number of keys (192 Mi keys as cheaply as 1000) and any exponent θ > 0,
 //! including θ ≥ 1, which YCSB's generator (Gray et al.) cannot do.
 
-use crate::stream::Rng;
+use crate::rng::Rng;
 
 /// Ranks 1..=n with P(k) proportional to k^-θ.
 #[derive(Clone, Debug)]

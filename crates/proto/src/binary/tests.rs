@@ -175,7 +175,7 @@ fn replies_are_laid_out_as_memcached_s() {
 fn the_key_guess_is_the_frame_s_key() {
     let buf = frame(opcode::SET, &set_extras(0, 0), b"guess", b"v");
     assert_eq!(key_guess(&buf), Some(&b"guess"[..]));
-    assert_eq!(crate::tokens::key_guess(&buf), Some(&b"guess"[..]));
+    assert_eq!(crate::key_guess(&buf), Some(&b"guess"[..]));
     assert_eq!(key_guess(&buf[..30]), None);
 }
 

@@ -33,7 +33,7 @@ impl Engine {
         }
     }
 
-    /// Prefetch stage 1 for a key not yet parsed (a guess: see [`qs_proto::tokens::key_guess`]);
+    /// Prefetch stage 1 for a key not yet parsed (a guess: see [`qs_proto::key_guess`]);
     /// its place, for stage 2.
     #[inline]
     pub fn prefetch_key(&self, key: &[u8]) -> Located {

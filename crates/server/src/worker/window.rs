@@ -50,7 +50,7 @@ impl Worker {
             {
                 continue;
             }
-            if let Some(key) = qs_proto::tokens::key_guess(conn.input.pending()) {
+            if let Some(key) = qs_proto::key_guess(conn.input.pending()) {
                 ahead.push(engine.prefetch_key(key));
             }
         }
