@@ -38,7 +38,10 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy (all targets, warnings are errors)"
+step "layout: no import cycle between a crate's components, no server file over 1,000 lines"
+python3 scripts/check-layout.py
+
+step "cargo clippy (all targets, warnings are errors; clippy::too_many_lines at 100)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 step "cargo test"

@@ -120,6 +120,8 @@ fn meta_flags(rng: &mut Rng, letters: &[&str]) -> String {
 /// One command. Under CREW (`crew`) `mg` asks no `h`: a plain get served by a worker that
 /// does not own the key leaves the item unmarked (docs/COMPATIBILITY.md). No `mn`: the reply
 /// reader ends each step's reply at the `mn` it sends after the step.
+// still one long sequence of steps; to be split along them.
+#[allow(clippy::too_many_lines)]
 fn command(rng: &mut Rng, crew: bool) -> String {
     match rng.below(19) {
         0..=3 => {

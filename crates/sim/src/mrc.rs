@@ -191,6 +191,8 @@ where
 }
 
 /// Runs `plan` over the stream `open()` returns (called once per pass).
+// still one long sequence of steps; to be split along them.
+#[allow(clippy::too_many_lines)]
 pub fn run<S>(plan: &MrcPlan, mut open: impl FnMut() -> io::Result<S>) -> io::Result<MrcReport>
 where
     S: Iterator<Item = io::Result<Access>>,

@@ -464,6 +464,8 @@ const NO_OP_OPTIONS: &[&str] =
 
 impl Config {
     /// The `-o` options, checked as memcached checks them (its messages).
+    // still one long sequence of steps; to be split along them.
+    #[allow(clippy::too_many_lines)]
     pub fn extended(&self) -> Result<Extended, String> {
         let mut extended = Extended {
             watcher_logbuf_bytes: WATCHER_LOGBUF_BYTES,

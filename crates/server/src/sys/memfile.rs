@@ -63,6 +63,8 @@ fn layout(configs: &[qs_store::Config]) -> String {
 
 /// Opens (or makes) the memory file at `path` for partitions of `configs` and builds them
 /// there. Messages for the operator go to standard error, in memcached's `[restart]` form.
+// still one long sequence of steps; to be split along them.
+#[allow(clippy::too_many_lines)]
 pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Result<Opened, String> {
     let fail = |what: &str, error: std::io::Error| format!("-e {}: {what}: {error}", path.display());
     let meta = meta_path(path);

@@ -4,6 +4,8 @@
 use super::*;
 
 impl Worker {
+    // still one long sequence of steps; to be split along them.
+    #[allow(clippy::too_many_lines)]
     pub(super) fn accept(&mut self, listener: usize) {
         let shared = self.shared.clone();
         let _turn = match self.listeners.get(listener) {
