@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Two quicksilver builds side by side under memtier_benchmark: server CPU per request, the
+builds interleaved round by round so drift hits both alike. Each server runs one worker
+pinned to core 0 (`-t 1`), memtier runs on core 1: one thread, 50 connections, 1 set to 19
+gets over 100,000 preloaded keys of 32 bytes, at each pipeline depth. CPU is the server's
+utime + stime from /proc/PID/stat over the measured run; requests are cmd_get + cmd_set.
+
+    scripts/bench-ab.py BEFORE AFTER [--memtier PATH] [--rounds 3] [--depths 1,16] [--seconds 5]
+"""
+import argparse
+import os
+import socket
+import subprocess
+import time
+
+KEYS = 100_000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stats(port):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"stats\r\n")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            data += s.recv(65536)
+    fields = dict(line.split()[1:3] for line in data.decode().splitlines() if line.startswith("STAT"))
+    return int(fields["cmd_get"]) + int(fields["cmd_set"])
+
+
+def cpu_secs(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(binary, memtier, depth, seconds):
+    port = free_port()
+    server = subprocess.Popen(["taskset", "-c", "0", binary, "-t", "1", "-p", str(port), "-l", "127.0.0.1", "-U", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        common = ["taskset", "-c", "1", memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text",
+                  "-t", "1", "-c", "50", "-d", "32", f"--key-maximum={KEYS}", "--hide-histogram"]
+        subprocess.run(common + ["--ratio", "1:0", "--key-pattern", "P:P", "-n", str(KEYS // 50)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        ops0, cpu0 = stats(port), cpu_secs(server.pid)
+        subprocess.run(common + ["--ratio", "1:19", "--key-pattern", "R:R", "--pipeline", str(depth),
+                                 "--test-time", str(seconds)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        ops1, cpu1 = stats(port), cpu_secs(server.pid)
+        return (ops1 - ops0), (cpu1 - cpu0)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--depths", default="1,16")
+    parser.add_argument("--seconds", type=int, default=5)
+    args = parser.parse_args()
+    for depth in [int(d) for d in args.depths.split(",")]:
+        totals = {"before": [0, 0.0], "after": [0, 0.0]}
+        for round_ in range(args.rounds):
+            order = [("before", args.before), ("after", args.after)]
+            if round_ % 2:
+                order.reverse()
+            for name, binary in order:
+                ops, cpu = measure(binary, args.memtier, depth, args.seconds)
+                totals[name][0] += ops
+                totals[name][1] += cpu
+                print(f"depth {depth:2} round {round_ + 1} {name:6}: {ops / args.seconds:10.0f} req/s, "
+                      f"{cpu * 1e6 / max(ops, 1):6.3f} us CPU/request", flush=True)
+        per = {name: cpu * 1e6 / max(ops, 1) for name, (ops, cpu) in totals.items()}
+        print(f"depth {depth:2}: CPU per request after/before = {per['after'] / per['before']:.3f} "
+              f"({per['before']:.3f} -> {per['after']:.3f} us)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
