@@ -153,7 +153,7 @@ pub enum Request<'a> {
     /// mn.
     MetaNoop,
     /// `lru_crawler metadump <classes>`: list every item (the server checks `classes` with
-    /// [`crawler_classes`], after checking that the crawler is enabled, as memcached does).
+    /// [`crate::text::crawler_classes`], after checking that the crawler is enabled, as memcached does).
     Metadump {
         /// `all`, `hash`, or a comma-separated list of class ids.
         classes: &'a [u8],

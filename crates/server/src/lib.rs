@@ -3,9 +3,12 @@
 //! MICA's request direction (CREW reads anywhere, writes handed to the owner over SPSC rings,
 //! or a port per worker for partition-aware clients).
 //!
-//! Data path: socket bytes -> [`conn`] read buffer -> `qs_proto::parse` -> [`engine::Engine::route`]
-//! -> run here ([`engine`]) or hand over ([`worker`] rings) -> reply bytes in request order
-//! ([`conn::Output`]) -> one send per connection per loop turn.
+//! Data path: socket bytes -> [`session`] read buffer -> `qs_proto::parse` (one request type) ->
+//! [`exec::Engine::route`] -> run here ([`exec`]) or hand over ([`direct`] rings) -> reply bytes
+//! in request order ([`session::Output`]) -> one send per connection per loop turn ([`worker`]).
+//! The components, bottom up: [`sys`], [`config`], [`observe`], [`session`], [`flashio`],
+//! [`shared`], [`admin`], [`exec`], [`direct`], [`native`], [`worker`], [`server`]; none imports
+//! one above it (scripts/check-layout.py).
 
 pub mod admin;
 pub mod config;
