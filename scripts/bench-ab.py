@@ -9,33 +9,18 @@ utime + stime from /proc/PID/stat over the measured run; requests are cmd_get + 
 """
 import argparse
 import os
-import socket
 import subprocess
-import time
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_seconds, free_port, stats, wait_port  # noqa: E402
 
 KEYS = 100_000
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stats(port):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
-    fields = dict(line.split()[1:3] for line in data.decode().splitlines() if line.startswith("STAT"))
+def requests(port):
+    fields = stats(port)
     return int(fields["cmd_get"]) + int(fields["cmd_set"])
-
-
-def cpu_secs(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(binary, memtier, depth, seconds):
@@ -43,21 +28,16 @@ def measure(binary, memtier, depth, seconds):
     server = subprocess.Popen(["taskset", "-c", "0", binary, "-t", "1", "-p", str(port), "-l", "127.0.0.1", "-U", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_port(port)
         common = ["taskset", "-c", "1", memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text",
                   "-t", "1", "-c", "50", "-d", "32", f"--key-maximum={KEYS}", "--hide-histogram"]
         subprocess.run(common + ["--ratio", "1:0", "--key-pattern", "P:P", "-n", str(KEYS // 50)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        ops0, cpu0 = stats(port), cpu_secs(server.pid)
+        ops0, cpu0 = requests(port), cpu_seconds(server.pid)
         subprocess.run(common + ["--ratio", "1:19", "--key-pattern", "R:R", "--pipeline", str(depth),
                                  "--test-time", str(seconds)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        ops1, cpu1 = stats(port), cpu_secs(server.pid)
+        ops1, cpu1 = requests(port), cpu_seconds(server.pid)
         return (ops1 - ops0), (cpu1 - cpu0)
     finally:
         server.terminate()
