@@ -1,4 +1,4 @@
-//! The flash tier's reads (`-o ext_path`, issue 26): workers never wait for the device. A
+//! The flash tier's reads (`-o ext_path`): workers never wait for the device. A
 //! worker that needs a record on flash queues a [`Job`] here; one of `ext_threads` reader
 //! threads reads it with `pread` and leaves the bytes in the worker's completion queue, then
 //! wakes the worker (the same wake-up the rings use). The worker meanwhile serves everything

@@ -11,6 +11,7 @@
 //! one above it (scripts/check-layout.py).
 
 pub mod admin;
+pub mod codec;
 pub mod config;
 pub mod direct;
 pub mod exec;

@@ -507,9 +507,8 @@ fn execute(
                 Outcome::Exists => (Status::Exists, 0),
                 Outcome::NotFound => (Status::NotFound, 0),
                 outcome @ (Outcome::TooLarge | Outcome::OutOfMemory) => {
-                    // As memcached: a set that cannot be stored removes the old value.
                     if mode == StoreMode::Set {
-                        run(engine, Command::Delete { cas: 0 }, &mut Vec::new());
+                        engine.drop_refused(key);
                     }
                     (if outcome == Outcome::TooLarge { Status::TooLarge } else { Status::OutOfMemory }, 0)
                 }

@@ -1,4 +1,4 @@
-//! `-o ext_path` (issue 26 part 1): items that leave DRAM go to a flash log and come back
+//! `-o ext_path`: items that leave DRAM go to a flash log and come back
 //! without the worker waiting for the device; every command keeps memcached's semantics on
 //! them; replies keep request order; a full device turns the tier off and DRAM keeps serving.
 

@@ -1,4 +1,4 @@
-//! TLS (-Z, issue 28) end to end: the real server binary and a rustls client over loopback.
+//! TLS (-Z) end to end: the real server binary and a rustls client over loopback.
 //! memcached's own ssl_*.t files run in scripts/memcached-t.sh; pymemcache's TLS client and
 //! `openssl s_client` in tests/interop.rs. Certificates: tests/tls/ (tests/tls/gen.sh).
 

@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn dram_with_nine_times_as_much_flash_hits_as_ten_times_the_dram() {
-        // The flash tier's promise (issue 26): a hit ratio equal to a DRAM-only cache ten
+        // The flash tier's promise: a hit ratio equal to a DRAM-only cache ten
         // times as large. 20,000 keys of 64-byte items; 64 KiB of DRAM (5% of the working set).
         let run = |log_bytes: u64, flash_ratio: f64| {
             let shape = EngineShape { flash_ratio, ..shape(log_bytes, Eviction::ApproxLru) };

@@ -1,4 +1,4 @@
-//! The flash tier's log (`-o ext_path`, issue 26 part 1): items that leave the head of a
+//! The flash tier's log (`-o ext_path`): items that leave the head of a
 //! partition's DRAM log go on, in large sequential writes, to a circular log in a file on flash.
 //!
 //! The log is cut into pages of `page_bytes` (memcached's extstore writes whole pages too). The

@@ -1,4 +1,4 @@
-//! A front cache for hot keys under EREW (issue 25 part 4; the NIC-cache paper's front cache in
+//! A front cache for hot keys under EREW (the NIC-cache paper's front cache in
 //! software): a worker that does not own a key's partition keeps a small set-associative table
 //! of replies it got from the owner, and serves a repeated read from it instead of handing the
 //! request over, as long as nothing may have changed the item since.

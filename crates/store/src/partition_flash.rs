@@ -1,4 +1,4 @@
-//! A partition's flash tier (`-o ext_path`, issue 26 part 1): items leaving the DRAM log's head
+//! A partition's flash tier (`-o ext_path`): items leaving the DRAM log's head
 //! are demoted to the partition's [`FlashLog`] instead of dropped, and their index slot is
 //! re-pointed there (the tag with [`FLASH_TAG`] set, the flash offset), so a flash item costs no
 //! more DRAM than a slot. A DRAM lookup's tag compare never matches a flash slot; a command that

@@ -4,25 +4,60 @@
 //! replies back in a batch of its own; each reply is placed by its id in the connection's
 //! ordered output.
 
+use crate::codec::Dialect;
 use crate::exec::Engine;
 use crate::session::Output;
 use qs_proto::{GetKind, Parsed, Request};
 use rtrb::{Consumer, Producer};
 
-/// What happens to a forwarded request's reply.
+/// What one handed-over operation asks of its owner. Its bytes in the batch are a client's
+/// request for `Request` and `Everywhere`, a key for `Get` and `Drop`, nothing for `Chunk`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpKind {
-    /// Sent to the client as is.
-    Reply,
-    /// One key of a split multi-get: the VALUE block without the END line.
-    StripEnd,
-    /// Not sent (flush_all on other workers, the delete after a refused set).
-    Discard,
-    /// Held by the owner for flash reads: answered in a later batch (never on a ring).
-    Held,
+pub enum Task {
+    /// A client's request as it arrived, in its dialect: run whole, its reply sent as it is.
+    Request(Dialect),
+    /// A client's request that every worker runs on its own partitions (`flush_all`,
+    /// `cache_memlimit`): the reply the asking worker sends is its own, so this one is dropped.
+    Everywhere(Dialect),
+    /// A get of one key: its VALUE block (nothing on a miss); with `end`, and `END` after it
+    /// (a get of that key alone), without, as one key of a multi-key get split between owners.
+    Get {
+        /// Which get.
+        kind: GetKind,
+        /// The reply ends the get.
+        end: bool,
+    },
+    /// A store refused as too large drops the key's old value here, as memcached drops it;
+    /// no reply (the asking worker answers).
+    Drop,
+    /// A chunk of an `lru_crawler metadump`: the items of `partition`'s buckets `start..end`.
+    Chunk {
+        /// The partition.
+        partition: u32,
+        /// Its first bucket.
+        start: u32,
+        /// One past its last bucket.
+        end: u32,
+    },
 }
 
-/// One forwarded request.
+impl Task {
+    /// The request a task stands for, with its bytes: what its flash reads are probed from
+    /// (`None` for a dump chunk, which reads no keys).
+    pub fn request<'a>(self, bytes: &'a [u8], limits: &qs_proto::Limits) -> Option<Request<'a>> {
+        match self {
+            Task::Request(dialect) | Task::Everywhere(dialect) => match dialect.parse(bytes, limits) {
+                Parsed::Request { request, .. } => Some(request),
+                other => panic!("handed-over request did not parse: {other:?}"),
+            },
+            Task::Get { kind, .. } => Some(Request::Get { kind, keys: bytes }),
+            Task::Drop => Some(Request::Delete { key: bytes, noreply: true }),
+            Task::Chunk { .. } => None,
+        }
+    }
+}
+
+/// One handed-over operation.
 #[derive(Clone, Copy, Debug)]
 pub struct Op {
     pub conn: u32,
@@ -30,8 +65,10 @@ pub struct Op {
     /// The connection's descriptor (`watch` lines name it).
     pub fd: i32,
     pub id: u64,
-    pub kind: OpKind,
-    pub request: (u32, u32),
+    pub task: Task,
+    /// Its bytes in the batch's `requests`: start and length.
+    pub bytes: (u32, u32),
+    /// Its reply in the batch's `responses`: start and length.
     pub response: (u32, u32),
     /// `-o front_cache`: a plain `get` of one key answered under these write epochs and
     /// second, for the asking worker's front cache.
@@ -110,29 +147,21 @@ pub struct Hand<'a> {
 }
 
 impl Hand<'_> {
-    /// Adds `request` (complete request bytes) to this turn's batch for `owner` and reserves
-    /// its reply's place in `output`.
-    pub fn over(
-        &mut self,
-        owner: usize,
-        request: &[u8],
-        kind: OpKind,
-        output: &mut Output,
-        engine: &mut Engine,
-    ) {
+    /// Adds `task` with its `bytes` to this turn's batch for `owner` and reserves its reply's
+    /// place in `output`.
+    pub fn over(&mut self, owner: usize, task: Task, bytes: &[u8], output: &mut Output, engine: &mut Engine) {
         let id = output.wait_for(owner);
         let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
         let start = batch.requests.len();
-        batch.requests.extend_from_slice(request);
+        batch.requests.extend_from_slice(bytes);
         self.full |= batch.requests.len() >= BATCH_BYTES_MAX;
-        let request = (start as u32, request.len() as u32);
         batch.ops.push(Op {
             conn: self.conn,
             generation: self.generation,
             fd: self.fd,
             id,
-            kind,
-            request,
+            task,
+            bytes: (start as u32, bytes.len() as u32),
             response: (0, 0),
             front: None,
         });
@@ -140,46 +169,39 @@ impl Hand<'_> {
     }
 }
 
-/// Parses a handed-over request's bytes (either protocol).
-pub fn parse_handed<'a>(request: &'a [u8], limits: &qs_proto::Limits) -> Parsed<'a> {
-    match request.first() {
-        Some(&qs_proto::binary::REQUEST_MAGIC) => qs_proto::binary::parse(request, limits),
-        _ => qs_proto::parse(request, limits),
-    }
-}
-
-/// Runs one handed-over request (or dump chunk) and appends its reply to `responses`.
-pub fn run_op(engine: &mut Engine, op: &mut Op, request: &[u8], responses: &mut Vec<u8>) {
+/// Runs one handed-over operation, whose bytes are `bytes`, and appends its reply to
+/// `responses`.
+pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], responses: &mut Vec<u8>) {
     let response_start = responses.len();
     engine.conn_fd = op.fd;
-    if let Some((partition, buckets)) = crate::session::dump::decode_chunk(request) {
-        engine.dump_chunk(partition, buckets, responses);
-        op.response = (response_start as u32, (responses.len() - response_start) as u32);
-        return;
-    }
-    match parse_handed(request, &engine.limits) {
-        Parsed::Request { request, .. } => {
+    op.front = None;
+    match op.task {
+        Task::Request(_) | Task::Everywhere(_) => {
+            let request = op.task.request(bytes, &engine.limits).expect("a client request");
             // Every key of a handed-over request is owned here, so nothing is handed on.
             engine.for_other = true;
             engine.execute(&request, responses);
             engine.for_other = false;
-            op.front = match request {
-                Request::Get { kind: GetKind::Get, keys } if op.kind == OpKind::Reply => {
-                    qs_proto::tokens::single_word(keys).and_then(|key| engine.front_tag(key))
-                }
-                _ => None,
-            };
-        }
-        other => panic!("handed-over request did not parse: {other:?}"),
-    }
-    match op.kind {
-        OpKind::Reply | OpKind::Held => {}
-        OpKind::StripEnd => {
-            if responses[response_start..].ends_with(qs_proto::response::END) {
-                responses.truncate(responses.len() - qs_proto::response::END.len());
+            if matches!(op.task, Task::Everywhere(_)) {
+                responses.truncate(response_start);
             }
         }
-        OpKind::Discard => responses.truncate(response_start),
+        Task::Get { kind, end } => {
+            if !engine.get_one(kind, bytes, responses) {
+                responses.extend_from_slice(qs_proto::response::BAD_FORMAT);
+            } else if end {
+                responses.extend_from_slice(crate::codec::END);
+                if kind == GetKind::Get {
+                    op.front = engine.front_tag(bytes);
+                }
+            }
+        }
+        Task::Drop => engine.drop_refused(bytes),
+        Task::Chunk { partition, start, end } => {
+            engine.dump_chunk(partition as usize, start as usize..end as usize, responses);
+            op.response = (response_start as u32, (responses.len() - response_start) as u32);
+            return;
+        }
     }
     op.response = (response_start as u32, (responses.len() - response_start) as u32);
     engine.counters.executed_for_others += 1;

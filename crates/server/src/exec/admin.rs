@@ -3,6 +3,7 @@
 //! that touches no key to [`crate::admin`].
 
 use super::*;
+use crate::codec::{BAD_CLASS, CRAWLER_DISABLED};
 
 impl Engine {
     /// Runs a command that touches no key (`stats`, `version`, `shutdown`, the crawler and

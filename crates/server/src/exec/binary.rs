@@ -92,8 +92,8 @@ impl Engine {
                 self.counters.cmd_set += 1;
                 self.counters.store_too_large += 1;
                 self.shared.detail.record_set(key);
-                if set && self.partitions[self.locate(key).1].is_some() {
-                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                if set {
+                    self.drop_refused(key);
                 }
                 error(out, status::E2BIG);
             }

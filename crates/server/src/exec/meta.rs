@@ -179,7 +179,7 @@ impl Engine {
             };
         }
         if meta.too_large(&self.limits) {
-            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+            self.drop_refused(key);
             out.extend_from_slice(reply::TOO_LARGE);
             return;
         }
@@ -193,15 +193,11 @@ impl Engine {
             Outcome::NotStored => ("NS", 0),
             Outcome::Exists => ("EX", 0),
             Outcome::NotFound => ("NF", 0),
-            Outcome::TooLarge => {
-                self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
-                out.extend_from_slice(reply::TOO_LARGE);
-                return;
-            }
-            Outcome::OutOfMemory => {
-                // As memcached -M: the old value does not outlive a refused ms.
-                self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
-                out.extend_from_slice(reply::OUT_OF_MEMORY);
+            Outcome::TooLarge | Outcome::OutOfMemory => {
+                self.drop_refused(key);
+                let refusal =
+                    if outcome == Outcome::TooLarge { reply::TOO_LARGE } else { reply::OUT_OF_MEMORY };
+                out.extend_from_slice(refusal);
                 return;
             }
             _ => {

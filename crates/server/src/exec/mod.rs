@@ -215,7 +215,7 @@ impl Engine {
                 self.counters.store_too_large += 1;
                 self.shared.detail.record_set(key);
                 if mode == StoreMode::Set {
-                    self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+                    self.drop_refused(key);
                 }
                 if !noreply {
                     out.extend_from_slice(reply::TOO_LARGE);
@@ -491,38 +491,27 @@ impl Engine {
             outcome = Outcome::NotFound;
         }
         self.log_store(key, &outcome, mode, expiry, data.len());
-        // memcached (-M for out of memory) drops the old value of a set it could not store.
         if matches!(outcome, Outcome::TooLarge | Outcome::OutOfMemory) && mode == qs_store::StoreMode::Set {
-            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+            self.drop_refused(key);
         }
         outcome
     }
-}
 
-/// `lru_crawler` refusals, as memcached words them.
-pub const CRAWLER_DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled\r\n";
-/// A class list that names no class (see [`qs_proto::crawler_classes`]).
-pub const BAD_CLASS: &[u8] = b"BADCLASS invalid class id\r\n";
+    /// The one rule for a store refused for its size or for memory (a `set` of any protocol,
+    /// any meta set; -M for out of memory): memcached drops the key's old value, so a reader
+    /// never sees the value the client meant to replace. Counted as no delete. The key's
+    /// partition is owned here (a refusal answered elsewhere hands the drop to the owner).
+    pub fn drop_refused(&mut self, key: &[u8]) {
+        if self.partitions[self.locate(key).1].is_some() {
+            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+        }
+    }
+}
 
 /// The `size=` that `me` and `lru_crawler metadump` report: the item's bytes in the log
 /// (header with its extension word, key and value), as memcached reports its item's.
 fn debug_size(key_len: usize, value_len: usize) -> usize {
     qs_store::item::item_bytes(key_len, value_len, true)
-}
-
-/// A get of one key in the form of `kind`, as request bytes (to hand one key to its owner).
-pub fn single_get_line(kind: GetKind, key: &[u8], line: &mut Vec<u8>) {
-    match kind {
-        GetKind::Get => line.extend_from_slice(b"get "),
-        GetKind::Gets => line.extend_from_slice(b"gets "),
-        GetKind::Gat { exptime } | GetKind::Gats { exptime } => {
-            line.extend_from_slice(if kind.with_cas() { b"gats " } else { b"gat " });
-            reply::push_i64(line, exptime as i64);
-            line.push(b' ');
-        }
-    }
-    line.extend_from_slice(key);
-    line.extend_from_slice(b"\r\n");
 }
 
 /// The key of a request that names exactly one.

@@ -3,8 +3,8 @@
 //! memcached hands the connection to its crawler thread, which walks the LRUs and writes to
 //! the socket as it goes. Here a dump is a cursor on the connection: each partition's main
 //! index buckets are listed [`CHUNK_BUCKETS`] at a time, by the connection's worker for the
-//! partitions it owns and by their owners for the rest (a chunk request handed over like any
-//! other request, whose reply lands in order). Only a bounded amount is produced ahead of
+//! partitions it owns and by their owners for the rest (a chunk task on the rings between
+//! workers, whose reply lands in order). Only a bounded amount is produced ahead of
 //! what the client has read, so a dump of any size runs in bounded memory and never holds up
 //! the worker's other connections.
 
@@ -44,32 +44,6 @@ impl Cursor {
     }
 }
 
-/// The first byte of a chunk request. No client request can be handed over with it: a line
-/// that starts with it parses as an unknown command and is answered where it arrived.
-const CHUNK_TAG: u8 = 0;
-/// Bytes of an encoded chunk request.
-pub const CHUNK_BYTES: usize = 1 + 3 * 8;
-
-/// A chunk request as handed to a partition's owner.
-pub fn encode_chunk(partition: usize, buckets: Range<usize>) -> [u8; CHUNK_BYTES] {
-    let mut bytes = [0u8; CHUNK_BYTES];
-    bytes[0] = CHUNK_TAG;
-    for (at, value) in [partition, buckets.start, buckets.end].into_iter().enumerate() {
-        bytes[1 + at * 8..9 + at * 8].copy_from_slice(&(value as u64).to_le_bytes());
-    }
-    bytes
-}
-
-/// The chunk that `bytes` asks for, if they are a chunk request.
-pub fn decode_chunk(bytes: &[u8]) -> Option<(usize, Range<usize>)> {
-    if bytes.len() != CHUNK_BYTES || bytes[0] != CHUNK_TAG {
-        return None;
-    }
-    let word =
-        |at: usize| u64::from_le_bytes(bytes[1 + at * 8..9 + at * 8].try_into().expect("8 bytes")) as usize;
-    Some((word(0), word(1)..word(2)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,13 +62,5 @@ mod tests {
             assert!(seen.iter().flatten().all(|&count| count == 1), "{partitions} x {buckets}");
             assert_eq!(cursor.next_chunk(partitions, buckets), None);
         }
-    }
-
-    #[test]
-    fn chunk_requests_round_trip_and_client_bytes_are_not_chunks() {
-        let bytes = encode_chunk(7, 256..384);
-        assert_eq!(decode_chunk(&bytes), Some((7, 256..384)));
-        assert_eq!(decode_chunk(b"get a\r\n"), None);
-        assert_eq!(decode_chunk(&bytes[..CHUNK_BYTES - 1]), None);
     }
 }

@@ -648,6 +648,84 @@ pub enum Transport {
     },
 }
 
+/// What a connection's requests wait for while it is [`State::Blocked`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Every request it handed to other workers has come back (its next request must run
+    /// after them, or it has `PENDING_PER_CONN_MAX` out).
+    Replies,
+    /// Its first request's flash reads (worker::flash): it runs again when they are back.
+    Flash,
+    /// This turn's hand-over batches are sent (an owner's batch is full, or `-R`'s count of
+    /// requests per event is reached): it runs again next turn.
+    Turn,
+}
+
+/// Where a connection stands. Facts about its socket (readable, closed by the peer, refusing
+/// writes) and its input (starved, at its end) are kept beside it; this is what the worker
+/// may do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Reads and runs requests.
+    Open,
+    /// Reads nothing and runs nothing until what it waits for is done.
+    Blocked(Wait),
+    /// Reads nothing more; closes once its output is sent (quit, end of input, shutdown).
+    Closing,
+    /// Closes now.
+    Dead,
+}
+
+impl State {
+    /// Blocks an open connection on `why` (a closing or dead one stays as it is).
+    pub fn block(&mut self, why: Wait) {
+        if matches!(self, State::Open | State::Blocked(_)) {
+            *self = State::Blocked(why);
+        }
+    }
+
+    /// Opens a connection blocked on `why`; true if it was.
+    pub fn unblock(&mut self, why: Wait) -> bool {
+        let was = *self == State::Blocked(why);
+        if was {
+            *self = State::Open;
+        }
+        was
+    }
+
+    /// Whether it is blocked on `why`.
+    pub fn blocked(&self, why: Wait) -> bool {
+        *self == State::Blocked(why)
+    }
+
+    /// Closes once the output is sent (a dead connection stays dead).
+    pub fn close(&mut self) {
+        if !self.is_dead() {
+            *self = State::Closing;
+        }
+    }
+
+    /// Closes now.
+    pub fn kill(&mut self) {
+        *self = State::Dead;
+    }
+
+    /// Whether it closes once its output is sent.
+    pub fn is_closing(&self) -> bool {
+        *self == State::Closing
+    }
+
+    /// Whether it closes now.
+    pub fn is_dead(&self) -> bool {
+        *self == State::Dead
+    }
+
+    /// Whether it ends: closing or dead.
+    pub fn is_ending(&self) -> bool {
+        matches!(self, State::Closing | State::Dead)
+    }
+}
+
 /// A connection.
 pub struct Conn {
     /// The socket.
@@ -658,6 +736,8 @@ pub struct Conn {
     pub input: Input,
     /// Output.
     pub output: Output,
+    /// What the worker may do with it.
+    pub state: State,
     /// The socket may have more to read.
     pub read_ready: bool,
     /// The peer has closed its side (epoll's read-closed): a short read does not mean the
@@ -665,18 +745,8 @@ pub struct Conn {
     pub peer_closed: bool,
     /// The socket refused a write; wait for writable.
     pub write_blocked: bool,
-    /// Processing stops until every forwarded request has come back.
-    pub stalled: bool,
-    /// Its first request waits for flash reads (worker::flash): it runs again when they are back.
-    pub flash_wait: bool,
-    /// Close once the output is sent (quit, end of input, shutdown).
-    pub closing: bool,
-    /// Close now.
-    pub dead: bool,
     /// Queued for servicing this loop turn.
     pub queued: bool,
-    /// Processing stopped until this turn's hand-over batches are sent.
-    pub waiting: bool,
     /// Flushes in a row that held ready output back while replies from other workers were
     /// outstanding (at most `HOLD_FLUSHES_MAX`).
     pub held: u8,
@@ -707,16 +777,44 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Whether its socket may be read now: it has more, and neither its output nor a hand-over
-    /// holds its requests back.
+    /// A new connection on `transport`, open, with nothing read or written yet.
+    pub fn new(
+        transport: Transport,
+        generation: u32,
+        input: Input,
+        output: Output,
+        protocol: crate::config::Protocol,
+    ) -> Conn {
+        Conn {
+            transport,
+            generation,
+            input,
+            output,
+            state: State::Open,
+            read_ready: false,
+            peer_closed: false,
+            write_blocked: false,
+            queued: false,
+            held: 0,
+            dump: None,
+            stacked: false,
+            eof: false,
+            starved: false,
+            info: None,
+            fd: -1,
+            watch: None,
+            error: false,
+            protocol,
+            authenticated: true,
+        }
+    }
+
+    /// Whether its socket may be read now: it is open, it has more, and its output does not
+    /// hold its requests back.
     pub fn may_read(&self) -> bool {
         self.read_ready
-            && !self.waiting
-            && !self.dead
-            && !self.closing
+            && self.state == State::Open
             && !self.eof
-            && !self.stalled
-            && !self.flash_wait
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
     }
 }

@@ -48,7 +48,7 @@ impl Worker {
             if open >= self.shared.config.max_connections as u64 {
                 self.shared.curr_connections.fetch_sub(1, Relaxed);
                 self.shared.rejected_connections.fetch_add(1, Relaxed);
-                let _ = stream.write(TOO_MANY_CONNECTIONS);
+                let _ = stream.write(codec::TOO_MANY_CONNECTIONS);
                 continue;
             }
             if self.listener_tls[listener] {
@@ -93,32 +93,18 @@ impl Worker {
                     format_args!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),
                 );
             }
-            let conn = Conn {
-                watch: None,
-                error: false,
-                protocol: self.listener_protocols[listener],
-                authenticated: self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none(),
-                info: Some(info),
-                fd,
-                transport: Transport::Tcp(stream),
-                generation: self.generations[index],
-                input: Input::new(self.input_limit),
-                output: Output::new(self.shared.workers),
-                read_ready: true,
-                peer_closed: false,
-                write_blocked: false,
-                stalled: false,
-                flash_wait: false,
-                closing: false,
-                dead: false,
-                queued: false,
-                waiting: false,
-                held: 0,
-                dump: None,
-                stacked: false,
-                eof: false,
-                starved: false,
-            };
+            let mut conn = Conn::new(
+                Transport::Tcp(stream),
+                self.generations[index],
+                Input::new(self.input_limit),
+                Output::new(self.shared.workers),
+                self.listener_protocols[listener],
+            );
+            conn.authenticated =
+                self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none();
+            conn.info = Some(info);
+            conn.fd = fd;
+            conn.read_ready = true;
             self.conns[index] = Some(conn);
             self.work.push(index);
             if let Some(conn) = self.conns[index].as_mut() {
@@ -150,8 +136,8 @@ impl Worker {
             if overdue {
                 tls.handshake_errors.fetch_add(1, Relaxed);
                 if let Some(conn) = self.conns[index].as_mut() {
+                    conn.state.kill();
                     conn.error = true;
-                    conn.dead = true;
                 }
                 self.close(index);
             }
@@ -184,7 +170,7 @@ impl Worker {
                 return;
             };
             if let crate::session::Stream::Tls(session) = stream {
-                if !conn.dead {
+                if !conn.state.is_dead() {
                     session.close();
                 }
             }

@@ -1,4 +1,4 @@
-//! A worker's requests that wait for flash reads (`-o ext_path`, issue 26).
+//! A worker's requests that wait for flash reads (`-o ext_path`).
 //!
 //! Before a request runs here, [`Engine::flash_probe`] names its keys whose records are on
 //! flash. Such a request waits while the worker serves everything else:
@@ -12,7 +12,7 @@
 //! DRAM, where the request then finds it, or keeps the record to serve a plain get from it.
 
 use super::{queue, Worker};
-use crate::direct::{run_op, Batch, Op};
+use crate::direct::{run_op, Batch, Op, Task};
 use crate::exec::{Engine, FlashKey, FlashResolved};
 use crate::flashio::{Done, Job, Uring};
 use crate::shared::Shared;
@@ -415,6 +415,23 @@ impl FlashWaits {
         !self.held.is_empty() && self.held.contains_key(&(from, op.conn, op.generation))
     }
 
+    /// Whether an operation handed over by worker `from` must wait: one of its connection's
+    /// is held already, or its keys are on flash (then `self.keys` names them). A dump chunk
+    /// reads no keys and never waits.
+    pub(super) fn must_hold(&mut self, from: usize, op: &Op, bytes: &[u8], engine: &Engine) -> bool {
+        if matches!(op.task, Task::Chunk { .. }) {
+            return false;
+        }
+        if self.holds(from, op) {
+            return true;
+        }
+        self.keys.clear();
+        if let Some(request) = op.task.request(bytes, &engine.limits) {
+            engine.flash_probe(&request, &mut self.keys);
+        }
+        !self.keys.is_empty()
+    }
+
     /// Holds a handed-over request behind the connection's others, or (with `self.keys` to
     /// read) as the first.
     pub(super) fn hold(
@@ -456,7 +473,7 @@ impl Worker {
                     if conn.generation != generation {
                         continue;
                     }
-                    conn.flash_wait = false;
+                    conn.state.unblock(crate::session::Wait::Flash);
                     self.engine.flash_resolved = resolved;
                     queue(&mut self.work, conn, index);
                     self.service(index);
@@ -477,8 +494,9 @@ impl Worker {
     /// Runs a held request now and adds its reply to `batch` (a late reply batch: it carries
     /// no request bytes, so the asking worker's in-flight count is not charged twice).
     fn run_late(&mut self, batch: &mut Batch, mut op: Op, request: &[u8]) {
-        op.front = None;
         run_op(&mut self.engine, &mut op, request, &mut batch.responses);
+        // Without the key's bytes in the batch, the asking worker cannot fill its front cache.
+        op.front = None;
         batch.ops.push(op);
     }
 
@@ -494,7 +512,7 @@ impl Worker {
                 Some(Wait { waiter: Waiter::Handed { op, request, .. }, .. }) => (*op, request.clone()),
                 _ => unreachable!("held waits are handed over"),
             };
-            if let Some(keys) = probe_bytes(&mut self.engine, &request) {
+            if let Some(keys) = probe_bytes(&mut self.engine, op.task, &request) {
                 let wait = self.flash.waits[id].as_mut().expect("a held wait");
                 wait.states = keys.iter().map(|_| KeyState::Reading).collect();
                 wait.keys = keys;
@@ -512,13 +530,9 @@ impl Worker {
     }
 }
 
-/// The flash keys of a handed-over request's bytes, if it has any.
-fn probe_bytes(engine: &mut Engine, request: &[u8]) -> Option<Vec<FlashKey>> {
-    let parse = match request.first() {
-        Some(&qs_proto::binary::REQUEST_MAGIC) => qs_proto::binary::parse,
-        _ => qs_proto::parse,
-    };
-    let qs_proto::Parsed::Request { request, .. } = parse(request, &engine.limits) else { return None };
+/// The flash keys of a handed-over operation with its bytes, if it has any.
+fn probe_bytes(engine: &mut Engine, task: Task, bytes: &[u8]) -> Option<Vec<FlashKey>> {
+    let request = task.request(bytes, &engine.limits)?;
     let mut keys = Vec::new();
     engine.flash_probe(&request, &mut keys);
     (!keys.is_empty()).then_some(keys)

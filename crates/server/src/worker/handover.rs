@@ -8,37 +8,23 @@ impl Worker {
     /// keys are on flash, and those of its connection behind it, are held until the reads are
     /// back (`flash`); their replies go back later.
     pub(super) fn run_handed_over(&mut self) {
-        for from in 0..self.rings.from.len() {
-            while let Some(mut batch) = self.rings.from[from].as_mut().and_then(|ring| ring.pop().ok()) {
-                self.executed = true;
+        let Worker { rings, engine, flash, shared, unsent_replies, executed, .. } = self;
+        for (from, (ring, unsent)) in rings.from.iter_mut().zip(unsent_replies.iter_mut()).enumerate() {
+            while let Some(mut batch) = ring.as_mut().and_then(|ring| ring.pop().ok()) {
+                *executed = true;
                 let Batch { ops, requests, responses } = &mut batch;
                 responses.clear();
-                let mut held = 0;
-                for op in ops.iter_mut() {
-                    let (start, len) = (op.request.0 as usize, op.request.1 as usize);
-                    let request = &requests[start..start + len];
-                    if self.engine.flash_on() && crate::session::dump::decode_chunk(request).is_none() {
-                        if !self.flash.holds(from, op) {
-                            self.flash.keys.clear();
-                            if let Parsed::Request { request, .. } =
-                                parse_handed(request, &self.engine.limits)
-                            {
-                                self.engine.flash_probe(&request, &mut self.flash.keys);
-                            }
-                        }
-                        if self.flash.holds(from, op) || !self.flash.keys.is_empty() {
-                            self.flash.hold(from, *op, request.to_vec(), &mut self.engine, &self.shared);
-                            op.kind = OpKind::Held;
-                            held += 1;
-                            continue;
-                        }
+                // Held ops leave the batch: their replies go back in a later one.
+                ops.retain_mut(|op| {
+                    let bytes = &requests[op.bytes.0 as usize..][..op.bytes.1 as usize];
+                    if engine.flash_on() && flash.must_hold(from, op, bytes, engine) {
+                        flash.hold(from, *op, bytes.to_vec(), engine, shared);
+                        return false;
                     }
-                    run_op(&mut self.engine, op, request, responses);
-                }
-                if held > 0 {
-                    ops.retain(|op| op.kind != OpKind::Held);
-                }
-                self.unsent_replies[from].push_back(batch);
+                    run_op(engine, op, bytes, responses);
+                    true
+                });
+                unsent.push_back(batch);
             }
         }
     }
@@ -56,12 +42,9 @@ impl Worker {
                     }
                     let (start, len) = (op.response.0 as usize, op.response.1 as usize);
                     if let Some(tag) = op.front {
-                        let request = &batch.requests[op.request.0 as usize..][..op.request.1 as usize];
-                        let line = request.strip_suffix(b"\n").unwrap_or(request);
-                        let line = line.strip_suffix(b"\r").unwrap_or(line);
-                        if let Some(key) = qs_proto::tokens::words(line).nth(1) {
-                            self.engine.front_fill(key, &batch.responses[start..start + len], tag);
-                        }
+                        // Only a get of one key carries a tag: its bytes are the key.
+                        let key = &batch.requests[op.bytes.0 as usize..][..op.bytes.1 as usize];
+                        self.engine.front_fill(key, &batch.responses[start..start + len], tag);
                     }
                     let placed = conn.output.fill(op.id, &batch.responses[start..start + len]);
                     debug_assert!(placed, "a reply for a request that was not waiting");

@@ -6,15 +6,16 @@
 //! push the turn's hand-over batches (waking a worker only if it sleeps), publish counters,
 //! then write every connection's output with one send each.
 
+use crate::codec::{self, Dialect};
 use crate::config::{Protocol, UDP_SOCKETS_MAX};
 use crate::direct::{
-    parse_handed, run_op, Batch, Hand, OpKind, Rings, BATCH_BYTES_MAX, INFLIGHT_BYTES_MAX, SPARE_BATCHES_MAX,
+    run_op, Batch, Hand, Rings, Task, BATCH_BYTES_MAX, INFLIGHT_BYTES_MAX, SPARE_BATCHES_MAX,
     SPARE_BATCH_BYTES,
 };
 use crate::exec::{Engine, Exec, Located, Route};
 use crate::observe::counters::WorkerCounters;
 use crate::observe::registry::{self, Addr, Info};
-use crate::session::{Buffers, Conn, Input, Output, Transport, OUTPUT_BYTES_HIGH};
+use crate::session::{Buffers, Conn, Input, Output, State, Transport, Wait, OUTPUT_BYTES_HIGH};
 use crate::shared::Shared;
 use arrayvec::ArrayVec;
 use mio::{Events, Interest, Poll, Token};
@@ -50,12 +51,8 @@ const DATAGRAM_BYTES_MAX: usize = 65536;
 /// other workers are outstanding (two workers, 50% GET, depth 16: one hold in a row left 1.8
 /// sends per client batch, four or more leave one; docs/BENCHMARKS.md).
 const HOLD_FLUSHES_MAX: u8 = 4;
-/// memcached's reply when a UDP request's replies outgrow what is held for one connection.
-const UDP_REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR out of memory writing get response\r\n";
 /// How long a stopping server keeps answering what it has already received.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
-/// memcached's reply when the connection limit is reached.
-const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 /// A connection with this many requests waiting on other workers stops until some return.
 const PENDING_PER_CONN_MAX: u32 = 256;
@@ -404,7 +401,7 @@ impl Worker {
             if self.conns[index].is_some() {
                 self.service(index);
                 if let Some(conn) = self.conns[index].as_mut() {
-                    conn.closing = true;
+                    conn.state.close();
                     queue_flush(&mut self.flush, index);
                 }
             }
@@ -422,6 +419,7 @@ fn peer_text(addr: &Addr) -> (String, u16, &'static str) {
     }
 }
 
+/// One read from `conn`'s socket into its buffer; false when nothing more should be read
 /// this turn (the socket is drained, closed or failed, or the buffer is full).
 fn read_once(
     conn: &mut Conn,
@@ -431,7 +429,7 @@ fn read_once(
 ) -> bool {
     let Some(spare) = conn.input.spare(buffers) else {
         // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
-        conn.dead = true;
+        conn.state.kill();
         conn.error = true;
         counters.read_buf_oom += 1;
         return false;
@@ -439,7 +437,7 @@ fn read_once(
     if spare.is_empty() {
         // A request larger than the buffer may grow: the parser would have refused it, so
         // this is garbage without a line end.
-        conn.dead = true;
+        conn.state.kill();
         conn.error = true;
         counters.conns_dropped += 1;
         return false;
@@ -452,7 +450,9 @@ fn read_once(
             // still be running), then close.
             conn.read_ready = false;
             conn.eof = true;
-            conn.closing = conn.input.start == conn.input.end && conn.dump.is_none();
+            if conn.input.start == conn.input.end && conn.dump.is_none() {
+                conn.state.close();
+            }
         }
         Ok(read) => {
             conn.input.end += read;
@@ -467,7 +467,7 @@ fn read_once(
         Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
         Err(_) => {
             conn.read_ready = false;
-            conn.dead = true;
+            conn.state.kill();
         }
     }
     if let (crate::session::Stream::Tls(session), Some(tls)) = (stream, tls) {

@@ -41,36 +41,17 @@ impl Worker {
             self.generations[index] = self.generations[index].wrapping_add(1);
             let end = payload.len();
             // memcached reads each datagram's protocol from its first byte.
-            let protocol = match payload[0] {
-                qs_proto::binary::REQUEST_MAGIC => Protocol::Binary,
-                _ => Protocol::Ascii,
-            };
-            self.conns[index] = Some(Conn {
-                watch: None,
-                error: false,
+            let protocol = Dialect::sniff(payload[0]);
+            let mut conn = Conn::new(
+                Transport::Udp { peer, request_id: header.request_id, socket: which },
+                self.generations[index],
+                Input { limit: end, buf: payload, start: 0, end, skip: 0, lent: false },
+                Output::new(self.shared.workers),
                 protocol,
-                authenticated: true,
-                info: None,
-                fd: socket.as_raw_fd(),
-                transport: Transport::Udp { peer, request_id: header.request_id, socket: which },
-                generation: self.generations[index],
-                input: Input { limit: end, buf: payload, start: 0, end, skip: 0, lent: false },
-                output: Output::new(self.shared.workers),
-                read_ready: false,
-                peer_closed: false,
-                write_blocked: false,
-                stalled: false,
-                flash_wait: false,
-                closing: false,
-                dead: false,
-                queued: true,
-                waiting: false,
-                held: 0,
-                dump: None,
-                stacked: false,
-                eof: false,
-                starved: false,
-            });
+            );
+            conn.fd = socket.as_raw_fd();
+            conn.queued = true;
+            self.conns[index] = Some(conn);
             self.work.push(index);
         }
     }
@@ -81,12 +62,12 @@ impl Worker {
     pub(super) fn finish_udp(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
         let Transport::Udp { peer, request_id, socket } = conn.transport else { return };
-        if conn.stalled || conn.waiting || conn.flash_wait || conn.output.pending_total > 0 {
+        if matches!(conn.state, State::Blocked(_)) || conn.output.pending_total > 0 {
             return;
         }
         if conn.output.held_bytes() > OUTPUT_BYTES_HIGH && conn.input.start < conn.input.end {
             // Processing stopped at the output limit; what is left of the datagram is dropped.
-            conn.output.reply_buf().extend_from_slice(UDP_REPLY_TOO_LARGE);
+            conn.output.reply_buf().extend_from_slice(codec::UDP_REPLY_TOO_LARGE);
             conn.output.mark(None);
         }
         let output = &conn.output;

@@ -26,7 +26,7 @@ impl Worker {
                 conn.input.lend_back(&mut self.buffers);
             }
             // A connection dropped (a read_buf_oom among the reasons) shows in stats at once.
-            self.executed |= conn.dead;
+            self.executed |= conn.state.is_dead();
         }
         queue_flush(&mut self.flush, index);
     }
@@ -87,11 +87,8 @@ impl Worker {
         let Conn {
             input,
             output,
-            stalled,
-            closing,
-            dead,
+            state,
             generation,
-            waiting,
             transport,
             dump,
             stacked,
@@ -103,10 +100,9 @@ impl Worker {
             error,
             protocol,
             authenticated,
-            flash_wait,
             ..
         } = conn;
-        if *flash_wait {
+        if state.blocked(Wait::Flash) {
             return;
         }
         *starved = false;
@@ -114,20 +110,20 @@ impl Worker {
         if watch.is_some() {
             // A watcher's input is read (to see it close) and ignored, as memcached ignores it.
             input.consume(input.end - input.start);
-            *closing |= *eof;
+            if *eof {
+                state.close();
+            }
             *starved = true;
             return;
         }
         let udp = matches!(transport, Transport::Udp { .. });
         if *protocol == Protocol::Auto {
-            match input.pending().first() {
-                Some(&qs_proto::binary::REQUEST_MAGIC) => *protocol = Protocol::Binary,
-                Some(_) => *protocol = Protocol::Ascii,
-                None => {}
+            if let Some(&first) = input.pending().first() {
+                *protocol = Dialect::sniff(first);
             }
         }
-        let binary = *protocol == Protocol::Binary;
-        if !*authenticated && !binary {
+        let dialect = Dialect::of(*protocol);
+        if !*authenticated && dialect == Dialect::Text {
             if let Some(passwords) = shared.ascii_passwords.as_ref() {
                 // -Y: the first command must authenticate (memcached's asciiauth).
                 loop {
@@ -144,14 +140,15 @@ impl Worker {
                     ) {
                         crate::session::auth::AsciiAuth::Wait => {
                             if pending.len() >= input.limit {
-                                *dead = true;
+                                state.kill();
+                            } else if *eof {
+                                state.close();
                             }
-                            *closing |= *eof;
                             *starved = true;
                             return;
                         }
                         crate::session::auth::AsciiAuth::Close => {
-                            *dead = true;
+                            state.kill();
                             return;
                         }
                         crate::session::auth::AsciiAuth::Answered { consumed, authenticated: ok } => {
@@ -166,7 +163,7 @@ impl Worker {
                 }
             }
         }
-        *waiting = false;
+        state.unblock(Wait::Turn);
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
         let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
@@ -177,9 +174,9 @@ impl Worker {
         let flash_on = engine.flash_on();
         let mut ran_first = !flash_on;
         loop {
-            if *stalled && output.pending_total == 0 {
+            if output.pending_total == 0 {
                 // What it waited for has arrived (service reads again only once this clears).
-                *stalled = false;
+                state.unblock(Wait::Replies);
             }
             if !input.apply_skip() {
                 *starved = true;
@@ -199,11 +196,7 @@ impl Worker {
                     .filter(|&(_, &count)| count > 0)
                     .fold(0u64, |bits, (owner, _)| bits | 1 << (owner % 64));
                 while !window.is_full() && ahead < pending.len() {
-                    let parsed = if binary {
-                        qs_proto::binary::parse(&pending[ahead..], &engine.limits)
-                    } else {
-                        qs_proto::parse(&pending[ahead..], &engine.limits)
-                    };
+                    let parsed = dialect.parse(&pending[ahead..], &engine.limits);
                     let (len, located, stalls) = match &parsed {
                         Parsed::Incomplete => break,
                         Parsed::Close => (usize::MAX, None, false),
@@ -227,7 +220,9 @@ impl Worker {
                 if window.is_empty() {
                     // The input ran dry: memcached would send what it holds now.
                     *stacked = false;
-                    *closing |= *eof;
+                    if *eof {
+                        state.close();
+                    }
                     *starved = true;
                     if let Some(info) = info {
                         info.ran_dry(pending);
@@ -264,7 +259,7 @@ impl Worker {
                     if let Some(last_key) = unmarked.take() {
                         output.mark(last_key);
                     }
-                    if *dead || *closing || output.held_bytes() > OUTPUT_BYTES_HIGH {
+                    if state.is_ending() || output.held_bytes() > OUTPUT_BYTES_HIGH {
                         stop = true;
                         break;
                     }
@@ -282,41 +277,41 @@ impl Worker {
                         if !holds && buffers.room() == 0 && output.capacity_bytes() == 0 {
                             engine.counters.response_obj_oom += 1;
                             *executed = true;
-                            *dead = true;
+                            state.kill();
                             *error = true;
                             stop = true;
                             break;
                         }
                     }
-                    if *stalled {
+                    if state.blocked(Wait::Replies) {
                         if output.pending_total > 0 {
                             stop = true;
                             break;
                         }
-                        *stalled = false;
+                        state.unblock(Wait::Replies);
                     }
                     if output.pending_total >= PENDING_PER_CONN_MAX {
-                        *stalled = true;
+                        state.block(Wait::Replies);
                         stop = true;
                         break;
                     }
                     if hand.full {
                         // An owner is behind: wait until this turn's batches are sent.
                         retry.push(index);
-                        *waiting = true;
+                        state.block(Wait::Turn);
                         stop = true;
                         break;
                     }
                     if served >= reqs_per_event {
                         engine.counters.conn_yields += 1;
                         retry.push(index);
-                        *waiting = true;
+                        state.block(Wait::Turn);
                         stop = true;
                         break;
                     }
                     served += 1;
                     if udp {
-                        unmarked = Some(get_last_key(parsed));
+                        unmarked = Some(codec::last_get_key(parsed));
                     }
                     let here = &pending[consumed..];
                     let flushes = matches!(
@@ -343,21 +338,17 @@ impl Worker {
                         if !udp {
                             if output.pending_total > 0 {
                                 // Its earlier requests' replies come first.
-                                *stalled = true;
+                                state.block(Wait::Replies);
                                 stop = true;
                                 break;
                             }
                             *executed = true;
-                            let refusal: &[u8] = if shared.config.disable_watch {
-                                b"CLIENT_ERROR watch commands not allowed\r\n"
-                            } else if *stacked {
-                                b"ERROR cannot pipeline other commands before watch\r\n"
-                            } else if streams.is_none() {
-                                b"ERROR\r\n"
-                            } else {
-                                b""
-                            };
-                            if !refusal.is_empty() {
+                            let refusal = codec::watch_refusal(
+                                shared.config.disable_watch,
+                                *stacked,
+                                streams.is_none(),
+                            );
+                            if let Some(refusal) = refusal {
                                 output.reply_buf().extend_from_slice(refusal);
                                 consumed += len;
                                 continue;
@@ -367,7 +358,7 @@ impl Worker {
                             if let Some(info) = info {
                                 info.set_state(registry::State::Watch);
                             }
-                            output.reply_buf().extend_from_slice(b"OK\r\n");
+                            output.reply_buf().extend_from_slice(codec::WATCH_STARTED);
                             // Whatever follows is ignored.
                             consumed = pending.len();
                             stop = true;
@@ -378,7 +369,7 @@ impl Worker {
                     let (request, len) = match parsed {
                         Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
                         Parsed::Close => {
-                            *dead = true;
+                            state.kill();
                             *error = true;
                             engine.counters.conns_dropped += 1;
                             stop = true;
@@ -409,7 +400,7 @@ impl Worker {
                                 *executed = true;
                                 consumed += len;
                                 if close {
-                                    *closing = true;
+                                    state.close();
                                     stop = true;
                                     break;
                                 }
@@ -418,30 +409,21 @@ impl Worker {
                         }
                     }
                     engine.hint(request, *located);
-                    if let Some((owner, delete)) = too_large(request, engine) {
+                    if let Some((key, drops)) = codec::oversized_store(request, &engine.limits) {
                         // The data block never enters the buffer: answer here, and let the owner
                         // drop the old value as memcached does.
+                        let owner = engine.owner_of(key);
+                        *executed = true;
                         if owner == me {
-                            *executed = true;
                             engine.execute(request, output.reply_buf());
                         } else {
-                            if let Some(delete) = delete {
-                                hand.over(owner, &delete, OpKind::Discard, output, engine);
+                            if drops {
+                                hand.over(owner, Task::Drop, key, output, engine);
                             }
-                            // Counted here, where it is answered (the owner only deletes).
+                            // Counted here, where it is answered (the owner only drops).
                             engine.counters.cmd_set += 1;
                             engine.counters.store_too_large += 1;
-                            *executed = true;
-                            match request {
-                                Request::TooLarge { noreply: true, .. } => {}
-                                Request::Binary(binary) => qs_proto::binary::write_error(
-                                    output.reply_buf(),
-                                    binary.opcode,
-                                    binary.opaque,
-                                    qs_proto::binary::status::E2BIG,
-                                ),
-                                _ => output.reply_buf().extend_from_slice(qs_proto::response::TOO_LARGE),
-                            }
+                            codec::refuse_oversized(request, output.reply_buf());
                         }
                         consumed += len;
                         continue;
@@ -449,7 +431,7 @@ impl Worker {
                     match engine.route(request, &output.pending) {
                         Route::Local => {}
                         Route::AfterPending if output.pending_total > 0 => {
-                            *stalled = true;
+                            state.block(Wait::Replies);
                             stop = true;
                             break;
                         }
@@ -457,18 +439,28 @@ impl Worker {
                         Route::Forward(owner) => {
                             // A plain get of one key may come from the front cache, unless an
                             // earlier request of this connection waits on the owner.
-                            if output.pending[owner] == 0 {
-                                if let Request::Get { kind: GetKind::Get, keys } = *request {
-                                    if let Some(key) = qs_proto::tokens::single_word(keys) {
-                                        if engine.front_serve(key, output.reply_buf()) {
-                                            *executed = true;
-                                            consumed += len;
-                                            continue;
-                                        }
-                                    }
+                            // A get of one key goes as that key alone.
+                            let single = match *request {
+                                Request::Get { kind, keys } => {
+                                    qs_proto::tokens::single_word(keys).map(|key| (kind, key))
+                                }
+                                _ => None,
+                            };
+                            if let (Some((GetKind::Get, key)), 0) = (single, output.pending[owner]) {
+                                if engine.front_serve(key, output.reply_buf()) {
+                                    *executed = true;
+                                    consumed += len;
+                                    continue;
                                 }
                             }
-                            hand.over(owner, &here[..len], OpKind::Reply, output, engine);
+                            match single {
+                                Some((kind, key)) => {
+                                    hand.over(owner, Task::Get { kind, end: true }, key, output, engine);
+                                }
+                                None => {
+                                    hand.over(owner, Task::Request(dialect), &here[..len], output, engine)
+                                }
+                            }
                             consumed += len;
                             continue;
                         }
@@ -478,7 +470,7 @@ impl Worker {
                             };
                             if flash_on && park_for_flash(flash, request, engine, shared, index, *generation)
                             {
-                                *flash_wait = true;
+                                state.block(Wait::Flash);
                                 waits_at = Some(position);
                                 stop = true;
                                 break;
@@ -497,9 +489,7 @@ impl Worker {
                                     engine.get_one(kind, key, buf);
                                     added += buf.len() - before;
                                 } else {
-                                    let mut line = Vec::with_capacity(key.len() + 24);
-                                    crate::exec::single_get_line(kind, key, &mut line);
-                                    hand.over(owner, &line, OpKind::StripEnd, output, engine);
+                                    hand.over(owner, Task::Get { kind, end: false }, key, output, engine);
                                 }
                                 if added > budget || output.pending_total >= PENDING_PER_CONN_MAX {
                                     rest = crate::exec::keys_after(keys, key);
@@ -509,23 +499,23 @@ impl Worker {
                                 }
                             }
                             if let Some(rest) = rest {
-                                resume = Some(Resume::of(pending, here, keys, rest));
+                                resume = Some(codec::Resume::of(pending, here, keys, rest));
                                 stop = true;
                                 break;
                             }
-                            output.reply_buf().extend_from_slice(qs_proto::response::END);
+                            output.reply_buf().extend_from_slice(codec::END);
                             consumed += len;
                             continue;
                         }
                         Route::Broadcast => {
                             for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
-                                hand.over(owner, &here[..len], OpKind::Discard, output, engine);
+                                hand.over(owner, Task::Everywhere(dialect), &here[..len], output, engine);
                             }
-                            *stalled = true;
+                            state.block(Wait::Replies);
                         }
                     }
                     if flash_on && park_for_flash(flash, request, engine, shared, index, *generation) {
-                        *flash_wait = true;
+                        state.block(Wait::Flash);
                         waits_at = Some(position);
                         stop = true;
                         break;
@@ -540,7 +530,7 @@ impl Worker {
                                 .saturating_sub(output.held_bytes())
                                 .min(buffers.hold_room());
                             if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
-                                resume = Some(Resume::of(pending, here, keys, rest));
+                                resume = Some(codec::Resume::of(pending, here, keys, rest));
                                 stop = true;
                                 break;
                             }
@@ -550,8 +540,10 @@ impl Worker {
                     }
                     match engine.execute(request, output.reply_buf()) {
                         Exec::Done => {}
-                        Exec::Close => *closing = true,
-                        Exec::Forward(owner) => hand.over(owner, &here[..len], OpKind::Reply, output, engine),
+                        Exec::Close => state.close(),
+                        Exec::Forward(owner) => {
+                            hand.over(owner, Task::Request(dialect), &here[..len], output, engine);
+                        }
                     }
                     consumed += len;
                 }
@@ -579,7 +571,6 @@ impl Worker {
     }
 }
 
-/// One read from `conn`'s socket into its buffer; false when nothing more should be read
 /// The start of `lru_crawler metadump <classes>`: memcached's refusals, or the cursor set to
 /// the first chunk.
 fn start_dump(
@@ -589,19 +580,17 @@ fn start_dump(
     out: &mut Vec<u8>,
     engine: &Engine,
 ) {
-    if !engine.crawler_enabled() {
-        out.extend_from_slice(crate::exec::CRAWLER_DISABLED);
-    } else if engine.dumping_disabled() {
-        out.extend_from_slice(b"ERROR metadump not allowed\r\n");
-    } else if stacked {
-        out.extend_from_slice(b"ERROR cannot pipeline other commands before metadump\r\n");
-    } else {
-        match qs_proto::crawler_classes(classes) {
-            None => out.extend_from_slice(crate::exec::BAD_CLASS),
-            Some(true) => *dump = Some(crate::session::dump::Cursor::default()),
-            // A valid list of classes that hold nothing here.
-            Some(false) => out.extend_from_slice(qs_proto::response::END),
-        }
+    if let Some(refusal) =
+        codec::metadump_refusal(engine.crawler_enabled(), engine.dumping_disabled(), stacked)
+    {
+        out.extend_from_slice(refusal);
+        return;
+    }
+    match qs_proto::crawler_classes(classes) {
+        None => out.extend_from_slice(codec::BAD_CLASS),
+        Some(true) => *dump = Some(crate::session::dump::Cursor::default()),
+        // A valid list of classes that hold nothing here.
+        Some(false) => out.extend_from_slice(codec::END),
     }
 }
 
@@ -629,17 +618,13 @@ fn continue_dump(
         if owner == me {
             engine.dump_chunk(partition, range, output.reply_buf());
         } else {
-            hand.over(
-                owner,
-                &crate::session::dump::encode_chunk(partition, range),
-                OpKind::Reply,
-                output,
-                engine,
-            );
+            let task =
+                Task::Chunk { partition: partition as u32, start: range.start as u32, end: range.end as u32 };
+            hand.over(owner, task, &[], output, engine);
         }
     }
     *dump = None;
-    output.reply_buf().extend_from_slice(qs_proto::response::END);
+    output.reply_buf().extend_from_slice(codec::END);
     true
 }
 
@@ -661,77 +646,4 @@ fn park_for_flash(
     }
     flash.start(flash::Waiter::Local { conn, generation }, engine, shared);
     true
-}
-
-/// For a storage request whose data block exceeds the item size limit: the key's owner, and
-/// the request that drops the old value there when memcached would (a refused set; any ms).
-fn too_large(request: &Request<'_>, engine: &Engine) -> Option<(usize, Option<Vec<u8>>)> {
-    match request {
-        Request::TooLarge { key, mode, .. } => {
-            let delete =
-                (*mode == qs_proto::StoreMode::Set).then(|| [b"delete ", *key, b" noreply\r\n"].concat());
-            Some((engine.owner_of(key), delete))
-        }
-        Request::Binary(qs_proto::binary::Binary {
-            command: qs_proto::binary::Command::TooLarge { key, set },
-            ..
-        }) => {
-            let delete = set.then(|| {
-                qs_proto::binary::request_frame(qs_proto::binary::opcode::DELETEQ, 0, 0, &[], key, &[])
-            });
-            Some((engine.owner_of(key), delete))
-        }
-        Request::Meta(meta) if meta.too_large(&engine.limits) => {
-            let base64: &[u8] = if meta.options.base64() { b" b" } else { b"" };
-            let delete = [b"md ", meta.key_token, base64, b" q\r\n"].concat();
-            Some((engine.owner_of(meta.key()), Some(delete)))
-        }
-        _ => None,
-    }
-}
-
-/// For a UDP reply's message split: a get's last key (its reply is split at VALUE blocks).
-fn get_last_key(parsed: &Parsed<'_>) -> Option<Box<[u8]>> {
-    match parsed {
-        Parsed::Request { request: Request::Get { keys, .. }, .. } => {
-            qs_proto::tokens::words(keys).last().map(Box::from)
-        }
-        _ => None,
-    }
-}
-
-/// A multi-key get stopped part way (its replies reached the output bound): the keys not yet
-/// run become a get line of their own, written over the keys already run, and wait in the read
-/// buffer until the client has read enough.
-struct Resume {
-    /// Where the get's line starts in the unparsed bytes.
-    line: usize,
-    /// Length of the line's command part without trailing spaces (`get`, `gat <exptime>`).
-    prefix: usize,
-    /// Where the keys not yet run start in the unparsed bytes.
-    rest: usize,
-}
-
-impl Resume {
-    /// `line` is the get's line within `pending`, `keys` its keys and `rest` the suffix of
-    /// them still to run (all subslices of `pending`).
-    fn of(pending: &[u8], line: &[u8], keys: &[u8], rest: &[u8]) -> Resume {
-        let at = |part: &[u8]| part.as_ptr() as usize - pending.as_ptr() as usize;
-        let command = &pending[at(line)..at(keys)];
-        let prefix = command.iter().rposition(|&byte| byte != b' ').map_or(0, |last| last + 1);
-        Resume { line: at(line), prefix, rest: at(rest) }
-    }
-
-    /// Rewrites the line as a get of the remaining keys; returns how many unparsed bytes are
-    /// done with (everything before the rewritten line).
-    fn apply(&self, input: &mut Input) -> usize {
-        // At least one key and its separator were run, so the command part and a space fit
-        // before `rest`.
-        let start = self.rest - self.prefix - 1;
-        debug_assert!(start > self.line);
-        let base = input.start;
-        input.buf.copy_within(base + self.line..base + self.line + self.prefix, base + start);
-        input.buf[base + self.rest - 1] = b' ';
-        start
-    }
 }

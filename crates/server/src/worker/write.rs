@@ -23,9 +23,10 @@ impl Worker {
                 // its buffer holds what the socket can take, as memcached's logger does.
                 conn.write_blocked = false;
             }
-            let hold = conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.closing;
+            let hold =
+                conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.state.is_closing();
             conn.held = if hold { conn.held + 1 } else { 0 };
-            while !hold && !conn.dead && !conn.write_blocked {
+            while !hold && !conn.state.is_dead() && !conn.write_blocked {
                 if conn.output.unsent().is_empty() {
                     // TLS: records rustls still holds go out too.
                     match stream.flush() {
@@ -35,7 +36,7 @@ impl Worker {
                             break;
                         }
                         Err(_) => {
-                            conn.dead = true;
+                            conn.state.kill();
                             break;
                         }
                     }
@@ -54,17 +55,20 @@ impl Worker {
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.write_blocked = true,
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => conn.dead = true,
+                    Err(_) => conn.state.kill(),
                 }
             }
             conn.output.lend_back(&mut self.buffers);
-            let finished = conn.closing
+            let finished = conn.state.is_closing()
                 && conn.output.held_bytes() == 0
                 && conn.output.pending_total == 0
                 && !conn.write_blocked;
-            if conn.dead || finished {
+            if conn.state.is_dead() || finished {
                 self.close(index);
-            } else if !conn.write_blocked && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH && !conn.stalled {
+            } else if !conn.write_blocked
+                && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH
+                && !conn.state.blocked(Wait::Replies)
+            {
                 // Output drained below the limit: resume reading if it had stopped.
                 // Unparsed bytes that form no request yet wait for the socket (no spinning).
                 if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
