@@ -5,6 +5,7 @@
 # the measured phase is counted (callgrind_control -z, then -d).
 #
 #     scripts/callgrind-server.sh [server options...]      e.g. -o mrc_sample=0
+#     PIPELINE=1 REQUESTS=1000 scripts/callgrind-server.sh    depth 1, 50,000 operations
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 MEMTIER=${MEMTIER:-$HOME/.cache/memtier/src/memtier_benchmark}
@@ -34,7 +35,7 @@ COMMON=(-s 127.0.0.1 -p "$PORT" -P memcache_text -t 1 -c 50 -d 32 --key-maximum 
 "$MEMTIER" "${COMMON[@]}" --ratio 1:0 --key-pattern P:P -n 2000 >/dev/null 2>&1
 BEFORE=$(operations)
 callgrind_control -z "$PID" >/dev/null 2>&1
-"$MEMTIER" "${COMMON[@]}" --ratio 1:19 --key-pattern R:R --pipeline 16 -n 4000 >/dev/null 2>&1
+"$MEMTIER" "${COMMON[@]}" --ratio 1:19 --key-pattern R:R --pipeline "${PIPELINE:-16}" -n "${REQUESTS:-4000}" >/dev/null 2>&1
 AFTER=$(operations)
 callgrind_control -d "$PID" >/dev/null 2>&1
 kill "$PID"

@@ -295,8 +295,6 @@ impl Native {
 
     /// Runs the `count` datagrams of the burst: parse and locate every request (prefetching
     /// its bucket), prefetch every item, execute in order.
-    // still one long sequence of steps; to be split along them.
-    #[allow(clippy::too_many_lines)]
     fn process(&mut self, count: usize, engine: &mut Engine) {
         engine.counters.native_datagrams_in += count as u64;
         self.pending.clear();
@@ -310,22 +308,8 @@ impl Native {
             };
             match header.kind {
                 Kind::DirectoryRequest => {
-                    let directory = self.directory(self.cookie(peer));
-                    let reply_bytes = wire::HEADER_BYTES + directory.encoded_len();
-                    if bytes.len() < wire::DIRECTORY_REQUEST_BYTES_MIN
-                        || reply_bytes > wire::UNPROVEN_REPLY_FACTOR * bytes.len()
-                    {
-                        engine.counters.native_bad += 1;
-                        continue;
-                    }
-                    let mut datagram = self.spare.pop().unwrap_or_default();
-                    let header =
-                        Header { kind: Kind::Directory, count: 1, epoch: directory.epoch, cookie: 0 };
-                    header.write(&mut datagram);
-                    directory.write(&mut datagram);
-                    let reply = &mut self.replies[slot];
-                    reply.peer = Some(peer);
-                    reply.datagrams.push(datagram);
+                    let len = bytes.len();
+                    self.answer_directory(slot, len, peer, &mut engine.counters);
                 }
                 Kind::Requests => {
                     let proven = header.cookie != 0 && header.cookie == self.cookie(peer);
@@ -386,6 +370,34 @@ impl Native {
                 Kind::Responses | Kind::Directory => engine.counters.native_bad += 1,
             }
         }
+        self.run_pending(engine);
+        for reply in &mut self.replies[..count] {
+            reply.close_datagram();
+        }
+    }
+
+    /// Answers a directory request of `len` bytes from `peer` in reply slot `slot`: the
+    /// directory with the peer's cookie, unless the reply would outgrow what an unproven
+    /// peer may be sent.
+    fn answer_directory(&mut self, slot: usize, len: usize, peer: SocketAddr, counters: &mut WorkerCounters) {
+        let directory = self.directory(self.cookie(peer));
+        let reply_bytes = wire::HEADER_BYTES + directory.encoded_len();
+        if len < wire::DIRECTORY_REQUEST_BYTES_MIN || reply_bytes > wire::UNPROVEN_REPLY_FACTOR * len {
+            counters.native_bad += 1;
+            return;
+        }
+        let mut datagram = self.spare.pop().unwrap_or_default();
+        let header = Header { kind: Kind::Directory, count: 1, epoch: directory.epoch, cookie: 0 };
+        header.write(&mut datagram);
+        directory.write(&mut datagram);
+        let reply = &mut self.replies[slot];
+        reply.peer = Some(peer);
+        reply.datagrams.push(datagram);
+    }
+
+    /// The burst's located requests: every item prefetched, then each run in order.
+    #[inline]
+    fn run_pending(&mut self, engine: &mut Engine) {
         for pending in &self.pending {
             engine.prefetch_item((pending.hash, pending.partition));
         }
@@ -404,9 +416,6 @@ impl Native {
                 &mut self.dedupe,
                 (&mut self.replies[slot], &mut self.spare),
             );
-        }
-        for reply in &mut self.replies[..count] {
-            reply.close_datagram();
         }
     }
 

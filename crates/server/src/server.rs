@@ -211,266 +211,31 @@ impl Server {
     /// As [`Server::start`], but the workers wait for [`Server::serve`] before they take
     /// any connection (clients wait in the listen backlog): the binary binds its ports as
     /// root, drops to -u's user, then serves, as memcached does.
-    // still one long sequence of steps; to be split along them.
-    #[allow(clippy::too_many_lines)]
     pub fn start_held(config: Config) -> Result<Server, String> {
-        config.validate()?;
-        let mut config = config;
-        let mut extended = config.extended()?;
-        let flash_on = !extended.ext_paths.is_empty();
-        if flash_on {
-            if config.store_mode() {
-                return Err(
-                    "-o ext_path: store mode keeps every item in memory; the flash tier is for cache mode"
-                        .into(),
-                );
-            }
-            if config.access != AccessArg::Erew {
-                // A flash read is the owner's to make (its flash log's page in memory is not
-                // shared), so reads of other workers' partitions are handed to them.
-                eprintln!("quicksilver: -o ext_path: reads go to the partition's owner (--access erew)");
-                config.access = AccessArg::Erew;
-            }
-        }
-        if let Some(factor) = config.slab_growth_factor {
-            extended.ignored.push(format!("-f {factor}"));
-        }
-        if let Some(size) = config.slab_min_size {
-            extended.ignored.push(format!("-n {size}"));
-        }
-        if !extended.ignored.is_empty() {
-            eprintln!(
-                "quicksilver: {}: memcached's slab, LRU and hash-table tuning has no effect here \
-                 (circular logs and a lossy index have no slab classes, LRU segments or hash expansion)",
-                extended.ignored.join(",")
-            );
-        }
-        let sasl_passwords = match config.sasl {
-            true => {
-                let path = std::env::var_os("MEMCACHED_SASL_PWDB").ok_or(
-                    "-S: set MEMCACHED_SASL_PWDB to a file of user:password lines (quicksilver's SASL is PLAIN against that file)",
-                )?;
-                Some(auth::Passwords::load(std::path::Path::new(&path))?)
-            }
-            false => None,
-        };
-        let ascii_passwords = config.auth_file.as_deref().map(auth::Passwords::load).transpose()?;
-        let tls = match config.enable_ssl {
-            true => Some(Arc::new(tls::Context::new(&extended.ssl, sys::now_secs())?)),
-            false => None,
-        };
-        if tls.is_some() && (config.udp_port() != 0 || config.native_port != 0) {
-            eprintln!(
-                "quicksilver: -Z with -o ssl_allow_plaintext: UDP{} serve plaintext (TLS covers TCP only)",
-                if config.native_port != 0 { " and the native ports" } else { "" }
-            );
-        }
+        let (config, extended) = settle(config)?;
+        let credentials = Credentials::load(&config, &extended)?;
+        let partitions = build_partitions(&config, &extended)?;
         let workers = config.workers();
-        let partition_count = config.partition_count();
-        let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
-        let room_bytes = ((config.memory_max_bytes() / partition_count as u64) as usize) & !7;
-        let configs: Vec<qs_store::Config> = (0..partition_count)
-            .map(|p| {
-                let mut partition = partition_config(&config, p, partition_count);
-                // Address space for cache_memlimit to grow the log into (used only as it
-                // fills; store mode's arena and a memory file's logs ignore it).
-                partition.log_room_bytes = room_bytes;
-                partition
-            })
-            .collect();
-        let configs = if flash_on { flash_index_sizing(configs, &extended) } else { configs };
-        let mut partitions: Vec<Partition> = match &config.memory_file {
-            Some(path) => memfile::open(path, &configs, flash_on)?.partitions,
-            None => configs.into_iter().map(Partition::new).collect(),
-        };
-        if flash_on {
-            attach_flash(&mut partitions, &extended)?;
-        }
-        let readers = if config.access == AccessArg::Erew {
-            Vec::new()
-        } else {
-            partitions.iter().map(Partition::reader).collect()
-        };
-        // A front cache only helps where other workers' keys are handed over (EREW), and with
-        // more than one worker.
-        let front_epochs = if extended.front_cache && config.access == AccessArg::Erew && workers > 1 {
-            (0..partition_count).map(|_| qs_store::front::WriteEpochs::new(FRONT_EPOCH_SLOTS)).collect()
-        } else {
-            Vec::new()
-        };
-        let first = &partitions[0];
-        let shared = Arc::new(Shared {
-            flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
-            flash_rings: Default::default(),
-            flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
-            front_epochs,
-            workers,
-            partition_bits: partition_count.trailing_zeros(),
-            owner: owner.clone(),
-            readers,
-            // As built: a memory file's partitions start with the items they took back, which
-            // `stats` shows before their workers first publish.
-            partitions: partitions.iter().map(|partition| Mutex::new(partition.stats_snapshot())).collect(),
-            free_groups: partitions.iter().filter_map(Partition::free_groups).collect(),
-            workers_published: (0..workers)
-                .map(|_| {
-                    Mutex::new(WorkerFigures {
-                        remote_reads: vec![(0, 0); partition_count],
-                        ..Default::default()
-                    })
-                })
-                .collect(),
-            curr_connections: AtomicU64::new(0),
-            total_connections: AtomicU64::new(0),
-            rejected_connections: AtomicU64::new(0),
-            accept_paused: Mutex::new(None),
-            accept_resumed: AtomicU64::new(0),
-            listen_disabled_num: AtomicU64::new(0),
-            time_in_listen_disabled_us: AtomicU64::new(0),
-            sleeping: (0..workers).map(|_| Padded(AtomicBool::new(false))).collect(),
-            wakers: (0..workers).map(|_| OnceLock::new()).collect(),
-            stop: AtomicBool::new(false),
-            started: std::time::Instant::now(),
-            log_bytes: std::sync::atomic::AtomicUsize::new(first.log_bytes()),
-            log_room: first.log_room(),
-            log_limit_min: first.log_limit_min(),
-            store_mode: first.is_store_mode(),
-            index_bytes: first.index_bytes(),
-            item_bytes_max: config.item_bytes_max,
-            page_kinds: first.page_kinds(),
-            native_epoch: (random_u64() as u32) | 1,
-            native_secret: random_u64(),
-            main_buckets: first.main_buckets(),
-            crawler_enabled: AtomicBool::new(extended.lru_crawler),
-            stats_baseline: Mutex::default(),
-            detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
-            hotkeys: hotkeys::HotKeys::new(workers, extended.hotkeys_sample_one_in),
-            mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
-            registry: Default::default(),
-            watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
-            sasl_passwords,
-            ascii_passwords,
-            tls: tls.clone(),
-            extended,
-            unix_accept: Mutex::new(()),
-            reserved_accept: Mutex::new(()),
-            config: config.clone(),
-        });
+        let owner: Vec<usize> = (0..partitions.len()).map(|p| p % workers).collect();
+        let shared = Arc::new(new_shared(&config, extended, &partitions, credentials));
         let mut owned: Vec<Vec<Option<Partition>>> =
-            (0..workers).map(|_| (0..partition_count).map(|_| None).collect()).collect();
+            (0..workers).map(|_| (0..partitions.len()).map(|_| None).collect()).collect();
         for (index, partition) in partitions.into_iter().enumerate() {
             owned[owner[index]][index] = Some(partition);
         }
-        let plan = config.listen_plan()?;
-        // -s: a UNIX domain socket instead of TCP and UDP, as in memcached.
-        let unix = match &config.unix_socket {
-            Some(path) => Some(
-                sys::unix_listener(path, config.unix_mask)
-                    .map_err(|e| format!("failed to listen on UNIX socket {}: {e}", path.display()))?,
-            ),
-            None => None,
-        };
-        // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
-        // free port where the plan asks for one, and the others join it there.
-        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol, bool)>> =
-            (0..workers).map(|_| Vec::new()).collect();
-        let mut tcp_bound = Vec::new();
-        for endpoint in &plan.tcp {
-            let mut addr = endpoint.addr;
-            if addr.port() != 0 {
-                sys::ensure_port_free(addr, true).map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-            }
-            for listeners in &mut tcp {
-                let listener = sys::listener(addr, true, config.backlog)
-                    .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                listeners.push((
-                    conn::Listener::Tcp(listener),
-                    endpoint.protocol,
-                    tls.is_some() && !endpoint.notls,
-                ));
-            }
-            tcp_bound.push(addr);
-        }
-        let mut udp: Vec<Vec<mio::net::UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
-        let mut udp_bound = Vec::new();
-        for &planned in &plan.udp {
-            let mut addr = planned;
-            if addr.port() != 0 {
-                sys::ensure_port_free(addr, false)
-                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
-            }
-            for socket in &mut udp {
-                let bound = sys::udp_socket(addr, true)
-                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
-                addr = bound
-                    .local_addr()
-                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
-                socket.push(bound);
-            }
-            udp_bound.push(addr);
-        }
-        if unix.is_none() {
-            if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
-                if let Err(e) = listen::write_port_file(std::path::Path::new(&path), &tcp_bound, &udp_bound) {
-                    eprintln!("Failed to write \"{}\": {e}", std::path::Path::new(&path).display());
-                }
-            }
-        }
-        let interface = plan.interface();
+        let mut bound = Bound::bind(&config, workers, shared.tls.is_some())?;
         let gate = Arc::new(Gate::default());
         let mut rings = crate::direct::rings(workers);
         let mut threads = Vec::new();
         for (index, partitions) in owned.into_iter().enumerate().rev() {
-            let mut listeners = std::mem::take(&mut tcp[index]);
-            if let Some(listener) = &unix {
-                // Every worker accepts from the one socket (whichever wakes first).
-                listeners.push((
-                    conn::Listener::Unix(mio::net::UnixListener::from_std(
-                        listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
-                    )),
-                    config.binding_protocol(),
-                    false,
-                ));
-            }
-            if config.worker_port_base != 0 {
-                let port = config.worker_port_base as usize + index;
-                let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
-                let addr = SocketAddr::new(interface, port);
-                listeners.push((
-                    conn::Listener::Tcp(
-                        sys::listener(addr, false, config.backlog)
-                            .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
-                    ),
-                    config.binding_protocol(),
-                    tls.is_some(),
-                ));
-            }
-            let udp = std::mem::take(&mut udp[index]);
-            let mut ports = Vec::new();
-            if config.native_port != 0 {
-                for partition in (0..partition_count).filter(|&p| owner[p] == index) {
-                    let port = config.native_port + partition as u16;
-                    let socket = sys::udp_socket(SocketAddr::new(interface, port), false)
-                        .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;
-                    ports.push(native::Port { partition, socket, ready: true });
-                }
-            }
-            let native = native::Native::new(ports, shared.clone());
+            let sockets = bound.worker_sockets(index, &config, &shared)?;
             let poll = mio::Poll::new().map_err(|e| e.to_string())?;
             let waker = mio::Waker::new(poll.registry(), mio::Token(0)).map_err(|e| e.to_string())?;
             let _ = shared.wakers[index].set(waker);
             let engine = engine::Engine::new(index, partitions, shared.clone());
             let worker_rings = rings.pop().expect("one ring set per worker");
-            let worker = worker::Worker::new(
-                index,
-                shared.clone(),
-                poll,
-                worker::Sockets { listeners, udp, native },
-                engine,
-                worker_rings,
-            )
-            .map_err(|e| e.to_string())?;
+            let worker = worker::Worker::new(index, shared.clone(), poll, sockets, engine, worker_rings)
+                .map_err(|e| e.to_string())?;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let pin = config.pin.applies(workers, cores);
             let gate = gate.clone();
@@ -520,6 +285,303 @@ impl Server {
         for thread in self.threads {
             let _ = thread.join();
         }
+    }
+}
+
+/// Checks `config` and settles what follows from it: the extended options, the flash tier's
+/// access mode, and a start-up line naming memcached's tuning options that have no effect here.
+fn settle(config: Config) -> Result<(Config, config::Extended), String> {
+    config.validate()?;
+    let mut config = config;
+    let mut extended = config.extended()?;
+    let flash_on = !extended.ext_paths.is_empty();
+    if flash_on {
+        if config.store_mode() {
+            return Err(
+                "-o ext_path: store mode keeps every item in memory; the flash tier is for cache mode".into(),
+            );
+        }
+        if config.access != AccessArg::Erew {
+            // A flash read is the owner's to make (its flash log's page in memory is not
+            // shared), so reads of other workers' partitions are handed to them.
+            eprintln!("quicksilver: -o ext_path: reads go to the partition's owner (--access erew)");
+            config.access = AccessArg::Erew;
+        }
+    }
+    if let Some(factor) = config.slab_growth_factor {
+        extended.ignored.push(format!("-f {factor}"));
+    }
+    if let Some(size) = config.slab_min_size {
+        extended.ignored.push(format!("-n {size}"));
+    }
+    if !extended.ignored.is_empty() {
+        eprintln!(
+            "quicksilver: {}: memcached's slab, LRU and hash-table tuning has no effect here \
+             (circular logs and a lossy index have no slab classes, LRU segments or hash expansion)",
+            extended.ignored.join(",")
+        );
+    }
+    Ok((config, extended))
+}
+
+/// The gates a connection passes: SASL (-S) and ASCII (-Y) passwords, and TLS (-Z).
+struct Credentials {
+    sasl_passwords: Option<auth::Passwords>,
+    ascii_passwords: Option<auth::Passwords>,
+    tls: Option<Arc<tls::Context>>,
+}
+
+impl Credentials {
+    fn load(config: &Config, extended: &config::Extended) -> Result<Credentials, String> {
+        let sasl_passwords = match config.sasl {
+            true => {
+                let path = std::env::var_os("MEMCACHED_SASL_PWDB").ok_or(
+                        "-S: set MEMCACHED_SASL_PWDB to a file of user:password lines (quicksilver's SASL is PLAIN against that file)",
+                    )?;
+                Some(auth::Passwords::load(std::path::Path::new(&path))?)
+            }
+            false => None,
+        };
+        let ascii_passwords = config.auth_file.as_deref().map(auth::Passwords::load).transpose()?;
+        let tls = match config.enable_ssl {
+            true => Some(Arc::new(tls::Context::new(&extended.ssl, sys::now_secs())?)),
+            false => None,
+        };
+        if tls.is_some() && (config.udp_port() != 0 || config.native_port != 0) {
+            eprintln!(
+                "quicksilver: -Z with -o ssl_allow_plaintext: UDP{} serve plaintext (TLS covers TCP only)",
+                if config.native_port != 0 { " and the native ports" } else { "" }
+            );
+        }
+        Ok(Credentials { sasl_passwords, ascii_passwords, tls })
+    }
+}
+
+/// The partitions: each one's share of -m, from a memory file (-e) or new, with its flash
+/// tier attached.
+fn build_partitions(config: &Config, extended: &config::Extended) -> Result<Vec<Partition>, String> {
+    let flash_on = !extended.ext_paths.is_empty();
+    let partition_count = config.partition_count();
+    let room_bytes = ((config.memory_max_bytes() / partition_count as u64) as usize) & !7;
+    let configs: Vec<qs_store::Config> = (0..partition_count)
+        .map(|p| {
+            let mut partition = partition_config(config, p, partition_count);
+            // Address space for cache_memlimit to grow the log into (used only as it
+            // fills; store mode's arena and a memory file's logs ignore it).
+            partition.log_room_bytes = room_bytes;
+            partition
+        })
+        .collect();
+    let configs = if flash_on { flash_index_sizing(configs, extended) } else { configs };
+    let mut partitions: Vec<Partition> = match &config.memory_file {
+        Some(path) => memfile::open(path, &configs, flash_on)?.partitions,
+        None => configs.into_iter().map(Partition::new).collect(),
+    };
+    if flash_on {
+        attach_flash(&mut partitions, extended)?;
+    }
+    Ok(partitions)
+}
+
+/// What every worker sees, as the partitions start.
+fn new_shared(
+    config: &Config,
+    extended: config::Extended,
+    partitions: &[Partition],
+    credentials: Credentials,
+) -> Shared {
+    let workers = config.workers();
+    let partition_count = partitions.len();
+    let flash_on = !extended.ext_paths.is_empty();
+    let Credentials { sasl_passwords, ascii_passwords, tls } = credentials;
+    let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
+    let readers = if config.access == AccessArg::Erew {
+        Vec::new()
+    } else {
+        partitions.iter().map(Partition::reader).collect()
+    };
+    // A front cache only helps where other workers' keys are handed over (EREW), and with
+    // more than one worker.
+    let front_epochs = if extended.front_cache && config.access == AccessArg::Erew && workers > 1 {
+        (0..partition_count).map(|_| qs_store::front::WriteEpochs::new(FRONT_EPOCH_SLOTS)).collect()
+    } else {
+        Vec::new()
+    };
+    let first = &partitions[0];
+    Shared {
+        flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
+        flash_rings: Default::default(),
+        flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
+        front_epochs,
+        workers,
+        partition_bits: partition_count.trailing_zeros(),
+        owner: owner.clone(),
+        readers,
+        // As built: a memory file's partitions start with the items they took back, which
+        // `stats` shows before their workers first publish.
+        partitions: partitions.iter().map(|partition| Mutex::new(partition.stats_snapshot())).collect(),
+        free_groups: partitions.iter().filter_map(Partition::free_groups).collect(),
+        workers_published: (0..workers)
+            .map(|_| {
+                Mutex::new(WorkerFigures {
+                    remote_reads: vec![(0, 0); partition_count],
+                    ..Default::default()
+                })
+            })
+            .collect(),
+        curr_connections: AtomicU64::new(0),
+        total_connections: AtomicU64::new(0),
+        rejected_connections: AtomicU64::new(0),
+        accept_paused: Mutex::new(None),
+        accept_resumed: AtomicU64::new(0),
+        listen_disabled_num: AtomicU64::new(0),
+        time_in_listen_disabled_us: AtomicU64::new(0),
+        sleeping: (0..workers).map(|_| Padded(AtomicBool::new(false))).collect(),
+        wakers: (0..workers).map(|_| OnceLock::new()).collect(),
+        stop: AtomicBool::new(false),
+        started: std::time::Instant::now(),
+        log_bytes: std::sync::atomic::AtomicUsize::new(first.log_bytes()),
+        log_room: first.log_room(),
+        log_limit_min: first.log_limit_min(),
+        store_mode: first.is_store_mode(),
+        index_bytes: first.index_bytes(),
+        item_bytes_max: config.item_bytes_max,
+        page_kinds: first.page_kinds(),
+        native_epoch: (random_u64() as u32) | 1,
+        native_secret: random_u64(),
+        main_buckets: first.main_buckets(),
+        crawler_enabled: AtomicBool::new(extended.lru_crawler),
+        stats_baseline: Mutex::default(),
+        detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
+        hotkeys: hotkeys::HotKeys::new(workers, extended.hotkeys_sample_one_in),
+        mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
+        registry: Default::default(),
+        watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
+        sasl_passwords,
+        ascii_passwords,
+        tls: tls.clone(),
+        extended,
+        unix_accept: Mutex::new(()),
+        reserved_accept: Mutex::new(()),
+        config: config.clone(),
+    }
+}
+
+/// The sockets bound at start-up, each worker's own (SO_REUSEPORT) or shared (-s).
+struct Bound {
+    /// Per worker: its TCP listeners, their protocol, and whether they speak TLS.
+    tcp: Vec<Vec<(conn::Listener, config::Protocol, bool)>>,
+    /// Per worker: its UDP sockets.
+    udp: Vec<Vec<mio::net::UdpSocket>>,
+    /// -s: the one UNIX domain socket every worker accepts from.
+    unix: Option<std::os::unix::net::UnixListener>,
+    /// The address a worker's own port (--worker-port-base) and native ports bind.
+    interface: std::net::IpAddr,
+}
+
+impl Bound {
+    /// Binds every planned address for every worker (the first settles a free port where the
+    /// plan asks for one), and writes MEMCACHED_PORT_FILENAME.
+    fn bind(config: &Config, workers: usize, tls: bool) -> Result<Bound, String> {
+        let plan = config.listen_plan()?;
+        // -s: a UNIX domain socket instead of TCP and UDP, as in memcached.
+        let unix = match &config.unix_socket {
+            Some(path) => Some(
+                sys::unix_listener(path, config.unix_mask)
+                    .map_err(|e| format!("failed to listen on UNIX socket {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
+        // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
+        // free port where the plan asks for one, and the others join it there.
+        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol, bool)>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        let mut tcp_bound = Vec::new();
+        for endpoint in &plan.tcp {
+            let mut addr = endpoint.addr;
+            if addr.port() != 0 {
+                sys::ensure_port_free(addr, true).map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+            }
+            for listeners in &mut tcp {
+                let listener = sys::listener(addr, true, config.backlog)
+                    .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+                addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
+                listeners.push((conn::Listener::Tcp(listener), endpoint.protocol, tls && !endpoint.notls));
+            }
+            tcp_bound.push(addr);
+        }
+        let mut udp: Vec<Vec<mio::net::UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut udp_bound = Vec::new();
+        for &planned in &plan.udp {
+            let mut addr = planned;
+            if addr.port() != 0 {
+                sys::ensure_port_free(addr, false)
+                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+            }
+            for socket in &mut udp {
+                let bound = sys::udp_socket(addr, true)
+                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+                addr = bound
+                    .local_addr()
+                    .map_err(|e| format!("failed to listen on UDP port {}: {e}", addr.port()))?;
+                socket.push(bound);
+            }
+            udp_bound.push(addr);
+        }
+        if unix.is_none() {
+            if let Some(path) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
+                if let Err(e) = listen::write_port_file(std::path::Path::new(&path), &tcp_bound, &udp_bound) {
+                    eprintln!("Failed to write \"{}\": {e}", std::path::Path::new(&path).display());
+                }
+            }
+        }
+        Ok(Bound { tcp, udp, unix, interface: plan.interface() })
+    }
+
+    /// Worker `index`'s sockets: its listeners (TCP, the shared UNIX socket, its own port),
+    /// UDP sockets and native ports.
+    fn worker_sockets(
+        &mut self,
+        index: usize,
+        config: &Config,
+        shared: &Arc<Shared>,
+    ) -> Result<worker::Sockets, String> {
+        let mut listeners = std::mem::take(&mut self.tcp[index]);
+        if let Some(listener) = &self.unix {
+            // Every worker accepts from the one socket (whichever wakes first).
+            listeners.push((
+                conn::Listener::Unix(mio::net::UnixListener::from_std(
+                    listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
+                )),
+                config.binding_protocol(),
+                false,
+            ));
+        }
+        if config.worker_port_base != 0 {
+            let port = config.worker_port_base as usize + index;
+            let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
+            let addr = SocketAddr::new(self.interface, port);
+            listeners.push((
+                conn::Listener::Tcp(
+                    sys::listener(addr, false, config.backlog)
+                        .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
+                ),
+                config.binding_protocol(),
+                shared.tls.is_some(),
+            ));
+        }
+        let udp = std::mem::take(&mut self.udp[index]);
+        let mut ports = Vec::new();
+        if config.native_port != 0 {
+            for partition in (0..shared.partitions.len()).filter(|&p| shared.owner[p] == index) {
+                let port = config.native_port + partition as u16;
+                let socket = sys::udp_socket(SocketAddr::new(self.interface, port), false)
+                    .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;
+                ports.push(native::Port { partition, socket, ready: true });
+            }
+        }
+        let native = native::Native::new(ports, shared.clone());
+        Ok(worker::Sockets { listeners, udp, native })
     }
 }
 

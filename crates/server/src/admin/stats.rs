@@ -94,20 +94,26 @@ pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"END\r\n");
 }
 
-// still one long sequence of steps; to be split along them.
-#[allow(clippy::too_many_lines)]
+/// memcached 1.6.18's general list, in its order (t/stats.t counts it), with quicksilver's
+/// figures; docs/COMPATIBILITY.md says what each means here. Quicksilver's own: `stats quicksilver`.
 fn general(shared: &Shared, out: &mut Vec<u8>) {
     let (p, w, _) = totals(shared);
+    let flash = flash_totals(shared);
+    general_process(shared, &w, out);
+    general_commands(shared, &p, &w, flash.as_ref(), out);
+    general_server(shared, &w, flash.as_ref(), out);
+    general_items(shared, &p, out);
+    general_beyond(shared, &p, &w, out);
+}
+
+/// The process, its connections and their buffers.
+fn general_process(shared: &Shared, w: &WorkerFigures, out: &mut Vec<u8>) {
     let c = &w.counters;
     let baseline = shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let now = crate::sys::now_secs();
     let (user, system) = crate::sys::cpu_times_secs();
-    let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
-    let remote_gets: u64 = w.remote_reads.iter().map(|r| r.0).sum();
     let curr_connections = shared.curr_connections.load(Relaxed);
     let extended = &shared.extended;
-    // memcached 1.6.18's list, in its order (t/stats.t counts it), with quicksilver's figures;
-    // docs/COMPATIBILITY.md says what each means here. Quicksilver's own: `stats quicksilver`.
     stat(out, "pid", std::process::id());
     stat(out, "uptime", shared.started.elapsed().as_secs());
     stat(out, "time", now);
@@ -137,6 +143,19 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "read_buf_oom", c.read_buf_oom);
     let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64);
     stat(out, "reserved_fds", open_fds.saturating_sub(curr_connections));
+}
+
+/// Commands and their outcomes.
+fn general_commands(
+    shared: &Shared,
+    p: &PartitionStats,
+    w: &WorkerFigures,
+    flash: Option<&FlashTotals>,
+    out: &mut Vec<u8>,
+) {
+    let c = &w.counters;
+    let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
+    let remote_gets: u64 = w.remote_reads.iter().map(|r| r.0).sum();
     stat(out, "cmd_get", c.cmd_get);
     stat(out, "cmd_set", c.cmd_set);
     stat(out, "cmd_flush", c.cmd_flush);
@@ -146,8 +165,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "get_misses", p.get_misses + (remote_gets - remote_hits));
     stat(out, "get_expired", p.get_expired + c.remote_get_expired);
     stat(out, "get_flushed", p.get_flushed + c.remote_get_flushed);
-    let flash = flash_totals(shared);
-    if let Some(FlashTotals { log, tier, .. }) = &flash {
+    if let Some(FlashTotals { log, tier, .. }) = flash {
         // A read of a flash record (the page in memory included) for any command.
         stat(out, "get_extstore", log.reads + log.buffer_reads);
         stat(out, "get_aborted_extstore", 0);
@@ -171,9 +189,16 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", p.refused);
     stat(out, "auth_cmds", c.auth_cmds);
     stat(out, "auth_errors", c.auth_errors);
-    if extended.idle_timeout_secs != 0 {
+    if shared.extended.idle_timeout_secs != 0 {
         stat(out, "idle_kicks", c.idle_kicks);
     }
+}
+
+/// Traffic, limits, threads, the index, the background work memcached reports, logging,
+/// the flash tier and TLS.
+fn general_server(shared: &Shared, w: &WorkerFigures, flash: Option<&FlashTotals>, out: &mut Vec<u8>) {
+    let c = &w.counters;
+    let extended = &shared.extended;
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
     stat(out, "limit_maxbytes", shared.maxbytes());
@@ -214,7 +239,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "log_watcher_skipped", watchers.skipped.load(Relaxed));
     stat(out, "log_watcher_sent", watchers.sent.load(Relaxed));
     stat(out, "log_watchers", watchers.count());
-    if let Some(totals) = &flash {
+    if let Some(totals) = flash {
         extstore_stats(out, totals);
     }
     if let Some(tls) = &shared.tls {
@@ -224,6 +249,11 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "ssl_handshake_errors", tls.handshake_errors.load(Relaxed));
         stat(out, "time_since_server_cert_refresh", tls.secs_since_refresh(crate::sys::now_secs()));
     }
+}
+
+/// What the cache holds, and what left it.
+fn general_items(shared: &Shared, p: &PartitionStats, out: &mut Vec<u8>) {
+    let extended = &shared.extended;
     stat(out, "unexpected_napi_ids", 0);
     stat(out, "round_robin_fallback", 0);
     stat(out, "bytes", p.bytes);
@@ -247,6 +277,11 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "direct_reclaims", 0);
         stat(out, "lru_bumps_dropped", 0);
     }
+}
+
+/// Beyond memcached's list: the native protocol's ports and store mode's arenas, when on.
+fn general_beyond(shared: &Shared, p: &PartitionStats, w: &WorkerFigures, out: &mut Vec<u8>) {
+    let c = &w.counters;
     if shared.config.native_port != 0 {
         stat(out, "native_datagrams_in", c.native_datagrams_in);
         stat(out, "native_datagrams_out", c.native_datagrams_out);

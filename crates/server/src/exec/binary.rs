@@ -36,8 +36,6 @@ impl Engine {
     }
 
     /// Runs a binary request here, appending its reply to `out`.
-    // still one long sequence of steps; to be split along them.
-    #[allow(clippy::too_many_lines)]
     pub(super) fn binary(&mut self, request: &Binary<'_>, out: &mut Vec<u8>) -> Exec {
         let Binary { opcode, opaque, cas, command } = *request;
         let reply =
@@ -47,46 +45,9 @@ impl Engine {
             Bin::Get { key, quiet, with_key, touch } => {
                 self.binary_get(reply, key, quiet, with_key, touch, out)
             }
-            Bin::Touch { key, exptime } => {
-                self.counters.cmd_touch += 1;
-                let expiry = self.binary_expiry(exptime);
-                self.log_lookup(key);
-                let mut value = std::mem::take(&mut self.scratch);
-                value.clear();
-                match self.run(key, Command::GetAndTouch { expiry }, &mut value) {
-                    Outcome::Hit(hit) => {
-                        let flags = hit.flags.to_be_bytes();
-                        Reply { cas: self.cas_out(hit.cas), extras: &flags, ..reply }.write_head(out);
-                    }
-                    _ => error(out, status::KEY_ENOENT),
-                }
-                self.scratch = value;
-            }
+            Bin::Touch { key, exptime } => self.binary_touch(reply, key, exptime, out),
             Bin::Store { mode, key, flags, exptime, value, quiet } => {
-                let mode = match mode {
-                    StoreMode::Append if cas != 0 => qs_store::StoreMode::AppendCas(cas),
-                    StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
-                    other => super::store_mode(other),
-                };
-                let expiry = self.binary_expiry(exptime);
-                let failure = match self.store_outcome(mode, key, flags, expiry, value) {
-                    Outcome::Stored { cas } => {
-                        if !quiet {
-                            Reply { cas: self.cas_out(cas), ..reply }.write_head(out);
-                        }
-                        return Exec::Done;
-                    }
-                    Outcome::Exists => status::KEY_EEXISTS,
-                    Outcome::NotFound => status::KEY_ENOENT,
-                    Outcome::TooLarge => status::E2BIG,
-                    Outcome::OutOfMemory => status::ENOMEM,
-                    _ => match mode {
-                        qs_store::StoreMode::Add => status::KEY_EEXISTS,
-                        qs_store::StoreMode::Replace => status::KEY_ENOENT,
-                        _ => status::NOT_STORED,
-                    },
-                };
-                error(out, failure);
+                self.binary_store(reply, cas, (mode, key, flags, exptime, value), quiet, out);
             }
             Bin::TooLarge { key, set } => {
                 self.counters.cmd_set += 1;
@@ -108,35 +69,7 @@ impl Engine {
                 }
             }
             Bin::Arith { key, delta, initial, exptime, decrement, quiet } => {
-                self.log_lookup(key);
-                let mut outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
-                if outcome == Outcome::NotFound && exptime != u32::MAX {
-                    // memcached creates the counter with the initial value (an add).
-                    let mut digits = itoa::Buffer::new();
-                    let value = digits.format(initial).as_bytes();
-                    let expiry = self.binary_expiry(exptime);
-                    let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
-                    outcome = match self.run(key, store, &mut Vec::new()) {
-                        Outcome::Stored { cas } => Outcome::Counter { value: initial, cas, expiry },
-                        Outcome::OutOfMemory => Outcome::OutOfMemory,
-                        _ => Outcome::NotStored,
-                    };
-                }
-                let failure = match outcome {
-                    Outcome::Counter { value, cas, .. } => {
-                        if !quiet {
-                            Reply { cas: self.cas_out(cas), value_len: 8, ..reply }.write_head(out);
-                            out.extend_from_slice(&value.to_be_bytes());
-                        }
-                        return Exec::Done;
-                    }
-                    Outcome::NonNumeric => status::DELTA_BADVAL,
-                    Outcome::Exists => status::KEY_EEXISTS,
-                    Outcome::NotStored => status::NOT_STORED,
-                    Outcome::OutOfMemory => status::ENOMEM,
-                    _ => status::KEY_ENOENT,
-                };
-                error(out, failure);
+                self.binary_arith(reply, cas, (key, delta, initial, exptime, decrement), quiet, out);
             }
             Bin::Quit { quiet } => {
                 if !quiet {
@@ -169,6 +102,102 @@ impl Engine {
             }
         }
         Exec::Done
+    }
+
+    /// Touch: the item's flags in the reply, or KEY_ENOENT.
+    fn binary_touch(&mut self, reply: Reply<'_>, key: &[u8], exptime: u32, out: &mut Vec<u8>) {
+        let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
+        self.counters.cmd_touch += 1;
+        let expiry = self.binary_expiry(exptime);
+        self.log_lookup(key);
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        match self.run(key, Command::GetAndTouch { expiry }, &mut value) {
+            Outcome::Hit(hit) => {
+                let flags = hit.flags.to_be_bytes();
+                Reply { cas: self.cas_out(hit.cas), extras: &flags, ..reply }.write_head(out);
+            }
+            _ => error(out, status::KEY_ENOENT),
+        }
+        self.scratch = value;
+    }
+
+    /// Set, add, replace, append, prepend (with a CAS, checked): the new CAS, or why not.
+    fn binary_store(
+        &mut self,
+        reply: Reply<'_>,
+        cas: u64,
+        (mode, key, flags, exptime, value): (StoreMode, &[u8], u32, u32, &[u8]),
+        quiet: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
+        let mode = match mode {
+            StoreMode::Append if cas != 0 => qs_store::StoreMode::AppendCas(cas),
+            StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
+            other => super::store_mode(other),
+        };
+        let expiry = self.binary_expiry(exptime);
+        let failure = match self.store_outcome(mode, key, flags, expiry, value) {
+            Outcome::Stored { cas } => {
+                if !quiet {
+                    Reply { cas: self.cas_out(cas), ..reply }.write_head(out);
+                }
+                return;
+            }
+            Outcome::Exists => status::KEY_EEXISTS,
+            Outcome::NotFound => status::KEY_ENOENT,
+            Outcome::TooLarge => status::E2BIG,
+            Outcome::OutOfMemory => status::ENOMEM,
+            _ => match mode {
+                qs_store::StoreMode::Add => status::KEY_EEXISTS,
+                qs_store::StoreMode::Replace => status::KEY_ENOENT,
+                _ => status::NOT_STORED,
+            },
+        };
+        error(out, failure);
+    }
+
+    /// Increment and decrement, creating the counter with its initial value unless the
+    /// exptime says not to (all ones): the counter's new value, or why not.
+    fn binary_arith(
+        &mut self,
+        reply: Reply<'_>,
+        cas: u64,
+        (key, delta, initial, exptime, decrement): (&[u8], u64, u64, u32, bool),
+        quiet: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
+        self.log_lookup(key);
+        let mut outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
+        if outcome == Outcome::NotFound && exptime != u32::MAX {
+            // memcached creates the counter with the initial value (an add).
+            let mut digits = itoa::Buffer::new();
+            let value = digits.format(initial).as_bytes();
+            let expiry = self.binary_expiry(exptime);
+            let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
+            outcome = match self.run(key, store, &mut Vec::new()) {
+                Outcome::Stored { cas } => Outcome::Counter { value: initial, cas, expiry },
+                Outcome::OutOfMemory => Outcome::OutOfMemory,
+                _ => Outcome::NotStored,
+            };
+        }
+        let failure = match outcome {
+            Outcome::Counter { value, cas, .. } => {
+                if !quiet {
+                    Reply { cas: self.cas_out(cas), value_len: 8, ..reply }.write_head(out);
+                    out.extend_from_slice(&value.to_be_bytes());
+                }
+                return;
+            }
+            Outcome::NonNumeric => status::DELTA_BADVAL,
+            Outcome::Exists => status::KEY_EEXISTS,
+            Outcome::NotStored => status::NOT_STORED,
+            Outcome::OutOfMemory => status::ENOMEM,
+            _ => status::KEY_ENOENT,
+        };
+        error(out, failure);
     }
 
     fn binary_get(

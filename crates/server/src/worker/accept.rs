@@ -4,8 +4,9 @@
 use super::*;
 
 impl Worker {
-    // still one long sequence of steps; to be split along them.
-    #[allow(clippy::too_many_lines)]
+    /// Accepts every connection waiting on `listener`, within the -c limit (a place is
+    /// taken before accepting, or with maxconns_fast after, the connection then told
+    /// `ERROR Too many open connections` and closed).
     pub(super) fn accept(&mut self, listener: usize) {
         let shared = self.shared.clone();
         let _turn = match self.listeners.get(listener) {
@@ -51,65 +52,70 @@ impl Worker {
                 let _ = stream.write(codec::TOO_MANY_CONNECTIONS);
                 continue;
             }
-            if self.listener_tls[listener] {
-                // -Z: a TLS session around the socket (its handshake runs as it is read).
-                let session = match (self.shared.tls.as_ref(), stream) {
-                    (Some(tls), crate::session::Stream::Tcp(socket)) => {
-                        tls.accept(socket, self.engine.now_secs).ok()
-                    }
-                    _ => None,
-                };
-                let Some(session) = session else {
-                    // The socket is closed as it drops; its place goes back.
-                    self.shared.curr_connections.fetch_sub(1, Relaxed);
-                    continue;
-                };
-                stream = crate::session::Stream::Tls(Box::new(session));
-            }
-            self.shared.total_connections.fetch_add(1, Relaxed);
-            let index = self.free.pop().unwrap_or_else(|| {
-                self.conns.push(None);
-                self.generations.push(0);
-                self.conns.len() - 1
-            });
-            let interest = Interest::READABLE | Interest::WRITABLE;
-            if self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err() {
+            self.admit(listener, stream, peer);
+        }
+    }
+
+    /// Makes an accepted socket (its place under the limit taken) a connection of this worker:
+    /// a TLS session around it on a -Z listener, registered, logged, queued to read.
+    fn admit(&mut self, listener: usize, mut stream: crate::session::Stream, peer: Addr) {
+        if self.listener_tls[listener] {
+            // -Z: a TLS session around the socket (its handshake runs as it is read).
+            let session = match (self.shared.tls.as_ref(), stream) {
+                (Some(tls), crate::session::Stream::Tcp(socket)) => {
+                    tls.accept(socket, self.engine.now_secs).ok()
+                }
+                _ => None,
+            };
+            let Some(session) = session else {
+                // The socket is closed as it drops; its place goes back.
                 self.shared.curr_connections.fetch_sub(1, Relaxed);
-                self.free.push(index);
-                continue;
-            }
-            if self.shared.config.verbose > 1 {
-                eprintln!("worker {}: new connection {index}", self.index);
-            }
-            self.generations[index] = self.generations[index].wrapping_add(1);
-            let fd = stream.fd();
-            let local = stream.local_addr(&self.listener_addrs[listener]);
-            let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
-            self.shared.registry.add(fd, info.clone());
-            if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
-                let (rip, rport, transport) = peer_text(&info.addr);
-                self.shared.log(
-                    crate::observe::watch::CONNEVENTS,
-                    format_args!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),
-                );
-            }
-            let mut conn = Conn::new(
-                Transport::Tcp(stream),
-                self.generations[index],
-                Input::new(self.input_limit),
-                Output::new(self.shared.workers),
-                self.listener_protocols[listener],
+                return;
+            };
+            stream = crate::session::Stream::Tls(Box::new(session));
+        }
+        self.shared.total_connections.fetch_add(1, Relaxed);
+        let index = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.generations.push(0);
+            self.conns.len() - 1
+        });
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err() {
+            self.shared.curr_connections.fetch_sub(1, Relaxed);
+            self.free.push(index);
+            return;
+        }
+        if self.shared.config.verbose > 1 {
+            eprintln!("worker {}: new connection {index}", self.index);
+        }
+        self.generations[index] = self.generations[index].wrapping_add(1);
+        let fd = stream.fd();
+        let local = stream.local_addr(&self.listener_addrs[listener]);
+        let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
+        self.shared.registry.add(fd, info.clone());
+        if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
+            let (rip, rport, transport) = peer_text(&info.addr);
+            self.shared.log(
+                crate::observe::watch::CONNEVENTS,
+                format_args!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),
             );
-            conn.authenticated =
-                self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none();
-            conn.info = Some(info);
-            conn.fd = fd;
-            conn.read_ready = true;
-            self.conns[index] = Some(conn);
-            self.work.push(index);
-            if let Some(conn) = self.conns[index].as_mut() {
-                conn.queued = true;
-            }
+        }
+        let mut conn = Conn::new(
+            Transport::Tcp(stream),
+            self.generations[index],
+            Input::new(self.input_limit),
+            Output::new(self.shared.workers),
+            self.listener_protocols[listener],
+        );
+        conn.authenticated = self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none();
+        conn.info = Some(info);
+        conn.fd = fd;
+        conn.read_ready = true;
+        self.conns[index] = Some(conn);
+        self.work.push(index);
+        if let Some(conn) = self.conns[index].as_mut() {
+            conn.queued = true;
         }
     }
 

@@ -211,9 +211,9 @@ impl Worker {
         })
     }
 
-    /// Runs until the server stops.
-    // still one long sequence of steps; to be split along them.
-    #[allow(clippy::too_many_lines)]
+    /// Runs until the server stops: each loop turn sleeps until there is work, notes what
+    /// the events report ([`Worker::take_events`]), does the turn's work ([`Worker::turn`]),
+    /// and once a second closes idle connections and overdue handshakes.
     pub fn run(mut self) {
         let mut events = Events::with_capacity(256);
         let mut stop_deadline: Option<Instant> = None;
@@ -242,99 +242,9 @@ impl Worker {
             self.engine.publish_hot(events.is_empty());
             // Starts (or stops) recording evictions before this turn's requests run.
             self.engine.log_evictions();
-            for event in events.iter() {
-                match event.token() {
-                    WAKER => {}
-                    FLASH => {
-                        if let Some(uring) = self.flash.uring.as_ref() {
-                            uring.clear_eventfd();
-                        }
-                    }
-                    Token(token) if (UDP_BASE..UDP_BASE + UDP_SOCKETS_MAX).contains(&token) => {
-                        self.udp_ready |= 1 << (token - UDP_BASE);
-                    }
-                    Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
-                    Token(token) if token >= NATIVE_BASE => {
-                        if let Some(port) = self.native.ports.get_mut(token - NATIVE_BASE) {
-                            port.ready = true;
-                        }
-                    }
-                    Token(token) => {
-                        let index = token - CONN_BASE;
-                        if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
-                            if event.is_readable() || event.is_read_closed() || event.is_error() {
-                                conn.read_ready = true;
-                            }
-                            conn.peer_closed |= event.is_read_closed();
-                            if event.is_writable() {
-                                conn.write_blocked = false;
-                            }
-                            queue(&mut self.work, conn, index);
-                        }
-                    }
-                }
-            }
-            let resumed = self.shared.accept_resumed.load(Relaxed);
-            if resumed != self.accept_resumed_seen {
-                // Accepting paused at the connection limit and has resumed: the listeners'
-                // edge-triggered events for the connections that waited have passed.
-                self.accept_resumed_seen = resumed;
-                for listener in 0..self.listeners.len() {
-                    self.accept(listener);
-                }
-            }
-            if self.udp_ready != 0 {
-                self.receive_udp();
-            }
-            if self.native.ready() && self.native.serve(&mut self.engine) {
-                self.executed = true;
-            }
-            self.run_handed_over();
-            self.finish_flash();
-            self.place_replies();
-            self.read_ahead();
-            while let Some(index) = self.work.pop() {
-                self.service(index);
-            }
-            if self.shared.flash_io.is_some() {
-                // Reads the page cache holds complete inside the submit: run their requests
-                // in this turn.
-                self.flash.submit();
-                self.finish_flash();
-                self.flash.submit();
-            }
-            // Published before the replies leave, so a client that saw a reply sees its
-            // effect in `stats` (asked on any worker).
-            if self.executed {
-                self.engine.log_evictions();
-                self.engine.publish();
-                self.executed = false;
-            }
-            self.send_outgoing();
-            for index in std::mem::take(&mut self.retry) {
-                if let Some(conn) = self.conns[index].as_mut() {
-                    queue(&mut self.work, conn, index);
-                }
-            }
-            for &index in &self.watching {
-                if self.conns[index]
-                    .as_ref()
-                    .and_then(|conn| conn.watch.as_ref())
-                    .is_some_and(|sink| sink.look())
-                {
-                    queue_flush(&mut self.flush, index);
-                }
-            }
-            self.write_all();
-            self.publish_buffers();
-            let idle_timeout = self.shared.extended.idle_timeout_secs;
-            if self.engine.now_secs != self.idle_scan_secs {
-                self.idle_scan_secs = self.engine.now_secs;
-                if idle_timeout > 0 {
-                    self.kick_idle(idle_timeout);
-                }
-                self.drop_stalled_handshakes();
-            }
+            self.take_events(&events);
+            self.turn();
+            self.once_a_second();
             if self.shared.stop.load(Relaxed) {
                 let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
                 if self.conns.iter().all(Option::is_none) || Instant::now() > deadline {
@@ -344,6 +254,113 @@ impl Worker {
                     return;
                 }
             }
+        }
+    }
+
+    /// Notes what this turn's events report: readiness of connections, listeners, UDP and
+    /// native ports, and finished flash reads; accepts new connections.
+    fn take_events(&mut self, events: &Events) {
+        for event in events.iter() {
+            match event.token() {
+                WAKER => {}
+                FLASH => {
+                    if let Some(uring) = self.flash.uring.as_ref() {
+                        uring.clear_eventfd();
+                    }
+                }
+                Token(token) if (UDP_BASE..UDP_BASE + UDP_SOCKETS_MAX).contains(&token) => {
+                    self.udp_ready |= 1 << (token - UDP_BASE);
+                }
+                Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
+                Token(token) if token >= NATIVE_BASE => {
+                    if let Some(port) = self.native.ports.get_mut(token - NATIVE_BASE) {
+                        port.ready = true;
+                    }
+                }
+                Token(token) => {
+                    let index = token - CONN_BASE;
+                    if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            conn.read_ready = true;
+                        }
+                        conn.peer_closed |= event.is_read_closed();
+                        if event.is_writable() {
+                            conn.write_blocked = false;
+                        }
+                        queue(&mut self.work, conn, index);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One turn's work, in order: resumed accepts, UDP datagrams, native bursts, requests other
+    /// workers handed over, flash reads back, replies that came back, reads ahead, every
+    /// queued connection's window, then counters published before the replies leave, this
+    /// turn's batches pushed, and one send per connection.
+    fn turn(&mut self) {
+        let resumed = self.shared.accept_resumed.load(Relaxed);
+        if resumed != self.accept_resumed_seen {
+            // Accepting paused at the connection limit and has resumed: the listeners'
+            // edge-triggered events for the connections that waited have passed.
+            self.accept_resumed_seen = resumed;
+            for listener in 0..self.listeners.len() {
+                self.accept(listener);
+            }
+        }
+        if self.udp_ready != 0 {
+            self.receive_udp();
+        }
+        if self.native.ready() && self.native.serve(&mut self.engine) {
+            self.executed = true;
+        }
+        self.run_handed_over();
+        self.finish_flash();
+        self.place_replies();
+        self.read_ahead();
+        while let Some(index) = self.work.pop() {
+            self.service(index);
+        }
+        if self.shared.flash_io.is_some() {
+            // Reads the page cache holds complete inside the submit: run their requests
+            // in this turn.
+            self.flash.submit();
+            self.finish_flash();
+            self.flash.submit();
+        }
+        // Published before the replies leave, so a client that saw a reply sees its
+        // effect in `stats` (asked on any worker).
+        if self.executed {
+            self.engine.log_evictions();
+            self.engine.publish();
+            self.executed = false;
+        }
+        self.send_outgoing();
+        for index in std::mem::take(&mut self.retry) {
+            if let Some(conn) = self.conns[index].as_mut() {
+                queue(&mut self.work, conn, index);
+            }
+        }
+        for &index in &self.watching {
+            if self.conns[index].as_ref().and_then(|conn| conn.watch.as_ref()).is_some_and(|sink| sink.look())
+            {
+                queue_flush(&mut self.flush, index);
+            }
+        }
+        self.write_all();
+        self.publish_buffers();
+    }
+
+    /// Once a second (on the first turn of each second): `-o idle_timeout` and TLS handshake
+    /// deadlines.
+    fn once_a_second(&mut self) {
+        let idle_timeout = self.shared.extended.idle_timeout_secs;
+        if self.engine.now_secs != self.idle_scan_secs {
+            self.idle_scan_secs = self.engine.now_secs;
+            if idle_timeout > 0 {
+                self.kick_idle(idle_timeout);
+            }
+            self.drop_stalled_handshakes();
         }
     }
 
