@@ -120,10 +120,9 @@ fn meta_flags(rng: &mut Rng, letters: &[&str]) -> String {
 /// One command. Under CREW (`crew`) `mg` asks no `h`: a plain get served by a worker that
 /// does not own the key leaves the item unmarked (docs/COMPATIBILITY.md). No `mn`: the reply
 /// reader ends each step's reply at the `mn` it sends after the step.
-// still one long sequence of steps; to be split along them.
-#[allow(clippy::too_many_lines)]
 fn command(rng: &mut Rng, crew: bool) -> String {
-    match rng.below(19) {
+    let which = rng.below(19);
+    match which {
         0..=3 => {
             let verb = rng.pick(&["set", "set", "add", "replace", "append", "prepend"]);
             let data = value(rng);
@@ -162,6 +161,14 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             format!("{verb} {} {}{}\r\n", key(rng), rng.pick(DELTAS), noreply(rng))
         }
         10 => format!("touch {} {}{}\r\n", key(rng), rng.pick(EXPTIMES), noreply(rng)),
+        11..=17 => meta_command(rng, which, crew),
+        _ => odd_command(rng),
+    }
+}
+
+/// A meta command (`mg`, `ms`, `md`, `ma`), for the arm `which` of [`command`].
+fn meta_command(rng: &mut Rng, which: usize, crew: bool) -> String {
+    match which {
         11 | 12 => {
             let flags = meta_flags(
                 rng,
@@ -196,7 +203,7 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             let (key, flags) = meta_key(rng, flags);
             format!("md {key}{flags}\r\n")
         }
-        16 | 17 => {
+        _ => {
             let flags = meta_flags(
                 rng,
                 &[
@@ -224,30 +231,33 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             let (key, flags) = meta_key(rng, flags);
             format!("ma {key}{flags}\r\n")
         }
-        _ => rng
-            .pick(&[
-                "flush_all\r\n",
-                "flush_all 0\r\n",
-                "version x\r\n",
-                "verbosity 1\r\n",
-                "bogus a b\r\n",
-                "\r\n",
-                "get\r\n",
-                "ms\r\n",
-                "stats reset\r\n",
-                "shutdown\r\n",
-                "shutdown graceful x\r\n",
-                "lru_crawler sleep 10\r\n",
-                "lru_crawler sleep 2000000\r\n",
-                "lru_crawler tocrawl x\r\n",
-                "lru_crawler crawl 0\r\n",
-                "lru_crawler metadump 99\r\n",
-                "lru_crawler metadump\r\n",
-                "lru_crawler\r\n",
-                "cache_memlimit\r\n",
-            ])
-            .to_string(),
     }
+}
+
+/// A command memcached refuses or answers without touching a key, or an admin command.
+fn odd_command(rng: &mut Rng) -> String {
+    rng.pick(&[
+        "flush_all\r\n",
+        "flush_all 0\r\n",
+        "version x\r\n",
+        "verbosity 1\r\n",
+        "bogus a b\r\n",
+        "\r\n",
+        "get\r\n",
+        "ms\r\n",
+        "stats reset\r\n",
+        "shutdown\r\n",
+        "shutdown graceful x\r\n",
+        "lru_crawler sleep 10\r\n",
+        "lru_crawler sleep 2000000\r\n",
+        "lru_crawler tocrawl x\r\n",
+        "lru_crawler crawl 0\r\n",
+        "lru_crawler metadump 99\r\n",
+        "lru_crawler metadump\r\n",
+        "lru_crawler\r\n",
+        "cache_memlimit\r\n",
+    ])
+    .to_string()
 }
 
 /// Masks CAS uniques (noting the last one), clock readings and counter padding.

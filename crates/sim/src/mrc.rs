@@ -191,28 +191,13 @@ where
 }
 
 /// Runs `plan` over the stream `open()` returns (called once per pass).
-// still one long sequence of steps; to be split along them.
-#[allow(clippy::too_many_lines)]
 pub fn run<S>(plan: &MrcPlan, mut open: impl FnMut() -> io::Result<S>) -> io::Result<MrcReport>
 where
     S: Iterator<Item = io::Result<Access>>,
 {
-    // Pass 1: the working set and the mean item size.
-    let mut sizes_by_key: HashMap<u64, u64> = HashMap::new();
-    let (mut requests, mut gets, mut item_total) = (0u64, 0u64, 0u64);
-    for access in open()? {
-        let access = access?;
-        requests += 1;
-        gets += u64::from(access.op == crate::stream::Op::Get);
-        let bytes = item_bytes(&access);
-        item_total += bytes;
-        sizes_by_key.insert(access.key, bytes);
-    }
-    let working_set: u64 = sizes_by_key.values().sum();
-    let keys = sizes_by_key.len() as u64;
-    drop(sizes_by_key);
+    let pass = first_pass(open()?)?;
     let mut sizes: Vec<u64> = plan.sizes.clone();
-    sizes.extend(plan.fractions.iter().map(|fraction| (working_set as f64 * fraction).round() as u64));
+    sizes.extend(plan.fractions.iter().map(|fraction| (pass.working_set as f64 * fraction).round() as u64));
     sizes.retain(|&size| size > 0);
     sizes.sort_unstable();
     sizes.dedup();
@@ -220,7 +205,7 @@ where
         .iter()
         .map(|&bytes| MrcPoint {
             bytes,
-            fraction: bytes as f64 / working_set.max(1) as f64,
+            fraction: bytes as f64 / pass.working_set.max(1) as f64,
             lru: None,
             fifo: None,
             lfu: None,
@@ -251,64 +236,88 @@ where
         let ratios = replay_per_size(&sizes, LfuCache::new, open()?)?;
         points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.lfu = Some(ratio));
     }
-    let mut engine_requests_per_sec = None;
-    if plan.models.contains(&Model::Engine) {
-        let item_bytes = item_total as f64 / requests.max(1) as f64;
-        let mut engines: Vec<EngineSim> = sizes
-            .iter()
-            .map(|&log_bytes| {
-                let shape = EngineShape {
-                    log_bytes,
-                    partitions: plan.partitions,
-                    eviction: plan.eviction,
-                    item_bytes,
-                    index_load: plan.index_load,
-                    flash_ratio: plan.flash_ratio,
-                };
-                EngineSim::new(&shape, plan.fill)
-            })
-            .collect();
-        if plan.index_cost {
-            let twins: Vec<EngineSim> = sizes
-                .iter()
-                .map(|&log_bytes| {
-                    let shape = EngineShape {
-                        log_bytes,
-                        partitions: plan.partitions,
-                        eviction: plan.eviction,
-                        item_bytes,
-                        index_load: plan.index_load / 16.0,
-                        flash_ratio: plan.flash_ratio,
-                    };
-                    EngineSim::new(&shape, plan.fill)
-                })
-                .collect();
-            engines.extend(twins);
-        }
-        let replaying = replay_pipelined(&mut engines, open()?)?;
-        engine_requests_per_sec = Some((requests * engines.len() as u64) as f64 / replaying.max(1e-9));
-        let twins = if plan.index_cost { &engines[sizes.len()..] } else { &[] };
-        for (index, point) in points.iter_mut().enumerate() {
-            let tally = engines[index].tally();
-            point.engine = Some(tally.hit_ratio());
-            point.engine_expired_miss = Some(tally.expired_misses as f64 / tally.gets.max(1) as f64);
-            if let Some(twin) = twins.get(index) {
-                point.engine_index_cost = Some(twin.tally().hit_ratio() - tally.hit_ratio());
-            }
-            point.engine_index_evictions = Some(tally.index_evictions);
-        }
-    }
+    let engine_requests_per_sec = if plan.models.contains(&Model::Engine) {
+        Some(engine_points(plan, &pass, &sizes, &mut points, open()?)?)
+    } else {
+        None
+    };
     Ok(MrcReport {
-        requests,
-        gets,
-        keys,
-        working_set_bytes: working_set,
+        requests: pass.requests,
+        gets: pass.gets,
+        keys: pass.keys,
+        working_set_bytes: pass.working_set,
         cold_miss_ratio,
         eviction: format!("{:?}", plan.eviction),
         points,
         engine_requests_per_sec,
         live: None,
     })
+}
+
+/// What the first pass over a stream finds: its requests, gets, keys, working set and bytes
+/// of all the items it touches (for the mean item size).
+struct FirstPass {
+    requests: u64,
+    gets: u64,
+    keys: u64,
+    working_set: u64,
+    item_total: u64,
+}
+
+fn first_pass(stream: impl Iterator<Item = io::Result<Access>>) -> io::Result<FirstPass> {
+    let mut sizes_by_key: HashMap<u64, u64> = HashMap::new();
+    let (mut requests, mut gets, mut item_total) = (0u64, 0u64, 0u64);
+    for access in stream {
+        let access = access?;
+        requests += 1;
+        gets += u64::from(access.op == crate::stream::Op::Get);
+        let bytes = item_bytes(&access);
+        item_total += bytes;
+        sizes_by_key.insert(access.key, bytes);
+    }
+    let working_set: u64 = sizes_by_key.values().sum();
+    Ok(FirstPass { requests, gets, keys: sizes_by_key.len() as u64, working_set, item_total })
+}
+
+/// The engine model at every size (with `index_cost`, a twin with a 16x roomier index beside
+/// each, whose difference is the lossy index's cost), replayed over `stream` at once; fills in
+/// the points' engine figures and returns the replay's requests per second.
+fn engine_points(
+    plan: &MrcPlan,
+    pass: &FirstPass,
+    sizes: &[u64],
+    points: &mut [MrcPoint],
+    stream: impl Iterator<Item = io::Result<Access>>,
+) -> io::Result<f64> {
+    let item_bytes = pass.item_total as f64 / pass.requests.max(1) as f64;
+    let engine = |log_bytes: u64, index_load: f64| {
+        let shape = EngineShape {
+            log_bytes,
+            partitions: plan.partitions,
+            eviction: plan.eviction,
+            item_bytes,
+            index_load,
+            flash_ratio: plan.flash_ratio,
+        };
+        EngineSim::new(&shape, plan.fill)
+    };
+    let mut engines: Vec<EngineSim> =
+        sizes.iter().map(|&log_bytes| engine(log_bytes, plan.index_load)).collect();
+    if plan.index_cost {
+        engines.extend(sizes.iter().map(|&log_bytes| engine(log_bytes, plan.index_load / 16.0)));
+    }
+    let replaying = replay_pipelined(&mut engines, stream)?;
+    let twins = if plan.index_cost { &engines[sizes.len()..] } else { &[] };
+    for (index, point) in points.iter_mut().enumerate() {
+        let tally = engines[index].tally();
+        point.engine = Some(tally.hit_ratio());
+        point.engine_expired_miss = Some(tally.expired_misses as f64 / tally.gets.max(1) as f64);
+        if let Some(twin) = twins.get(index) {
+            point.engine_index_cost = Some(twin.tally().hit_ratio() - tally.hit_ratio());
+        }
+        point.engine_index_evictions = Some(tally.index_evictions);
+    }
+    Ok((pass.requests * engines.len() as u64) as f64 / replaying.max(1e-9))
 }
 
 #[cfg(test)]

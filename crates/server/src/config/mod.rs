@@ -457,17 +457,10 @@ const TUNING_OPTIONS: &[&str] = &[
     "no_chunked_items",
 ];
 
-/// memcached's options that keep their meaning whatever the server (inline ASCII responses
-/// are gone in memcached 1.6 too; privileges are dropped by -u here): accepted silently.
-const NO_OP_OPTIONS: &[&str] =
-    &["modern", "inline_ascii_resp", "no_inline_ascii_resp", "drop_privileges", "no_drop_privileges"];
-
-impl Config {
-    /// The `-o` options, checked as memcached checks them (its messages).
-    // still one long sequence of steps; to be split along them.
-    #[allow(clippy::too_many_lines)]
-    pub fn extended(&self) -> Result<Extended, String> {
-        let mut extended = Extended {
+impl Default for Extended {
+    /// memcached 1.6's defaults (`-o modern`), with quicksilver's own options off.
+    fn default() -> Extended {
+        Extended {
             watcher_logbuf_bytes: WATCHER_LOGBUF_BYTES,
             worker_logbuf_bytes: 64 << 10,
             idle_timeout_secs: 0,
@@ -490,31 +483,104 @@ impl Config {
             flash_io_threads: false,
             flash_direct: false,
             ssl: ssl::Settings::default(),
-        };
-        // A number argument, with memcached's messages for a missing or unreadable one.
-        let number = |name: &str, value: Option<&str>| -> Result<u32, String> {
-            let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
-            value.trim().parse::<u32>().map_err(|_| format!("could not parse argument to {name}"))
-        };
-        let kilobytes = |name: &str, value: Option<&str>| number(name, value).map(|kb| kb as usize * 1024);
-        // memcached's TLS options: a text, a signed number, a choice of 0..=max.
-        let text = |name: &str, value: Option<&str>| {
-            value.map(str::to_string).ok_or_else(|| format!("Missing {name} argument"))
-        };
-        let signed = |name: &str, value: Option<&str>| -> Result<i64, String> {
-            strtol(&text(name, value)?).ok_or_else(|| format!("could not parse argument to {name}"))
-        };
-        let choice = |name: &str, value: Option<&str>, max: u8| -> Result<u8, String> {
-            u8::try_from(signed(name, value)?)
-                .ok()
-                .filter(|choice| *choice <= max)
-                .ok_or_else(|| format!("Invalid {name}. Use help to see valid options."))
-        };
+        }
+    }
+}
+
+impl Extended {
+    /// A flash tier option (`ext_*`, `flash_*`): `Ok(true)` when `name` is one.
+    fn flash_option(&mut self, name: &str, value: Option<&str>, option: &str) -> Result<bool, String> {
+        match name {
+            "ext_path" => {
+                let value = value.ok_or("Could not parse ext_path")?;
+                self.ext_paths.push(parse_ext_path(value)?);
+            }
+            "ext_item_size" => self.ext_item_size = number(name, value)? as usize,
+            "ext_wbuf_size" => self.ext_wbuf_bytes = number(name, value)? as usize * (1 << 20),
+            "ext_page_size" => self.ext_page_bytes = number(name, value)? as usize * (1 << 20),
+            "ext_threads" => self.ext_threads = (number(name, value)? as usize).max(1),
+            "flash_direct" => self.flash_direct = true,
+            "flash_io" => {
+                self.flash_io_threads = match value {
+                    Some("threads") => true,
+                    Some("auto") => false,
+                    _ => return Err("flash_io must be auto or threads".into()),
+                }
+            }
+            _ if EXT_TUNING_OPTIONS.contains(&name) => self.ignored.push(option.to_string()),
+            _ if name.starts_with("ext_") => return Err(format!("Illegal suboption \"{option}\"")),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// A TLS option (`ssl_*`): `Ok(true)` when `name` is one.
+    fn ssl_option(&mut self, name: &str, value: Option<&str>) -> Result<bool, String> {
+        match name {
+            "ssl_chain_cert" => self.ssl.chain_cert = Some(text(name, value)?.into()),
+            "ssl_key" => self.ssl.key = Some(text(name, value)?.into()),
+            "ssl_ciphers" => self.ssl.ciphers = Some(text(name, value)?),
+            "ssl_ca_cert" => self.ssl.ca_cert = Some(text(name, value)?.into()),
+            "ssl_keyformat" => self.ssl.keyformat = signed(name, value)?,
+            "ssl_verify_mode" => self.ssl.verify_mode = choice(name, value, 3)?,
+            "ssl_min_version" => self.ssl.min_version = choice(name, value, 3)?,
+            "ssl_wbuf_size" => self.ssl.wbuf_bytes = kilobytes(name, value)?,
+            "ssl_session_cache" => self.ssl.session_cache = true,
+            "ssl_kernel_tls" => self.ssl.kernel_tls = true,
+            "ssl_allow_plaintext" => self.ssl.allow_plaintext = true,
+            "ssl_handshake_timeout" => self.ssl.handshake_secs = number(name, value)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// A number argument, with memcached's messages for a missing or unreadable one.
+fn number(name: &str, value: Option<&str>) -> Result<u32, String> {
+    let value = value.ok_or_else(|| format!("Missing {name} argument"))?;
+    value.trim().parse::<u32>().map_err(|_| format!("could not parse argument to {name}"))
+}
+
+/// A number of kilobytes, in bytes.
+fn kilobytes(name: &str, value: Option<&str>) -> Result<usize, String> {
+    number(name, value).map(|kb| kb as usize * 1024)
+}
+
+/// A text argument (memcached's TLS options).
+fn text(name: &str, value: Option<&str>) -> Result<String, String> {
+    value.map(str::to_string).ok_or_else(|| format!("Missing {name} argument"))
+}
+
+/// A signed number, read as strtol reads it.
+fn signed(name: &str, value: Option<&str>) -> Result<i64, String> {
+    strtol(&text(name, value)?).ok_or_else(|| format!("could not parse argument to {name}"))
+}
+
+/// A choice of `0..=max`.
+fn choice(name: &str, value: Option<&str>, max: u8) -> Result<u8, String> {
+    u8::try_from(signed(name, value)?)
+        .ok()
+        .filter(|choice| *choice <= max)
+        .ok_or_else(|| format!("Invalid {name}. Use help to see valid options."))
+}
+
+/// memcached's options that keep their meaning whatever the server (inline ASCII responses
+/// are gone in memcached 1.6 too; privileges are dropped by -u here): accepted silently.
+const NO_OP_OPTIONS: &[&str] =
+    &["modern", "inline_ascii_resp", "no_inline_ascii_resp", "drop_privileges", "no_drop_privileges"];
+
+impl Config {
+    /// The `-o` options, checked as memcached checks them (its messages).
+    pub fn extended(&self) -> Result<Extended, String> {
+        let mut extended = Extended::default();
         for option in self.extended.iter().filter(|option| !option.is_empty()) {
             let (name, value) = match option.split_once('=') {
                 Some((name, value)) => (name, Some(value)),
                 None => (option.as_str(), None),
             };
+            if extended.flash_option(name, value, option)? || extended.ssl_option(name, value)? {
+                continue;
+            }
             match name {
                 "watcher_logbuf_size" => extended.watcher_logbuf_bytes = kilobytes(name, value)?,
                 "worker_logbuf_size" => extended.worker_logbuf_bytes = kilobytes(name, value)?,
@@ -564,36 +630,6 @@ impl Config {
                 }
                 _ if NO_OP_OPTIONS.contains(&name) => {}
                 _ if TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
-                "ext_path" => {
-                    let value = value.ok_or("Could not parse ext_path")?;
-                    extended.ext_paths.push(parse_ext_path(value)?);
-                }
-                "ext_item_size" => extended.ext_item_size = number(name, value)? as usize,
-                "ext_wbuf_size" => extended.ext_wbuf_bytes = number(name, value)? as usize * (1 << 20),
-                "ext_page_size" => extended.ext_page_bytes = number(name, value)? as usize * (1 << 20),
-                "ext_threads" => extended.ext_threads = (number(name, value)? as usize).max(1),
-                "flash_direct" => extended.flash_direct = true,
-                "flash_io" => {
-                    extended.flash_io_threads = match value {
-                        Some("threads") => true,
-                        Some("auto") => false,
-                        _ => return Err("flash_io must be auto or threads".into()),
-                    }
-                }
-                _ if EXT_TUNING_OPTIONS.contains(&name) => extended.ignored.push(option.clone()),
-                _ if name.starts_with("ext_") => return Err(format!("Illegal suboption \"{option}\"")),
-                "ssl_chain_cert" => extended.ssl.chain_cert = Some(text(name, value)?.into()),
-                "ssl_key" => extended.ssl.key = Some(text(name, value)?.into()),
-                "ssl_ciphers" => extended.ssl.ciphers = Some(text(name, value)?),
-                "ssl_ca_cert" => extended.ssl.ca_cert = Some(text(name, value)?.into()),
-                "ssl_keyformat" => extended.ssl.keyformat = signed(name, value)?,
-                "ssl_verify_mode" => extended.ssl.verify_mode = choice(name, value, 3)?,
-                "ssl_min_version" => extended.ssl.min_version = choice(name, value, 3)?,
-                "ssl_wbuf_size" => extended.ssl.wbuf_bytes = kilobytes(name, value)?,
-                "ssl_session_cache" => extended.ssl.session_cache = true,
-                "ssl_kernel_tls" => extended.ssl.kernel_tls = true,
-                "ssl_allow_plaintext" => extended.ssl.allow_plaintext = true,
-                "ssl_handshake_timeout" => extended.ssl.handshake_secs = number(name, value)?,
                 _ if name.starts_with("proxy_") => {
                     return Err(format!("-o {name}: memcached's proxy mode is not part of quicksilver"))
                 }

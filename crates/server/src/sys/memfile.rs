@@ -63,10 +63,37 @@ fn layout(configs: &[qs_store::Config]) -> String {
 
 /// Opens (or makes) the memory file at `path` for partitions of `configs` and builds them
 /// there. Messages for the operator go to standard error, in memcached's `[restart]` form.
-// still one long sequence of steps; to be split along them.
-#[allow(clippy::too_many_lines)]
 pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Result<Opened, String> {
-    let fail = |what: &str, error: std::io::Error| format!("-e {}: {what}: {error}", path.display());
+    take_meta(path)?;
+    let (file, warm) = open_file(path, configs)?;
+    let index_file = open_index_file(path, configs, warm, flash_index)?;
+    let started = std::time::Instant::now();
+    let (partitions, recovered) = open_partitions(path, configs, &file, index_file.as_ref())?;
+    if warm {
+        eprintln!(
+            "[restart] {}: {} items ({} bytes) taken back in {} ms{}",
+            path.display(),
+            recovered.items,
+            recovered.bytes,
+            started.elapsed().as_millis(),
+            if recovered.cut_bytes > 0 {
+                format!("; {} bytes that failed their checks were dropped", recovered.cut_bytes)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Opened { partitions, recovered, warm })
+}
+
+/// How a failed step on the memory file is reported.
+fn fail(path: &Path, what: &str, error: std::io::Error) -> String {
+    format!("-e {}: {what}: {error}", path.display())
+}
+
+/// memcached's metadata file beside the memory file: read once (the next start decides from
+/// the memory file itself); a corrupt one refuses the start.
+fn take_meta(path: &Path) -> Result<(), String> {
     let meta = meta_path(path);
     if meta.exists() {
         let mut text = String::new();
@@ -77,6 +104,12 @@ pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Res
         // Read once, as memcached does: the next start decides from the file itself.
         let _ = std::fs::remove_file(&meta);
     }
+    Ok(())
+}
+
+/// The memory file, locked, laid out for `configs`; whether it was already (a warm start).
+fn open_file(path: &Path, configs: &[qs_store::Config]) -> Result<(File, bool), String> {
+    let fail = |what: &str, error: std::io::Error| fail(path, what, error);
     let layout = layout(configs);
     let total = HEADER_BYTES + configs.iter().map(|config| segment_bytes(config.log_bytes)).sum::<u64>();
     let file = OpenOptions::new()
@@ -112,9 +145,20 @@ pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Res
         file.set_len(total).map_err(|error| fail("cannot size", error))?;
         file.write_all_at(layout.as_bytes(), 0).map_err(|error| fail("cannot write", error))?;
     }
-    // With a flash tier, the indexes live in FILE.index (their flash slots survive a crash);
-    // trusted only beside a warm memory file of this layout, emptied otherwise.
-    let index_file = if flash_index {
+    Ok((file, warm))
+}
+
+/// With a flash tier, the indexes live in FILE.index (their flash slots survive a crash);
+/// trusted only beside a warm memory file of this layout, emptied otherwise. Without one, a
+/// stale index file is removed.
+fn open_index_file(
+    path: &Path,
+    configs: &[qs_store::Config],
+    warm: bool,
+    flash_index: bool,
+) -> Result<Option<File>, String> {
+    let fail = |what: &str, error: std::io::Error| fail(path, what, error);
+    Ok(if flash_index {
         let index_path = index_path(path);
         let index_total: u64 =
             configs.iter().map(|config| qs_store::index::Index::file_bytes(config.bucket_count) as u64).sum();
@@ -135,15 +179,23 @@ pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Res
     } else {
         let _ = std::fs::remove_file(index_path(path));
         None
-    };
+    })
+}
+
+/// Each partition built on its segment of the file (and of the index file), scanning its
+/// log: as many at once as there are cores. What they took back, summed.
+fn open_partitions(
+    path: &Path,
+    configs: &[qs_store::Config],
+    file: &File,
+    index_file: Option<&File>,
+) -> Result<(Vec<Partition>, Recovered), String> {
     let mut index_offsets = Vec::with_capacity(configs.len());
     let mut index_offset = 0;
     for config in configs {
         index_offsets.push(index_offset);
         index_offset += qs_store::index::Index::file_bytes(config.bucket_count) as u64;
     }
-    let started = std::time::Instant::now();
-    // Each partition scans its own log: as many at once as there are cores.
     let mut offsets = Vec::with_capacity(configs.len());
     let mut offset = HEADER_BYTES;
     for config in configs {
@@ -156,8 +208,8 @@ pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Res
     std::thread::scope(|scope| {
         for (chunk, slots) in opened.chunks_mut(configs.len().div_ceil(threads)).enumerate() {
             let first = chunk * configs.len().div_ceil(threads);
-            let (file, configs, offsets) = (&file, configs, &offsets);
-            let (index_file, index_offsets) = (index_file.as_ref(), &index_offsets);
+            let (configs, offsets) = (configs, &offsets);
+            let index_offsets = &index_offsets;
             scope.spawn(move || {
                 for (i, slot) in slots.iter_mut().enumerate() {
                     let index = index_file.map(|index_file| (index_file, index_offsets[first + i]));
@@ -169,28 +221,14 @@ pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Res
     let mut partitions = Vec::with_capacity(configs.len());
     let mut recovered = Recovered::default();
     for result in opened {
-        let (partition, taken) = result.expect("opened").map_err(|error| fail("cannot map", error))?;
+        let (partition, taken) = result.expect("opened").map_err(|error| fail(path, "cannot map", error))?;
         recovered.items += taken.items;
         recovered.bytes += taken.bytes;
         recovered.replaced += taken.replaced;
         recovered.cut_bytes += taken.cut_bytes;
         partitions.push(partition);
     }
-    if warm {
-        eprintln!(
-            "[restart] {}: {} items ({} bytes) taken back in {} ms{}",
-            path.display(),
-            recovered.items,
-            recovered.bytes,
-            started.elapsed().as_millis(),
-            if recovered.cut_bytes > 0 {
-                format!("; {} bytes that failed their checks were dropped", recovered.cut_bytes)
-            } else {
-                String::new()
-            }
-        );
-    }
-    Ok(Opened { partitions, recovered, warm })
+    Ok((partitions, recovered))
 }
 
 /// At a graceful stop: memcached's metadata file, for the tools that look for it (the state
