@@ -346,7 +346,7 @@ impl Native {
                             continue;
                         }
                         let partition = hash.partition(self.shared.partition_bits);
-                        if engine.partitions[partition].is_none() {
+                        if !engine.owns(partition) {
                             engine.counters.native_redirects += 1;
                             reply.push(&mut self.spare, Status::Redirect, id, 0, 0, b"");
                             continue;

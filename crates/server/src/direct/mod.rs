@@ -176,15 +176,14 @@ pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], responses: &mut Ve
     engine.conn_fd = op.fd;
     op.front = None;
     match op.task {
-        Task::Request(_) | Task::Everywhere(_) => {
+        Task::Request(_) => {
             let request = op.task.request(bytes, &engine.limits).expect("a client request");
             // Every key of a handed-over request is owned here, so nothing is handed on.
-            engine.for_other = true;
             engine.execute(&request, responses);
-            engine.for_other = false;
-            if matches!(op.task, Task::Everywhere(_)) {
-                responses.truncate(response_start);
-            }
+        }
+        Task::Everywhere(_) => {
+            let request = op.task.request(bytes, &engine.limits).expect("a client request");
+            engine.run_everywhere(&request);
         }
         Task::Get { kind, end } => {
             if !engine.get_one(kind, bytes, responses) {

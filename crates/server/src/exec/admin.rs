@@ -31,7 +31,7 @@ impl Engine {
                 out.extend_from_slice(slabs_reassign(classes, largest));
             }
             Request::CacheMemlimit { megabytes, noreply } => {
-                let reply = self.cache_memlimit(megabytes);
+                let reply = self.cache_memlimit(megabytes, true);
                 if !noreply {
                     out.extend_from_slice(reply);
                 }
@@ -148,8 +148,9 @@ impl Engine {
     }
 
     /// memcached's `cache_memlimit`: every worker runs it (a broadcast) on the partitions it
-    /// owns; the reply of the worker the client sent it to is the one sent.
-    pub(super) fn cache_memlimit(&mut self, megabytes: u32) -> &'static [u8] {
+    /// owns; the reply of the worker the client sent it to (`asked_here`) is the one sent, and
+    /// that worker records the new limit.
+    pub(super) fn cache_memlimit(&mut self, megabytes: u32, asked_here: bool) -> &'static [u8] {
         if megabytes < 8 {
             return b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n";
         }
@@ -166,7 +167,7 @@ impl Engine {
         for partition in self.partitions.iter_mut().flatten() {
             partition.set_log_limit(per_partition);
         }
-        if !self.for_other {
+        if asked_here {
             self.shared.log_bytes.store(per_partition, Relaxed);
             if self.shared.config.verbose > 0 {
                 eprintln!("maxbytes adjusted to {megabytes}m");

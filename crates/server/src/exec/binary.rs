@@ -80,7 +80,7 @@ impl Engine {
             // -F: memcached answers a refused flush with AUTH_ERROR.
             Bin::Flush { .. } if self.shared.config.disable_flush_all => error(out, status::AUTH_ERROR),
             Bin::Flush { exptime, quiet } => {
-                self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX));
+                self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), true);
                 if !quiet {
                     reply.write_head(out);
                 }

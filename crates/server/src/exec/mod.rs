@@ -107,8 +107,6 @@ pub struct Engine {
     pub conn_fd: i32,
     /// The owned partitions record evicted items (someone watched evictions at the last look).
     recording_evictions: bool,
-    /// The request running now was handed over by another worker.
-    pub for_other: bool,
     /// The keys this worker runs commands on, most frequent (`stats hotkeys`).
     hot: qs_store::hot::TopKeys,
     /// Counting keys (refreshed from [`crate::observe::hotkeys::HotKeys`] each loop turn).
@@ -161,7 +159,6 @@ impl Engine {
             hint: None,
             conn_fd: -1,
             recording_evictions: false,
-            for_other: false,
             hot: qs_store::hot::TopKeys::new(crate::observe::hotkeys::WATCHED_PER_WORKER),
             hot_every: 0,
             hot_countdown: 1,
@@ -263,7 +260,7 @@ impl Engine {
                 out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
             }
             Request::FlushAll { delay, noreply } => {
-                self.flush_local(delay);
+                self.flush_local(delay, true);
                 if !noreply {
                     out.extend_from_slice(reply::OK);
                 }
@@ -276,10 +273,27 @@ impl Engine {
         Exec::Done
     }
 
-    /// flush_all on the partitions owned here.
-    pub fn flush_local(&mut self, delay: i32) {
-        if !self.for_other {
-            // Counted once, where the client sent it (every worker runs it).
+    /// A command every worker runs on its own partitions (routed [`Route::Broadcast`]), run
+    /// here for a client of another worker: its effect on the partitions owned here only. It
+    /// is counted, logged and answered by the worker the client sent it to.
+    pub fn run_everywhere(&mut self, request: &Request<'_>) {
+        match *request {
+            Request::FlushAll { delay, .. } => self.flush_local(delay, false),
+            Request::CacheMemlimit { megabytes, .. } => {
+                self.cache_memlimit(megabytes, false);
+            }
+            Request::Binary(qs_proto::binary::Binary {
+                command: qs_proto::binary::Command::Flush { exptime, .. },
+                ..
+            }) => self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), false),
+            _ => debug_assert!(false, "not a command for every worker: {request:?}"),
+        }
+    }
+
+    /// flush_all on the partitions owned here (`asked_here`: where the client sent it, which
+    /// counts it once).
+    pub(super) fn flush_local(&mut self, delay: i32, asked_here: bool) {
+        if asked_here {
             self.counters.cmd_flush += 1;
         }
         let now = self.now_secs;
@@ -502,7 +516,7 @@ impl Engine {
     /// never sees the value the client meant to replace. Counted as no delete. The key's
     /// partition is owned here (a refusal answered elsewhere hands the drop to the owner).
     pub fn drop_refused(&mut self, key: &[u8]) {
-        if self.partitions[self.locate(key).1].is_some() {
+        if self.owns(self.locate(key).1) {
             self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
         }
     }

@@ -113,6 +113,12 @@ impl Engine {
         self.owner(self.locate(key).1)
     }
 
+    /// Whether this worker owns `partition`.
+    #[inline]
+    pub fn owns(&self, partition: usize) -> bool {
+        self.partitions[partition].is_some()
+    }
+
     /// Where `request` must run, given how many requests this connection has waiting on each
     /// worker (a later request for the same worker must queue behind them to keep order).
     pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
