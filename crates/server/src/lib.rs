@@ -1,14 +1,14 @@
 //! qs-server: Quicksilver's runtime — one pinned worker thread per core, each with its own
-//! epoll loop, connections and partitions; memcached's text and meta protocols over TCP;
-//! MICA's request direction (CREW reads anywhere, writes handed to the owner over SPSC rings,
-//! or a port per worker for partition-aware clients).
+//! epoll loop, connections and partitions; memcached's text, meta and binary protocols over
+//! TCP, UNIX sockets, TLS and UDP; MICA's request direction (CREW reads anywhere, writes handed
+//! to the owner over SPSC rings, or a port per worker for partition-aware clients).
 //!
-//! Data path: socket bytes -> [`session`] read buffer -> `qs_proto::parse` (one request type) ->
+//! Data path: socket bytes -> [`session`] read buffer -> [`codec`] (one request type) ->
 //! [`exec::Engine::route`] -> run here ([`exec`]) or hand over ([`direct`] rings) -> reply bytes
 //! in request order ([`session::Output`]) -> one send per connection per loop turn ([`worker`]).
-//! The components, bottom up: [`sys`], [`config`], [`observe`], [`session`], [`flashio`],
-//! [`shared`], [`admin`], [`exec`], [`direct`], [`native`], [`worker`], [`server`]; none imports
-//! one above it (scripts/check-layout.py).
+//! The components, bottom up: [`sys`], [`config`], [`observe`], [`session`], [`codec`],
+//! [`flashio`], [`shared`], [`admin`], [`exec`], [`direct`], [`native`], [`worker`], [`server`];
+//! none imports one above it (scripts/check-layout.py).
 
 pub mod admin;
 pub mod codec;

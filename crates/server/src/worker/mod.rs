@@ -212,7 +212,7 @@ impl Worker {
     }
 
     /// Runs until the server stops: each loop turn sleeps until there is work, notes what
-    /// the events report ([`Worker::take_events`]), does the turn's work ([`Worker::turn`]),
+    /// the events report (`take_events`), does the turn's work (`turn`),
     /// and once a second closes idle connections and overdue handshakes.
     pub fn run(mut self) {
         let mut events = Events::with_capacity(256);
