@@ -353,82 +353,6 @@ pub fn echo_server_uring(listener: std::net::TcpListener, answer: Answer) -> io:
     }
 }
 
-/// Receive buffers the kernel picks from for multishot receives: a ring of entries naming
-/// buffers (registered as buffer group `GROUP`), and the buffers, `SIZE` bytes each.
-struct ProvidedBuffers {
-    entries: std::ptr::NonNull<io_uring::types::BufRingEntry>,
-    layout: std::alloc::Layout,
-    buffers: Box<[u8]>,
-    count: u16,
-    tail: u16,
-}
-
-#[allow(unsafe_code)] // The buffer ring is memory shared with the kernel.
-impl ProvidedBuffers {
-    const GROUP: u16 = 0;
-    const SIZE: usize = 4096;
-
-    /// Registers `count` buffers (a power of two) with `ring`, all given to the kernel.
-    fn register(ring: &io_uring::IoUring, count: u16) -> io::Result<ProvidedBuffers> {
-        assert!(count.is_power_of_two());
-        let layout =
-            std::alloc::Layout::from_size_align(count as usize * 16, 4096).map_err(io::Error::other)?;
-        // SAFETY: the layout has a non-zero size; zeroed memory is a valid ring (tail 0).
-        let entries = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-            .ok_or_else(|| io::Error::other("no memory for the buffer ring"))?
-            .cast();
-        let mut buffers = ProvidedBuffers {
-            entries,
-            layout,
-            buffers: vec![0u8; count as usize * Self::SIZE].into_boxed_slice(),
-            count,
-            tail: 0,
-        };
-        // SAFETY: the ring is page-aligned, `count` entries long, and lives (with the
-        // buffers it names) until after the ring: the echo server never returns normally.
-        unsafe {
-            ring.submitter().register_buf_ring_with_flags(entries.as_ptr() as u64, count, Self::GROUP, 0)?
-        };
-        for id in 0..count {
-            buffers.give_back(id);
-        }
-        Ok(buffers)
-    }
-
-    /// The first `len` bytes of buffer `id`, which the kernel has filled and handed over.
-    fn filled(&self, id: u16, len: usize) -> &[u8] {
-        &self.buffers[id as usize * Self::SIZE..][..len]
-    }
-
-    /// Hands buffer `id` back to the kernel.
-    fn give_back(&mut self, id: u16) {
-        let index = (self.tail & (self.count - 1)) as usize;
-        // SAFETY: `index` is within the ring; the kernel reads only entries before the
-        // published tail, and this entry's previous buffer has been consumed (each id is
-        // given back once per completion naming it).
-        let entry = unsafe { &mut *self.entries.as_ptr().add(index) };
-        entry.set_addr(self.buffers[id as usize * Self::SIZE..].as_ptr() as u64);
-        entry.set_len(Self::SIZE as u32);
-        entry.set_bid(id);
-        self.tail = self.tail.wrapping_add(1);
-        // SAFETY: the tail field overlays the first entry's reserved field, which the kernel
-        // reads as the ring's tail; it is published after the entry it covers (release).
-        let tail = unsafe {
-            &*(io_uring::types::BufRingEntry::tail(self.entries.as_ptr())
-                as *const std::sync::atomic::AtomicU16)
-        };
-        tail.store(self.tail, std::sync::atomic::Ordering::Release);
-    }
-}
-
-impl Drop for ProvidedBuffers {
-    #[allow(unsafe_code)]
-    fn drop(&mut self) {
-        // SAFETY: allocated in `register` with this layout.
-        unsafe { std::alloc::dealloc(self.entries.as_ptr().cast(), self.layout) };
-    }
-}
-
 /// The io_uring echo server with everything io_uring offers a TCP server: accepted sockets
 /// registered as fixed files, one multishot receive per connection drawing from a
 /// provided-buffer ring (no receive re-posted per message), and each loop turn's sends
@@ -440,8 +364,8 @@ pub fn echo_server_uring_multishot(listener: std::net::TcpListener, answer: Answ
 
     const FILES: u32 = 4096;
     fn push(ring: &mut IoUring, entry: &squeue::Entry) -> io::Result<()> {
-        // SAFETY: receives write only into provided buffers (owned by `ProvidedBuffers`,
-        // which outlives the ring's use); a send reads a connection's `in_flight`, which is
+        // SAFETY: receives write only into provided buffers (owned by the `BufRing`, which
+        // stays registered, its memory never freed, while the ring is used); a send reads a connection's `in_flight`, which is
         // not changed while `sending` is set, and connections are never removed.
         unsafe { submit_entry(ring, entry) }
     }
@@ -449,14 +373,15 @@ pub fn echo_server_uring_multishot(listener: std::net::TcpListener, answer: Answ
     let mut ring: IoUring =
         IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_cqsize(8192).build(1024)?;
     ring.submitter().register_files_sparse(FILES)?;
-    let mut provided = ProvidedBuffers::register(&ring, 1024)?;
+    let mut provided = qs_net::uring::BufRing::register(&ring, 0, 1024, 4096)?;
+    let group = provided.group();
     let accept =
         opcode::Accept::new(types::Fd(listener.as_raw_fd()), std::ptr::null_mut(), std::ptr::null_mut())
             .build()
             .user_data(UD_ACCEPT);
     push(&mut ring, &accept)?;
     let receive = |slot: usize| {
-        opcode::RecvMulti::new(types::Fixed(slot as u32), ProvidedBuffers::GROUP)
+        opcode::RecvMulti::new(types::Fixed(slot as u32), group)
             .build()
             .user_data((slot as u64) << 2 | UD_RECV)
     };
@@ -493,8 +418,9 @@ pub fn echo_server_uring_multishot(listener: std::net::TcpListener, answer: Answ
                 }
                 UD_RECV => {
                     if let Some(id) = cqueue::buffer_select(flags) {
-                        if result > 0 {
-                            answer.answer(provided.filled(id, result as usize), &mut conns[index].outgoing);
+                        let bytes = provided.take(id, result.max(0) as usize);
+                        if !bytes.is_empty() {
+                            answer.answer(bytes, &mut conns[index].outgoing);
                             dirty.push(index);
                         }
                         provided.give_back(id);

@@ -7,6 +7,8 @@
 use std::io;
 use std::net::SocketAddr;
 
+pub mod uring;
+
 /// Most datagrams one [`Burst`] call moves.
 pub const BURST_MAX: usize = 64;
 
