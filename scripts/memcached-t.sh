@@ -10,6 +10,7 @@
 #
 # QS_T_TLS=1: every file over TLS (the harness adds -Z and connects with IO::Socket::SSL).
 # QS_BIN: the server binary (default target/release/quicksilver, built if missing).
+# QS_IO_BACKEND=uring: every file against quicksilver's io_uring backend (-o io_backend=uring).
 # QS_CACHE: where the source is kept (default ~/.cache/quicksilver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -130,6 +131,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$tls" ] && args+=(-o ssl_allow_plaintext)
+[ -n "${QS_IO_BACKEND:-}" ] && args+=(-o "io_backend=$QS_IO_BACKEND")
 exec "$QS_BIN" "${args[@]}"
 EOF
 chmod +x "$run/timedrun" "$run/memcached-debug"

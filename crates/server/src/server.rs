@@ -411,6 +411,7 @@ fn new_shared(
     Shared {
         flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
         flash_rings: Default::default(),
+        net_rings: Default::default(),
         flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
         front_epochs,
         workers,

@@ -47,6 +47,9 @@ pub struct Shared {
     pub flash_io: Option<crate::flashio::FlashIo>,
     /// `-o ext_path`: workers reading flash through their own io_uring.
     pub flash_rings: std::sync::atomic::AtomicUsize,
+    /// Workers whose stream connections run on io_uring (`-o io_backend=uring`; one that the
+    /// kernel refused runs on epoll).
+    pub net_rings: std::sync::atomic::AtomicUsize,
     /// `-o ext_path`: each partition's flash figures as its owner last published them.
     pub flash: Vec<Mutex<(qs_store::flash::FlashStats, qs_store::FlashCounters)>>,
     /// CREW readers, one per partition (empty under EREW).

@@ -458,6 +458,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "flash_io", if rings == shared.workers { "io_uring" } else { "threads" });
     }
     stat(out, "drop_privileges", "no");
+    let uring = shared.net_rings.load(Relaxed);
+    stat(out, "io_backend", if uring > 0 && uring == shared.workers { "uring" } else { "epoll" });
     // memcached's TLS lines (Debian's build has TLS: they are there with or without -Z).
     let ssl = &shared.extended.ssl;
     let path = |path: &Option<std::path::PathBuf>, none: &'static str| {

@@ -377,6 +377,19 @@ pub struct Extended {
     pub flash_direct: bool,
     /// The `ssl_*` options (used with -Z).
     pub ssl: ssl::Settings,
+    /// `-o io_backend`: how workers do their stream connections' I/O.
+    pub io_backend: IoBackend,
+}
+
+/// `-o io_backend`: how a worker reads and writes its stream connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoBackend {
+    /// epoll readiness, one `recv` and one `send` per ready connection.
+    #[default]
+    Epoll,
+    /// io_uring: multishot receives into a provided-buffer ring, every send of a loop turn in
+    /// one `io_uring_enter` (TLS connections stay on epoll); epoll where io_uring is refused.
+    Uring,
 }
 
 /// memcached's ext_* defaults (storage.c, memcached.c).
@@ -483,6 +496,7 @@ impl Default for Extended {
             flash_io_threads: false,
             flash_direct: false,
             ssl: ssl::Settings::default(),
+            io_backend: IoBackend::Epoll,
         }
     }
 }
@@ -582,6 +596,13 @@ impl Config {
                 continue;
             }
             match name {
+                "io_backend" => {
+                    extended.io_backend = match value {
+                        Some("epoll") => IoBackend::Epoll,
+                        Some("uring") => IoBackend::Uring,
+                        _ => return Err("io_backend must be epoll or uring".into()),
+                    }
+                }
                 "watcher_logbuf_size" => extended.watcher_logbuf_bytes = kilobytes(name, value)?,
                 "worker_logbuf_size" => extended.worker_logbuf_bytes = kilobytes(name, value)?,
                 "idle_timeout" => {

@@ -3,7 +3,11 @@
 
 pub mod auth;
 pub mod dump;
+pub mod ring;
+mod state;
 pub mod tls;
+
+pub use state::{RingIo, State, Wait};
 
 use crate::observe::registry::Addr;
 use std::collections::VecDeque;
@@ -274,6 +278,31 @@ impl Input {
             self.buf.resize(grown, 0);
         }
         Some(&mut self.buf[self.end..])
+    }
+
+    /// Appends `bytes` received for it (io_uring), borrowing a buffer from `pool` if it has
+    /// none and growing it as needed (a receive cancelled for back-pressure may still deliver
+    /// a few buffers past `limit`; the worker drops a connection whose unparsed bytes reach
+    /// `limit` without forming a request). False when `pool` has no buffer to lend.
+    pub fn append(&mut self, bytes: &[u8], pool: &mut Buffers) -> bool {
+        if self.buf.is_empty() {
+            let Some(buf) = pool.take_read() else { return false };
+            self.buf = buf;
+            self.lent = true;
+        }
+        if self.start > 0 && self.end + bytes.len() > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end + bytes.len() > self.buf.len() {
+            let grown =
+                (self.end + bytes.len()).max(self.buf.len() * 2).min(self.limit.max(self.end + bytes.len()));
+            self.buf.resize(grown, 0);
+        }
+        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+        true
     }
 
     /// Gives the buffer back once it holds nothing unparsed (a grown one is freed).
@@ -648,84 +677,6 @@ pub enum Transport {
     },
 }
 
-/// What a connection's requests wait for while it is [`State::Blocked`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Every request it handed to other workers has come back (its next request must run
-    /// after them, or it has `PENDING_PER_CONN_MAX` out).
-    Replies,
-    /// Its first request's flash reads (worker::flash): it runs again when they are back.
-    Flash,
-    /// This turn's hand-over batches are sent (an owner's batch is full, or `-R`'s count of
-    /// requests per event is reached): it runs again next turn.
-    Turn,
-}
-
-/// Where a connection stands. Facts about its socket (readable, closed by the peer, refusing
-/// writes) and its input (starved, at its end) are kept beside it; this is what the worker
-/// may do with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    /// Reads and runs requests.
-    Open,
-    /// Reads nothing and runs nothing until what it waits for is done.
-    Blocked(Wait),
-    /// Reads nothing more; closes once its output is sent (quit, end of input, shutdown).
-    Closing,
-    /// Closes now.
-    Dead,
-}
-
-impl State {
-    /// Blocks an open connection on `why` (a closing or dead one stays as it is).
-    pub fn block(&mut self, why: Wait) {
-        if matches!(self, State::Open | State::Blocked(_)) {
-            *self = State::Blocked(why);
-        }
-    }
-
-    /// Opens a connection blocked on `why`; true if it was.
-    pub fn unblock(&mut self, why: Wait) -> bool {
-        let was = *self == State::Blocked(why);
-        if was {
-            *self = State::Open;
-        }
-        was
-    }
-
-    /// Whether it is blocked on `why`.
-    pub fn blocked(&self, why: Wait) -> bool {
-        *self == State::Blocked(why)
-    }
-
-    /// Closes once the output is sent (a dead connection stays dead).
-    pub fn close(&mut self) {
-        if !self.is_dead() {
-            *self = State::Closing;
-        }
-    }
-
-    /// Closes now.
-    pub fn kill(&mut self) {
-        *self = State::Dead;
-    }
-
-    /// Whether it closes once its output is sent.
-    pub fn is_closing(&self) -> bool {
-        *self == State::Closing
-    }
-
-    /// Whether it closes now.
-    pub fn is_dead(&self) -> bool {
-        *self == State::Dead
-    }
-
-    /// Whether it ends: closing or dead.
-    pub fn is_ending(&self) -> bool {
-        matches!(self, State::Closing | State::Dead)
-    }
-}
-
 /// A connection.
 pub struct Conn {
     /// The socket.
@@ -738,6 +689,8 @@ pub struct Conn {
     pub output: Output,
     /// What the worker may do with it.
     pub state: State,
+    /// How its bytes move.
+    pub ring: RingIo,
     /// The socket may have more to read.
     pub read_ready: bool,
     /// The peer has closed its side (epoll's read-closed): a short read does not mean the
@@ -791,6 +744,7 @@ impl Conn {
             input,
             output,
             state: State::Open,
+            ring: RingIo::Off,
             read_ready: false,
             peer_closed: false,
             write_blocked: false,
@@ -817,11 +771,39 @@ impl Conn {
             && !self.eof
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
     }
+
+    /// Whether a connection on the worker's io_uring should have its receive posted: it may
+    /// take input (open, not at its end, its output under the bound) and its input has room.
+    pub fn wants_input(&self) -> bool {
+        self.state == State::Open
+            && !self.eof
+            && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
+            && self.input.end - self.input.start < self.input.limit
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn received_bytes_append_to_the_input_and_its_buffer_grows_past_the_limit_only_as_needed() {
+        let mut pool = Buffers::new(usize::MAX);
+        let mut input = Input::new(8);
+        assert!(input.append(b"get a\r\n", &mut pool));
+        assert!(input.lent);
+        assert_eq!(input.pending(), b"get a\r\n");
+        input.consume(4);
+        // Parsed bytes make room first.
+        assert!(input.append(b"get b\r\n", &mut pool));
+        assert_eq!(input.pending(), b"a\r\nget b\r\n");
+        let big = vec![b'x'; 3 * READ_BUFFER_BYTES];
+        assert!(input.append(&big, &mut pool));
+        assert_eq!(input.pending().len(), 10 + big.len());
+        input.consume(input.end - input.start);
+        input.lend_back(&mut pool);
+        assert!(!input.lent && input.buf.is_empty());
+    }
 
     #[test]
     fn replies_leave_in_request_order() {

@@ -80,7 +80,10 @@ impl Worker {
             self.generations.push(0);
             self.conns.len() - 1
         });
-        let interest = Interest::READABLE | Interest::WRITABLE;
+        // On the ring a connection's bytes come from its receive: epoll tells only of room to
+        // write (and of errors).
+        let on_ring = self.net.is_some() && !matches!(stream, crate::session::Stream::Tls(_));
+        let interest = if on_ring { Interest::WRITABLE } else { Interest::READABLE | Interest::WRITABLE };
         if self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err() {
             self.shared.curr_connections.fetch_sub(1, Relaxed);
             self.free.push(index);
@@ -111,7 +114,10 @@ impl Worker {
         conn.authenticated = self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none();
         conn.info = Some(info);
         conn.fd = fd;
-        conn.read_ready = true;
+        conn.read_ready = !on_ring;
+        if on_ring {
+            conn.ring = RingIo::Idle;
+        }
         self.conns[index] = Some(conn);
         self.work.push(index);
         if let Some(conn) = self.conns[index].as_mut() {
@@ -170,6 +176,11 @@ impl Worker {
 
     pub(super) fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
+            if let (RingIo::Receiving, Some(net)) = (conn.ring, self.net.as_mut()) {
+                // (A cancelled one is ending already.)
+                // Submitted with the turn's others; its last completion finds no connection.
+                let _ = net.cancel(index, conn.generation);
+            }
             self.buffers.release(&mut conn.input, &mut conn.output);
             let Transport::Tcp(stream) = &mut conn.transport else {
                 self.free.push(index);

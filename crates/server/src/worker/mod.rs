@@ -15,7 +15,7 @@ use crate::direct::{
 use crate::exec::{Engine, Exec, Located, Route};
 use crate::observe::counters::WorkerCounters;
 use crate::observe::registry::{self, Addr, Info};
-use crate::session::{Buffers, Conn, Input, Output, State, Transport, Wait, OUTPUT_BYTES_HIGH};
+use crate::session::{Buffers, Conn, Input, Output, RingIo, State, Transport, Wait, OUTPUT_BYTES_HIGH};
 use crate::shared::Shared;
 use arrayvec::ArrayVec;
 use mio::{Events, Interest, Poll, Token};
@@ -31,12 +31,15 @@ mod accept;
 mod flash;
 mod handover;
 mod udp;
+mod uring;
 mod window;
 mod write;
 
 const WAKER: Token = Token(0);
 /// The flash tier's io_uring eventfd (reads the device finished).
 const FLASH: Token = Token(NATIVE_BASE - 1);
+/// The stream connections' io_uring eventfd (`-o io_backend=uring`): completions are in.
+const NET: Token = Token(UDP_BASE - 1);
 const LISTENER_BASE: usize = 1;
 /// memcached's UDP sockets (-U, one per -l address): tokens below the flash eventfd's.
 const UDP_BASE: usize = NATIVE_BASE - 1 - UDP_SOCKETS_MAX;
@@ -119,6 +122,14 @@ pub struct Worker {
     watching: Vec<usize>,
     /// Requests waiting for flash reads.
     flash: flash::FlashWaits,
+    /// `-o io_backend=uring`: the stream connections' io_uring (`None` on epoll).
+    net: Option<crate::session::ring::NetRing>,
+    /// Completions taken from `net`, reused.
+    net_done: Vec<crate::session::ring::Completion>,
+    /// The ring's eventfd fired (completions finished after a submit); reset before reaping.
+    net_signaled: bool,
+    /// The ring's connections flushed this turn (and whether each has bytes to send), reused.
+    ring_sends: Vec<(usize, bool)>,
 }
 
 impl Worker {
@@ -170,6 +181,23 @@ impl Worker {
                 shared.flash_rings.fetch_add(1, Relaxed);
             }
         }
+        let mut net = None;
+        if shared.extended.io_backend == crate::config::IoBackend::Uring {
+            match crate::session::ring::NetRing::new() {
+                Ok(ring) => {
+                    poll.registry().register(
+                        &mut mio::unix::SourceFd(&ring.eventfd()),
+                        NET,
+                        Interest::READABLE,
+                    )?;
+                    net = Some(ring);
+                    shared.net_rings.fetch_add(1, Relaxed);
+                }
+                Err(error) => eprintln!(
+                    "quicksilver: -o io_backend=uring: io_uring refused ({error}); worker {index} uses epoll"
+                ),
+            }
+        }
         let workers = shared.workers;
         let input_limit =
             shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
@@ -208,6 +236,10 @@ impl Worker {
             buffers_shown: Default::default(),
             watching: Vec::new(),
             flash,
+            net,
+            net_done: Vec::new(),
+            ring_sends: Vec::new(),
+            net_signaled: false,
         })
     }
 
@@ -263,6 +295,7 @@ impl Worker {
         for event in events.iter() {
             match event.token() {
                 WAKER => {}
+                NET => self.net_signaled = true,
                 FLASH => {
                     if let Some(uring) = self.flash.uring.as_ref() {
                         uring.clear_eventfd();
@@ -311,6 +344,7 @@ impl Worker {
         if self.udp_ready != 0 {
             self.receive_udp();
         }
+        self.net_completions();
         if self.native.ready() && self.native.serve(&mut self.engine) {
             self.executed = true;
         }
@@ -348,6 +382,10 @@ impl Worker {
             }
         }
         self.write_all();
+        if let Some(net) = self.net.as_mut() {
+            // The turn's receives posted and cancelled, in one system call.
+            let _ = net.submit();
+        }
         self.publish_buffers();
     }
 
@@ -368,6 +406,7 @@ impl Worker {
     fn timeout(&mut self) -> Option<Duration> {
         let busy = !self.work.is_empty()
             || self.flash.has_work()
+            || self.net.as_mut().is_some_and(|net| net.has_completions())
             || self.udp_ready != 0
             || self.native.ready()
             || self.outgoing.iter().any(Option::is_some)
@@ -444,6 +483,10 @@ fn read_once(
     buffers: &mut Buffers,
     tls: Option<&crate::session::tls::Context>,
 ) -> bool {
+    if conn.ring != RingIo::Off {
+        // Its bytes come from the worker's io_uring.
+        return false;
+    }
     let Some(spare) = conn.input.spare(buffers) else {
         // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
         conn.state.kill();

@@ -28,6 +28,7 @@ impl Worker {
             // A connection dropped (a read_buf_oom among the reasons) shows in stats at once.
             self.executed |= conn.state.is_dead();
         }
+        self.sync_receive(index);
         queue_flush(&mut self.flush, index);
     }
 
@@ -46,8 +47,13 @@ impl Worker {
         // `service` pops the queue from its end: load in that order.
         for &index in work.iter().rev() {
             let Some(conn) = conns[index].as_mut() else { continue };
-            if conn.input.end != 0 || !conn.may_read() || !read_once(conn, &mut engine.counters, buffers, tls)
-            {
+            let fresh = if conn.ring == RingIo::Off {
+                conn.input.end == 0 && conn.may_read() && read_once(conn, &mut engine.counters, buffers, tls)
+            } else {
+                // Its bytes came in with the ring's completions.
+                conn.input.end != 0
+            };
+            if !fresh {
                 continue;
             }
             if let Some(key) = qs_proto::key_guess(conn.input.pending()) {
@@ -100,6 +106,7 @@ impl Worker {
             error,
             protocol,
             authenticated,
+            ring,
             ..
         } = conn;
         if state.blocked(Wait::Flash) {
@@ -216,6 +223,14 @@ impl Worker {
                         break;
                     }
                     ahead += len;
+                }
+                if window.is_empty() && pending.len() >= input.limit && *ring != RingIo::Off {
+                    // On the ring (epoll's read stops at the limit): garbage without a line
+                    // end, as the parser would have refused a request this long.
+                    state.kill();
+                    *error = true;
+                    engine.counters.conns_dropped += 1;
+                    return;
                 }
                 if window.is_empty() {
                     // The input ran dry: memcached would send what it holds now.

@@ -6,6 +6,7 @@ use super::*;
 impl Worker {
     /// Writes every connection's ready output with one send each; closes finished ones.
     pub(super) fn write_all(&mut self) {
+        let mut on_ring = std::mem::take(&mut self.ring_sends);
         while let Some(index) = self.flush.pop() {
             let Some(conn) = self.conns[index].as_mut() else { continue };
             let Transport::Tcp(stream) = &mut conn.transport else {
@@ -26,6 +27,16 @@ impl Worker {
             let hold =
                 conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.state.is_closing();
             conn.held = if hold { conn.held + 1 } else { 0 };
+            if conn.ring != RingIo::Off {
+                if let Some(sink) = conn.watch.as_ref().filter(|_| conn.output.unsent().is_empty()) {
+                    let moved = sink.take(conn.output.reply_buf());
+                    self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+                }
+                let send =
+                    !hold && !conn.state.is_dead() && !conn.write_blocked && !conn.output.unsent().is_empty();
+                on_ring.push((index, send));
+                continue;
+            }
             while !hold && !conn.state.is_dead() && !conn.write_blocked {
                 if conn.output.unsent().is_empty() {
                     // TLS: records rustls still holds go out too.
@@ -58,25 +69,58 @@ impl Worker {
                     Err(_) => conn.state.kill(),
                 }
             }
-            conn.output.lend_back(&mut self.buffers);
-            let finished = conn.state.is_closing()
-                && conn.output.held_bytes() == 0
-                && conn.output.pending_total == 0
-                && !conn.write_blocked;
-            if conn.state.is_dead() || finished {
-                self.close(index);
-            } else if !conn.write_blocked
-                && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH
-                && !conn.state.blocked(Wait::Replies)
-            {
-                // Output drained below the limit: resume reading if it had stopped.
-                // Unparsed bytes that form no request yet wait for the socket (no spinning).
-                if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
-                    queue(&mut self.work, conn, index);
-                }
+            self.after_write(index);
+        }
+        // The ring's connections: every send in one system call, then each as above.
+        let mut sending: Vec<usize> =
+            on_ring.iter().filter(|(_, send)| *send).map(|&(index, _)| index).collect();
+        while !sending.is_empty() {
+            self.send_ring(&sending);
+            // A watcher whose lines all left takes the ones logged meanwhile, as the epoll
+            // path does until its socket is full.
+            sending.retain(|&index| self.watcher_refilled(index));
+        }
+        for (index, _) in on_ring.drain(..) {
+            self.after_write(index);
+            self.sync_receive(index);
+        }
+        self.ring_sends = on_ring;
+        // Connections queued by the flush run next turn (poll returns at once).
+    }
+
+    /// For a ring watcher whose output all left: moves the lines logged since; whether any.
+    fn watcher_refilled(&mut self, index: usize) -> bool {
+        let Some(conn) = self.conns[index].as_mut() else { return false };
+        let Some(sink) = conn.watch.as_ref() else { return false };
+        if conn.write_blocked || conn.state.is_dead() || !conn.output.unsent().is_empty() {
+            return false;
+        }
+        let moved = sink.take(conn.output.reply_buf());
+        self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+        moved > 0
+    }
+
+    /// After a connection's write: closes it when finished (or dead), else resumes its reads
+    /// once its output has drained below the bound.
+    fn after_write(&mut self, index: usize) {
+        let Some(conn) = self.conns[index].as_mut() else { return };
+        conn.output.lend_back(&mut self.buffers);
+        let finished = conn.state.is_closing()
+            && conn.output.held_bytes() == 0
+            && conn.output.pending_total == 0
+            && !conn.write_blocked;
+        if conn.state.is_dead() || finished {
+            self.close(index);
+        } else if !conn.write_blocked
+            && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH
+            && !conn.state.blocked(Wait::Replies)
+        {
+            // Output drained below the limit: resume reading if it had stopped.
+            // Unparsed bytes that form no request yet wait for the socket (no spinning).
+            if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
+                queue(&mut self.work, conn, index);
             }
         }
-        // Connections queued by the flush run next turn (poll returns at once).
     }
 
     /// Publishes what the connection buffers hold, when it changed.

@@ -214,6 +214,12 @@ impl ServerProcess {
             let port_text = port.to_string();
             let mut command = Command::new(program);
             command.args(["-p", &port_text, "-l", "127.0.0.1"]).args(args);
+            // QS_IO_BACKEND=uring runs every quicksilver on its io_uring backend.
+            if let Ok(backend) = std::env::var("QS_IO_BACKEND") {
+                if name == "quicksilver" && !args.iter().any(|arg| arg.contains("io_backend")) {
+                    command.args(["-o", &format!("io_backend={backend}")]);
+                }
+            }
             command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
             let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
             let mut server = ServerProcess { child, port, udp_port: 0, native_port: 0, name };

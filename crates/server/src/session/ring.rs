@@ -1,0 +1,308 @@
+//! The io_uring backend of a worker's stream connections (`-o io_backend=uring`): one
+//! multishot receive per connection drawing from a provided-buffer ring
+//! ([`qs_net::uring::BufRing`]), so an idle connection holds no receive buffer and epoll never
+//! reports its reads; every send of a loop turn goes in one `io_uring_enter`. The ring tells
+//! epoll of completions through an eventfd, so one wait covers it, the other sockets and the
+//! other workers.
+//!
+//! A receive's bytes are copied into the connection's own input at once and the buffer is
+//! given back in the same turn: a slow or silent client never holds ring buffers.
+
+use io_uring::{cqueue, opcode, types, IoUring};
+use qs_net::uring::BufRing;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Buffers in the ring.
+const BUFFERS: u16 = 512;
+/// Bytes of each (a request line, or a piece of a larger request).
+const BUFFER_BYTES: usize = 4096;
+/// The buffer group receives draw from.
+const GROUP: u16 = 0;
+
+/// What an operation's `user_data` names: its kind in the low bits, its connection's slot and
+/// generation above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A connection's multishot receive.
+    Receive,
+    /// A connection's send.
+    Send,
+    /// A cancel of a connection's receive (its completion says nothing).
+    Cancel,
+}
+
+/// One completion: the operation, its connection (slot, generation), its result (bytes, or a
+/// negative errno), the buffer a receive filled, and whether a multishot receive goes on.
+#[derive(Clone, Copy, Debug)]
+pub struct Completion {
+    pub op: Op,
+    pub slot: usize,
+    pub generation: u32,
+    pub result: i32,
+    pub buffer: Option<u16>,
+    pub more: bool,
+}
+
+fn user_data(op: Op, slot: usize, generation: u32) -> u64 {
+    let kind = match op {
+        Op::Receive => 1,
+        Op::Send => 2,
+        Op::Cancel => 3,
+    };
+    (u64::from(generation) << 32) | ((slot as u64 & 0x3fff_ffff) << 2) | kind
+}
+
+fn decode(user_data: u64) -> (Op, usize, u32) {
+    let op = match user_data & 3 {
+        1 => Op::Receive,
+        2 => Op::Send,
+        _ => Op::Cancel,
+    };
+    (op, ((user_data >> 2) & 0x3fff_ffff) as usize, (user_data >> 32) as u32)
+}
+
+/// A worker's network ring.
+pub struct NetRing {
+    ring: IoUring,
+    /// The receive buffers (taken out only to unregister them).
+    buffers: Option<BufRing>,
+    eventfd: OwnedFd,
+    /// Entries queued since the last submit.
+    queued: usize,
+}
+
+impl NetRing {
+    /// A ring with its buffers and eventfd; an error where the kernel refuses io_uring.
+    pub fn new() -> io::Result<NetRing> {
+        let ring = IoUring::builder().setup_cqsize(8192).build(1024)?;
+        let buffers = BufRing::register(&ring, GROUP, BUFFERS, BUFFER_BYTES)?;
+        // SAFETY: eventfd takes no pointers; a negative result is an error, checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Completions inside a submitting call need no wake-up (the caller reaps them).
+        ring.submitter().register_eventfd_async(eventfd.as_raw_fd())?;
+        Ok(NetRing { ring, buffers: Some(buffers), eventfd, queued: 0 })
+    }
+
+    /// The eventfd to watch in epoll.
+    pub fn eventfd(&self) -> RawFd {
+        self.eventfd.as_raw_fd()
+    }
+
+    /// Resets the eventfd (before reaping, so a completion after the reap signals again).
+    pub fn clear_eventfd(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: reads 8 bytes into a local array of 8.
+        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+    }
+
+    fn push(&mut self, entry: &io_uring::squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: receives write only into the ring's provided buffers, which stay
+            // registered (never freed) while the ring lives; sends are pushed only by
+            // `send_all`, which waits for their completions before its borrows end; cancels
+            // point at nothing.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                self.queued += 1;
+                return Ok(());
+            }
+            self.submit()?;
+        }
+    }
+
+    /// Starts the multishot receive of connection (`slot`, `generation`) on `fd`.
+    pub fn receive(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
+        let entry = opcode::RecvMulti::new(types::Fd(fd), GROUP).build().user_data(user_data(
+            Op::Receive,
+            slot,
+            generation,
+        ));
+        self.push(&entry)
+    }
+
+    /// Cancels the receive of connection (`slot`, `generation`) (bytes it delivers before the
+    /// cancel lands still arrive).
+    pub fn cancel(&mut self, slot: usize, generation: u32) -> io::Result<()> {
+        let entry = opcode::AsyncCancel::new(user_data(Op::Receive, slot, generation))
+            .build()
+            .user_data(user_data(Op::Cancel, slot, generation));
+        self.push(&entry)
+    }
+
+    /// Submits what is queued (one system call, none when nothing is).
+    pub fn submit(&mut self) -> io::Result<()> {
+        if self.queued > 0 {
+            self.queued = 0;
+            self.ring.submit()?;
+        }
+        Ok(())
+    }
+
+    /// Sends each `(fd, bytes, slot, generation)` without waiting for socket space
+    /// (`MSG_DONTWAIT`: a full socket answers `-EAGAIN`), all in one `io_uring_enter` that
+    /// waits for every send's completion; every completion reaped meanwhile goes to `into`.
+    pub fn send_all(
+        &mut self,
+        sends: &[(RawFd, &[u8], usize, u32)],
+        into: &mut Vec<Completion>,
+    ) -> io::Result<()> {
+        for &(fd, bytes, slot, generation) in sends {
+            let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), bytes.len() as u32)
+                .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+                .build()
+                .user_data(user_data(Op::Send, slot, generation));
+            self.push(&entry)?;
+        }
+        let mut left = sends.len();
+        while left > 0 {
+            self.queued = 0;
+            // The sends' borrows end with this call: it returns once all are complete.
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
+                Err(error) => return Err(error),
+            }
+            let before = into.len();
+            self.reap(into);
+            left -= into[before..].iter().filter(|done| done.op == Op::Send).count();
+        }
+        Ok(())
+    }
+
+    /// Whether completions wait to be taken (one posted inside a submit signals no eventfd).
+    pub fn has_completions(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
+    /// Takes the completions the kernel has posted (no system call).
+    pub fn reap(&mut self, into: &mut Vec<Completion>) {
+        for entry in self.ring.completion() {
+            let (op, slot, generation) = decode(entry.user_data());
+            into.push(Completion {
+                op,
+                slot,
+                generation,
+                result: entry.result(),
+                buffer: cqueue::buffer_select(entry.flags()),
+                more: cqueue::more(entry.flags()),
+            });
+        }
+    }
+
+    /// The `len` bytes a receive completion delivered in buffer `id`, ours until given back.
+    pub fn take(&mut self, id: u16, len: usize) -> &[u8] {
+        self.buffers.as_mut().expect("registered").take(id, len)
+    }
+
+    /// Gives buffer `id` back to the kernel.
+    pub fn give_back(&mut self, id: u16) {
+        self.buffers.as_mut().expect("registered").give_back(id);
+    }
+}
+
+impl Drop for NetRing {
+    fn drop(&mut self) {
+        if let Some(buffers) = self.buffers.take() {
+            // On failure the buffers are leaked (see BufRing), never freed under the kernel.
+            let _ = buffers.unregister(&self.ring);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    }
+
+    fn wait(ring: &mut NetRing, into: &mut Vec<Completion>) {
+        ring.submit().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while into.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no completion");
+            let _ = ring.ring.submit_and_wait(1);
+            ring.reap(into);
+        }
+    }
+
+    #[test]
+    fn user_data_names_the_operation_and_the_connection() {
+        for (op, slot, generation) in
+            [(Op::Receive, 0, 0), (Op::Send, 12345, u32::MAX), (Op::Cancel, 1 << 29, 7)]
+        {
+            assert_eq!(decode(user_data(op, slot, generation)), (op, slot, generation));
+        }
+    }
+
+    #[test]
+    fn receives_arrive_sends_leave_and_a_cancel_ends_the_receive() {
+        let Ok(mut ring) = NetRing::new() else { return };
+        let (mut client, server) = pair();
+        ring.receive(server.as_raw_fd(), 3, 9).unwrap();
+        client.write_all(b"get a\r\n").unwrap();
+        let mut done = Vec::new();
+        wait(&mut ring, &mut done);
+        let first = done[0];
+        assert_eq!((first.op, first.slot, first.generation, first.more), (Op::Receive, 3, 9, true));
+        let id = first.buffer.expect("a buffer");
+        assert_eq!(ring.take(id, first.result as usize), b"get a\r\n");
+        ring.give_back(id);
+        done.clear();
+        ring.send_all(&[(server.as_raw_fd(), b"END\r\n", 3, 9)], &mut done).unwrap();
+        let sent = done.iter().find(|done| done.op == Op::Send).expect("a send");
+        assert_eq!(sent.result, 5);
+        let mut reply = [0u8; 5];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"END\r\n");
+        done.clear();
+        ring.cancel(3, 9).unwrap();
+        ring.submit().unwrap();
+        while !done.iter().any(|done| done.op == Op::Receive && !done.more) {
+            wait(&mut ring, &mut done);
+            done.retain(|done| done.op != Op::Cancel);
+        }
+        let ended = done.iter().find(|done| done.op == Op::Receive).unwrap();
+        assert_eq!(ended.result, -libc::ECANCELED);
+    }
+
+    #[test]
+    fn a_send_to_a_full_socket_answers_eagain_at_once() {
+        let Ok(mut ring) = NetRing::new() else { return };
+        let (_client, server) = pair();
+        let block = vec![b'x'; 1 << 20];
+        let mut done = Vec::new();
+        // The client never reads: the socket fills, and a send then refuses instead of waiting.
+        for _ in 0..64 {
+            done.clear();
+            ring.send_all(&[(server.as_raw_fd(), &block, 0, 0)], &mut done).unwrap();
+            let result = done.iter().find(|done| done.op == Op::Send).unwrap().result;
+            if result == -libc::EAGAIN {
+                return;
+            }
+            assert!(result > 0, "{result}");
+        }
+        panic!("the socket never filled");
+    }
+
+    #[test]
+    fn an_end_of_input_is_a_receive_of_nothing() {
+        let Ok(mut ring) = NetRing::new() else { return };
+        let (client, server) = pair();
+        ring.receive(server.as_raw_fd(), 1, 1).unwrap();
+        drop(client);
+        let mut done = Vec::new();
+        wait(&mut ring, &mut done);
+        assert_eq!((done[0].op, done[0].result, done[0].more), (Op::Receive, 0, false));
+    }
+}

@@ -1,0 +1,147 @@
+//! A worker's stream connections on its io_uring (`-o io_backend=uring`,
+//! [`crate::session::ring`]): receives land in the connections' inputs, each connection's
+//! receive is posted while it may take input and cancelled while its output holds it back,
+//! and a turn's sends leave together.
+
+use super::*;
+use crate::session::ring::{Completion, Op};
+
+impl Worker {
+    /// Takes the ring's completions: received bytes go to their connections' inputs (each
+    /// buffer given back at once), which are queued to run; ends of input and errors as a
+    /// socket read would report them.
+    pub(super) fn net_completions(&mut self) {
+        let Some(net) = self.net.as_mut() else { return };
+        // Most completions come back through task work, which interrupts the worker's wait;
+        // the eventfd tells of the rest.
+        if std::mem::take(&mut self.net_signaled) {
+            net.clear_eventfd();
+        }
+        let mut done = std::mem::take(&mut self.net_done);
+        net.reap(&mut done);
+        for completion in done.drain(..) {
+            self.net_completion(completion);
+        }
+        self.net_done = done;
+    }
+
+    /// One completion other than a send's (sends are taken in `write_all`).
+    fn net_completion(&mut self, completion: Completion) {
+        let Completion { op, slot, generation, result, buffer, more } = completion;
+        if op != Op::Receive {
+            return;
+        }
+        let net = self.net.as_mut().expect("a ring's completion");
+        let conn =
+            self.conns.get_mut(slot).and_then(Option::as_mut).filter(|conn| conn.generation == generation);
+        let Some(conn) = conn else {
+            // A closed connection's last receive: its buffer goes back all the same.
+            if let Some(id) = buffer {
+                net.take(id, 0);
+                net.give_back(id);
+            }
+            return;
+        };
+        if !more {
+            conn.ring = RingIo::Idle;
+        }
+        if let Some(id) = buffer {
+            let bytes = net.take(id, result.max(0) as usize);
+            self.engine.counters.bytes_read += bytes.len() as u64;
+            let appended = conn.input.append(bytes, &mut self.buffers);
+            net.give_back(id);
+            if !appended {
+                // -o read_buf_mem_limit: no read buffer left for it; memcached closes it.
+                conn.state.kill();
+                conn.error = true;
+                self.engine.counters.read_buf_oom += 1;
+            }
+            queue(&mut self.work, conn, slot);
+            return;
+        }
+        match result {
+            0 => {
+                // The client sent all it will: answer what it sent, then close.
+                conn.eof = true;
+                if conn.input.start == conn.input.end && conn.dump.is_none() {
+                    conn.state.close();
+                }
+                queue(&mut self.work, conn, slot);
+            }
+            // Out of buffers, or cancelled: posted again when the connection wants input.
+            _ if result == -libc::ENOBUFS || result == -libc::ECANCELED => queue(&mut self.work, conn, slot),
+            _ => {
+                conn.state.kill();
+                queue(&mut self.work, conn, slot);
+            }
+        }
+    }
+
+    /// Posts connection `index`'s receive when it wants input, cancels it when it does not
+    /// (a connection whose output is held back reads nothing more, as on epoll).
+    pub(super) fn sync_receive(&mut self, index: usize) {
+        let Some(net) = self.net.as_mut() else { return };
+        let Some(conn) = self.conns[index].as_mut() else { return };
+        if conn.ring == RingIo::Off {
+            return;
+        }
+        let fd = conn.fd;
+        match (conn.ring, conn.wants_input()) {
+            (RingIo::Idle, true) if net.receive(fd, index, conn.generation).is_ok() => {
+                conn.ring = RingIo::Receiving;
+            }
+            (RingIo::Receiving, false) if net.cancel(index, conn.generation).is_ok() => {
+                conn.ring = RingIo::Cancelling;
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends the ready output of the ring's connections in `sending` with one
+    /// `io_uring_enter`; a socket that refuses (full) makes its connection write-blocked until
+    /// epoll reports it writable. Receives reaped meanwhile are taken too.
+    pub(super) fn send_ring(&mut self, sending: &[usize]) {
+        if sending.is_empty() {
+            return;
+        }
+        let Some(net) = self.net.as_mut() else { return };
+        let mut done = std::mem::take(&mut self.net_done);
+        let sends: Vec<(i32, &[u8], usize, u32)> = sending
+            .iter()
+            .filter_map(|&index| {
+                let conn = self.conns[index].as_ref()?;
+                Some((conn.fd, conn.output.unsent(), index, conn.generation))
+            })
+            .collect();
+        let failed = net.send_all(&sends, &mut done).is_err();
+        drop(sends);
+        for completion in done.drain(..) {
+            if completion.op != Op::Send {
+                self.net_completion(completion);
+                continue;
+            }
+            let Some(conn) = self.conns.get_mut(completion.slot).and_then(Option::as_mut) else { continue };
+            match completion.result {
+                written if written > 0 => {
+                    self.engine.counters.bytes_written += written as u64;
+                    conn.output.advance(written as usize);
+                    if !conn.output.unsent().is_empty() {
+                        // A short send: the socket is full.
+                        conn.write_blocked = true;
+                    }
+                }
+                error if error == -libc::EAGAIN => conn.write_blocked = true,
+                error if error == -libc::EINTR => {}
+                _ => conn.state.kill(),
+            }
+        }
+        if failed {
+            for &index in sending {
+                if let Some(conn) = self.conns[index].as_mut() {
+                    conn.state.kill();
+                }
+            }
+        }
+        self.net_done = done;
+    }
+}

@@ -1,0 +1,117 @@
+//! `-o io_backend`: the io_uring backend serves, `stats settings` says which backend runs,
+//! a bad value refuses to start, and where the kernel refuses io_uring the server says so
+//! once and serves on epoll. The whole suites run on the io_uring backend too
+//! (`QS_IO_BACKEND=uring` in scripts/test.sh).
+
+mod common;
+use common::*;
+
+/// The tests here take turns: one of them turns io_uring off for the whole machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn setting(client: &mut Client, name: &str) -> String {
+    stats(client, "settings").into_iter().find(|(key, _)| key == name).map(|(_, value)| value).expect(name)
+}
+
+#[test]
+fn the_uring_backend_serves_and_stats_settings_names_it() {
+    let _turn = serial();
+    let server = ServerProcess::quicksilver(&["-t", "2", "-o", "io_backend=uring"]);
+    let mut client = server.connect();
+    assert_eq!(setting(&mut client, "io_backend"), "uring");
+    let value = vec![b'v'; 100_000];
+    let mut request = format!("set big 0 0 {}\r\n", value.len()).into_bytes();
+    request.extend_from_slice(&value);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(client.call(&request), b"STORED\r\n");
+    // A pipeline of gets whose replies outgrow the socket: they go out as the client reads.
+    let gets = "get big\r\n".repeat(64);
+    client.send(gets.as_bytes());
+    let mut expected = format!("VALUE big 0 {}\r\n", value.len()).into_bytes();
+    expected.extend_from_slice(&value);
+    expected.extend_from_slice(b"\r\nEND\r\n");
+    for _ in 0..64 {
+        assert_eq!(client.read_until(b"END\r\n"), expected);
+    }
+    let other = ServerProcess::quicksilver(&[]);
+    assert_eq!(setting(&mut other.connect(), "io_backend"), "epoll");
+}
+
+#[test]
+fn a_bad_backend_refuses_to_start() {
+    let _turn = serial();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-p", "0", "-o", "io_backend=kqueue"])
+        .output()
+        .expect("run quicksilver");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("io_backend must be epoll or uring"));
+}
+
+/// Sets `kernel.io_uring_disabled` while it lives, and puts the old value back.
+struct UringDisabled(String);
+
+impl UringDisabled {
+    const PATH: &'static str = "/proc/sys/kernel/io_uring_disabled";
+
+    fn set() -> Option<UringDisabled> {
+        let old = std::fs::read_to_string(Self::PATH).ok()?;
+        std::fs::write(Self::PATH, "2").ok()?;
+        Some(UringDisabled(old.trim().to_string()))
+    }
+}
+
+impl Drop for UringDisabled {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.0);
+    }
+}
+
+#[test]
+fn where_io_uring_is_refused_the_server_says_so_and_serves_on_epoll() {
+    let _turn = serial();
+    // Root only, for as long as the server takes to start (its rings are made then); this
+    // test binary runs alone, so no other test's server starts meanwhile.
+    let Some(disabled) = UringDisabled::set() else {
+        eprintln!("skipped: kernel.io_uring_disabled cannot be set here (not root?)");
+        return;
+    };
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))
+        .args(["-p", "0", "-l", "127.0.0.1", "-t", "1", "-o", "io_backend=uring"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run quicksilver");
+    let mut child = KillOnDrop(output);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(disabled);
+    let _ = child.0.kill();
+    let output = std::mem::replace(&mut child.0, dummy()).wait_with_output().expect("its output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("io_uring refused"), "{stderr}");
+    // And served: the same start, checked over the wire.
+    let Some(_disabled) = UringDisabled::set() else { return };
+    let server = ServerProcess::quicksilver(&["-t", "1", "-o", "io_backend=uring"]);
+    drop(_disabled);
+    let mut client = server.connect();
+    assert_eq!(setting(&mut client, "io_backend"), "epoll");
+    assert_eq!(client.call(b"set k 0 0 1\r\nx\r\n"), b"STORED\r\n");
+    assert_eq!(client.call(b"get k\r\n"), b"VALUE k 0 1\r\nx\r\nEND\r\n");
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn dummy() -> std::process::Child {
+    std::process::Command::new("true").spawn().expect("true")
+}
