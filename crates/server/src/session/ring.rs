@@ -19,6 +19,8 @@ const BUFFERS: u16 = 512;
 const BUFFER_BYTES: usize = 4096;
 /// The buffer group receives draw from.
 const GROUP: u16 = 0;
+/// `io_uring_enter`'s flag to run task work and post completions (linux/io_uring.h).
+const IORING_ENTER_GETEVENTS: u32 = 1;
 
 /// What an operation's `user_data` names: its kind in the low bits, its connection's slot and
 /// generation above.
@@ -75,7 +77,16 @@ pub struct NetRing {
 impl NetRing {
     /// A ring with its buffers and eventfd; an error where the kernel refuses io_uring.
     pub fn new() -> io::Result<NetRing> {
-        let ring = IoUring::builder().setup_cqsize(8192).build(1024)?;
+        // Completions are posted only when the worker enters the ring (deferred task work: no
+        // interrupt of its epoll wait per message), which it does when the eventfd says work
+        // is queued. Made disabled: the worker thread enables it, becoming its one issuer.
+        let ring = IoUring::builder()
+            .setup_cqsize(8192)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .setup_r_disabled()
+            .build(1024)?;
         let buffers = BufRing::register(&ring, GROUP, BUFFERS, BUFFER_BYTES)?;
         // SAFETY: eventfd takes no pointers; a negative result is an error, checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -84,21 +95,29 @@ impl NetRing {
         }
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Completions inside a submitting call need no wake-up (the caller reaps them).
-        ring.submitter().register_eventfd_async(eventfd.as_raw_fd())?;
+        // Signalled when task work is queued for the ring.
+        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(NetRing { ring, buffers: Some(buffers), eventfd, queued: 0 })
+    }
+
+    /// Enables the ring on the calling thread, its only submitter from then on.
+    pub fn enable(&self) -> io::Result<()> {
+        self.ring.submitter().register_enable_rings()
+    }
+
+    /// Runs the ring's queued task work, posting its completions (no wait).
+    pub fn run_work(&mut self) -> io::Result<()> {
+        self.queued = 0;
+        let queued = self.ring.submission().len() as u32;
+        // SAFETY: no argument is passed; entering submits what is queued, whose buffers
+        // follow `push`'s rules.
+        unsafe { self.ring.submitter().enter::<libc::sigset_t>(queued, 0, IORING_ENTER_GETEVENTS, None)? };
+        Ok(())
     }
 
     /// The eventfd to watch in epoll.
     pub fn eventfd(&self) -> RawFd {
         self.eventfd.as_raw_fd()
-    }
-
-    /// Resets the eventfd (before reaping, so a completion after the reap signals again).
-    pub fn clear_eventfd(&self) {
-        let mut count = [0u8; 8];
-        // SAFETY: reads 8 bytes into a local array of 8.
-        let _ = unsafe { libc::read(self.eventfd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
     }
 
     fn push(&mut self, entry: &io_uring::squeue::Entry) -> io::Result<()> {
@@ -176,7 +195,7 @@ impl NetRing {
 
     /// Whether completions wait to be taken (one posted inside a submit signals no eventfd).
     pub fn has_completions(&mut self) -> bool {
-        !self.ring.completion().is_empty()
+        !self.ring.completion().is_empty() || self.ring.submission().taskrun()
     }
 
     /// Takes the completions the kernel has posted (no system call).
@@ -248,6 +267,7 @@ mod tests {
     #[test]
     fn receives_arrive_sends_leave_and_a_cancel_ends_the_receive() {
         let Ok(mut ring) = NetRing::new() else { return };
+        ring.enable().unwrap();
         let (mut client, server) = pair();
         ring.receive(server.as_raw_fd(), 3, 9).unwrap();
         client.write_all(b"get a\r\n").unwrap();
@@ -279,6 +299,7 @@ mod tests {
     #[test]
     fn a_send_to_a_full_socket_answers_eagain_at_once() {
         let Ok(mut ring) = NetRing::new() else { return };
+        ring.enable().unwrap();
         let (_client, server) = pair();
         let block = vec![b'x'; 1 << 20];
         let mut done = Vec::new();
@@ -298,6 +319,7 @@ mod tests {
     #[test]
     fn an_end_of_input_is_a_receive_of_nothing() {
         let Ok(mut ring) = NetRing::new() else { return };
+        ring.enable().unwrap();
         let (client, server) = pair();
         ring.receive(server.as_raw_fd(), 1, 1).unwrap();
         drop(client);

@@ -247,6 +247,16 @@ impl Worker {
     /// the events report (`take_events`), does the turn's work (`turn`),
     /// and once a second closes idle connections and overdue handshakes.
     pub fn run(mut self) {
+        if let Some(net) = self.net.as_ref() {
+            if let Err(error) = net.enable() {
+                eprintln!(
+                    "quicksilver: -o io_backend=uring: io_uring refused ({error}); worker {} uses epoll",
+                    self.index
+                );
+                self.net = None;
+                self.shared.net_rings.fetch_sub(1, Relaxed);
+            }
+        }
         let mut events = Events::with_capacity(256);
         let mut stop_deadline: Option<Instant> = None;
         let flash_durable = self.shared.flash_io.is_some() && self.shared.config.memory_file.is_some();
