@@ -1,9 +1,9 @@
 //! The io_uring backend of a worker's stream connections (`-o io_backend=uring`): one
 //! multishot receive per connection drawing from a provided-buffer ring
 //! ([`qs_net::uring::BufRing`]), so an idle connection holds no receive buffer and epoll never
-//! reports its reads; every send of a loop turn goes in one `io_uring_enter`. The ring tells
-//! epoll of completions through an eventfd, so one wait covers it, the other sockets and the
-//! other workers.
+//! reports its reads; every send of a loop turn goes in one `io_uring_enter`, and a socket
+//! that refuses one is polled by the ring. Completions are deferred task work, run when the
+//! worker enters the ring; an eventfd the worker's epoll watches says there is some.
 //!
 //! A receive's bytes are copied into the connection's own input at once and the buffer is
 //! given back in the same turn: a slow or silent client never holds ring buffers.
@@ -30,8 +30,11 @@ pub enum Op {
     Receive,
     /// A connection's send.
     Send,
-    /// A cancel of a connection's receive (its completion says nothing).
+    /// A cancel of a connection's receive, or of all its operations (its completion says
+    /// nothing).
     Cancel,
+    /// A connection whose socket refused a send has room again (a one-shot poll).
+    Writable,
 }
 
 /// One completion: the operation, its connection (slot, generation), its result (bytes, or a
@@ -51,17 +54,19 @@ fn user_data(op: Op, slot: usize, generation: u32) -> u64 {
         Op::Receive => 1,
         Op::Send => 2,
         Op::Cancel => 3,
+        Op::Writable => 4,
     };
-    (u64::from(generation) << 32) | ((slot as u64 & 0x3fff_ffff) << 2) | kind
+    (u64::from(generation) << 32) | ((slot as u64 & 0x1fff_ffff) << 3) | kind
 }
 
 fn decode(user_data: u64) -> (Op, usize, u32) {
-    let op = match user_data & 3 {
+    let op = match user_data & 7 {
         1 => Op::Receive,
         2 => Op::Send,
+        4 => Op::Writable,
         _ => Op::Cancel,
     };
-    (op, ((user_data >> 2) & 0x3fff_ffff) as usize, (user_data >> 32) as u32)
+    (op, ((user_data >> 3) & 0x1fff_ffff) as usize, (user_data >> 32) as u32)
 }
 
 /// A worker's network ring.
@@ -69,6 +74,7 @@ pub struct NetRing {
     ring: IoUring,
     /// The receive buffers (taken out only to unregister them).
     buffers: Option<BufRing>,
+    /// Signalled when task work is queued for the ring (epoll watches it).
     eventfd: OwnedFd,
     /// Entries queued since the last submit.
     queued: usize,
@@ -95,7 +101,6 @@ impl NetRing {
         }
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Signalled when task work is queued for the ring.
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(NetRing { ring, buffers: Some(buffers), eventfd, queued: 0 })
     }
@@ -115,7 +120,7 @@ impl NetRing {
         Ok(())
     }
 
-    /// The eventfd to watch in epoll.
+    /// The eventfd to watch in epoll (never read: epoll reports each signal as an edge).
     pub fn eventfd(&self) -> RawFd {
         self.eventfd.as_raw_fd()
     }
@@ -148,6 +153,26 @@ impl NetRing {
     /// cancel lands still arrive).
     pub fn cancel(&mut self, slot: usize, generation: u32) -> io::Result<()> {
         let entry = opcode::AsyncCancel::new(user_data(Op::Receive, slot, generation))
+            .build()
+            .user_data(user_data(Op::Cancel, slot, generation));
+        self.push(&entry)
+    }
+
+    /// Asks once to be told when connection (`slot`, `generation`)'s socket `fd` has room to
+    /// write ([`Op::Writable`]).
+    pub fn await_writable(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
+        let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32).build().user_data(user_data(
+            Op::Writable,
+            slot,
+            generation,
+        ));
+        self.push(&entry)
+    }
+
+    /// Cancels every operation on connection (`slot`, `generation`)'s socket `fd` (at close:
+    /// its socket is released once they have ended).
+    pub fn cancel_all(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
+        let entry = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all())
             .build()
             .user_data(user_data(Op::Cancel, slot, generation));
         self.push(&entry)
@@ -258,7 +283,7 @@ mod tests {
     #[test]
     fn user_data_names_the_operation_and_the_connection() {
         for (op, slot, generation) in
-            [(Op::Receive, 0, 0), (Op::Send, 12345, u32::MAX), (Op::Cancel, 1 << 29, 7)]
+            [(Op::Receive, 0, 0), (Op::Send, 12345, u32::MAX), (Op::Cancel, (1 << 29) - 1, 7)]
         {
             assert_eq!(decode(user_data(op, slot, generation)), (op, slot, generation));
         }

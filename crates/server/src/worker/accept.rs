@@ -80,11 +80,12 @@ impl Worker {
             self.generations.push(0);
             self.conns.len() - 1
         });
-        // On the ring a connection's bytes come from its receive: epoll tells only of room to
-        // write (and of errors).
+        // On the ring a connection's bytes come from its receive and the ring tells of room to
+        // write: epoll does not watch it.
         let on_ring = self.net.is_some() && !matches!(stream, crate::session::Stream::Tls(_));
-        let interest = if on_ring { Interest::WRITABLE } else { Interest::READABLE | Interest::WRITABLE };
-        if self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err() {
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if !on_ring && self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err()
+        {
             self.shared.curr_connections.fetch_sub(1, Relaxed);
             self.free.push(index);
             return;
@@ -176,10 +177,11 @@ impl Worker {
 
     pub(super) fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
-            if let (RingIo::Receiving, Some(net)) = (conn.ring, self.net.as_mut()) {
-                // (A cancelled one is ending already.)
-                // Submitted with the turn's others; its last completion finds no connection.
-                let _ = net.cancel(index, conn.generation);
+            if let (true, Some(net)) = (conn.ring != RingIo::Off, self.net.as_mut()) {
+                // Its receive and any poll end (submitted with the turn's other entries; their
+                // last completions find no connection), and with them the ring's hold on the
+                // socket.
+                let _ = net.cancel_all(conn.fd, index, conn.generation);
             }
             self.buffers.release(&mut conn.input, &mut conn.output);
             let Transport::Tcp(stream) = &mut conn.transport else {

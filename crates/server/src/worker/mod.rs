@@ -38,7 +38,7 @@ mod write;
 const WAKER: Token = Token(0);
 /// The flash tier's io_uring eventfd (reads the device finished).
 const FLASH: Token = Token(NATIVE_BASE - 1);
-/// The stream connections' io_uring eventfd (`-o io_backend=uring`): completions are in.
+/// The stream connections' io_uring eventfd (`-o io_backend=uring`): task work is queued.
 const NET: Token = Token(UDP_BASE - 1);
 const LISTENER_BASE: usize = 1;
 /// memcached's UDP sockets (-U, one per -l address): tokens below the flash eventfd's.
@@ -126,8 +126,6 @@ pub struct Worker {
     net: Option<crate::session::ring::NetRing>,
     /// Completions taken from `net`, reused.
     net_done: Vec<crate::session::ring::Completion>,
-    /// The ring's eventfd fired (completions finished after a submit); reset before reaping.
-    net_signaled: bool,
     /// The ring's connections flushed this turn (and whether each has bytes to send), reused.
     ring_sends: Vec<(usize, bool)>,
 }
@@ -185,11 +183,8 @@ impl Worker {
         if shared.extended.io_backend == crate::config::IoBackend::Uring {
             match crate::session::ring::NetRing::new() {
                 Ok(ring) => {
-                    poll.registry().register(
-                        &mut mio::unix::SourceFd(&ring.eventfd()),
-                        NET,
-                        Interest::READABLE,
-                    )?;
+                    let eventfd = ring.eventfd();
+                    poll.registry().register(&mut mio::unix::SourceFd(&eventfd), NET, Interest::READABLE)?;
                     net = Some(ring);
                     shared.net_rings.fetch_add(1, Relaxed);
                 }
@@ -239,7 +234,6 @@ impl Worker {
             net,
             net_done: Vec::new(),
             ring_sends: Vec::new(),
-            net_signaled: false,
         })
     }
 
@@ -247,7 +241,7 @@ impl Worker {
     /// the events report (`take_events`), does the turn's work (`turn`),
     /// and once a second closes idle connections and overdue handshakes.
     pub fn run(mut self) {
-        if let Some(net) = self.net.as_ref() {
+        if let Some(net) = self.net.as_mut() {
             if let Err(error) = net.enable() {
                 eprintln!(
                     "quicksilver: -o io_backend=uring: io_uring refused ({error}); worker {} uses epoll",
@@ -304,8 +298,7 @@ impl Worker {
     fn take_events(&mut self, events: &Events) {
         for event in events.iter() {
             match event.token() {
-                WAKER => {}
-                NET => self.net_signaled = true,
+                WAKER | NET => {}
                 FLASH => {
                     if let Some(uring) = self.flash.uring.as_ref() {
                         uring.clear_eventfd();

@@ -12,9 +12,8 @@ impl Worker {
     /// socket read would report them.
     pub(super) fn net_completions(&mut self) {
         let Some(net) = self.net.as_mut() else { return };
-        // The eventfd says task work is queued: running it posts the completions. (The
-        // eventfd is never read: epoll reports each signal as an edge of its own.)
-        if std::mem::take(&mut self.net_signaled) || net.has_completions() {
+        if net.has_completions() {
+            // Task work queued since the wait: running it posts its completions.
             let _ = net.run_work();
         }
         let mut done = std::mem::take(&mut self.net_done);
@@ -28,6 +27,14 @@ impl Worker {
     /// One completion other than a send's (sends are taken in `write_all`).
     fn net_completion(&mut self, completion: Completion) {
         let Completion { op, slot, generation, result, buffer, more } = completion;
+        if op == Op::Writable {
+            let conn = self.conns.get_mut(slot).and_then(Option::as_mut);
+            if let Some(conn) = conn.filter(|conn| conn.generation == generation) {
+                conn.write_blocked = false;
+                queue(&mut self.work, conn, slot);
+            }
+            return;
+        }
         if op != Op::Receive {
             return;
         }
@@ -133,6 +140,17 @@ impl Worker {
                 error if error == -libc::EAGAIN => conn.write_blocked = true,
                 error if error == -libc::EINTR => {}
                 _ => conn.state.kill(),
+            }
+        }
+        for &index in sending {
+            let Some(conn) = self.conns[index].as_mut() else { continue };
+            if conn.write_blocked && !conn.state.is_dead() {
+                // Told by the ring when the socket has room (epoll does not watch it).
+                if let Some(net) = self.net.as_mut() {
+                    if net.await_writable(conn.fd, index, conn.generation).is_err() {
+                        conn.state.kill();
+                    }
+                }
             }
         }
         if failed {
