@@ -6,6 +6,10 @@ gets over 100,000 preloaded keys of 32 bytes, at each pipeline depth. CPU is the
 utime + stime from /proc/PID/stat over the measured run; requests are cmd_get + cmd_set.
 
     scripts/bench-ab.py BEFORE AFTER [--memtier PATH] [--rounds 3] [--depths 1,16] [--seconds 5]
+        [--before-options "..."] [--after-options "..."]
+
+BEFORE and AFTER may be the same build with different options, e.g. the io_uring backend
+against epoll: scripts/bench-ab.py B B --after-options "-o io_backend=uring".
 """
 import argparse
 import os
@@ -23,10 +27,10 @@ def requests(port):
     return int(fields["cmd_get"]) + int(fields["cmd_set"])
 
 
-def measure(binary, memtier, depth, seconds):
+def measure(binary, options, memtier, depth, seconds):
     port = free_port()
-    server = subprocess.Popen(["taskset", "-c", "0", binary, "-t", "1", "-p", str(port), "-l", "127.0.0.1", "-U", "0"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(["taskset", "-c", "0", binary, "-t", "1", "-p", str(port), "-l", "127.0.0.1", "-U", "0"]
+                              + options, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
         common = ["taskset", "-c", "1", memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text",
@@ -52,7 +56,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--depths", default="1,16")
     parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--before-options", default="", help="server options of BEFORE")
+    parser.add_argument("--after-options", default="", help="server options of AFTER")
     args = parser.parse_args()
+    options = {"before": args.before_options.split(), "after": args.after_options.split()}
     for depth in [int(d) for d in args.depths.split(",")]:
         totals = {"before": [0, 0.0], "after": [0, 0.0]}
         for round_ in range(args.rounds):
@@ -60,7 +67,7 @@ def main():
             if round_ % 2:
                 order.reverse()
             for name, binary in order:
-                ops, cpu = measure(binary, args.memtier, depth, args.seconds)
+                ops, cpu = measure(binary, options[name], args.memtier, depth, args.seconds)
                 totals[name][0] += ops
                 totals[name][1] += cpu
                 print(f"depth {depth:2} round {round_ + 1} {name:6}: {ops / args.seconds:10.0f} req/s, "

@@ -178,10 +178,12 @@ impl Worker {
     pub(super) fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
             if let (true, Some(net)) = (conn.ring != RingIo::Off, self.net.as_mut()) {
-                // Its receive and any poll end (submitted with the turn's other entries; their
-                // last completions find no connection), and with them the ring's hold on the
-                // socket.
+                // Its receive and any poll end (their last completions find no connection), and
+                // with them the ring's hold on the socket.
                 let _ = net.cancel_all(conn.fd, index, conn.generation);
+                // Now, not with the turn's others: a close outside a turn (an idle kick) would
+                // otherwise leave the socket open while the worker sleeps.
+                let _ = net.submit();
             }
             self.buffers.release(&mut conn.input, &mut conn.output);
             let Transport::Tcp(stream) = &mut conn.transport else {
