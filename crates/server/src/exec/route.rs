@@ -122,30 +122,21 @@ impl Engine {
     /// Where `request` must run, given how many requests this connection has waiting on each
     /// worker (a later request for the same worker must queue behind them to keep order).
     pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
-        let keyed = !matches!(
-            request,
-            Request::FlushAll { .. }
-                | Request::Stats { .. }
-                | Request::Version
-                | Request::Verbosity { .. }
-                | Request::Metadump { .. }
-                | Request::Crawl { .. }
-                | Request::CrawlerSwitch { .. }
-                | Request::CrawlerPacing
-                | Request::SlabsAutomove { .. }
-                | Request::SlabsReassign { .. }
-                | Request::CacheMemlimit { .. }
-                | Request::CacheDump { .. }
-                | Request::DebugTime { .. }
-                | Request::Watch { .. }
-                | Request::Shutdown { .. }
-                | Request::RefreshCerts { .. }
-        );
-        if keyed && self.shared.workers == 1 {
-            // Every partition is here: no need to hash the keys twice.
-            return Route::Local;
-        }
+        let single = self.shared.workers == 1;
         let key = match request {
+            // One worker: every partition is here, no key need be hashed to route.
+            Request::Binary(_)
+            | Request::Get { .. }
+            | Request::Store { .. }
+            | Request::TooLarge { .. }
+            | Request::Delete { .. }
+            | Request::Arith { .. }
+            | Request::Touch { .. }
+            | Request::Meta(_)
+                if single =>
+            {
+                return Route::Local
+            }
             Request::Binary(binary) => return self.route_binary(binary, pending),
             Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
             Request::Store { key, .. }
