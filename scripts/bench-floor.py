@@ -48,12 +48,36 @@ def server_command(args, kind, port, pinned):
         user = ["-u", "nobody"] if os.getuid() == 0 else []
         command = [args.memcached, "-p", str(port), "-U", "0", "-l", "127.0.0.1"] + user
         command += ["-t", "1", "-m", "1024"] if pinned else []
-    elif kind == "quicksilver":
+    elif kind in ("quicksilver", "quicksilver-uring"):
         command = [args.quicksilver, "-p", str(port), "-U", "0", "-l", "127.0.0.1"]
         command += ["-t", "1", "-m", "1024"] if pinned else []
+        command += ["-o", "io_backend=uring"] if kind == "quicksilver-uring" else []
+    elif kind == "pogocache":
+        command = [args.pogocache, "-h", "127.0.0.1", "-p", str(port)]
+        command += ["--threads", "1", "--maxmemory", "1gb"] if pinned else []
+    elif kind == "segcache":
+        command = [args.segcache, segcache_config(port, pinned)]
     else:
         command = [args.qs_bench, "probe-echo", "--io", kind, "--answer", "end", "--port", str(port)]
     return (["taskset", "-c", "0"] if pinned else []) + command
+
+
+def segcache_config(port, pinned):
+    """Pelikan Segcache's shipped config (config/segcache.toml: one worker, 4 GB heap), on this
+    port and loopback; pinned, a 1 GB heap as the other servers have."""
+    lines = [
+        "daemonize = false",
+        "[admin]", 'host = "127.0.0.1"', f'port = "{port + 10000}"', "http_enabled = false",
+        "[server]", 'host = "127.0.0.1"', f'port = "{port}"', "timeout = 100", "nevent = 1024",
+        "[worker]", "timeout = 100", "nevent = 1024", "threads = 1",
+        "[seg]", "hash_power = 22", f'heap_size = "{"1GB" if pinned else "4GB"}"', 'segment_size = "1MB"',
+        "compact_target = 2", "merge_target = 4", "merge_max = 8", 'eviction = "Merge"',
+        "[time]", 'time_type = "Memcache"', "[buf]", "[debug]", 'log_level = "error"',
+    ]
+    path = f"/tmp/qs-bench-segcache-{port}.toml"
+    with open(path, "w") as config:
+        config.write("\n".join(lines) + "\n")
+    return path
 
 
 def memtier(args, port, extra):
@@ -92,9 +116,12 @@ def defaults_point(args, kind, port):
                               stderr=subprocess.DEVNULL)
     try:
         _MEASURE.wait_port(port)
+        cpu0 = _MEASURE.cpu_seconds(server.pid)
         out = subprocess.run(memtier(args, port, ["--test-time", "5", "--print-percentiles", "50,99"]),
                              capture_output=True, text=True, check=True).stdout
-        return totals(out)
+        cpu = _MEASURE.cpu_seconds(server.pid) - cpu0
+        rate, average, p50, p99 = totals(out)
+        return rate, average, p50, p99, cpu / (rate * 5) * 1e6
     finally:
         server.kill()
         server.wait()
@@ -107,6 +134,9 @@ def main():
     parser.add_argument("--quicksilver", default=os.path.join(REPO, "target/release/quicksilver"))
     parser.add_argument("--qs-bench", default=os.path.join(REPO, "target/release/qs-bench"))
     parser.add_argument("--memcached", default="memcached")
+    parser.add_argument("--pogocache", default=os.path.expanduser("~/.cache/servers/pogocache/pogocache"))
+    parser.add_argument("--segcache",
+                        default=os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan-segcache"))
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--depth", type=int, default=1)
     parser.add_argument("--servers", default=",".join(["memcached", "quicksilver"] + ECHO_KINDS))
@@ -119,9 +149,9 @@ def main():
                 rate, cpu = pinned_point(args, kind, port)
                 print(f"round {round_} depth {args.depth} {kind:16} {rate:9,.0f} ops/s {cpu:6.2f} us CPU/op", flush=True)
             else:
-                rate, average, p50, p99 = defaults_point(args, kind, port)
+                rate, average, p50, p99, cpu = defaults_point(args, kind, port)
                 print(f"round {round_} {kind:16} {rate:9,.0f} ops/s  latency avg {average:.2f} p50 {p50:.2f} "
-                      f"p99 {p99:.2f} ms", flush=True)
+                      f"p99 {p99:.2f} ms  server {cpu:.2f} us CPU/op", flush=True)
 
 
 if __name__ == "__main__":

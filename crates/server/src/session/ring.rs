@@ -7,6 +7,11 @@
 //!
 //! A receive's bytes are copied into the connection's own input at once and the buffer is
 //! given back in the same turn: a slow or silent client never holds ring buffers.
+//!
+//! Each connection's socket is installed in the ring's table of registered files at the
+//! connection's slot, and its operations name it there: the kernel then takes no reference on
+//! the file per operation. A slot past the table (more connections than `-c` allows a
+//! worker, or a kernel that refused the table) names its descriptor instead.
 
 use io_uring::{cqueue, opcode, types, IoUring};
 use qs_net::uring::BufRing;
@@ -69,9 +74,39 @@ fn decode(user_data: u64) -> (Op, usize, u32) {
     (op, ((user_data >> 3) & 0x1fff_ffff) as usize, (user_data >> 32) as u32)
 }
 
+/// How an operation names a connection's socket: by its slot in the ring's registered files,
+/// or by its descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Socket {
+    /// Installed at this slot of the registered files.
+    Fixed(u32),
+    /// Not installed: the descriptor.
+    Fd(RawFd),
+}
+
+/// Builds an operation on `$socket` from `$build`, a function of `types::Fixed` or `types::Fd`
+/// (io-uring names the two as different types).
+macro_rules! on_socket {
+    ($socket:expr, |$target:ident| $build:expr) => {
+        match $socket {
+            Socket::Fixed(slot) => {
+                let $target = types::Fixed(slot);
+                $build
+            }
+            Socket::Fd(fd) => {
+                let $target = types::Fd(fd);
+                $build
+            }
+        }
+    };
+}
+
 /// A worker's network ring.
 pub struct NetRing {
     ring: IoUring,
+    /// Which slots of the registered files hold a connection's socket (empty where the
+    /// kernel refused the table).
+    installed: Vec<bool>,
     /// The receive buffers (taken out only to unregister them).
     buffers: Option<BufRing>,
     /// Signalled when task work is queued for the ring (epoll watches it).
@@ -81,8 +116,9 @@ pub struct NetRing {
 }
 
 impl NetRing {
-    /// A ring with its buffers and eventfd; an error where the kernel refuses io_uring.
-    pub fn new() -> io::Result<NetRing> {
+    /// A ring with its buffers, eventfd and a table of `files` registered files (none where the
+    /// kernel refuses one); an error where the kernel refuses io_uring.
+    pub fn new(files: u32) -> io::Result<NetRing> {
         // Completions are posted only when the worker enters the ring (deferred task work: no
         // interrupt of its epoll wait per message), which it does when the eventfd says work
         // is queued. Made disabled: the worker thread enables it, becoming its one issuer.
@@ -102,7 +138,13 @@ impl NetRing {
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
-        Ok(NetRing { ring, buffers: Some(buffers), eventfd, queued: 0 })
+        // The table is only a saving (no file reference taken per operation): without it every
+        // operation names its descriptor.
+        let installed = match ring.submitter().register_files_sparse(files) {
+            Ok(()) => vec![false; files as usize],
+            Err(_) => Vec::new(),
+        };
+        Ok(NetRing { ring, installed, buffers: Some(buffers), eventfd, queued: 0 })
     }
 
     /// Enables the ring on the calling thread, its only submitter from then on.
@@ -139,14 +181,36 @@ impl NetRing {
         }
     }
 
+    /// Installs connection `slot`'s socket `fd` in the registered files where the table has
+    /// room (one system call, at accept).
+    pub fn install(&mut self, slot: usize, fd: RawFd) {
+        if slot < self.installed.len() {
+            let done = self.ring.submitter().register_files_update(slot as u32, &[fd]);
+            self.installed[slot] = matches!(done, Ok(1));
+        }
+    }
+
+    /// Removes connection `slot`'s socket from the registered files (at close, after its
+    /// operations are cancelled: the table's reference would keep the socket open).
+    pub fn uninstall(&mut self, slot: usize) {
+        if self.installed.get(slot) == Some(&true) {
+            self.installed[slot] = false;
+            let _ = self.ring.submitter().register_files_update(slot as u32, &[-1]);
+        }
+    }
+
+    /// How operations name connection `slot`'s socket `fd`.
+    pub fn socket(&self, slot: usize, fd: RawFd) -> Socket {
+        match self.installed.get(slot) {
+            Some(true) => Socket::Fixed(slot as u32),
+            _ => Socket::Fd(fd),
+        }
+    }
+
     /// Starts the multishot receive of connection (`slot`, `generation`) on `fd`.
     pub fn receive(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
-        let entry = opcode::RecvMulti::new(types::Fd(fd), GROUP).build().user_data(user_data(
-            Op::Receive,
-            slot,
-            generation,
-        ));
-        self.push(&entry)
+        let entry = on_socket!(self.socket(slot, fd), |target| opcode::RecvMulti::new(target, GROUP).build());
+        self.push(&entry.user_data(user_data(Op::Receive, slot, generation)))
     }
 
     /// Cancels the receive of connection (`slot`, `generation`) (bytes it delivers before the
@@ -161,21 +225,19 @@ impl NetRing {
     /// Asks once to be told when connection (`slot`, `generation`)'s socket `fd` has room to
     /// write ([`Op::Writable`]).
     pub fn await_writable(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
-        let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLOUT as u32).build().user_data(user_data(
-            Op::Writable,
-            slot,
-            generation,
-        ));
-        self.push(&entry)
+        let entry = on_socket!(self.socket(slot, fd), |target| {
+            opcode::PollAdd::new(target, libc::POLLOUT as u32).build()
+        });
+        self.push(&entry.user_data(user_data(Op::Writable, slot, generation)))
     }
 
     /// Cancels every operation on connection (`slot`, `generation`)'s socket `fd` (at close:
     /// its socket is released once they have ended).
     pub fn cancel_all(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
-        let entry = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all())
-            .build()
-            .user_data(user_data(Op::Cancel, slot, generation));
-        self.push(&entry)
+        let entry = on_socket!(self.socket(slot, fd), |target| {
+            opcode::AsyncCancel2::new(types::CancelBuilder::fd(target).all()).build()
+        });
+        self.push(&entry.user_data(user_data(Op::Cancel, slot, generation)))
     }
 
     /// Submits what is queued (one system call, none when nothing is).
@@ -196,11 +258,12 @@ impl NetRing {
         into: &mut Vec<Completion>,
     ) -> io::Result<()> {
         for &(fd, bytes, slot, generation) in sends {
-            let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), bytes.len() as u32)
-                .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-                .build()
-                .user_data(user_data(Op::Send, slot, generation));
-            self.push(&entry)?;
+            let entry = on_socket!(self.socket(slot, fd), |target| {
+                opcode::Send::new(target, bytes.as_ptr(), bytes.len() as u32)
+                    .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+                    .build()
+            });
+            self.push(&entry.user_data(user_data(Op::Send, slot, generation)))?;
         }
         let mut left = sends.len();
         while left > 0 {
@@ -291,7 +354,7 @@ mod tests {
 
     #[test]
     fn receives_arrive_sends_leave_and_a_cancel_ends_the_receive() {
-        let Ok(mut ring) = NetRing::new() else { return };
+        let Ok(mut ring) = NetRing::new(16) else { return };
         ring.enable().unwrap();
         let (mut client, server) = pair();
         ring.receive(server.as_raw_fd(), 3, 9).unwrap();
@@ -322,8 +385,43 @@ mod tests {
     }
 
     #[test]
+    fn an_installed_socket_is_named_by_its_slot_and_closes_once_uninstalled() {
+        let Ok(mut ring) = NetRing::new(16) else { return };
+        ring.enable().unwrap();
+        let (mut client, server) = pair();
+        ring.install(5, server.as_raw_fd());
+        if ring.socket(5, server.as_raw_fd()) != Socket::Fixed(5) {
+            return; // the kernel refused the table: descriptors are used, tested above
+        }
+        assert_eq!(ring.socket(16, 99), Socket::Fd(99), "past the table");
+        ring.receive(server.as_raw_fd(), 5, 1).unwrap();
+        client.write_all(b"mn\r\n").unwrap();
+        let mut done = Vec::new();
+        wait(&mut ring, &mut done);
+        let id = done[0].buffer.expect("a buffer");
+        assert_eq!(ring.take(id, done[0].result as usize), b"mn\r\n");
+        ring.give_back(id);
+        done.clear();
+        ring.send_all(&[(server.as_raw_fd(), b"MN\r\n", 5, 1)], &mut done).unwrap();
+        assert_eq!(done.iter().find(|done| done.op == Op::Send).unwrap().result, 4);
+        let mut reply = [0u8; 4];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"MN\r\n");
+        // At close: cancel, uninstall, close the descriptor; the client then reads the end.
+        ring.cancel_all(server.as_raw_fd(), 5, 1).unwrap();
+        ring.submit().unwrap();
+        ring.uninstall(5);
+        assert_eq!(ring.socket(5, server.as_raw_fd()), Socket::Fd(server.as_raw_fd()));
+        drop(server);
+        // The cancelled receive lets go of the socket when its completion runs.
+        ring.run_work().unwrap();
+        client.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        assert_eq!(client.read(&mut reply).unwrap(), 0, "the socket closed");
+    }
+
+    #[test]
     fn a_send_to_a_full_socket_answers_eagain_at_once() {
-        let Ok(mut ring) = NetRing::new() else { return };
+        let Ok(mut ring) = NetRing::new(16) else { return };
         ring.enable().unwrap();
         let (_client, server) = pair();
         let block = vec![b'x'; 1 << 20];
@@ -343,7 +441,7 @@ mod tests {
 
     #[test]
     fn an_end_of_input_is_a_receive_of_nothing() {
-        let Ok(mut ring) = NetRing::new() else { return };
+        let Ok(mut ring) = NetRing::new(16) else { return };
         ring.enable().unwrap();
         let (client, server) = pair();
         ring.receive(server.as_raw_fd(), 1, 1).unwrap();

@@ -118,6 +118,9 @@ impl Worker {
         conn.read_ready = !on_ring;
         if on_ring {
             conn.ring = RingIo::Idle;
+            if let Some(net) = self.net.as_mut() {
+                net.install(index, fd);
+            }
         }
         self.conns[index] = Some(conn);
         self.work.push(index);
@@ -184,6 +187,8 @@ impl Worker {
                 // Now, not with the turn's others: a close outside a turn (an idle kick) would
                 // otherwise leave the socket open while the worker sleeps.
                 let _ = net.submit();
+                // The cancel named the socket by its slot, so it leaves the table only now.
+                net.uninstall(index);
             }
             self.buffers.release(&mut conn.input, &mut conn.output);
             let Transport::Tcp(stream) = &mut conn.transport else {

@@ -181,7 +181,9 @@ impl Worker {
         }
         let mut net = None;
         if shared.extended.io_backend == crate::config::IoBackend::Uring {
-            match crate::session::ring::NetRing::new() {
+            // A registered file per connection the worker may hold (every one, at worst).
+            let files = shared.config.max_connections.saturating_add(16);
+            match crate::session::ring::NetRing::new(files) {
                 Ok(ring) => {
                     let eventfd = ring.eventfd();
                     poll.registry().register(&mut mio::unix::SourceFd(&eventfd), NET, Interest::READABLE)?;
