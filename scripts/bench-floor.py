@@ -15,9 +15,15 @@ Two measurements, rounds interleaving the servers:
         one worker on core 0, memtier on core 1 (`-t 1 -c 50`): server CPU per operation
         (/proc utime+stime over 3 s in the middle of a 5 s run; operations from memtier).
 
-    scripts/bench-floor.py defaults [--rounds 2]
+    scripts/bench-floor.py idle [--rounds 2]
+        pinned as above at depth 1, with 50 active connections alone, 50 active beside 4,950
+        idle ones, and 500 active beside 4,500 idle (5,000, 10% active): what an idle
+        connection costs a turn.
+
+    scripts/bench-floor.py defaults [--rounds 2] [--ratio '']
         every server with its defaults, nothing pinned, memtier with its defaults (4 threads x
-        50 connections, depth 1): ops/s and latency as a user's first run sees them.
+        50 connections, depth 1; with `--ratio ''` its default 1 set to 10 gets too): ops/s,
+        latency and server CPU per operation as a user's first run sees them.
 
 memtier_benchmark: scripts/build-memtier.sh.
 """
@@ -81,8 +87,8 @@ def segcache_config(port, pinned):
 
 
 def memtier(args, port, extra):
-    return [args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--ratio", "0:1",
-            "--hide-histogram"] + extra
+    ratio = ["--ratio", args.ratio] if args.ratio else []
+    return [args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram"] + ratio + extra
 
 
 def totals(output):
@@ -111,6 +117,51 @@ def pinned_point(args, kind, port):
         server.wait()
 
 
+def hold_idle(port, count):
+    """Opens `count` connections to the server and leaves them idle (each has said `version`
+    once, as a client checking its pool would); the caller closes them."""
+    import resource
+    import socket
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held = []
+    for _ in range(count):
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(b"version\r\n")
+        held.append(conn)
+    for conn in held:
+        conn.recv(64)
+    return held
+
+
+def idle_point(args, kind, port, active, idle):
+    """Pinned as `pinned_point`, memtier with `active` connections (one thread, depth 1) while
+    `idle` more connections stay open and silent: server CPU per operation."""
+    command = server_command(args, kind, port, True)
+    if kind != "pogocache" and kind != "segcache":
+        command += ["-c", str(active + idle + 100)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    held = []
+    try:
+        _MEASURE.wait_port(port)
+        held = hold_idle(port, idle)
+        load = subprocess.Popen(["taskset", "-c", "1"] + memtier(args, port, [
+            "-t", "1", "-c", str(active), "-d", "32", "--key-maximum", "100000", "--key-pattern", "R:R",
+            "--pipeline", "1", "--test-time", "5"]), stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        time.sleep(1.0)
+        cpu0, t0 = _MEASURE.cpu_seconds(server.pid), time.time()
+        time.sleep(3.0)
+        cpu1, t1 = _MEASURE.cpu_seconds(server.pid), time.time()
+        rate = totals(load.communicate()[0])[0]
+        return rate, (cpu1 - cpu0) / (t1 - t0) / rate * 1e6
+    finally:
+        for conn in held:
+            conn.close()
+        server.kill()
+        server.wait()
+
+
 def defaults_point(args, kind, port):
     server = subprocess.Popen(server_command(args, kind, port, False), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
@@ -129,7 +180,7 @@ def defaults_point(args, kind, port):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["pinned", "defaults"])
+    parser.add_argument("mode", choices=["pinned", "defaults", "idle"])
     parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
     parser.add_argument("--quicksilver", default=os.path.join(REPO, "target/release/quicksilver"))
     parser.add_argument("--qs-bench", default=os.path.join(REPO, "target/release/qs-bench"))
@@ -139,13 +190,21 @@ def main():
                         default=os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan-segcache"))
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--ratio", default="0:1",
+                        help="memtier's set:get ratio; empty for memtier's own default (1:10)")
     parser.add_argument("--servers", default=",".join(["memcached", "quicksilver"] + ECHO_KINDS))
     args = parser.parse_args()
     port = 24100
     for round_ in range(args.rounds):
         for kind in args.servers.split(","):
             port += 1
-            if args.mode == "pinned":
+            if args.mode == "idle":
+                for active, idle in [(50, 0), (50, 4950), (500, 4500)]:
+                    port += 1
+                    rate, cpu = idle_point(args, kind, port, active, idle)
+                    print(f"round {round_} {kind:16} active {active:4} idle {idle:5} {rate:9,.0f} ops/s "
+                          f"{cpu:6.2f} us CPU/op", flush=True)
+            elif args.mode == "pinned":
                 rate, cpu = pinned_point(args, kind, port)
                 print(f"round {round_} depth {args.depth} {kind:16} {rate:9,.0f} ops/s {cpu:6.2f} us CPU/op", flush=True)
             else:

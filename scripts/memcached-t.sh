@@ -10,7 +10,7 @@
 #
 # QS_T_TLS=1: every file over TLS (the harness adds -Z and connects with IO::Socket::SSL).
 # QS_BIN: the server binary (default target/release/quicksilver, built if missing).
-# QS_IO_BACKEND=uring: every file against quicksilver's io_uring backend (-o io_backend=uring).
+# QS_IO_BACKEND=epoll (or uring): every file against that backend of quicksilver (-o io_backend=...).
 # QS_CACHE: where the source is kept (default ~/.cache/quicksilver).
 set -euo pipefail
 cd "$(dirname "$0")/.."

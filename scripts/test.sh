@@ -48,8 +48,8 @@ step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee /tmp/qs-test-output.txt
 test "${PIPESTATUS[0]}" -eq 0
 
-step "the io_uring backend (-o io_backend=uring): the end-to-end, hostile-client, TLS, interop, binary and UDP suites again"
-QS_IO_BACKEND=uring cargo test -p qs-server --quiet --test e2e --test hostile --test tls --test interop \
+step "the epoll backend (-o io_backend=epoll; io_uring is the default): the end-to-end, hostile-client, TLS, interop, binary and UDP suites again"
+QS_IO_BACKEND=epoll cargo test -p qs-server --quiet --test e2e --test hostile --test tls --test interop \
     --test binary --test udp 2>&1 | tail -n 40
 
 step "memcached 1.6.18's own t/ suite against quicksilver (its wire-protocol files)"
@@ -59,8 +59,8 @@ QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 step "memcached 1.6.18's t/ suite again, every file over TLS (-Z)"
 QS_T_TLS=1 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
-step "memcached 1.6.18's t/ suite again, every file on the io_uring backend"
-QS_IO_BACKEND=uring QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
+step "memcached 1.6.18's t/ suite again, every file on the epoll backend"
+QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
 step "cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \

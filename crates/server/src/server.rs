@@ -412,6 +412,7 @@ fn new_shared(
         flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
         flash_rings: Default::default(),
         net_rings: Default::default(),
+        uring_refused: Default::default(),
         flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
         front_epochs,
         workers,

@@ -50,6 +50,8 @@ pub struct Shared {
     /// Workers whose stream connections run on io_uring (`-o io_backend=uring`; one that the
     /// kernel refused runs on epoll).
     pub net_rings: std::sync::atomic::AtomicUsize,
+    /// Whether a worker has said that the kernel refused its io_uring (said once).
+    pub uring_refused: std::sync::atomic::AtomicBool,
     /// `-o ext_path`: each partition's flash figures as its owner last published them.
     pub flash: Vec<Mutex<(qs_store::flash::FlashStats, qs_store::FlashCounters)>>,
     /// CREW readers, one per partition (empty under EREW).

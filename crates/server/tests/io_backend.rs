@@ -1,7 +1,7 @@
-//! `-o io_backend`: the io_uring backend serves, `stats settings` says which backend runs,
-//! a bad value refuses to start, and where the kernel refuses io_uring the server says so
-//! once and serves on epoll. The whole suites run on the io_uring backend too
-//! (`QS_IO_BACKEND=uring` in scripts/test.sh).
+//! `-o io_backend`: the io_uring backend (the default) serves, `stats settings` says which
+//! backend runs, a bad value refuses to start, and where the kernel refuses io_uring the
+//! server says so once and serves on epoll. The whole suites run on the epoll backend too
+//! (`QS_IO_BACKEND=epoll` in scripts/test.sh).
 
 mod common;
 use common::*;
@@ -37,7 +37,9 @@ fn the_uring_backend_serves_and_stats_settings_names_it() {
     for _ in 0..64 {
         assert_eq!(client.read_until(b"END\r\n"), expected);
     }
-    let other = ServerProcess::quicksilver(&[]);
+    let default = ServerProcess::quicksilver(&[]);
+    assert_eq!(setting(&mut default.connect(), "io_backend"), "uring", "the default");
+    let other = ServerProcess::quicksilver(&["-o", "io_backend=epoll"]);
     assert_eq!(setting(&mut other.connect(), "io_backend"), "epoll");
 }
 

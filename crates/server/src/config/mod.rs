@@ -385,10 +385,11 @@ pub struct Extended {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IoBackend {
     /// epoll readiness, one `recv` and one `send` per ready connection.
-    #[default]
     Epoll,
-    /// io_uring: multishot receives into a provided-buffer ring, every send of a loop turn in
-    /// one `io_uring_enter` (TLS connections stay on epoll); epoll where io_uring is refused.
+    /// io_uring (the default: docs/BENCHMARKS.md, "The io_uring backend"): multishot receives
+    /// into a provided-buffer ring, every send of a loop turn in one `io_uring_enter` (TLS
+    /// connections stay on epoll); epoll where io_uring is refused.
+    #[default]
     Uring,
 }
 
@@ -496,7 +497,7 @@ impl Default for Extended {
             flash_io_threads: false,
             flash_direct: false,
             ssl: ssl::Settings::default(),
-            io_backend: IoBackend::Epoll,
+            io_backend: IoBackend::Uring,
         }
     }
 }

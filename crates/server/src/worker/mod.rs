@@ -181,8 +181,9 @@ impl Worker {
         }
         let mut net = None;
         if shared.extended.io_backend == crate::config::IoBackend::Uring {
-            // A registered file per connection the worker may hold (every one, at worst).
-            let files = shared.config.max_connections.saturating_add(16);
+            // A registered file per connection the worker may hold (every one, at worst; past
+            // 65,536 the rest name their descriptors).
+            let files = shared.config.max_connections.saturating_add(16).min(1 << 16);
             match crate::session::ring::NetRing::new(files) {
                 Ok(ring) => {
                     let eventfd = ring.eventfd();
@@ -190,9 +191,7 @@ impl Worker {
                     net = Some(ring);
                     shared.net_rings.fetch_add(1, Relaxed);
                 }
-                Err(error) => eprintln!(
-                    "quicksilver: -o io_backend=uring: io_uring refused ({error}); worker {index} uses epoll"
-                ),
+                Err(error) => uring_refused(&shared, &error),
             }
         }
         let workers = shared.workers;
@@ -245,10 +244,7 @@ impl Worker {
     pub fn run(mut self) {
         if let Some(net) = self.net.as_mut() {
             if let Err(error) = net.enable() {
-                eprintln!(
-                    "quicksilver: -o io_backend=uring: io_uring refused ({error}); worker {} uses epoll",
-                    self.index
-                );
+                uring_refused(&self.shared, &error);
                 self.net = None;
                 self.shared.net_rings.fetch_sub(1, Relaxed);
             }
@@ -473,6 +469,13 @@ impl Worker {
 }
 
 /// A peer as `watch connevents` names it: address, port and transport.
+/// A worker whose io_uring the kernel refused serves on epoll; the first to find it says so.
+fn uring_refused(shared: &Shared, error: &io::Error) {
+    if !shared.uring_refused.swap(true, Relaxed) {
+        eprintln!("quicksilver: io_uring refused ({error}): connections are served on epoll (-o io_backend)");
+    }
+}
+
 fn peer_text(addr: &Addr) -> (String, u16, &'static str) {
     match addr {
         Addr::Inet(peer) => (peer.ip().to_string(), peer.port(), "tcp"),

@@ -214,7 +214,7 @@ impl ServerProcess {
             let port_text = port.to_string();
             let mut command = Command::new(program);
             command.args(["-p", &port_text, "-l", "127.0.0.1"]).args(args);
-            // QS_IO_BACKEND=uring runs every quicksilver on its io_uring backend.
+            // QS_IO_BACKEND=epoll (or uring) runs every quicksilver on that backend.
             if let Ok(backend) = std::env::var("QS_IO_BACKEND") {
                 if name == "quicksilver" && !args.iter().any(|arg| arg.contains("io_backend")) {
                     command.args(["-o", &format!("io_backend={backend}")]);
