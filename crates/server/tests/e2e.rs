@@ -1268,3 +1268,81 @@ fn front_cache_never_serves_a_value_older_than_an_acknowledged_set() {
     assert_eq!(hits, gets, "every get hit, front hits counted");
     assert!(stat(&mut client, "front_cache_hits") > 0, "nothing served from the front cache");
 }
+
+/// What a client that stops writing a value at the first reply sees after sending a value
+/// over -I: whether a reply came before the whole value was written, the refusal, and the
+/// answers to a set and a get sent after it on the same connection.
+fn refuse_then_serve(server: &ServerProcess, dialect: &str) -> (bool, Vec<u8>, Vec<u8>) {
+    const VALUE: usize = 3 << 20;
+    const CHUNK: usize = 64 << 10;
+    let mut client = server.connect();
+    let (head, tail, follow, follow_end, refusal_end): (Vec<u8>, &[u8], &[u8], &[u8], &[u8]) = match dialect {
+        "binary" => {
+            let key = b"big";
+            let mut head = vec![0x80, 0x01, 0, key.len() as u8, 8, 0, 0, 0];
+            head.extend_from_slice(&((8 + key.len() + VALUE) as u32).to_be_bytes());
+            head.extend_from_slice(&[0; 12 + 8]);
+            head.extend_from_slice(key);
+            // Then a set of "small" (flags 0, no expiry, value "v") and a get of it.
+            let follow: &[u8] = b"\x80\x01\x00\x05\x08\x00\x00\x00\x00\x00\x00\x0e\x00\x00\x00\x00\
+\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00smallv\
+\x80\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00small";
+            (head, b"", follow, b"v", b"Too large.")
+        }
+        "text" => (
+            format!("set big 0 0 {VALUE}\r\n").into_bytes(),
+            b"\r\n",
+            b"set small 0 0 1\r\nv\r\nget small\r\n",
+            b"END\r\n",
+            b"\r\n",
+        ),
+        _ => (
+            format!("ms big {VALUE}\r\n").into_bytes(),
+            b"\r\n",
+            b"ms small 1\r\nv\r\nmg small v\r\n",
+            b"v\r\n",
+            b"\r\n",
+        ),
+    };
+    client.send(&head);
+    // Written as a client paced by its network would: a chunk, then a short look for a reply.
+    client.stream.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    let chunk = vec![b'x'; CHUNK];
+    let mut sent = 0;
+    while sent < VALUE {
+        let piece = &chunk[..CHUNK.min(VALUE - sent)];
+        client.send(piece);
+        sent += piece.len();
+        let mut byte = [0u8; 1];
+        if sent < VALUE && client.stream.peek(&mut byte).is_ok() {
+            // The client takes the reply as the end of the operation and stops writing.
+            return (true, Vec::new(), Vec::new());
+        }
+    }
+    client.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client.send(tail);
+    let refusal = client.read_until(refusal_end);
+    client.send(follow);
+    let mut answers = client.read_until(follow_end);
+    if dialect == "binary" {
+        // CAS values are each server's own: the set's reply, then the get's after it.
+        answers[16..24].fill(0);
+        answers[40..48].fill(0);
+    }
+    (false, refusal, answers)
+}
+
+#[test]
+fn a_value_over_the_item_limit_is_refused_once_all_of_it_is_read_as_memcached_does() {
+    let memcached = ServerProcess::memcached(&[]);
+    let quicksilver = ServerProcess::quicksilver(&[]);
+    for dialect in ["binary", "text", "meta"] {
+        let oracle = refuse_then_serve(&memcached, dialect);
+        assert!(!oracle.0, "memcached answered {dialect} before the value was read");
+        let ours = refuse_then_serve(&quicksilver, dialect);
+        assert!(!ours.0, "{dialect}: a reply came before the whole value was written");
+        assert_eq!(ours.1, oracle.1, "{dialect}: the refusal");
+        assert_eq!(ours.2, oracle.2, "{dialect}: the set and get after it");
+        assert!(!ours.2.is_empty());
+    }
+}

@@ -494,3 +494,35 @@ fn memcached_tls(args: &[&str]) -> ServerProcess {
     all.extend_from_slice(args);
     ServerProcess::program_probed("memcached", "memcached", &all, answers_tls)
 }
+
+#[test]
+fn a_value_over_the_item_limit_is_refused_once_all_of_it_is_read() {
+    // As in plaintext (e2e.rs, checked there against memcached): the refusal waits for the
+    // whole value, and the connection then serves what follows.
+    const VALUE: usize = 3 << 20;
+    let server = tls_server(&[]);
+    let mut client = TlsClient::plain(server.port);
+    // Tickets and anything else the handshake left are read first.
+    assert!(client.call(b"version\r\n").starts_with(b"VERSION"));
+    client.stream.write_all(format!("set big 0 0 {VALUE}\r\n").as_bytes()).expect("head");
+    client.stream.flush().expect("head");
+    client.stream.sock.set_read_timeout(Some(Duration::from_millis(10))).expect("timeout");
+    let chunk = vec![b'x'; 64 << 10];
+    let mut sent = 0;
+    while sent < VALUE {
+        client.stream.write_all(&chunk).expect("chunk");
+        client.stream.flush().expect("chunk");
+        sent += chunk.len();
+        let mut byte = [0u8; 1];
+        assert!(
+            sent == VALUE || client.stream.sock.peek(&mut byte).is_err(),
+            "a reply came after {sent} of {VALUE} bytes"
+        );
+    }
+    client.stream.sock.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    assert_eq!(client.call(b"\r\n"), b"SERVER_ERROR object too large for cache\r\n");
+    assert_eq!(
+        client.call_until(b"set small 0 0 1\r\nv\r\nget small\r\n", b"END\r\n").expect("after"),
+        b"STORED\r\nVALUE small 0 1\r\nv\r\nEND\r\n"
+    );
+}

@@ -24,9 +24,13 @@ impl Worker {
                 // its buffer holds what the socket can take, as memcached's logger does.
                 conn.write_blocked = false;
             }
-            let hold =
+            let waiting =
                 conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.state.is_closing();
-            conn.held = if hold { conn.held + 1 } else { 0 };
+            conn.held = if waiting { conn.held + 1 } else { 0 };
+            // A refused value still arriving (skipped as it comes): as memcached, the answers go
+            // once all of it is read. A client that stops writing the value at the first reply
+            // would otherwise leave the rest to be taken as its next requests.
+            let hold = waiting || (conn.input.skip > 0 && !conn.state.is_ending());
             if conn.ring != RingIo::Off {
                 if let Some(sink) = conn.watch.as_ref().filter(|_| conn.output.unsent().is_empty()) {
                     let moved = sink.take(conn.output.reply_buf());
