@@ -1269,6 +1269,10 @@ fn front_cache_never_serves_a_value_older_than_an_acknowledged_set() {
     assert!(stat(&mut client, "front_cache_hits") > 0, "nothing served from the front cache");
 }
 
+/// An oversized store in one dialect: what precedes the value, what follows it, the requests
+/// sent after it and how their answers and the refusal end.
+type Oversized = (Vec<u8>, &'static [u8], &'static [u8], &'static [u8], &'static [u8]);
+
 /// What a client that stops writing a value at the first reply sees after sending a value
 /// over -I: whether a reply came before the whole value was written, the refusal, and the
 /// answers to a set and a get sent after it on the same connection.
@@ -1276,7 +1280,7 @@ fn refuse_then_serve(server: &ServerProcess, dialect: &str) -> (bool, Vec<u8>, V
     const VALUE: usize = 3 << 20;
     const CHUNK: usize = 64 << 10;
     let mut client = server.connect();
-    let (head, tail, follow, follow_end, refusal_end): (Vec<u8>, &[u8], &[u8], &[u8], &[u8]) = match dialect {
+    let (head, tail, follow, follow_end, refusal_end): Oversized = match dialect {
         "binary" => {
             let key = b"big";
             let mut head = vec![0x80, 0x01, 0, key.len() as u8, 8, 0, 0, 0];
@@ -1284,7 +1288,7 @@ fn refuse_then_serve(server: &ServerProcess, dialect: &str) -> (bool, Vec<u8>, V
             head.extend_from_slice(&[0; 12 + 8]);
             head.extend_from_slice(key);
             // Then a set of "small" (flags 0, no expiry, value "v") and a get of it.
-            let follow: &[u8] = b"\x80\x01\x00\x05\x08\x00\x00\x00\x00\x00\x00\x0e\x00\x00\x00\x00\
+            let follow: &'static [u8] = b"\x80\x01\x00\x05\x08\x00\x00\x00\x00\x00\x00\x0e\x00\x00\x00\x00\
 \x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00smallv\
 \x80\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00small";
             (head, b"", follow, b"v", b"Too large.")
