@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Memory per idle connection: a fresh server per run, RSS before and after COUNT connections
+that each said `version` once and then stay silent, and RSS after they close.
+
+    scripts/bench-idle-memory.py [--runs 4] [--count 5000]
+
+Servers: memcached 1.6.18, quicksilver with its defaults (io_uring), on epoll, and with -t 1;
+each with -c 20000. Prints KiB per connection, and RSS (KiB) before -> after closing.
+"""
+import argparse
+import os
+import resource
+import socket
+import subprocess
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QS = os.path.join(REPO, "target/release/quicksilver")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1])
+    return 0
+
+
+def run(command, port, count):
+    server = subprocess.Popen(command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-c", "20000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(0.3)
+        before = rss_kib(server.pid)
+        held = []
+        for _ in range(count):
+            conn = socket.create_connection(("127.0.0.1", port))
+            conn.sendall(b"version\r\n")
+            held.append(conn)
+        for conn in held:
+            conn.recv(64)
+        time.sleep(0.5)
+        during = rss_kib(server.pid)
+        for conn in held:
+            conn.close()
+        time.sleep(1.0)
+        return (during - before) / count, before, rss_kib(server.pid)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--count", type=int, default=5000)
+    args = parser.parse_args()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    user = ["-u", "nobody"] if os.getuid() == 0 else []
+    servers = [("memcached", ["memcached"] + user), ("quicksilver", [QS]),
+               ("quicksilver epoll", [QS, "-o", "io_backend=epoll"]), ("quicksilver -t 1", [QS, "-t", "1"])]
+    port = 27100
+    for name, command in servers:
+        results = []
+        for _ in range(args.runs):
+            port += 1
+            each, before, after = run(command, port, args.count)
+            results.append(f"{each:.2f} ({before}->{after})")
+        print(f"{name:18} KiB/connection: {'  '.join(results)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
