@@ -2,7 +2,9 @@
 """Memory per idle connection: a fresh server per run, RSS before and after COUNT connections
 that each said `version` once and then stay silent, and RSS after they close.
 
-    scripts/bench-idle-memory.py [--runs 4] [--count 5000]
+    scripts/bench-idle-memory.py [--runs 4] [--count 5000] [--silent] [--servers a,b]
+
+With --silent the connections send nothing at all (opened and left idle).
 
 Servers: memcached 1.6.18, quicksilver with its defaults (io_uring), on epoll, and with -t 1;
 each with -c 20000. Prints KiB per connection, and RSS (KiB) before -> after closing.
@@ -26,7 +28,18 @@ def rss_kib(pid):
     return 0
 
 
-def run(command, port, count):
+def curr_connections(probe):
+    probe.sendall(b"stats\r\n")
+    reply = b""
+    while not reply.endswith(b"END\r\n"):
+        reply += probe.recv(65536)
+    for line in reply.decode().splitlines():
+        if line.startswith("STAT curr_connections "):
+            return int(line.split()[2])
+    return 0
+
+
+def run(command, port, count, silent):
     server = subprocess.Popen(command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-c", "20000"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -41,11 +54,19 @@ def run(command, port, count):
         held = []
         for _ in range(count):
             conn = socket.create_connection(("127.0.0.1", port))
-            conn.sendall(b"version\r\n")
+            if not silent:
+                conn.sendall(b"version\r\n")
             held.append(conn)
-        for conn in held:
-            conn.recv(64)
-        time.sleep(0.5)
+        if not silent:
+            for conn in held:
+                conn.recv(64)
+        # Every connection accepted (the probe is one more).
+        probe = socket.create_connection(("127.0.0.1", port))
+        deadline = time.time() + 30
+        while curr_connections(probe) < count + 1 and time.time() < deadline:
+            time.sleep(0.05)
+        probe.close()
+        time.sleep(0.2)
         during = rss_kib(server.pid)
         for conn in held:
             conn.close()
@@ -60,6 +81,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--silent", action="store_true")
+    parser.add_argument("--servers", default="memcached,quicksilver,quicksilver epoll,quicksilver -t 1")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -68,10 +91,12 @@ def main():
                ("quicksilver epoll", [QS, "-o", "io_backend=epoll"]), ("quicksilver -t 1", [QS, "-t", "1"])]
     port = 27100
     for name, command in servers:
+        if name not in args.servers.split(","):
+            continue
         results = []
         for _ in range(args.runs):
             port += 1
-            each, before, after = run(command, port, args.count)
+            each, before, after = run(command, port, args.count, args.silent)
             results.append(f"{each:.2f} ({before}->{after})")
         print(f"{name:18} KiB/connection: {'  '.join(results)}", flush=True)
 

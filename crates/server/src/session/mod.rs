@@ -17,6 +17,8 @@ use std::collections::VecDeque;
 pub const OUTPUT_BYTES_HIGH: usize = 1 << 20;
 /// A lent read buffer (larger requests grow it up to the connection's limit).
 const READ_BUFFER_BYTES: usize = 16 << 10;
+/// The smallest read buffer a received request gets (io_uring, [`Input::append`]).
+const SMALL_READ_BYTES: usize = 512;
 /// Buffers a worker keeps for lending (memcached 1.6 keeps a per-thread read-buffer cache the
 /// same way): 1 MiB of reads and up to 1 MiB of replies held at most.
 const POOL_BUFFERS_MAX: usize = 64;
@@ -142,6 +144,26 @@ impl Buffers {
         }
         self.reads_lent += 1;
         Some(self.reads.pop().unwrap_or_else(|| vec![0; READ_BUFFER_BYTES]))
+    }
+
+    /// A read buffer for `bytes` received (io_uring): a pooled one when they fill a good part
+    /// of it, else one just large enough (charged as a whole read buffer all the same). A
+    /// turn's completions each take one before any connection is served, so a burst of
+    /// small requests on many connections would otherwise hold a 16 KiB buffer each, freed
+    /// after into the allocator's heap (memory per idle connection swung with the burst).
+    fn take_read_for(&mut self, bytes: usize) -> Option<Vec<u8>> {
+        if bytes >= READ_BUFFER_BYTES / 4 {
+            return self.take_read();
+        }
+        if self.room() < READ_BUFFER_BYTES {
+            return None;
+        }
+        self.reads_lent += 1;
+        let len = bytes.next_power_of_two().max(SMALL_READ_BYTES);
+        // malloc then fill: calloc (what `vec![0; len]` asks for) skips glibc's thread cache.
+        let mut buf = Vec::with_capacity(len);
+        buf.resize(len, 0);
+        Some(buf)
     }
 
     fn give_read(&mut self, buf: Vec<u8>) {
@@ -286,7 +308,7 @@ impl Input {
     /// `limit` without forming a request). False when `pool` has no buffer to lend.
     pub fn append(&mut self, bytes: &[u8], pool: &mut Buffers) -> bool {
         if self.buf.is_empty() {
-            let Some(buf) = pool.take_read() else { return false };
+            let Some(buf) = pool.take_read_for(bytes.len()) else { return false };
             self.buf = buf;
             self.lent = true;
         }

@@ -19,9 +19,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Buffers in the ring.
-const BUFFERS: u16 = 512;
+const BUFFERS: u16 = 256;
 /// Bytes of each (a request line, or a piece of a larger request).
-const BUFFER_BYTES: usize = 4096;
+const BUFFER_BYTES: usize = 2048;
 /// The buffer group receives draw from.
 const GROUP: u16 = 0;
 /// `io_uring_enter`'s flag to run task work and post completions (linux/io_uring.h).

@@ -54,6 +54,9 @@ const DATAGRAM_BYTES_MAX: usize = 65536;
 /// other workers are outstanding (two workers, 50% GET, depth 16: one hold in a row left 1.8
 /// sends per client batch, four or more leave one; docs/BENCHMARKS.md).
 const HOLD_FLUSHES_MAX: u8 = 4;
+/// Connections a turn reads ahead of serving them (each holds a read buffer meanwhile): a
+/// window's worth of prefetches, and no more buffers out at once than a worker pools.
+const READ_AHEAD_MAX: usize = 64;
 /// How long a stopping server keeps answering what it has already received.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 

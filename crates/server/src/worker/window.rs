@@ -44,18 +44,34 @@ impl Worker {
         let Worker { work, conns, engine, ahead, buffers, shared, .. } = self;
         let tls = shared.tls.as_deref();
         ahead.clear();
+        let mut read = 0;
         // `service` pops the queue from its end: load in that order.
         for &index in work.iter().rev() {
+            if read == READ_AHEAD_MAX {
+                // The rest are read as they are served, one read buffer out at a time.
+                break;
+            }
             let Some(conn) = conns[index].as_mut() else { continue };
             let fresh = if conn.ring == RingIo::Off {
-                conn.input.end == 0 && conn.may_read() && read_once(conn, &mut engine.counters, buffers, tls)
+                conn.input.end == 0
+                    && conn.may_read()
+                    && read_once(conn, &mut engine.counters, buffers, tls)
+                    && conn.input.end != 0
             } else {
                 // Its bytes came in with the ring's completions.
                 conn.input.end != 0
             };
             if !fresh {
+                // A read that found nothing gives its buffer back at once: a burst of new or
+                // woken connections would otherwise hold one each until served, and the
+                // burst's buffers, freed after, stay in the allocator's heap (memory per
+                // idle connection swung 0.6-8 KiB from run to run with the burst's size).
+                if conn.ring == RingIo::Off && matches!(conn.transport, Transport::Tcp(_)) {
+                    conn.input.lend_back(buffers);
+                }
                 continue;
             }
+            read += 1;
             if let Some(key) = qs_proto::key_guess(conn.input.pending()) {
                 ahead.push(engine.prefetch_key(key));
             }
