@@ -75,11 +75,7 @@ impl Worker {
             stream = crate::session::Stream::Tls(Box::new(session));
         }
         self.shared.total_connections.fetch_add(1, Relaxed);
-        let index = self.free.pop().unwrap_or_else(|| {
-            self.conns.push(None);
-            self.generations.push(0);
-            self.conns.len() - 1
-        });
+        let index = new_slot(&mut self.conns, &mut self.generations, &mut self.free);
         // On the ring a connection's bytes come from its receive and the ring tells of room to
         // write: epoll does not watch it.
         let on_ring = self.net.is_some() && !matches!(stream, crate::session::Stream::Tls(_));
@@ -126,6 +122,32 @@ impl Worker {
         self.work.push(index);
         if let Some(conn) = self.conns[index].as_mut() {
             conn.queued = true;
+        }
+    }
+
+    /// Once a second, after connections closed: gives back the slots past the last open
+    /// connection and, after many closes, the memory the allocator holds free, so a burst of
+    /// connections that came and went leaves the worker's memory as it was.
+    pub(super) fn shed_slots(&mut self) {
+        let many = self.closed_since_shed >= SHED_AFTER_CLOSES;
+        // A burst's last few closes come after the second that saw most of them.
+        let spare = self.closed_since_shed > 0 && self.free.len() >= SHED_AFTER_CLOSES;
+        // Only between turns with nothing queued: queues name slots.
+        if !(many || spare) || !self.work.is_empty() || !self.flush.is_empty() || !self.retry.is_empty() {
+            return;
+        }
+        self.closed_since_shed = 0;
+        let end = self.conns.iter().rposition(Option::is_some).map_or(0, |last| last + 1);
+        let shrunk = end < self.conns.len();
+        if shrunk {
+            self.conns.truncate(end);
+            self.conns.shrink_to_fit();
+            self.free.retain(|&index| index < end);
+            self.free.shrink_to_fit();
+            self.flush.shrink(end);
+        }
+        if many || shrunk {
+            crate::sys::release_free_memory();
         }
     }
 
@@ -230,6 +252,7 @@ impl Worker {
                 }
             }
             self.free.push(index);
+            self.closed_since_shed += 1;
             if self.shared.config.verbose > 1 {
                 eprintln!("worker {}: closed connection {index}", self.index);
             }

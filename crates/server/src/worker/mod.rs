@@ -54,6 +54,8 @@ const DATAGRAM_BYTES_MAX: usize = 65536;
 /// other workers are outstanding (two workers, 50% GET, depth 16: one hold in a row left 1.8
 /// sends per client batch, four or more leave one; docs/BENCHMARKS.md).
 const HOLD_FLUSHES_MAX: u8 = 4;
+/// Closes after which a worker's once-a-second check gives memory back.
+const SHED_AFTER_CLOSES: usize = 256;
 /// Connections a turn reads ahead of serving them (each holds a read buffer meanwhile): a
 /// window's worth of prefetches, and no more buffers out at once than a worker pools.
 const READ_AHEAD_MAX: usize = 64;
@@ -111,6 +113,8 @@ pub struct Worker {
     retry: Vec<usize>,
     /// The second of the last `-o idle_timeout` scan.
     idle_scan_secs: u32,
+    /// Connections closed since the last [`Worker::shed_slots`].
+    closed_since_shed: usize,
     /// `Shared::accept_resumed` as last seen (no_maxconns_fast: accept again when it moves).
     accept_resumed_seen: u64,
     /// Keys located by `read_ahead`, for its item prefetch.
@@ -227,6 +231,7 @@ impl Worker {
             flush: Flush::default(),
             retry: Vec::new(),
             idle_scan_secs: 0,
+            closed_since_shed: 0,
             accept_resumed_seen: 0,
             ahead: Vec::new(),
             input_limit,
@@ -403,6 +408,7 @@ impl Worker {
                 self.kick_idle(idle_timeout);
             }
             self.drop_stalled_handshakes();
+            self.shed_slots();
         }
     }
 
@@ -562,6 +568,19 @@ fn queue(work: &mut Vec<usize>, conn: &mut Conn, index: usize) {
     }
 }
 
+/// A free connection slot: a freed one, else a new one at the end (whose generation, if the
+/// slot existed before [`Worker::shed_slots`] cut it off, goes on from where it was, so a late
+/// completion for its last connection is never taken for the new one's).
+fn new_slot(conns: &mut Vec<Option<Conn>>, generations: &mut Vec<u32>, free: &mut Vec<usize>) -> usize {
+    free.pop().unwrap_or_else(|| {
+        conns.push(None);
+        if generations.len() < conns.len() {
+            generations.push(0);
+        }
+        conns.len() - 1
+    })
+}
+
 fn queue_flush(flush: &mut Flush, index: usize) {
     flush.push(index);
 }
@@ -590,6 +609,19 @@ impl Flush {
         let index = self.list.pop()?;
         self.queued[index] = false;
         Some(index)
+    }
+
+    /// Whether no connection is queued.
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Forgets the marks of slots from `end` on (none of them queued).
+    fn shrink(&mut self, end: usize) {
+        if end < self.queued.len() && self.list.iter().all(|&index| index < end) {
+            self.queued.truncate(end);
+            self.queued.shrink_to_fit();
+        }
     }
 }
 

@@ -33,11 +33,7 @@ impl Worker {
                 continue;
             }
             let payload = datagram[qs_proto::udp::HEADER_BYTES..].to_vec();
-            let index = self.free.pop().unwrap_or_else(|| {
-                self.conns.push(None);
-                self.generations.push(0);
-                self.conns.len() - 1
-            });
+            let index = new_slot(&mut self.conns, &mut self.generations, &mut self.free);
             self.generations[index] = self.generations[index].wrapping_add(1);
             let end = payload.len();
             // memcached reads each datagram's protocol from its first byte.
