@@ -160,7 +160,9 @@ impl Buffers {
         }
         self.reads_lent += 1;
         let len = bytes.next_power_of_two().max(SMALL_READ_BYTES);
-        // malloc then fill: calloc (what `vec![0; len]` asks for) skips glibc's thread cache.
+        // malloc then fill: calloc (what `vec![0; len]` asks for) skips glibc's thread cache
+        // (callgrind, depth 1: 4,164 against 4,205 instructions per request).
+        #[allow(clippy::slow_vector_initialization)]
         let mut buf = Vec::with_capacity(len);
         buf.resize(len, 0);
         Some(buf)

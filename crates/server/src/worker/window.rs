@@ -53,10 +53,9 @@ impl Worker {
             }
             let Some(conn) = conns[index].as_mut() else { continue };
             let fresh = if conn.ring == RingIo::Off {
-                conn.input.end == 0
-                    && conn.may_read()
-                    && read_once(conn, &mut engine.counters, buffers, tls)
-                    && conn.input.end != 0
+                // Read only into an empty buffer, and fresh only if the read brought bytes.
+                let empty = conn.input.end == 0 && conn.may_read();
+                empty && read_once(conn, &mut engine.counters, buffers, tls) && conn.input.end > 0
             } else {
                 // Its bytes came in with the ring's completions.
                 conn.input.end != 0
