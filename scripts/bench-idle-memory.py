@@ -6,6 +6,12 @@ that each said `version` once and then stay silent, and RSS after they close.
 
 With --silent the connections send nothing at all (opened and left idle).
 
+    scripts/bench-idle-memory.py --churn 40 [--runs 1] [--warm]
+
+Connection churn instead: after a fill (100,000 keys, values 10-5000 bytes), memtier_benchmark
+reconnects every 3 requests for 40 s (2 threads x 25 connections, values 10-5000 bytes); prints
+RSS growth over those 40 s in MiB.
+
 Servers: memcached 1.6.18, quicksilver with its defaults (io_uring), on epoll, and with -t 1;
 each with -c 20000. Prints KiB per connection, and RSS (KiB) before -> after closing.
 """
@@ -77,11 +83,45 @@ def run(command, port, count, silent):
         server.wait()
 
 
+def churn(command, port, seconds, memtier, warm):
+    server = subprocess.Popen(command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-c", "20000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        load = [memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
+                "--data-size-range=10-5000", "--key-maximum=100000"]
+        subprocess.run(load + ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P", "--requests=10000"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        churning = load + ["-t", "2", "-c", "25", "--reconnect-interval=3"]
+        if warm:
+            # The same traffic for 10 s first: the workers' buffer pools and the allocator's
+            # arenas reach their working size, a fixed cost rather than growth.
+            subprocess.run(churning + ["--test-time=10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True)
+        time.sleep(1.5)
+        before = rss_kib(server.pid)
+        subprocess.run(churning + [f"--test-time={seconds}"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        time.sleep(1.5)
+        return (rss_kib(server.pid) - before) / 1024
+    finally:
+        server.kill()
+        server.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--silent", action="store_true")
+    parser.add_argument("--churn", type=int, default=0, help="seconds of reconnecting load instead")
+    parser.add_argument("--warm", action="store_true", help="with --churn: 10 s of the same load first")
+    parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
     parser.add_argument("--servers", default="memcached,quicksilver,quicksilver epoll,quicksilver -t 1")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -96,9 +136,13 @@ def main():
         results = []
         for _ in range(args.runs):
             port += 1
+            if args.churn:
+                results.append(f"{churn(command, port, args.churn, args.memtier, args.warm):+.2f} MiB")
+                continue
             each, before, after = run(command, port, args.count, args.silent)
             results.append(f"{each:.2f} ({before}->{after})")
-        print(f"{name:18} KiB/connection: {'  '.join(results)}", flush=True)
+        what = "RSS growth under churn" if args.churn else "KiB/connection"
+        print(f"{name:18} {what}: {'  '.join(results)}", flush=True)
 
 
 if __name__ == "__main__":
