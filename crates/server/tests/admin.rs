@@ -308,3 +308,29 @@ fn stats_mrc_estimates_the_exact_lru_curve() {
     assert!(call(&mut client, "stats mrc\r\n").starts_with("STAT mrc off\r\n"));
     assert_eq!(call(&mut client, "stats mrc x\r\n"), "CLIENT_ERROR usage: stats mrc [on|off|reset]\r\n");
 }
+
+#[test]
+fn stats_slabs_counts_every_hit_as_the_general_list_does() {
+    // Two workers: a get served by a worker that does not own the key (an optimistic read of
+    // another partition) is a hit in `stats slabs` too, as in memcached, where dashboards
+    // sum the classes' get_hits.
+    let server = ServerProcess::quicksilver(&["-t", "2"]);
+    let mut clients: Vec<Client> = (0..4).map(|_| server.connect()).collect();
+    for n in 0..40 {
+        set(&mut clients[0], &format!("k{n}"), b"v");
+    }
+    for client in &mut clients {
+        for n in 0..40 {
+            assert!(call(client, &format!("get k{n}\r\n")).starts_with("VALUE"));
+        }
+    }
+    let general = stat(&mut clients[0], "get_hits");
+    assert_eq!(general, 160);
+    let slabs = stats(&mut clients[0], "slabs");
+    let hits: u64 = slabs
+        .iter()
+        .filter(|(name, _)| name.ends_with(":get_hits"))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(hits, general);
+}

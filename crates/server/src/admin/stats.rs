@@ -545,7 +545,9 @@ const PAGE_BYTES: u64 = 1 << 20;
 /// `cache_memlimit`, set it; pages are faulted in as the logs first fill them, which
 /// `stats quicksilver`'s `log_bytes_in_use` shows).
 fn slabs(shared: &Shared, out: &mut Vec<u8>) {
-    let (p, _, _) = totals(shared);
+    let (p, w, _) = totals(shared);
+    // Hits served by other workers' optimistic reads count too, as in the general list.
+    let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
     let malloced = if shared.store_mode { p.arena_bytes } else { shared.maxbytes() };
     if malloced > 0 {
         let used = if shared.store_mode { p.arena_bytes - p.arena_free_bytes } else { p.bytes };
@@ -560,7 +562,7 @@ fn slabs(shared: &Shared, out: &mut Vec<u8>) {
         field("used_chunks", used_chunks);
         field("free_chunks", total_chunks.saturating_sub(used_chunks));
         field("free_chunks_end", 0);
-        field("get_hits", p.get_hits);
+        field("get_hits", p.get_hits + remote_hits);
         field("cmd_set", p.sets);
         field("delete_hits", p.delete_hits);
         field("incr_hits", p.incr_hits);
