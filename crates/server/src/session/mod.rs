@@ -147,10 +147,9 @@ impl Buffers {
     }
 
     /// A read buffer for `bytes` received (io_uring): a pooled one when they fill a good part
-    /// of it, else one just large enough (charged as a whole read buffer all the same). A
-    /// turn's completions each take one before any connection is served, so a burst of
-    /// small requests on many connections would otherwise hold a 16 KiB buffer each, freed
-    /// after into the allocator's heap (memory per idle connection swung with the burst).
+    /// of it, else one just large enough (charged as a whole one all the same). A turn's
+    /// completions each take one before any connection is served: a burst of small requests
+    /// would otherwise hold a 16 KiB buffer each, freed after into the allocator's heap.
     fn take_read_for(&mut self, bytes: usize) -> Option<Vec<u8>> {
         if bytes >= READ_BUFFER_BYTES / 4 {
             return self.take_read();
