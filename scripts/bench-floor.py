@@ -97,26 +97,6 @@ def totals(output):
     return float(fields[0]), float(fields[3]), float(fields[4]), float(fields[5])
 
 
-def pinned_point(args, kind, port):
-    server = subprocess.Popen(server_command(args, kind, port, True), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        _MEASURE.wait_port(port)
-        load = subprocess.Popen(["taskset", "-c", "1"] + memtier(args, port, [
-            "-t", "1", "-c", "50", "-d", "32", "--key-maximum", "100000", "--key-pattern", "R:R",
-            "--pipeline", str(args.depth), "--test-time", "5"]), stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        time.sleep(1.0)
-        cpu0, t0 = _MEASURE.cpu_seconds(server.pid), time.time()
-        time.sleep(3.0)
-        cpu1, t1 = _MEASURE.cpu_seconds(server.pid), time.time()
-        rate = totals(load.communicate()[0])[0]
-        return rate, (cpu1 - cpu0) / (t1 - t0) / rate * 1e6
-    finally:
-        server.kill()
-        server.wait()
-
-
 def hold_idle(port, count):
     """Opens `count` connections to the server and leaves them idle (each has said `version`
     once, as a client checking its pool would); the caller closes them."""
@@ -134,11 +114,12 @@ def hold_idle(port, count):
     return held
 
 
-def idle_point(args, kind, port, active, idle):
-    """Pinned as `pinned_point`, memtier with `active` connections (one thread, depth 1) while
-    `idle` more connections stay open and silent: server CPU per operation."""
+def pinned_point(args, kind, port, active=50, idle=0, depth=1):
+    """One worker on core 0, memtier on core 1 (one thread, `active` connections at `depth`)
+    while `idle` more connections stay open and silent: ops/s, and server CPU per operation
+    (/proc utime+stime over 3 s in the middle of a 5 s run)."""
     command = server_command(args, kind, port, True)
-    if kind != "pogocache" and kind != "segcache":
+    if idle and kind not in ("pogocache", "segcache"):
         command += ["-c", str(active + idle + 100)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     held = []
@@ -147,7 +128,7 @@ def idle_point(args, kind, port, active, idle):
         held = hold_idle(port, idle)
         load = subprocess.Popen(["taskset", "-c", "1"] + memtier(args, port, [
             "-t", "1", "-c", str(active), "-d", "32", "--key-maximum", "100000", "--key-pattern", "R:R",
-            "--pipeline", "1", "--test-time", "5"]), stdout=subprocess.PIPE,
+            "--pipeline", str(depth), "--test-time", "5"]), stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True)
         time.sleep(1.0)
         cpu0, t0 = _MEASURE.cpu_seconds(server.pid), time.time()
@@ -201,11 +182,11 @@ def main():
             if args.mode == "idle":
                 for active, idle in [(50, 0), (50, 4950), (500, 4500)]:
                     port += 1
-                    rate, cpu = idle_point(args, kind, port, active, idle)
+                    rate, cpu = pinned_point(args, kind, port, active, idle)
                     print(f"round {round_} {kind:16} active {active:4} idle {idle:5} {rate:9,.0f} ops/s "
                           f"{cpu:6.2f} us CPU/op", flush=True)
             elif args.mode == "pinned":
-                rate, cpu = pinned_point(args, kind, port)
+                rate, cpu = pinned_point(args, kind, port, depth=args.depth)
                 print(f"round {round_} depth {args.depth} {kind:16} {rate:9,.0f} ops/s {cpu:6.2f} us CPU/op", flush=True)
             else:
                 rate, average, p50, p99, cpu = defaults_point(args, kind, port)

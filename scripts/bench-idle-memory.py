@@ -20,18 +20,14 @@ import os
 import resource
 import socket
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import rss_bytes, stats, wait_port  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QS = os.path.join(REPO, "target/release/quicksilver")
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1])
-    return 0
 
 
 def connect(port, i):
@@ -45,33 +41,23 @@ def connect(port, i):
     return conn
 
 
-def curr_connections(probe):
-    probe.sendall(b"stats\r\n")
-    reply = b""
-    while not reply.endswith(b"END\r\n"):
-        reply += probe.recv(65536)
-    for line in reply.decode().splitlines():
-        if line.startswith("STAT curr_connections "):
-            return int(line.split()[2])
-    return 0
+
+
+def start(command, port, limit):
+    """The server on 127.0.0.1:`port`, answering, with room for `limit` connections."""
+    server = subprocess.Popen(command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-c", str(limit)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return server
 
 
 def run(command, port, count, silent):
-    limit = str(max(20000, count + 1000))
-    server = subprocess.Popen(command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-c", limit],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start(command, port, max(20000, count + 1000))
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         time.sleep(0.3)
-        before = rss_kib(server.pid)
+        before = rss_bytes(server.pid) // 1024
         held = []
         for i in range(count):
-            # 20,000 connections per source address: loopback's ephemeral ports run out at ~28,000.
             conn = connect(port, i)
             if not silent:
                 conn.sendall(b"version\r\n")
@@ -79,34 +65,25 @@ def run(command, port, count, silent):
         if not silent:
             for conn in held:
                 conn.recv(64)
-        # Every connection accepted (the probe is one more).
-        probe = socket.create_connection(("127.0.0.1", port))
+        # Every connection accepted (the one asking is one more).
         deadline = time.time() + 30
-        while curr_connections(probe) < count + 1 and time.time() < deadline:
+        while int(stats(port)["curr_connections"]) < count + 1 and time.time() < deadline:
             time.sleep(0.05)
-        probe.close()
         time.sleep(0.2)
-        during = rss_kib(server.pid)
+        during = rss_bytes(server.pid) // 1024
         for conn in held:
             conn.close()
         # quicksilver gives memory back at its once-a-second check after closes.
         time.sleep(2.5)
-        return (during - before) / count, before, rss_kib(server.pid)
+        return (during - before) / count, before, rss_bytes(server.pid) // 1024
     finally:
         server.kill()
         server.wait()
 
 
 def churn(command, port, seconds, memtier, warm):
-    server = subprocess.Popen(command + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-c", "20000"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start(command, port, 20000)
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         load = [memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
                 "--data-size-range=10-5000", "--key-maximum=100000"]
         subprocess.run(load + ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P", "--requests=10000"],
@@ -118,11 +95,11 @@ def churn(command, port, seconds, memtier, warm):
             subprocess.run(churning + ["--test-time=10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            check=True)
         time.sleep(1.5)
-        before = rss_kib(server.pid)
+        before = rss_bytes(server.pid) // 1024
         subprocess.run(churning + [f"--test-time={seconds}"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         time.sleep(1.5)
-        return (rss_kib(server.pid) - before) / 1024
+        return (rss_bytes(server.pid) // 1024 - before) / 1024
     finally:
         server.kill()
         server.wait()

@@ -386,7 +386,7 @@ pub struct Extended {
 pub enum IoBackend {
     /// epoll readiness, one `recv` and one `send` per ready connection.
     Epoll,
-    /// io_uring (the default: docs/BENCHMARKS.md, "The io_uring backend"): multishot receives
+    /// io_uring (the default: docs/BENCHMARKS.md, "io_uring becomes the default backend"): multishot receives
     /// into a provided-buffer ring, every send of a loop turn in one `io_uring_enter` (TLS
     /// connections stay on epoll); epoll where io_uring is refused.
     #[default]
