@@ -67,7 +67,12 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 cache=${QS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quicksilver}
-src="$cache/memcached-1.6.18"
+suite=${QS_T_SUITE:-1.6.18}
+if [ "$suite" = 1.6.45 ]; then
+    src=$(cd "$repo/../shared/memcached-1.6.45" && pwd)
+else
+    src="$cache/memcached-1.6.18"
+fi
 if [ ! -f "$src/t/lib/MemcachedTest.pm" ]; then
     step "fetching memcached 1.6.18's source (Debian source package) into $cache"
     mkdir -p "$cache"

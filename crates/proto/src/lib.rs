@@ -92,6 +92,10 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         return if too_long_without_newline(buf) { Parsed::Close } else { Parsed::Incomplete };
     };
     let line_len = newline + 1;
+    // memcached 1.6.40: no command is shorter than two bytes and its line ending.
+    if line_len < 4 {
+        return Parsed::Refused { reply: request::BAD_FORMAT, len: line_len, noreply: false };
+    }
     let line = &buf[..newline];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() >= 2 && line[0] == b'm' && (line.len() == 2 || line[2] == b' ') {

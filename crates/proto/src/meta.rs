@@ -2,9 +2,9 @@
 //! the text commands). Flags are single letters, some with a token after them; the reply
 //! reflects the return flags in the order the request gave them.
 
-use crate::number::{strtol, strtoull};
+use crate::number::{token_i32, token_u32, token_u64};
 pub use crate::request::{Meta, MetaCommand, MetaOptions};
-use crate::request::{Request, BAD_FORMAT, DECODED_KEY_BYTES_MAX, ERROR, META_TOKENS_MAX, OPAQUE_BYTES_MAX};
+use crate::request::{Request, BAD_FORMAT, DECODED_KEY_BYTES_MAX, META_TOKENS_MAX, OPAQUE_BYTES_MAX};
 use crate::tokens::{Tokens, TOKENS_MAX};
 use crate::{Limits, Parsed, KEY_BYTES_MAX};
 use base64::Engine;
@@ -24,7 +24,7 @@ pub(crate) fn parse<'a>(
     let tokens = Tokens::<TOKENS_MAX>::split(line);
     let ntokens = tokens.len() + 1;
     if ntokens < 3 {
-        return refuse(ERROR, line_len);
+        return refuse(BAD_FORMAT, line_len);
     }
     let key_token = tokens.get(1);
     if key_token.len() > KEY_BYTES_MAX {
@@ -44,7 +44,9 @@ pub(crate) fn parse<'a>(
     let mut first_flag = 2;
     let mut swallow = 0;
     if command == MetaCommand::Set {
-        let Some(value_len) = strtol(tokens.get(2)).filter(|&len| (0..=i32::MAX - 2).contains(&len)) else {
+        let Some(value_len) =
+            token_i32(tokens.get(2)).filter(|&len| ntokens > 3 && (0..=i32::MAX - 2).contains(&len))
+        else {
             return refuse(BAD_FORMAT, line_len);
         };
         first_flag = 3;
@@ -127,29 +129,29 @@ fn parse_flags(meta: &mut Meta<'_>, flag_tokens: &[&[u8]]) -> Result<(), &'stati
                     _ => Some("CLIENT_ERROR error decoding key\r\n"),
                 }
             }
-            b'N' => strtol(value).map(|ttl| options.vivify = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
-            b'T' => strtol(value).map(|ttl| options.ttl = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
-            b'R' => strtol(value).map(|ttl| options.recache = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
-            b'C' => strtoull(value).map(|cas| options.cas = Some(cas)).map_or(Some(BAD_TOKEN), |_| None),
-            b'F' => crate::number::strtoul(value)
-                .map(|flags| options.client_flags = flags)
-                .map_or(Some(BAD_FORMAT), |_| None),
-            b'M' => match value {
-                [mode] => {
-                    options.mode = Some(*mode);
-                    None
-                }
-                _ => Some("CLIENT_ERROR incorrect length for M token\r\n"),
-            },
-            b'J' => strtoull(value)
+            b'N' => token_i32(value).map(|ttl| options.vivify = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
+            b'T' => token_i32(value).map(|ttl| options.ttl = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
+            b'R' => token_i32(value).map(|ttl| options.recache = Some(ttl)).map_or(Some(BAD_TOKEN), |_| None),
+            b'C' => token_u64(value).map(|cas| options.cas = Some(cas)).map_or(Some(BAD_TOKEN), |_| None),
+            b'E' => token_u64(value).map(|cas| options.cas_in = Some(cas)).map_or(Some(BAD_TOKEN), |_| None),
+            b'F' => {
+                token_u32(value).map(|flags| options.client_flags = flags).map_or(Some(BAD_FORMAT), |_| None)
+            }
+            // memcached 1.6.40 reads the byte after the letter, whatever follows it (none: a
+            // mode no command has).
+            b'M' => {
+                options.mode = Some(value.first().copied().unwrap_or(b' '));
+                None
+            }
+            b'J' => token_u64(value)
                 .map(|initial| options.initial = initial)
                 .map_or(Some("CLIENT_ERROR invalid numeric initial value\r\n"), |_| None),
-            b'D' => strtoull(value)
+            b'D' => token_u64(value)
                 .map(|delta| options.delta = delta)
                 .map_or(Some("CLIENT_ERROR invalid numeric delta value\r\n"), |_| None),
             b'O' if token.len() > OPAQUE_BYTES_MAX => Some("CLIENT_ERROR opaque token too long\r\n"),
             b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'l'
-            | b'I' => None,
+            | b'I' | b'x' => None,
             _ => return Err("CLIENT_ERROR invalid flag\r\n"),
         };
         // A key that is not base64 outranks every malformed token (memcached decodes the key

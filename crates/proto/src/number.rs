@@ -134,3 +134,56 @@ mod tests {
         assert_eq!(strtol(b"x"), None);
     }
 }
+
+/// memcached 1.6.40's token reader (mcmc `mcmc_toktou64`): decimal digits only, at most 22 of
+/// them, no sign or space; an empty token reads as 0.
+pub fn token_u64(text: &[u8]) -> Option<u64> {
+    if text.len() > 22 {
+        return None;
+    }
+    text.iter().try_fold(0u64, |sum, &byte| {
+        let digit = byte.checked_sub(b'0').filter(|digit| *digit < 10)?;
+        sum.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+/// `mcmc_toktou32`: as [`token_u64`], at most 11 characters, within 32 bits.
+pub fn token_u32(text: &[u8]) -> Option<u32> {
+    if text.len() > 11 {
+        return None;
+    }
+    token_u64(text).and_then(|value| u32::try_from(value).ok())
+}
+
+/// `mcmc_tokto32`: as [`token_u32`] with an optional leading `-`, within a signed 32 bits.
+pub fn token_i32(text: &[u8]) -> Option<i32> {
+    if text.len() > 11 {
+        return None;
+    }
+    match text.strip_prefix(b"-") {
+        Some(digits) => token_u64(digits).and_then(|value| i32::try_from(-(value as i64)).ok()),
+        None => token_u64(text).and_then(|value| i32::try_from(value).ok()),
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::*;
+
+    #[test]
+    fn tokens_read_as_memcached_1_6_40_reads_them() {
+        assert_eq!(token_u64(b""), Some(0));
+        assert_eq!(token_u64(b"007"), Some(7));
+        assert_eq!(token_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(token_u64(b"18446744073709551616"), None);
+        assert_eq!(token_u64(b"+1"), None);
+        assert_eq!(token_u64(b"-1"), None);
+        assert_eq!(token_u32(b"4294967295"), Some(u32::MAX));
+        assert_eq!(token_u32(b"4294967301"), None);
+        assert_eq!(token_u32(b"000000000001"), None);
+        assert_eq!(token_i32(b"-2147483648"), Some(i32::MIN));
+        assert_eq!(token_i32(b"2147483648"), None);
+        assert_eq!(token_i32(b"-"), Some(0));
+        assert_eq!(token_i32(b"1x"), None);
+    }
+}

@@ -157,6 +157,8 @@ pub enum Request<'a> {
     Metadump {
         /// `all`, `hash`, or a comma-separated list of class ids.
         classes: &'a [u8],
+        /// `lru_crawler mgdump` (memcached 1.6.19): each key as an `mg` line instead.
+        keys: bool,
     },
     /// `lru_crawler crawl <classes>`: reclaim expired items now.
     Crawl {
@@ -242,6 +244,8 @@ pub mod watch {
     pub const PROXYEVENTS: u16 = 1 << 7;
     /// `proxyuser`.
     pub const PROXYUSER: u16 = 1 << 8;
+    /// `deletions`: items deleted by `delete` and `md` (memcached 1.6.20).
+    pub const DELETIONS: u16 = 1 << 9;
 
     /// The bit of the stream named `name`.
     pub fn named(name: &[u8]) -> Option<u16> {
@@ -255,6 +259,7 @@ pub mod watch {
             b"proxyreqs" => PROXYREQS,
             b"proxyevents" => PROXYEVENTS,
             b"proxyuser" => PROXYUSER,
+            b"deletions" => DELETIONS,
             _ => return None,
         })
     }
@@ -339,6 +344,8 @@ pub struct MetaOptions {
     pub recache: Option<i32>,
     /// `C`: compare CAS.
     pub cas: Option<u64>,
+    /// `E`: the CAS value to give the item (memcached 1.6.27).
+    pub cas_in: Option<u64>,
     /// `F`: client flags.
     pub client_flags: u32,
     /// `M`: mode character.

@@ -76,6 +76,8 @@ pub struct DumpItem<'a> {
     pub fetched: bool,
     /// Size in memory.
     pub size: u64,
+    /// Client flags.
+    pub flags: u32,
 }
 
 /// `key=<key> exp=<unix|-1> la=<unix> cas=<cas> fetch=<yes|no> cls=1 size=<bytes>\n` (the dump's
@@ -95,7 +97,25 @@ pub fn metadump_line(out: &mut Vec<u8>, item: &DumpItem<'_>) {
     out.extend_from_slice(if item.fetched { b" fetch=yes" } else { b" fetch=no" });
     out.extend_from_slice(b" cls=1 size=");
     push_u64(out, item.size);
-    out.push(b'\n');
+    // memcached 1.6.24 adds the flags, and ends every field with a space.
+    out.extend_from_slice(b" flags=");
+    push_u64(out, u64::from(item.flags));
+    out.extend_from_slice(b" \n");
+}
+
+/// `lru_crawler mgdump`'s line: `mg <key>\r\n`, or `mg <base64> b\r\n` for a key that a
+/// text line cannot carry (memcached marks the keys clients sent in base64; every key
+/// here with a space, a control byte or DEL is written so).
+pub fn mgdump_line(out: &mut Vec<u8>, key: &[u8]) {
+    use base64::Engine;
+    out.extend_from_slice(b"mg ");
+    if key.iter().all(|&byte| byte > b' ' && byte != 0x7f) {
+        out.extend_from_slice(key);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(key).as_bytes());
+        out.extend_from_slice(b" b\r\n");
+    }
 }
 
 /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`; the caller appends the data and `\r\n`.
@@ -185,6 +205,7 @@ mod tests {
             cas: 4,
             fetched: false,
             size: 79,
+            flags: 5,
         };
         metadump_line(&mut out, &item);
         metadump_line(
@@ -193,8 +214,8 @@ mod tests {
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "key=a%2Fb%3Ac%3Fd%3De%26f%2Bg%22%27%3C%3E%C3%A9%20~._-%25 exp=-1 la=1795386087 cas=4 fetch=no cls=1 size=79\n\
-             key=%00%01%FF exp=1795386187 la=1795386087 cas=4 fetch=yes cls=1 size=79\n"
+            "key=a%2Fb%3Ac%3Fd%3De%26f%2Bg%22%27%3C%3E%C3%A9%20~._-%25 exp=-1 la=1795386087 cas=4 fetch=no cls=1 size=79 flags=5 \n\
+             key=%00%01%FF exp=1795386187 la=1795386087 cas=4 fetch=yes cls=1 size=79 flags=5 \n"
         );
     }
 }

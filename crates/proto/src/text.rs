@@ -1,7 +1,7 @@
 //! memcached's text protocol: the classic commands (protocol.txt "Commands"), with memcached
 //! 1.6's token-count rules and error replies.
 
-use crate::number::{strtol, strtoul, strtoull};
+use crate::number::{strtol, strtoul, token_i32, token_u32, token_u64};
 pub use crate::request::{watch, GetKind, Request, ShutdownMode, StoreMode};
 use crate::tokens::{Tokens, SHORT, TOKENS_MAX};
 use crate::{Limits, Parsed, KEY_BYTES_MAX};
@@ -30,7 +30,6 @@ pub(crate) use crate::request::{BAD_FORMAT, ERROR};
 const BAD_DATA_CHUNK: &str = "CLIENT_ERROR bad data chunk\r\n";
 const INVALID_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument\r\n";
 const INVALID_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument\r\n";
-const DELETE_USAGE: &str = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
 
 fn done(request: Request<'_>, len: usize) -> Parsed<'_> {
     Parsed::Request { request, len }
@@ -67,85 +66,86 @@ fn parse_tokens<'a, const N: usize>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
-    let ntokens = tokens.len() + 1;
-    match tokens.get(0) {
-        b"get" | b"gets" => parse_get(tokens, line, line_len, 1),
-        b"gat" | b"gats" => parse_get(tokens, line, line_len, 2),
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" if ntokens == 6 || ntokens == 7 => {
-            parse_store(tokens, line_len, buf, limits)
+    let n = tokens.len();
+    // memcached 1.6.40's parser names the command by the bytes before the first space, so a
+    // line that starts with a space names none of these: only the commands it then looks up
+    // by their first token (below) answer it. Each needs its least count of tokens (else
+    // `CLIENT_ERROR bad command line format`) and ignores tokens past what it reads.
+    if line.first() != Some(&b' ') {
+        let least = match tokens.get(0) {
+            b"get" | b"gets" | b"delete" => 2,
+            b"gat" | b"gats" | b"incr" | b"decr" | b"touch" => 3,
+            b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => 5,
+            _ => 0,
+        };
+        if n < least {
+            return refuse(BAD_FORMAT, line_len, false);
         }
-        b"cas" if ntokens == 7 || ntokens == 8 => parse_store(tokens, line_len, buf, limits),
-        b"delete" if (3..=5).contains(&ntokens) => parse_delete(tokens, line_len),
-        b"incr" | b"decr" if ntokens == 4 || ntokens == 5 => parse_arith(tokens, line_len),
-        b"touch" if ntokens == 4 || ntokens == 5 => parse_touch(tokens, line_len),
-        b"flush_all" if (2..=4).contains(&ntokens) => parse_flush_all(tokens, line_len),
-        b"stats" if tokens.get(1) == b"cachedump" => {
-            let args = (ntokens >= 5).then(|| (strtoul(tokens.get(2)), strtoul(tokens.get(3))));
-            done(Request::CacheDump { args }, line_len)
-        }
-        b"stats" => done(Request::Stats { group: tokens.get(1), argument: tokens.get(2) }, line_len),
-        b"cache_memlimit" if ntokens == 3 || ntokens == 4 => {
-            let noreply = tokens.noreply();
-            match strtoul(tokens.get(1)) {
-                Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }, line_len),
-                None => refuse(ERROR, line_len, noreply),
+        match tokens.get(0) {
+            b"get" | b"gets" => return parse_get(tokens, line, line_len, 1),
+            b"gat" | b"gats" => return parse_get(tokens, line, line_len, 2),
+            b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+                return parse_store(tokens, line, line_len, buf, limits)
             }
+            b"delete" => return parse_delete(tokens, line, line_len),
+            b"incr" | b"decr" => return parse_arith(tokens, line, line_len),
+            b"touch" => return parse_touch(tokens, line, line_len),
+            b"stats" if tokens.get(1) == b"cachedump" => {
+                let args = (n >= 4).then(|| (strtoul(tokens.get(2)), strtoul(tokens.get(3))));
+                return done(Request::CacheDump { args }, line_len);
+            }
+            b"stats" => {
+                return done(Request::Stats { group: tokens.get(1), argument: tokens.get(2) }, line_len)
+            }
+            // memcached ignores arguments to these.
+            b"version" => return done(Request::Version, line_len),
+            b"quit" => return done(Request::Quit, line_len),
+            b"mn" => return done(Request::MetaNoop, line_len),
+            b"watch" => {
+                let streams = (1..n)
+                    .try_fold(0, |streams, at| watch::named(tokens.get(at)).map(|bit| streams | bit))
+                    .map(|streams| if n > 1 { streams } else { watch::FETCHERS });
+                return done(Request::Watch { streams }, line_len);
+            }
+            _ => {}
         }
-        b"slabs" => parse_slabs(tokens, line_len),
-        b"debugtime" if ntokens == 3 => match strtol(tokens.get(1)) {
-            Some(delta) => done(Request::DebugTime { delta }, line_len),
-            None => refuse(ERROR, line_len, false),
+    }
+    let noreply = last_is_noreply(line);
+    match tokens.get(0) {
+        b"flush_all" => parse_flush_all(tokens, line_len, noreply),
+        b"cache_memlimit" => match token_u32(tokens.get(1)).filter(|_| n >= 2) {
+            Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }, line_len),
+            None => refuse(ERROR, line_len, noreply),
         },
-        // memcached ignores arguments to these three.
-        b"version" => done(Request::Version, line_len),
-        b"quit" => done(Request::Quit, line_len),
-        b"verbosity" if ntokens == 3 || ntokens == 4 => parse_verbosity(tokens, line_len),
-        b"mn" => done(Request::MetaNoop, line_len),
+        b"slabs" => parse_slabs(tokens, line_len, noreply),
+        b"debugtime" => match strtol(tokens.get(1)) {
+            Some(delta) if n >= 2 => done(Request::DebugTime { delta }, line_len),
+            _ => refuse(ERROR, line_len, noreply),
+        },
+        b"verbosity" => match token_u32(tokens.get(1)).filter(|_| n >= 2) {
+            // memcached reads the level and ignores its value here.
+            Some(_) => done(Request::Verbosity { noreply }, line_len),
+            None => refuse(BAD_FORMAT, line_len, noreply),
+        },
         b"lru_crawler" => parse_lru_crawler(tokens, line_len),
-        b"watch" => {
-            let streams = (1..tokens.len())
-                .try_fold(0, |streams, at| watch::named(tokens.get(at)).map(|bit| streams | bit))
-                .map(|streams| if tokens.len() > 1 { streams } else { watch::FETCHERS });
-            done(Request::Watch { streams }, line_len)
-        }
         b"shutdown" => {
-            let mode = match (ntokens, tokens.get(1)) {
-                (2, _) => ShutdownMode::Now,
-                (3, b"graceful") => ShutdownMode::Graceful,
+            let mode = match (n, tokens.get(1)) {
+                (1, _) => ShutdownMode::Now,
+                (2, b"graceful") => ShutdownMode::Graceful,
                 _ => ShutdownMode::Invalid,
             };
             done(Request::Shutdown { mode }, line_len)
         }
-        b"refresh_certs" => done(Request::RefreshCerts { noreply: tokens.noreply() }, line_len),
-        command if is_http_request(command, tokens.get(tokens.len().saturating_sub(1))) => Parsed::Close,
-        _ => refuse(ERROR, line_len, false),
+        b"refresh_certs" => done(Request::RefreshCerts { noreply }, line_len),
+        _ if n > 1 && tokens.get(n - 1).starts_with(b"HTTP/") => Parsed::Close,
+        _ => refuse(ERROR, line_len, noreply),
     }
 }
 
-/// Whether memcached hangs up on this line, answering nothing: an unknown command whose last
-/// token starts with `HTTP/` (a browser's request, as in a cross-protocol attack). memcached
-/// checks only in its last dispatch branch, so commands whose first letter it dispatches on
-/// (`g s a c i d t`, two-letter `m?`) and the names it knows answer `ERROR` as before.
-fn is_http_request(command: &[u8], last: &[u8]) -> bool {
-    let dispatched_by_first_letter =
-        matches!(command.first(), Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't'))
-            || (command.len() == 2 && command[0] == b'm');
-    let known = matches!(
-        command,
-        b"replace"
-            | b"prepend"
-            | b"bget"
-            | b"flush_all"
-            | b"version"
-            | b"quit"
-            | b"lru_crawler"
-            | b"watch"
-            | b"verbosity"
-            | b"lru"
-            | b"extstore"
-            | b"refresh_certs"
-    );
-    last.starts_with(b"HTTP/") && !dispatched_by_first_letter && !known
+/// Whether the line's last word is `noreply` (memcached 1.6.40 looks at the last token of
+/// the whole line, however many there are).
+fn last_is_noreply(line: &[u8]) -> bool {
+    line.split(|&byte| byte == b' ').rfind(|word| !word.is_empty()) == Some(b"noreply")
 }
 
 /// `get <keys>` and `gets <keys>` without tokenizing; `None` for any other line.
@@ -155,9 +155,9 @@ fn parse_get_fast(line: &[u8], line_len: usize) -> Option<Parsed<'_>> {
     } else {
         (GetKind::Gets, line.strip_prefix(b"gets ")?)
     };
-    // Like the tokenizer's count check: a get with no key is an unknown command.
+    // Like the tokenizer's count check: a get needs a key.
     if keys.iter().all(|&byte| byte == b' ') {
-        return Some(refuse(ERROR, line_len, false));
+        return Some(refuse(BAD_FORMAT, line_len, false));
     }
     Some(done(Request::Get { kind, keys }, line_len))
 }
@@ -177,7 +177,7 @@ fn parse_get<'a, const N: usize>(
         b"get" => GetKind::Get,
         b"gets" => GetKind::Gets,
         command => {
-            let Some(exptime) = strtol(tokens.get(1)) else {
+            let Some(exptime) = token_i32(tokens.get(1)) else {
                 return refuse(INVALID_EXPTIME, line_len, false);
             };
             if command == b"gat" {
@@ -200,7 +200,7 @@ fn store_mode<const N: usize>(tokens: &Tokens<'_, N>) -> Option<StoreMode> {
         b"replace" => StoreMode::Replace,
         b"append" => StoreMode::Append,
         b"prepend" => StoreMode::Prepend,
-        _ => StoreMode::Cas(strtoull(tokens.get(5))?),
+        _ => StoreMode::Cas(token_u64(tokens.get(5)).filter(|_| !tokens.get(5).is_empty())?),
     })
 }
 
@@ -241,16 +241,19 @@ fn parse_set_fast<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: &L
 
 fn parse_store<'a, const N: usize>(
     tokens: &Tokens<'a, N>,
+    line: &'a [u8],
     line_len: usize,
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
     let numbers = [tokens.get(2), tokens.get(3), tokens.get(4)];
-    store(store_mode(tokens), tokens.get(1), numbers, tokens.noreply(), line_len, buf, limits)
+    store(store_mode(tokens), tokens.get(1), numbers, last_is_noreply(line), line_len, buf, limits)
 }
 
 /// A storage command from its tokens: `mode` (`None`: a cas unique that did not parse), the
-/// key, and the flags, exptime and length tokens.
+/// key, and the flags, exptime and length tokens. As memcached 1.6.40 does: a length that
+/// does not parse refuses the line alone (its reply is sent even with noreply); once the
+/// length is known, any other refusal swallows the data block too.
 fn store<'a>(
     mode: Option<StoreMode>,
     key: &'a [u8],
@@ -260,21 +263,17 @@ fn store<'a>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
-    if key.len() > KEY_BYTES_MAX {
-        return refuse(BAD_FORMAT, line_len, noreply);
-    }
-    let (Some(flags), Some(exptime), Some(value_len)) = (strtoul(flags), strtol(exptime), strtol(value_len))
-    else {
-        return refuse(BAD_FORMAT, line_len, noreply);
+    let Some(value_len) = token_i32(value_len).filter(|len| (0..=i32::MAX - 2).contains(len)) else {
+        return refuse(BAD_FORMAT, line_len, false);
     };
-    let Some(mode) = mode else {
-        return refuse(BAD_FORMAT, line_len, noreply);
-    };
-    if !(0..=i32::MAX - 2).contains(&value_len) {
-        return refuse(BAD_FORMAT, line_len, noreply);
-    }
     let value_len = value_len as usize;
     let len = line_len + value_len + 2;
+    if key.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, len, noreply);
+    }
+    let (Some(flags), Some(exptime), Some(mode)) = (strtoul(flags), strtol(exptime), mode) else {
+        return refuse(BAD_FORMAT, len, noreply);
+    };
     if limits.too_large(key.len(), value_len, flags) {
         return done(Request::TooLarge { mode, key, noreply }, len);
     }
@@ -288,54 +287,47 @@ fn store<'a>(
     done(Request::Store { mode, key, flags, exptime, data, noreply }, len)
 }
 
-fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
-    // memcached looks for noreply only after the key: `delete noreply` deletes the key
-    // "noreply" and answers.
-    let noreply = tokens.len() > 2 && tokens.noreply();
+fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_len: usize) -> Parsed<'a> {
+    let noreply = last_is_noreply(line);
     let key = tokens.get(1);
-    // memcached accepts a trailing "0" (an old delete-with-hold-time form) and noreply only.
-    let extra = tokens.len() - 2 - noreply as usize;
-    if extra > 1 || (extra == 1 && tokens.get(2) != b"0") {
-        return refuse(DELETE_USAGE, line_len, noreply);
-    }
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);
     }
     done(Request::Delete { key, noreply }, line_len)
 }
 
-fn parse_arith<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
-    let noreply = tokens.noreply();
+fn parse_arith<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_len: usize) -> Parsed<'a> {
+    let noreply = last_is_noreply(line);
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);
     }
-    let Some(delta) = strtoull(tokens.get(2)) else {
+    let Some(delta) = token_u64(tokens.get(2)) else {
         return refuse(INVALID_DELTA, line_len, noreply);
     };
     let decrement = tokens.get(0) == b"decr";
     done(Request::Arith { key, delta, decrement, noreply }, line_len)
 }
 
-fn parse_touch<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
-    let noreply = tokens.noreply();
+fn parse_touch<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_len: usize) -> Parsed<'a> {
+    let noreply = last_is_noreply(line);
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);
     }
-    let Some(exptime) = strtol(tokens.get(2)) else {
+    let Some(exptime) = token_i32(tokens.get(2)) else {
         return refuse(INVALID_EXPTIME, line_len, noreply);
     };
     done(Request::Touch { key, exptime, noreply }, line_len)
 }
 
-fn parse_flush_all<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
-    let noreply = tokens.noreply();
-    let args = tokens.len() - 1 - noreply as usize;
-    let delay = if args == 0 {
+/// `flush_all [delay] [noreply]`: a delay is read when there is any token beside the command
+/// and noreply (memcached 1.6.40 ignores the rest).
+fn parse_flush_all<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize, noreply: bool) -> Parsed<'a> {
+    let delay = if tokens.len() == 1 + noreply as usize {
         0
     } else {
-        match strtol(tokens.get(1)) {
+        match token_i32(tokens.get(1)) {
             Some(delay) => delay,
             None => return refuse(INVALID_EXPTIME, line_len, noreply),
         }
@@ -343,27 +335,17 @@ fn parse_flush_all<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) 
     done(Request::FlushAll { delay, noreply }, line_len)
 }
 
-fn parse_verbosity<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
-    let noreply = tokens.noreply();
-    // memcached reads the level with strtoul semantics and ignores its value here.
-    if strtoul(tokens.get(1)).is_none() {
-        return refuse(BAD_FORMAT, line_len, noreply);
-    }
-    done(Request::Verbosity { noreply }, line_len)
-}
-
 /// `slabs`: memcached 1.6's `slabs reassign` and `slabs automove` checks (any other `slabs`
 /// line answers `ERROR`).
-fn parse_slabs<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
+fn parse_slabs<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize, noreply: bool) -> Parsed<'a> {
     let ntokens = tokens.len() + 1;
     if ntokens == 5 && tokens.get(1) == b"reassign" {
         let classes = strtol(tokens.get(2)).zip(strtol(tokens.get(3)));
         return done(Request::SlabsReassign { classes }, line_len);
     }
     if ntokens < 4 || tokens.get(1) != b"automove" {
-        return refuse(ERROR, line_len, false);
+        return refuse(ERROR, line_len, noreply);
     }
-    let noreply = tokens.noreply();
     if tokens.get(2) == b"ratio" {
         // A ratio only tunes the rebalancer: accepted when it is a number, as memcached does.
         let ratio = std::str::from_utf8(tokens.get(3)).ok().and_then(|text| text.parse::<f64>().ok());
@@ -385,7 +367,8 @@ fn parse_lru_crawler<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize
     let ntokens = tokens.len() + 1;
     match (ntokens, tokens.get(1)) {
         (4, b"crawl") => done(Request::Crawl { classes: tokens.get(2) }, line_len),
-        (4, b"metadump") => done(Request::Metadump { classes: tokens.get(2) }, line_len),
+        (4, b"metadump") => done(Request::Metadump { classes: tokens.get(2), keys: false }, line_len),
+        (4, b"mgdump") => done(Request::Metadump { classes: tokens.get(2), keys: true }, line_len),
         (4, b"tocrawl") => match strtoul(tokens.get(2)) {
             Some(_) => done(Request::CrawlerPacing, line_len),
             None => refuse(BAD_FORMAT, line_len, false),

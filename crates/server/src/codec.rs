@@ -99,13 +99,22 @@ pub fn watch_refusal(disabled: bool, pipelined: bool, no_streams: bool) -> Optio
 pub const WATCH_STARTED: &[u8] = b"OK\r\n";
 
 /// Why `lru_crawler metadump` is refused, as memcached words it; `None` when it may start.
-pub fn metadump_refusal(crawler: bool, dumping_disabled: bool, pipelined: bool) -> Option<&'static [u8]> {
+pub fn metadump_refusal(
+    crawler: bool,
+    dumping_disabled: bool,
+    pipelined: bool,
+    keys: bool,
+) -> Option<&'static [u8]> {
     if !crawler {
         Some(CRAWLER_DISABLED)
     } else if dumping_disabled {
-        Some(b"ERROR metadump not allowed\r\n")
+        Some(if keys { b"ERROR key dump not allowed\r\n" } else { b"ERROR metadump not allowed\r\n" })
     } else if pipelined {
-        Some(b"ERROR cannot pipeline other commands before metadump\r\n")
+        Some(if keys {
+            b"ERROR cannot pipeline other commands before mgdump\r\n"
+        } else {
+            b"ERROR cannot pipeline other commands before metadump\r\n"
+        })
     } else {
         None
     }

@@ -409,6 +409,7 @@ fn new_shared(
     };
     let first = &partitions[0];
     Shared {
+        explicit_cas: Default::default(),
         flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
         flash_rings: Default::default(),
         net_rings: Default::default(),

@@ -101,6 +101,8 @@ pub struct Dumped<'a> {
     pub cas: u64,
     /// Fetched since it was stored.
     pub fetched: bool,
+    /// Client flags.
+    pub flags: u32,
 }
 
 /// Outcome of looking a key up.
@@ -716,6 +718,7 @@ impl Partition {
                         last_access_secs: header.word1.last_access(),
                         cas: self.shared.cas_unique(header.word0.cas_seq()),
                         fetched: header.word0.has(BIT_FETCHED),
+                        flags: header.ext.flags(),
                     });
                 }
                 // Only store mode chains buckets.

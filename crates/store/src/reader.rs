@@ -127,6 +127,7 @@ impl Reader {
                         last_access_secs: header.word1.last_access(),
                         cas: self.shared.cas_unique(header.word0.cas_seq()),
                         fetched: header.word0.has(crate::item::BIT_FETCHED),
+                        flags: header.ext.flags(),
                     };
                     items.push((start..keys.len(), item));
                 }

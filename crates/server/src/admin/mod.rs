@@ -4,6 +4,6 @@ pub mod stats;
 
 /// The version we report: memcached's, whose behaviour we follow (clients pick features by
 /// it), then our own name.
-pub const VERSION: &str = "1.6.18-quicksilver";
+pub const VERSION: &str = "1.6.45-quicksilver";
 /// The reply to `version`.
-pub const VERSION_REPLY: &[u8] = b"VERSION 1.6.18-quicksilver\r\n";
+pub const VERSION_REPLY: &[u8] = b"VERSION 1.6.45-quicksilver\r\n";

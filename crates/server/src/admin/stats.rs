@@ -215,15 +215,18 @@ fn general_server(shared: &Shared, w: &WorkerFigures, flash: Option<&FlashTotals
         for name in [
             "slab_reassign_rescues",
             "slab_reassign_chunk_rescues",
-            "slab_reassign_evictions_nomem",
             "slab_reassign_inline_reclaim",
             "slab_reassign_busy_items",
             "slab_reassign_busy_deletes",
-            "slab_reassign_running",
-            "slabs_moved",
+            "slab_reassign_busy_nomem",
         ] {
             stat(out, name, 0);
         }
+        // memcached 1.6.45's names: busy_nomem and the last busy status replace
+        // evictions_nomem.
+        stat(out, "slab_reassign_last_busy_status", "none");
+        stat(out, "slab_reassign_running", 0);
+        stat(out, "slabs_moved", 0);
     }
     if shared.crawler_enabled.load(Relaxed) {
         stat(out, "lru_crawler_running", 0);
@@ -481,6 +484,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
         Some(path) => stat(out, "memory_file", path.display()),
         None => stat(out, "memory_file", "(null)"),
     }
+    // memcached 1.6.45: client flags are 32 bits unless built with 64-bit ones (so are ours).
+    stat(out, "client_flags_size", 4);
     stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
     stat(out, "interface", config.interface());
     stat(out, "partitions", shared.partitions.len());

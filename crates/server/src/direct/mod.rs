@@ -38,6 +38,8 @@ pub enum Task {
         start: u32,
         /// One past its last bucket.
         end: u32,
+        /// `mgdump`: keys only.
+        keys: bool,
     },
 }
 
@@ -196,8 +198,8 @@ pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], responses: &mut Ve
             }
         }
         Task::Drop => engine.drop_refused(bytes),
-        Task::Chunk { partition, start, end } => {
-            engine.dump_chunk(partition as usize, start as usize..end as usize, responses);
+        Task::Chunk { partition, start, end, keys } => {
+            engine.dump_chunk(partition as usize, start as usize..end as usize, keys, responses);
             op.response = (response_start as u32, (responses.len() - response_start) as u32);
             return;
         }

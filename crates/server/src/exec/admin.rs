@@ -92,7 +92,7 @@ impl Engine {
             }
             Request::Shutdown { mode } => {
                 if !self.shared.config.enable_shutdown {
-                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                    out.extend_from_slice(b"SERVER_ERROR: shutdown not enabled\r\n");
                 } else if mode == ShutdownMode::Invalid {
                     out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
                 } else {
@@ -132,9 +132,18 @@ impl Engine {
 
     /// One chunk of `lru_crawler metadump`: the items of main buckets `buckets` of `partition`
     /// (owned here), one line each.
-    pub fn dump_chunk(&self, partition: usize, buckets: std::ops::Range<usize>, out: &mut Vec<u8>) {
+    pub fn dump_chunk(
+        &self,
+        partition: usize,
+        buckets: std::ops::Range<usize>,
+        keys: bool,
+        out: &mut Vec<u8>,
+    ) {
         let Some(owned) = &self.partitions[partition] else { return };
         owned.dump(buckets, self.now_secs, |item| {
+            if keys {
+                return reply::mgdump_line(out, item.key);
+            }
             let line = reply::DumpItem {
                 key: item.key,
                 expires: (item.expiry != Expiry::NEVER).then_some(item.expiry.0),
@@ -142,6 +151,7 @@ impl Engine {
                 cas: self.cas_out(item.cas),
                 fetched: item.fetched,
                 size: debug_size(item.key.len(), item.value_len) as u64,
+                flags: item.flags,
             };
             reply::metadump_line(out, &line);
         });

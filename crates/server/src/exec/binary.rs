@@ -61,6 +61,7 @@ impl Engine {
             Bin::Delete { key, quiet } => {
                 self.shared.detail.record_delete(key);
                 self.log_lookup(key);
+                let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
                 match self.run(key, Command::Delete { cas }, &mut Vec::new()) {
                     Outcome::Deleted if quiet => {}
                     Outcome::Deleted => reply.write_head(out),
@@ -170,6 +171,7 @@ impl Engine {
     ) {
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
         self.log_lookup(key);
+        let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
         let mut outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
         if outcome == Outcome::NotFound && exptime != u32::MAX {
             // memcached creates the counter with the initial value (an add).

@@ -100,6 +100,9 @@ impl Engine {
                 (item, data, hit.won, hit.stale, hit.win_sent)
             }
             Outcome::Vivified { cas } => {
+                if let Some(chosen) = options.cas_in {
+                    self.choose_cas(key, Some(cas), chosen);
+                }
                 let shown = self.expiry_in_flag_order(meta, Expiry::NEVER, true, true);
                 let ttl_secs = ttl_secs(shown, self.now_secs);
                 (
@@ -127,7 +130,9 @@ impl Engine {
         if self.shared.watchers.wants(watch::FETCHERS) {
             self.log_get(key, Some(item.value_len));
         }
-        let with_value = options.has(b'v');
+        // memcached 1.6.40: a `C` that matches the item's CAS means the client has this
+        // version already, so the value is not sent.
+        let with_value = options.has(b'v') && options.cas.is_none_or(|cas| cas != item.cas);
         if with_value {
             out.extend_from_slice(b"VA ");
             reply::push_u64(out, item.value_len as u64);
@@ -183,10 +188,30 @@ impl Engine {
             out.extend_from_slice(reply::TOO_LARGE);
             return;
         }
+        let mode = self.mode_expected(key, mode);
         let expiry = self.expiry(options.ttl.unwrap_or(0));
         let command = Command::Store { mode, value: meta.data, flags: options.client_flags, expiry };
         self.log_lookup(key);
-        let outcome = self.run(key, command, &mut Vec::new());
+        let mut outcome = self.run(key, command, &mut Vec::new());
+        let appending = matches!(
+            mode,
+            qs_store::StoreMode::Append
+                | qs_store::StoreMode::Prepend
+                | qs_store::StoreMode::AppendCas(_)
+                | qs_store::StoreMode::PrependCas(_)
+        );
+        let mut expiry = expiry;
+        if let (true, Some(ttl), Outcome::NotStored) = (appending, options.vivify, outcome) {
+            // memcached 1.6.20: append and prepend with N create a missing item, with N's TTL.
+            expiry = self.expiry(ttl);
+            let command = Command::Store {
+                mode: qs_store::StoreMode::Add,
+                value: meta.data,
+                flags: options.client_flags,
+                expiry,
+            };
+            outcome = self.run(key, command, &mut Vec::new());
+        }
         self.log_store(key, &outcome, mode, expiry, meta.data.len());
         let (code, cas) = match outcome {
             Outcome::Stored { cas } => ("HD", cas),
@@ -205,12 +230,23 @@ impl Engine {
                 return;
             }
         };
+        if let (Some(chosen), "HD") = (options.cas_in, code) {
+            self.choose_cas(key, Some(cas), chosen);
+        }
         if code == "HD" && options.quiet() {
             return;
         }
         out.extend_from_slice(code.as_bytes());
-        let item = MetaItem { cas: self.cas_out(cas), ..MetaItem::default() };
-        reply::meta_flags(out, meta, Some(&item), b"c");
+        // `s` (memcached 1.6.21): the item's size once stored, appended data included.
+        let mut value_len = meta.data.len();
+        if appending && code == "HD" && options.has(b's') {
+            let look = MetaGet { no_update: true, ..MetaGet::default() };
+            if let Outcome::Hit(hit) = self.run(key, Command::MetaGet(look), &mut Vec::new()) {
+                value_len = hit.value_len;
+            }
+        }
+        let item = MetaItem { cas: self.cas_out(cas), value_len, ..MetaItem::default() };
+        reply::meta_flags(out, meta, Some(&item), b"cs");
         out.extend_from_slice(b"\r\n");
     }
 
@@ -219,20 +255,65 @@ impl Engine {
         let key = meta.key();
         // memcached's md compares any C, C0 included (no item has CAS 0, so it answers EX);
         // to the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
-        let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { cas });
+        let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { self.cas_expected(key, cas) });
         self.log_lookup(key);
+        let size = if options.has(b'I') { None } else { self.peek_for_deletion(key) };
+        if options.has(b'x') {
+            // The version keeps the CAS the client saw (memcached keeps the item's).
+            let look = MetaGet { no_update: true, ..MetaGet::default() };
+            let seen = match self.run(key, Command::MetaGet(look), &mut Vec::new()) {
+                Outcome::Hit(hit) => self.cas_out(hit.cas),
+                _ => 0,
+            };
+            // memcached 1.6.27: x drops the value and keeps the item, with the request's flags
+            // and TTL (none given: 0 and none); with I it is then marked stale as below.
+            let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
+            if outcome == Outcome::Deleted {
+                let expiry = self.expiry(options.ttl.unwrap_or(0));
+                let command = Command::Store {
+                    mode: qs_store::StoreMode::Add,
+                    value: b"",
+                    flags: options.client_flags,
+                    expiry,
+                };
+                if let Outcome::Stored { cas: own } = self.run(key, command, &mut Vec::new()) {
+                    self.choose_cas(key, Some(own), options.cas_in.unwrap_or(seen));
+                }
+                if options.has(b'I') {
+                    self.run(key, Command::Invalidate { cas: 0 }, &mut Vec::new());
+                    if let Some(chosen) = options.cas_in {
+                        self.choose_cas(key, None, chosen);
+                    }
+                }
+            }
+            if outcome == Outcome::Deleted {
+                self.log_deleted(key, size, "md");
+            }
+            return self.meta_delete_reply(meta, outcome, out);
+        }
         let outcome = if options.has(b'I') {
             let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
             if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
                 let expiry = self.expiry(ttl);
                 self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
             }
+            if let (Outcome::Deleted, Some(chosen)) = (outcome, options.cas_in) {
+                self.choose_cas(key, None, chosen);
+            }
             outcome
         } else {
-            self.run(key, Command::Delete { cas }, &mut Vec::new())
+            let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
+            if outcome == Outcome::Deleted {
+                self.log_deleted(key, size, "md");
+            }
+            outcome
         };
+        self.meta_delete_reply(meta, outcome, out);
+    }
+
+    fn meta_delete_reply(&mut self, meta: &Meta<'_>, outcome: Outcome, out: &mut Vec<u8>) {
         let code: &[u8] = match outcome {
-            Outcome::Deleted if options.quiet() => return,
+            Outcome::Deleted if meta.options.quiet() => return,
             Outcome::Deleted => b"HD",
             Outcome::Exists => b"EX",
             _ => b"NF",
@@ -246,7 +327,11 @@ impl Engine {
         let options = &meta.options;
         let key = meta.key();
         let decrement = meta.decrement();
-        let command = Command::Arith { delta: options.delta, decrement, cas: options.cas.unwrap_or(0) };
+        let expected = match options.cas {
+            Some(cas) if cas != 0 => self.cas_expected(key, cas),
+            _ => 0,
+        };
+        let command = Command::Arith { delta: options.delta, decrement, cas: expected };
         self.log_lookup(key);
         let mut outcome = self.run(key, command, &mut Vec::new());
         // memcached 1.6 answers a counter created on a miss (N) even in quiet mode; q silences
@@ -286,6 +371,9 @@ impl Engine {
                 return;
             }
         };
+        if let Some(chosen) = options.cas_in {
+            self.choose_cas(key, Some(cas), chosen);
+        }
         if let (Some(ttl), false) = (options.ttl, created) {
             let expiry = self.expiry(ttl);
             self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());

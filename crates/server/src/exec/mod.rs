@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 mod admin;
 mod binary;
+pub mod cas;
 mod flash;
 mod meta;
 mod route;
@@ -183,7 +184,54 @@ impl Engine {
         if self.shared.config.disable_cas {
             0
         } else {
-            cas
+            self.shared.explicit_cas.shown(cas)
+        }
+    }
+
+    /// The CAS the store must compare for a client's `expected` on `key` (owner only): the
+    /// version's own CAS when the client names the value it was given with `E`, one no item
+    /// has when the version has a chosen value the client did not name.
+    pub(super) fn cas_expected(&mut self, key: &[u8], expected: u64) -> u64 {
+        if !self.shared.explicit_cas.used() {
+            return expected;
+        }
+        let look = MetaGet { no_update: true, ..MetaGet::default() };
+        let Outcome::Hit(hit) = self.run(key, Command::MetaGet(look), &mut Vec::new()) else {
+            return expected;
+        };
+        match self.shared.explicit_cas.shown(hit.cas) {
+            shown if shown == hit.cas => expected,
+            shown if shown == expected => hit.cas,
+            _ => u64::MAX,
+        }
+    }
+
+    /// `mode` with its expected CAS, if any, made the store's ([`Engine::cas_expected`]).
+    pub(super) fn mode_expected(&mut self, key: &[u8], mode: qs_store::StoreMode) -> qs_store::StoreMode {
+        use qs_store::StoreMode as M;
+        if !self.shared.explicit_cas.used() {
+            return mode;
+        }
+        match mode {
+            M::Cas(cas) => M::Cas(self.cas_expected(key, cas)),
+            M::CasOrStale(cas) => M::CasOrStale(self.cas_expected(key, cas)),
+            M::AppendCas(cas) => M::AppendCas(self.cas_expected(key, cas)),
+            M::PrependCas(cas) => M::PrependCas(self.cas_expected(key, cas)),
+            other => other,
+        }
+    }
+
+    /// Gives the version of `key` that now stands the client's chosen CAS `chosen` (owner only).
+    pub(super) fn choose_cas(&mut self, key: &[u8], own: Option<u64>, chosen: u64) {
+        let own = own.or_else(|| {
+            let look = MetaGet { no_update: true, ..MetaGet::default() };
+            match self.run(key, Command::MetaGet(look), &mut Vec::new()) {
+                Outcome::Hit(hit) => Some(hit.cas),
+                _ => None,
+            }
+        });
+        if let Some(own) = own {
+            self.shared.explicit_cas.insert(own, chosen);
         }
     }
 
@@ -221,8 +269,12 @@ impl Engine {
             Request::Delete { key, noreply } => {
                 self.shared.detail.record_delete(key);
                 self.log_lookup(key);
+                let size = self.peek_for_deletion(key);
                 let reply = match self.run(key, Command::Delete { cas: 0 }, &mut Vec::new()) {
-                    Outcome::Deleted => reply::DELETED,
+                    Outcome::Deleted => {
+                        self.log_deleted(key, size, "delete");
+                        reply::DELETED
+                    }
                     _ => reply::NOT_FOUND,
                 };
                 if !noreply {
@@ -497,6 +549,7 @@ impl Engine {
         self.counters.cmd_set += 1;
         self.shared.detail.record_set(key);
         self.log_lookup(key);
+        let mode = self.mode_expected(key, mode);
         let unchecked = matches!(mode, qs_store::StoreMode::Cas(_)) && self.shared.config.disable_cas;
         // -C: memcached's items carry CAS 0, so a cas store succeeds whenever the item exists.
         let mode = if unchecked { qs_store::StoreMode::Replace } else { mode };

@@ -118,6 +118,30 @@ impl Engine {
         }
     }
 
+    /// `watch deletions`: the value size of the item `key` names now, looked at before a
+    /// delete that may log it (`None`: nobody watches, or no item).
+    pub(super) fn peek_for_deletion(&self, key: &[u8]) -> Option<usize> {
+        if !self.shared.watchers.wants(watch::DELETIONS) || key.len() > qs_proto::KEY_BYTES_MAX {
+            return None;
+        }
+        let (hash, partition) = self.locate(key);
+        self.partitions[partition].as_ref()?.peek(hash, key, self.now_secs)
+    }
+
+    /// `watch deletions`: memcached 1.6.20's line for an item `delete` or `md` (`command`)
+    /// removed.
+    pub(super) fn log_deleted(&self, key: &[u8], size: Option<usize>, command: &str) {
+        let Some(size) = size else { return };
+        self.shared.log(
+            watch::DELETIONS,
+            format_args!(
+                "type=deleted key={} cmd={command} clsid={} size={size}",
+                UriKey(key),
+                watch::slab_class(key.len(), size),
+            ),
+        );
+    }
+
     /// `watch mutations`: a store's outcome, as memcached's `item_store` line.
     pub(super) fn log_store(
         &self,

@@ -190,7 +190,7 @@ pub fn slab_class(key_len: usize, value_len: usize) -> u32 {
 }
 
 /// The streams, for callers.
-pub use streams::{CONNEVENTS, EVICTIONS, FETCHERS, MUTATIONS};
+pub use streams::{CONNEVENTS, DELETIONS, EVICTIONS, FETCHERS, MUTATIONS};
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,10 @@
 use crate::observe::counters::WorkerCounters;
 use qs_proto::binary::{self as bin, opcode, status, Binary, Command};
 
+/// Longest authentication token memcached 1.6.42 waits for (its `MAX_AUTH_REQ_LEN`).
+const AUTH_TOKEN_BYTES_MAX: usize = 16384;
+/// Shortest authentication line, ending excluded (its `MIN_AUTH_REQ_LEN`).
+const AUTH_LINE_BYTES_MIN: usize = 6;
 /// Most entries memcached reads from an auth file (its `MAX_ENTRIES`).
 const ENTRIES_MAX: usize = 8;
 /// Longest line memcached reads from an auth file (its `MAX_ENTRY_LEN`).
@@ -154,16 +158,26 @@ pub fn ascii_auth(
     let Some(newline) = pending.iter().position(|&byte| byte == b'\n') else {
         return if pending.len() > qs_proto::LINE_BYTES_MAX { AsciiAuth::Close } else { AsciiAuth::Wait };
     };
+    // memcached 1.6.45: no authentication line is this short; one is closed on.
+    if newline < AUTH_LINE_BYTES_MIN {
+        return AsciiAuth::Close;
+    }
     let line = &pending[..newline];
     let line_len = newline + 1;
     let tokens = qs_proto::tokens::Tokens::<{ qs_proto::tokens::TOKENS_MAX }>::split(line);
-    let size = (tokens.len() >= 5 && tokens.get(0) == b"set")
-        .then(|| qs_proto::number::strtoul(tokens.get(4).strip_suffix(b"\r").unwrap_or(tokens.get(4))))
+    let size = (tokens.len() >= 5 && line.starts_with(b"set"))
+        .then(|| qs_proto::number::token_u32(tokens.get(4).strip_suffix(b"\r").unwrap_or(tokens.get(4))))
         .flatten();
     let Some(size) = size else {
         out.extend_from_slice(b"CLIENT_ERROR unauthenticated\r\n");
         return AsciiAuth::Answered { consumed: line_len, authenticated: false };
     };
+    // memcached 1.6.42: a token longer than any user and password is refused at once, not
+    // waited for (a client announcing 2 GB would otherwise hold the connection reading it).
+    if size as usize > AUTH_TOKEN_BYTES_MAX {
+        out.extend_from_slice(b"CLIENT_ERROR auth token too long\r\n");
+        return AsciiAuth::Answered { consumed: line_len, authenticated: false };
+    }
     let data_len = size as usize + 2;
     if pending.len() - line_len < data_len {
         return AsciiAuth::Wait;

@@ -25,6 +25,8 @@ pub struct Cursor {
     pub partition: usize,
     /// Its next main bucket.
     pub bucket: usize,
+    /// `mgdump`: keys only.
+    pub keys: bool,
 }
 
 impl Cursor {

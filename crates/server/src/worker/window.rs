@@ -348,11 +348,11 @@ impl Worker {
                         parsed,
                         Parsed::Request { request: Request::Get { .. } | Request::MetaNoop, .. }
                     );
-                    if let Parsed::Request { request: Request::Metadump { classes }, len } = parsed {
+                    if let Parsed::Request { request: Request::Metadump { classes, keys }, len } = parsed {
                         if !udp {
                             *executed = true;
                             if dump.is_none() {
-                                start_dump(classes, *stacked, dump, output.reply_buf(), engine);
+                                start_dump(classes, *keys, *stacked, dump, output.reply_buf(), engine);
                             }
                             *stacked = true;
                             if continue_dump(dump, output, &mut hand, engine, me) {
@@ -605,22 +605,30 @@ impl Worker {
 /// the first chunk.
 fn start_dump(
     classes: &[u8],
+    keys: bool,
     stacked: bool,
     dump: &mut Option<crate::session::dump::Cursor>,
     out: &mut Vec<u8>,
     engine: &Engine,
 ) {
     if let Some(refusal) =
-        codec::metadump_refusal(engine.crawler_enabled(), engine.dumping_disabled(), stacked)
+        codec::metadump_refusal(engine.crawler_enabled(), engine.dumping_disabled(), stacked, keys)
     {
         out.extend_from_slice(refusal);
         return;
     }
+    // memcached 1.6.43 starts a dump with `OK`.
     match qs_proto::crawler_classes(classes) {
         None => out.extend_from_slice(codec::BAD_CLASS),
-        Some(true) => *dump = Some(crate::session::dump::Cursor::default()),
+        Some(true) => {
+            out.extend_from_slice(b"OK\r\n");
+            *dump = Some(crate::session::dump::Cursor { keys, ..Default::default() });
+        }
         // A valid list of classes that hold nothing here.
-        Some(false) => out.extend_from_slice(codec::END),
+        Some(false) => {
+            out.extend_from_slice(b"OK\r\n");
+            out.extend_from_slice(if keys { b"EN\r\n" } else { codec::END });
+        }
     }
 }
 
@@ -645,16 +653,18 @@ fn continue_dump(
         }
         let Some((partition, range)) = cursor.next_chunk(partitions, buckets) else { break };
         let owner = engine.owner_of_partition(partition);
+        let keys = cursor.keys;
         if owner == me {
-            engine.dump_chunk(partition, range, output.reply_buf());
+            engine.dump_chunk(partition, range, keys, output.reply_buf());
         } else {
-            let task =
-                Task::Chunk { partition: partition as u32, start: range.start as u32, end: range.end as u32 };
+            let (start, end) = (range.start as u32, range.end as u32);
+            let task = Task::Chunk { partition: partition as u32, start, end, keys };
             hand.over(owner, task, &[], output, engine);
         }
     }
+    let keys = cursor.keys;
     *dump = None;
-    output.reply_buf().extend_from_slice(codec::END);
+    output.reply_buf().extend_from_slice(if keys { b"EN\r\n" } else { codec::END });
     true
 }
 
