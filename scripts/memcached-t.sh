@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Runs memcached 1.6.18's own test files (the t/ directory of its source, the suite that defines
-# memcached's wire behaviour) against quicksilver. Fetches Debian's source package once (a
-# deb-src line and `apt-get source memcached`) into a cache directory outside the repository,
-# then starts each file with a stand-in for memcached's `memcached-debug` binary that runs
-# quicksilver with the file's own arguments.
+# Runs memcached's own test files (the t/ directory of its source, the suite that defines
+# memcached's wire behaviour) against quicksilver: 1.6.45's, from ../shared/memcached-1.6.45
+# (the release quicksilver follows), or with QS_T_SUITE=1.6.18 Debian 12's, fetched once
+# (a deb-src line and `apt-get source memcached`) into a cache directory outside the
+# repository. Each file starts the server through a stand-in for memcached's
+# `memcached-debug` binary that runs quicksilver with the file's own arguments.
 #
 #   scripts/memcached-t.sh            the wire-protocol files, each must pass
 #   scripts/memcached-t.sh FILE.t...  only these (e.g. a file listed below as not yet passing)
 #
+# QS_T_DAEMON=1: daemon mode instead, memcached's T_MEMD_USE_DAEMON: one quicksilver started
+#   here serves every file that needs no server arguments of its own (`daemon` below).
 # QS_T_TLS=1: every file over TLS (the harness adds -Z and connects with IO::Socket::SSL).
 # QS_BIN: the server binary (default target/release/quicksilver, built if missing).
 # QS_IO_BACKEND=epoll (or uring): every file against that backend of quicksilver (-o io_backend=...).
-# QS_CACHE: where the source is kept (default ~/.cache/quicksilver).
+# QS_CACHE: where 1.6.18's source is kept (default ~/.cache/quicksilver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -31,6 +34,15 @@ wire=(
     item_size_max.t malicious-commands.t maxconns.t metaget.t multiversioning.t noreply.t
     quit.t shutdown.t stats.t stats-conns.t stats-detail.t strtol-testing.t touch.t udp.t
     unixsocket.t watcher.t watcher_connid.t
+)
+# 1.6.45 adds ascii-auth2.t (a second auth file format).
+# Daemon mode: the wire files that start their server with no arguments, against one
+# running quicksilver (memcached's own runs use this to test an installed server).
+daemon=(
+    binary-get.t bogus-commands.t cas.t expirations.t flags.t getandtouch.t incrdecr.t
+    issue_104.t issue_108.t issue_14.t issue_152.t issue_192.t issue_3.t issue_41.t
+    issue_67.t issue_68.t issue_70.t malicious-commands.t multiversioning.t noreply.t quit.t
+    strtol-testing.t touch.t getset.t maxconns.t metaget.t stats-detail.t watcher_connid.t
 )
 # Wire-protocol files that do not pass yet, with what they need (docs/COMPATIBILITY.md):
 #   issue_42.t             `items:1:mem_requested` above 500 bytes for ten 10-byte items: memcached's
@@ -67,7 +79,8 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 cache=${QS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quicksilver}
-suite=${QS_T_SUITE:-1.6.18}
+suite=${QS_T_SUITE:-1.6.45}
+[ "$suite" = 1.6.45 ] && wire+=(ascii-auth2.t)
 if [ "$suite" = 1.6.45 ]; then
     src=$(cd "$repo/../shared/memcached-1.6.45" && pwd)
 else
@@ -148,8 +161,29 @@ if ! perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1; then
 fi
 
 files=("$@")
+daemon_pid=""
+trap 'rm -rf "$run"; [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null' EXIT
+# Daemon mode: a fresh quicksilver for each file, started here and told to the harness.
+start_daemon() {
+    local port
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    local args=(-p "$port" -U 0 -l 127.0.0.1 --enable-debugtime)
+    [ -n "${QS_IO_BACKEND:-}" ] && args+=(-o "io_backend=$QS_IO_BACKEND")
+    "$QS_BIN" "${args[@]}" &
+    daemon_pid=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+        sleep 0.05
+    done
+    export T_MEMD_USE_DAEMON="127.0.0.1:$port"
+}
+stop_daemon() {
+    [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+    daemon_pid=""
+}
+[ -n "${QS_T_DAEMON:-}" ] && [ "${#files[@]}" -eq 0 ] && files=("${daemon[@]}")
 [ "${#files[@]}" -eq 0 ] && files=("${wire[@]}" "${tls_files[@]}")
-step "memcached's t/ files against $QS_BIN"
+step "memcached $suite's t/ files against $QS_BIN${QS_T_DAEMON:+ (daemon mode: a running server per file)}"
 failed=()
 for file in "${files[@]}"; do
     log="$run/$file.log"
@@ -157,7 +191,9 @@ for file in "${files[@]}"; do
     status=0
     ssl_test=${QS_T_TLS:-}
     case "$file" in ssl_*) ssl_test=1 ;; esac
+    [ -n "${QS_T_DAEMON:-}" ] && start_daemon
     (cd "$run" && SSL_TEST=$ssl_test timeout -k 5 180 perl "t/$file") >"$log" 2>&1 || status=$?
+    [ -n "${QS_T_DAEMON:-}" ] && stop_daemon
     took=$(($(date +%s) - started))
     if [ "$status" -eq 0 ] && ! grep -q '^not ok' "$log"; then
         printf '%-24s ok (%ss, %s tests)\n' "$file" "$took" "$(grep -c '^ok' "$log" || true)"

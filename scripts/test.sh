@@ -52,14 +52,17 @@ step "the epoll backend (-o io_backend=epoll; io_uring is the default): the end-
 QS_IO_BACKEND=epoll cargo test -p qs-server --quiet --test e2e --test hostile --test tls --test interop \
     --test binary --test udp 2>&1 | tail -n 40
 
-step "memcached 1.6.18's own t/ suite against quicksilver (its wire-protocol files)"
+step "memcached 1.6.45's own t/ suite against quicksilver (its wire-protocol files, each starting its server)"
 cargo build --release --quiet -p qs-server
 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
-step "memcached 1.6.18's t/ suite again, every file over TLS (-Z)"
+step "memcached 1.6.45's t/ suite in daemon mode (T_MEMD_USE_DAEMON: a running server per file)"
+QS_T_DAEMON=1 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
+
+step "memcached 1.6.45's t/ suite again, every file over TLS (-Z)"
 QS_T_TLS=1 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
-step "memcached 1.6.18's t/ suite again, every file on the epoll backend"
+step "memcached 1.6.45's t/ suite again, every file on the epoll backend"
 QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
 step "cargo doc (broken intra-doc links are errors)"

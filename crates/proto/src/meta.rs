@@ -22,37 +22,39 @@ pub(crate) fn parse<'a>(
     limits: &Limits,
 ) -> Parsed<'a> {
     let tokens = Tokens::<TOKENS_MAX>::split(line);
-    let ntokens = tokens.len() + 1;
-    if ntokens < 3 {
+    let n = tokens.len();
+    let first_flag = if command == MetaCommand::Set { 3 } else { 2 };
+    // memcached 1.6.40's tokenizer refuses a flag that starts with neither a letter nor a
+    // digit, and a command short of its key (and ms of its length): the line alone.
+    let odd_flag = tokens.as_slice().iter().skip(first_flag).any(|token| {
+        let first = token[0];
+        !(b'A'..=b'z').contains(&first) && !first.is_ascii_digit()
+    });
+    if n < first_flag || odd_flag {
         return refuse(BAD_FORMAT, line_len);
     }
-    let key_token = tokens.get(1);
-    if key_token.len() > KEY_BYTES_MAX {
-        return refuse(BAD_FORMAT, line_len);
-    }
-    if ntokens > META_TOKENS_MAX {
-        // memcached words it differently for mg than for ms, md and ma (and reads an ms data
-        // block as commands after it).
-        return refuse(
-            match command {
-                MetaCommand::Get => "CLIENT_ERROR options flags are too long\r\n",
-                _ => "CLIENT_ERROR options flags too long\r\n",
-            },
-            line_len,
-        );
-    }
-    let mut first_flag = 2;
     let mut swallow = 0;
     if command == MetaCommand::Set {
-        let Some(value_len) =
-            token_i32(tokens.get(2)).filter(|&len| ntokens > 3 && (0..=i32::MAX - 2).contains(&len))
+        let Some(value_len) = token_i32(tokens.get(2)).filter(|&len| (0..=i32::MAX - 2).contains(&len))
         else {
             return refuse(BAD_FORMAT, line_len);
         };
-        first_flag = 3;
         swallow = value_len as usize + 2;
     }
     let len = line_len + swallow;
+    let key_token = tokens.get(1);
+    if key_token.len() > KEY_BYTES_MAX {
+        return refuse(BAD_FORMAT, len);
+    }
+    if n > META_TOKENS_MAX {
+        return refuse(
+            match command {
+                MetaCommand::Arith => "CLIENT_ERROR invalid or duplicate flag\r\n",
+                _ => "CLIENT_ERROR options flags are too long\r\n",
+            },
+            len,
+        );
+    }
     let flags_line = match tokens.as_slice().get(first_flag) {
         Some(first) => &line[first.as_ptr() as usize - line.as_ptr() as usize..],
         None => &[],
@@ -67,9 +69,9 @@ pub(crate) fn parse<'a>(
         data: &[],
     };
     if let Err(reply) = parse_flags(&mut meta, &tokens.as_slice()[first_flag.min(tokens.len())..]) {
-        // memcached's md and ma report every flag error the same way.
+        // memcached's ma reports every flag error the same way.
         let reply = match command {
-            MetaCommand::Delete | MetaCommand::Arith => "CLIENT_ERROR invalid or duplicate flag\r\n",
+            MetaCommand::Arith => "CLIENT_ERROR invalid or duplicate flag\r\n",
             _ => reply,
         };
         return refuse(reply, len);

@@ -136,9 +136,9 @@ mod tests {
 }
 
 /// memcached 1.6.40's token reader (mcmc `mcmc_toktou64`): decimal digits only, at most 22 of
-/// them, no sign or space; an empty token reads as 0.
+/// them, no sign or space; nothing at all (a missing token, a flag letter alone) does not read.
 pub fn token_u64(text: &[u8]) -> Option<u64> {
-    if text.len() > 22 {
+    if text.is_empty() || text.len() > 22 {
         return None;
     }
     text.iter().try_fold(0u64, |sum, &byte| {
@@ -172,7 +172,7 @@ mod token_tests {
 
     #[test]
     fn tokens_read_as_memcached_1_6_40_reads_them() {
-        assert_eq!(token_u64(b""), Some(0));
+        assert_eq!(token_u64(b""), None);
         assert_eq!(token_u64(b"007"), Some(7));
         assert_eq!(token_u64(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(token_u64(b"18446744073709551616"), None);

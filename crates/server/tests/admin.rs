@@ -25,7 +25,7 @@ fn stats_lists_memcacheds_names_in_its_order() {
     ] {
         let memcached = ServerProcess::memcached(args);
         let quicksilver = ServerProcess::quicksilver(args);
-        let want = stat_names(&mut memcached.connect(), "");
+        let want = common::stat_names_of_1_6_45(stat_names(&mut memcached.connect(), ""));
         let got = stat_names(&mut quicksilver.connect(), "");
         assert_eq!(got, want, "{args:?}");
     }
@@ -48,7 +48,6 @@ fn admin_command_replies_match_memcached() {
         "cache_memlimit x\r\n",
         "cache_memlimit 4\r\n",
         "cache_memlimit 2000000000\r\n",
-        "cache_memlimit 1 2 3\r\n",
         "cache_memlimit 32 noreply\r\n",
         "cache_memlimit 48\r\n",
         "stats cachedump\r\n",
@@ -62,6 +61,12 @@ fn admin_command_replies_match_memcached() {
         let got = call(&mut q, line);
         assert_eq!(got, want, "{line:?}");
     }
+    // memcached 1.6.40 ignores tokens past the ones a command reads (1.6.45's answer; Debian's
+    // 1.6.18 answers ERROR).
+    assert_eq!(
+        call(&mut q, "cache_memlimit 1 2 3\r\n"),
+        "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
+    );
     let settings = |client: &mut Client| {
         stats(client, "settings").into_iter().find(|(name, _)| name == "maxbytes").map(|(_, v)| v)
     };

@@ -489,7 +489,7 @@ fn bad_command_lines_exit_with_status_two() {
 fn dump_keys(client: &mut Client) -> Vec<Vec<u8>> {
     client.send(b"lru_crawler metadump all\r\n");
     let reply = client.read_until(b"END\r\n");
-    let lines = &reply[..reply.len() - 5];
+    let lines = reply[..reply.len() - 5].strip_prefix(b"OK\r\n").expect("a dump begins with OK");
     lines
         .split(|&b| b == b'\n')
         .filter(|line| !line.is_empty())
@@ -539,7 +539,7 @@ fn metadump_lists_every_key_once_across_workers() {
             expected.remove(gone.as_bytes());
         }
         writer.send(b"set short 0 -1 1 noreply\r\nx\r\n");
-        assert_eq!(writer.call(b"version\r\n").len(), "VERSION 1.6.18-quicksilver\r\n".len());
+        assert_eq!(writer.call(b"version\r\n").len(), "VERSION 1.6.45-quicksilver\r\n".len());
         // Several connections, so that both workers run a dump.
         for _ in 0..4 {
             let mut client = server.connect();
@@ -572,7 +572,7 @@ fn a_dump_for_a_client_that_does_not_read_is_bounded() {
         batch.extend_from_slice(format!("set {key} 0 0 1 noreply\r\nv\r\n").as_bytes());
     }
     writer.send(&batch);
-    assert_eq!(writer.call(b"version\r\n").len(), "VERSION 1.6.18-quicksilver\r\n".len());
+    assert_eq!(writer.call(b"version\r\n").len(), "VERSION 1.6.45-quicksilver\r\n".len());
     let baseline = rss_bytes(server.pid());
     let mut idle = server.connect();
     idle.send(b"lru_crawler metadump all\r\n");
@@ -583,7 +583,7 @@ fn a_dump_for_a_client_that_does_not_read_is_bounded() {
     idle.stream.shutdown(std::net::Shutdown::Write).expect("half-close");
     let reply = idle.read_to_close();
     assert!(reply.ends_with(b"END\r\n"), "the dump did not end with END");
-    let lines = reply.iter().filter(|&&b| b == b'\n').count() - 1;
+    let lines = reply.iter().filter(|&&b| b == b'\n').count() - 2;
     assert_eq!(lines, KEYS + 1, "every key and the canary, once each");
 }
 
@@ -654,7 +654,7 @@ fn lru_crawler_switch_and_crawls() {
 #[test]
 fn shutdown_needs_enable_shutdown_then_stops_the_server() {
     let server = ServerProcess::quicksilver(&["-t", "2"]);
-    assert_eq!(server.connect().call(b"shutdown\r\n"), b"ERROR: shutdown not enabled\r\n");
+    assert_eq!(server.connect().call(b"shutdown\r\n"), b"SERVER_ERROR: shutdown not enabled\r\n");
     drop(server);
     for mode in ["shutdown", "shutdown graceful"] {
         let mut server = server_with_canary(&["-t", "2", "-A"]);
@@ -709,7 +709,7 @@ fn daemon_mode_writes_a_pid_file_and_reports_a_failed_start() {
     let stream = std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).expect("serving");
     stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     let mut client = Client::from_stream(stream);
-    assert_eq!(client.call(b"version\r\n"), b"VERSION 1.6.18-quicksilver\r\n");
+    assert_eq!(client.call(b"version\r\n"), b"VERSION 1.6.45-quicksilver\r\n");
     let taken = start(&port);
     assert_eq!(taken.status.code(), Some(1), "{taken:?}");
     assert!(String::from_utf8_lossy(&taken.stderr).contains("failed to listen"), "{taken:?}");

@@ -334,8 +334,6 @@ impl Engine {
         let command = Command::Arith { delta: options.delta, decrement, cas: expected };
         self.log_lookup(key);
         let mut outcome = self.run(key, command, &mut Vec::new());
-        // memcached 1.6 answers a counter created on a miss (N) even in quiet mode; q silences
-        // only a delta applied to an existing counter, value (v) included.
         let mut created = false;
         if outcome == Outcome::NotFound && options.vivify.is_some() {
             let expiry = self.expiry_in_flag_order(meta, Expiry::NEVER, true, false);
@@ -383,7 +381,8 @@ impl Engine {
         let ttl_secs = self::ttl_secs(self.expiry_in_flag_order(meta, start, created, true), self.now_secs);
         let mut digits = itoa::Buffer::new();
         let number = digits.format(value).as_bytes();
-        if options.quiet() && !created {
+        // memcached 1.6.40: q silences a counter created on a miss (N) too.
+        if options.quiet() {
             return;
         }
         if options.has(b'v') {

@@ -344,10 +344,9 @@ impl Worker {
                         unmarked = Some(codec::last_get_key(parsed));
                     }
                     let here = &pending[consumed..];
-                    let flushes = matches!(
-                        parsed,
-                        Parsed::Request { request: Request::Get { .. } | Request::MetaNoop, .. }
-                    );
+                    // Only `mn` sends what is stacked before it (memcached 1.6.40; a get
+                    // did too before).
+                    let flushes = matches!(parsed, Parsed::Request { request: Request::MetaNoop, .. });
                     if let Parsed::Request { request: Request::Metadump { classes, keys }, len } = parsed {
                         if !udp {
                             *executed = true;
