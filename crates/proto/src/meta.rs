@@ -44,7 +44,13 @@ pub(crate) fn parse<'a>(
     let len = line_len + swallow;
     let key_token = tokens.get(1);
     if key_token.len() > KEY_BYTES_MAX {
-        return refuse(BAD_FORMAT, len);
+        // ma words every refusal of its flag parse (the key's length among them) alike.
+        let reply = if command == MetaCommand::Arith {
+            "CLIENT_ERROR invalid or duplicate flag\r\n"
+        } else {
+            BAD_FORMAT
+        };
+        return refuse(reply, len);
     }
     if n > META_TOKENS_MAX {
         return refuse(

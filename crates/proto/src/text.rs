@@ -85,11 +85,11 @@ fn parse_tokens<'a, const N: usize>(
             b"get" | b"gets" => return parse_get(tokens, line, line_len, 1),
             b"gat" | b"gats" => return parse_get(tokens, line, line_len, 2),
             b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-                return parse_store(tokens, line, line_len, buf, limits)
+                return parse_store(tokens, line_len, buf, limits)
             }
-            b"delete" => return parse_delete(tokens, line, line_len),
-            b"incr" | b"decr" => return parse_arith(tokens, line, line_len),
-            b"touch" => return parse_touch(tokens, line, line_len),
+            b"delete" => return parse_delete(tokens, line_len),
+            b"incr" | b"decr" => return parse_arith(tokens, line_len),
+            b"touch" => return parse_touch(tokens, line_len),
             b"stats" if tokens.get(1) == b"cachedump" => {
                 let args = (n >= 4).then(|| (strtoul(tokens.get(2)), strtoul(tokens.get(3))));
                 return done(Request::CacheDump { args }, line_len);
@@ -110,7 +110,7 @@ fn parse_tokens<'a, const N: usize>(
             _ => {}
         }
     }
-    let noreply = last_is_noreply(line);
+    let noreply = tokens.noreply();
     match tokens.get(0) {
         b"flush_all" => parse_flush_all(tokens, line_len, noreply),
         b"cache_memlimit" => match token_u32(tokens.get(1)).filter(|_| n >= 2) {
@@ -140,12 +140,6 @@ fn parse_tokens<'a, const N: usize>(
         _ if n > 1 && tokens.get(n - 1).starts_with(b"HTTP/") => Parsed::Close,
         _ => refuse(ERROR, line_len, noreply),
     }
-}
-
-/// Whether the line's last word is `noreply` (memcached 1.6.40 looks at the last token of
-/// the whole line, however many there are).
-fn last_is_noreply(line: &[u8]) -> bool {
-    line.split(|&byte| byte == b' ').rfind(|word| !word.is_empty()) == Some(b"noreply")
 }
 
 /// `get <keys>` and `gets <keys>` without tokenizing; `None` for any other line.
@@ -241,13 +235,12 @@ fn parse_set_fast<'a>(line: &'a [u8], line_len: usize, buf: &'a [u8], limits: &L
 
 fn parse_store<'a, const N: usize>(
     tokens: &Tokens<'a, N>,
-    line: &'a [u8],
     line_len: usize,
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
     let numbers = [tokens.get(2), tokens.get(3), tokens.get(4)];
-    store(store_mode(tokens), tokens.get(1), numbers, last_is_noreply(line), line_len, buf, limits)
+    store(store_mode(tokens), tokens.get(1), numbers, tokens.noreply(), line_len, buf, limits)
 }
 
 /// A storage command from its tokens: `mode` (`None`: a cas unique that did not parse), the
@@ -287,8 +280,8 @@ fn store<'a>(
     done(Request::Store { mode, key, flags, exptime, data, noreply }, len)
 }
 
-fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_len: usize) -> Parsed<'a> {
-    let noreply = last_is_noreply(line);
+fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);
@@ -296,8 +289,8 @@ fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line
     done(Request::Delete { key, noreply }, line_len)
 }
 
-fn parse_arith<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_len: usize) -> Parsed<'a> {
-    let noreply = last_is_noreply(line);
+fn parse_arith<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);
@@ -309,8 +302,8 @@ fn parse_arith<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_
     done(Request::Arith { key, delta, decrement, noreply }, line_len)
 }
 
-fn parse_touch<'a, const N: usize>(tokens: &Tokens<'a, N>, line: &'a [u8], line_len: usize) -> Parsed<'a> {
-    let noreply = last_is_noreply(line);
+fn parse_touch<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {
+    let noreply = tokens.noreply();
     let key = tokens.get(1);
     if key.len() > KEY_BYTES_MAX {
         return refuse(BAD_FORMAT, line_len, noreply);

@@ -11,6 +11,7 @@
 //! none imports one above it (scripts/check-layout.py).
 
 pub mod admin;
+pub mod cas;
 pub mod codec;
 pub mod config;
 pub mod direct;

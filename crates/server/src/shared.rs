@@ -28,7 +28,7 @@ pub struct Padded<T>(pub T);
 /// Server-wide state.
 pub struct Shared {
     /// CAS values clients chose with meta `E`.
-    pub explicit_cas: crate::exec::cas::ExplicitCas,
+    pub explicit_cas: crate::cas::ExplicitCas,
     /// -S: the SASL users (MEMCACHED_SASL_PWDB).
     pub sasl_passwords: Option<crate::session::auth::Passwords>,
     /// -Y: the ASCII authentication users.

@@ -7,6 +7,13 @@
 //!
 //! `QS_DIFF_STREAMS` (default 150) and `QS_DIFF_SEED` (default fixed) widen or move the search;
 //! a failure prints the seed and the stream so far.
+//!
+//! The oracle is memcached 1.6.45 when `QS_MEMCACHED_1_6_45` names its binary (built from its
+//! source outside the repository), and the grammar then holds everything 1.6.45 added (`E`,
+//! `x`, `C` on mg, `s` and `N` on ms, 64-bit flags). Otherwise it is Debian's 1.6.18 (CI), and
+//! the grammar leaves out what 1.6.40's parser answers differently (malformed storage lines,
+//! commands short of tokens, lax numbers, the new flags): memcached_1_6_45.rs and the
+//! recorded conformance cases assert those against 1.6.45's answers.
 
 mod common;
 
@@ -16,9 +23,14 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// xorshift64*: a reproducible stream of choices without a dependency.
-struct Rng(u64);
+struct Rng(u64, bool);
 
 impl Rng {
+    /// Whether the oracle is memcached 1.6.45 (every form may be generated).
+    fn newer(&self) -> bool {
+        self.1
+    }
+
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -47,6 +59,8 @@ const DELTAS: &[&str] = &["1", "0", "42", "18446744073709551615", "-1", "abc", "
 
 fn key(rng: &mut Rng) -> String {
     match rng.below(20) {
+        // A storage line's key over 250 bytes swallows its block since 1.6.40.
+        0 if !rng.newer() => "k".repeat(250),
         0 => "k".repeat(251),
         1 => "k".repeat(250),
         2 => "bad\x01key".to_string(),
@@ -88,10 +102,11 @@ fn value(rng: &mut Rng) -> String {
 
 /// A data block: usually the declared length, sometimes off by one either way.
 fn block(rng: &mut Rng, data: &str) -> (String, String) {
+    // (A block off by one leaves a short line behind, which 1.6.40 refuses anew.)
     let len = match rng.below(24) {
-        0 => data.len() + 1,
-        1 if !data.is_empty() => data.len() - 1,
-        2 => return ("abc".into(), format!("{data}\r\n")),
+        0 if rng.newer() => data.len() + 1,
+        1 if !data.is_empty() && rng.newer() => data.len() - 1,
+        2 if rng.newer() => return ("abc".into(), format!("{data}\r\n")),
         _ => data.len(),
     };
     (len.to_string(), format!("{data}\r\n"))
@@ -108,11 +123,19 @@ fn noreply(rng: &mut Rng) -> &'static str {
 /// One meta flag list: a random subset of `letters`, some with a token.
 fn meta_flags(rng: &mut Rng, letters: &[&str]) -> String {
     let mut flags = String::new();
-    // Now and then more flags than memcached's 24 tokens hold.
-    let count = if rng.chance(5) { 18 + rng.below(14) } else { rng.below(5) };
+    // Now and then more flags than memcached's 24 tokens hold (worded anew in 1.6.40).
+    let count = if rng.chance(5) && rng.newer() { 18 + rng.below(14) } else { rng.below(5) };
     for _ in 0..count {
         flags.push(' ');
         flags.push_str(rng.pick(letters));
+    }
+    if !rng.newer() {
+        // What 1.6.18 does not know or answers otherwise: E, x, s on ms, a non-letter.
+        flags = flags
+            .split(' ')
+            .filter(|flag| !flag.is_empty() && !flag.starts_with(['E', '!', 'x', 's']))
+            .map(|flag| format!(" {flag}"))
+            .collect();
     }
     flags
 }
@@ -127,14 +150,18 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             let verb = rng.pick(&["set", "set", "add", "replace", "append", "prepend"]);
             let data = value(rng);
             let (len, block) = block(rng, &data);
-            let (k, f, e, nr) = (key(rng), rng.pick(FLAGS), rng.pick(EXPTIMES), noreply(rng));
+            let (k, f, e, nr) = (key(rng), flags(rng), exptime(rng), noreply(rng));
             format!("{verb} {k} {f} {e} {len}{nr}\r\n{block}")
         }
         4 => {
             let data = value(rng);
             let (len, block) = block(rng, &data);
-            let unique = rng.pick(&["{cas}", "{cas}", "1", "0", "abc"]);
-            let (k, f, nr) = (key(rng), rng.pick(FLAGS), noreply(rng));
+            let unique = if rng.newer() {
+                rng.pick(&["{cas}", "{cas}", "1", "0", "abc"])
+            } else {
+                rng.pick(&["{cas}", "1", "0"])
+            };
+            let (k, f, nr) = (key(rng), flags(rng), noreply(rng));
             format!("cas {k} {f} 0 {len} {unique}{nr}\r\n{block}")
         }
         5 | 6 => {
@@ -142,10 +169,12 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             let mut line = verb.to_string();
             if verb.starts_with("gat") {
                 line.push(' ');
-                line.push_str(rng.pick(EXPTIMES));
+                line.push_str(&token_exptime(rng));
             }
-            // Now and then more keys than memcached's 24 tokens, which it reads in chunks.
-            let keys = if rng.chance(10) { 20 + rng.below(30) } else { rng.below(4) };
+            // Now and then more keys than memcached's 24 tokens, which it reads in chunks. (A
+            // get without a key is refused otherwise since 1.6.40.)
+            let fewest = usize::from(!rng.newer());
+            let keys = if rng.chance(10) { 20 + rng.below(30) } else { fewest + rng.below(4 - fewest) };
             for _ in 0..keys {
                 line.push(' ');
                 line.push_str(&key(rng));
@@ -153,14 +182,23 @@ fn command(rng: &mut Rng, crew: bool) -> String {
             line + "\r\n"
         }
         7 => {
-            let tail = rng.pick(&["", "", " 0", " 1", " noreply", " 0 noreply"]);
-            format!("delete {}{tail}\r\n", key(rng))
+            let tail = if rng.newer() {
+                rng.pick(&["", "", " 0", " 1", " noreply", " 0 noreply"])
+            } else {
+                rng.pick(&["", "", " 0", " noreply", " 0 noreply"])
+            };
+            // `delete noreply` deletes quietly since 1.6.40 (noreply is the last token).
+            let key = match key(rng) {
+                key if key == "noreply" && tail.is_empty() && !rng.newer() => "n".to_string(),
+                key => key,
+            };
+            format!("delete {key}{tail}\r\n")
         }
         8 | 9 => {
             let verb = rng.pick(&["incr", "decr"]);
             format!("{verb} {} {}{}\r\n", key(rng), rng.pick(DELTAS), noreply(rng))
         }
-        10 => format!("touch {} {}{}\r\n", key(rng), rng.pick(EXPTIMES), noreply(rng)),
+        10 => format!("touch {} {}{}\r\n", key(rng), token_exptime(rng), noreply(rng)),
         11..=17 => meta_command(rng, which, crew),
         _ => odd_command(rng),
     }
@@ -174,7 +212,7 @@ fn meta_command(rng: &mut Rng, which: usize, crew: bool) -> String {
                 rng,
                 &[
                     "v", "f", "s", "k", "O9", "q", "c", "h", "t", "N1000", "R30", "T1000", "E77", "Tx", "l",
-                    "!",
+                    "!", "C{cas}",
                 ],
             );
             let flags = if crew { flags.replace(" h", "") } else { flags };
@@ -188,19 +226,28 @@ fn meta_command(rng: &mut Rng, which: usize, crew: bool) -> String {
                 rng,
                 &[
                     "T1000", "F5", "I", "q", "k", "O3", "c", "ME", "MA", "MP", "MR", "MS", "MX", "C{cas}",
-                    "C1", "E99", "T-1",
+                    "C1", "E99", "T-1", "s", "N1000",
                 ],
             );
             // With I, an older CAS stores the value stale; CAS uniques of *different* keys are
             // ordered differently here than in memcached (docs/COMPATIBILITY.md), so I meets
             // only C1, older than every item's on both servers.
             let flags = if flags.contains(" I") { flags.replace("C{cas}", "C1") } else { flags };
+            // An ms whose flags are refused swallows its block since 1.6.40.
+            let flags = if rng.newer() {
+                flags
+            } else {
+                each_letter_once(&flags.replace(" MX", "").replace(" N1000", ""))
+            };
             let (key, flags) = meta_key(rng, flags);
             format!("ms {key} {len}{flags}\r\n{block}")
         }
         15 => {
             let flags = meta_flags(rng, &["q", "I", "T1000", "C{cas}", "C1", "k", "O4", "x", "E5"]);
             let (key, flags) = meta_key(rng, flags);
+            // md words a key that is not base64, and a flag given twice, anew since 1.6.40.
+            let flags = if rng.newer() { flags } else { each_letter_once(&flags) };
+            let key = if !rng.newer() && key == "!!!" { "YQ==".to_string() } else { key };
             format!("md {key}{flags}\r\n")
         }
         _ => {
@@ -228,6 +275,9 @@ fn meta_command(rng: &mut Rng, which: usize, crew: bool) -> String {
                     "E50",
                 ],
             );
+            // A counter created on a miss is silenced by q since 1.6.40.
+            let flags =
+                if !rng.newer() && flags.contains(" N1000") { flags.replace(" q", "") } else { flags };
             let (key, flags) = meta_key(rng, flags);
             format!("ma {key}{flags}\r\n")
         }
@@ -236,7 +286,9 @@ fn meta_command(rng: &mut Rng, which: usize, crew: bool) -> String {
 
 /// A command memcached refuses or answers without touching a key, or an admin command.
 fn odd_command(rng: &mut Rng) -> String {
-    rng.pick(&[
+    const CHANGED: &[&str] = &["\r\n", "get\r\n", "ms\r\n", "shutdown\r\n", "shutdown graceful x\r\n"];
+    let newer = rng.newer();
+    let picked = rng.pick(&[
         "flush_all\r\n",
         "flush_all 0\r\n",
         "version x\r\n",
@@ -256,8 +308,53 @@ fn odd_command(rng: &mut Rng) -> String {
         "lru_crawler metadump\r\n",
         "lru_crawler\r\n",
         "cache_memlimit\r\n",
-    ])
-    .to_string()
+    ]);
+    if !newer && CHANGED.contains(&picked) {
+        return "version x\r\n".into();
+    }
+    picked.to_string()
+}
+
+/// The exptime of touch and gat, which 1.6.40 reads as a 32-bit token (a storage line's still
+/// as a `long`): with 1.6.18 as the oracle, none past 32 bits either.
+fn token_exptime(rng: &mut Rng) -> String {
+    match exptime(rng) {
+        long if long == "99999999999" && !rng.newer() => "1000".into(),
+        other => other,
+    }
+}
+
+/// `flags` with each flag letter's first occurrence only.
+fn each_letter_once(flags: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for flag in flags.split(' ').filter(|flag| !flag.is_empty()) {
+        if !kept.iter().any(|k| k.as_bytes()[0] == flag.as_bytes()[0]) {
+            kept.push(flag);
+        }
+    }
+    kept.iter().map(|flag| format!(" {flag}")).collect()
+}
+
+/// A storage line's flags: with 1.6.18 as the oracle, none that 1.6.40's parser refuses
+/// differently (a refused line now swallows its block).
+fn flags(rng: &mut Rng) -> String {
+    let newer = rng.newer();
+    let flags = rng.pick(FLAGS);
+    if !newer && matches!(flags, "-1" | "x") {
+        return "0".into();
+    }
+    flags.into()
+}
+
+/// An exptime: with 1.6.18 as the oracle, only those both read alike (1.6.40 reads tokens
+/// strictly: no `+`).
+fn exptime(rng: &mut Rng) -> String {
+    let newer = rng.newer();
+    let exptime = rng.pick(EXPTIMES);
+    if !newer && matches!(exptime, "abc" | "+5") {
+        return "0".into();
+    }
+    exptime.into()
 }
 
 /// Masks CAS uniques (noting the last one), clock readings and counter padding.
@@ -391,7 +488,11 @@ fn env_number(name: &str, default: u64) -> u64 {
 fn compare(quicksilver_args: &[&str]) {
     let streams = env_number("QS_DIFF_STREAMS", 150);
     let seed = env_number("QS_DIFF_SEED", 0x9e37_79b9_7f4a_7c15);
-    let memcached = ServerProcess::memcached(&[]);
+    let newer = std::env::var("QS_MEMCACHED_1_6_45").ok();
+    let memcached = match &newer {
+        Some(binary) => ServerProcess::memcached_at(binary, &[]),
+        None => ServerProcess::memcached(&[]),
+    };
     let quicksilver = ServerProcess::quicksilver(quicksilver_args);
     let crew = !quicksilver_args.contains(&"erew") && !quicksilver_args.windows(2).any(|w| w == ["-t", "1"]);
     // QS_DIFF_ONLY=<stream seed in hex>: that one stream, every reply printed.
@@ -402,7 +503,7 @@ fn compare(quicksilver_args: &[&str]) {
         let stream_seed = only.unwrap_or(
             (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d)) | 1,
         );
-        let mut rng = Rng(stream_seed);
+        let mut rng = Rng(stream_seed, newer.is_some());
         let steps: Vec<String> = (0..8 + rng.below(24))
             .map(|_| {
                 // A third of the steps are pipelines: several commands in one write, which the

@@ -132,7 +132,7 @@ impl Engine {
         }
         // memcached 1.6.40: a `C` that matches the item's CAS means the client has this
         // version already, so the value is not sent.
-        let with_value = options.has(b'v') && options.cas.is_none_or(|cas| cas != item.cas);
+        let with_value = options.has(b'v') && options.cas != Some(item.cas);
         if with_value {
             out.extend_from_slice(b"VA ");
             reply::push_u64(out, item.value_len as u64);

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 mod admin;
 mod binary;
-pub mod cas;
 mod flash;
 mod meta;
 mod route;

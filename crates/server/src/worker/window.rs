@@ -394,7 +394,13 @@ impl Worker {
                             break;
                         }
                     }
-                    *stacked = !flushes;
+                    // A request whose data runs past what was read (a value swallowed or read
+                    // into its item) has memcached read again, and send what it holds first.
+                    let runs_past = match parsed {
+                        Parsed::Refused { len, .. } | Parsed::Request { len, .. } => *len > here.len(),
+                        _ => false,
+                    };
+                    *stacked = !flushes && !runs_past;
                     let (request, len) = match parsed {
                         Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
                         Parsed::Close => {
