@@ -60,6 +60,9 @@ daemon=(
 #   dyn-maxbytes.t         `cache_memlimit` growth that serves the very next set without an
 #                          eviction: a full circular log uses grown memory once its tail
 #                          reaches the old end (docs/COMPATIBILITY.md, cache_memlimit)
+#   lru-crawler.t          slab class 1's used chunks and the crawler's reclaim count (memcached's
+#                          slab allocator); its metadump and mgdump checks pass, and
+#                          tests/memcached_1_6_45.rs checks both dumps
 # metaget.t ends with extstore checks that run when `-h` names ext_path (memcached's harness
 # detects extstore that way); they need memcached's age-based write-back (ext_item_age: items
 # move to flash after N seconds, not when memory is full) and its flash capacity, which
@@ -69,7 +72,7 @@ daemon=(
 # SASL is tested with python-binary-memcached instead (crates/server/tests/interop.rs).
 # Not wire protocol (memcached's internals or its tree): 64bit.t issue_22.t issue_29.t
 # issue_163.t (slab classes' counters), slabs*.t chunked-*.t slabhang.t refhang.t
-# lru-maintainer.t lru-crawler.t (slab rebalancer and LRU crawler internals), *extstore*.t, proxy.t,
+# lru-maintainer.t (slab rebalancer and LRU maintainer internals), *extstore*.t, proxy*.t,
 # misbehave.t (privilege drop),
 # line-lengths.t whitespace.t (memcached's own documents and sources), issue_140.t
 # issue_260.t (skipped by memcached itself).

@@ -161,6 +161,8 @@ pub fn token_i32(text: &[u8]) -> Option<i32> {
         return None;
     }
     match text.strip_prefix(b"-") {
+        // mcmc reads a lone `-` as 0.
+        Some(b"") => Some(0),
         Some(digits) => token_u64(digits).and_then(|value| i32::try_from(-(value as i64)).ok()),
         None => token_u64(text).and_then(|value| i32::try_from(value).ok()),
     }
