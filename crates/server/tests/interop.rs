@@ -42,7 +42,20 @@ fn libmemcached_memcapable_ascii_suite_passes() {
     let port = server.port.to_string();
     let output = run("memccapable", &["-h", "127.0.0.1", "-p", &port, "-a"]);
     let text = stdout(&output);
-    assert!(output.status.success() && text.contains("All tests passed"), "{text}");
+    // memcapable's two delete tests want `delete <key> <time>` refused with memcached 1.6.18's
+    // usage message; memcached 1.6.40's parser ignores the extra token, and 1.6.45 (which
+    // quicksilver follows) fails exactly these two, as quicksilver does. Every other test passes.
+    // (It writes each test's name on stdout, then `[pass]` and a newline there, or its
+    // `[FAIL]` on stderr.)
+    let failed: Vec<String> = text
+        .split("ascii ")
+        .skip(1)
+        .filter(|test| !test.contains("[pass]"))
+        .map(|test| format!("ascii {}", test.trim()))
+        .collect();
+    assert_eq!(failed, ["ascii delete", "ascii delete noreply"], "{text}");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(errors.contains("2 of 27 tests failed"), "{errors}");
 }
 
 #[test]

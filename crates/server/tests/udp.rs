@@ -31,6 +31,18 @@ const SCRIPT: &[&[u8]] = &[
     b"get b n\r\n",
 ];
 
+/// Requests of the script that memcached 1.6.40's parser answers differently from Debian's
+/// 1.6.18, with 1.6.45's reply datagrams (one each, then `mn`'s).
+const CHANGED_SINCE_1_6_18: &[(&[u8], &[&str])] = &[
+    (b"get\r\n", &["CLIENT_ERROR bad command line format\r\n", "MN\r\n"]),
+    (b"\r\n", &["CLIENT_ERROR bad command line format\r\n", "MN\r\n"]),
+    (
+        b"set k 0 0 1\r\nabc\r\n",
+        &["CLIENT_ERROR bad data chunk\r\n", "CLIENT_ERROR bad command line format\r\n", "MN\r\n"],
+    ),
+    (b"set k 0 0 notanumber\r\n", &["CLIENT_ERROR bad command line format\r\n", "MN\r\n"]),
+];
+
 /// Sends every request of the script (each followed by `mn`, whose reply ends the exchange) and
 /// returns the reply datagrams, without memcached's empty datagrams (count 0: an artifact of
 /// how it frees reply objects, which clients skip).
@@ -60,6 +72,13 @@ fn udp_replies_match_memcached_datagram_for_datagram() {
     let quicksilver = ServerProcess::quicksilver_udp(&["-t", "2"]);
     let got = run_script(&quicksilver);
     for ((request, expected), got) in SCRIPT.iter().zip(&expected).zip(&got) {
+        if let Some((_, replies)) = CHANGED_SINCE_1_6_18.iter().find(|(changed, _)| changed == request) {
+            // memcached 1.6.45's replies (the live oracle is Debian's 1.6.18).
+            let payloads: Vec<String> =
+                got.iter().map(|d| String::from_utf8_lossy(&d.payload).into_owned()).collect();
+            assert_eq!(payloads, *replies, "reply datagrams to {:?}", String::from_utf8_lossy(request));
+            continue;
+        }
         // Request ids differ only if the scripts diverged; compare everything else exactly.
         assert_eq!(show(got), show(expected), "reply datagrams to {:?}", String::from_utf8_lossy(request));
     }

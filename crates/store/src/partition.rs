@@ -415,6 +415,14 @@ impl Partition {
         (!self.shared.is_gone(&found.header, now_secs)).then(|| found.header.word1.value_len())
     }
 
+    /// As [`Partition::peek`], with the item's CAS: a look that changes nothing (no fetch
+    /// mark, no win token, no LRU bump).
+    pub fn peek_cas(&self, hash: KeyHash, key: &[u8], now_secs: u32) -> Option<(usize, u64)> {
+        let found = self.find(hash, key)?;
+        (!self.shared.is_gone(&found.header, now_secs))
+            .then(|| (found.header.word1.value_len(), self.shared.cas_unique(found.header.word0.cas_seq())))
+    }
+
     fn note_eviction(&mut self, offset: u64, header: &Header) {
         let Some(evicted) = self.evicted.as_mut() else { return };
         let mut key = Vec::new();

@@ -240,9 +240,8 @@ impl Engine {
         // `s` (memcached 1.6.21): the item's size once stored, appended data included.
         let mut value_len = meta.data.len();
         if appending && code == "HD" && options.has(b's') {
-            let look = MetaGet { no_update: true, ..MetaGet::default() };
-            if let Outcome::Hit(hit) = self.run(key, Command::MetaGet(look), &mut Vec::new()) {
-                value_len = hit.value_len;
+            if let Some((len, _)) = self.look(key) {
+                value_len = len;
             }
         }
         let item = MetaItem { cas: self.cas_out(cas), value_len, ..MetaItem::default() };
@@ -260,11 +259,7 @@ impl Engine {
         let size = if options.has(b'I') { None } else { self.peek_for_deletion(key) };
         if options.has(b'x') {
             // The version keeps the CAS the client saw (memcached keeps the item's).
-            let look = MetaGet { no_update: true, ..MetaGet::default() };
-            let seen = match self.run(key, Command::MetaGet(look), &mut Vec::new()) {
-                Outcome::Hit(hit) => self.cas_out(hit.cas),
-                _ => 0,
-            };
+            let seen = self.look(key).map_or(0, |(_, cas)| self.cas_out(cas));
             // memcached 1.6.27: x drops the value and keeps the item, with the request's flags
             // and TTL (none given: 0 and none); with I it is then marked stale as below.
             let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());

@@ -194,15 +194,21 @@ impl Engine {
         if !self.shared.explicit_cas.used() {
             return expected;
         }
-        let look = MetaGet { no_update: true, ..MetaGet::default() };
-        let Outcome::Hit(hit) = self.run(key, Command::MetaGet(look), &mut Vec::new()) else {
+        let Some((_, own)) = self.look(key) else {
             return expected;
         };
-        match self.shared.explicit_cas.shown(hit.cas) {
-            shown if shown == hit.cas => expected,
-            shown if shown == expected => hit.cas,
+        match self.shared.explicit_cas.shown(own) {
+            shown if shown == own => expected,
+            shown if shown == expected => own,
             _ => u64::MAX,
         }
+    }
+
+    /// The value length and CAS of `key`'s item in a partition owned here, looked at without
+    /// changing anything (a win token, the fetch mark): `None` for none.
+    pub(super) fn look(&self, key: &[u8]) -> Option<(usize, u64)> {
+        let (hash, partition) = self.locate(key);
+        self.partitions[partition].as_ref()?.peek_cas(hash, key, self.now_secs)
     }
 
     /// `mode` with its expected CAS, if any, made the store's ([`Engine::cas_expected`]).
@@ -222,13 +228,7 @@ impl Engine {
 
     /// Gives the version of `key` that now stands the client's chosen CAS `chosen` (owner only).
     pub(super) fn choose_cas(&mut self, key: &[u8], own: Option<u64>, chosen: u64) {
-        let own = own.or_else(|| {
-            let look = MetaGet { no_update: true, ..MetaGet::default() };
-            match self.run(key, Command::MetaGet(look), &mut Vec::new()) {
-                Outcome::Hit(hit) => Some(hit.cas),
-                _ => None,
-            }
-        });
+        let own = own.or_else(|| self.look(key).map(|(_, cas)| cas));
         if let Some(own) = own {
             self.shared.explicit_cas.insert(own, chosen);
         }

@@ -288,7 +288,10 @@ impl ServerProcess {
                 if stream.write_all(probe).is_ok() {
                     let mut buf = [0u8; 64];
                     if let Ok(n) = stream.read(&mut buf) {
-                        if buf[..n].starts_with(answer) {
+                        // With -Y, any answer means it serves (it asks for a login first).
+                        if buf[..n].starts_with(answer)
+                            || buf[..n].starts_with(b"CLIENT_ERROR unauthenticated")
+                        {
                             return true;
                         }
                     }
