@@ -473,7 +473,7 @@ fn new_shared(
 /// The sockets bound at start-up, each worker's own (SO_REUSEPORT) or shared (-s).
 struct Bound {
     /// Per worker: its TCP listeners, their protocol, and whether they speak TLS.
-    tcp: Vec<Vec<(conn::Listener, config::Protocol, bool)>>,
+    tcp: Vec<Vec<(conn::Listener, config::Protocol, bool, bool)>>,
     /// Per worker: its UDP sockets.
     udp: Vec<Vec<mio::net::UdpSocket>>,
     /// -s: the one UNIX domain socket every worker accepts from.
@@ -497,7 +497,7 @@ impl Bound {
         };
         // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
         // free port where the plan asks for one, and the others join it there.
-        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol, bool)>> =
+        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol, bool, bool)>> =
             (0..workers).map(|_| Vec::new()).collect();
         let mut tcp_bound = Vec::new();
         for endpoint in &plan.tcp {
@@ -509,7 +509,12 @@ impl Bound {
                 let listener = sys::listener(addr, true, config.backlog)
                     .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
                 addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                listeners.push((conn::Listener::Tcp(listener), endpoint.protocol, tls && !endpoint.notls));
+                listeners.push((
+                    conn::Listener::Tcp(listener),
+                    endpoint.protocol,
+                    tls && !endpoint.notls,
+                    tls && endpoint.mtls,
+                ));
             }
             tcp_bound.push(addr);
         }
@@ -558,6 +563,7 @@ impl Bound {
                 )),
                 config.binding_protocol(),
                 false,
+                false,
             ));
         }
         if config.worker_port_base != 0 {
@@ -571,6 +577,7 @@ impl Bound {
                 ),
                 config.binding_protocol(),
                 shared.tls.is_some(),
+                false,
             ));
         }
         let udp = std::mem::take(&mut self.udp[index]);

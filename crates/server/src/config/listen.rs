@@ -16,6 +16,8 @@ pub struct Endpoint {
     pub protocol: Protocol,
     /// `notls:`: plaintext even with -Z.
     pub notls: bool,
+    /// `mtls:` (memcached 1.6.45): TLS that requires the client's certificate.
+    pub mtls: bool,
 }
 
 /// The addresses the command line asks for.
@@ -55,11 +57,11 @@ pub fn plan(specs: &[String], tcp: i32, udp: i32, default_protocol: Protocol) ->
     let udp = socket_port(udp, "UDP")?;
     let mut plan = Plan::default();
     for spec in specs.iter().flat_map(|spec| spec.split(';')).filter(|spec| !spec.is_empty()) {
-        let Spec { addrs, port, protocol, notls } = parse_spec(spec)?;
+        let Spec { addrs, port, protocol, notls, mtls } = parse_spec(spec)?;
         let protocol = protocol.unwrap_or(default_protocol);
         for ip in addrs {
             if let Some(port) = port.or(tcp) {
-                let endpoint = Endpoint { addr: SocketAddr::new(ip, port), protocol, notls };
+                let endpoint = Endpoint { addr: SocketAddr::new(ip, port), protocol, notls, mtls };
                 if !plan.tcp.iter().any(|seen| seen.addr == endpoint.addr) {
                     plan.tcp.push(endpoint);
                 }
@@ -81,6 +83,7 @@ struct Spec {
     port: Option<u16>,
     protocol: Option<Protocol>,
     notls: bool,
+    mtls: bool,
 }
 
 /// Strips `name[value]:` from the front of `spec`, returning the value.
@@ -96,14 +99,17 @@ fn bracketed<'a>(spec: &mut &'a str, name: &str) -> Result<Option<&'a str>, Stri
 }
 
 fn parse_spec(mut spec: &str) -> Result<Spec, String> {
-    // memcached's `notls:` comes first, before `proto[...]:`.
-    let notls = match spec.strip_prefix("notls:") {
-        Some(rest) => {
-            spec = rest;
-            true
-        }
-        None => false,
-    };
+    // memcached's `notls:`, `btls:` (plain TLS, the default) or `mtls:` (1.6.45) comes
+    // first, before `proto[...]:`.
+    let mut notls = false;
+    let mut mtls = false;
+    if let Some(rest) = spec.strip_prefix("notls:") {
+        (spec, notls) = (rest, true);
+    } else if let Some(rest) = spec.strip_prefix("btls:") {
+        spec = rest;
+    } else if let Some(rest) = spec.strip_prefix("mtls:") {
+        (spec, mtls) = (rest, true);
+    }
     let whole = spec;
     let protocol = match bracketed(&mut spec, "proto")? {
         None => None,
@@ -154,7 +160,7 @@ fn parse_spec(mut spec: &str) -> Result<Spec, String> {
         }
         found
     };
-    Ok(Spec { addrs, port, protocol, notls })
+    Ok(Spec { addrs, port, protocol, notls, mtls })
 }
 
 /// memcached's `MEMCACHED_PORT_FILENAME`: once listening, the ports are written there

@@ -668,6 +668,10 @@ impl Config {
             if plan.tcp.iter().any(|endpoint| endpoint.notls) {
                 return Err("'notls' option is valid only when SSL is enabled".into());
             }
+            if plan.tcp.iter().any(|endpoint| endpoint.mtls) {
+                return Err("'otls' option is valid only when SSL is enabled".into());
+                // sic: 1.6.45's
+            }
             return Ok(());
         }
         if plan.tcp.is_empty() {

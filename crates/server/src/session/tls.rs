@@ -30,6 +30,9 @@ pub use crate::config::ssl::{Settings, HANDSHAKE_SECS, KEYFORMAT_ASN1, KEYFORMAT
 pub struct Context {
     settings: Settings,
     config: RwLock<Arc<rustls::ServerConfig>>,
+    /// The configuration of `mtls:` listeners (memcached 1.6.45): a client certificate is
+    /// required, verified against `ssl_ca_cert` (or, without one, the server's own chain).
+    mutual: RwLock<Arc<rustls::ServerConfig>>,
     sessions: Arc<SessionCache>,
     /// `ssl_handshake_errors`.
     pub handshake_errors: AtomicU64,
@@ -51,9 +54,11 @@ impl Context {
             new_sessions: AtomicU64::new(0),
         });
         let config = build(settings, &sessions)?;
+        let mutual = build(&mutual_settings(settings), &sessions)?;
         Ok(Context {
             settings: settings.clone(),
             config: RwLock::new(config),
+            mutual: RwLock::new(mutual),
             sessions,
             handshake_errors: AtomicU64::new(0),
             refreshed_secs: AtomicU32::new(now_secs),
@@ -70,7 +75,9 @@ impl Context {
     /// and the error is memcached's message.
     pub fn refresh(&self, now_secs: u32) -> Result<(), String> {
         let config = build(&self.settings, &self.sessions)?;
+        let mutual = build(&mutual_settings(&self.settings), &self.sessions)?;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        *self.mutual.write().unwrap_or_else(|e| e.into_inner()) = mutual;
         self.refreshed_secs.store(now_secs, Relaxed);
         Ok(())
     }
@@ -86,8 +93,10 @@ impl Context {
     }
 
     /// A server-side TLS session for an accepted socket.
-    pub fn accept(&self, socket: mio::net::TcpStream, now_secs: u32) -> io::Result<TlsStream> {
-        let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
+    /// `mutual`: an `mtls:` listener's, which requires the client's certificate.
+    pub fn accept(&self, socket: mio::net::TcpStream, now_secs: u32, mutual: bool) -> io::Result<TlsStream> {
+        let config = if mutual { &self.mutual } else { &self.config };
+        let config = config.read().unwrap_or_else(|e| e.into_inner()).clone();
         let mut session = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
         session.set_buffer_limit(Some(self.settings.wbuf_bytes.max(1024)));
         let deadline_secs = now_secs.saturating_add(self.settings.handshake_secs.max(1));
@@ -214,6 +223,17 @@ fn load_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, S
 }
 
 /// The rustls configuration for `settings`, from the files as they are now.
+/// The settings of `mtls:` listeners: peer verification required (memcached's
+/// SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT), against the CA if one is given.
+fn mutual_settings(settings: &Settings) -> Settings {
+    let mut mutual = settings.clone();
+    mutual.verify_mode = 3;
+    if mutual.ca_cert.is_none() {
+        mutual.ca_cert = settings.chain_cert.clone();
+    }
+    mutual
+}
+
 fn build(settings: &Settings, sessions: &Arc<SessionCache>) -> Result<Arc<rustls::ServerConfig>, String> {
     let mut provider = rustls::crypto::ring::default_provider();
     if let Some(list) = &settings.ciphers {

@@ -59,11 +59,12 @@ impl Worker {
     /// Makes an accepted socket (its place under the limit taken) a connection of this worker:
     /// a TLS session around it on a -Z listener, registered, logged, queued to read.
     fn admit(&mut self, listener: usize, mut stream: crate::session::Stream, peer: Addr) {
-        if self.listener_tls[listener] {
+        let (tls_listener, mutual) = self.listener_tls[listener];
+        if tls_listener {
             // -Z: a TLS session around the socket (its handshake runs as it is read).
             let session = match (self.shared.tls.as_ref(), stream) {
                 (Some(tls), crate::session::Stream::Tcp(socket)) => {
-                    tls.accept(socket, self.engine.now_secs).ok()
+                    tls.accept(socket, self.engine.now_secs, mutual).ok()
                 }
                 _ => None,
             };

@@ -70,7 +70,7 @@ const WINDOW: usize = 16;
 pub struct Sockets {
     /// TCP: the main ports (shared by every worker) and, with --worker-port-base, its own;
     /// each with the protocol its connections start in and whether they speak TLS (-Z).
-    pub listeners: Vec<(crate::session::Listener, crate::config::Protocol, bool)>,
+    pub listeners: Vec<(crate::session::Listener, crate::config::Protocol, bool, bool)>,
     /// memcached's UDP port (-U), shared by every worker.
     pub udp: Vec<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
@@ -87,8 +87,9 @@ pub struct Worker {
     listener_addrs: Vec<Addr>,
     /// Each listener's protocol (-B, or its `proto[...]` in -l).
     listener_protocols: Vec<crate::config::Protocol>,
-    /// Each listener's connections speak TLS (-Z, unless `notls:`).
-    listener_tls: Vec<bool>,
+    /// Each listener's connections speak TLS (-Z, unless `notls:`), and whether it requires
+    /// the client's certificate (`mtls:`).
+    listener_tls: Vec<(bool, bool)>,
     /// memcached's UDP port (-U), bound by every worker.
     udp: Vec<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
@@ -148,9 +149,10 @@ impl Worker {
         rings: Rings,
     ) -> io::Result<Worker> {
         let Sockets { listeners, mut udp, mut native } = sockets;
-        let listener_tls: Vec<bool> = listeners.iter().map(|listener| listener.2).collect();
+        let listener_tls: Vec<(bool, bool)> =
+            listeners.iter().map(|listener| (listener.2, listener.3)).collect();
         let (mut listeners, listener_protocols): (Vec<_>, Vec<_>) =
-            listeners.into_iter().map(|(listener, protocol, _)| (listener, protocol)).unzip();
+            listeners.into_iter().map(|(listener, protocol, _, _)| (listener, protocol)).unzip();
         for (offset, listener) in listeners.iter_mut().enumerate() {
             poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
         }
