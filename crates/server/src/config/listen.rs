@@ -30,6 +30,18 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Without -Z: memcached refuses `notls:` and `mtls:` (which 1.6.45 calls "otls" there).
+    pub fn refuse_tls_prefixes(&self) -> Result<(), String> {
+        for (given, name) in
+            [(self.tcp.iter().any(|e| e.notls), "notls"), (self.tcp.iter().any(|e| e.mtls), "otls")]
+        {
+            if given {
+                return Err(format!("'{name}' option is valid only when SSL is enabled"));
+            }
+        }
+        Ok(())
+    }
+
     /// The address UDP, the worker ports and the native ports bind: the first listener's.
     pub fn interface(&self) -> IpAddr {
         self.tcp

@@ -665,14 +665,7 @@ impl Config {
     /// -Z's rules: memcached's, plus plaintext UDP and native ports only when asked for.
     fn check_tls(&self, extended: &Extended, plan: &crate::config::listen::Plan) -> Result<(), String> {
         if !self.enable_ssl {
-            if plan.tcp.iter().any(|endpoint| endpoint.notls) {
-                return Err("'notls' option is valid only when SSL is enabled".into());
-            }
-            if plan.tcp.iter().any(|endpoint| endpoint.mtls) {
-                return Err("'otls' option is valid only when SSL is enabled".into());
-                // sic: 1.6.45's
-            }
-            return Ok(());
+            return plan.refuse_tls_prefixes();
         }
         if plan.tcp.is_empty() {
             return Err("ERROR: You cannot enable SSL without a TCP port.".into());
