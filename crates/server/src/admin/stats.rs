@@ -250,6 +250,7 @@ fn general_server(shared: &Shared, w: &WorkerFigures, flash: Option<&FlashTotals
             stat(out, "ssl_new_sessions", tls.new_sessions());
         }
         stat(out, "ssl_handshake_errors", tls.handshake_errors.load(Relaxed));
+        stat(out, "ssl_proto_errors", tls.proto_errors.load(Relaxed));
         stat(out, "time_since_server_cert_refresh", tls.secs_since_refresh(crate::sys::now_secs()));
     }
 }

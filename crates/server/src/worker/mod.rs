@@ -523,6 +523,7 @@ fn read_once(
     }
     let room = spare.len();
     let Transport::Tcp(stream) = &mut conn.transport else { return false };
+    let mut broken = false;
     match stream.read(spare) {
         Ok(0) => {
             // The client sent all it will: answer what it sent (a dump or a long get may
@@ -544,15 +545,19 @@ fn read_once(
         }
         Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.read_ready = false,
         Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-        Err(_) => {
+        Err(error) => {
             conn.read_ready = false;
             conn.state.kill();
+            broken = error.kind() == io::ErrorKind::InvalidData;
         }
     }
     if let (crate::session::Stream::Tls(session), Some(tls)) = (stream, tls) {
         if session.take_handshake_failure() {
             tls.handshake_errors.fetch_add(1, Relaxed);
             conn.error = true;
+        } else if broken {
+            // memcached 1.6.45's `ssl_proto_errors`: TLS that broke after the handshake.
+            tls.proto_errors.fetch_add(1, Relaxed);
         }
         if let Some(Some(name)) = session.take_handshake() {
             if let Some(info) = conn.info.as_ref() {
