@@ -219,7 +219,17 @@ impl Engine {
         }
         match mode {
             M::Cas(cas) => M::Cas(self.cas_expected(key, cas)),
-            M::CasOrStale(cas) => M::CasOrStale(self.cas_expected(key, cas)),
+            // Set-to-invalid compares by order: a value below the chosen one is older.
+            M::CasOrStale(cas) => M::CasOrStale(match self.look(key) {
+                Some((_, own)) if self.shared.explicit_cas.shown(own) != own => {
+                    match cas.cmp(&self.shared.explicit_cas.shown(own)) {
+                        std::cmp::Ordering::Equal => own,
+                        std::cmp::Ordering::Less => 1,
+                        std::cmp::Ordering::Greater => u64::MAX,
+                    }
+                }
+                _ => cas,
+            }),
             M::AppendCas(cas) => M::AppendCas(self.cas_expected(key, cas)),
             M::PrependCas(cas) => M::PrependCas(self.cas_expected(key, cas)),
             other => other,
