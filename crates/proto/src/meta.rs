@@ -45,17 +45,13 @@ pub(crate) fn parse<'a>(
     let key_token = tokens.get(1);
     if key_token.len() > KEY_BYTES_MAX {
         // ma words every refusal of its flag parse (the key's length among them) alike.
-        let reply = if command == MetaCommand::Arith {
-            "CLIENT_ERROR invalid or duplicate flag\r\n"
-        } else {
-            BAD_FORMAT
-        };
+        let reply = if command == MetaCommand::Arith { MA_REFUSED } else { BAD_FORMAT };
         return refuse(reply, len);
     }
     if n > META_TOKENS_MAX {
         return refuse(
             match command {
-                MetaCommand::Arith => "CLIENT_ERROR invalid or duplicate flag\r\n",
+                MetaCommand::Arith => MA_REFUSED,
                 _ => "CLIENT_ERROR options flags are too long\r\n",
             },
             len,
@@ -77,7 +73,7 @@ pub(crate) fn parse<'a>(
     if let Err(reply) = parse_flags(&mut meta, &tokens.as_slice()[first_flag.min(tokens.len())..]) {
         // memcached's ma reports every flag error the same way.
         let reply = match command {
-            MetaCommand::Arith => "CLIENT_ERROR invalid or duplicate flag\r\n",
+            MetaCommand::Arith => MA_REFUSED,
             _ => reply,
         };
         return refuse(reply, len);
@@ -108,6 +104,9 @@ pub(crate) fn parse<'a>(
     }
     Parsed::Request { request: Request::Meta(meta), len }
 }
+
+/// memcached words every refusal of an `ma` flag parse alike.
+const MA_REFUSED: &str = "CLIENT_ERROR invalid or duplicate flag\r\n";
 
 const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format\r\n";
 

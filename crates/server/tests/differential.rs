@@ -335,26 +335,24 @@ fn each_letter_once(flags: &str) -> String {
     kept.iter().map(|flag| format!(" {flag}")).collect()
 }
 
-/// A storage line's flags: with 1.6.18 as the oracle, none that 1.6.40's parser refuses
-/// differently (a refused line now swallows its block).
-fn flags(rng: &mut Rng) -> String {
+/// One of `choices`; with 1.6.18 as the oracle, "0" for those in `changed`, which 1.6.40's
+/// parser reads otherwise.
+fn pick_alike(rng: &mut Rng, choices: &[&str], changed: &[&str]) -> String {
     let newer = rng.newer();
-    let flags = rng.pick(FLAGS);
-    if !newer && matches!(flags, "-1" | "x") {
-        return "0".into();
+    match rng.pick(choices) {
+        picked if !newer && changed.contains(&picked) => "0".into(),
+        picked => picked.into(),
     }
-    flags.into()
 }
 
-/// An exptime: with 1.6.18 as the oracle, only those both read alike (1.6.40 reads tokens
-/// strictly: no `+`).
+/// A storage line's flags (a refused storage line now swallows its block).
+fn flags(rng: &mut Rng) -> String {
+    pick_alike(rng, FLAGS, &["-1", "x"])
+}
+
+/// An exptime (1.6.40 reads tokens strictly: no `+`).
 fn exptime(rng: &mut Rng) -> String {
-    let newer = rng.newer();
-    let exptime = rng.pick(EXPTIMES);
-    if !newer && matches!(exptime, "abc" | "+5") {
-        return "0".into();
-    }
-    exptime.into()
+    pick_alike(rng, EXPTIMES, &["abc", "+5"])
 }
 
 /// Masks CAS uniques (noting the last one), clock readings and counter padding.
