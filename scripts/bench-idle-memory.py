@@ -81,7 +81,7 @@ def run(command, port, count, silent):
         server.wait()
 
 
-def churn(command, port, seconds, memtier, warm):
+def churn(command, port, seconds, memtier, warm, rounds=1):
     server = start(command, port, 20000)
     try:
         load = [memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
@@ -96,10 +96,13 @@ def churn(command, port, seconds, memtier, warm):
                            check=True)
         time.sleep(1.5)
         before = rss_bytes(server.pid) // 1024
-        subprocess.run(churning + [f"--test-time={seconds}"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        time.sleep(1.5)
-        return (rss_bytes(server.pid) // 1024 - before) / 1024
+        growth = []
+        for _ in range(rounds):
+            subprocess.run(churning + [f"--test-time={seconds}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            time.sleep(1.5)
+            growth.append((rss_bytes(server.pid) // 1024 - before) / 1024)
+        return growth
     finally:
         server.kill()
         server.wait()
@@ -112,6 +115,8 @@ def main():
     parser.add_argument("--silent", action="store_true")
     parser.add_argument("--churn", type=int, default=0, help="seconds of reconnecting load instead")
     parser.add_argument("--warm", action="store_true", help="with --churn: 10 s of the same load first")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --churn: this many periods of it, the growth since the start after each")
     parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
     parser.add_argument("--servers", default="memcached,quicksilver,quicksilver epoll,quicksilver -t 1")
     args = parser.parse_args()
@@ -133,7 +138,8 @@ def main():
         for _ in range(args.runs):
             port += 1
             if args.churn:
-                results.append(f"{churn(command, port, args.churn, args.memtier, args.warm):+.2f} MiB")
+                growth = churn(command, port, args.churn, args.memtier, args.warm, args.rounds)
+                results.append(" -> ".join(f"{each:+.2f}" for each in growth) + " MiB")
                 continue
             each, before, after = run(command, port, args.count, args.silent)
             results.append(f"{each:.2f} ({before}->{after})")
