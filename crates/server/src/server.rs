@@ -49,6 +49,7 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         EvictionArg::Fifo => Eviction::Fifo,
         EvictionArg::Lru => Eviction::Lru,
         EvictionArg::ApproxLru => Eviction::ApproxLru,
+        EvictionArg::Clock => Eviction::Clock,
     };
     partition.huge_pages = match config.huge_pages {
         HugePagesArg::Auto => HugePages::Auto,

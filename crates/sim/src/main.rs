@@ -150,6 +150,7 @@ enum EvictionArg {
     ApproxLru,
     Lru,
     Fifo,
+    Clock,
 }
 
 #[derive(clap::Args)]
@@ -321,6 +322,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
             EvictionArg::ApproxLru => Eviction::ApproxLru,
             EvictionArg::Lru => Eviction::Lru,
             EvictionArg::Fifo => Eviction::Fifo,
+            EvictionArg::Clock => Eviction::Clock,
         },
         partitions: args.partitions,
         fill: !args.no_fill,

@@ -50,6 +50,12 @@ pub const BIT_WIN_SENT: u8 = 1 << 3;
 pub const BIT_EXT: u8 = 1 << 4;
 /// Header bit: not an item but padding to the end of the log's memory (padded wrap).
 pub const BIT_PAD: u8 = 1 << 5;
+/// Header bits 6-7: reads since the item was written or last kept at the head, up to
+/// [`FREQ_MAX`] (the clock policy's counter, [`crate::Eviction::Clock`]).
+pub const FREQ_BITS: u8 = 0b1100_0000;
+/// The largest read count the header keeps.
+pub const FREQ_MAX: u8 = 3;
+const FREQ_SHIFT: u32 = 6;
 
 /// Word 0 of a header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +95,15 @@ impl Word0 {
     /// Whether `bit` is set.
     pub const fn has(self, bit: u8) -> bool {
         self.bits() & bit != 0
+    }
+    /// The clock policy's read count (0 to [`FREQ_MAX`]).
+    pub const fn freq(self) -> u8 {
+        (self.bits() & FREQ_BITS) >> FREQ_SHIFT
+    }
+    /// This word with the read count `freq` (at most [`FREQ_MAX`]).
+    pub const fn with_freq(self, freq: u8) -> Word0 {
+        let bits = self.bits() & !FREQ_BITS | ((if freq > FREQ_MAX { FREQ_MAX } else { freq }) << FREQ_SHIFT);
+        Word0(self.0 & !(0xff << 56) | (bits as u64) << 56)
     }
 }
 

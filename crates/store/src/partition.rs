@@ -137,6 +137,8 @@ pub struct Partition {
     scan_stride_bytes: u64,
     stats: PartitionStats,
     scratch: Vec<u8>,
+    /// The clock policy is copying a kept item to the tail: making room for it keeps nothing.
+    keeping: bool,
     /// The latest `now_secs` seen, used to tell expired from live items passed by the head.
     clock_secs: u32,
     /// Store mode's allocator and spare buckets (`None` in cache mode).
@@ -299,6 +301,7 @@ impl Partition {
             scan_stride_bytes,
             stats: PartitionStats::default(),
             scratch: Vec::new(),
+            keeping: false,
             clock_secs: 0,
             store,
             hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
@@ -1168,7 +1171,7 @@ impl Partition {
         let header = found.header;
         let age = self.age(found.offset);
         let reappend = match self.eviction {
-            Eviction::Fifo => false,
+            Eviction::Fifo | Eviction::Clock => false,
             Eviction::Lru => age > header.capacity() as u64,
             Eviction::ApproxLru => age > self.limit_bytes / 2,
         };
@@ -1179,7 +1182,17 @@ impl Partition {
         }
         let fetched = header.word0.has(BIT_FETCHED);
         let accessed = header.word1.last_access() == now_secs;
-        if fetched && accessed {
+        let counted = self.eviction != Eviction::Clock || header.word0.freq() == item::FREQ_MAX;
+        if fetched && accessed && counted {
+            return;
+        }
+        if !counted {
+            // Written whole like the fetched bit (below), once per read until the count is full.
+            let word0 = header.word0.with_bit(BIT_FETCHED).with_freq(header.word0.freq() + 1);
+            self.shared.log.set_word0(found.offset, word0);
+            if !accessed {
+                self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
+            }
             return;
         }
         // No version bracket: each of these is one word written whole, changing only metadata
@@ -1360,6 +1373,10 @@ impl Partition {
         new_item.cas_seq = self.take_cas_seq();
         self.stats.total_items += 1;
         let cas = self.shared.cas_unique(new_item.cas_seq);
+        if let (Some(found), Eviction::Clock) = (&existing, self.eviction) {
+            // A key written again is as popular as it was: the clock's count carries over.
+            new_item.bits |= found.header.word0.bits() & item::FREQ_BITS;
+        }
         if let Some(found) = existing {
             let capacity = found.header.capacity();
             // Not in a memory file: a value rewritten in place could be found half written
@@ -1894,12 +1911,24 @@ impl Partition {
     /// straddle the end of memory) and returns the logical offset of the room.
     fn reserve(&mut self, size: usize) -> u64 {
         let lap_bytes = self.geometry.lap_bytes;
-        let physical = self.geometry.physical(self.tail) as u64;
-        let padding =
-            if physical + size as u64 > self.limit_bytes { self.geometry.to_lap_end(self.tail) } else { 0 };
-        let need = padding + size as u64;
+        let mut keeps = if self.eviction == Eviction::Clock && !self.keeping { KEEPS_PER_RESERVE } else { 0 };
+        let head_before = self.head;
+        let (physical, padding, need) = loop {
+            let physical = self.geometry.physical(self.tail) as u64;
+            let padding =
+                if physical + size as u64 > self.limit_bytes { self.geometry.to_lap_end(self.tail) } else { 0 };
+            let need = padding + size as u64;
+            // Keeping an item moves the tail: the padding is worked out again after each.
+            if keeps == 0 || lap_bytes - (self.tail - self.head) >= need {
+                break (physical, padding, need);
+            }
+            keeps -= 1;
+            if !self.keep_head() {
+                self.evict_head();
+            }
+        };
         // The live window spans at most one lap, so no two live bytes share a physical byte.
-        if lap_bytes - (self.tail - self.head) < need {
+        if lap_bytes - (self.tail - self.head) < need || self.head != head_before {
             while lap_bytes - (self.tail - self.head) < need {
                 self.evict_head();
             }
@@ -1922,6 +1951,53 @@ impl Partition {
         self.scan_credit_bytes += need;
         self.touched_bytes = self.touched_bytes.max(self.geometry.physical(offset) as u64 + size as u64);
         offset
+    }
+
+    /// The clock policy at the head: an item read since it was written (or last kept) is copied
+    /// to the tail with one read less instead of evicted. True if the head item was kept; false
+    /// if the head is anything else (padding, a superseded or expired item, one never read, one
+    /// the index no longer finds), which the caller evicts.
+    fn keep_head(&mut self) -> bool {
+        let offset = self.head;
+        if self.shared.log.is_padding(offset) {
+            return false;
+        }
+        let header = self.shared.log.header(offset);
+        if header.word0.has(BIT_DEAD) || header.word0.freq() == 0 || self.shared.is_gone(&header, self.clock_secs) {
+            return false;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let key_len = header.word0.key_len();
+        self.shared.log.read_bytes(offset, header.key_start(), key_len + header.word1.value_len(), &mut scratch);
+        let hash = KeyHash::of(&scratch[..key_len]);
+        let bucket = hash.bucket(self.bucket_mask);
+        let slot = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
+        let Some(index) = self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)
+        else {
+            self.scratch = scratch;
+            return false;
+        };
+        let (key, value) = scratch.split_at(key_len);
+        let new_item = NewItem {
+            cas_seq: header.word0.cas_seq(),
+            bits: header.word0.with_freq(header.word0.freq() - 1).bits() & !BIT_EXT,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access: header.word1.last_access(),
+        };
+        // As a read's move to the tail: the old copy is superseded first, so making room for
+        // the new one passes it as it would any superseded item.
+        self.keeping = true;
+        let version = self.begin_write(bucket);
+        self.retire(offset, &header);
+        let new_offset = self.append(key, value, new_item);
+        self.set_slot(bucket, index, Slot::new(hash.tag(), new_offset));
+        self.end_write(bucket, version);
+        self.keeping = false;
+        self.scratch = scratch;
+        self.stats.reappends += 1;
+        true
     }
 
     /// Moves the head past one record, counting a live item as evicted (or reclaimed if expired).
@@ -1970,6 +2046,11 @@ impl Partition {
         self.end_write(bucket, version);
     }
 }
+
+/// Items the clock policy may keep at the head for one write: past it the head is evicted
+/// whatever was read, so a log of items all read (each kept, then kept again with one read less)
+/// never makes one write copy the whole log.
+const KEEPS_PER_RESERVE: u32 = 16;
 
 /// The tag stored in a found item's slot.
 fn found_tag(partition: &Partition, found: &Found) -> u16 {

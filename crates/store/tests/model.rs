@@ -386,7 +386,7 @@ fn store_harness(arena_bytes: usize, buckets: usize, spares: usize) -> Harness {
 }
 
 fn eviction() -> impl Strategy<Value = Eviction> {
-    prop_oneof![Just(Eviction::Fifo), Just(Eviction::Lru), Just(Eviction::ApproxLru)]
+    prop_oneof![Just(Eviction::Fifo), Just(Eviction::Lru), Just(Eviction::ApproxLru), Just(Eviction::Clock)]
 }
 
 proptest! {

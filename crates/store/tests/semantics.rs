@@ -203,7 +203,7 @@ fn fifo_evicts_oldest_and_counts_it() {
 
 #[test]
 fn lru_keeps_what_is_read() {
-    for eviction in [Eviction::Lru, Eviction::ApproxLru] {
+    for eviction in [Eviction::Lru, Eviction::ApproxLru, Eviction::Clock] {
         let mut p = partition(4096, 64, eviction);
         set(&mut p, b"hot", b"h", NOW);
         for i in 0..400u32 {
@@ -219,6 +219,69 @@ fn lru_keeps_what_is_read() {
         get(&mut p, b"hot", NOW);
     }
     assert!(get(&mut p, b"hot", NOW).is_none(), "FIFO ignores reads");
+}
+
+#[test]
+fn clock_keeps_what_was_read_and_evicts_what_was_not() {
+    let mut p = partition(4096, 64, Eviction::Clock);
+    set(&mut p, b"read", b"r", NOW);
+    set(&mut p, b"unread", b"u", NOW);
+    assert!(get(&mut p, b"read", NOW).is_some());
+    // Once and a half round the log: the read item is kept at the head (once), the unread one
+    // evicted.
+    for i in 0..100u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
+    }
+    assert!(get(&mut p, b"unread", NOW).is_none(), "never read: evicted");
+    assert!(get(&mut p, b"read", NOW).is_some(), "read once: kept once");
+    assert!(p.stats().reappends >= 1);
+    // Its count is spent by each keep; reads count up to three.
+    let mut p = partition(4096, 64, Eviction::Clock);
+    set(&mut p, b"once", b"1", NOW);
+    get(&mut p, b"once", NOW);
+    for i in 0..400u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
+    }
+    assert!(get(&mut p, b"once", NOW).is_none(), "a single read keeps it for one lap, not forever");
+}
+
+#[test]
+fn clock_keeps_a_bounded_number_per_write() {
+    // Every item read three times: each write may keep at most 16 before it evicts, so a
+    // write costs a bounded amount however much of the log was read.
+    let mut p = partition(1 << 16, 256, Eviction::Clock);
+    let mut i = 0u32;
+    while p.stats().log_evictions == 0 {
+        let key = format!("key{i}");
+        set(&mut p, key.as_bytes(), &[1; 100], NOW);
+        for _ in 0..3 {
+            get(&mut p, key.as_bytes(), NOW);
+        }
+        i += 1;
+    }
+    for j in 0..200u32 {
+        let before = p.stats().reappends;
+        set(&mut p, format!("more{j}").as_bytes(), &[2; 100], NOW);
+        assert!(p.stats().reappends - before <= 16, "write {j} kept {}", p.stats().reappends - before);
+    }
+    // What was kept still answers with its value.
+    let live = (0..i).filter(|k| get(&mut p, format!("key{k}").as_bytes(), NOW) == Some(vec![1; 100])).count();
+    assert!(live > 0);
+}
+
+#[test]
+fn clock_keeps_flags_expiry_and_cas_of_a_kept_item() {
+    let mut p = partition(4096, 64, Eviction::Clock);
+    assert!(matches!(store_with(&mut p, StoreMode::Set, b"k", b"value", 7, 1000, NOW), Outcome::Stored { .. }));
+    let (outcome, _) = run(&mut p, b"k", Command::Get, NOW);
+    let Outcome::Hit(before) = outcome else { panic!("{outcome:?}") };
+    for i in 0..60u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
+    }
+    let (outcome, out) = run(&mut p, b"k", Command::Get, NOW);
+    let Outcome::Hit(after) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(&out[after.value_start..], b"value");
+    assert_eq!((after.flags, after.expiry, after.cas), (before.flags, before.expiry, before.cas));
 }
 
 #[test]

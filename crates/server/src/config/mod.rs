@@ -242,6 +242,8 @@ pub enum EvictionArg {
     Lru,
     /// Approximate LRU (MICA's).
     ApproxLru,
+    /// FIFO that keeps, once per read up to three, an item read since it was written.
+    Clock,
 }
 
 /// --huge-pages.
