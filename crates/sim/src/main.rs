@@ -200,8 +200,8 @@ struct MrcArgs {
     /// Models to run.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelArg::Lru, ModelArg::Fifo, ModelArg::Lfu, ModelArg::Engine])]
     models: Vec<ModelArg>,
-    /// The engine's eviction policy (the server's default: approx-lru).
-    #[arg(long, value_enum, default_value = "approx-lru")]
+    /// The engine's eviction policy (the server's default: clock).
+    #[arg(long, value_enum, default_value = "clock")]
     eviction: EvictionArg,
     /// The engine's partitions.
     #[arg(long, default_value_t = 1)]

@@ -12,12 +12,13 @@ pub enum Eviction {
     /// Every read moves the item to the tail.
     Lru,
     /// Reads move an item to the tail only when it sits in the older half of the log (MICA §4.3.1).
-    #[default]
     ApproxLru,
     /// First in, first out with a second chance: reads count up to three in the item's header,
     /// and an item that reaches the head with a count is copied to the tail with one less
     /// instead of evicted (CLOCK with a 2-bit counter: S3-FIFO's main queue, Segcache's keep
-    /// of frequently read items, one item at a time). A read never moves anything.
+    /// of frequently read items, one item at a time). A read never moves anything. The default:
+    /// docs/SIMULATION.md has the curves that chose it.
+    #[default]
     Clock,
 }
 

@@ -137,8 +137,6 @@ pub struct Partition {
     scan_stride_bytes: u64,
     stats: PartitionStats,
     scratch: Vec<u8>,
-    /// The clock policy is copying a kept item to the tail: making room for it keeps nothing.
-    keeping: bool,
     /// The latest `now_secs` seen, used to tell expired from live items passed by the head.
     clock_secs: u32,
     /// Store mode's allocator and spare buckets (`None` in cache mode).
@@ -301,7 +299,6 @@ impl Partition {
             scan_stride_bytes,
             stats: PartitionStats::default(),
             scratch: Vec::new(),
-            keeping: false,
             clock_secs: 0,
             store,
             hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
@@ -750,6 +747,11 @@ impl Partition {
         }
         let (hash, key) = (request.hash, request.key);
         self.clock_secs = now_secs;
+        match request.command {
+            Command::Get => {}
+            Command::Store { value, .. } => self.keep_ahead(item::item_bytes(key.len(), value.len(), true)),
+            _ => self.keep_ahead(item::item_bytes(key.len(), 0, true)),
+        }
         let outcome = match request.command {
             Command::Get => self.get(hash, key, None, true, now_secs, out),
             Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), true, now_secs, out),
@@ -882,6 +884,8 @@ impl Partition {
         if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
             return self.execute(request, now_secs, out);
         }
+        self.clock_secs = now_secs;
+        self.keep_ahead(item::item_bytes(request.key.len(), value.len(), true));
         let existing = self.find(request.hash, request.key);
         if existing.is_some_and(|found| self.shared.is_gone(&found.header, now_secs)) {
             return self.execute(request, now_secs, out);
@@ -1911,24 +1915,12 @@ impl Partition {
     /// straddle the end of memory) and returns the logical offset of the room.
     fn reserve(&mut self, size: usize) -> u64 {
         let lap_bytes = self.geometry.lap_bytes;
-        let mut keeps = if self.eviction == Eviction::Clock && !self.keeping { KEEPS_PER_RESERVE } else { 0 };
-        let head_before = self.head;
-        let (physical, padding, need) = loop {
-            let physical = self.geometry.physical(self.tail) as u64;
-            let padding =
-                if physical + size as u64 > self.limit_bytes { self.geometry.to_lap_end(self.tail) } else { 0 };
-            let need = padding + size as u64;
-            // Keeping an item moves the tail: the padding is worked out again after each.
-            if keeps == 0 || lap_bytes - (self.tail - self.head) >= need {
-                break (physical, padding, need);
-            }
-            keeps -= 1;
-            if !self.keep_head() {
-                self.evict_head();
-            }
-        };
+        let physical = self.geometry.physical(self.tail) as u64;
+        let padding =
+            if physical + size as u64 > self.limit_bytes { self.geometry.to_lap_end(self.tail) } else { 0 };
+        let need = padding + size as u64;
         // The live window spans at most one lap, so no two live bytes share a physical byte.
-        if lap_bytes - (self.tail - self.head) < need || self.head != head_before {
+        if lap_bytes - (self.tail - self.head) < need {
             while lap_bytes - (self.tail - self.head) < need {
                 self.evict_head();
             }
@@ -1953,6 +1945,38 @@ impl Partition {
         offset
     }
 
+    /// The clock policy's keeps, made before a write looks anything up (so no item a command
+    /// holds moves under it): room for `size` bytes at the tail, keeping items read since they
+    /// were written as the head reaches them, at most [`KEEPS_PER_RESERVE`] of them. Whatever
+    /// room is still short is made by the write's own plain evictions.
+    fn keep_ahead(&mut self, size: usize) {
+        if self.eviction != Eviction::Clock || self.store.is_some() {
+            return;
+        }
+        let head_before = self.head;
+        for _ in 0..KEEPS_PER_RESERVE {
+            let physical = self.geometry.physical(self.tail) as u64;
+            let padding = if physical + size as u64 > self.limit_bytes {
+                self.geometry.to_lap_end(self.tail)
+            } else {
+                0
+            };
+            if self.geometry.lap_bytes - (self.tail - self.head) >= padding + size as u64 {
+                break;
+            }
+            if !self.keep_head() {
+                self.evict_head();
+            }
+        }
+        if self.head != head_before {
+            self.persist_window();
+            self.shared.head.store(self.head, Relaxed);
+            if self.crew {
+                fence(Release);
+            }
+        }
+    }
+
     /// The clock policy at the head: an item read since it was written (or last kept) is copied
     /// to the tail with one read less instead of evicted. True if the head item was kept; false
     /// if the head is anything else (padding, a superseded or expired item, one never read, one
@@ -1963,17 +1987,26 @@ impl Partition {
             return false;
         }
         let header = self.shared.log.header(offset);
-        if header.word0.has(BIT_DEAD) || header.word0.freq() == 0 || self.shared.is_gone(&header, self.clock_secs) {
+        if header.word0.has(BIT_DEAD)
+            || header.word0.freq() == 0
+            || self.shared.is_gone(&header, self.clock_secs)
+        {
             return false;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let key_len = header.word0.key_len();
-        self.shared.log.read_bytes(offset, header.key_start(), key_len + header.word1.value_len(), &mut scratch);
+        self.shared.log.read_bytes(
+            offset,
+            header.key_start(),
+            key_len + header.word1.value_len(),
+            &mut scratch,
+        );
         let hash = KeyHash::of(&scratch[..key_len]);
         let bucket = hash.bucket(self.bucket_mask);
         let slot = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
-        let Some(index) = self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)
+        let Some(index) =
+            self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)
         else {
             self.scratch = scratch;
             return false;
@@ -1988,13 +2021,11 @@ impl Partition {
         };
         // As a read's move to the tail: the old copy is superseded first, so making room for
         // the new one passes it as it would any superseded item.
-        self.keeping = true;
         let version = self.begin_write(bucket);
         self.retire(offset, &header);
         let new_offset = self.append(key, value, new_item);
         self.set_slot(bucket, index, Slot::new(hash.tag(), new_offset));
         self.end_write(bucket, version);
-        self.keeping = false;
         self.scratch = scratch;
         self.stats.reappends += 1;
         true

@@ -265,14 +265,35 @@ fn clock_keeps_a_bounded_number_per_write() {
         assert!(p.stats().reappends - before <= 16, "write {j} kept {}", p.stats().reappends - before);
     }
     // What was kept still answers with its value.
-    let live = (0..i).filter(|k| get(&mut p, format!("key{k}").as_bytes(), NOW) == Some(vec![1; 100])).count();
+    let live =
+        (0..i).filter(|k| get(&mut p, format!("key{k}").as_bytes(), NOW) == Some(vec![1; 100])).count();
     assert!(live > 0);
+}
+
+#[test]
+fn clock_never_moves_the_item_a_write_replaces() {
+    // A read key rewritten again and again while the head passes it: the keeps are made before
+    // the write looks it up, so the write always replaces the copy the index points at
+    // (`run` checks the counts against the log after every command).
+    let mut p = partition(4096, 64, Eviction::Clock);
+    for i in 0..2000u32 {
+        set(&mut p, format!("key{}", i % 97).as_bytes(), &[1; 40], NOW);
+        assert!(get(&mut p, b"k", NOW).is_some() || i == 0);
+        let value = vec![b'v'; (i as usize * 7) % 120 + 1];
+        set(&mut p, b"k", &value, NOW);
+        get(&mut p, format!("key{}", i % 89).as_bytes(), NOW);
+        assert_eq!(get(&mut p, b"k", NOW), Some(value));
+    }
+    assert!(p.stats().reappends > 0);
 }
 
 #[test]
 fn clock_keeps_flags_expiry_and_cas_of_a_kept_item() {
     let mut p = partition(4096, 64, Eviction::Clock);
-    assert!(matches!(store_with(&mut p, StoreMode::Set, b"k", b"value", 7, 1000, NOW), Outcome::Stored { .. }));
+    assert!(matches!(
+        store_with(&mut p, StoreMode::Set, b"k", b"value", 7, 1000, NOW),
+        Outcome::Stored { .. }
+    ));
     let (outcome, _) = run(&mut p, b"k", Command::Get, NOW);
     let Outcome::Hit(before) = outcome else { panic!("{outcome:?}") };
     for i in 0..60u32 {

@@ -155,7 +155,7 @@ pub struct Config {
     #[arg(long, value_enum, default_value_t = AccessArg::Crew)]
     pub access: AccessArg,
     /// Which items leave first when the log is full.
-    #[arg(long, value_enum, default_value_t = EvictionArg::ApproxLru)]
+    #[arg(long, value_enum, default_value_t = EvictionArg::Clock)]
     pub eviction: EvictionArg,
     /// Partitions (a power of two, at least the worker count; default 4 per worker).
     #[arg(long)]

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Hit ratio at a fixed item memory, side by side, measured by memtier_benchmark (issue 44).
+
+Each server gets 64 MiB of item memory and one worker. memtier fills 1,000,000 keys with values
+of 100-1000 bytes, then runs zipf 0.99 over them, one set in eleven, for --rounds rounds; the
+hit ratio of each round is memtier's hits over its gets.
+
+    scripts/bench-hit-ratio.py [--rounds 2] [--requests 100000] [--servers memcached,clock,approx-lru]
+
+Servers: memcached (`-m 64 -t 1`), quicksilver with each eviction policy named (`fifo`, `lru`,
+`approx-lru`, `clock`; `-m 64 -t 1 --eviction POLICY`), and `segcache` when Pelikan's binary
+is at ~/.cache/servers/pelikan-target/release/pelikan_segcache_rs (64 MB heap, its default
+Merge eviction).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_port, wait_port  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QS = os.path.join(REPO, "target/release/quicksilver")
+SEGCACHE = os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan_segcache_rs")
+KEYS = 1_000_000
+
+
+def command_for(name, port, workdir):
+    user = ["-u", "nobody"] if os.getuid() == 0 else []
+    if name == "memcached":
+        return ["memcached", "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "1"] + user
+    if name == "segcache":
+        config = os.path.join(workdir, "segcache.toml")
+        with open(config, "w") as f:
+            f.write(f"""[admin]\nhost = "127.0.0.1"\nport = "{free_port()}"\n
+[server]\nhost = "127.0.0.1"\nport = "{port}"\n
+[worker]\nthreads = 1\n
+[seg]\nheap_size = 67108864\nhash_power = 20\n""")
+        return [SEGCACHE, config]
+    return [QS, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "1", "--eviction", name]
+
+
+def memtier(memtier_bin, port, extra, workdir):
+    out = os.path.join(workdir, "memtier.json")
+    subprocess.run([memtier_bin, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
+                    "--data-size-range=100-1000", f"--key-maximum={KEYS}", "--key-minimum=1",
+                    f"--json-out-file={out}"] + extra,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    with open(out) as f:
+        gets = json.load(f)["ALL STATS"]["Gets"]
+    hits, misses = gets["Hits/sec"], gets["Misses/sec"]
+    return hits / (hits + misses) if hits + misses else 0.0
+
+
+def measure(name, args, workdir):
+    port = free_port()
+    server = subprocess.Popen(command_for(name, port, workdir), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        time.sleep(0.3)
+        memtier(args.memtier, port, ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P",
+                                     f"--requests={KEYS // 10}"], workdir)
+        return [memtier(args.memtier, port, ["-t", "2", "-c", "10", "--ratio=1:10", "--key-pattern=Z:Z",
+                                             "--key-zipf-exp=0.99", f"--requests={args.requests}"], workdir)
+                for _ in range(args.rounds)]
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=100_000, help="per memtier connection per round")
+    parser.add_argument("--servers", default="memcached,approx-lru,clock")
+    parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        for name in args.servers.split(","):
+            if name == "segcache" and not os.path.exists(SEGCACHE):
+                print(f"{name:12} (not built: {SEGCACHE})")
+                continue
+            ratios = measure(name, args, workdir)
+            print(f"{name:12} hit ratio: " + "  ".join(f"{ratio:.3f}" for ratio in ratios), flush=True)
+
+
+if __name__ == "__main__":
+    main()
