@@ -749,8 +749,13 @@ impl Partition {
         self.clock_secs = now_secs;
         match request.command {
             Command::Get => {}
-            Command::Store { value, .. } => self.keep_ahead(item::item_bytes(key.len(), value.len(), true)),
-            _ => self.keep_ahead(item::item_bytes(key.len(), 0, true)),
+            // No more than the write will take: a keep or eviction too many is an item lost.
+            Command::Store { value, flags, expiry, .. } => self.keep_ahead(item::item_bytes(
+                key.len(),
+                value.len(),
+                flags != 0 || expiry != Expiry::NEVER,
+            )),
+            _ => self.keep_ahead(item::item_bytes(key.len(), 0, false)),
         }
         let outcome = match request.command {
             Command::Get => self.get(hash, key, None, true, now_secs, out),
@@ -885,7 +890,11 @@ impl Partition {
             return self.execute(request, now_secs, out);
         }
         self.clock_secs = now_secs;
-        self.keep_ahead(item::item_bytes(request.key.len(), value.len(), true));
+        self.keep_ahead(item::item_bytes(
+            request.key.len(),
+            value.len(),
+            flags != 0 || expiry != Expiry::NEVER,
+        ));
         let existing = self.find(request.hash, request.key);
         if existing.is_some_and(|found| self.shared.is_gone(&found.header, now_secs)) {
             return self.execute(request, now_secs, out);

@@ -55,7 +55,7 @@ pub struct PartitionStats {
     pub items: u64,
     /// Log bytes those items occupy (memcached `bytes`).
     pub bytes: u64,
-    /// Items moved to the tail by LRU / approximate LRU.
+    /// Items moved to the tail: clock's keeps at the head, LRU's and approximate LRU's re-appends.
     pub reappends: u64,
     /// Store mode: writes refused for lack of arena space or spare buckets.
     pub refused: u64,

@@ -584,7 +584,7 @@ fn slabs(shared: &Shared, out: &mut Vec<u8>) {
 /// `stats items`: the logs as one class (listed while it holds items), in memcached's
 /// fields; `age` is the age of the oldest record in the logs, and the segmented-LRU
 /// figures memcached keeps (hot, warm, moves) are 0 here but `moves_within_lru`, the
-/// approximate LRU's re-appends.
+/// eviction policy's moves (clock's keeps, LRU's re-appends).
 fn items(shared: &Shared, out: &mut Vec<u8>) {
     let (p, _, _) = totals(shared);
     if p.items == 0 {
