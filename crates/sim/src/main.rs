@@ -141,6 +141,7 @@ enum FormatArg {
 enum ModelArg {
     Lru,
     Fifo,
+    S3fifo,
     Lfu,
     Engine,
 }
@@ -198,7 +199,7 @@ struct MrcArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<u64>,
     /// Models to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelArg::Lru, ModelArg::Fifo, ModelArg::Lfu, ModelArg::Engine])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelArg::Lru, ModelArg::Fifo, ModelArg::S3fifo, ModelArg::Lfu, ModelArg::Engine])]
     models: Vec<ModelArg>,
     /// The engine's eviction policy (the server's default: clock).
     #[arg(long, value_enum, default_value = "clock")]
@@ -314,6 +315,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
             .map(|model| match model {
                 ModelArg::Lru => Model::Lru,
                 ModelArg::Fifo => Model::Fifo,
+                ModelArg::S3fifo => Model::S3Fifo,
                 ModelArg::Lfu => Model::Lfu,
                 ModelArg::Engine => Model::Engine,
             })
@@ -370,11 +372,12 @@ fn print(report: &MrcReport) {
         report.eviction
     );
     println!(
-        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
+        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
         "fraction",
         "bytes",
         "LRU %",
         "FIFO %",
+        "S3FIFO %",
         "LFU %",
         "engine %",
         "index -pp",
@@ -384,11 +387,12 @@ fn print(report: &MrcReport) {
     );
     for point in &report.points {
         println!(
-            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
+            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
             point.fraction,
             point.bytes,
             percent(point.lru),
             percent(point.fifo),
+            percent(point.s3fifo),
             percent(point.lfu),
             percent(point.engine),
             percent(point.engine_index_cost),

@@ -7,6 +7,7 @@ use crate::engine::{key_bytes, EngineShape, EngineSim};
 use crate::fifo::FifoCache;
 use crate::lfu::LfuCache;
 use crate::lru::LruCurve;
+use crate::s3fifo::S3FifoCache;
 use crate::stream::Access;
 use hashbrown::HashMap;
 use qs_store::{Eviction, KeyHash};
@@ -20,6 +21,8 @@ pub enum Model {
     Lru,
     /// Exact FIFO.
     Fifo,
+    /// Exact S3-FIFO.
+    S3Fifo,
     /// Idealised (perfect) LFU.
     Lfu,
     /// The real engine.
@@ -61,6 +64,8 @@ pub struct MrcPoint {
     pub lru: Option<f64>,
     /// Exact FIFO's.
     pub fifo: Option<f64>,
+    /// Exact S3-FIFO's.
+    pub s3fifo: Option<f64>,
     /// Idealised LFU's.
     pub lfu: Option<f64>,
     /// The engine's.
@@ -166,6 +171,16 @@ impl SizedCache for FifoCache {
     }
 }
 
+impl SizedCache for S3FifoCache {
+    fn access(&mut self, access: &Access, bytes: u64) {
+        S3FifoCache::access(self, access, bytes);
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        S3FifoCache::hit_ratio(self)
+    }
+}
+
 impl SizedCache for LfuCache {
     fn access(&mut self, access: &Access, bytes: u64) {
         LfuCache::access(self, access, bytes);
@@ -208,6 +223,7 @@ where
             fraction: bytes as f64 / pass.working_set.max(1) as f64,
             lru: None,
             fifo: None,
+            s3fifo: None,
             lfu: None,
             engine: None,
             engine_index_cost: None,
@@ -231,6 +247,10 @@ where
     if plan.models.contains(&Model::Fifo) {
         let ratios = replay_per_size(&sizes, FifoCache::new, open()?)?;
         points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.fifo = Some(ratio));
+    }
+    if plan.models.contains(&Model::S3Fifo) {
+        let ratios = replay_per_size(&sizes, S3FifoCache::new, open()?)?;
+        points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.s3fifo = Some(ratio));
     }
     if plan.models.contains(&Model::Lfu) {
         let ratios = replay_per_size(&sizes, LfuCache::new, open()?)?;
