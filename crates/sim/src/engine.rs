@@ -230,6 +230,7 @@ mod tests {
             rate: 10_000,
             seed: 11,
             scramble: false,
+            scan_share: 0.0,
         }
     }
 

@@ -244,6 +244,7 @@ pub fn experiment(plan: &FrontPlan) -> Vec<FrontPoint> {
             rate: 100_000,
             seed,
             scramble: true,
+            scan_share: 0.0,
         };
         for access in recipe.stream() {
             caches.iter_mut().for_each(|(_, cache)| cache.access(&access));

@@ -80,6 +80,7 @@ mod tests {
                 rate: 100_000,
                 seed: 9,
                 scramble: true,
+                scan_share: 0.0,
             };
             for check in check(&recipe, 8, 64, 10) {
                 assert!(check.within_bound, "theta {theta}: {check:?}");

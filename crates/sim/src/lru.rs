@@ -157,6 +157,7 @@ mod tests {
             rate: 1000,
             seed: 5,
             scramble: false,
+            scan_share: 0.0,
         };
         let mut curve = LruCurve::new(&[100 * 16, 250 * 16, 500 * 16]);
         for access in recipe.stream() {

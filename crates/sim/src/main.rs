@@ -180,6 +180,10 @@ struct MrcArgs {
     /// Synthetic: share of sets.
     #[arg(long, default_value_t = 0.05)]
     set_share: f64,
+    /// Synthetic: share of requests that are gets of a scan of cold keys, each read once
+    /// (a scan polluting a hot set)
+    #[arg(long, default_value_t = 0.0)]
+    scan_share: f64,
     /// Key bytes (synthetic streams and traces without key sizes).
     #[arg(long, default_value_t = 16)]
     key_size: u16,
@@ -301,6 +305,7 @@ fn open_stream(args: &MrcArgs, pass: &mut u32) -> io::Result<Stream> {
         rate: args.rate,
         seed: args.seed,
         scramble: false,
+        scan_share: args.scan_share,
     };
     Ok(Box::new(recipe.stream().map(Ok)))
 }
@@ -514,6 +519,7 @@ fn hotkeys_command(args: &HotkeysArgs) -> bool {
         rate: 100_000,
         seed: args.seed,
         scramble: true,
+        scan_share: 0.0,
     };
     let checks = qs_sim::hotkeys::check(&recipe, args.partitions, args.capacity, args.top);
     println!(

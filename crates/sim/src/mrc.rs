@@ -358,6 +358,7 @@ mod tests {
             rate: 10_000,
             seed: 2,
             scramble: false,
+            scan_share: 0.0,
         };
         let plan = MrcPlan {
             sizes: vec![],

@@ -110,6 +110,9 @@ impl SizeDist {
     }
 }
 
+/// The scan's first key: past any key count a run uses.
+const SCAN_KEYS_START: u64 = 1 << 48;
+
 /// A synthetic stream's recipe.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Synthetic {
@@ -135,6 +138,9 @@ pub struct Synthetic {
     /// making key 0 the most popular: matters where key order does (a load phase that sets
     /// keys in order), not for popularity.
     pub scramble: bool,
+    /// Share of requests that are gets of the next key of a scan over cold keys, past every
+    /// other key and each read once (a batch job reading through a hot set).
+    pub scan_share: f64,
 }
 
 impl Synthetic {
@@ -163,6 +169,7 @@ impl Synthetic {
             issued: 0,
             keys: self.keys,
             pending_write: None,
+            scanned: 0,
         }
     }
 }
@@ -179,6 +186,8 @@ pub struct SyntheticStream {
     keys: u64,
     /// YCSB F: the write half of a read-modify-write, issued next.
     pending_write: Option<u64>,
+    /// Keys the scan has read.
+    scanned: u64,
 }
 
 impl SyntheticStream {
@@ -224,6 +233,12 @@ impl Iterator for SyntheticStream {
         }
         if let Some(key) = self.pending_write.take() {
             let access = self.access(key, Op::Set);
+            self.issued += 1;
+            return Some(access);
+        }
+        if self.recipe.scan_share > 0.0 && self.rng.unit() < self.recipe.scan_share {
+            self.scanned += 1;
+            let access = self.access(SCAN_KEYS_START + self.scanned, Op::Get);
             self.issued += 1;
             return Some(access);
         }
@@ -276,6 +291,7 @@ mod tests {
             rate: 1000,
             seed: 7,
             scramble: false,
+            scan_share: 0.0,
         }
     }
 
@@ -285,6 +301,17 @@ mod tests {
         assert_eq!(first.len(), 20_000);
         assert_eq!(first, recipe().stream().collect::<Vec<_>>());
         assert_eq!(first.last().unwrap().time, 19);
+    }
+
+    #[test]
+    fn a_scan_reads_each_cold_key_once_at_its_share() {
+        let accesses: Vec<Access> = Synthetic { scan_share: 0.25, ..recipe() }.stream().collect();
+        let scanned: Vec<u64> = accesses.iter().filter(|a| a.key >= SCAN_KEYS_START).map(|a| a.key).collect();
+        let share = scanned.len() as f64 / accesses.len() as f64;
+        assert!((share - 0.25).abs() < 0.02, "{share}");
+        assert!(scanned.windows(2).all(|pair| pair[0] < pair[1]), "each scanned key once, in order");
+        let scans: Vec<&Access> = accesses.iter().filter(|a| a.key >= SCAN_KEYS_START).collect();
+        assert!(scans.iter().all(|a| a.op == Op::Get));
     }
 
     #[test]
