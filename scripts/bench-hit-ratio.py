@@ -8,9 +8,12 @@ hit ratio of each round is memtier's hits over its gets.
     scripts/bench-hit-ratio.py [--rounds 2] [--requests 100000] [--servers memcached,clock,approx-lru]
 
 Servers: memcached (`-m 64 -t 1`), quicksilver with each eviction policy named (`fifo`, `lru`,
-`approx-lru`, `clock`; `-m 64 -t 1 --eviction POLICY`), and `segcache` when Pelikan's binary
-is at ~/.cache/servers/pelikan-target/release/pelikan_segcache_rs (64 MB heap, its default
-Merge eviction).
+`approx-lru`, `clock`; `-m 64 -t 1 --eviction POLICY`), and `segcache` (its default Merge
+eviction) or `segcache-s3fifo` when Pelikan's binary is at
+~/.cache/servers/pelikan-target/release/pelikan-segcache (built outside the repository:
+`cargo build --release -p pelikan-segcache` in a checkout of github.com/pelikan-io/pelikan with
+CARGO_TARGET_DIR=~/.cache/servers/pelikan-target), with its shipped config's settings, our
+ports and a 64 MB heap.
 """
 
 import argparse
@@ -26,7 +29,7 @@ from benchlib import free_port, wait_port  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QS = os.path.join(REPO, "target/release/quicksilver")
-SEGCACHE = os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan_segcache_rs")
+SEGCACHE = os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan-segcache")
 KEYS = 1_000_000
 
 
@@ -34,13 +37,40 @@ def command_for(name, port, workdir):
     user = ["-u", "nobody"] if os.getuid() == 0 else []
     if name == "memcached":
         return ["memcached", "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "1"] + user
-    if name == "segcache":
+    if name.startswith("segcache"):
+        # Pelikan's shipped config/segcache.toml with our ports and a 64 MB heap; its eviction
+        # (Merge) unless the name says S3Fifo.
+        eviction = "S3Fifo" if name == "segcache-s3fifo" else "Merge"
         config = os.path.join(workdir, "segcache.toml")
         with open(config, "w") as f:
-            f.write(f"""[admin]\nhost = "127.0.0.1"\nport = "{free_port()}"\n
-[server]\nhost = "127.0.0.1"\nport = "{port}"\n
-[worker]\nthreads = 1\n
-[seg]\nheap_size = 67108864\nhash_power = 20\n""")
+            f.write(f"""daemonize = false
+[admin]
+host = "127.0.0.1"
+port = "{free_port()}"
+http_enabled = false
+[server]
+host = "127.0.0.1"
+port = "{port}"
+timeout = 100
+nevent = 1024
+[worker]
+timeout = 100
+nevent = 1024
+threads = 1
+[seg]
+hash_power = 22
+heap_size = "64MB"
+segment_size = "1MB"
+compact_target = 2
+merge_target = 4
+merge_max = 8
+eviction = "{eviction}"
+[time]
+time_type = "Memcache"
+[buf]
+[debug]
+log_level = "error"
+""")
         return [SEGCACHE, config]
     return [QS, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "1", "--eviction", name]
 
@@ -83,7 +113,7 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.servers.split(","):
-            if name == "segcache" and not os.path.exists(SEGCACHE):
+            if name.startswith("segcache") and not os.path.exists(SEGCACHE):
                 print(f"{name:12} (not built: {SEGCACHE})")
                 continue
             ratios = measure(name, args, workdir)
