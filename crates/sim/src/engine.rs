@@ -231,6 +231,7 @@ mod tests {
             seed: 11,
             scramble: false,
             scan_share: 0.0,
+            ttl_mix: false,
         }
     }
 

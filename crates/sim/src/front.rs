@@ -245,6 +245,7 @@ pub fn experiment(plan: &FrontPlan) -> Vec<FrontPoint> {
             seed,
             scramble: true,
             scan_share: 0.0,
+            ttl_mix: false,
         };
         for access in recipe.stream() {
             caches.iter_mut().for_each(|(_, cache)| cache.access(&access));

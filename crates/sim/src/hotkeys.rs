@@ -81,6 +81,7 @@ mod tests {
                 seed: 9,
                 scramble: true,
                 scan_share: 0.0,
+                ttl_mix: false,
             };
             for check in check(&recipe, 8, 64, 10) {
                 assert!(check.within_bound, "theta {theta}: {check:?}");

@@ -158,6 +158,7 @@ mod tests {
             seed: 5,
             scramble: false,
             scan_share: 0.0,
+            ttl_mix: false,
         };
         let mut curve = LruCurve::new(&[100 * 16, 250 * 16, 500 * 16]);
         for access in recipe.stream() {

@@ -184,6 +184,10 @@ struct MrcArgs {
     /// (a scan polluting a hot set)
     #[arg(long, default_value_t = 0.0)]
     scan_share: f64,
+    /// Synthetic: every key a time to live of its own, a third of them 1 s to 5 minutes, the
+    /// rest 1 hour to 1 day
+    #[arg(long)]
+    ttl_mix: bool,
     /// Key bytes (synthetic streams and traces without key sizes).
     #[arg(long, default_value_t = 16)]
     key_size: u16,
@@ -306,6 +310,7 @@ fn open_stream(args: &MrcArgs, pass: &mut u32) -> io::Result<Stream> {
         seed: args.seed,
         scramble: false,
         scan_share: args.scan_share,
+        ttl_mix: args.ttl_mix,
     };
     Ok(Box::new(recipe.stream().map(Ok)))
 }
@@ -520,6 +525,7 @@ fn hotkeys_command(args: &HotkeysArgs) -> bool {
         seed: args.seed,
         scramble: true,
         scan_share: 0.0,
+        ttl_mix: false,
     };
     let checks = qs_sim::hotkeys::check(&recipe, args.partitions, args.capacity, args.top);
     println!(

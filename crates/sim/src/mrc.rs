@@ -359,6 +359,7 @@ mod tests {
             seed: 2,
             scramble: false,
             scan_share: 0.0,
+            ttl_mix: false,
         };
         let plan = MrcPlan {
             sizes: vec![],

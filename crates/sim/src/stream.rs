@@ -141,6 +141,9 @@ pub struct Synthetic {
     /// Share of requests that are gets of the next key of a scan over cold keys, past every
     /// other key and each read once (a batch job reading through a hot set).
     pub scan_share: f64,
+    /// Every key a time to live of its own: a third of them 1 s to 5 minutes, the rest 1 hour
+    /// to 1 day (sets and the fills after a miss carry it).
+    pub ttl_mix: bool,
 }
 
 impl Synthetic {
@@ -198,7 +201,7 @@ impl SyntheticStream {
             key_size: self.recipe.key_size,
             value_size: self.recipe.sizes.size_of(key),
             op,
-            ttl: 0,
+            ttl: if self.recipe.ttl_mix { ttl_of(key) } else { 0 },
         }
     }
 
@@ -267,6 +270,17 @@ impl Iterator for SyntheticStream {
     }
 }
 
+/// A key's time to live under `ttl_mix`: a third of the keys 1 s to 5 minutes, the rest 1 hour
+/// to 1 day, fixed by the key.
+fn ttl_of(key: u64) -> u32 {
+    let hash = mix(key ^ 0x7474_6c5f_6d69_78);
+    if hash % 3 == 0 {
+        1 + (hash >> 8) as u32 % 300
+    } else {
+        3600 + (hash >> 8) as u32 % (86_400 - 3600)
+    }
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -292,6 +306,7 @@ mod tests {
             seed: 7,
             scramble: false,
             scan_share: 0.0,
+            ttl_mix: false,
         }
     }
 
@@ -301,6 +316,16 @@ mod tests {
         assert_eq!(first.len(), 20_000);
         assert_eq!(first, recipe().stream().collect::<Vec<_>>());
         assert_eq!(first.last().unwrap().time, 19);
+    }
+
+    #[test]
+    fn the_ttl_mix_gives_a_third_of_the_keys_minutes_and_the_rest_hours() {
+        let ttls: Vec<u32> = (0..30_000u64).map(ttl_of).collect();
+        let short = ttls.iter().filter(|&&ttl| ttl <= 300).count() as f64 / ttls.len() as f64;
+        assert!((short - 1.0 / 3.0).abs() < 0.02, "{short}");
+        assert!(ttls.iter().all(|&ttl| (1..=300).contains(&ttl) || (3600..86_400).contains(&ttl)));
+        let accesses: Vec<Access> = Synthetic { ttl_mix: true, ..recipe() }.stream().collect();
+        assert!(accesses.iter().all(|a| a.ttl == ttl_of(a.key)), "a key keeps its time to live");
     }
 
     #[test]
