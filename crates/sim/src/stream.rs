@@ -273,7 +273,7 @@ impl Iterator for SyntheticStream {
 /// A key's time to live under `ttl_mix`: a third of the keys 1 s to 5 minutes, the rest 1 hour
 /// to 1 day, fixed by the key.
 fn ttl_of(key: u64) -> u32 {
-    let hash = mix(key ^ 0x7474_6c5f_6d69_78);
+    let hash = mix(key ^ 0x0074_746c_5f6d_6978);
     if hash % 3 == 0 {
         1 + (hash >> 8) as u32 % 300
     } else {
