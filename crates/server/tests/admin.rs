@@ -339,3 +339,31 @@ fn stats_slabs_counts_every_hit_as_the_general_list_does() {
         .sum();
     assert_eq!(hits, general);
 }
+
+#[test]
+fn the_default_eviction_keeps_a_key_that_is_read_and_fifo_does_not() {
+    // 2 MiB of item memory, 6 MiB of other values written through it: the key read once per
+    // half lap stays under clock (the default: `stats settings` says so), not under FIFO.
+    for (args, kept) in
+        [(&["-m", "2", "-t", "1"][..], true), (&["-m", "2", "-t", "1", "--eviction", "fifo"], false)]
+    {
+        let server = ServerProcess::quicksilver(args);
+        let mut client = server.connect();
+        let policy = stats(&mut client, "settings").into_iter().find(|(name, _)| name == "eviction_policy");
+        let want = if kept { "clock" } else { "fifo" };
+        assert_eq!(policy.map(|(_, value)| value).as_deref(), Some(want));
+        set(&mut client, "hot", b"still here");
+        let filler = vec![b'x'; 1000];
+        let mut lost_at = None;
+        for i in 0..6000 {
+            set(&mut client, &format!("filler:{i}"), &filler);
+            if i % 500 == 0 && !call(&mut client, "get hot\r\n").contains("still here") {
+                lost_at.get_or_insert(i);
+            }
+        }
+        assert_eq!(lost_at.is_none(), kept, "{args:?}: hot lost at {lost_at:?}");
+        if kept {
+            assert!(stat(&mut client, "moves_within_lru") > 0, "clock's keeps are counted");
+        }
+    }
+}
