@@ -65,6 +65,8 @@ pub struct EngineSim {
     tally: EngineTally,
     /// Whether the partitions have a flash tier.
     flash: bool,
+    /// The last request's time.
+    now: u32,
 }
 
 impl EngineSim {
@@ -99,12 +101,21 @@ impl EngineSim {
             out: Vec::new(),
             tally: EngineTally::default(),
             flash: flash_bytes > 0,
+            now: 0,
         }
     }
 
     /// Bytes of index over all partitions.
     pub fn index_bytes(&self) -> usize {
         self.partitions.iter().map(|partition| partition.main_buckets() * BUCKET_BYTES).sum()
+    }
+
+    /// The share of the bytes the log holds that belong to items expired by the last request's
+    /// time, waiting for the head.
+    pub fn expired_share(&self) -> f64 {
+        let held: u64 = self.partitions.iter().map(|partition| partition.stats().bytes).sum();
+        let gone: u64 = self.partitions.iter().map(|partition| partition.gone_bytes(self.now)).sum();
+        gone as f64 / held.max(1) as f64
     }
 
     /// Replays one request at its time.
@@ -131,6 +142,7 @@ impl EngineSim {
     pub fn replay(&mut self, access: &Access, key: &[u8], hash: KeyHash) {
         let index = hash.partition(self.partition_bits);
         let now = access.time + 1;
+        self.now = now;
         match access.op {
             Op::Get => {
                 self.tally.gets += 1;

@@ -382,7 +382,7 @@ fn print(report: &MrcReport) {
         report.eviction
     );
     println!(
-        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
+        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
         "fraction",
         "bytes",
         "LRU %",
@@ -392,12 +392,13 @@ fn print(report: &MrcReport) {
         "engine %",
         "index -pp",
         "expired %",
+        "exp held %",
         "index evict",
         "live %"
     );
     for point in &report.points {
         println!(
-            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>12} {:>8}",
+            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
             point.fraction,
             point.bytes,
             percent(point.lru),
@@ -407,6 +408,7 @@ fn print(report: &MrcReport) {
             percent(point.engine),
             percent(point.engine_index_cost),
             percent(point.engine_expired_miss),
+            percent(point.engine_expired_held),
             point.engine_index_evictions.map_or_else(|| "-".into(), |count| count.to_string()),
             percent(point.live),
         );

@@ -75,6 +75,9 @@ pub struct MrcPoint {
     pub engine_index_cost: Option<f64>,
     /// Share of the engine's gets missed because the item had expired.
     pub engine_expired_miss: Option<f64>,
+    /// The share of the engine's held bytes that belong to expired items at the end, waiting
+    /// for the head.
+    pub engine_expired_held: Option<f64>,
     /// Index slots evicted from full buckets.
     pub engine_index_evictions: Option<u64>,
     /// A live server's own estimate at this size (`qs-sim mrc --live`).
@@ -228,6 +231,7 @@ where
             engine: None,
             engine_index_cost: None,
             engine_expired_miss: None,
+            engine_expired_held: None,
             engine_index_evictions: None,
             live: None,
         })
@@ -332,6 +336,7 @@ fn engine_points(
         let tally = engines[index].tally();
         point.engine = Some(tally.hit_ratio());
         point.engine_expired_miss = Some(tally.expired_misses as f64 / tally.gets.max(1) as f64);
+        point.engine_expired_held = Some(engines[index].expired_share());
         if let Some(twin) = twins.get(index) {
             point.engine_index_cost = Some(twin.tally().hit_ratio() - tally.hit_ratio());
         }

@@ -632,6 +632,19 @@ impl Partition {
         })
     }
 
+    /// Bytes of the log held at `now_secs` by items that no longer answer (expired or flushed)
+    /// and wait for the head to pass them: what a reclaim ahead of the head could give back.
+    /// Walks the whole log (for simulations and tests, not the request path).
+    pub fn gone_bytes(&self, now_secs: u32) -> u64 {
+        if self.store.is_some() {
+            return 0;
+        }
+        self.records()
+            .filter(|(_, header)| !header.word0.has(BIT_DEAD) && self.shared.is_gone(header, now_secs))
+            .map(|(_, header)| header.capacity() as u64)
+            .sum()
+    }
+
     /// Evicts the live item at `offset` where it lies (a shrinking log's end): out of the
     /// index and counted as an eviction (or a reclaim, if it had expired).
     fn evict_in_place(&mut self, offset: u64, header: &Header) {

@@ -482,3 +482,19 @@ fn housekeeping_scan_clears_dangling_slots_without_losing_live_ones() {
     assert!(get(&mut p, b"key0", NOW).is_none());
     assert_eq!(get(&mut p, b"key299", NOW), Some(vec![1; 24]), "the scan keeps live items");
 }
+
+#[test]
+fn gone_bytes_are_the_expired_items_still_in_the_log() {
+    let mut p = partition(1 << 16, 64, Eviction::Clock);
+    assert!(matches!(store_with(&mut p, StoreMode::Set, b"short", b"v", 0, 10, NOW), Outcome::Stored { .. }));
+    set(&mut p, b"long", b"v", NOW);
+    assert_eq!(p.gone_bytes(NOW + 5), 0);
+    let held = p.stats().bytes;
+    // The expired one alone: its bytes, half of what the log holds (both items are alike but for
+    // the expiry word).
+    let gone = p.gone_bytes(NOW + 11);
+    assert!(gone > 0 && gone < held, "{gone} of {held}");
+    // Deleted, it no longer counts (superseded, not waiting to expire).
+    run(&mut p, b"short", Command::Delete { cas: 0 }, NOW + 5);
+    assert_eq!(p.gone_bytes(NOW + 11), 0);
+}
