@@ -38,7 +38,14 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         let buckets = ((slots as f64 / (15.0 * qs_store::config::INDEX_LOAD_DEFAULT)).ceil() as usize)
             .max(1)
             .next_power_of_two();
-        qs_store::Config::new(log_bytes, buckets)
+        // -o hashpower=N: at least 2^N slots over all the partitions (memcached's initial hash
+        // table; it grows its own, this index keeps the size it starts with).
+        let asked = config
+            .extended()
+            .ok()
+            .and_then(|extended| extended.hashpower)
+            .map_or(0, |power| ((1usize << power) / partitions).div_ceil(15).max(1).next_power_of_two());
+        qs_store::Config::new(log_bytes, buckets.max(asked))
     };
     partition.item_bytes_max = config.item_bytes_max;
     partition.access = match config.access {

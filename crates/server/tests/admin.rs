@@ -367,3 +367,31 @@ fn the_default_eviction_keeps_a_key_that_is_read_and_fifo_does_not() {
         }
     }
 }
+
+#[test]
+fn hashpower_sizes_the_index_so_small_items_fill_the_memory() {
+    // 8 MiB of 56-byte items (8-byte keys, 32-byte values): the index sized for 128-byte items
+    // drops entries before the log is full; `-o hashpower=17` (2^17 slots) holds them all.
+    let fill = |args: &[&str]| {
+        let server = ServerProcess::quicksilver(args);
+        let mut client = server.connect();
+        let mut batch = Vec::new();
+        for i in 0..200_000 {
+            batch.extend_from_slice(
+                format!("set k:{i:06} 0 0 32 noreply\r\n{}\r\n", "v".repeat(32)).as_bytes(),
+            );
+            if batch.len() > 1 << 16 {
+                client.send(&batch);
+                batch.clear();
+            }
+        }
+        batch.extend_from_slice(b"mn\r\n");
+        client.send(&batch);
+        assert_eq!(client.read_until(b"MN\r\n"), b"MN\r\n");
+        stat(&mut client, "bytes") as f64 / stat(&mut client, "limit_maxbytes") as f64
+    };
+    let default = fill(&["-m", "8", "-t", "1"]);
+    let sized = fill(&["-m", "8", "-t", "1", "-o", "hashpower=17"]);
+    assert!(default < 0.95, "the default index holds {default:.3} of the memory in items");
+    assert!(sized >= 0.97, "-o hashpower=17 holds {sized:.3} of the memory in items");
+}

@@ -322,6 +322,10 @@ pub struct Extended {
     pub ssl: ssl::Settings,
     /// `-o io_backend`: how workers do their stream connections' I/O.
     pub io_backend: IoBackend,
+    /// memcached's `-o hashpower=N` (12 to 32): the index holds at least 2^N slots in all, so
+    /// that a cache of small items keeps as many as its memory holds (unset: sized for items of
+    /// 128 bytes).
+    pub hashpower: Option<u32>,
 }
 
 /// `-o io_backend`: how a worker reads and writes its stream connections.
@@ -390,7 +394,6 @@ pub const SLAB_PAGE_BYTES: usize = 1 << 20;
 /// service line starts unchanged) and named in one warning, since quicksilver's circular logs
 /// and lossy index have none of these parts (docs/COMPATIBILITY.md).
 const TUNING_OPTIONS: &[&str] = &[
-    "hashpower",
     "no_hashexpand",
     "slab_reassign",
     "no_slab_reassign",
@@ -441,6 +444,7 @@ impl Default for Extended {
             flash_direct: false,
             ssl: ssl::Settings::default(),
             io_backend: IoBackend::Uring,
+            hashpower: None,
         }
     }
 }
@@ -527,6 +531,18 @@ impl Config {
                 }
                 "read_buf_mem_limit" => {
                     extended.read_buf_mem_limit_bytes = number(name, value)? as usize * (1 << 20);
+                }
+                "hashpower" => {
+                    let n = atoi(value.ok_or("Missing numeric argument for hashpower")?);
+                    if n < 12 {
+                        return Err(format!("Initial hashtable multiplier of {n} is too low"));
+                    }
+                    if n > 32 {
+                        return Err(format!(
+                            "Initial hashtable multiplier of {n} is too high\nChoose a value based on \"STAT hash_power_level\" from a running instance"
+                        ));
+                    }
+                    extended.hashpower = Some(n as u32);
                 }
                 "mrc_sample" => extended.mrc_sample_one_in = number(name, value)?,
                 "hotkeys_sample" => extended.hotkeys_sample_one_in = number(name, value)?,
