@@ -1203,7 +1203,7 @@ impl Partition {
         };
         if reappend {
             self.stats.reappends += 1;
-            self.move_to_tail(found, now_secs);
+            self.move_to_tail(found, header.word0.bits() | BIT_FETCHED, now_secs);
             return;
         }
         let fetched = header.word0.has(BIT_FETCHED);
@@ -1234,8 +1234,11 @@ impl Partition {
         }
     }
 
-    /// Copies an item to the tail (LRU), keeping its CAS, flags, expiry and bits.
-    fn move_to_tail(&mut self, found: &Found, now_secs: u32) {
+    /// Copies an item to the tail with header bits `bits` and last access `last_access`,
+    /// keeping its CAS, flags and expiry (LRU's move on a read, clock's keep at the head). The
+    /// old copy is superseded first, so making room for the new one passes it as it would any
+    /// superseded item.
+    fn move_to_tail(&mut self, found: &Found, bits: u8, last_access: u32) {
         let header = found.header;
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -1247,13 +1250,12 @@ impl Partition {
             &mut scratch,
         );
         let (key, value) = scratch.split_at(key_len);
-        let bits = header.word0.bits() & !BIT_EXT | BIT_FETCHED;
         let new_header = NewItem {
             cas_seq: header.word0.cas_seq(),
-            bits,
+            bits: bits & !BIT_EXT,
             flags: header.ext.flags(),
             expiry: header.ext.expiry(),
-            last_access: now_secs,
+            last_access,
         };
         let version = self.begin_write(found.bucket);
         self.retire(found.offset, &header);
@@ -1936,26 +1938,17 @@ impl Partition {
     /// Makes room for `size` bytes at the tail (padding to the end of the lap if the item would
     /// straddle the end of memory) and returns the logical offset of the room.
     fn reserve(&mut self, size: usize) -> u64 {
-        let lap_bytes = self.geometry.lap_bytes;
-        let physical = self.geometry.physical(self.tail) as u64;
-        let padding =
-            if physical + size as u64 > self.limit_bytes { self.geometry.to_lap_end(self.tail) } else { 0 };
+        let padding = self.padding_before(size);
         let need = padding + size as u64;
         // The live window spans at most one lap, so no two live bytes share a physical byte.
-        if lap_bytes - (self.tail - self.head) < need {
-            while lap_bytes - (self.tail - self.head) < need {
+        if self.room() < need {
+            while self.room() < need {
                 self.evict_head();
             }
-            // The memory file's window moves past the evicted records before they are
-            // overwritten.
-            self.persist_window();
-            self.shared.head.store(self.head, Relaxed);
-            if self.crew {
-                fence(Release);
-            }
+            self.publish_head();
         }
         if padding > 0 {
-            if physical < self.geometry.log_bytes {
+            if (self.geometry.physical(self.tail) as u64) < self.geometry.log_bytes {
                 self.shared.log.write_padding(self.tail);
             }
             self.tail += padding;
@@ -1977,13 +1970,7 @@ impl Partition {
         }
         let head_before = self.head;
         for _ in 0..KEEPS_PER_RESERVE {
-            let physical = self.geometry.physical(self.tail) as u64;
-            let padding = if physical + size as u64 > self.limit_bytes {
-                self.geometry.to_lap_end(self.tail)
-            } else {
-                0
-            };
-            if self.geometry.lap_bytes - (self.tail - self.head) >= padding + size as u64 {
+            if self.room() >= self.padding_before(size) + size as u64 {
                 break;
             }
             if !self.keep_head() {
@@ -1991,11 +1978,32 @@ impl Partition {
             }
         }
         if self.head != head_before {
-            self.persist_window();
-            self.shared.head.store(self.head, Relaxed);
-            if self.crew {
-                fence(Release);
-            }
+            self.publish_head();
+        }
+    }
+
+    /// Bytes free between the tail and the head (the live window spans at most one lap).
+    fn room(&self) -> u64 {
+        self.geometry.lap_bytes - (self.tail - self.head)
+    }
+
+    /// The padding an item of `size` bytes appended now needs first: to the end of the lap
+    /// when it would straddle the end of memory, else none.
+    fn padding_before(&self, size: usize) -> u64 {
+        if self.geometry.physical(self.tail) as u64 + size as u64 > self.limit_bytes {
+            self.geometry.to_lap_end(self.tail)
+        } else {
+            0
+        }
+    }
+
+    /// Publishes a head that moved: the memory file's window moves past the evicted records
+    /// before they are overwritten, and CREW readers see the head before the memory is reused.
+    fn publish_head(&mut self) {
+        self.persist_window();
+        self.shared.head.store(self.head, Relaxed);
+        if self.crew {
+            fence(Release);
         }
     }
 
@@ -2015,40 +2023,22 @@ impl Partition {
         {
             return false;
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let key_len = header.word0.key_len();
-        self.shared.log.read_bytes(
-            offset,
-            header.key_start(),
-            key_len + header.word1.value_len(),
-            &mut scratch,
-        );
-        let hash = KeyHash::of(&scratch[..key_len]);
+        // The key in the scratch buffer (no allocation per keep); move_to_tail takes it next.
+        let mut key = std::mem::take(&mut self.scratch);
+        key.clear();
+        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        let hash = KeyHash::of(&key);
+        self.scratch = key;
         let bucket = hash.bucket(self.bucket_mask);
         let slot = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
         let Some(index) =
             self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)
         else {
-            self.scratch = scratch;
             return false;
         };
-        let (key, value) = scratch.split_at(key_len);
-        let new_item = NewItem {
-            cas_seq: header.word0.cas_seq(),
-            bits: header.word0.with_freq(header.word0.freq() - 1).bits() & !BIT_EXT,
-            flags: header.ext.flags(),
-            expiry: header.ext.expiry(),
-            last_access: header.word1.last_access(),
-        };
-        // As a read's move to the tail: the old copy is superseded first, so making room for
-        // the new one passes it as it would any superseded item.
-        let version = self.begin_write(bucket);
-        self.retire(offset, &header);
-        let new_offset = self.append(key, value, new_item);
-        self.set_slot(bucket, index, Slot::new(hash.tag(), new_offset));
-        self.end_write(bucket, version);
-        self.scratch = scratch;
+        let found = Found { bucket, slot_bucket: bucket, slot: index, offset, header };
+        let bits = header.word0.with_freq(header.word0.freq() - 1).bits();
+        self.move_to_tail(&found, bits, header.word1.last_access());
         self.stats.reappends += 1;
         true
     }
