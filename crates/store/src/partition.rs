@@ -761,7 +761,8 @@ impl Partition {
         let (hash, key) = (request.hash, request.key);
         self.clock_secs = now_secs;
         match request.command {
-            Command::Get => {}
+            // Nothing appended: no room to make.
+            Command::Get | Command::Delete { .. } | Command::Invalidate { .. } => {}
             // No more than the write will take: a keep or eviction too many is an item lost.
             Command::Store { value, flags, expiry, .. } => self.keep_ahead(item::item_bytes(
                 key.len(),
