@@ -7,6 +7,12 @@ hit ratio of each round is memtier's hits over its gets.
 
     scripts/bench-hit-ratio.py [--rounds 2] [--requests 100000] [--servers memcached,clock,approx-lru]
 
+With --small-fill KEYS it instead writes KEYS keys of 8 bytes (`k` and up to 7 digits) with
+32-byte values once, in order, and reports the items each server then holds (curr_items; for
+Segcache its admin port's item count) and what share of the item memory they fill at 56 bytes
+each (quicksilver's item size for them: 16 of header, 40 of data). --memory-mib sets the item
+memory of every server (64 unless given).
+
 Servers: memcached (`-m 64 -t 1`), quicksilver with each eviction policy named (`fifo`, `lru`,
 `approx-lru`, `clock`; `-m 64 -t 1 --eviction POLICY`), and `segcache` (its default Merge
 eviction) or `segcache-s3fifo` when Pelikan's binary is at
@@ -19,6 +25,7 @@ ports and a 64 MB heap.
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,20 +40,27 @@ SEGCACHE = os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan-s
 KEYS = 1_000_000
 
 
-def command_for(name, port, workdir):
+ADMIN_PORTS = {}
+
+
+def command_for(name, port, workdir, memory_mib=64):
     user = ["-u", "nobody"] if os.getuid() == 0 else []
+    memory = str(memory_mib)
     if name == "memcached":
-        return ["memcached", "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "1"] + user
+        return ["memcached", "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", memory, "-t", "1"] + user
     if name.startswith("segcache"):
         # Pelikan's shipped config/segcache.toml with our ports and a 64 MB heap; its eviction
         # (Merge) unless the name says S3Fifo.
         eviction = "S3Fifo" if name == "segcache-s3fifo" else "Merge"
         config = os.path.join(workdir, "segcache.toml")
+        ADMIN_PORTS[port] = free_port()
+        # Its shipped hash_power (22) at 64 MB; as many more buckets as the heap is larger.
+        hash_power = 22 + max(0, (memory_mib // 64).bit_length() - 1)
         with open(config, "w") as f:
             f.write(f"""daemonize = false
 [admin]
 host = "127.0.0.1"
-port = "{free_port()}"
+port = "{ADMIN_PORTS[port]}"
 http_enabled = false
 [server]
 host = "127.0.0.1"
@@ -58,8 +72,8 @@ timeout = 100
 nevent = 1024
 threads = 1
 [seg]
-hash_power = 22
-heap_size = "64MB"
+hash_power = {hash_power}
+heap_size = "{memory_mib}MB"
 segment_size = "1MB"
 compact_target = 2
 merge_target = 4
@@ -72,7 +86,54 @@ time_type = "Memcache"
 log_level = "error"
 """)
         return [SEGCACHE, config]
-    return [QS, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "1", "--eviction", name]
+    return [QS, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", memory, "-t", "1", "--eviction", name]
+
+
+def stats_of(port):
+    """`stats` over the text protocol, as a dict."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"stats\r\n")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return {parts[1]: parts[2] for parts in (line.split(" ") for line in data.decode().split("\r\n"))
+            if len(parts) == 3}
+
+
+def small_fill(name, args, workdir):
+    """Items held after one in-order write of args.small_fill small keys."""
+    port = free_port()
+    server = subprocess.Popen(command_for(name, port, workdir, args.memory_mib), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        time.sleep(0.3)
+        per_connection = args.small_fill // 10
+        # Segcache has been seen to stop answering part way through this fill (its sets stop
+        # counting): what it holds then is reported, marked.
+        stalled = False
+        try:
+            subprocess.run([args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text",
+                        "--hide-histogram", "--data-size=32", "--key-prefix=k", "--key-minimum=1",
+                        f"--key-maximum={args.small_fill}", "--key-pattern=P:P", "--ratio=1:0",
+                            "-t", "1", "-c", "10", f"--requests={per_connection}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                           timeout=args.small_fill / 50_000 + 60)
+        except subprocess.TimeoutExpired:
+            stalled = True
+        if port in ADMIN_PORTS:
+            figures = stats_of(ADMIN_PORTS[port])
+            figures["stalled"] = stalled
+            return int(figures.get("items", figures.get("item_current", 0))), figures
+        figures = stats_of(port)
+        figures["stalled"] = stalled
+        return int(figures["curr_items"]), figures
+    finally:
+        server.kill()
+        server.wait()
 
 
 def memtier(memtier_bin, port, extra, workdir):
@@ -110,11 +171,21 @@ def main():
     parser.add_argument("--requests", type=int, default=100_000, help="per memtier connection per round")
     parser.add_argument("--servers", default="memcached,approx-lru,clock")
     parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    parser.add_argument("--small-fill", type=int, default=0, metavar="KEYS")
+    parser.add_argument("--memory-mib", type=int, default=64)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.servers.split(","):
             if name.startswith("segcache") and not os.path.exists(SEGCACHE):
                 print(f"{name:12} (not built: {SEGCACHE})")
+                continue
+            if args.small_fill:
+                items, figures = small_fill(name, args, workdir)
+                share = items * 56 / (args.memory_mib << 20)
+                extra = f"  hash_bytes {figures['hash_bytes']}" if "hash_bytes" in figures else ""
+                if figures["stalled"]:
+                    extra += f"  (stalled after {figures.get('set', '?')} sets)"
+                print(f"{name:12} items {items:,}  ({share:.1%} of -m at 56 B each){extra}", flush=True)
                 continue
             ratios = measure(name, args, workdir)
             print(f"{name:12} hit ratio: " + "  ".join(f"{ratio:.3f}" for ratio in ratios), flush=True)

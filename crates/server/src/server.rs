@@ -39,13 +39,19 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
             .max(1)
             .next_power_of_two();
         // -o hashpower=N: at least 2^N slots over all the partitions (memcached's initial hash
-        // table; it grows its own, this index keeps the size it starts with).
-        let asked = config
-            .extended()
-            .ok()
+        // table). Either way the index grows, as memcached's does, when the items the log
+        // holds outnumber its slots (smaller items than expected), unless -o no_hashexpand
+        // or a flash tier (whose index may live in a file) keeps it at this size.
+        let extended = config.extended().ok();
+        let asked = extended
+            .as_ref()
             .and_then(|extended| extended.hashpower)
             .map_or(0, |power| ((1usize << power) / partitions).div_ceil(15).max(1).next_power_of_two());
-        qs_store::Config::new(log_bytes, buckets.max(asked))
+        let mut partition = qs_store::Config::new(log_bytes, buckets.max(asked));
+        if extended.is_some_and(|extended| extended.no_hashexpand || !extended.ext_paths.is_empty()) {
+            partition.index_levels = 0;
+        }
+        partition
     };
     partition.item_bytes_max = config.item_bytes_max;
     partition.access = match config.access {
@@ -460,7 +466,7 @@ fn new_shared(
         page_kinds: first.page_kinds(),
         native_epoch: (random_u64() as u32) | 1,
         native_secret: random_u64(),
-        main_buckets: first.main_buckets(),
+        main_buckets: first.room_buckets(),
         crawler_enabled: AtomicBool::new(extended.lru_crawler),
         stats_baseline: Mutex::default(),
         detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),

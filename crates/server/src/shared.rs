@@ -105,7 +105,8 @@ pub struct Shared {
     pub native_epoch: u32,
     /// Native protocol: the key of the address cookies (random at start).
     pub native_secret: u64,
-    /// Main index buckets per partition (`lru_crawler metadump` walks them a range at a time).
+    /// Main index buckets a partition may grow to (`lru_crawler metadump` walks them a range
+    /// at a time; a partition lists the ones it uses).
     pub main_buckets: usize,
     /// `lru_crawler enable|disable`: whether metadump and crawl are served.
     pub crawler_enabled: AtomicBool,

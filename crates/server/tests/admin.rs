@@ -369,12 +369,15 @@ fn the_default_eviction_keeps_a_key_that_is_read_and_fifo_does_not() {
 }
 
 #[test]
-fn hashpower_sizes_the_index_so_small_items_fill_the_memory() {
-    // 8 MiB of 56-byte items (8-byte keys, 32-byte values): the index sized for 128-byte items
-    // drops entries before the log is full; `-o hashpower=17` (2^17 slots) holds them all.
+fn the_index_grows_so_small_items_fill_the_memory() {
+    // 8 MiB of 56-byte items (8-byte keys, 32-byte values): the index starts sized for 128-byte
+    // items and grows as memcached's hash table does; `-o no_hashexpand` keeps it at its first
+    // size, where it drops entries before the log is full, unless `-o hashpower=17` (2^17
+    // slots) sizes it for them.
     let fill = |args: &[&str]| {
         let server = ServerProcess::quicksilver(args);
         let mut client = server.connect();
+        let level_before = stat(&mut client, "hash_power_level");
         let mut batch = Vec::new();
         for i in 0..200_000 {
             batch.extend_from_slice(
@@ -388,10 +391,15 @@ fn hashpower_sizes_the_index_so_small_items_fill_the_memory() {
         batch.extend_from_slice(b"mn\r\n");
         client.send(&batch);
         assert_eq!(client.read_until(b"MN\r\n"), b"MN\r\n");
-        stat(&mut client, "bytes") as f64 / stat(&mut client, "limit_maxbytes") as f64
+        let live = stat(&mut client, "bytes") as f64 / stat(&mut client, "limit_maxbytes") as f64;
+        (live, level_before, stat(&mut client, "hash_power_level"))
     };
-    let default = fill(&["-m", "8", "-t", "1"]);
-    let sized = fill(&["-m", "8", "-t", "1", "-o", "hashpower=17"]);
-    assert!(default < 0.95, "the default index holds {default:.3} of the memory in items");
+    let (grown, before, after) = fill(&["-m", "8", "-t", "1"]);
+    assert!(grown >= 0.97, "the growing index holds {grown:.3} of the memory in items");
+    assert!(after > before, "hash_power_level {before} -> {after}: the index did not grow");
+    let (fixed, before, after) = fill(&["-m", "8", "-t", "1", "-o", "no_hashexpand"]);
+    assert!(fixed < 0.95, "the fixed index holds {fixed:.3} of the memory in items");
+    assert_eq!(before, after, "-o no_hashexpand grew the index");
+    let (sized, _, _) = fill(&["-m", "8", "-t", "1", "-o", "no_hashexpand,hashpower=17"]);
     assert!(sized >= 0.97, "-o hashpower=17 holds {sized:.3} of the memory in items");
 }

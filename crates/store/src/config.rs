@@ -36,6 +36,11 @@ pub enum Access {
 /// The default index load at which the index is sized: a full log of items of the expected
 /// size fills this fraction of the slots.
 pub const INDEX_LOAD_DEFAULT: f64 = 0.625;
+/// The index load past which a growing index splits buckets. Below the load it is sized for:
+/// linear hashing leaves the buckets not yet split at a level with up to twice the others'
+/// load, and a full bucket drops an item the log still holds (at most 1.4% of the items at
+/// this load, against 4.2% at [`INDEX_LOAD_DEFAULT`], for Poisson-spread keys).
+pub const INDEX_GROW_LOAD: f64 = 0.5;
 /// Store mode's spare buckets as a fraction of the main buckets (MICA §4.3.3: 10% held its
 /// whole data set).
 pub const SPARE_BUCKETS_RATIO_DEFAULT: f64 = 0.1;
@@ -72,6 +77,10 @@ pub struct Config {
     pub store_mode: bool,
     /// Store mode's spare buckets for bulk chaining.
     pub spare_buckets: usize,
+    /// Doublings the cache-mode index may grow by when items the log holds no longer fit it
+    /// (up to [`crate::index::LEVELS_MAX`]; 0 keeps `bucket_count`, as memcached's
+    /// `-o no_hashexpand`).
+    pub index_levels: u32,
 }
 
 impl Config {
@@ -90,6 +99,7 @@ impl Config {
             partition_bits: 0,
             store_mode: false,
             spare_buckets: 0,
+            index_levels: crate::index::LEVELS_MAX,
         }
     }
 
@@ -98,6 +108,7 @@ impl Config {
     pub fn store(arena_bytes: usize, bucket_count: usize) -> Config {
         let mut config = Config::new(arena_bytes & !7, bucket_count);
         config.store_mode = true;
+        config.index_levels = 0;
         config.spare_buckets = ((bucket_count as f64 * SPARE_BUCKETS_RATIO_DEFAULT).ceil() as usize).max(1);
         config
     }

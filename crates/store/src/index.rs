@@ -10,13 +10,23 @@
 //! A slot of all zeroes is empty (tags are never 0). The version is a seqlock for CREW readers:
 //! odd while the owner changes the bucket or one of its items.
 //!
+//! A cache-mode index grows as memcached's hash table does, by linear hashing: the buckets in
+//! use are `base << level` plus the `split` buckets already split at this level, and bucket
+//! `b` splits into `b` and `b + (base << level)` by one bit of the slots' tags, so a split reads
+//! nothing but the bucket (the tag's low `level` bits pick among a base bucket's descendants;
+//! within a bucket a tag compare has that many bits fewer, at most [`LEVELS_MAX`]). The memory
+//! for every level is mapped at the start and costs nothing until a split first touches it.
+//! CREW readers see a [`Shape`] published by the owner and look again if it changed under them.
+//!
 //! Store mode makes the index lossless by bulk chaining (MICA §4.3.3): spare buckets follow the
 //! main ones in the same memory, and a full bucket's last slot becomes a link (tag 0, the spare
 //! bucket's number as the offset) to a spare bucket that holds the overflow. Every change to a
 //! chain is bracketed by its main bucket's version.
 
+use crate::keyhash::KeyHash;
 use crate::region::{prefetch, HugePages, PageKind, Region};
 use crate::sync::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 /// Slots per bucket.
 pub const SLOTS_PER_BUCKET: usize = 15;
@@ -26,6 +36,11 @@ pub const BUCKET_WORDS: usize = 16;
 pub const BUCKET_BYTES: usize = BUCKET_WORDS * 8;
 const _: () = assert!(BUCKET_BYTES == 128);
 const _: () = assert!(SLOTS_PER_BUCKET + 1 == BUCKET_WORDS);
+
+/// Most doublings an index may grow by: each takes one bit from the tag compare within a
+/// bucket (15 bits, so 12 are left at the most) and the memory for all of them is mapped at
+/// the start (anonymous memory: address space only, until touched).
+pub const LEVELS_MAX: u32 = 3;
 
 /// Bits of a slot holding the offset.
 pub const OFFSET_BITS_MAX: u32 = 48;
@@ -69,30 +84,102 @@ impl Slot {
     }
 }
 
+/// Which buckets are in use and where a key's bucket is: linear hashing over the base buckets'
+/// count (a power of two), `level` doublings done and `split` buckets of the next one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    base_mask: usize,
+    base_bits: u32,
+    level: u32,
+    split: usize,
+}
+
+impl Shape {
+    fn fixed(bucket_count: usize) -> Shape {
+        Shape { base_mask: bucket_count - 1, base_bits: bucket_count.trailing_zeros(), level: 0, split: 0 }
+    }
+
+    /// The main bucket that holds `hash`'s slot.
+    #[inline(always)]
+    pub fn bucket(self, hash: KeyHash) -> usize {
+        let tag = hash.tag() as usize;
+        let at = hash.bucket(self.base_mask) | (tag & ((1 << self.level) - 1)) << self.base_bits;
+        if at < self.split {
+            at | (tag >> self.level & 1) << (self.base_bits + self.level)
+        } else {
+            at
+        }
+    }
+
+    /// Main buckets in use: `0..buckets()`.
+    #[inline(always)]
+    pub fn buckets(self) -> usize {
+        ((self.base_mask + 1) << self.level) + self.split
+    }
+
+    /// The next split: bucket `from` gives the slots whose tag has bit `tag_bit` set to bucket
+    /// `to`; the shape after it is `next`.
+    pub fn next_split(self) -> (usize, usize, u16, Shape) {
+        let width = (self.base_mask + 1) << self.level;
+        let (from, to) = (self.split, self.split + width);
+        let tag_bit = 1u16 << self.level;
+        let next = if self.split + 1 == width {
+            Shape { level: self.level + 1, split: 0, ..self }
+        } else {
+            Shape { split: self.split + 1, ..self }
+        };
+        (from, to, tag_bit, next)
+    }
+
+    fn word(self) -> u64 {
+        u64::from(self.level) << 56 | self.split as u64
+    }
+
+    fn with_word(self, word: u64) -> Shape {
+        Shape { level: (word >> 56) as u32, split: (word & ((1 << 56) - 1)) as usize, ..self }
+    }
+}
+
 /// The buckets of one partition.
 pub struct Index {
     region: Region,
-    bucket_mask: usize,
+    /// The shape at the start (level 0): its base.
+    base: Shape,
+    /// The shape in use, as [`Shape::word`]: written by the owner only.
+    shape: AtomicU64,
+    /// Doublings the memory has room for.
+    levels_max: u32,
     spare_count: usize,
 }
 
 impl Index {
     /// `bucket_count` main buckets (a power of two) and `spare_count` spare buckets after
-    /// them, all empty.
+    /// them, all empty: a fixed size.
     pub fn new(bucket_count: usize, spare_count: usize, huge_pages: HugePages) -> Index {
+        Index::growing(bucket_count, spare_count, 0, huge_pages)
+    }
+
+    /// As [`Index::new`], with room to double `levels` times (at most [`LEVELS_MAX`]; none with
+    /// spare buckets, which follow the main ones, or where the pages cannot be had lazily).
+    pub fn growing(bucket_count: usize, spare_count: usize, levels: u32, huge_pages: HugePages) -> Index {
         assert!(bucket_count.is_power_of_two(), "bucket count must be a power of two");
-        let region = Region::new((bucket_count + spare_count) * BUCKET_BYTES, huge_pages);
-        Index { region, bucket_mask: bucket_count - 1, spare_count }
+        let levels = if spare_count > 0 { 0 } else { levels.min(LEVELS_MAX) };
+        let bytes = (bucket_count + spare_count) * BUCKET_BYTES;
+        let region = Region::with_room(bytes, (bucket_count << levels) * BUCKET_BYTES, huge_pages);
+        let levels_max = if region.bytes() >= (bucket_count << levels) * BUCKET_BYTES { levels } else { 0 };
+        let base = Shape::fixed(bucket_count);
+        Index { region, base, shape: AtomicU64::new(base.word()), levels_max, spare_count }
     }
 
     /// `bucket_count` main buckets (a power of two, no spares) mapped from `bytes_for(..)`
     /// bytes of `file` at `offset`, as they were left there (`-e` with a flash tier: the flash
-    /// slots survive a crash).
+    /// slots survive a crash). A fixed size.
     #[cfg(not(any(miri, loom)))]
     pub fn in_file(file: &std::fs::File, offset: u64, bucket_count: usize) -> std::io::Result<Index> {
         assert!(bucket_count.is_power_of_two(), "bucket count must be a power of two");
         let region = Region::from_file(file, offset, Index::file_bytes(bucket_count))?;
-        Ok(Index { region, bucket_mask: bucket_count - 1, spare_count: 0 })
+        let base = Shape::fixed(bucket_count);
+        Ok(Index { region, base, shape: AtomicU64::new(base.word()), levels_max: 0, spare_count: 0 })
     }
 
     /// Bytes a file holds for an index of `bucket_count` buckets (whole pages).
@@ -100,20 +187,42 @@ impl Index {
         (bucket_count * BUCKET_BYTES).next_multiple_of(4096)
     }
 
-    /// Number of spare buckets (bucket numbers `bucket_count()..bucket_count() + spare_count()`).
+    /// Number of spare buckets (bucket numbers `base_buckets()..base_buckets() + spare_count()`).
     pub fn spare_count(&self) -> usize {
         self.spare_count
     }
 
-    /// Mask that turns a keyhash's bucket bits into a bucket number.
+    /// The shape in use (readers: compare it again after reading a bucket, as a split may
+    /// have moved the key).
     #[inline(always)]
-    pub fn bucket_mask(&self) -> usize {
-        self.bucket_mask
+    pub fn shape(&self) -> Shape {
+        self.base.with_word(self.shape.load(Acquire))
     }
 
-    /// Number of main buckets.
+    /// The owner publishes a new shape, with both buckets of the split that made it marked
+    /// as changing (odd versions) until after this.
+    pub fn publish(&self, shape: Shape) {
+        self.shape.store(shape.word(), Release);
+    }
+
+    /// Whether another split fits in the memory after `shape`.
+    pub fn can_split(&self, shape: Shape) -> bool {
+        shape.level < self.levels_max
+    }
+
+    /// Main buckets at the start (spare buckets follow them).
+    pub fn base_buckets(&self) -> usize {
+        self.base.base_mask + 1
+    }
+
+    /// Main buckets the index may grow to.
+    pub fn room_buckets(&self) -> usize {
+        self.base_buckets() << self.levels_max
+    }
+
+    /// Number of main buckets in use.
     pub fn bucket_count(&self) -> usize {
-        self.bucket_mask + 1
+        self.shape().buckets()
     }
 
     /// The 16 words of bucket `bucket`.
@@ -131,9 +240,10 @@ impl Index {
         prefetch(words, bucket * BUCKET_WORDS + 8);
     }
 
-    /// Bytes of memory.
+    /// Bytes of memory in use: the buckets in use and the spare ones.
     pub fn bytes(&self) -> usize {
-        self.region.bytes()
+        let shape = self.base.with_word(self.shape.load(Relaxed));
+        (shape.buckets() + self.spare_count) * BUCKET_BYTES
     }
 
     /// Pages backing the index.
@@ -145,7 +255,6 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn slot_layout() {
@@ -165,5 +274,41 @@ mod tests {
         assert_eq!(index.bucket(2)[0].load(Relaxed), 0);
         assert_eq!(index.bucket(1).len(), 16);
         assert_eq!(index.bucket(0).as_ptr() as usize % 8, 0);
+    }
+
+    #[test]
+    fn splits_keep_every_key_findable_and_use_one_tag_bit_a_level() {
+        let mut shape = Index::growing(4, 0, LEVELS_MAX, HugePages::Off).shape();
+        let hashes: Vec<KeyHash> = (0..2000u64).map(|i| KeyHash::of(&i.to_le_bytes())).collect();
+        let mut at: Vec<usize> = hashes.iter().map(|hash| shape.bucket(*hash)).collect();
+        while shape.level < LEVELS_MAX {
+            let (from, to, tag_bit, next) = shape.next_split();
+            for (hash, bucket) in hashes.iter().zip(&mut at) {
+                if *bucket == from && hash.tag() & tag_bit != 0 {
+                    *bucket = to;
+                }
+            }
+            shape = next;
+            for (hash, bucket) in hashes.iter().zip(&at) {
+                assert_eq!(shape.bucket(*hash), *bucket, "a key moved other than by its split");
+                assert!(*bucket < shape.buckets());
+            }
+        }
+        assert_eq!(shape.buckets(), 32);
+    }
+
+    #[test]
+    fn an_index_grows_into_memory_mapped_at_the_start() {
+        let index = Index::growing(4, 0, 2, HugePages::Off);
+        assert_eq!((index.bytes(), index.room_buckets()), (4 * 128, 16));
+        let mut shape = index.shape();
+        while index.can_split(shape) {
+            let (_, to, _, next) = shape.next_split();
+            index.bucket(to)[1].store(7, Relaxed);
+            shape = next;
+            index.publish(shape);
+        }
+        assert_eq!((index.bucket_count(), index.bytes()), (16, 16 * 128));
+        assert_eq!(Index::growing(4, 1, 2, HugePages::Off).room_buckets(), 4, "spares: no growth");
     }
 }

@@ -8,7 +8,7 @@
 use crate::arena::{Arena, ArenaStats};
 use crate::command::{Command, MetaGet, Outcome, Request, StoreMode};
 use crate::config::{Access, Config, Eviction};
-use crate::index::{Index, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
+use crate::index::{Index, Shape, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
 use crate::item::{
     self, parse_counter, Expiry, Ext, Word0, Word1, BIT_DEAD, BIT_EXT, BIT_FETCHED, BIT_STALE, BIT_WIN_SENT,
     KEY_BYTES_MAX, SLACK_WORDS_MAX, VALUE_BYTES_MAX,
@@ -131,7 +131,11 @@ pub struct Partition {
     /// The end of the furthest byte written since the memory was last given back: the log
     /// memory in use.
     touched_bytes: u64,
-    bucket_mask: usize,
+    /// The index's shape as the owner last published it ([`Index::shape`]).
+    shape: Shape,
+    /// Items past which the index is overloaded and splits buckets ([`Partition::grow_index`],
+    /// before a write looks anything up); `u64::MAX` once it cannot grow.
+    grow_at_items: u64,
     scan_cursor: usize,
     scan_credit_bytes: u64,
     scan_stride_bytes: u64,
@@ -195,7 +199,7 @@ impl Partition {
         } else {
             let log =
                 Log::new(config.log_bytes, config.log_room_bytes, config.offset_bits, config.huge_pages);
-            (log, Index::new(config.bucket_count, 0, config.huge_pages))
+            (log, Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages))
         };
         Partition::assemble(config, log, index)
     }
@@ -230,7 +234,9 @@ impl Partition {
                 let slots = flash_tier::take_flash_slots(&index);
                 (index, slots)
             }
-            None => (Index::new(config.bucket_count, 0, config.huge_pages), Vec::new()),
+            None => {
+                (Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages), Vec::new())
+            }
         };
         let mut config = config;
         config.log_bytes = log_bytes;
@@ -263,11 +269,11 @@ impl Partition {
         );
         assert!(config.partition_bits <= CAS_PARTITION_BITS);
         let geometry = log.geometry();
-        let bucket_mask = index.bucket_mask();
+        let shape = index.shape();
         // The scan must visit every bucket before the tail advances by the offset space less
         // two logs (MICA §4.3.2): one bucket per `stride` bytes appended.
         let scan_window = (geometry.offset_mask + 1) - 2 * geometry.lap_bytes;
-        let scan_stride_bytes = (scan_window / config.bucket_count as u64).max(1);
+        let scan_stride_bytes = (scan_window / index.room_buckets() as u64).max(1);
         let item_bytes_max = config.item_bytes_max.min(config.log_bytes / 2);
         let store = config.store_mode.then(|| StoreState {
             arena: Arena::new(log.words(), item_bytes_max),
@@ -281,7 +287,7 @@ impl Partition {
             oldest_cas_seq: AtomicU64::new(0),
             partition_index: config.partition_index,
         };
-        Partition {
+        let mut partition = Partition {
             shared: Arc::new(shared),
             head: 0,
             tail: 0,
@@ -293,7 +299,8 @@ impl Partition {
             geometry,
             limit_bytes: if config.store_mode { geometry.log_bytes } else { config.log_bytes as u64 },
             touched_bytes: 0,
-            bucket_mask,
+            shape,
+            grow_at_items: u64::MAX,
             scan_cursor: 0,
             scan_credit_bytes: 0,
             scan_stride_bytes,
@@ -308,7 +315,9 @@ impl Partition {
             partition_bits: config.partition_bits,
             flash: None,
             cas_mark: u64::MAX,
-        }
+        };
+        partition.plan_growth();
+        partition
     }
 
     /// Takes back the live window a memory file kept: every record from its head to its tail
@@ -367,7 +376,10 @@ impl Partition {
                     self.set_slot(older.slot_bucket, older.slot, slot);
                     recovered.replaced += 1;
                 }
-                None => self.link(hash.bucket(self.bucket_mask), slot),
+                None => self.link(self.shape.bucket(hash), slot),
+            }
+            if self.stats.items > self.grow_at_items {
+                self.grow_index();
             }
         }
         self.tail = at;
@@ -440,6 +452,7 @@ impl Partition {
     pub fn stats_snapshot(&self) -> PartitionStats {
         let mut stats = self.stats;
         stats.log_touched_bytes = self.log_touched_bytes() as u64;
+        stats.index_buckets = self.shape.buckets() as u64;
         if self.store.is_none() && self.head < self.tail && !self.shared.log.is_padding(self.head) {
             stats.oldest_access_secs = u64::from(self.shared.log.header(self.head).word1.last_access());
         }
@@ -651,7 +664,7 @@ impl Partition {
         let key = self.key_of(offset, header);
         let hash = KeyHash::of(&key);
         let found = self.find(hash, &key).filter(|found| found.offset == offset & self.geometry.offset_mask);
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let version = self.begin_write(bucket);
         if let Some(found) = found {
             self.unlink(&found);
@@ -698,9 +711,15 @@ impl Partition {
         self.item_bytes_max
     }
 
-    /// Main index buckets: [`Partition::dump`] walks `0..main_buckets()`.
+    /// Main index buckets the index may grow to: a dump that walks `0..room_buckets()` in
+    /// ranges sees every bucket in use whenever it gets there.
+    pub fn room_buckets(&self) -> usize {
+        self.shared.index.room_buckets()
+    }
+
+    /// Main index buckets in use: [`Partition::dump`] walks `0..main_buckets()`.
     pub fn main_buckets(&self) -> usize {
-        self.bucket_mask + 1
+        self.shape.buckets()
     }
 
     /// Lists, without touching them, the items that main buckets `buckets` (and in store mode
@@ -843,14 +862,14 @@ impl Partition {
     /// Pipeline stage 1 for one key: start loading its bucket.
     #[inline(always)]
     pub fn prefetch_bucket(&self, hash: KeyHash) {
-        self.shared.index.prefetch(hash.bucket(self.bucket_mask));
+        self.shared.index.prefetch(self.shape.bucket(hash));
     }
 
     /// Pipeline stage 2 for one key: start loading its candidate item (after stage 1 had time
     /// to bring the bucket in).
     #[inline(always)]
     pub fn prefetch_item(&self, hash: KeyHash) {
-        let bucket = self.shared.index.bucket(hash.bucket(self.bucket_mask));
+        let bucket = self.shared.index.bucket(self.shape.bucket(hash));
         let tag = hash.tag();
         for (slot_index, word) in bucket[1..].iter().enumerate() {
             let slot = Slot(word.load(Relaxed));
@@ -960,7 +979,7 @@ impl Partition {
     /// Scans up to `buckets` buckets for dangling slots (housekeeping; also done automatically,
     /// at the rate the offset width needs, as the tail advances).
     pub fn scan_buckets(&mut self, buckets: usize) {
-        for _ in 0..buckets.min(self.bucket_mask + 1) {
+        for _ in 0..buckets.min(self.shape.buckets()) {
             if self.store.is_some() {
                 self.reclaim_step();
             } else {
@@ -992,7 +1011,7 @@ impl Partition {
         }
         assert_eq!(at, self.tail, "items do not tile the live window");
         assert_eq!((items, bytes), (self.stats.items, self.stats.bytes), "item accounting drifted");
-        for bucket in 0..=self.bucket_mask {
+        for bucket in 0..self.shape.buckets() {
             let words = self.shared.index.bucket(bucket);
             assert_eq!(words[0].load(Relaxed) & 1, 0, "bucket left mid-change");
             for word in &words[1..] {
@@ -1017,7 +1036,7 @@ impl Partition {
         let allocated: std::collections::HashSet<u64> = walk.allocated.iter().copied().collect();
         let mut referenced = std::collections::HashSet::new();
         let mut chained = 0;
-        for bucket in 0..=self.bucket_mask {
+        for bucket in 0..self.shape.buckets() {
             assert_eq!(self.shared.index.bucket(bucket)[0].load(Relaxed) & 1, 0, "bucket left mid-change");
             let mut at = bucket;
             loop {
@@ -1039,7 +1058,7 @@ impl Partition {
                 }
                 chained += 1;
                 at = last.offset() as usize;
-                assert!(at > self.bucket_mask, "a link to a main bucket");
+                assert!(at >= self.shape.buckets(), "a link to a main bucket");
             }
         }
         assert_eq!(referenced.len(), allocated.len(), "allocated blocks no slot refers to (leaked)");
@@ -1058,7 +1077,7 @@ impl Partition {
 
     #[inline(always)]
     fn find(&self, hash: KeyHash, key: &[u8]) -> Option<Found> {
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let tag = hash.tag();
         // A key has at most one live slot, so a hinted slot that holds it is the one a scan
         // would find.
@@ -1424,7 +1443,7 @@ impl Partition {
             self.end_write(found.bucket, version);
             return Outcome::Stored { cas };
         }
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let version = self.begin_write(bucket);
         if self.flash.is_some() {
             self.supersede_flash(hash);
@@ -1469,7 +1488,7 @@ impl Partition {
         };
         let block = store.arena.block_size(self.shared.log.words(), offset);
         new_item.cas_seq = self.take_cas_seq();
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let version = self.begin_write(bucket);
         self.write_item(offset, key, value, new_item, 0, false);
         let slot = Slot::new(hash.tag(), offset);
@@ -1530,7 +1549,7 @@ impl Partition {
     /// are freed so their space is reused without anyone reading them.
     fn reclaim_step(&mut self) {
         let bucket = self.scan_cursor;
-        self.scan_cursor = (self.scan_cursor + 1) & self.bucket_mask;
+        self.scan_cursor = if self.scan_cursor + 1 < self.shape.buckets() { self.scan_cursor + 1 } else { 0 };
         self.reclaim_bucket(bucket);
     }
 
@@ -1893,6 +1912,62 @@ impl Partition {
         self.set_slot(bucket, oldest.0, slot);
     }
 
+    /// Sets the item count past which the index grows: [`INDEX_GROW_LOAD`] of its slots, as
+    /// long as it has room to (never with a flash tier, whose queued slot moves name buckets).
+    ///
+    /// [`INDEX_GROW_LOAD`]: crate::config::INDEX_GROW_LOAD
+    pub(crate) fn plan_growth(&mut self) {
+        let slots = (self.shape.buckets() * SLOTS_PER_BUCKET) as f64;
+        self.grow_at_items = if self.flash.is_none() && self.shared.index.can_split(self.shape) {
+            (slots * crate::config::INDEX_GROW_LOAD) as u64
+        } else {
+            u64::MAX
+        };
+    }
+
+    /// Splits buckets, at most [`SPLITS_PER_WRITE`], while the index holds more items than it
+    /// is sized for; run before a write looks anything up, so no command holds a bucket
+    /// number a split changes. Growing ahead of the load keeps the lossy index from dropping
+    /// items the log could hold (memcached grows its hash table at 1.5 items a bucket).
+    fn grow_index(&mut self) {
+        for _ in 0..SPLITS_PER_WRITE {
+            if self.stats.items <= self.grow_at_items {
+                return;
+            }
+            self.split_bucket();
+            self.plan_growth();
+        }
+    }
+
+    /// One linear-hashing split: the next bucket's slots whose tag has this level's bit move
+    /// to its new sibling (dangling ones are dropped), and the new shape is published while
+    /// both buckets are marked as changing, so a reader that used the old shape looks again.
+    fn split_bucket(&mut self) {
+        let (from, to, tag_bit, next) = self.shape.next_split();
+        let from_version = self.begin_write(from);
+        let to_version = self.begin_write(to);
+        let index = &self.shared.index;
+        let (source, target) = (index.bucket(from), index.bucket(to));
+        let mut moved = 1;
+        for word in &source[1..] {
+            let slot = Slot(word.load(Relaxed));
+            if slot.is_empty() {
+                continue;
+            }
+            if self.slot_is_dead(slot) {
+                word.store(0, Relaxed);
+            } else if slot.tag() & tag_bit != 0 {
+                target[moved].store(slot.0, Relaxed);
+                moved += 1;
+                word.store(0, Relaxed);
+            }
+        }
+        self.shape = next;
+        index.publish(next);
+        self.end_write(to, to_version);
+        self.end_write(from, from_version);
+    }
+
     /// Appends a new item at the tail, evicting at the head as needed; returns its offset.
     fn append(&mut self, key: &[u8], value: &[u8], new_item: NewItem) -> u64 {
         let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
@@ -1966,6 +2041,9 @@ impl Partition {
     /// were written as the head reaches them, at most [`KEEPS_PER_RESERVE`] of them. Whatever
     /// room is still short is made by the write's own plain evictions.
     fn keep_ahead(&mut self, size: usize) {
+        if self.stats.items > self.grow_at_items {
+            self.grow_index();
+        }
         if self.eviction != Eviction::Clock || self.store.is_some() {
             return;
         }
@@ -2030,7 +2108,7 @@ impl Partition {
         self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
         let hash = KeyHash::of(&key);
         self.scratch = key;
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let slot = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
         let Some(index) =
             self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)
@@ -2079,7 +2157,7 @@ impl Partition {
 
     fn scan_one_bucket(&mut self) {
         let bucket = self.scan_cursor;
-        self.scan_cursor = (self.scan_cursor + 1) & self.bucket_mask;
+        self.scan_cursor = if self.scan_cursor + 1 < self.shape.buckets() { self.scan_cursor + 1 } else { 0 };
         let version = self.begin_write(bucket);
         for word in &self.shared.index.bucket(bucket)[1..BUCKET_WORDS] {
             let slot = Slot(word.load(Relaxed));
@@ -2090,6 +2168,11 @@ impl Partition {
         self.end_write(bucket, version);
     }
 }
+
+/// Buckets one write may split while the index grows: a few hundred nanoseconds at most, and
+/// enough that an index whose items arrive one per write outgrows them (each split adds 15
+/// slots).
+const SPLITS_PER_WRITE: u32 = 4;
 
 /// Items the clock policy may keep at the head for one write: past it the head is evicted
 /// whatever was read, so a log of items all read (each kept, then kept again with one read less)

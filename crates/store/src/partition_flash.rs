@@ -143,6 +143,8 @@ impl Partition {
                 pending: Vec::new(),
                 counters: FlashCounters::default(),
             }));
+            // The index keeps the shape it has: queued slot moves name buckets.
+            self.plan_growth();
         }
     }
 
@@ -180,7 +182,7 @@ impl Partition {
         self.shared.log.read_bytes(offset, 0, capacity, &mut record);
         let key_start = header.key_start();
         let hash = KeyHash::of(&record[key_start..key_start + header.word0.key_len()]);
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let dram = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
         let slot = self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == dram.0);
         let demoted = match slot {
@@ -245,7 +247,7 @@ impl Partition {
     pub fn flash_lookup(&self, hash: KeyHash) -> Option<FlashRead> {
         let tier = self.flash.as_ref()?;
         let flash_tag = hash.tag() | FLASH_TAG;
-        let words = self.shared.index.bucket(hash.bucket(self.bucket_mask));
+        let words = self.shared.index.bucket(self.shape.bucket(hash));
         words[1..].iter().find_map(|word| {
             let slot = Slot(word.load(Relaxed));
             (slot.tag() == flash_tag && tier.log.is_live(slot.offset())).then(|| {
@@ -361,7 +363,7 @@ impl Partition {
                 .flash
                 .as_ref()
                 .is_some_and(|tier| tier.log.is_live(slot.offset()) && slot.offset() < durable);
-            if bucket > self.bucket_mask || !Self::is_flash_slot(slot) || !live {
+            if bucket >= self.shape.buckets() || !Self::is_flash_slot(slot) || !live {
                 continue;
             }
             let words = self.shared.index.bucket(bucket);
@@ -481,7 +483,7 @@ impl Partition {
         record: &[u8],
         now_secs: u32,
     ) -> Checked {
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let flash = Slot::new(hash.tag() | FLASH_TAG, read.offset);
         let words = self.shared.index.bucket(bucket);
         let Some(slot) = words[1..].iter().position(|word| word.load(Relaxed) == flash.0) else {
@@ -551,7 +553,7 @@ impl Partition {
     pub(super) fn supersede_flash(&mut self, hash: KeyHash) {
         let Some(tier) = self.flash.as_mut() else { return };
         let flash_tag = hash.tag() | FLASH_TAG;
-        let bucket = hash.bucket(self.bucket_mask);
+        let bucket = self.shape.bucket(hash);
         let words = self.shared.index.bucket(bucket);
         for (slot, word) in words[1..].iter().enumerate() {
             if Slot(word.load(Relaxed)).tag() == flash_tag {

@@ -62,13 +62,16 @@ impl Reader {
             return (Outcome::BadKey, Gone::No);
         }
         let index = &self.shared.index;
-        let bucket = index.bucket(hash.bucket(index.bucket_mask()));
         let value_start = out.len();
         loop {
+            // A split publishes its shape before the buckets it changed are even again, so a
+            // bucket read under an older shape is caught by the shape read after it.
+            let shape = index.shape();
+            let bucket = index.bucket(shape.bucket(hash));
             let (before, head) = self.begin(bucket);
             let mut gone = Gone::No;
             let found = self.read_once(bucket, hash.tag(), key, head, now_secs, out, &mut gone);
-            if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) {
+            if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) || index.shape() != shape {
                 out.truncate(value_start);
                 crate::sync::spin_hint();
                 continue;
@@ -88,7 +91,8 @@ impl Reader {
     /// [`crate::Partition::dump`] does, from any thread (memcached's `stats cachedump`): each
     /// bucket is copied optimistically and copied again if the owner changed it meanwhile.
     /// Store mode's chains are not followed (a dump of chained buckets lists their main
-    /// bucket's slots only).
+    /// bucket's slots only). A split while the dump runs may move a key from a bucket listed
+    /// to one not yet listed, which then lists it again.
     pub fn dump(&self, buckets: std::ops::Range<usize>, now_secs: u32, mut visit: impl FnMut(&Dumped<'_>)) {
         let index = &self.shared.index;
         let log = &self.shared.log;
@@ -177,7 +181,7 @@ impl Reader {
     #[inline(always)]
     pub fn prefetch_bucket(&self, hash: KeyHash) {
         let index = &self.shared.index;
-        index.prefetch(hash.bucket(index.bucket_mask()));
+        index.prefetch(index.shape().bucket(hash));
     }
 
     /// Pipeline stage 2 for one key: start loading its candidate item. A hint only: the
@@ -185,7 +189,7 @@ impl Reader {
     #[inline(always)]
     pub fn prefetch_item(&self, hash: KeyHash) {
         let index = &self.shared.index;
-        let bucket = index.bucket(hash.bucket(index.bucket_mask()));
+        let bucket = index.bucket(index.shape().bucket(hash));
         let (log, tag) = (&self.shared.log, hash.tag());
         let head = self.shared.head.load(Relaxed);
         for word in &bucket[1..] {
@@ -225,8 +229,8 @@ impl Reader {
             let next = last.offset() as usize;
             hops += 1;
             if !last.is_link()
-                || next < index.bucket_count()
-                || next >= index.bucket_count() + index.spare_count()
+                || next < index.base_buckets()
+                || next >= index.base_buckets() + index.spare_count()
                 || hops > index.spare_count()
             {
                 return None;

@@ -72,6 +72,9 @@ pub struct PartitionStats {
     /// Log memory in use: up to the furthest byte written (filled in by
     /// [`crate::Partition::stats_snapshot`]; memcached's `total_malloced`).
     pub log_touched_bytes: u64,
+    /// Main index buckets in use (filled in by [`crate::Partition::stats_snapshot`]; the index
+    /// grows as items outnumber its slots).
+    pub index_buckets: u64,
     /// Last access (unix seconds) of the oldest record in the log, 0 when empty (filled in by
     /// [`crate::Partition::stats_snapshot`]; a total takes the oldest of its parts).
     pub oldest_access_secs: u64,
@@ -117,6 +120,7 @@ impl PartitionStats {
             spare_buckets_used: _,
             spare_buckets: _,
             log_touched_bytes: _,
+            index_buckets: _,
             oldest_access_secs: _,
         } = *base;
         let mut since = *self;
@@ -190,6 +194,7 @@ impl PartitionStats {
             spare_buckets_used,
             spare_buckets,
             log_touched_bytes,
+            index_buckets,
             oldest_access_secs,
         } = *other;
         self.gets += gets;
@@ -226,6 +231,7 @@ impl PartitionStats {
         self.spare_buckets_used += spare_buckets_used;
         self.spare_buckets += spare_buckets;
         self.log_touched_bytes += log_touched_bytes;
+        self.index_buckets += index_buckets;
         self.oldest_access_secs = match (self.oldest_access_secs, oldest_access_secs) {
             (0, other) | (other, 0) => other,
             (mine, other) => mine.min(other),

@@ -42,6 +42,15 @@ fn crew_readers_never_see_torn_foreign_or_old_values() {
     assert!(partition.stats().log_evictions > 1000, "the log did not wrap");
 }
 
+/// The index starts with one bucket for 48 keys and grows by splits while the readers read:
+/// a key moved to a new bucket under a reader must still be found, whole.
+#[test]
+fn crew_readers_never_see_torn_foreign_or_old_values_while_the_index_grows() {
+    let config = Config::new(32 << 10, 1);
+    let partition = stress(config);
+    assert!(partition.main_buckets() >= 4, "the index did not grow: {}", partition.main_buckets());
+}
+
 /// Store mode: blocks are freed, coalesced and reused for other keys, and two main buckets with
 /// spare buckets chained to them hold the 48 keys, while the readers check the same properties.
 #[test]

@@ -74,3 +74,41 @@ fn reader_racing_the_owners_read_sees_the_value_and_either_metadata() {
         thread.join().unwrap();
     });
 }
+
+/// A split of the index racing a reader: the key's slot moves to the new bucket while the
+/// reader looks for it under the old shape or the new one; it must never miss.
+#[test]
+fn reader_racing_an_index_split_always_finds_the_key() {
+    // A key whose slot moves: its tag has the first level's bit.
+    let moving =
+        (0u32..).map(|i| format!("m{i}").into_bytes()).find(|key| KeyHash::of(key).tag() & 1 != 0).unwrap();
+    // The fill before the race is many atomic operations, each a branch to loom.
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 100_000;
+    builder.check(move || {
+        let mut config = Config::new(2048, 1);
+        config.access = Access::Crew;
+        config.eviction = Eviction::Fifo;
+        config.huge_pages = HugePages::Off;
+        config.index_levels = 1;
+        let mut partition = Partition::new(config);
+        set(&mut partition, &moving, b"v");
+        // Seven more make eight items in a bucket that grows past seven (half its slots): the
+        // next write splits it.
+        for i in 0..7u32 {
+            set(&mut partition, format!("f{i}").as_bytes(), b"x");
+        }
+        assert_eq!(partition.main_buckets(), 1);
+        let reader = partition.reader();
+        let key = moving.clone();
+        let thread = loom::thread::spawn(move || {
+            let mut out = Vec::new();
+            let outcome = reader.get(KeyHash::of(&key), &key, NOW, &mut out);
+            assert!(matches!(outcome, Outcome::Hit(_)), "a split made the reader miss: {outcome:?}");
+        });
+        // This write splits the bucket before it looks anything up.
+        set(&mut partition, b"y", b"x");
+        assert_eq!(partition.main_buckets(), 2);
+        thread.join().unwrap();
+    });
+}

@@ -363,6 +363,19 @@ fn harness(log_bytes: usize, buckets: usize, eviction: Eviction, lossy: bool) ->
     harness_with_room(log_bytes, 0, buckets, eviction, lossy)
 }
 
+/// As [`harness`], with an index that keeps its size (`-o no_hashexpand`) when `fixed`.
+fn harness_index(log_bytes: usize, buckets: usize, eviction: Eviction, fixed: bool) -> Harness {
+    let mut harness = harness(log_bytes, buckets, eviction, true);
+    if fixed {
+        let mut config = Config::new(log_bytes, buckets);
+        config.eviction = eviction;
+        config.huge_pages = HugePages::Off;
+        config.index_levels = 0;
+        harness.partition = Partition::new(config);
+    }
+    harness
+}
+
 fn harness_with_room(
     log_bytes: usize,
     room: usize,
@@ -406,10 +419,12 @@ proptest! {
         eviction in eviction(),
         log_bytes in proptest::sample::select(vec![2048usize, 1368, 3000]),
         ops in proptest::collection::vec(op(32), 200..600),
+        fixed_index in any::<bool>(),
     ) {
         // 32 keys in two buckets (30 slots) over a 1.3-3 KiB log: both kinds of eviction
-        // happen; logs that are not a power of two skip the rest of each lap.
-        let mut harness = harness(log_bytes, 2, eviction, true);
+        // happen (index evictions where the index keeps its size, splits where it grows);
+        // logs that are not a power of two skip the rest of each lap.
+        let mut harness = harness_index(log_bytes, 2, eviction, fixed_index);
         harness.run_ops(ops);
     }
 
@@ -473,13 +488,18 @@ fn store_mode_cases_do_refuse_and_chain() {
 
 #[test]
 fn cramped_cases_do_evict() {
-    // The same shape as the property test, driven to show that both kinds of loss occur there.
-    let mut harness = harness(2048, 2, Eviction::Fifo, true);
+    // The same shape as the property test, driven to show that both kinds of loss occur there
+    // with a fixed index, and that a growing one splits its buckets there.
+    let mut grows = harness_index(2048, 2, Eviction::Fifo, false);
+    let mut harness = harness_index(2048, 2, Eviction::Fifo, true);
     for round in 0..250u8 {
-        harness.step(Op::Store { key: round % 32, mode: 0, len: 4, flags: 0, ttl: 0 });
-        harness.step(Op::Get { key: round.wrapping_mul(7) % 32, touch: None });
+        for harness in [&mut harness, &mut grows] {
+            harness.step(Op::Store { key: round % 32, mode: 0, len: 4, flags: 0, ttl: 0 });
+            harness.step(Op::Get { key: round.wrapping_mul(7) % 32, touch: None });
+        }
     }
     assert!(harness.partition.stats().index_evictions > 0, "small items overflow the buckets first");
+    assert!(grows.partition.main_buckets() > 2, "a growing index splits instead");
     for round in 0..250u8 {
         harness.step(Op::Store { key: round % 32, mode: 0, len: 100, flags: 0, ttl: 0 });
     }

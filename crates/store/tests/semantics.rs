@@ -307,8 +307,11 @@ fn clock_keeps_flags_expiry_and_cas_of_a_kept_item() {
 
 #[test]
 fn full_bucket_evicts_its_oldest_slot() {
-    // One bucket: the 16th key must push out the oldest.
-    let mut p = partition(1 << 16, 1, Eviction::Fifo);
+    // One bucket that may not grow: the 16th key must push out the oldest.
+    let mut config = qs_store::Config::new(1 << 16, 1);
+    config.eviction = Eviction::Fifo;
+    config.index_levels = 0;
+    let mut p = qs_store::Partition::new(config);
     for i in 0..16u32 {
         set(&mut p, format!("key{i}").as_bytes(), b"v", NOW);
     }
@@ -497,4 +500,46 @@ fn gone_bytes_are_the_expired_items_still_in_the_log() {
     // Deleted, it no longer counts (superseded, not waiting to expire).
     run(&mut p, b"short", Command::Delete { cas: 0 }, NOW + 5);
     assert_eq!(p.gone_bytes(NOW + 11), 0);
+}
+
+#[test]
+fn a_full_bucket_grows_the_index_instead_of_dropping_more() {
+    // One bucket: past seven items (half its slots) each write splits buckets before it
+    // stores, so 40 keys come without the losses a fixed bucket has.
+    let mut p = partition(1 << 16, 1, Eviction::Fifo);
+    for i in 0..40u32 {
+        set(&mut p, format!("key{i}").as_bytes(), b"v", NOW);
+    }
+    // A fixed bucket would have lost 25.
+    assert!(p.stats().index_evictions <= 1, "{} lost", p.stats().index_evictions);
+    assert!(p.main_buckets() >= 4, "{} buckets", p.main_buckets());
+    let kept = (0..40u32).filter(|i| get(&mut p, format!("key{i}").as_bytes(), NOW).is_some()).count();
+    assert_eq!(kept as u64, 40 - p.stats().index_evictions);
+    assert_eq!(p.stats().index_buckets, 0, "a snapshot fills it in, not the live counters");
+    assert_eq!(p.stats_snapshot().index_buckets, p.main_buckets() as u64);
+}
+
+/// Fills a 1 MiB log sized for 128-byte items with items of 56 bytes (8-byte keys, 32-byte
+/// values) three times over; returns the share of the log's bytes that hold live items.
+fn live_share_after_a_fill_of_small_items(index_levels: u32) -> f64 {
+    let mut config = qs_store::Config::new(1 << 20, 1024);
+    config.huge_pages = qs_store::HugePages::Off;
+    config.index_levels = index_levels;
+    let mut p = qs_store::Partition::new(config);
+    let value = [b'v'; 32];
+    for i in 0..60_000u32 {
+        let key = format!("{i:08}");
+        let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
+        p.execute(&qs_store::Request::new(key.as_bytes(), command), NOW, &mut Vec::new());
+    }
+    p.check_invariants();
+    p.stats().bytes as f64 / (1 << 20) as f64
+}
+
+#[test]
+fn small_items_fill_the_log_because_the_index_grows() {
+    let grown = live_share_after_a_fill_of_small_items(qs_store::index::LEVELS_MAX);
+    let fixed = live_share_after_a_fill_of_small_items(0);
+    assert!(grown >= 0.97, "live share {grown:.3} with growth");
+    assert!(fixed < 0.90, "live share {fixed:.3} without: the fill must need the growth");
 }

@@ -101,7 +101,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
     let flash = flash_totals(shared);
     general_process(shared, &w, out);
     general_commands(shared, &p, &w, flash.as_ref(), out);
-    general_server(shared, &w, flash.as_ref(), out);
+    general_server(shared, &p, &w, flash.as_ref(), out);
     general_items(shared, &p, out);
     general_beyond(shared, &p, &w, out);
 }
@@ -196,7 +196,13 @@ fn general_commands(
 
 /// Traffic, limits, threads, the index, the background work memcached reports, logging,
 /// the flash tier and TLS.
-fn general_server(shared: &Shared, w: &WorkerFigures, flash: Option<&FlashTotals>, out: &mut Vec<u8>) {
+fn general_server(
+    shared: &Shared,
+    p: &PartitionStats,
+    w: &WorkerFigures,
+    flash: Option<&FlashTotals>,
+    out: &mut Vec<u8>,
+) {
     let c = &w.counters;
     let extended = &shared.extended;
     stat(out, "bytes_read", c.bytes_read);
@@ -207,9 +213,9 @@ fn general_server(shared: &Shared, w: &WorkerFigures, flash: Option<&FlashTotals
     stat(out, "time_in_listen_disabled_us", shared.time_in_listen_disabled_us.load(Relaxed));
     stat(out, "threads", shared.workers);
     stat(out, "conn_yields", c.conn_yields);
-    let buckets = shared.main_buckets * shared.partitions.len();
-    stat(out, "hash_power_level", buckets.max(1).ilog2());
-    stat(out, "hash_bytes", shared.index_bytes * shared.partitions.len());
+    // The index grows by linear hashing, a bucket at a time: the level is the whole doublings.
+    stat(out, "hash_power_level", p.index_buckets.max(1).ilog2());
+    stat(out, "hash_bytes", (p.index_buckets + p.spare_buckets) * qs_store::index::BUCKET_BYTES as u64);
     stat(out, "hash_is_expanding", 0);
     if extended.slab_reassign {
         for name in [

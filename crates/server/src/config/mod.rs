@@ -326,6 +326,9 @@ pub struct Extended {
     /// that a cache of small items keeps as many as its memory holds (unset: sized for items of
     /// 128 bytes).
     pub hashpower: Option<u32>,
+    /// memcached's `-o no_hashexpand`: the index keeps the size it starts with instead of
+    /// growing as items outnumber its slots.
+    pub no_hashexpand: bool,
 }
 
 /// `-o io_backend`: how a worker reads and writes its stream connections.
@@ -394,7 +397,6 @@ pub const SLAB_PAGE_BYTES: usize = 1 << 20;
 /// service line starts unchanged) and named in one warning, since quicksilver's circular logs
 /// and lossy index have none of these parts (docs/COMPATIBILITY.md).
 const TUNING_OPTIONS: &[&str] = &[
-    "no_hashexpand",
     "slab_reassign",
     "no_slab_reassign",
     "slab_automove",
@@ -445,6 +447,7 @@ impl Default for Extended {
             ssl: ssl::Settings::default(),
             io_backend: IoBackend::Uring,
             hashpower: None,
+            no_hashexpand: false,
         }
     }
 }
@@ -544,6 +547,7 @@ impl Config {
                     }
                     extended.hashpower = Some(n as u32);
                 }
+                "no_hashexpand" => extended.no_hashexpand = true,
                 "mrc_sample" => extended.mrc_sample_one_in = number(name, value)?,
                 "hotkeys_sample" => extended.hotkeys_sample_one_in = number(name, value)?,
                 "front_cache" => extended.front_cache = true,
