@@ -369,6 +369,46 @@ fn the_default_eviction_keeps_a_key_that_is_read_and_fifo_does_not() {
 }
 
 #[test]
+fn a_scan_does_not_flush_the_hot_set_under_the_default_eviction() {
+    // A hot set of 500 keys (250 KB) read whole every quarter lap of -m 2, while a scan of 6,000
+    // cold keys of 1,000 bytes, each missed once and filled (look-aside), goes through three
+    // laps: clock keeps the hot set; FIFO, which reads do not touch, loses it.
+    for (args, default) in
+        [(&["-m", "2", "-t", "1"][..], true), (&["-m", "2", "-t", "1", "--eviction", "fifo"], false)]
+    {
+        let server = ServerProcess::quicksilver(args);
+        let mut client = server.connect();
+        let hot_get =
+            format!("get {}\r\n", (0..500).map(|i| format!("hot:{i}")).collect::<Vec<_>>().join(" "));
+        let hot_hits = |client: &mut Client| call(client, &hot_get).matches("VALUE ").count();
+        let mut batch = Vec::new();
+        for i in 0..500 {
+            batch.extend_from_slice(
+                format!("set hot:{i} 0 0 500 noreply\r\n{}\r\n", "h".repeat(500)).as_bytes(),
+            );
+        }
+        client.send(&batch);
+        assert_eq!(hot_hits(&mut client), 500);
+        let cold = "c".repeat(1000);
+        for i in 0..6000 {
+            if i % 500 == 0 {
+                hot_hits(&mut client);
+            }
+            assert_eq!(call(&mut client, &format!("get scan:{i}\r\n")), "END\r\n");
+            client.send(format!("set scan:{i} 0 0 1000 noreply\r\n{cold}\r\n").as_bytes());
+        }
+        let kept = hot_hits(&mut client);
+        if default {
+            // A write keeps at most 64 items: a run of read items at the head (this hot set,
+            // written together) loses one in 65 each lap.
+            assert!(kept >= 475, "the scan flushed {} of the hot set under clock", 500 - kept);
+        } else {
+            assert!(kept < 100, "FIFO kept {kept} of the hot set: the scan is too short to test anything");
+        }
+    }
+}
+
+#[test]
 fn the_index_grows_so_small_items_fill_the_memory() {
     // 8 MiB of 56-byte items (8-byte keys, 32-byte values): the index starts sized for 128-byte
     // items and grows as memcached's hash table does; `-o no_hashexpand` keeps it at its first

@@ -16,7 +16,9 @@ pub enum Eviction {
     /// First in, first out with a second chance: reads count up to three in the item's header,
     /// and an item that reaches the head with a count is copied to the tail with one less
     /// instead of evicted (CLOCK with a 2-bit counter: S3-FIFO's main queue, Segcache's keep
-    /// of frequently read items, one item at a time). A read never moves anything. The default:
+    /// of frequently read items, one item at a time). A read never moves anything. The bytes
+    /// of expired items the head reclaims pay for keeping unread items too, so memory that
+    /// expired items held goes back to live ones. The default:
     /// docs/SIMULATION.md has the curves that chose it.
     #[default]
     Clock,
