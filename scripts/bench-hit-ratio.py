@@ -7,11 +7,11 @@ hit ratio of each round is memtier's hits over its gets.
 
     scripts/bench-hit-ratio.py [--rounds 2] [--requests 100000] [--servers memcached,clock,approx-lru]
 
-With --small-fill KEYS it instead writes KEYS keys of 8 bytes (`k` and up to 7 digits) with
-32-byte values once, in order, and reports the items each server then holds (curr_items; for
-Segcache its admin port's item count) and what share of the item memory they fill at 56 bytes
-each (quicksilver's item size for them: 16 of header, 40 of data). --memory-mib sets the item
-memory of every server (64 unless given).
+With --small-fill KEYS it instead writes KEYS keys (their numbers: up to 8 digits) with 32-byte
+values once, in order, and reports the items each server then holds (curr_items; for Segcache
+its admin port's item count) and what share of the item memory they fill at 56 bytes each
+(quicksilver's item size for them: 16 of header, 40 of data). --memory-mib sets the item memory
+of every server (64 unless given).
 
 Servers: memcached (`-m 64 -t 1`), quicksilver with each eviction policy named (`fifo`, `lru`,
 `approx-lru`, `clock`; `-m 64 -t 1 --eviction POLICY`), and `segcache` (its default Merge
@@ -117,7 +117,7 @@ def small_fill(name, args, workdir):
         stalled = False
         try:
             subprocess.run([args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text",
-                        "--hide-histogram", "--data-size=32", "--key-prefix=k", "--key-minimum=1",
+                        "--hide-histogram", "--data-size=32", "--key-prefix=", "--key-minimum=1",
                         f"--key-maximum={args.small_fill}", "--key-pattern=P:P", "--ratio=1:0",
                             "-t", "1", "-c", "10", f"--requests={per_connection}"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,

@@ -14,6 +14,7 @@ pub mod hotkeys;
 pub mod lfu;
 pub mod live;
 pub mod lru;
+pub mod merge;
 pub mod mrc;
 pub mod plot;
 pub mod rng;

@@ -142,6 +142,8 @@ enum ModelArg {
     Lru,
     Fifo,
     S3fifo,
+    /// Segcache's Merge eviction.
+    Merge,
     Lfu,
     Engine,
 }
@@ -326,6 +328,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
                 ModelArg::Lru => Model::Lru,
                 ModelArg::Fifo => Model::Fifo,
                 ModelArg::S3fifo => Model::S3Fifo,
+                ModelArg::Merge => Model::Merge,
                 ModelArg::Lfu => Model::Lfu,
                 ModelArg::Engine => Model::Engine,
             })
@@ -382,12 +385,13 @@ fn print(report: &MrcReport) {
         report.eviction
     );
     println!(
-        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
+        "{:>9} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
         "fraction",
         "bytes",
         "LRU %",
         "FIFO %",
         "S3FIFO %",
+        "merge %",
         "LFU %",
         "engine %",
         "index -pp",
@@ -398,12 +402,13 @@ fn print(report: &MrcReport) {
     );
     for point in &report.points {
         println!(
-            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
+            "{:>9.4} {:>14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
             point.fraction,
             point.bytes,
             percent(point.lru),
             percent(point.fifo),
             percent(point.s3fifo),
+            percent(point.merge),
             percent(point.lfu),
             percent(point.engine),
             percent(point.engine_index_cost),

@@ -7,6 +7,7 @@ use crate::engine::{key_bytes, EngineShape, EngineSim};
 use crate::fifo::FifoCache;
 use crate::lfu::LfuCache;
 use crate::lru::LruCurve;
+use crate::merge::MergeCache;
 use crate::s3fifo::S3FifoCache;
 use crate::stream::Access;
 use hashbrown::HashMap;
@@ -23,6 +24,8 @@ pub enum Model {
     Fifo,
     /// Exact S3-FIFO.
     S3Fifo,
+    /// Segcache's Merge eviction.
+    Merge,
     /// Idealised (perfect) LFU.
     Lfu,
     /// The real engine.
@@ -66,6 +69,8 @@ pub struct MrcPoint {
     pub fifo: Option<f64>,
     /// Exact S3-FIFO's.
     pub s3fifo: Option<f64>,
+    /// Segcache's Merge eviction, if modelled.
+    pub merge: Option<f64>,
     /// Idealised LFU's.
     pub lfu: Option<f64>,
     /// The engine's.
@@ -184,6 +189,16 @@ impl SizedCache for S3FifoCache {
     }
 }
 
+impl SizedCache for MergeCache {
+    fn access(&mut self, access: &Access, bytes: u64) {
+        MergeCache::access(self, access, bytes);
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        MergeCache::hit_ratio(self)
+    }
+}
+
 impl SizedCache for LfuCache {
     fn access(&mut self, access: &Access, bytes: u64) {
         LfuCache::access(self, access, bytes);
@@ -195,7 +210,7 @@ impl SizedCache for LfuCache {
 }
 
 /// Replays `stream` through one cache per size (all in one pass) and returns their hit ratios.
-fn replay_per_size<C: SizedCache, S>(sizes: &[u64], new: fn(u64) -> C, stream: S) -> io::Result<Vec<f64>>
+fn replay_per_size<C: SizedCache, S>(sizes: &[u64], new: impl Fn(u64) -> C, stream: S) -> io::Result<Vec<f64>>
 where
     S: Iterator<Item = io::Result<Access>>,
 {
@@ -227,6 +242,7 @@ where
             lru: None,
             fifo: None,
             s3fifo: None,
+            merge: None,
             lfu: None,
             engine: None,
             engine_index_cost: None,
@@ -255,6 +271,10 @@ where
     if plan.models.contains(&Model::S3Fifo) {
         let ratios = replay_per_size(&sizes, S3FifoCache::new, open()?)?;
         points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.s3fifo = Some(ratio));
+    }
+    if plan.models.contains(&Model::Merge) {
+        let ratios = replay_per_size(&sizes, |bytes| MergeCache::new(bytes).filling(plan.fill), open()?)?;
+        points.iter_mut().zip(ratios).for_each(|(point, ratio)| point.merge = Some(ratio));
     }
     if plan.models.contains(&Model::Lfu) {
         let ratios = replay_per_size(&sizes, LfuCache::new, open()?)?;

@@ -40,10 +40,11 @@ pub fn mrc(path: &Path, title: &str, report: &MrcReport) -> Result<(), String> {
         .x_label_formatter(&|x| format!("{x}"))
         .draw()
         .map_err(|error| error.to_string())?;
-    let models: [(&str, Series); 6] = [
+    let models: [(&str, Series); 7] = [
         ("exact LRU", |p| p.lru),
         ("exact FIFO", |p| p.fifo),
         ("exact S3-FIFO", |p| p.s3fifo),
+        ("Segcache Merge", |p| p.merge),
         ("idealised LFU", |p| p.lfu),
         ("engine", |p| p.engine),
         ("server estimate (stats mrc)", |p| p.live),
