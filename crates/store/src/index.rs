@@ -90,22 +90,43 @@ impl Slot {
 pub struct Shape {
     base_mask: usize,
     base_bits: u32,
-    level: u32,
-    split: usize,
+    /// `level << 56 | split`: 0 until the index first grows, which keeps the common case to
+    /// one compare.
+    word: u64,
 }
 
 impl Shape {
     fn fixed(bucket_count: usize) -> Shape {
-        Shape { base_mask: bucket_count - 1, base_bits: bucket_count.trailing_zeros(), level: 0, split: 0 }
+        Shape { base_mask: bucket_count - 1, base_bits: bucket_count.trailing_zeros(), word: 0 }
+    }
+
+    fn level(self) -> u32 {
+        (self.word >> 56) as u32
+    }
+
+    fn split(self) -> usize {
+        (self.word & ((1 << 56) - 1)) as usize
     }
 
     /// The main bucket that holds `hash`'s slot.
     #[inline(always)]
     pub fn bucket(self, hash: KeyHash) -> usize {
-        let tag = hash.tag() as usize;
-        let at = hash.bucket(self.base_mask) | (tag & ((1 << self.level) - 1)) << self.base_bits;
-        if at < self.split {
-            at | (tag >> self.level & 1) << (self.base_bits + self.level)
+        let base = hash.bucket(self.base_mask);
+        if self.word == 0 {
+            base
+        } else {
+            self.grown_bucket(hash, base)
+        }
+    }
+
+    /// [`Shape::bucket`] once the index has grown: the tag's low `level` bits above the base
+    /// bucket's, and one more for a bucket already split at this level.
+    #[inline(never)]
+    fn grown_bucket(self, hash: KeyHash, base: usize) -> usize {
+        let (tag, level, split) = (hash.tag() as usize, self.level(), self.split());
+        let at = base | (tag & ((1 << level) - 1)) << self.base_bits;
+        if at < split {
+            at | (tag >> level & 1) << (self.base_bits + level)
         } else {
             at
         }
@@ -114,29 +135,30 @@ impl Shape {
     /// Main buckets in use: `0..buckets()`.
     #[inline(always)]
     pub fn buckets(self) -> usize {
-        ((self.base_mask + 1) << self.level) + self.split
+        ((self.base_mask + 1) << self.level()) + self.split()
     }
 
     /// The next split: bucket `from` gives the slots whose tag has bit `tag_bit` set to bucket
     /// `to`; the shape after it is `next`.
     pub fn next_split(self) -> (usize, usize, u16, Shape) {
-        let width = (self.base_mask + 1) << self.level;
-        let (from, to) = (self.split, self.split + width);
-        let tag_bit = 1u16 << self.level;
-        let next = if self.split + 1 == width {
-            Shape { level: self.level + 1, split: 0, ..self }
+        let (level, split) = (self.level(), self.split());
+        let width = (self.base_mask + 1) << level;
+        let (from, to) = (split, split + width);
+        let tag_bit = 1u16 << level;
+        let next = if split + 1 == width {
+            Shape::at(self, level + 1, 0)
         } else {
-            Shape { split: self.split + 1, ..self }
+            Shape::at(self, level, split + 1)
         };
         (from, to, tag_bit, next)
     }
 
-    fn word(self) -> u64 {
-        u64::from(self.level) << 56 | self.split as u64
+    fn at(self, level: u32, split: usize) -> Shape {
+        Shape { word: u64::from(level) << 56 | split as u64, ..self }
     }
 
     fn with_word(self, word: u64) -> Shape {
-        Shape { level: (word >> 56) as u32, split: (word & ((1 << 56) - 1)) as usize, ..self }
+        Shape { word, ..self }
     }
 }
 
@@ -168,7 +190,7 @@ impl Index {
         let region = Region::with_room(bytes, (bucket_count << levels) * BUCKET_BYTES, huge_pages);
         let levels_max = if region.bytes() >= (bucket_count << levels) * BUCKET_BYTES { levels } else { 0 };
         let base = Shape::fixed(bucket_count);
-        Index { region, base, shape: AtomicU64::new(base.word()), levels_max, spare_count }
+        Index { region, base, shape: AtomicU64::new(0), levels_max, spare_count }
     }
 
     /// `bucket_count` main buckets (a power of two, no spares) mapped from `bytes_for(..)`
@@ -179,7 +201,7 @@ impl Index {
         assert!(bucket_count.is_power_of_two(), "bucket count must be a power of two");
         let region = Region::from_file(file, offset, Index::file_bytes(bucket_count))?;
         let base = Shape::fixed(bucket_count);
-        Ok(Index { region, base, shape: AtomicU64::new(base.word()), levels_max: 0, spare_count: 0 })
+        Ok(Index { region, base, shape: AtomicU64::new(0), levels_max: 0, spare_count: 0 })
     }
 
     /// Bytes a file holds for an index of `bucket_count` buckets (whole pages).
@@ -199,15 +221,21 @@ impl Index {
         self.base.with_word(self.shape.load(Acquire))
     }
 
+    /// Whether `shape` (read earlier with [`Index::shape`]) is still the one in use.
+    #[inline(always)]
+    pub fn still(&self, shape: Shape) -> bool {
+        self.shape.load(Acquire) == shape.word
+    }
+
     /// The owner publishes a new shape, with both buckets of the split that made it marked
     /// as changing (odd versions) until after this.
     pub fn publish(&self, shape: Shape) {
-        self.shape.store(shape.word(), Release);
+        self.shape.store(shape.word, Release);
     }
 
     /// Whether another split fits in the memory after `shape`.
     pub fn can_split(&self, shape: Shape) -> bool {
-        shape.level < self.levels_max
+        shape.level() < self.levels_max
     }
 
     /// Main buckets at the start (spare buckets follow them).
@@ -281,7 +309,7 @@ mod tests {
         let mut shape = Index::growing(4, 0, LEVELS_MAX, HugePages::Off).shape();
         let hashes: Vec<KeyHash> = (0..2000u64).map(|i| KeyHash::of(&i.to_le_bytes())).collect();
         let mut at: Vec<usize> = hashes.iter().map(|hash| shape.bucket(*hash)).collect();
-        while shape.level < LEVELS_MAX {
+        while shape.level() < LEVELS_MAX {
             let (from, to, tag_bit, next) = shape.next_split();
             for (hash, bucket) in hashes.iter().zip(&mut at) {
                 if *bucket == from && hash.tag() & tag_bit != 0 {

@@ -71,7 +71,7 @@ impl Reader {
             let (before, head) = self.begin(bucket);
             let mut gone = Gone::No;
             let found = self.read_once(bucket, hash.tag(), key, head, now_secs, out, &mut gone);
-            if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) || index.shape() != shape {
+            if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) || !index.still(shape) {
                 out.truncate(value_start);
                 crate::sync::spin_hint();
                 continue;

@@ -24,7 +24,7 @@ impl Engine {
     }
 
     /// Prefetch stage 1: start loading the key's bucket.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_bucket(&self, (hash, partition): Located) {
         match &self.partitions[partition] {
             Some(owned) => owned.prefetch_bucket(hash),
