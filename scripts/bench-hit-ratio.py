@@ -6,6 +6,10 @@ of 100-1000 bytes, then runs zipf 0.99 over them, one set in eleven, for --round
 hit ratio of each round is memtier's hits over its gets.
 
     scripts/bench-hit-ratio.py [--rounds 2] [--requests 100000] [--servers memcached,clock,approx-lru]
+        [--zipf 0.99] [--scan]
+
+--zipf sets the exponent; --scan runs beside each round a second memtier that sets keys never
+seen before, one each (values 100-1000 bytes), three requests in ten: a scan polluting the cache.
 
 With --small-fill KEYS it instead writes KEYS keys (their numbers: up to 8 digits) with 32-byte
 values once, in order, and reports the items each server then holds (curr_items; for Segcache
@@ -157,9 +161,28 @@ def measure(name, args, workdir):
         time.sleep(0.3)
         memtier(args.memtier, port, ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P",
                                      f"--requests={KEYS // 10}"], workdir)
-        return [memtier(args.memtier, port, ["-t", "2", "-c", "10", "--ratio=1:10", "--key-pattern=Z:Z",
-                                             "--key-zipf-exp=0.99", f"--requests={args.requests}"], workdir)
-                for _ in range(args.rounds)]
+        ratios = []
+        for _ in range(args.rounds):
+            scan = None
+            if args.scan:
+                # The scan: sets of keys never seen before, one each, beside the zipf load:
+                # three requests in ten (its 10 connections send 3/7 as many as the 20 above).
+                scan = subprocess.Popen(
+                    [args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
+                     "--data-size-range=100-1000", "--key-prefix=scan:", "--key-pattern=P:P", "--ratio=1:0",
+                     "--key-minimum=1", "--key-maximum=1000000000", "-t", "1", "-c", "10",
+                     f"--requests={args.requests * 2 * 3 // 7}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ratios.append(memtier(args.memtier, port, ["-t", "2", "-c", "10", "--ratio=1:10", "--key-pattern=Z:Z",
+                                                       f"--key-zipf-exp={args.zipf}", f"--requests={args.requests}"],
+                                  workdir))
+            if scan:
+                scan.wait()
+        if port not in ADMIN_PORTS and not name.startswith("segcache"):
+            figures = stats_of(port)
+            print(f"{'':12} after: curr_items {figures.get('curr_items')}, evictions {figures.get('evictions')}, "
+                  f"keeps (moves_within_lru) {figures.get('moves_within_lru', '-')}", flush=True)
+        return ratios
     finally:
         server.kill()
         server.wait()
@@ -171,6 +194,9 @@ def main():
     parser.add_argument("--requests", type=int, default=100_000, help="per memtier connection per round")
     parser.add_argument("--servers", default="memcached,approx-lru,clock")
     parser.add_argument("--memtier", default=os.path.expanduser("~/.cache/memtier/src/memtier_benchmark"))
+    parser.add_argument("--zipf", type=float, default=0.99, help="memtier's --key-zipf-exp")
+    parser.add_argument("--scan", action="store_true",
+                        help="a concurrent scan of new keys set once, three requests in ten")
     parser.add_argument("--small-fill", type=int, default=0, metavar="KEYS")
     parser.add_argument("--memory-mib", type=int, default=64)
     args = parser.parse_args()

@@ -99,12 +99,14 @@ impl MergeCache {
                             item.freq += 1;
                         }
                     }
-                    None if self.fill => self.append(access.key, bytes, 0),
+                    None if self.fill => self.append(access.key, bytes, 1),
                     None => {}
                 }
             }
             Op::Set => {
-                let freq = self.items.get(&access.key).map_or(0, |item| item.freq);
+                // A new key starts at one (Segcache's hashtable links it so), which the
+                // size weighting turns into a preference for small items never read.
+                let freq = self.items.get(&access.key).map_or(1, |item| item.freq);
                 self.append(access.key, bytes, freq);
             }
             Op::Delete => {

@@ -18,7 +18,9 @@ pub enum Eviction {
     /// instead of evicted (CLOCK with a 2-bit counter: S3-FIFO's main queue, Segcache's keep
     /// of frequently read items, one item at a time). A read never moves anything. The bytes
     /// of expired items the head reclaims pay for keeping unread items too, so memory that
-    /// expired items held goes back to live ones. The default:
+    /// expired items held goes back to live ones, and an unread item smaller than the mean is
+    /// kept by chance, the likelier the smaller (Segcache weighs its read counts by size the
+    /// same way: the same memory then answers for more keys). The default:
     /// docs/SIMULATION.md has the curves that chose it.
     #[default]
     Clock,

@@ -2095,10 +2095,11 @@ impl Partition {
 
     /// The clock policy at the head: an item read since it was written (or last kept) is copied
     /// to the tail with one read less instead of evicted, and so is one never read while the
-    /// bytes of expired items the head reclaimed pay for it (`reclaim_credit`). True if the
+    /// bytes of expired items the head reclaimed pay for it (`reclaim_credit`) or, by chance,
+    /// when it is smaller than the mean ([`Partition::small_enough_to_keep`]). True if the
     /// head item was kept; false if the head is anything else (padding, a superseded or
-    /// expired item, one never read and not paid for, one the index no longer finds), which
-    /// the caller evicts.
+    /// expired item, one never read and not kept, one the index no longer finds), which the
+    /// caller evicts.
     fn keep_head(&mut self) -> bool {
         let offset = self.head;
         if self.shared.log.is_padding(offset) {
@@ -2106,8 +2107,9 @@ impl Partition {
         }
         let header = self.shared.log.header(offset);
         let unread = header.word0.freq() == 0;
+        let paid = unread && self.reclaim_credit >= header.capacity() as u64;
         if header.word0.has(BIT_DEAD)
-            || (unread && self.reclaim_credit < header.capacity() as u64)
+            || (unread && !paid && !self.small_enough_to_keep(offset, header.capacity()))
             || self.shared.is_gone(&header, self.clock_secs)
         {
             return false;
@@ -2126,13 +2128,29 @@ impl Partition {
             return false;
         };
         let found = Found { bucket, slot_bucket: bucket, slot: index, offset, header };
-        if unread {
+        if paid {
             self.reclaim_credit -= header.capacity() as u64;
         }
         let bits = header.word0.with_freq(header.word0.freq().saturating_sub(1)).bits();
         self.move_to_tail(&found, bits, header.word1.last_access());
         self.stats.reappends += 1;
         true
+    }
+
+    /// Clock's size weighting for an item never read, at the head: kept for another lap with
+    /// probability `2 * (mean - size) / mean` of the partition's mean item, at most 15/16 (so
+    /// an item under half the mean is kept for 16 laps on average, one over the mean never).
+    /// A key costs its bytes and pays in hits alike whatever its size, so the same memory
+    /// answers more when it holds smaller items (Segcache's merge weighs read counts by size
+    /// the same way). The dice is the item's offset, new at each lap. Not with a flash tier,
+    /// where what leaves the head is demoted, not lost.
+    fn small_enough_to_keep(&self, offset: u64, size: usize) -> bool {
+        let (size, mean) = (size as u64, self.stats.bytes / self.stats.items.max(1));
+        if size >= mean || self.flash.is_some() {
+            return false;
+        }
+        let dice = offset.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54;
+        dice * mean < (SMALL_KEEP_MAX * mean).min(2 * 1024 * (mean - size))
     }
 
     /// The most reclaim credit clock saves up: half the log (a write spends it a keep at a
@@ -2204,6 +2222,9 @@ const SPLITS_PER_WRITE: u32 = 4;
 /// each time the head passes it (a hot set written together: 486 of 500 kept through a scan of
 /// three laps, where 16 kept 446).
 const KEEPS_PER_RESERVE: u32 = 64;
+
+/// The most a never-read item's size earns it another lap: 960 in 1024 (15/16).
+const SMALL_KEEP_MAX: u64 = 960;
 
 /// Bytes the clock policy may copy in keeps for one write (large items: a few keeps).
 const KEEP_BYTES_PER_RESERVE: u64 = 256 << 10;

@@ -223,9 +223,10 @@ fn lru_keeps_what_is_read() {
 
 #[test]
 fn clock_keeps_what_was_read_and_evicts_what_was_not() {
+    // Items all of one size: none is smaller than the mean, which clock also keeps by chance.
     let mut p = partition(4096, 64, Eviction::Clock);
-    set(&mut p, b"read", b"r", NOW);
-    set(&mut p, b"unread", b"u", NOW);
+    set(&mut p, b"read", &[2; 40], NOW);
+    set(&mut p, b"unread", &[2; 40], NOW);
     assert!(get(&mut p, b"read", NOW).is_some());
     // Once and a half round the log: the read item is kept at the head (once), the unread one
     // evicted.
@@ -237,12 +238,33 @@ fn clock_keeps_what_was_read_and_evicts_what_was_not() {
     assert!(p.stats().reappends >= 1);
     // Its count is spent by each keep; reads count up to three.
     let mut p = partition(4096, 64, Eviction::Clock);
-    set(&mut p, b"once", b"1", NOW);
+    set(&mut p, b"once", &[2; 40], NOW);
     get(&mut p, b"once", NOW);
     for i in 0..400u32 {
         set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
     }
     assert!(get(&mut p, b"once", NOW).is_none(), "a single read keeps it for one lap, not forever");
+}
+
+#[test]
+fn clock_keeps_small_unread_items_by_chance_and_large_ones_never() {
+    // Unread items of 24 and of 216 bytes alternating through a log of about 16 laps' worth:
+    // a small one is kept for another lap with probability 15/16, a large one never, so the
+    // same memory ends up answering for more keys than FIFO's order would keep.
+    let mut p = partition(32 << 10, 256, Eviction::Clock);
+    for i in 0..4000u32 {
+        let value: &[u8] = if i % 2 == 0 { &[1; 4] } else { &[2; 196] };
+        set(&mut p, format!("k{i:04}").as_bytes(), value, NOW);
+    }
+    let (small, large) = (0..4000u32).fold((0, 0), |(small, large), i| {
+        match (i % 2 == 0, get(&mut p, format!("k{i:04}").as_bytes(), NOW).is_some()) {
+            (true, true) => (small + 1, large),
+            (false, true) => (small, large + 1),
+            _ => (small, large),
+        }
+    });
+    assert!(small > 4 * large, "{small} small and {large} large items kept");
+    assert!(p.stats().items > 32 * 1024 / 120, "{} items: no more than FIFO would hold", p.stats().items);
 }
 
 #[test]
