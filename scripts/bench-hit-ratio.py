@@ -10,6 +10,9 @@ hit ratio of each round is memtier's hits over its gets.
 
 --zipf sets the exponent; --scan runs beside each round a second memtier that sets keys never
 seen before, one each (values 100-1000 bytes), three requests in ten: a scan polluting the cache.
+--ttl-mix gives the keys times to live of 1 hour to 1 day and runs beside them a load as large
+as a third of the whole over 500,000 keys living 1-300 s (memcached and quicksilver only: the
+hit ratio is read from the server's `stats`).
 
 With --small-fill KEYS it instead writes KEYS keys (their numbers: up to 8 digits) with 32-byte
 values once, in order, and reports the items each server then holds (curr_items; for Segcache
@@ -159,8 +162,11 @@ def measure(name, args, workdir):
     try:
         wait_port(port)
         time.sleep(0.3)
+        long_ttl = ["--expiry-range=3600-86400"] if args.ttl_mix else []
         memtier(args.memtier, port, ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P",
-                                     f"--requests={KEYS // 10}"], workdir)
+                                     f"--requests={KEYS // 10}"] + long_ttl, workdir)
+        if args.ttl_mix:
+            return ttl_mix_rounds(args, port, workdir)
         ratios = []
         for _ in range(args.rounds):
             scan = None
@@ -188,6 +194,36 @@ def measure(name, args, workdir):
         server.wait()
 
 
+def ttl_mix_rounds(args, port, workdir):
+    """The TTL mix: beside the zipf load (its keys living 1 hour to 1 day), a third memtier as
+    large over 500,000 other keys living 1 to 300 s, so a third of the keys and of the requests
+    are short-lived; the hit ratio of each round is the server's own (get_hits over gets, from
+    `stats` before and after: expired items count as misses)."""
+    short = ["--key-prefix=short:", "--key-maximum=500000", "--expiry-range=1-300"]
+    memtier(args.memtier, port, ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P",
+                                 "--requests=50000"] + short, workdir)
+    ratios = []
+    for _ in range(args.rounds):
+        before = stats_of(port)
+        short_load = subprocess.Popen(
+            [args.memtier, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
+             "--data-size-range=100-1000", "--key-minimum=1", "--key-pattern=Z:Z", f"--key-zipf-exp={args.zipf}",
+             "--ratio=1:10", "-t", "1", "-c", "10", f"--requests={args.requests}"] + short,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        memtier(args.memtier, port, ["-t", "2", "-c", "10", "--ratio=1:10", "--key-pattern=Z:Z",
+                                     f"--key-zipf-exp={args.zipf}", f"--requests={args.requests}",
+                                     "--expiry-range=3600-86400"], workdir)
+        short_load.wait()
+        after = stats_of(port)
+        hits = int(after["get_hits"]) - int(before["get_hits"])
+        misses = int(after["get_misses"]) - int(before["get_misses"])
+        ratios.append(hits / max(1, hits + misses))
+    figures = stats_of(port)
+    print(f"{'':12} after: curr_items {figures.get('curr_items')}, reclaimed {figures.get('reclaimed')}, "
+          f"keeps (moves_within_lru) {figures.get('moves_within_lru', '-')}", flush=True)
+    return ratios
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2)
@@ -197,6 +233,8 @@ def main():
     parser.add_argument("--zipf", type=float, default=0.99, help="memtier's --key-zipf-exp")
     parser.add_argument("--scan", action="store_true",
                         help="a concurrent scan of new keys set once, three requests in ten")
+    parser.add_argument("--ttl-mix", action="store_true",
+                        help="a third of the keys and requests with times to live of 1-300 s, the rest 1 h-1 day")
     parser.add_argument("--small-fill", type=int, default=0, metavar="KEYS")
     parser.add_argument("--memory-mib", type=int, default=64)
     args = parser.parse_args()
