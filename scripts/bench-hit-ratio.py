@@ -18,7 +18,8 @@ With --small-fill KEYS it instead writes KEYS keys (their numbers: up to 8 digit
 values once, in order, and reports the items each server then holds (curr_items; for Segcache
 its admin port's item count) and what share of the item memory they fill at 56 bytes each
 (quicksilver's item size for them: 16 of header, 40 of data). --memory-mib sets the item memory
-of every server (64 unless given).
+of every server (64 unless given); for the hit-ratio loads the keys grow with it (16 million at
+1024).
 
 Servers: memcached (`-m 64 -t 1`), quicksilver with each eviction policy named (`fifo`, `lru`,
 `approx-lru`, `clock`; `-m 64 -t 1 --eviction POLICY`), and `segcache` (its default Merge
@@ -45,6 +46,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QS = os.path.join(REPO, "target/release/quicksilver")
 SEGCACHE = os.path.expanduser("~/.cache/servers/pelikan-target/release/pelikan-segcache")
 KEYS = 1_000_000
+# Keys per 64 MiB of item memory: --memory-mib 1024 makes it 16 million (set in main).
+SCALE = [1]
 
 
 ADMIN_PORTS = {}
@@ -110,14 +113,25 @@ def stats_of(port):
             if len(parts) == 3}
 
 
-def small_fill(name, args, workdir):
-    """Items held after one in-order write of args.small_fill small keys."""
+def start(name, args, workdir):
+    """A server of `name` on a free port, answering; returns (process, port)."""
     port = free_port()
     server = subprocess.Popen(command_for(name, port, workdir, args.memory_mib), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
-        time.sleep(0.3)
+    except BaseException:
+        server.kill()
+        server.wait()
+        raise
+    time.sleep(0.3)
+    return server, port
+
+
+def small_fill(name, args, workdir):
+    """Items held after one in-order write of args.small_fill small keys."""
+    server, port = start(name, args, workdir)
+    try:
         per_connection = args.small_fill // 10
         # Segcache has been seen to stop answering part way through this fill (its sets stop
         # counting): what it holds then is reported, marked.
@@ -146,7 +160,7 @@ def small_fill(name, args, workdir):
 def memtier(memtier_bin, port, extra, workdir):
     out = os.path.join(workdir, "memtier.json")
     subprocess.run([memtier_bin, "-s", "127.0.0.1", "-p", str(port), "-P", "memcache_text", "--hide-histogram",
-                    "--data-size-range=100-1000", f"--key-maximum={KEYS}", "--key-minimum=1",
+                    "--data-size-range=100-1000", f"--key-maximum={KEYS * SCALE[0]}", "--key-minimum=1",
                     f"--json-out-file={out}"] + extra,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     with open(out) as f:
@@ -156,15 +170,11 @@ def memtier(memtier_bin, port, extra, workdir):
 
 
 def measure(name, args, workdir):
-    port = free_port()
-    server = subprocess.Popen(command_for(name, port, workdir), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server, port = start(name, args, workdir)
     try:
-        wait_port(port)
-        time.sleep(0.3)
         long_ttl = ["--expiry-range=3600-86400"] if args.ttl_mix else []
         memtier(args.memtier, port, ["-t", "1", "-c", "10", "--ratio=1:0", "--key-pattern=P:P",
-                                     f"--requests={KEYS // 10}"] + long_ttl, workdir)
+                                     f"--requests={KEYS * SCALE[0] // 10}"] + long_ttl, workdir)
         if args.ttl_mix:
             return ttl_mix_rounds(args, port, workdir)
         ratios = []
@@ -238,6 +248,7 @@ def main():
     parser.add_argument("--small-fill", type=int, default=0, metavar="KEYS")
     parser.add_argument("--memory-mib", type=int, default=64)
     args = parser.parse_args()
+    SCALE[0] = max(1, args.memory_mib // 64)
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.servers.split(","):
             if name.startswith("segcache") and not os.path.exists(SEGCACHE):
