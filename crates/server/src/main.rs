@@ -25,6 +25,7 @@ fn main() {
         eprintln!("failed to ensure corefile creation");
         std::process::exit(71);
     }
+    qs_server::sys::fix_mmap_threshold();
     let verbose = config.verbose;
     let fds = qs_server::sys::raise_fd_limit(config.max_connections as u64 + 64);
     if fds < config.max_connections as u64 + 16 && verbose > 0 {

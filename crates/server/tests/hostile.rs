@@ -713,3 +713,143 @@ fn read_buf_mem_limit_bounds_replies_that_clients_do_not_read_and_loses_none() {
     }
     assert_eq!(stat(&mut other, "response_obj_oom"), 0);
 }
+
+/// A small xorshift generator for the churn clients' keys, sizes and mix.
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// Keys the churn test fills and then reads and writes: about 20 MB of values through `-m 8`.
+const CHURN_KEYS: u64 = 8000;
+
+/// A store of `key` with a value of 10-5000 bytes (memtier's `--data-size-range=10-5000`).
+fn churn_set(client: &mut Client, key: u64, dice: &mut Dice) {
+    let len = 10 + dice.next(4991) as usize;
+    let mut request = format!("set key:{key} 0 0 {len}\r\n").into_bytes();
+    request.resize(request.len() + len, b'v');
+    request.extend_from_slice(b"\r\n");
+    client.send(&request);
+    assert_eq!(client.read_until(b"\r\n"), b"STORED\r\n");
+}
+
+/// A connection from one of 32 loopback source addresses (so a run's tens of thousands of
+/// closed connections, each in TIME_WAIT a minute, do not use up one address's ports).
+fn connect_from(port: u16, source: u8) -> Client {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    socket.set_reuse_address(true).expect("SO_REUSEADDR");
+    let from = std::net::SocketAddr::from(([127, 0, 0, 2 + source % 32], 0));
+    socket.bind(&from.into()).expect("bind");
+    socket.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).expect("connect");
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream.set_nodelay(true).expect("nodelay");
+    Client::from_stream(stream)
+}
+
+/// `clients` clients at once for `period`, as memtier's `--reconnect-interval 3` churns: each
+/// reconnects after every third request, one set in eleven, values 10-5000 bytes. Returns the
+/// connections made.
+fn churn(port: u16, clients: u64, period: Duration) -> u64 {
+    let connections = AtomicUsize::new(0);
+    let deadline = Instant::now() + period;
+    std::thread::scope(|scope| {
+        for t in 0..clients {
+            let connections = &connections;
+            scope.spawn(move || {
+                let mut dice = Dice(0x2545_f491_4f6c_dd1d ^ (t + 1));
+                while Instant::now() < deadline {
+                    let mut client = connect_from(port, t as u8);
+                    for _ in 0..3 {
+                        let key = dice.next(CHURN_KEYS);
+                        if dice.next(11) == 0 {
+                            churn_set(&mut client, key, &mut dice);
+                        } else {
+                            client.send(format!("get key:{key}\r\n").as_bytes());
+                            client.read_until(b"END\r\n");
+                        }
+                    }
+                    connections.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    connections.into_inner() as u64
+}
+
+/// One fresh server (`-m 8`): filled past its memory, its code for gets and reconnections run
+/// once by four clients for a moment (so that pages of the binary read in for the first time
+/// are not counted), then `period` of churn by 50 clients at once. Returns the RSS it kept
+/// (negative: gave back) once the worker's once-a-second return of memory has run (read every
+/// tenth of a second for two seconds, the least taken), and the connections made.
+fn churn_rss(args: &[&str], period: Duration) -> (i64, u64) {
+    let mut all = vec!["-m", "8", "-c", "4096"];
+    all.extend_from_slice(args);
+    let server = if args == ["memcached"] {
+        ServerProcess::memcached_at("memcached", &["-m", "8", "-c", "4096"])
+    } else {
+        ServerProcess::quicksilver(&all)
+    };
+    let port = server.port;
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            scope.spawn(move || {
+                let mut client = connect_from(port, t as u8);
+                let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
+                for key in (t..CHURN_KEYS).step_by(4) {
+                    churn_set(&mut client, key, &mut dice);
+                }
+            });
+        }
+    });
+    churn(port, 4, Duration::from_millis(200));
+    // Past the once-a-second return of memory that the closes start.
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = rss_bytes(server.pid()) as i64;
+    let connections = churn(port, 50, period);
+    let mut kept = i64::MAX;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        kept = kept.min(rss_bytes(server.pid()) as i64 - before);
+        if kept <= 0 {
+            break;
+        }
+    }
+    assert!(server.connect().call(b"version\r\n").starts_with(b"VERSION "));
+    (kept, connections)
+}
+
+/// What connection churn may add to RSS. memcached 1.6 adds 56-70 KiB under this churn (it
+/// reads into one thread cache and sends values from its items); quicksilver, whose workers
+/// allocate their buffers at start, 0-450 KiB in release builds and up to 614 KiB in debug
+/// ones over the runs measured, where it added 1.5-3.3 MiB before. The bound catches that
+/// regression in every run; memcached's own figure is printed beside quicksilver's (issue 42
+/// asks for it as the bound: what is left is in docs/BENCHMARKS.md, "Connection churn").
+const CHURN_GROWTH_MAX: i64 = 1 << 20;
+
+#[test]
+fn connection_churn_after_a_fill_keeps_memory_bounded_in_every_run() {
+    let _measuring = measuring();
+    let memcached: Vec<(i64, u64)> =
+        (0..2).map(|_| churn_rss(&["memcached"], Duration::from_secs(2))).collect();
+    eprintln!("memcached: RSS growth under churn, (bytes, connections): {memcached:?}");
+    // Ten runs each, a fresh server per run: a bound that held only by luck would fail here.
+    for args in [&[][..], &["-t", "1"]] {
+        let mut figures = Vec::new();
+        for _ in 0..10 {
+            figures.push(churn_rss(args, Duration::from_secs(2)));
+        }
+        eprintln!("quicksilver {args:?}: RSS growth under churn, (bytes, connections): {figures:?}");
+        for (grown, connections) in figures {
+            assert!(connections >= 300, "{args:?}: only {connections} connections in the churn");
+            assert!(grown <= CHURN_GROWTH_MAX, "{args:?}: RSS grew {grown} bytes under churn");
+        }
+    }
+}

@@ -47,6 +47,12 @@ impl Fenwick {
     fn capacity(&self) -> usize {
         self.0.len() - 1
     }
+
+    /// Zeroes every position, keeping the memory (and its pages resident: the write goes
+    /// through an opaque reference, so it is not elided for a freshly zeroed allocation).
+    fn clear(&mut self) {
+        std::hint::black_box(&mut self.0[..]).fill(0);
+    }
 }
 
 /// Hashes a u64 key by one folded 128-bit multiply: sequential keys and keyhashes alike spread
@@ -76,6 +82,9 @@ type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<FoldHasher>>;
 /// An LRU stack of keys with their bytes: what each access's stack distance is.
 pub struct StackDistances {
     tree: Fenwick,
+    /// Positions the tree is given per key held when it is renumbered (its size then grows;
+    /// it never shrinks).
+    spread: usize,
     /// Per key: position of its last access and its bytes there.
     last: KeyMap<(usize, u64)>,
     next: usize,
@@ -90,9 +99,19 @@ impl Default for StackDistances {
 }
 
 impl StackDistances {
-    /// An empty stack.
+    /// An empty stack, for any number of keys: its tree grows to eight positions per key held.
     pub fn new() -> StackDistances {
-        StackDistances { tree: Fenwick::new(1 << 12), last: KeyMap::default(), next: 0, total: 0 }
+        StackDistances { tree: Fenwick::new(1 << 12), spread: 8, last: KeyMap::default(), next: 0, total: 0 }
+    }
+
+    /// An empty stack for at most `keys` keys whose tree is allocated, and its pages written,
+    /// now: four positions per key, renumbered in place whenever they are used up, so its
+    /// memory stays what it is from the start (`stats mrc`'s estimator: the server's memory
+    /// does not move as the sample fills).
+    pub fn bounded(keys: usize) -> StackDistances {
+        let mut tree = Fenwick::new((keys * 4).max(1 << 12));
+        tree.clear();
+        StackDistances { tree, spread: 4, last: KeyMap::default(), next: 0, total: 0 }
     }
 
     /// Puts `key` on top. Its bytes become `bytes`, or stay what they were when `None` (a key
@@ -181,13 +200,19 @@ impl StackDistances {
         self.last.keys().copied()
     }
 
-    /// Packs the live positions into `0..keys` in their order, in a tree eight times that size
-    /// (so the sort here comes once per seven times as many accesses as keys held).
+    /// Packs the live positions into `0..keys` in their order, in a tree `spread` times that
+    /// size or the one it has when that is larger (so the sort here comes once per
+    /// `spread - 1` times as many accesses as keys held, or less often).
     fn renumber(&mut self) {
         let mut live: Vec<(usize, u64)> =
             self.last.iter().map(|(&key, &(position, _))| (position, key)).collect();
         live.sort_unstable();
-        self.tree = Fenwick::new((live.len() * 8).max(1 << 12));
+        let want = (live.len() * self.spread).max(1 << 12);
+        if want <= self.tree.capacity() {
+            self.tree.clear();
+        } else {
+            self.tree = Fenwick::new(want);
+        }
         for (new_position, (_, key)) in live.iter().enumerate() {
             let entry = self.last.get_mut(key).expect("live key");
             entry.0 = new_position;
@@ -260,7 +285,7 @@ impl Shards {
         Shards {
             threshold: ((1u64 << SAMPLE_BITS) / u64::from(one_in.max(1))).max(1),
             max_keys: max_keys.max(16),
-            stack: StackDistances::new(),
+            stack: StackDistances::bounded(max_keys.max(16) + 1),
             hits: vec![0.0; BUCKETS],
             gets: 0.0,
             cold: 0.0,
@@ -434,7 +459,26 @@ mod tests {
 
     #[test]
     fn renumbering_and_removal_keep_distances() {
-        let mut stack = StackDistances::new();
+        for stack in [StackDistances::new(), StackDistances::bounded(128)] {
+            renumbering_and_removal_keep_distances_in(stack);
+        }
+    }
+
+    #[test]
+    fn a_bounded_stack_renumbers_in_place() {
+        let mut stack = StackDistances::bounded(1000);
+        let capacity = stack.tree.capacity();
+        assert_eq!(capacity, 1 << 12);
+        for round in 0..100u64 {
+            for key in 0..1000 {
+                stack.access(key, Some(1));
+            }
+            assert_eq!(stack.tree.capacity(), capacity, "round {round}: the tree was replaced");
+        }
+        assert_eq!(stack.access(0, None), Some(1000));
+    }
+
+    fn renumbering_and_removal_keep_distances_in(mut stack: StackDistances) {
         for round in 0..10_000u64 {
             for key in 0..100 {
                 let distance = stack.access(key, Some(8));

@@ -102,10 +102,29 @@ pub const RING_BATCHES: usize = 64;
 /// A batch stops taking requests at this many request bytes until it has been sent; the
 /// connections that wanted to add to it wait (bounds memory when an owner falls behind).
 pub const BATCH_BYTES_MAX: usize = 2 << 20;
-/// Spare batches kept for reuse.
-pub const SPARE_BATCHES_MAX: usize = 16;
-/// Bytes a spare batch keeps of its buffers (a batch of large values gives the rest back).
-pub const SPARE_BATCH_BYTES: usize = 64 << 10;
+/// Spare batches kept for reuse, each worker's allocated when it starts ([`Batch::prefilled`]).
+pub const SPARE_BATCHES_MAX: usize = 8;
+/// Bytes a spare batch keeps of each of its buffers, and what a prefilled one has (a batch
+/// of large values gives the rest back).
+pub const SPARE_BATCH_BYTES: usize = 16 << 10;
+/// Operations a prefilled batch has room for.
+const SPARE_BATCH_OPS: usize = 64;
+
+impl Batch {
+    /// An empty batch whose buffers are allocated and their pages written (a worker starts
+    /// with [`SPARE_BATCHES_MAX`] of them: the batches of an ordinary turn then take no new
+    /// memory however many connections it serves).
+    pub fn prefilled() -> Batch {
+        let mut requests = Vec::with_capacity(SPARE_BATCH_BYTES);
+        requests.resize(SPARE_BATCH_BYTES, 0xa5);
+        requests.clear();
+        let mut responses = requests.clone();
+        responses.reserve_exact(SPARE_BATCH_BYTES);
+        responses.resize(SPARE_BATCH_BYTES, 0xa5);
+        responses.clear();
+        Batch { ops: Vec::with_capacity(SPARE_BATCH_OPS), requests, responses }
+    }
+}
 /// Request bytes handed to one owner and not yet answered; beyond this, connections that want
 /// to hand it more wait for its replies (with the batch limit, this bounds the memory an owner
 /// that falls behind can make its peers hold).

@@ -35,6 +35,23 @@ pub fn pin_to_core(core: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Allocations at least this large are mapped on their own and unmapped when freed.
+const MMAP_THRESHOLD_BYTES: libc::c_int = 128 << 10;
+
+/// Fixes glibc's mmap threshold at its default of 128 KiB. Left alone, glibc raises it to the
+/// size of each mapped block freed (up to 32 MiB): after the first large value or `stats mrc`
+/// tree of a few hundred KiB is freed, the next ones come from a heap instead, and the heap
+/// keeps its high-water mark. Fixed, a large block is mapped and given back as it comes and
+/// goes. Call before threads start; elsewhere nothing.
+pub fn fix_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes no pointers; M_MMAP_THRESHOLD with a value under its 32 MiB
+    // maximum only sets the threshold.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+    }
+}
+
 /// Gives the allocator's free memory back to the system (glibc's `malloc_trim`: free pages in
 /// every arena, not only at a heap's top); elsewhere nothing.
 pub fn release_free_memory() {

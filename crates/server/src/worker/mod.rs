@@ -56,9 +56,9 @@ const DATAGRAM_BYTES_MAX: usize = 65536;
 const HOLD_FLUSHES_MAX: u8 = 4;
 /// Closes after which a worker's once-a-second check gives memory back.
 const SHED_AFTER_CLOSES: usize = 256;
-/// Connections a turn reads ahead of serving them (each holds a read buffer meanwhile): a
-/// window's worth of prefetches, and no more buffers out at once than a worker pools.
-const READ_AHEAD_MAX: usize = 64;
+/// Connections a turn reads ahead of serving them (each holds a read buffer meanwhile): two
+/// windows' worth of prefetches, and no more buffers out at once than a worker pools.
+const READ_AHEAD_MAX: usize = crate::session::POOL_BUFFERS_MAX;
 /// How long a stopping server keeps answering what it has already received.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
@@ -252,6 +252,8 @@ impl Worker {
     /// the events report (`take_events`), does the turn's work (`turn`),
     /// and once a second closes idle connections and overdue handshakes.
     pub fn run(mut self) {
+        self.buffers.prefill();
+        self.spare.extend((0..SPARE_BATCHES_MAX).map(|_| Batch::prefilled()));
         if let Some(net) = self.net.as_mut() {
             if let Err(error) = net.enable() {
                 uring_refused(&self.shared, &error);
