@@ -115,14 +115,12 @@ impl Batch {
     /// with [`SPARE_BATCHES_MAX`] of them: the batches of an ordinary turn then take no new
     /// memory however many connections it serves).
     pub fn prefilled() -> Batch {
-        let mut requests = Vec::with_capacity(SPARE_BATCH_BYTES);
-        requests.resize(SPARE_BATCH_BYTES, 0xa5);
-        requests.clear();
-        let mut responses = requests.clone();
-        responses.reserve_exact(SPARE_BATCH_BYTES);
-        responses.resize(SPARE_BATCH_BYTES, 0xa5);
-        responses.clear();
-        Batch { ops: Vec::with_capacity(SPARE_BATCH_OPS), requests, responses }
+        let touched = crate::session::touched;
+        Batch {
+            ops: Vec::with_capacity(SPARE_BATCH_OPS),
+            requests: touched(SPARE_BATCH_BYTES),
+            responses: touched(SPARE_BATCH_BYTES),
+        }
     }
 }
 /// Request bytes handed to one owner and not yet answered; beyond this, connections that want

@@ -16,6 +16,15 @@ const POOL_OUT_BYTES_MAX: usize = 16 << 10;
 /// (zeroes from calloc would leave them untouched until first used).
 const PREFILL_BYTE: u8 = 0xa5;
 
+/// An empty buffer with room for `capacity` bytes whose pages are already written (resident):
+/// what a worker allocates at start so that filling it later takes no new memory.
+pub fn touched(capacity: usize) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(capacity);
+    buf.resize(capacity, PREFILL_BYTE);
+    buf.clear();
+    buf
+}
+
 /// A worker's buffers, lent to connections while they have bytes in flight: an idle
 /// connection holds no buffer, so it costs a few hundred bytes however many there are.
 ///
@@ -101,9 +110,7 @@ impl Buffers {
         let each = if self.limited() { self.limit / 2 / READ_BUFFER_BYTES } else { POOL_BUFFERS_MAX };
         for _ in 0..each.min(POOL_BUFFERS_MAX) {
             self.reads.push(vec![PREFILL_BYTE; READ_BUFFER_BYTES]);
-            let mut reply = Vec::with_capacity(POOL_OUT_BYTES_MAX);
-            reply.resize(POOL_OUT_BYTES_MAX, PREFILL_BYTE);
-            reply.clear();
+            let reply = touched(POOL_OUT_BYTES_MAX);
             self.replies_pooled_bytes += reply.capacity();
             self.replies.push(reply);
         }

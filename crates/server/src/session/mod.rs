@@ -8,7 +8,7 @@ pub mod ring;
 mod state;
 pub mod tls;
 
-pub use buffers::{BufferFigures, Buffers, POOL_BUFFERS_MAX};
+pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX};
 pub use state::{RingIo, State, Wait};
 
 use crate::observe::registry::Addr;
