@@ -52,7 +52,10 @@ impl BufRing {
         let mut ring_of = BufRing {
             entries,
             layout,
-            buffers: vec![0u8; count as usize * size].into_boxed_slice(),
+            // Written now, not left to calloc's untouched zero pages: the kernel goes through
+            // every buffer in turn within the first few hundred receives, so they are resident
+            // from the start rather than raising RSS then (as a burst of connections did).
+            buffers: vec![0xa5u8; count as usize * size].into_boxed_slice(),
             size,
             count,
             tail: 0,

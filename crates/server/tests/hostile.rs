@@ -844,16 +844,15 @@ fn churn_rss(args: &[&str], period: Duration) -> (i64, u64) {
     (kept, connections)
 }
 
-/// What connection churn may add to RSS. memcached 1.6 adds 56-70 KiB under this churn (it
-/// reads into one thread cache and sends values from its items); quicksilver, whose workers
-/// allocate their buffers at start, 0-450 KiB in release builds and up to 614 KiB in debug
-/// ones over the runs measured, where it added 1.5-3.3 MiB before. The bound catches that
-/// regression in every run; memcached's own figure is printed beside quicksilver's (issue 42
-/// asks for it as the bound: what is left is in docs/BENCHMARKS.md, "Connection churn").
-const CHURN_GROWTH_MAX: i64 = 1 << 20;
+/// What connection churn may add to RSS: memcached 1.6's figure. memcached adds 56-70 KiB
+/// under this churn, and +0.05 to +0.10 MiB over 40 s of memtier reconnecting every 3 requests
+/// (scripts/bench-idle-memory.py --churn 40), whose upper end this is. quicksilver, whose
+/// workers allocate their buffers at start, kept -106 to +86 KiB over 80 runs measured; it
+/// added 1.1-1.2 MiB in every run before (docs/BENCHMARKS.md, "Connection churn").
+const CHURN_GROWTH_MAX: i64 = 128 * 1024;
 
 #[test]
-fn connection_churn_after_a_fill_keeps_memory_bounded_in_every_run() {
+fn connection_churn_after_a_fill_takes_no_more_memory_than_memcached_in_every_run() {
     let _measuring = measuring();
     let memcached: Vec<(i64, u64)> =
         (0..2).map(|_| churn_rss(&["memcached"], Duration::from_secs(2))).collect();
