@@ -63,7 +63,12 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         EvictionArg::Lru => Eviction::Lru,
         EvictionArg::ApproxLru => Eviction::ApproxLru,
         EvictionArg::Clock => Eviction::Clock,
+        EvictionArg::S3fifo => Eviction::S3Fifo,
     };
+    // A flash tier takes what leaves the main ring's head: S3-FIFO runs as that ring's clock.
+    if config.extended().ok().is_some_and(|extended| !extended.ext_paths.is_empty()) {
+        partition.eviction = partition.eviction.without_small_ring();
+    }
     partition.huge_pages = match config.huge_pages {
         HugePagesArg::Auto => HugePages::Auto,
         HugePagesArg::On => HugePages::On,

@@ -80,7 +80,9 @@ impl EngineSim {
         let partitions: Vec<Partition> = (0..partitions)
             .map(|index| {
                 let mut config = Config::new(log_bytes, buckets);
-                config.eviction = shape.eviction;
+                // A flash tier runs with clock (what leaves a small ring is not demoted).
+                config.eviction =
+                    if flash_bytes > 0 { shape.eviction.without_small_ring() } else { shape.eviction };
                 config.partition_index = index as u16;
                 config.partition_bits = partitions.trailing_zeros();
                 let mut partition = Partition::new(config);

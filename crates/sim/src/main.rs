@@ -154,6 +154,8 @@ enum EvictionArg {
     Lru,
     Fifo,
     Clock,
+    /// S3-FIFO in the log (the server's default).
+    S3fifo,
 }
 
 #[derive(clap::Args)]
@@ -211,8 +213,8 @@ struct MrcArgs {
     /// Models to run.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModelArg::Lru, ModelArg::Fifo, ModelArg::S3fifo, ModelArg::Lfu, ModelArg::Engine])]
     models: Vec<ModelArg>,
-    /// The engine's eviction policy (the server's default: clock).
-    #[arg(long, value_enum, default_value = "clock")]
+    /// The engine's eviction policy (the server's default: s3fifo).
+    #[arg(long, value_enum, default_value = "s3fifo")]
     eviction: EvictionArg,
     /// The engine's partitions.
     #[arg(long, default_value_t = 1)]
@@ -338,6 +340,7 @@ fn mrc_command(args: &MrcArgs) -> io::Result<MrcReport> {
             EvictionArg::Lru => Eviction::Lru,
             EvictionArg::Fifo => Eviction::Fifo,
             EvictionArg::Clock => Eviction::Clock,
+            EvictionArg::S3fifo => Eviction::S3Fifo,
         },
         partitions: args.partitions,
         fill: !args.no_fill,

@@ -22,17 +22,60 @@ pub struct LogGeometry {
     pub lap_bytes: u64,
     /// Mask of the logical offset space stored in slots (`2^offset_bits - 1`).
     pub offset_mask: u64,
+    /// The bit of a slot's offset that says it is in the small ring ([`SMALL_BIT`]), 0 for a
+    /// log without one (whose offsets may then use that bit too).
+    pub small_flag: u64,
+    /// Logical bytes of one lap of the small ring: the power of two at or above its memory (0
+    /// without one).
+    pub small_lap: u64,
+    /// Bytes of the small ring's memory (0 without one).
+    pub small_bytes: u64,
+}
+
+/// The offset bit of an item in a log's small ring (S3-FIFO's probationary queue: see
+/// [`Log::with_small_ring`]). A log with a small ring keeps its own offsets below it.
+pub const SMALL_BIT: u64 = 1 << 47;
+
+/// Where the heads of a log's rings are: items behind them are gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Heads {
+    /// The main ring's logical head.
+    pub main: u64,
+    /// The small ring's logical head (0 without one).
+    pub small: u64,
 }
 
 impl LogGeometry {
-    /// Whether an item at logical `offset` is still inside the live window that starts at `head`.
-    /// Slots never point past the tail, so an offset at most one log size ahead of the head is live.
+    /// Whether an item at logical `offset` (as a slot holds it) is still inside the live window
+    /// of its ring. Slots never point past a tail, so an offset at most one lap ahead of its
+    /// ring's head is live.
     #[inline(always)]
-    pub fn is_live(self, offset: u64, head: u64) -> bool {
-        offset.wrapping_sub(head) & self.offset_mask < self.lap_bytes
+    pub fn is_live(self, offset: u64, heads: Heads) -> bool {
+        if offset & self.small_flag != 0 {
+            return (offset ^ self.small_flag).wrapping_sub(heads.small) & self.offset_mask < self.small_lap;
+        }
+        offset.wrapping_sub(heads.main) & self.offset_mask < self.lap_bytes
     }
 
-    /// Byte position in memory of logical `offset`.
+    /// Whether `offset` (as a slot holds it) is in the small ring.
+    #[inline(always)]
+    pub fn in_small(self, offset: u64) -> bool {
+        offset & self.small_flag != 0
+    }
+
+    /// The offset a slot holds for the small ring's logical position `at`.
+    #[inline(always)]
+    pub fn small_offset(self, at: u64) -> u64 {
+        self.small_flag | at & self.offset_mask
+    }
+
+    /// Byte position in the small ring's memory of a small-ring offset.
+    #[inline(always)]
+    pub fn small_physical(self, offset: u64) -> usize {
+        (offset & (self.small_lap - 1)) as usize
+    }
+
+    /// Byte position in memory of logical `offset` (of the main ring).
     #[inline(always)]
     pub fn physical(self, offset: u64) -> usize {
         (offset & (self.lap_bytes - 1)) as usize
@@ -90,9 +133,15 @@ impl Header {
     }
 }
 
+/// A geometry's small-ring fields when it has none.
+const NO_SMALL: LogGeometry =
+    LogGeometry { log_bytes: 0, lap_bytes: 0, offset_mask: 0, small_flag: 0, small_lap: 0, small_bytes: 0 };
+
 /// The log's memory.
 pub struct Log {
     region: Region,
+    /// The small ring's memory ([`Log::with_small_ring`]).
+    small: Option<Region>,
     geometry: LogGeometry,
 }
 
@@ -110,9 +159,52 @@ impl Log {
             offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * lap_bytes,
             "the offset space must be at least four times the log's lap"
         );
-        let geometry =
-            LogGeometry { log_bytes: log_bytes as u64, lap_bytes, offset_mask: (1 << offset_bits) - 1 };
-        Log { region, geometry }
+        let geometry = LogGeometry {
+            log_bytes: log_bytes as u64,
+            lap_bytes,
+            offset_mask: (1 << offset_bits) - 1,
+            ..NO_SMALL
+        };
+        Log { region, small: None, geometry }
+    }
+
+    /// The log with a small ring of `small_bytes` (a multiple of 8) beside its memory: S3-FIFO's
+    /// probationary queue, a circular log of its own that new items enter (the partition
+    /// decides which ring an item goes to). Its offsets carry [`SMALL_BIT`], so the log's own
+    /// must stay below it. Every accessor takes either ring's offsets.
+    pub fn with_small_ring(mut self, small_bytes: usize, huge_pages: HugePages) -> Log {
+        assert!(small_bytes % 8 == 0 && small_bytes >= 64, "small ring size must be a multiple of 8 bytes");
+        assert!(self.geometry.offset_mask < SMALL_BIT, "the log's offsets must stay below the small bit");
+        let region = Region::new(small_bytes, huge_pages);
+        self.geometry.small_flag = SMALL_BIT;
+        self.geometry.small_bytes = region.bytes() as u64;
+        self.geometry.small_lap = (region.bytes() as u64).next_power_of_two();
+        self.small = Some(region);
+        self
+    }
+
+    /// The memory, byte position and word mask (of its lap) of logical `offset` in either ring.
+    #[inline(always)]
+    fn locate(&self, offset: u64) -> (&[AtomicU64], usize, usize) {
+        if offset & self.geometry.small_flag != 0 {
+            if let Some(small) = &self.small {
+                let lap = self.geometry.small_lap;
+                return (small.words(), (offset & (lap - 1)) as usize, (lap / 8 - 1) as usize);
+            }
+        }
+        (self.region.words(), self.geometry.physical(offset), self.word_mask())
+    }
+
+    /// The words of the item at `offset` (either ring), `words` long: bounds-checked once.
+    #[inline(always)]
+    pub fn item_words(&self, offset: u64, words: usize) -> &[AtomicU64] {
+        let (memory, at, _) = self.locate(offset);
+        &memory[at / 8..at / 8 + words]
+    }
+
+    /// The small ring's memory as words (empty without one).
+    pub fn small_words(&self) -> &[AtomicU64] {
+        self.small.as_ref().map_or(&[], Region::words)
     }
 
     /// A log in `log_bytes` (a multiple of 4096) of a memory file from byte `offset` (`-e`): its
@@ -130,9 +222,13 @@ impl Log {
             offset_bits <= crate::index::OFFSET_BITS_MAX && (1u64 << offset_bits) >= 4 * lap_bytes,
             "the offset space must be at least four times the log's lap"
         );
-        let geometry =
-            LogGeometry { log_bytes: log_bytes as u64, lap_bytes, offset_mask: (1 << offset_bits) - 1 };
-        Ok(Log { region, geometry })
+        let geometry = LogGeometry {
+            log_bytes: log_bytes as u64,
+            lap_bytes,
+            offset_mask: (1 << offset_bits) - 1,
+            ..NO_SMALL
+        };
+        Ok(Log { region, small: None, geometry })
     }
 
     /// Store mode's arena memory: `bytes` (a multiple of 8), not necessarily a power of two.
@@ -145,8 +241,9 @@ impl Log {
             log_bytes: bytes as u64,
             lap_bytes: bytes.next_power_of_two() as u64,
             offset_mask: (1 << crate::index::OFFSET_BITS_MAX) - 1,
+            ..NO_SMALL
         };
-        Log { region, geometry }
+        Log { region, small: None, geometry }
     }
 
     /// The log's geometry.
@@ -175,19 +272,19 @@ impl Log {
     /// Starts loading the first cache line of the item at `offset`.
     #[inline(always)]
     pub fn prefetch(&self, offset: u64) {
-        prefetch(self.words(), self.geometry.physical(offset) / 8);
+        let (words, at, _) = self.locate(offset);
+        prefetch(words, at / 8);
     }
 
     /// Reads the header of the item at `offset`. Lengths may be garbage if a CREW reader races the
     /// owner; callers bound them before use.
     #[inline(always)]
     pub fn header(&self, offset: u64) -> Header {
-        let words = self.words();
-        let at = self.geometry.physical(offset) / 8;
+        let (words, at, mask) = self.locate(offset);
+        let at = at / 8;
         let word0 = Word0(words[at].load(Relaxed));
-        let word1 = Word1(words[(at + 1) & self.word_mask()].load(Relaxed));
-        let ext =
-            if word0.has(BIT_EXT) { Ext(words[(at + 2) & self.word_mask()].load(Relaxed)) } else { Ext(0) };
+        let word1 = Word1(words[(at + 1) & mask].load(Relaxed));
+        let ext = if word0.has(BIT_EXT) { Ext(words[(at + 2) & mask].load(Relaxed)) } else { Ext(0) };
         Header { word0, word1, ext }
     }
 
@@ -195,9 +292,8 @@ impl Log {
     /// the memory's end (where an item that ended exactly at the end leaves the tail).
     #[inline(always)]
     pub fn is_padding(&self, offset: u64) -> bool {
-        self.words()
-            .get(self.geometry.physical(offset) / 8)
-            .map_or(true, |word| Word0(word.load(Relaxed)).has(BIT_PAD))
+        let (words, at, _) = self.locate(offset);
+        words.get(at / 8).map_or(true, |word| Word0(word.load(Relaxed)).has(BIT_PAD))
     }
 
     #[inline(always)]
@@ -208,19 +304,22 @@ impl Log {
     /// Writes header word 0 of the item at `offset`.
     #[inline(always)]
     pub fn set_word0(&self, offset: u64, word0: Word0) {
-        self.words()[self.geometry.physical(offset) / 8].store(word0.0, Relaxed);
+        let (words, at, _) = self.locate(offset);
+        words[at / 8].store(word0.0, Relaxed);
     }
 
     /// Writes header word 1 of the item at `offset`.
     #[inline(always)]
     pub fn set_word1(&self, offset: u64, word1: Word1) {
-        self.words()[self.geometry.physical(offset) / 8 + 1].store(word1.0, Relaxed);
+        let (words, at, _) = self.locate(offset);
+        words[at / 8 + 1].store(word1.0, Relaxed);
     }
 
     /// Writes the extension word of the item at `offset` (which must have `BIT_EXT`).
     #[inline(always)]
     pub fn set_ext(&self, offset: u64, ext: Ext) {
-        self.words()[self.geometry.physical(offset) / 8 + 2].store(ext.0, Relaxed);
+        let (words, at, _) = self.locate(offset);
+        words[at / 8 + 2].store(ext.0, Relaxed);
     }
 
     /// Writes a padding record at `offset`.
@@ -231,19 +330,22 @@ impl Log {
     /// Appends `len` bytes from byte `start` of the item at `offset` to `out`.
     #[inline(always)]
     pub fn read_bytes(&self, offset: u64, start: usize, len: usize, out: &mut Vec<u8>) {
-        crate::words::load_bytes(self.words(), self.geometry.physical(offset) + start, len, out);
+        let (words, at, _) = self.locate(offset);
+        crate::words::load_bytes(words, at + start, len, out);
     }
 
     /// Whether the `expected.len()` bytes from byte `start` of the item at `offset` equal `expected`.
     #[inline(always)]
     pub fn bytes_equal(&self, offset: u64, start: usize, expected: &[u8]) -> bool {
-        crate::words::bytes_equal(self.words(), self.geometry.physical(offset) + start, expected)
+        let (words, at, _) = self.locate(offset);
+        crate::words::bytes_equal(words, at + start, expected)
     }
 
     /// Whether an item of `bytes` starting at `offset` lies inside the memory (it always does
     /// when the header was read consistently; a racing CREW reader checks before copying).
     #[inline(always)]
     pub fn fits(&self, offset: u64, bytes: usize) -> bool {
-        self.geometry.physical(offset).saturating_add(bytes) <= self.words().len() * 8
+        let (words, at, _) = self.locate(offset);
+        at.saturating_add(bytes) <= words.len() * 8
     }
 }

@@ -14,7 +14,7 @@ use crate::item::{
     KEY_BYTES_MAX, SLACK_WORDS_MAX, VALUE_BYTES_MAX,
 };
 use crate::keyhash::KeyHash;
-use crate::log::{Header, Log, LogGeometry};
+use crate::log::{Header, Heads, Log, LogGeometry};
 use crate::region::PageKind;
 use crate::stats::PartitionStats;
 use crate::sync::{fence, Arc, AtomicU32, AtomicU64};
@@ -22,6 +22,8 @@ use std::cell::Cell;
 
 #[path = "partition_flash.rs"]
 mod flash_tier;
+#[path = "partition_small.rs"]
+mod small_ring;
 pub use flash_tier::{FlashCounters, FlashRead, Promoted, Resolved, FLASH_READ_BYTES};
 use std::sync::atomic::Ordering::{Relaxed, Release};
 
@@ -41,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) index: Index,
     /// Logical head: items before it are gone.
     pub(crate) head: AtomicU64,
+    /// The small ring's logical head (S3-FIFO), as `head` is the main ring's.
+    pub(crate) small_head: AtomicU64,
     /// flush_all: items last accessed at or before this unix second are flushed (0: none).
     pub(crate) oldest_live: AtomicU32,
     /// Immediate flush_all: items whose CAS sequence is below this are flushed (0: none).
@@ -105,6 +109,14 @@ pub struct Dumped<'a> {
     pub flags: u32,
 }
 
+/// Which of a log's rings an item is written to (S3-FIFO's small ring, or the main ring every
+/// other policy has alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ring {
+    Main,
+    Small,
+}
+
 /// Outcome of looking a key up.
 enum Lookup {
     Found(Found),
@@ -120,6 +132,14 @@ pub struct Partition {
     shared: Arc<Shared>,
     head: u64,
     tail: u64,
+    /// S3-FIFO's small ring ([`Log::with_small_ring`]): its head and tail, as `head` and
+    /// `tail` are the main ring's (both 0 without one).
+    small_head: u64,
+    small_tail: u64,
+    /// S3-FIFO's ghost: fingerprints of keys the small ring evicted unread, one per entry in
+    /// the entry their hash picks (empty without a small ring). A key found here when it is
+    /// written again enters the main ring directly.
+    ghost: Box<[u32]>,
     next_cas_seq: u64,
     crew: bool,
     eviction: Eviction,
@@ -200,11 +220,22 @@ impl Partition {
         let (log, index) = if config.store_mode {
             let log = Log::new_arena(config.log_bytes, config.huge_pages);
             (log, Index::new(config.bucket_count, config.spare_buckets, config.huge_pages))
+        } else if let Some(shares) = small_ring::Shares::of(&config) {
+            let offset_bits = config.offset_bits.min(crate::log::SMALL_BIT.trailing_zeros());
+            let room = config.log_room_bytes.saturating_sub(shares.others()).max(shares.main);
+            let log = Log::new(shares.main, room, offset_bits, config.huge_pages)
+                .with_small_ring(shares.small, config.huge_pages);
+            let index = Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages);
+            let mut partition =
+                Partition::assemble(Config { log_bytes: shares.main, offset_bits, ..config }, log, index);
+            partition.ghost = vec![0; shares.ghost].into_boxed_slice();
+            return partition;
         } else {
             let log =
                 Log::new(config.log_bytes, config.log_room_bytes, config.offset_bits, config.huge_pages);
             (log, Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages))
         };
+        let config = Config { eviction: config.eviction.without_small_ring(), ..config };
         Partition::assemble(config, log, index)
     }
 
@@ -244,6 +275,8 @@ impl Partition {
         };
         let mut config = config;
         config.log_bytes = log_bytes;
+        // The memory file holds one ring: S3-FIFO runs as its main ring's clock.
+        config.eviction = config.eviction.without_small_ring();
         let mut partition = Partition::assemble(config, log, index);
         partition.crash_flash_slots = crash_flash_slots;
         let shape = crate::persist::Shape {
@@ -287,6 +320,7 @@ impl Partition {
             log,
             index,
             head: AtomicU64::new(0),
+            small_head: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
             oldest_cas_seq: AtomicU64::new(0),
             partition_index: config.partition_index,
@@ -295,6 +329,9 @@ impl Partition {
             shared: Arc::new(shared),
             head: 0,
             tail: 0,
+            small_head: 0,
+            small_tail: 0,
+            ghost: Box::default(),
             next_cas_seq: 1,
             crew: config.access == Access::Crew,
             // Store mode never moves items: nothing is evicted for reads to protect.
@@ -518,7 +555,7 @@ impl Partition {
     pub fn log_bytes(&self) -> usize {
         match self.store {
             Some(_) => self.shared.log.words().len() * 8,
-            None => self.limit_bytes as usize,
+            None => (self.limit_bytes + self.small_ring_bytes()) as usize,
         }
     }
 
@@ -526,7 +563,7 @@ impl Partition {
     pub fn log_room(&self) -> usize {
         match self.store {
             Some(_) => self.log_bytes(),
-            None => self.geometry.log_bytes as usize,
+            None => (self.geometry.log_bytes + self.small_ring_bytes()) as usize,
         }
     }
 
@@ -535,13 +572,13 @@ impl Partition {
     pub fn log_touched_bytes(&self) -> usize {
         match self.store {
             Some(_) => self.log_bytes(),
-            None => self.touched_bytes as usize,
+            None => (self.touched_bytes + self.small_tail.min(self.geometry.small_bytes)) as usize,
         }
     }
 
     /// The smallest log [`Partition::set_log_limit`] accepts: room for two of the largest items.
     pub fn log_limit_min(&self) -> usize {
-        (2 * self.item_bytes_max).max(64)
+        (2 * self.item_bytes_max).max(64) + self.small_ring_bytes() as usize
     }
 
     /// memcached's `cache_memlimit` for this partition: the log fills `bytes` of each lap from
@@ -551,12 +588,13 @@ impl Partition {
     /// size, cuts the log there and gives the memory past it back. Store mode's arena cannot
     /// change size. Returns whether the size changed.
     pub fn set_log_limit(&mut self, bytes: usize) -> bool {
-        let bytes = (bytes & !7) as u64;
+        // The small ring and the ghost keep their size; the main ring takes the change.
+        let bytes = (bytes as u64).saturating_sub(self.small_ring_bytes()) & !7;
         // A memory file's log keeps the size its file was laid out for.
         if self.store.is_some()
             || self.persist.is_some()
             || bytes > self.geometry.log_bytes
-            || bytes < self.log_limit_min() as u64
+            || bytes + self.small_ring_bytes() < self.log_limit_min() as u64
         {
             return false;
         }
@@ -658,6 +696,7 @@ impl Partition {
             return 0;
         }
         self.records()
+            .chain(self.small_records())
             .filter(|(_, header)| !header.word0.has(BIT_DEAD) && self.shared.is_gone(header, now_secs))
             .map(|(_, header)| header.capacity() as u64)
             .sum()
@@ -741,7 +780,7 @@ impl Partition {
                     if slot.is_empty()
                         || slot.is_link()
                         || Self::is_flash_slot(slot)
-                        || !self.geometry.is_live(slot.offset(), self.head)
+                        || !self.geometry.is_live(slot.offset(), self.heads())
                     {
                         continue;
                     }
@@ -878,7 +917,7 @@ impl Partition {
         let tag = hash.tag();
         for (slot_index, word) in bucket[1..].iter().enumerate() {
             let slot = Slot(word.load(Relaxed));
-            if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.head) {
+            if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.heads()) {
                 self.shared.log.prefetch(slot.offset());
                 self.hint(hash).set(hash.0 & !HINT_SLOT_MASK | slot_index as u64);
                 break;
@@ -1015,6 +1054,20 @@ impl Partition {
             at += header.capacity() as u64;
         }
         assert_eq!(at, self.tail, "items do not tile the live window");
+        if self.has_small_ring() {
+            assert!(
+                self.small_tail - self.small_head <= self.geometry.small_lap,
+                "small ring exceeds its memory"
+            );
+            assert_eq!(self.shared.small_head.load(Relaxed), self.small_head, "published small head lags");
+            for (offset, header) in self.small_records() {
+                assert!(self.shared.log.fits(offset, header.capacity()), "small item straddles the end");
+                if !header.word0.has(BIT_DEAD) {
+                    items += 1;
+                    bytes += header.capacity() as u64;
+                }
+            }
+        }
         assert_eq!((items, bytes), (self.stats.items, self.stats.bytes), "item accounting drifted");
         for bucket in 0..self.shape.buckets() {
             let words = self.shared.index.bucket(bucket);
@@ -1023,7 +1076,7 @@ impl Partition {
                 let slot = Slot(word.load(Relaxed));
                 if !slot.is_empty()
                     && !Self::is_flash_slot(slot)
-                    && self.geometry.is_live(slot.offset(), self.head)
+                    && self.geometry.is_live(slot.offset(), self.heads())
                 {
                     let header = self.shared.log.header(slot.offset());
                     assert!(!header.word0.has(BIT_DEAD), "a slot points to a dead item");
@@ -1126,7 +1179,7 @@ impl Partition {
         tag: u16,
         key: &[u8],
     ) -> Option<Found> {
-        if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.head) {
+        if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.heads()) {
             return None;
         }
         let offset = slot.offset();
@@ -1222,7 +1275,7 @@ impl Partition {
         let header = found.header;
         let age = self.age(found.offset);
         let reappend = match self.eviction {
-            Eviction::Fifo | Eviction::Clock => false,
+            Eviction::Fifo | Eviction::Clock | Eviction::S3Fifo => false,
             Eviction::Lru => age > header.capacity() as u64,
             Eviction::ApproxLru => age > self.limit_bytes / 2,
         };
@@ -1233,7 +1286,7 @@ impl Partition {
         }
         let fetched = header.word0.has(BIT_FETCHED);
         let accessed = header.word1.last_access() == now_secs;
-        let counted = self.eviction != Eviction::Clock || header.word0.freq() == item::FREQ_MAX;
+        let counted = !self.eviction.counts_reads() || header.word0.freq() == item::FREQ_MAX;
         if fetched && accessed && counted {
             return;
         }
@@ -1284,7 +1337,7 @@ impl Partition {
         };
         let version = self.begin_write(found.bucket);
         self.retire(found.offset, &header);
-        let offset = self.append(key, value, new_header);
+        let offset = self.append(Ring::Main, key, value, new_header);
         self.set_slot(found.slot_bucket, found.slot, Slot::new(found_tag(self, found), offset));
         self.end_write(found.bucket, version);
         self.scratch = scratch;
@@ -1426,7 +1479,7 @@ impl Partition {
         new_item.cas_seq = self.take_cas_seq();
         self.stats.total_items += 1;
         let cas = self.shared.cas_unique(new_item.cas_seq);
-        if let (Some(found), Eviction::Clock) = (&existing, self.eviction) {
+        if let Some(found) = existing.as_ref().filter(|_| self.eviction.counts_reads()) {
             // A key written again is as popular as it was: the clock's count carries over.
             new_item.bits |= found.header.word0.bits() & item::FREQ_BITS;
         }
@@ -1443,7 +1496,8 @@ impl Partition {
             }
             let version = self.begin_write(found.bucket);
             self.retire(found.offset, &found.header);
-            let offset = self.append(key, value, new_item);
+            let ring = self.ring_for_existing(found.offset, size);
+            let offset = self.append(ring, key, value, new_item);
             self.set_slot(found.slot_bucket, found.slot, Slot::new(hash.tag(), offset));
             self.end_write(found.bucket, version);
             return Outcome::Stored { cas };
@@ -1453,7 +1507,8 @@ impl Partition {
         if self.flash.is_some() {
             self.supersede_flash(hash);
         }
-        let offset = self.append(key, value, new_item);
+        let ring = self.ring_for_new(hash, size);
+        let offset = self.append(ring, key, value, new_item);
         self.link(bucket, Slot::new(hash.tag(), offset));
         self.end_write(bucket, version);
         Outcome::Stored { cas }
@@ -1639,7 +1694,8 @@ impl Partition {
         let version = self.begin_write(found.bucket);
         let tag = found_tag(self, &found);
         self.retire(found.offset, &header);
-        let offset = self.append(key, value, new_item);
+        let ring = self.ring_for_existing(found.offset, item::item_bytes(key_len, value.len(), true));
+        let offset = self.append(ring, key, value, new_item);
         self.set_slot(found.slot_bucket, found.slot, Slot::new(tag, offset));
         self.end_write(found.bucket, version);
         self.scratch = scratch;
@@ -1891,9 +1947,13 @@ impl Partition {
                 word.store(slot.0, Relaxed);
                 return;
             }
-            // A flash item is older than any in DRAM: the first to give up its slot.
+            // A flash item is older than any in DRAM: the first to give up its slot. A small
+            // ring's item is as old as its place in that ring, scaled to the main ring's lap.
             let age = if Self::is_flash_slot(current) {
                 u64::MAX
+            } else if self.geometry.in_small(current.offset()) {
+                let age = self.small_tail.wrapping_sub(current.offset()) & self.geometry.offset_mask;
+                age * (self.geometry.lap_bytes / self.geometry.small_lap)
             } else {
                 self.tail.wrapping_sub(current.offset()) & self.geometry.offset_mask
             };
@@ -1973,11 +2033,15 @@ impl Partition {
         self.end_write(from, from_version);
     }
 
-    /// Appends a new item at the tail, evicting at the head as needed; returns its offset.
-    fn append(&mut self, key: &[u8], value: &[u8], new_item: NewItem) -> u64 {
+    /// Appends a new item at the tail of `ring`, evicting at its head as needed; returns its
+    /// offset.
+    fn append(&mut self, ring: Ring, key: &[u8], value: &[u8], new_item: NewItem) -> u64 {
         let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let size = item::item_bytes(key.len(), value.len(), ext);
-        let offset = self.reserve(size);
+        let offset = match ring {
+            Ring::Main => self.reserve(size),
+            Ring::Small => self.reserve_small(size),
+        };
         self.write_item(offset, key, value, new_item, 0, false);
         // The item is whole: the memory file's window may take it in.
         self.persist_window();
@@ -2003,8 +2067,7 @@ impl Partition {
         let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
         let key_start = item::HEADER_BYTES + if ext { item::EXT_BYTES } else { 0 };
         // The item's words, bounds-checked once (an item never straddles the end of memory).
-        let at = self.geometry.physical(offset) / 8;
-        let item = &self.shared.log.words()[at..at + (key_start + key.len() + value.len()).div_ceil(8)];
+        let item = self.shared.log.item_words(offset, (key_start + key.len() + value.len()).div_ceil(8));
         item[0].store(Word0::new(new_item.cas_seq, key.len(), bits).0, Relaxed);
         item[1].store(Word1::new(value.len(), slack_words, new_item.last_access).0, Relaxed);
         if ext {
@@ -2045,27 +2108,44 @@ impl Partition {
     /// holds moves under it): room for `size` bytes at the tail, keeping items read since they
     /// were written as the head reaches them, at most [`KEEPS_PER_RESERVE`] of them. Whatever
     /// room is still short is made by the write's own plain evictions.
+    /// With S3-FIFO, the small ring's promotions come first ([`Partition::promote_ahead`]), then
+    /// room in the main ring, for a write that goes to either.
     fn keep_ahead(&mut self, size: usize) {
         if self.stats.items > self.grow_at_items {
             self.grow_index();
         }
-        if self.eviction != Eviction::Clock || self.store.is_some() {
+        if !self.eviction.counts_reads() || self.store.is_some() {
             return;
         }
-        let (head_before, tail_before) = (self.head, self.tail);
-        for _ in 0..KEEPS_PER_RESERVE {
-            if self.room() >= self.padding_before(size) + size as u64
-                || self.tail - tail_before > KEEP_BYTES_PER_RESERVE
-            {
-                break;
-            }
+        let (heads_before, tail_before) = (self.heads(), self.tail);
+        let mut keeps = KEEPS_PER_RESERVE;
+        if self.has_small_ring() {
+            self.promote_ahead(size, &mut keeps, tail_before);
+        }
+        self.keep_main(size, &mut keeps, tail_before);
+        if self.heads() != heads_before {
+            self.publish_head();
+        }
+    }
+
+    /// Clock at the main ring's head until it has room for `size` bytes, within `keeps` steps
+    /// and [`KEEP_BYTES_PER_RESERVE`] bytes appended since the tail was at `tail_before`.
+    fn keep_main(&mut self, size: usize, keeps: &mut u32, tail_before: u64) {
+        while *keeps > 0
+            && self.room() < self.padding_before(size) + size as u64
+            && self.tail - tail_before <= KEEP_BYTES_PER_RESERVE
+        {
+            *keeps -= 1;
             if !self.keep_head() {
                 self.evict_head();
             }
         }
-        if self.head != head_before {
-            self.publish_head();
-        }
+    }
+
+    /// Where the rings' heads are now.
+    #[inline(always)]
+    fn heads(&self) -> Heads {
+        Heads { main: self.head, small: self.small_head }
     }
 
     /// Bytes free between the tail and the head (the live window spans at most one lap).
@@ -2088,6 +2168,7 @@ impl Partition {
     fn publish_head(&mut self) {
         self.persist_window();
         self.shared.head.store(self.head, Relaxed);
+        self.shared.small_head.store(self.small_head, Relaxed);
         if self.crew {
             fence(Release);
         }
@@ -2156,7 +2237,7 @@ impl Partition {
     /// The most reclaim credit clock saves up: half the log (a write spends it a keep at a
     /// time, at most [`KEEPS_PER_RESERVE`] keeps).
     fn credit_max(&self) -> u64 {
-        if self.eviction == Eviction::Clock {
+        if self.eviction.counts_reads() {
             self.limit_bytes / 2
         } else {
             0

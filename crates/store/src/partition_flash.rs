@@ -136,6 +136,8 @@ impl Partition {
     /// Gives this partition a flash tier: items of at least `min_item_bytes` (header included)
     /// leaving the DRAM head go to `log`. Not in store mode (nothing is evicted there).
     pub fn attach_flash(&mut self, log: FlashLog, min_item_bytes: usize) {
+        // What leaves a small ring is dropped, not demoted: a flash tier runs with clock.
+        assert!(!self.has_small_ring(), "a flash tier needs a partition without a small ring");
         if self.store.is_none() {
             self.flash = Some(Box::new(FlashTier {
                 log,
@@ -166,7 +168,7 @@ impl Partition {
         if Self::is_flash_slot(slot) {
             return self.flash.as_ref().map_or(true, |tier| !tier.log.is_live(slot.offset()));
         }
-        !self.geometry.is_live(slot.offset(), self.head)
+        !self.geometry.is_live(slot.offset(), self.heads())
     }
 
     /// At eviction: copies the live item at `offset` to flash and queues its slot's move;
@@ -445,8 +447,12 @@ impl Partition {
             last_access: header.word1.last_access(),
         };
         let version = self.begin_write(bucket);
-        let offset =
-            self.append(key, &record[key_start + key_len..key_start + key_len + value_len], new_item);
+        let offset = self.append(
+            super::Ring::Main,
+            key,
+            &record[key_start + key_len..key_start + key_len + value_len],
+            new_item,
+        );
         self.set_slot(bucket, slot, Slot::new(hash.tag(), offset));
         self.end_write(bucket, version);
         if let Some(tier) = self.flash.as_mut() {

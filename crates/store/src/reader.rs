@@ -18,6 +18,7 @@ use crate::command::{Hit, Outcome};
 use crate::index::Slot;
 use crate::item::KEY_BYTES_MAX;
 use crate::keyhash::KeyHash;
+use crate::log::Heads;
 use crate::partition::{Dumped, Shared};
 use crate::sync::{fence, Arc};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -147,14 +148,20 @@ impl Reader {
         }
     }
 
+    /// The heads the owner last published.
+    #[inline(always)]
+    fn heads(&self) -> Heads {
+        Heads { main: self.shared.head.load(Relaxed), small: self.shared.small_head.load(Relaxed) }
+    }
+
     /// Step 1 of an optimistic read: the bucket's version once it is even (no change under
     /// way), and the head.
     #[inline(always)]
-    fn begin(&self, bucket: &[crate::sync::AtomicU64]) -> (u64, u64) {
+    fn begin(&self, bucket: &[crate::sync::AtomicU64]) -> (u64, Heads) {
         loop {
             let before = bucket[0].load(Acquire);
             if before & 1 == 0 {
-                return (before, self.shared.head.load(Relaxed));
+                return (before, self.heads());
             }
             crate::sync::spin_hint();
         }
@@ -172,7 +179,7 @@ impl Reader {
     ) -> bool {
         fence(Acquire);
         let after = bucket[0].load(Relaxed);
-        let head = self.shared.head.load(Relaxed);
+        let head = self.heads();
         let geometry = self.shared.log.geometry();
         before == after && offsets.into_iter().all(|offset| geometry.is_live(offset, head))
     }
@@ -191,7 +198,7 @@ impl Reader {
         let index = &self.shared.index;
         let bucket = index.bucket(index.shape().bucket(hash));
         let (log, tag) = (&self.shared.log, hash.tag());
-        let head = self.shared.head.load(Relaxed);
+        let head = self.heads();
         for word in &bucket[1..] {
             let slot = Slot(word.load(Relaxed));
             if slot.tag() == tag && log.geometry().is_live(slot.offset(), head) {
@@ -209,7 +216,7 @@ impl Reader {
         bucket: &[crate::sync::AtomicU64],
         tag: u16,
         key: &[u8],
-        head: u64,
+        head: Heads,
         now_secs: u32,
         out: &mut Vec<u8>,
         gone: &mut Gone,
@@ -246,7 +253,7 @@ impl Reader {
         bucket: &[crate::sync::AtomicU64],
         tag: u16,
         key: &[u8],
-        head: u64,
+        head: Heads,
         geometry: crate::log::LogGeometry,
         now_secs: u32,
         out: &mut Vec<u8>,

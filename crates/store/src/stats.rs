@@ -57,6 +57,11 @@ pub struct PartitionStats {
     pub bytes: u64,
     /// Items moved to the tail: clock's keeps at the head, LRU's and approximate LRU's re-appends.
     pub reappends: u64,
+    /// S3-FIFO: items read in the small ring copied to the main ring at its head (memcached's
+    /// `moves_to_warm`).
+    pub promotions: u64,
+    /// S3-FIFO: new keys the ghost remembered, written to the main ring directly.
+    pub ghost_hits: u64,
     /// Store mode: writes refused for lack of arena space or spare buckets.
     pub refused: u64,
     /// Store mode: arena bytes (filled in by [`crate::Partition::stats_snapshot`]).
@@ -111,6 +116,8 @@ impl PartitionStats {
             expired_unfetched,
             too_large,
             reappends,
+            promotions,
+            ghost_hits,
             refused,
             items: _,
             bytes: _,
@@ -150,6 +157,8 @@ impl PartitionStats {
             (&mut since.expired_unfetched, expired_unfetched),
             (&mut since.too_large, too_large),
             (&mut since.reappends, reappends),
+            (&mut since.promotions, promotions),
+            (&mut since.ghost_hits, ghost_hits),
             (&mut since.refused, refused),
         ] {
             *value = value.saturating_sub(base);
@@ -187,6 +196,8 @@ impl PartitionStats {
             items,
             bytes,
             reappends,
+            promotions,
+            ghost_hits,
             refused,
             arena_bytes,
             arena_free_bytes,
@@ -224,6 +235,8 @@ impl PartitionStats {
         self.items += items;
         self.bytes += bytes;
         self.reappends += reappends;
+        self.promotions += promotions;
+        self.ghost_hits += ghost_hits;
         self.refused += refused;
         self.arena_bytes += arena_bytes;
         self.arena_free_bytes += arena_free_bytes;

@@ -30,6 +30,7 @@ fn flash_file(name: &str, writable: bool) -> (Temp, Arc<File>) {
 fn partition(dram: usize, flash: u64, file: Arc<File>) -> Partition {
     let mut config = Config::new(dram, 4096);
     config.huge_pages = HugePages::Off;
+    config.eviction = qs_store::Eviction::Clock;
     let mut partition = Partition::new(config);
     partition.attach_flash(FlashLog::new(file, 0, flash, 16 << 10).unwrap(), 16);
     partition

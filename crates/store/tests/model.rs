@@ -399,7 +399,13 @@ fn store_harness(arena_bytes: usize, buckets: usize, spares: usize) -> Harness {
 }
 
 fn eviction() -> impl Strategy<Value = Eviction> {
-    prop_oneof![Just(Eviction::Fifo), Just(Eviction::Lru), Just(Eviction::ApproxLru), Just(Eviction::Clock)]
+    prop_oneof![
+        Just(Eviction::Fifo),
+        Just(Eviction::Lru),
+        Just(Eviction::ApproxLru),
+        Just(Eviction::Clock),
+        Just(Eviction::S3Fifo)
+    ]
 }
 
 proptest! {

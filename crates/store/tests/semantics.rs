@@ -247,6 +247,64 @@ fn clock_keeps_what_was_read_and_evicts_what_was_not() {
 }
 
 #[test]
+fn s3fifo_sends_unread_keys_through_the_small_ring_and_keeps_the_read_ones() {
+    // 2 MiB: a small ring of 200 KiB, a ghost of 4,096 keys, the main ring the rest. A hot
+    // set of 200 keys read every 1,000 writes, through 40,000 unread keys of 100 bytes (about
+    // three laps of the whole memory).
+    let mut p = partition(2 << 20, 4096, Eviction::S3Fifo);
+    let hot = |i: u32| format!("hot{i:03}");
+    for i in 0..200 {
+        set(&mut p, hot(i).as_bytes(), &[7; 100], NOW);
+    }
+    let cold = |i: u32| format!("cold{i:05}");
+    for i in 0..40_000u32 {
+        if i % 1000 == 0 {
+            for h in 0..200 {
+                assert!(get(&mut p, hot(h).as_bytes(), NOW).is_some(), "hot key {h} lost by write {i}");
+            }
+        }
+        set(&mut p, cold(i).as_bytes(), &[1; 100], NOW);
+    }
+    p.check_invariants();
+    let stats = *p.stats();
+    assert!(stats.promotions >= 200, "{} promotions: the hot keys move to the main ring", stats.promotions);
+    assert!(stats.log_evictions > 20_000, "{} evictions", stats.log_evictions);
+    // The memory is full: the main ring took what the small one left while it filled.
+    assert!(stats.bytes > (2 << 20) * 9 / 10, "{} bytes held", stats.bytes);
+    // The cold keys written last are in the small ring; those just before it were dropped
+    // unread and are in the ghost: written again, they go to the main ring.
+    let ghost_hits = stats.ghost_hits;
+    let back: Vec<u32> =
+        (38_000..38_400).filter(|&i| get(&mut p, cold(i).as_bytes(), NOW).is_none()).collect();
+    assert!(back.len() > 300, "{} of 400 keys evicted", back.len());
+    for &i in &back {
+        set(&mut p, cold(i).as_bytes(), &[1; 100], NOW);
+    }
+    assert!(p.stats().ghost_hits - ghost_hits > back.len() as u64 / 2, "{} ghost hits", p.stats().ghost_hits);
+    // In the main ring they survive a lap of the small one that would have dropped them.
+    for i in 40_000..42_000u32 {
+        set(&mut p, cold(i).as_bytes(), &[1; 100], NOW);
+    }
+    let kept = back.iter().filter(|&&i| get(&mut p, cold(i).as_bytes(), NOW).is_some()).count();
+    assert!(kept > back.len() / 2, "{kept} of {} kept", back.len());
+    p.check_invariants();
+}
+
+#[test]
+fn s3fifo_falls_back_to_clock_where_there_is_no_room_for_a_small_ring() {
+    let mut p = partition(512 << 10, 256, Eviction::S3Fifo);
+    set(&mut p, b"read", &[2; 40], NOW);
+    assert!(get(&mut p, b"read", NOW).is_some());
+    for i in 0..20_000u32 {
+        set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
+    }
+    assert_eq!(p.stats().promotions, 0);
+    assert!(p.stats().reappends > 0, "clock's keeps");
+    assert_eq!(p.log_bytes(), 512 << 10);
+    p.check_invariants();
+}
+
+#[test]
 fn clock_keeps_small_unread_items_by_chance_and_large_ones_never() {
     // Unread items of 24 and of 216 bytes alternating through a log of about 16 laps' worth:
     // a small one is kept for another lap with probability 15/16, a large one never, so the

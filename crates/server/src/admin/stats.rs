@@ -282,7 +282,7 @@ fn general_items(shared: &Shared, p: &PartitionStats, out: &mut Vec<u8>) {
     stat(out, "lrutail_reflocked", 0);
     if extended.lru_maintainer {
         stat(out, "moves_to_cold", 0);
-        stat(out, "moves_to_warm", 0);
+        stat(out, "moves_to_warm", p.promotions);
         stat(out, "moves_within_lru", p.reappends);
         stat(out, "direct_reclaims", 0);
         stat(out, "lru_bumps_dropped", 0);
@@ -590,7 +590,8 @@ fn slabs(shared: &Shared, out: &mut Vec<u8>) {
 /// `stats items`: the logs as one class (listed while it holds items), in memcached's
 /// fields; `age` is the age of the oldest record in the logs, and the segmented-LRU
 /// figures memcached keeps (hot, warm, moves) are 0 here but `moves_within_lru`, the
-/// eviction policy's moves (clock's keeps, LRU's re-appends).
+/// eviction policy's moves (clock's keeps, LRU's re-appends), and `moves_to_warm`, S3-FIFO's
+/// moves from its small ring to its main one (memcached's cold to warm).
 fn items(shared: &Shared, out: &mut Vec<u8>) {
     let (p, _, _) = totals(shared);
     if p.items == 0 {
@@ -621,7 +622,7 @@ fn items(shared: &Shared, out: &mut Vec<u8>) {
     field("crawler_items_checked", 0);
     field("lrutail_reflocked", 0);
     field("moves_to_cold", 0);
-    field("moves_to_warm", 0);
+    field("moves_to_warm", p.promotions);
     field("moves_within_lru", p.reappends);
     field("direct_reclaims", 0);
     field("hits_to_hot", 0);

@@ -157,7 +157,7 @@ pub struct Config {
     #[arg(long, value_enum, default_value_t = AccessArg::Crew)]
     pub access: AccessArg,
     /// Which items leave first when the log is full.
-    #[arg(long, value_enum, default_value_t = EvictionArg::Clock)]
+    #[arg(long, value_enum, default_value_t = EvictionArg::S3fifo)]
     pub eviction: EvictionArg,
     /// Partitions (a power of two, at least the worker count; default 4 per worker).
     #[arg(long)]
@@ -246,6 +246,8 @@ pub enum EvictionArg {
     ApproxLru,
     /// FIFO that keeps, once per read up to three, an item read since it was written.
     Clock,
+    /// S3-FIFO: a small ring for new keys, a main ring run by clock, a ghost of dropped keys.
+    S3fifo,
 }
 
 /// --huge-pages.

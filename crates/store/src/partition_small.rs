@@ -1,0 +1,270 @@
+//! S3-FIFO in the log (`Eviction::S3Fifo`, Yang et al., SOSP'23): a small ring, a tenth of the
+//! partition's memory, that new keys enter; a main ring run by clock ([`Partition::keep_head`])
+//! that keys read while in the small ring are copied to as its head reaches them; and a ghost of
+//! the keys the small ring dropped unread, which enter the main ring directly when they are
+//! written again. A key read once costs a tenth of the memory's turnover instead of a whole
+//! lap of it, which is what S3-FIFO gains over clock at small caches and under scans
+//! (docs/SIMULATION.md).
+//!
+//! Both rings are circular logs in one [`crate::Log`]: the small ring's offsets carry
+//! [`crate::log::SMALL_BIT`], so a slot says which ring its item is in and readers check it
+//! against that ring's head. Everything lives inside the partition's share of `-m`: the main
+//! ring gets what the small ring and the ghost leave.
+
+use super::{Found, Partition, Ring, KEEP_BYTES_PER_RESERVE};
+use crate::config::Config;
+use crate::index::Slot;
+use crate::item::{BIT_DEAD, BIT_FETCHED};
+use crate::keyhash::KeyHash;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The small ring's share of the partition's memory (S3-FIFO's 10%).
+const SMALL_SHARE_DIVISOR: usize = 10;
+/// Bytes of memory per ghost entry (4 bytes each: under 1% of the memory). A partition of
+/// items of a few hundred bytes holds about as many keys in the ghost as in the main ring,
+/// as S3-FIFO's ghost does.
+const GHOST_BYTES_PER_ENTRY: usize = 512;
+/// Partitions smaller than this run clock alone: their small ring could not hold an item of a
+/// useful size.
+pub(super) const SMALL_RING_LOG_MIN: usize = 1 << 20;
+/// A new item larger than this share of the small ring goes to the main ring directly.
+const SMALL_ITEM_DIVISOR: u64 = 4;
+
+/// How a cache-mode partition's memory is shared between S3-FIFO's rings and its ghost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shares {
+    /// The main ring's bytes.
+    pub(super) main: usize,
+    /// The small ring's bytes.
+    pub(super) small: usize,
+    /// Ghost entries (a power of two).
+    pub(super) ghost: usize,
+}
+
+impl Shares {
+    /// The shares for `config`, `None` where it runs without a small ring (another policy,
+    /// store mode, a memory file, or too small a partition).
+    pub(super) fn of(config: &Config) -> Option<Shares> {
+        if config.eviction != crate::config::Eviction::S3Fifo
+            || config.store_mode
+            || config.log_bytes < SMALL_RING_LOG_MIN
+        {
+            return None;
+        }
+        let small = (config.log_bytes / SMALL_SHARE_DIVISOR) & !7;
+        let ghost = 1usize << (config.log_bytes / GHOST_BYTES_PER_ENTRY).ilog2();
+        let main = (config.log_bytes - small - 4 * ghost) & !7;
+        Some(Shares { main, small, ghost })
+    }
+
+    /// Bytes besides the main ring's.
+    pub(super) fn others(self) -> usize {
+        self.small + 4 * self.ghost
+    }
+}
+
+impl Partition {
+    /// Whether this partition has a small ring.
+    #[inline(always)]
+    pub(super) fn has_small_ring(&self) -> bool {
+        self.geometry.small_lap != 0
+    }
+
+    /// Bytes of memory outside the main ring: the small ring's and the ghost's.
+    pub(super) fn small_ring_bytes(&self) -> u64 {
+        self.geometry.small_bytes + 4 * self.ghost.len() as u64
+    }
+
+    /// The largest item the small ring takes; larger new items go to the main ring.
+    #[inline(always)]
+    fn small_item_max(&self) -> u64 {
+        self.geometry.small_bytes / SMALL_ITEM_DIVISOR
+    }
+
+    /// Which ring a new key of `size` bytes goes to: the small one, unless the ghost remembers
+    /// the key (it was dropped from the small ring unread and is back: it goes to the main ring
+    /// and leaves the ghost) or it is too large for the small ring.
+    #[inline(always)]
+    pub(super) fn ring_for_new(&mut self, hash: KeyHash, size: usize) -> Ring {
+        if !self.has_small_ring() || size as u64 > self.small_item_max() {
+            return Ring::Main;
+        }
+        let (at, fingerprint) = self.ghost_entry(hash);
+        if self.ghost[at] == fingerprint {
+            self.ghost[at] = 0;
+            self.stats.ghost_hits += 1;
+            return Ring::Main;
+        }
+        Ring::Small
+    }
+
+    /// Which ring a new version of the item at `offset` goes to: the ring it is in, unless it no
+    /// longer fits the small ring.
+    #[inline(always)]
+    pub(super) fn ring_for_existing(&self, offset: u64, size: usize) -> Ring {
+        if self.geometry.in_small(offset) && size as u64 <= self.small_item_max() {
+            Ring::Small
+        } else {
+            Ring::Main
+        }
+    }
+
+    /// The ghost entry `hash` picks and the fingerprint it would hold there (never 0).
+    #[inline(always)]
+    fn ghost_entry(&self, hash: KeyHash) -> (usize, u32) {
+        let mixed = hash.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        ((mixed >> 32) as usize & (self.ghost.len() - 1), (hash.0 >> 32) as u32 | 1)
+    }
+
+    /// Remembers a key the small ring dropped unread.
+    fn ghost_insert(&mut self, hash: KeyHash) {
+        let (at, fingerprint) = self.ghost_entry(hash);
+        self.ghost[at] = fingerprint;
+    }
+
+    /// Bytes free between the small ring's tail and head.
+    #[inline(always)]
+    fn small_room(&self) -> u64 {
+        self.geometry.small_lap - (self.small_tail - self.small_head)
+    }
+
+    /// The padding an item of `size` bytes needs before it at the small ring's tail.
+    #[inline(always)]
+    fn small_padding_before(&self, size: usize) -> u64 {
+        let at = self.geometry.small_physical(self.small_tail) as u64;
+        if at + size as u64 > self.geometry.small_bytes {
+            self.geometry.small_lap - at
+        } else {
+            0
+        }
+    }
+
+    /// [`Partition::reserve`] for the small ring: room for `size` bytes at its tail (plain
+    /// evictions at its head where [`Partition::promote_ahead`] left too little); the offset.
+    pub(super) fn reserve_small(&mut self, size: usize) -> u64 {
+        let padding = self.small_padding_before(size);
+        let need = padding + size as u64;
+        if self.small_room() < need {
+            while self.small_room() < need {
+                self.evict_small_head();
+            }
+            self.publish_head();
+        }
+        if padding > 0 {
+            if (self.geometry.small_physical(self.small_tail) as u64) < self.geometry.small_bytes {
+                self.shared.log.write_padding(self.geometry.small_offset(self.small_tail));
+            }
+            self.small_tail += padding;
+        }
+        let offset = self.geometry.small_offset(self.small_tail);
+        self.small_tail += size as u64;
+        self.scan_credit_bytes += need;
+        offset
+    }
+
+    /// Moves the small ring's head past one record: a live item leaves the cache (an eviction,
+    /// its key to the ghost; a reclaim if it had expired).
+    fn evict_small_head(&mut self) {
+        let offset = self.geometry.small_offset(self.small_head);
+        if self.shared.log.is_padding(offset) {
+            self.small_head += self.geometry.small_lap - self.geometry.small_physical(offset) as u64;
+            return;
+        }
+        let header = self.shared.log.header(offset);
+        if !header.word0.has(BIT_DEAD) {
+            self.stats.items -= 1;
+            self.stats.bytes -= header.capacity() as u64;
+            if self.shared.is_gone(&header, self.clock_secs) {
+                self.count_reclaimed(&header);
+                self.reclaim_credit = (self.reclaim_credit + header.capacity() as u64).min(self.credit_max());
+            } else {
+                let mut key = std::mem::take(&mut self.scratch);
+                key.clear();
+                self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+                self.ghost_insert(KeyHash::of(&key));
+                self.scratch = key;
+                self.note_eviction(offset, &header);
+                self.stats.log_evictions += 1;
+                if !header.word0.has(BIT_FETCHED) {
+                    self.stats.evicted_unfetched += 1;
+                }
+            }
+        }
+        self.small_head += header.capacity() as u64;
+    }
+
+    /// The item at the small ring's head if it is to go to the main ring: live, still in the
+    /// index, and either read since it was written or unread while the main ring has room
+    /// that evicts nothing (a cache still filling: S3-FIFO's small queue takes only what the
+    /// main one leaves, so a fill that reads nothing fills all the memory).
+    fn small_head_to_move(&mut self) -> Option<Found> {
+        let offset = self.geometry.small_offset(self.small_head);
+        if self.shared.log.is_padding(offset) {
+            return None;
+        }
+        let header = self.shared.log.header(offset);
+        // Free room of an eighth of the main ring: it has not yet filled (a write's keeps
+        // leave it only an item's room once it has).
+        let movable = header.word0.freq() > 0 || self.room() > self.limit_bytes / 8;
+        if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock_secs) {
+            return None;
+        }
+        let mut key = std::mem::take(&mut self.scratch);
+        key.clear();
+        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        let hash = KeyHash::of(&key);
+        self.scratch = key;
+        let bucket = self.shape.bucket(hash);
+        let slot = Slot::new(hash.tag(), offset);
+        let index =
+            self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)?;
+        Some(Found { bucket, slot_bucket: bucket, slot: index, offset, header })
+    }
+
+    /// S3-FIFO's small queue before a write looks anything up: room for `size` bytes at the
+    /// small ring's tail, the items at its head read since they were written copied to the main
+    /// ring (with clock's keeps there first) and the others evicted (or copied too while the
+    /// main ring has free room), within the write's `keeps` and [`KEEP_BYTES_PER_RESERVE`]
+    /// from `tail_before`.
+    pub(super) fn promote_ahead(&mut self, size: usize, keeps: &mut u32, tail_before: u64) {
+        if size as u64 > self.small_item_max() {
+            return;
+        }
+        while *keeps > 0
+            && self.small_room() < self.small_padding_before(size) + size as u64
+            && self.tail - tail_before <= KEEP_BYTES_PER_RESERVE
+        {
+            *keeps -= 1;
+            match self.small_head_to_move() {
+                Some(found) => {
+                    if found.header.word0.freq() > 0 {
+                        self.keep_main(found.header.capacity(), keeps, tail_before);
+                        self.stats.promotions += 1;
+                    }
+                    // Into the main ring with no reads: it must be read there to stay.
+                    let bits = found.header.word0.with_freq(0).bits();
+                    self.move_to_tail(&found, bits, found.header.word1.last_access());
+                }
+                None => self.evict_small_head(),
+            }
+        }
+    }
+
+    /// The small ring's records, head to tail, padding skipped: (offset, header).
+    pub(super) fn small_records(&self) -> impl Iterator<Item = (u64, crate::log::Header)> + '_ {
+        let mut at = self.small_head;
+        std::iter::from_fn(move || {
+            while at < self.small_tail {
+                let offset = self.geometry.small_offset(at);
+                if self.shared.log.is_padding(offset) {
+                    at += self.geometry.small_lap - self.geometry.small_physical(offset) as u64;
+                    continue;
+                }
+                let header = self.shared.log.header(offset);
+                at += header.capacity() as u64;
+                return Some((offset, header));
+            }
+            None
+        })
+    }
+}
