@@ -42,6 +42,25 @@ fn crew_readers_never_see_torn_foreign_or_old_values() {
     assert!(partition.stats().log_evictions > 1000, "the log did not wrap");
 }
 
+/// S3-FIFO: a deleted key comes back in the small ring, which wraps under the readers (a
+/// rewrite stays in the ring its key is in, most of them the main one), and a key read there
+/// moves to the main ring when the small ring's head reaches it: each slot is checked against
+/// its own ring's head.
+#[test]
+fn crew_readers_never_see_torn_foreign_or_old_values_under_s3fifo() {
+    let mut config = Config::new(1 << 20, 8);
+    config.eviction = Eviction::S3Fifo;
+    let partition = stress(config);
+    let stats = partition.stats();
+    assert!(stats.promotions > 0, "no key moved between the rings");
+    assert!(
+        stats.delete_hits > 1000,
+        "{} deletes: too few keys came back in the small ring",
+        stats.delete_hits
+    );
+    assert!(partition.log_bytes() == 1 << 20);
+}
+
 /// The index starts with one bucket for 48 keys and grows by splits while the readers read:
 /// a key moved to a new bucket under a reader must still be found, whole.
 #[test]
