@@ -228,7 +228,7 @@ impl Partition {
             let index = Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages);
             let mut partition =
                 Partition::assemble(Config { log_bytes: shares.main, offset_bits, ..config }, log, index);
-            partition.ghost = vec![0; shares.ghost].into_boxed_slice();
+            partition.ghost = small_ring::empty_ghost(shares.ghost);
             return partition;
         } else {
             let log =

@@ -30,6 +30,15 @@ pub(super) const SMALL_RING_LOG_MIN: usize = 1 << 20;
 /// A new item larger than this share of the small ring goes to the main ring directly.
 const SMALL_ITEM_DIVISOR: u64 = 4;
 
+/// An empty ghost entry: even, where every fingerprint is odd.
+const GHOST_EMPTY: u32 = 2;
+
+/// A ghost of `entries` empty entries, written now: its memory is resident from the start (as
+/// the workers' buffers are), not faulted in by the first evictions.
+pub(super) fn empty_ghost(entries: usize) -> Box<[u32]> {
+    vec![GHOST_EMPTY; entries].into_boxed_slice()
+}
+
 /// How a cache-mode partition's memory is shared between S3-FIFO's rings and its ghost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Shares {
@@ -91,7 +100,7 @@ impl Partition {
         }
         let (at, fingerprint) = self.ghost_entry(hash);
         if self.ghost[at] == fingerprint {
-            self.ghost[at] = 0;
+            self.ghost[at] = GHOST_EMPTY;
             self.stats.ghost_hits += 1;
             return Ring::Main;
         }
