@@ -202,9 +202,11 @@ impl Log {
         &memory[at / 8..at / 8 + words]
     }
 
-    /// The small ring's memory as words (empty without one).
-    pub fn small_words(&self) -> &[AtomicU64] {
-        self.small.as_ref().map_or(&[], Region::words)
+    /// Gives the small ring's memory back to the kernel (it holds no live item).
+    pub fn release_small(&self) {
+        if let Some(small) = &self.small {
+            small.release_from(0);
+        }
     }
 
     /// A log in `log_bytes` (a multiple of 4096) of a memory file from byte `offset` (`-e`): its

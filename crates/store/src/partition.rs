@@ -136,6 +136,8 @@ pub struct Partition {
     /// `tail` are the main ring's (both 0 without one).
     small_head: u64,
     small_tail: u64,
+    /// Whether the small ring is in use (it exists, and `cache_memlimit` left room for it).
+    small_on: bool,
     /// S3-FIFO's ghost: fingerprints of keys the small ring evicted unread, one per entry in
     /// the entry their hash picks (empty without a small ring). A key found here when it is
     /// written again enters the main ring directly.
@@ -229,6 +231,7 @@ impl Partition {
             let mut partition =
                 Partition::assemble(Config { log_bytes: shares.main, offset_bits, ..config }, log, index);
             partition.ghost = small_ring::empty_ghost(shares.ghost);
+            partition.small_on = true;
             return partition;
         } else {
             let log =
@@ -331,6 +334,7 @@ impl Partition {
             tail: 0,
             small_head: 0,
             small_tail: 0,
+            small_on: false,
             ghost: Box::default(),
             next_cas_seq: 1,
             crew: config.access == Access::Crew,
@@ -563,7 +567,7 @@ impl Partition {
     pub fn log_room(&self) -> usize {
         match self.store {
             Some(_) => self.log_bytes(),
-            None => (self.geometry.log_bytes + self.small_ring_bytes()) as usize,
+            None => (self.geometry.log_bytes + self.small_ring_room()) as usize,
         }
     }
 
@@ -576,9 +580,10 @@ impl Partition {
         }
     }
 
-    /// The smallest log [`Partition::set_log_limit`] accepts: room for two of the largest items.
+    /// The smallest log [`Partition::set_log_limit`] accepts: room for two of the largest items
+    /// (below what S3-FIFO's small ring and ghost need besides, a partition runs clock).
     pub fn log_limit_min(&self) -> usize {
-        (2 * self.item_bytes_max).max(64) + self.small_ring_bytes() as usize
+        (2 * self.item_bytes_max).max(64)
     }
 
     /// memcached's `cache_memlimit` for this partition: the log fills `bytes` of each lap from
@@ -588,16 +593,24 @@ impl Partition {
     /// size, cuts the log there and gives the memory past it back. Store mode's arena cannot
     /// change size. Returns whether the size changed.
     pub fn set_log_limit(&mut self, bytes: usize) -> bool {
-        // The small ring and the ghost keep their size; the main ring takes the change.
-        let bytes = (bytes as u64).saturating_sub(self.small_ring_bytes()) & !7;
+        let total = (bytes & !7) as u64;
+        // The small ring and the ghost keep their size and the main ring takes the change, as
+        // long as it keeps room for two of the largest items; below that the small ring is
+        // turned off (emptied) and the partition runs clock in all of `bytes`.
+        let others = self.small_ring_room();
+        let small = others > 0
+            && total >= others + self.log_limit_min() as u64
+            && total - others <= self.geometry.log_bytes;
+        let bytes = if small { total - others } else { total };
         // A memory file's log keeps the size its file was laid out for.
         if self.store.is_some()
             || self.persist.is_some()
             || bytes > self.geometry.log_bytes
-            || bytes + self.small_ring_bytes() < self.log_limit_min() as u64
+            || bytes < self.log_limit_min() as u64
         {
             return false;
         }
+        self.set_small_ring(small);
         let shrinking = bytes < self.limit_bytes;
         self.limit_bytes = bytes;
         if shrinking {

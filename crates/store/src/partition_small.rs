@@ -73,15 +73,38 @@ impl Shares {
 }
 
 impl Partition {
-    /// Whether this partition has a small ring.
+    /// Whether this partition runs a small ring (it has one, and `cache_memlimit` has not
+    /// turned it off).
     #[inline(always)]
     pub(super) fn has_small_ring(&self) -> bool {
-        self.geometry.small_lap != 0
+        self.small_on
     }
 
-    /// Bytes of memory outside the main ring: the small ring's and the ghost's.
+    /// Bytes of memory outside the main ring in use: the small ring's and the ghost's.
     pub(super) fn small_ring_bytes(&self) -> u64 {
+        if self.small_on {
+            self.small_ring_room()
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of memory the small ring and the ghost have, on or off.
+    pub(super) fn small_ring_room(&self) -> u64 {
         self.geometry.small_bytes + 4 * self.ghost.len() as u64
+    }
+
+    /// Turns the small ring on or off (`cache_memlimit`): off, it is emptied (its items
+    /// evicted, its memory given back) and every item goes to the main ring, which is clock.
+    pub(super) fn set_small_ring(&mut self, on: bool) {
+        if self.small_on && !on {
+            while self.small_head < self.small_tail {
+                self.evict_small_head();
+            }
+            self.publish_head();
+            self.shared.log.release_small();
+        }
+        self.small_on = on && self.geometry.small_lap != 0;
     }
 
     /// The largest item the small ring takes; larger new items go to the main ring.

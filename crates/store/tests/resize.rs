@@ -101,3 +101,60 @@ fn limits_outside_the_room_or_below_two_items_are_refused() {
     let mut store = Partition::new(store);
     assert!(!store.set_log_limit(512 << 10), "store mode's arena has a fixed size");
 }
+
+/// S3-FIFO: the main ring takes a change of size while it keeps room for two of the largest
+/// items besides the small ring and the ghost; below that the small ring is emptied and the
+/// partition runs clock in all of the new size, and growing turns the small ring back on.
+#[test]
+fn s3fifo_shrinks_its_main_ring_then_turns_its_small_ring_off() {
+    let mut config = Config::new(8 << 20, 1024);
+    config.huge_pages = HugePages::Off;
+    config.eviction = Eviction::S3Fifo;
+    config.item_bytes_max = 1 << 20;
+    let mut p = Partition::new(config);
+    assert_eq!((p.log_bytes(), p.log_room()), (8 << 20, 8 << 20));
+    // 9,000 items of about 1 KB, every third read once while new (the invariants checked at
+    // the end of each fill, not per request).
+    let fill = |p: &mut Partition, from: usize| {
+        for n in from..from + 9000 {
+            let value = value(n);
+            let command = qs_store::Command::Store {
+                mode: qs_store::StoreMode::Set,
+                value: &value,
+                flags: 0,
+                expiry: qs_store::Expiry::NEVER,
+            };
+            p.execute(&qs_store::Request::new(&key(n), command), NOW, &mut Vec::new());
+            if n % 3 == 0 {
+                p.execute(&qs_store::Request::new(&key(n), qs_store::Command::Get), NOW, &mut Vec::new());
+            }
+        }
+        p.check_invariants();
+    };
+    fill(&mut p, 0);
+    let promoted = p.stats().promotions;
+    assert!(promoted > 0);
+    // 4 MiB: the main ring shrinks, the small ring stays.
+    assert!(p.set_log_limit(4 << 20));
+    assert_eq!(p.log_bytes(), 4 << 20);
+    assert!(p.stats().bytes <= 4 << 20);
+    assert!(readable(&mut p, 0..9000) > 1000);
+    // 2 MiB: two items of 1 MiB and the small ring do not fit: clock in all 2 MiB.
+    assert!(p.set_log_limit(2 << 20));
+    assert_eq!(p.log_bytes(), 2 << 20);
+    assert!(p.stats().bytes <= 2 << 20);
+    fill(&mut p, 20_000);
+    assert_eq!(p.stats().promotions, promoted, "no small ring: nothing moves out of it");
+    assert!(readable(&mut p, 20_000..29_000) > 500);
+    assert!(!p.set_log_limit((2 << 20) - 8), "under two of the largest items");
+    // Back to 8 MiB: the small ring is on again.
+    assert!(p.set_log_limit(8 << 20));
+    assert_eq!(p.log_bytes(), 8 << 20);
+    fill(&mut p, 40_000);
+    assert!(p.stats().promotions > promoted);
+    // The keys read while new are the ones kept: 3,000 of them, about 3 MB.
+    let read_kept =
+        (40_000..49_000).filter(|n| n % 3 == 0).filter(|&n| get(&mut p, &key(n), NOW).is_some()).count();
+    assert!(read_kept > 2500, "{read_kept} of 3000 read keys kept");
+    p.check_invariants();
+}
