@@ -138,6 +138,10 @@ pub struct Partition {
     small_tail: u64,
     /// Whether the small ring is in use (it exists, and `cache_memlimit` left room for it).
     small_on: bool,
+    /// Bytes the main ring has never held: its size at the start, what it grows by later,
+    /// less what has been appended to it since. While there are any, the small ring copies its
+    /// unread items on instead of dropping them.
+    main_free: u64,
     /// S3-FIFO's ghost: fingerprints of keys the small ring evicted unread, one per entry in
     /// the entry their hash picks (empty without a small ring). A key found here when it is
     /// written again enters the main ring directly.
@@ -335,6 +339,7 @@ impl Partition {
             small_head: 0,
             small_tail: 0,
             small_on: false,
+            main_free: 0,
             ghost: Box::default(),
             next_cas_seq: 1,
             crew: config.access == Access::Crew,
@@ -362,6 +367,7 @@ impl Partition {
             flash: None,
             cas_mark: u64::MAX,
         };
+        partition.main_free = partition.limit_bytes;
         partition.plan_growth();
         partition
     }
@@ -612,6 +618,7 @@ impl Partition {
         }
         self.set_small_ring(small);
         let shrinking = bytes < self.limit_bytes;
+        self.main_free += bytes.saturating_sub(self.limit_bytes);
         self.limit_bytes = bytes;
         if shrinking {
             self.cut_at_limit();
@@ -1019,6 +1026,10 @@ impl Partition {
     /// items stored in the flush's own second are flushed too, as memcached's are.
     pub fn flush_all(&mut self, now_secs: u32, delay_secs: u32, by_cas: bool) {
         let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
+        if delay_secs == 0 {
+            // Nothing in the main ring answers now: it fills again as a new one does.
+            self.main_free = self.limit_bytes;
+        }
         if !by_cas {
             self.shared.oldest_live.store(flush_at.max(1), Relaxed);
         } else {
@@ -2112,6 +2123,7 @@ impl Partition {
         }
         let offset = self.tail & self.geometry.offset_mask;
         self.tail += size as u64;
+        self.main_free = self.main_free.saturating_sub(need);
         self.scan_credit_bytes += need;
         self.touched_bytes = self.touched_bytes.max(self.geometry.physical(offset) as u64 + size as u64);
         offset

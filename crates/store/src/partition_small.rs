@@ -226,8 +226,8 @@ impl Partition {
     }
 
     /// The item at the small ring's head if it is to go to the main ring: live, still in the
-    /// index, and either read since it was written or unread while the main ring has never
-    /// been full (a cache still filling: S3-FIFO's small queue takes only what the
+    /// index, and either read since it was written or unread while the main ring is still
+    /// filling (`main_free`: a cache still filling: S3-FIFO's small queue takes only what the
     /// main one leaves, so a fill that reads nothing fills all the memory).
     fn small_head_to_move(&mut self) -> Option<Found> {
         let offset = self.geometry.small_offset(self.small_head);
@@ -235,9 +235,9 @@ impl Partition {
             return None;
         }
         let header = self.shared.log.header(offset);
-        // The main ring has never had to move its head: it has not yet filled (once it has, a
-        // write's keeps leave it only about an item's room, which is no reason to take one).
-        let movable = header.word0.freq() > 0 || self.head == 0;
+        // Unread items go on while the main ring has room no live item holds (once it is full,
+        // a write's keeps leave it about an item's room, which is no reason to take one).
+        let movable = header.word0.freq() > 0 || self.main_free > 0 || self.head == 0;
         if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock_secs) {
             return None;
         }
