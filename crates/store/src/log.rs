@@ -140,8 +140,10 @@ const NO_SMALL: LogGeometry =
 /// The log's memory.
 pub struct Log {
     region: Region,
-    /// The small ring's memory ([`Log::with_small_ring`]).
-    small: Option<Region>,
+    /// The region's words that are the main ring's memory: all of them without a small ring.
+    main: std::ops::Range<usize>,
+    /// The small ring's words in the region, before the main ring's ([`Log::with_small_ring`]).
+    small: Option<std::ops::Range<usize>>,
     geometry: LogGeometry,
 }
 
@@ -165,22 +167,45 @@ impl Log {
             offset_mask: (1 << offset_bits) - 1,
             ..NO_SMALL
         };
-        Log { region, small: None, geometry }
+        Log { main: 0..region.words().len(), region, small: None, geometry }
     }
 
-    /// The log with a small ring of `small_bytes` (a multiple of 8) beside its memory: S3-FIFO's
-    /// probationary queue, a circular log of its own that new items enter (the partition
-    /// decides which ring an item goes to). Its offsets carry [`SMALL_BIT`], so the log's own
-    /// must stay below it. Every accessor takes either ring's offsets.
-    pub fn with_small_ring(mut self, small_bytes: usize, huge_pages: HugePages) -> Log {
+    /// A log of `log_bytes` with room for `room` (as [`Log::new`]) and a small ring of
+    /// `small_bytes` (a multiple of 8) before it in the same memory (so the two share a huge
+    /// page rather than round up one each, and the main ring can still grow into its room): S3-FIFO's probationary queue, a circular
+    /// log of its own that new items enter (the partition decides which ring an item goes to).
+    /// Its offsets carry [`SMALL_BIT`], so the main ring's must stay below it
+    /// (`offset_bits` at most 47). Every accessor takes either ring's offsets.
+    pub fn with_small_ring(
+        log_bytes: usize,
+        room: usize,
+        small_bytes: usize,
+        offset_bits: u32,
+        huge_pages: HugePages,
+    ) -> Log {
+        assert!(log_bytes % 8 == 0 && log_bytes >= 64, "log size must be a multiple of 8 bytes");
         assert!(small_bytes % 8 == 0 && small_bytes >= 64, "small ring size must be a multiple of 8 bytes");
-        assert!(self.geometry.offset_mask < SMALL_BIT, "the log's offsets must stay below the small bit");
-        let region = Region::new(small_bytes, huge_pages);
-        self.geometry.small_flag = SMALL_BIT;
-        self.geometry.small_bytes = region.bytes() as u64;
-        self.geometry.small_lap = (region.bytes() as u64).next_power_of_two();
-        self.small = Some(region);
-        self
+        assert!(offset_bits <= SMALL_BIT.trailing_zeros(), "the log's offsets must stay below the small bit");
+        let region =
+            Region::with_room(log_bytes + small_bytes, room.max(log_bytes) + small_bytes, huge_pages);
+        // Where the room could not be had, the region is the two sizes alone.
+        let main_bytes = region.bytes() - small_bytes;
+        let lap_bytes = (main_bytes as u64).next_power_of_two();
+        assert!(
+            (1u64 << offset_bits) >= 4 * lap_bytes,
+            "the offset space must be at least four times the log's lap"
+        );
+        let geometry = LogGeometry {
+            log_bytes: main_bytes as u64,
+            lap_bytes,
+            offset_mask: (1 << offset_bits) - 1,
+            small_flag: SMALL_BIT,
+            small_lap: (small_bytes as u64).next_power_of_two(),
+            small_bytes: small_bytes as u64,
+        };
+        let small_words = small_bytes / 8;
+        let main = small_words..small_words + main_bytes / 8;
+        Log { region, main, small: Some(0..small_words), geometry }
     }
 
     /// The memory, byte position and word mask (of its lap) of logical `offset` in either ring.
@@ -189,10 +214,11 @@ impl Log {
         if offset & self.geometry.small_flag != 0 {
             if let Some(small) = &self.small {
                 let lap = self.geometry.small_lap;
-                return (small.words(), (offset & (lap - 1)) as usize, (lap / 8 - 1) as usize);
+                let words = &self.region.words()[small.clone()];
+                return (words, (offset & (lap - 1)) as usize, (lap / 8 - 1) as usize);
             }
         }
-        (self.region.words(), self.geometry.physical(offset), self.word_mask())
+        (self.words(), self.geometry.physical(offset), self.word_mask())
     }
 
     /// The words of the item at `offset` (either ring), `words` long: bounds-checked once.
@@ -205,7 +231,7 @@ impl Log {
     /// Gives the small ring's memory back to the kernel (it holds no live item).
     pub fn release_small(&self) {
         if let Some(small) = &self.small {
-            small.release_from(0);
+            self.region.release_range(small.start * 8, small.end * 8);
         }
     }
 
@@ -230,7 +256,7 @@ impl Log {
             offset_mask: (1 << offset_bits) - 1,
             ..NO_SMALL
         };
-        Ok(Log { region, small: None, geometry })
+        Ok(Log { main: 0..region.words().len(), region, small: None, geometry })
     }
 
     /// Store mode's arena memory: `bytes` (a multiple of 8), not necessarily a power of two.
@@ -245,7 +271,7 @@ impl Log {
             offset_mask: (1 << crate::index::OFFSET_BITS_MAX) - 1,
             ..NO_SMALL
         };
-        Log { region, small: None, geometry }
+        Log { main: 0..region.words().len(), region, small: None, geometry }
     }
 
     /// The log's geometry.
@@ -257,13 +283,13 @@ impl Log {
     /// The log's memory as words.
     #[inline(always)]
     pub fn words(&self) -> &[AtomicU64] {
-        self.region.words()
+        &self.region.words()[self.main.clone()]
     }
 
     /// Gives the memory from byte `from` to the end back to the kernel (see
     /// [`Region::release_from`] for what the caller guarantees).
     pub fn release_from(&self, from: usize) {
-        self.region.release_from(from);
+        self.region.release_range(self.main.start * 8 + from, self.main.end * 8);
     }
 
     /// Pages backing the log.

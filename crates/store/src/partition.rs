@@ -229,8 +229,7 @@ impl Partition {
         } else if let Some(shares) = small_ring::Shares::of(&config) {
             let offset_bits = config.offset_bits.min(crate::log::SMALL_BIT.trailing_zeros());
             let room = config.log_room_bytes.saturating_sub(shares.others()).max(shares.main);
-            let log = Log::new(shares.main, room, offset_bits, config.huge_pages)
-                .with_small_ring(shares.small, config.huge_pages);
+            let log = Log::with_small_ring(shares.main, room, shares.small, offset_bits, config.huge_pages);
             let index = Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages);
             let mut partition =
                 Partition::assemble(Config { log_bytes: shares.main, offset_bits, ..config }, log, index);

@@ -147,6 +147,12 @@ impl Region {
     /// log grows again, and readers only reach memory through index slots, which point at
     /// live items only, and check what they read. A no-op on the heap and on hugetlb pages.
     pub fn release_from(&self, from: usize) {
+        self.release_range(from, self.bytes());
+    }
+
+    /// [`Region::release_from`] for the pages wholly inside bytes `[from, to)` (`to` at most
+    /// the region's size; a page that straddles either end is kept).
+    pub fn release_range(&self, from: usize, to: usize) {
         #[cfg(not(any(miri, loom)))]
         if let Backing::Mapped { .. } = self.backing {
             // A file's pages hold its contents (they would read back as they are, not as
@@ -155,17 +161,17 @@ impl Region {
                 return;
             }
             let start = (self.data as usize + from).next_multiple_of(4096);
-            let end = self.data as usize + self.bytes();
+            let end = (self.data as usize + to.min(self.bytes())) & !4095;
             if start < end {
                 // SAFETY: [start, end) lies inside this region's mapping (start is at or after
-                // `data + from`, end is the region's end). MADV_DONTNEED on private anonymous
+                // `data + from`, end at or before the region's end). MADV_DONTNEED on private anonymous
                 // memory replaces the pages with zero-fill-on-demand ones: no memory is unmapped,
                 // so the `&[AtomicU64]` views stay valid, and every access to them is atomic.
                 unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
             }
         }
         #[cfg(any(miri, loom))]
-        let _ = from;
+        let _ = (from, to);
     }
 
     /// The memory as words.
