@@ -52,7 +52,8 @@ pub(super) struct Shares {
 
 impl Shares {
     /// The shares for `config`, `None` where it runs without a small ring (another policy,
-    /// store mode, a memory file, or too small a partition).
+    /// store mode, or too small a partition; `Partition::open`, for a memory file, runs clock
+    /// without asking).
     pub(super) fn of(config: &Config) -> Option<Shares> {
         if config.eviction != crate::config::Eviction::S3Fifo
             || config.store_mode
