@@ -30,6 +30,11 @@ pub(super) const SMALL_RING_LOG_MIN: usize = 1 << 20;
 /// A new item larger than this share of the small ring goes to the main ring directly.
 const SMALL_ITEM_DIVISOR: u64 = 4;
 
+/// An unread item at the small ring's head moves to the main ring by chance as clock keeps one
+/// of this many times its size ([`Partition::small_enough_to_keep`]): only items under a
+/// quarter of the mean, which a block trace has many of (docs/SIMULATION.md).
+const SMALL_MOVE_SIZE_FACTOR: usize = 4;
+
 /// An empty ghost entry: even, where every fingerprint is odd.
 const GHOST_EMPTY: u32 = 2;
 
@@ -238,7 +243,13 @@ impl Partition {
         let header = self.shared.log.header(offset);
         // Unread items go on while the main ring has room no live item holds (once it is full,
         // a write's keeps leave it about an item's room, which is no reason to take one).
-        let movable = header.word0.freq() > 0 || self.main_free > 0 || self.head == 0;
+        // And clock's size weighting, for items under a quarter of the mean: a tiny block among
+        // large ones (a real trace's spread) earns its place as clock would keep it, where
+        // items of about the mean size (a scan's) do not get in unread.
+        let movable = header.word0.freq() > 0
+            || self.main_free > 0
+            || self.head == 0
+            || self.small_enough_to_keep(offset, SMALL_MOVE_SIZE_FACTOR * header.capacity());
         if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock_secs) {
             return None;
         }
