@@ -739,11 +739,7 @@ impl Partition {
         if self.shared.is_gone(header, self.clock_secs) {
             self.count_reclaimed(header);
         } else {
-            self.note_eviction(offset, header);
-            self.stats.log_evictions += 1;
-            if !header.word0.has(BIT_FETCHED) {
-                self.stats.evicted_unfetched += 1;
-            }
+            self.count_eviction(offset, header);
         }
     }
 
@@ -2219,20 +2215,9 @@ impl Partition {
         {
             return false;
         }
-        // The key in the scratch buffer (no allocation per keep); move_to_tail takes it next.
-        let mut key = std::mem::take(&mut self.scratch);
-        key.clear();
-        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
-        let hash = KeyHash::of(&key);
-        self.scratch = key;
-        let bucket = self.shape.bucket(hash);
-        let slot = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
-        let Some(index) =
-            self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)
-        else {
+        let Some(found) = self.found_at(offset & self.geometry.offset_mask, header) else {
             return false;
         };
-        let found = Found { bucket, slot_bucket: bucket, slot: index, offset, header };
         if paid {
             self.reclaim_credit -= header.capacity() as u64;
         }
@@ -2240,6 +2225,55 @@ impl Partition {
         self.move_to_tail(&found, bits, header.word1.last_access());
         self.stats.reappends += 1;
         true
+    }
+
+    /// The hash of the key of the item at `offset`, read into the scratch buffer (no
+    /// allocation per item a head passes).
+    fn key_hash_at(&mut self, offset: u64, header: &Header) -> KeyHash {
+        let mut key = std::mem::take(&mut self.scratch);
+        key.clear();
+        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        let hash = KeyHash::of(&key);
+        self.scratch = key;
+        hash
+    }
+
+    /// The item at `offset` (as a slot holds it) as the index finds it, if a slot of its key's
+    /// bucket still points there.
+    fn found_at(&mut self, offset: u64, header: Header) -> Option<Found> {
+        let hash = self.key_hash_at(offset, &header);
+        let bucket = self.shape.bucket(hash);
+        let slot = Slot::new(hash.tag(), offset);
+        let index =
+            self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)?;
+        Some(Found { bucket, slot_bucket: bucket, slot: index, offset, header })
+    }
+
+    /// Takes a record a head passes out of the counts; an expired or flushed one is counted
+    /// reclaimed and its bytes become clock's credit. Whether it was a live item, which the
+    /// caller then evicts ([`Partition::count_eviction`]) or demotes.
+    fn leave_head(&mut self, header: &Header) -> bool {
+        if header.word0.has(BIT_DEAD) {
+            return false;
+        }
+        self.stats.items -= 1;
+        self.stats.bytes -= header.capacity() as u64;
+        if self.shared.is_gone(header, self.clock_secs) {
+            self.count_reclaimed(header);
+            self.reclaim_credit = (self.reclaim_credit + header.capacity() as u64).min(self.credit_max());
+            return false;
+        }
+        true
+    }
+
+    /// Counts a live item evicted from the log (memcached's `evictions`, `evicted_unfetched`,
+    /// `watch evictions`).
+    fn count_eviction(&mut self, offset: u64, header: &Header) {
+        self.note_eviction(offset, header);
+        self.stats.log_evictions += 1;
+        if !header.word0.has(BIT_FETCHED) {
+            self.stats.evicted_unfetched += 1;
+        }
     }
 
     /// Clock's size weighting for an item never read, at the head: kept for another lap with
@@ -2276,21 +2310,9 @@ impl Partition {
             return;
         }
         let header = self.shared.log.header(offset);
-        if !header.word0.has(BIT_DEAD) {
-            self.stats.items -= 1;
-            self.stats.bytes -= header.capacity() as u64;
-            if self.shared.is_gone(&header, self.clock_secs) {
-                self.count_reclaimed(&header);
-                self.reclaim_credit = (self.reclaim_credit + header.capacity() as u64).min(self.credit_max());
-            } else if self.flash.is_some() && self.demote(offset, &header) {
-                // On flash now, still answering: not an eviction.
-            } else {
-                self.note_eviction(offset, &header);
-                self.stats.log_evictions += 1;
-                if !header.word0.has(BIT_FETCHED) {
-                    self.stats.evicted_unfetched += 1;
-                }
-            }
+        // A demoted item is on flash now, still answering: not an eviction.
+        if self.leave_head(&header) && !(self.flash.is_some() && self.demote(offset, &header)) {
+            self.count_eviction(offset, &header);
         }
         self.head += header.capacity() as u64;
     }

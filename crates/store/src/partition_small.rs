@@ -13,10 +13,8 @@
 
 use super::{Found, Partition, Ring, KEEP_BYTES_PER_RESERVE};
 use crate::config::Config;
-use crate::index::Slot;
-use crate::item::{BIT_DEAD, BIT_FETCHED};
+use crate::item::BIT_DEAD;
 use crate::keyhash::KeyHash;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// The small ring's share of the partition's memory (S3-FIFO's 10%).
 const SMALL_SHARE_DIVISOR: usize = 10;
@@ -209,24 +207,10 @@ impl Partition {
             return;
         }
         let header = self.shared.log.header(offset);
-        if !header.word0.has(BIT_DEAD) {
-            self.stats.items -= 1;
-            self.stats.bytes -= header.capacity() as u64;
-            if self.shared.is_gone(&header, self.clock_secs) {
-                self.count_reclaimed(&header);
-                self.reclaim_credit = (self.reclaim_credit + header.capacity() as u64).min(self.credit_max());
-            } else {
-                let mut key = std::mem::take(&mut self.scratch);
-                key.clear();
-                self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
-                self.ghost_insert(KeyHash::of(&key));
-                self.scratch = key;
-                self.note_eviction(offset, &header);
-                self.stats.log_evictions += 1;
-                if !header.word0.has(BIT_FETCHED) {
-                    self.stats.evicted_unfetched += 1;
-                }
-            }
+        if self.leave_head(&header) {
+            let hash = self.key_hash_at(offset, &header);
+            self.ghost_insert(hash);
+            self.count_eviction(offset, &header);
         }
         self.small_head += header.capacity() as u64;
     }
@@ -253,16 +237,7 @@ impl Partition {
         if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock_secs) {
             return None;
         }
-        let mut key = std::mem::take(&mut self.scratch);
-        key.clear();
-        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
-        let hash = KeyHash::of(&key);
-        self.scratch = key;
-        let bucket = self.shape.bucket(hash);
-        let slot = Slot::new(hash.tag(), offset);
-        let index =
-            self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == slot.0)?;
-        Some(Found { bucket, slot_bucket: bucket, slot: index, offset, header })
+        self.found_at(offset, header)
     }
 
     /// S3-FIFO's small queue before a write looks anything up: room for `size` bytes at the
