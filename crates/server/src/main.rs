@@ -1,8 +1,7 @@
 //! The `quicksilver` binary: parse the command line, start the server (in the background with
 //! -d, writing -P's pid file, as -u's user), stop on SIGTERM/SIGINT.
 
-use clap::Parser;
-use qs_server::config::Config;
+use qs_server::config::file;
 use qs_server::sys::daemon;
 
 /// What -i prints (memcached prints its and libevent's licenses).
@@ -12,7 +11,15 @@ It follows memcached's protocols and behaviour; memcached is Copyright (c) 2003,
 under the BSD 3-clause license.";
 
 fn main() {
-    let mut config = Config::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut config = match file::load(&args) {
+        Ok(config) => config,
+        Err(file::LoadError::Args(error)) => error.exit(),
+        Err(file::LoadError::File(message)) => {
+            eprintln!("quicksilver: {message}");
+            std::process::exit(64);
+        }
+    };
     if config.license {
         println!("{LICENSE}");
         return;
@@ -59,11 +66,15 @@ fn main() {
         Ok(server) => server,
         Err(message) => fail(background, &message, 1),
     };
-    // Written while still root (memcached too), so it may go where the user cannot write.
+    // Written while still root (memcached too), so it may go where the user cannot write. As
+    // in memcached, a pid file that cannot be written is a warning: a service manager that
+    // runs the server as its user (Debian's memcached.conf names /var/run/memcached) keeps it
+    // in the foreground and needs none.
     let _pidfile = match pidfile.as_deref().map(daemon::PidFile::create) {
         Some(Err(error)) => {
             let path = pidfile.as_deref().unwrap_or(std::path::Path::new("")).display();
-            fail(background, &format!("could not open the pid file {path} for writing: {error}"), 1)
+            eprintln!("Could not open the pid file {path} for writing: {error}");
+            None
         }
         Some(Ok(file)) => Some(file),
         None => None,

@@ -1,6 +1,7 @@
 //! The command line, in memcached's spelling where it has one.
 
 mod args;
+pub mod file;
 pub mod listen;
 pub mod ssl;
 
@@ -16,7 +17,7 @@ pub const DEFAULT_PORT: i32 = 11211;
 pub const UDP_SOCKETS_MAX: usize = 64;
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "quicksilver", version = crate::VERSION, about, max_term_width = 100)]
+#[command(name = "quicksilver", version = crate::VERSION, about, max_term_width = 100, args_override_self = true)]
 pub struct Config {
     /// TCP port to listen on (0 = off, -1 = a free port; default 11211, or -U's port when
     /// only -U is given, as in memcached).
@@ -178,6 +179,11 @@ pub struct Config {
     /// client or proxy, wait for them instead of moving: docs/BENCHMARKS.md).
     #[arg(long, value_enum, default_value_t = Pin::Auto)]
     pub pin: Pin,
+    /// Read options from FILE first, one per line in the format of Debian's
+    /// /etc/memcached.conf (`#` comments; -d, -h and logfile lines skipped, as Debian's
+    /// service wrapper does). Options on the command line win over the file's.
+    #[arg(long = "config-file", value_name = "FILE")]
+    pub config_file: Option<std::path::PathBuf>,
 }
 
 /// -B: the protocol client connections speak.
