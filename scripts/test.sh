@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, and for the package dpkg-dev, man-db, strace, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -25,6 +25,10 @@ command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
 /usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || missing+=(python3-pytest)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1 || missing+=(libio-socket-ssl-perl)
+# The package's build and tests: dpkg-shlibdeps, man, strace.
+command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+command -v man >/dev/null 2>&1 || missing+=(man-db)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -33,6 +37,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # Debian starts the services it installs where it can; tests start their own on free ports.
     $SUDO service memcached stop >/dev/null 2>&1 || true
     $SUDO service nutcracker stop >/dev/null 2>&1 || true
+fi
+# systemd-analyze checks the package's unit where the systemd package is installable.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q systemd >/dev/null 2>&1 || true
 fi
 
 step "cargo fmt --check"
@@ -64,6 +74,13 @@ QS_T_TLS=1 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
 step "memcached 1.6.45's t/ suite again, every file on the epoll backend"
 QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
+
+step "the Debian package: built with cargo-deb, its contents and unit checked, unpacked, started from its config and from Debian's memcached.conf"
+bash scripts/package.sh
+python3 scripts/test-package.py target/debian/quicksilver_*.deb
+
+step "the guides' commands (docs/OPERATIONS.md, README.md) against a running server"
+python3 scripts/test-guides.py
 
 step "cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
