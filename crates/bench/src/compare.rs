@@ -122,9 +122,9 @@ pub struct CompareReport {
 }
 
 /// A server process, killed and reaped when dropped.
-struct Server {
-    child: Child,
-    port: u16,
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
 }
 
 impl Drop for Server {
@@ -134,16 +134,17 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.starts_with(b"0\n"))
 }
 
-/// Starts `program args` pinned to `cores` and waits until it answers `version`.
-fn start(program: &str, args: &[String], cores: &str, port: u16) -> io::Result<Server> {
+/// Starts `program args` pinned to `cores` and waits until it answers a get (a miss's `END`:
+/// every memcached-protocol server has get, not all have `version`).
+pub(crate) fn start(program: &str, args: &[String], cores: &str, port: u16) -> io::Result<Server> {
     let child = Command::new("taskset")
         .args(["-c", cores, program])
         .args(args)
@@ -159,9 +160,9 @@ fn start(program: &str, args: &[String], cores: &str, port: u16) -> io::Result<S
             return Err(io::Error::other(format!("{program} exited at start ({status})")));
         }
         if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-            stream.write_all(b"version\r\n")?;
+            stream.write_all(b"get qs-bench-ready\r\n")?;
             let mut reply = [0u8; 64];
-            if stream.read(&mut reply).is_ok_and(|n| reply[..n].starts_with(b"VERSION")) {
+            if stream.read(&mut reply).is_ok_and(|n| reply[..n].starts_with(b"END")) {
                 return Ok(server);
             }
         }
@@ -173,7 +174,7 @@ fn start(program: &str, args: &[String], cores: &str, port: u16) -> io::Result<S
     }
 }
 
-fn version_of(program: &str) -> String {
+pub(crate) fn version_of(program: &str) -> String {
     Command::new(program)
         .arg("-V")
         .output()
@@ -182,8 +183,13 @@ fn version_of(program: &str) -> String {
 }
 
 fn quicksilver_binary(args: &CompareArgs) -> String {
-    if let Some(path) = &args.quicksilver {
-        return path.clone();
+    quicksilver_beside(args.quicksilver.as_deref())
+}
+
+/// `given`, or the quicksilver binary beside qs-bench's, or the one on PATH.
+pub(crate) fn quicksilver_beside(given: Option<&str>) -> String {
+    if let Some(path) = given {
+        return path.to_string();
     }
     let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("quicksilver")));
     match beside {
@@ -425,7 +431,7 @@ fn describe(point: &Point) -> String {
     format!("{} {:.0}% GET {}", point.dataset, point.get_ratio * 100.0, point.dist)
 }
 
-fn cores_list(range: std::ops::Range<usize>) -> String {
+pub(crate) fn cores_list(range: std::ops::Range<usize>) -> String {
     range.map(|core| core.to_string()).collect::<Vec<_>>().join(",")
 }
 

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use qs_bench::compare::{self, CompareArgs};
 use qs_bench::engine::{self, EngineArgs, EngineReport};
 use qs_bench::load::{self, LoadArgs};
+use qs_bench::memtier::{self, MemtierArgs};
 use qs_bench::native::{self, NativeArgs};
 use qs_bench::plot;
 use qs_bench::probe::{self, ProbeArgs};
@@ -29,6 +30,10 @@ enum Subcommands {
     /// quicksilver and memcached side by side: starts both (equal memory and workers, pinned to
     /// the same cores), runs the same matrix against each, stops both, prints a ratio table.
     Compare(CompareArgs),
+    /// memtier_benchmark against quicksilver, memcached and Pelikan Segcache (when built), one
+    /// worker each on the same core, at each pipeline depth: requests/s, p99, CPU per request;
+    /// --plot draws the README's picture.
+    Memtier(MemtierArgs),
     /// Closed-loop load over Quicksilver's native UDP protocol (qs-client, client-assisted
     /// direction): requests per second, server CPU per request and per datagram; with
     /// --echo-probe, against a bare recvmmsg/sendmmsg echo server's CPU per datagram.
@@ -70,6 +75,13 @@ fn main() {
                 print_json(args.json, &report);
             }
             Err(error) => fail("compare", error),
+        },
+        Subcommands::Memtier(args) => match memtier::run(&args) {
+            Ok(report) => {
+                memtier::print(&report);
+                print_json(args.json, &report);
+            }
+            Err(error) => fail("memtier", error),
         },
         Subcommands::UdpEcho { plain, sockets } => {
             let served = if plain { probe::udp_echo_plain() } else { native::udp_echo_server(sockets) };

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Runs the guides' commands so that they cannot rot (scripts/test.sh calls this).
+
+Every ```sh block of docs/OPERATIONS.md runs under `bash -euo pipefail` in a scratch directory,
+with target/release (quicksilver, qs-bench) first on PATH and the ports it names (11211-11213,
+11300, 22122) moved to free ones. The HTML comment before a block says how:
+
+- `test: server` - a quicksilver (-m 64, one worker) is started on the block's 11211 first and
+  stopped after;
+- `test: own` - the block starts and stops its own servers;
+- `test: own-continued` - as own, in the previous block's directory and ports;
+- `test: install` - installs the Debian package (run as root only, then removed again);
+- `test: systemd` - needs systemd as init; checked with `bash -n` unless systemd runs here.
+
+A block fails when it exits non-zero or prints an error reply (`ERROR`, `SERVER_ERROR`,
+`CLIENT_ERROR`). Then every message in the guide's troubleshooting table is provoked from a real
+server and checked to read as the table says.
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from benchlib import free_port, wait_port  # noqa: E402
+
+ROOT = os.path.dirname(HERE)
+RELEASE = os.path.join(ROOT, "target", "release")
+QS = os.path.join(RELEASE, "quicksilver")
+GUIDE = os.path.join(ROOT, "docs", "OPERATIONS.md")
+PORTS = ["11211", "11212", "11213", "11300", "22122"]
+FAILURES = []
+
+
+def report(ok, what, detail=""):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        FAILURES.append(what)
+        if detail:
+            print("     " + detail.replace("\n", "\n     "))
+
+
+def blocks(path):
+    """(mode, first line number, text) of each ```sh block."""
+    lines = open(path).read().split("\n")
+    mode, found = "server", []
+    i = 0
+    while i < len(lines):
+        marker = re.match(r"<!-- test: ([a-z-]+) -->", lines[i])
+        if marker:
+            mode = marker.group(1)
+        if lines[i].strip() == "```sh":
+            start = i + 1
+            end = lines.index("```", start)
+            found.append((mode, start + 1, "\n".join(lines[start:end]) + "\n"))
+            mode = "server"
+            i = end
+        i += 1
+    return found
+
+
+def environment():
+    env = dict(os.environ)
+    env["PATH"] = RELEASE + os.pathsep + env["PATH"]
+    return env
+
+
+def run_block(text, cwd, timeout=120):
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=cwd, env=environment(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stop_strays(ports):
+    """Servers a failed block left behind, found by the ports on their command lines."""
+    for port in ports.values():
+        subprocess.run(["pkill", "-f", rf"(quicksilver|nutcracker).*[ :]{port}\b"], capture_output=True)
+
+
+def run_guide():
+    ports, scratch = {}, None
+    for mode, line, text in blocks(GUIDE):
+        what = f"OPERATIONS.md line {line} ({mode})"
+        if mode == "systemd":
+            if os.path.isdir("/run/systemd/system"):
+                print(f"     {what}: systemd runs here, but the guide's systemd blocks change the system; syntax only")
+            syntax = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
+            report(syntax.returncode == 0, f"{what}: shell syntax (systemd is not init here)", syntax.stderr)
+            continue
+        if mode == "install":
+            if os.getuid() != 0:
+                print(f"SKIPPED {what}: installing the package needs root")
+                continue
+            result = run_block(text, ROOT, timeout=600)
+            report(result.returncode == 0 and "quicksilver" in result.stdout, what, result.stdout + result.stderr)
+            subprocess.run(["dpkg", "--purge", "quicksilver"], capture_output=True)
+            continue
+        if mode != "own-continued" or scratch is None:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+            scratch = tempfile.mkdtemp(prefix="qs-guide-")
+            ports = {port: str(free_port()) for port in PORTS}
+        body = re.sub(r"\b(" + "|".join(PORTS) + r")\b", lambda m: ports[m.group(1)], text)
+        server = None
+        if mode == "server":
+            server = subprocess.Popen([QS, "-p", ports["11211"], "-U", "0", "-m", "64", "-t", "1"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_port(int(ports["11211"]))
+        try:
+            result = run_block(body, scratch)
+        except subprocess.TimeoutExpired as error:
+            result = subprocess.CompletedProcess(error.cmd, 124, error.stdout or "", "timed out")
+        finally:
+            if server:
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=20)
+        output = result.stdout + result.stderr
+        error_reply = re.search(r"^(ERROR|SERVER_ERROR|CLIENT_ERROR)", result.stdout, re.M)
+        report(result.returncode == 0 and not error_reply, what, f"status {result.returncode}\n{output[-3000:]}")
+        if result.returncode != 0:
+            stop_strays(ports)
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# --- The troubleshooting table, provoked ---
+
+def table_rows():
+    text = open(GUIDE).read().split("## Troubleshooting", 1)[1]
+    return [re.search(r"`([^`]*)`", line).group(1) for line in text.split("\n")
+            if line.startswith("| `")]
+
+
+def start(args, env=None):
+    port = free_port()
+    process = subprocess.Popen([QS, "-p", str(port), "-U", "0", "-t", "1", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env)
+    return process, port
+
+
+def ready(port, process):
+    for _ in range(200):
+        if process.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def stop(process):
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.communicate(timeout=20)[0]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()[0]
+
+
+def output_of(args, env=None):
+    """What a server started with `args` prints, having run a moment (or exited at once)."""
+    process, port = start(args, env)
+    ready(port, process)
+    return stop(process)
+
+
+def reply(port, data):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data + b"quit\r\n")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out.decode(errors="replace")
+
+
+def served(args, data):
+    process, port = start(args)
+    ready(port, process)
+    try:
+        return reply(port, data)
+    finally:
+        stop(process)
+
+
+def provoke(message, scratch):
+    """What a server prints or answers in the situation the table describes for `message`."""
+    if message.startswith("failed to listen on"):
+        first, port = start([])
+        ready(port, first)
+        second = subprocess.run([QS, "-p", str(port), "-U", "0", "-t", "1"], capture_output=True, text=True)
+        stop(first)
+        return second.stderr.replace(str(port), "11211")
+    if message.startswith("Could not open the pid file"):
+        return output_of(["-P", "/nonexistent-dir/quicksilver.pid"])
+    if message.startswith("can't find the user"):
+        if os.getuid() != 0:
+            return None
+        return output_of(["-u", "memcache-not-here"]).replace("memcache-not-here", "memcache")
+    if message.startswith("cannot read the config file"):
+        return output_of(["--config-file", f"{scratch}/missing.conf"])
+    if message.startswith("is neither an option"):
+        path = f"{scratch}/bad.conf"
+        open(path, "w").write("-m 64\nmemory 64\n")
+        return output_of(["--config-file", path])
+    if message.startswith("open-file limit"):
+        soft_hard = "ulimit -n 200; exec " + " ".join([QS, "-c", "1024", "-v"])
+        process, port = None, free_port()
+        process = subprocess.Popen(["bash", "-c", soft_hard + f" -p {port} -U 0 -t 1"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        ready(port, process)
+        return stop(process)
+    if message.startswith("[restart] no memory file at"):
+        return output_of(["-e", f"/dev/shm/qs-guide-{os.getpid()}-a"]) + cleanup_memory("a")
+    if message.startswith("[restart] ... was laid out"):
+        path = f"/dev/shm/qs-guide-{os.getpid()}-b"
+        output_of(["-e", path, "-m", "64"])
+        return output_of(["-e", path, "-m", "128"]) + cleanup_memory("b")
+    if message.startswith("Error loading the certificate chain"):
+        return output_of(["-Z", "-o", "ssl_chain_cert=/nonexistent.pem,ssl_key=/nonexistent.pem"])
+    if message.startswith("SERVER_ERROR out of memory storing object"):
+        value = b"x" * 500_000
+        fill = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, len(value), value) for i in range(12))
+        return served(["-M", "-m", "4"], fill)
+    if message.startswith("SERVER_ERROR object too large"):
+        value = b"x" * (2 << 20)
+        return served([], b"set big 0 0 %d\r\n%s\r\n" % (len(value), value))
+    if message.startswith("CLIENT_ERROR watch"):
+        return served(["-W"], b"watch\r\n")
+    if message.startswith("CLIENT_ERROR flush_all"):
+        return served(["-F"], b"flush_all\r\n")
+    if message.startswith("rejected_connections"):
+        return served([], b"stats\r\n").replace("STAT ", "")
+    if message.startswith("extstore_failed"):
+        return served(["-o", f"ext_path={scratch}/flash:64m"], b"stats\r\n").replace("STAT ", "")
+    return None
+
+
+def cleanup_memory(suffix):
+    for path in [f"/dev/shm/qs-guide-{os.getpid()}-{suffix}", f"/dev/shm/qs-guide-{os.getpid()}-{suffix}.meta"]:
+        if os.path.exists(path):
+            os.unlink(path)
+    return ""
+
+
+def run_table():
+    scratch = tempfile.mkdtemp(prefix="qs-guide-table-")
+    try:
+        for message in table_rows():
+            got = provoke(message, scratch)
+            if got is None:
+                print(f"SKIPPED troubleshooting `{message}`: needs root")
+                continue
+            # The table's `...` stands for the varying part; `grows` and `1` describe values.
+            pattern = re.escape(message.replace(" grows", "").replace("extstore_failed 1", "extstore_failed"))
+            pattern = pattern.replace(re.escape("..."), ".*")
+            report(re.search(pattern, got) is not None, f"troubleshooting `{message}` is what the server says",
+                   got[-1500:])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main():
+    if not os.path.exists(QS):
+        sys.exit(f"{QS} is missing: cargo build --release -p qs-server -p qs-bench")
+    run_guide()
+    run_table()
+    if FAILURES:
+        print(f"{len(FAILURES)} guide check(s) failed")
+        sys.exit(1)
+    print("every guide command ran")
+
+
+if __name__ == "__main__":
+    main()
