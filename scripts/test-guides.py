@@ -12,8 +12,8 @@ with target/release (quicksilver, qs-bench) first on PATH and the ports it names
 - `test: install` - installs the Debian package (run as root only, then removed again);
 - `test: systemd` - needs systemd as init; checked with `bash -n` unless systemd runs here.
 
-A block fails when it exits non-zero or prints an error reply (`ERROR`, `SERVER_ERROR`,
-`CLIENT_ERROR`). Then every message in the guide's troubleshooting table is provoked from a real
+A block fails when it exits non-zero, prints an error reply (`ERROR`, `SERVER_ERROR`,
+`CLIENT_ERROR`), or lacks an output its comment names (`test: own; expect: A && B`). Then every message in the guide's troubleshooting table is provoked from a real
 server and checked to read as the table says.
 """
 import os
@@ -47,19 +47,20 @@ def report(ok, what, detail=""):
 
 
 def blocks(path):
-    """(mode, first line number, text) of each ```sh block."""
+    """(mode, expected output, first line number, text) of each ```sh block."""
     lines = open(path).read().split("\n")
-    mode, found = "server", []
+    mode, expect, found = "server", [], []
     i = 0
     while i < len(lines):
-        marker = re.match(r"<!-- test: ([a-z-]+) -->", lines[i])
+        marker = re.match(r"<!-- test: ([a-z-]+)(?:; expect: (.*?))? -->", lines[i])
         if marker:
             mode = marker.group(1)
+            expect = marker.group(2).split(" && ") if marker.group(2) else []
         if lines[i].strip() == "```sh":
             start = i + 1
             end = lines.index("```", start)
-            found.append((mode, start + 1, "\n".join(lines[start:end]) + "\n"))
-            mode = "server"
+            found.append((mode, expect, start + 1, "\n".join(lines[start:end]) + "\n"))
+            mode, expect = "server", []
             i = end
         i += 1
     return found
@@ -67,7 +68,8 @@ def blocks(path):
 
 def environment():
     env = dict(os.environ)
-    env["PATH"] = RELEASE + os.pathsep + env["PATH"]
+    # The system's python3 (Debian's python3-pylibmc is the guide's client) before any other.
+    env["PATH"] = os.pathsep.join([RELEASE, "/usr/bin", env["PATH"]])
     return env
 
 
@@ -84,7 +86,7 @@ def stop_strays(ports):
 
 def run_guide():
     ports, scratch = {}, None
-    for mode, line, text in blocks(GUIDE):
+    for mode, expect, line, text in blocks(GUIDE):
         what = f"OPERATIONS.md line {line} ({mode})"
         if mode == "systemd":
             if os.path.isdir("/run/systemd/system"):
@@ -120,8 +122,12 @@ def run_guide():
                 server.send_signal(signal.SIGTERM)
                 server.wait(timeout=20)
         output = result.stdout + result.stderr
+        if os.environ.get("QS_GUIDE_VERBOSE"):
+            print(output)
         error_reply = re.search(r"^(ERROR|SERVER_ERROR|CLIENT_ERROR)", result.stdout, re.M)
-        report(result.returncode == 0 and not error_reply, what, f"status {result.returncode}\n{output[-3000:]}")
+        missing = [text for text in expect if text not in result.stdout]
+        report(result.returncode == 0 and not error_reply and not missing, what,
+               f"status {result.returncode}, expected but missing: {missing}\n{output[-3000:]}")
         if result.returncode != 0:
             stop_strays(ports)
     if scratch:
@@ -172,6 +178,16 @@ def output_of(args, env=None):
     return stop(process)
 
 
+def exit_output(args):
+    """What a server started with `args` prints before it exits by itself (a start that fails)."""
+    try:
+        done = subprocess.run([QS, "-p", str(free_port()), "-U", "0", "-t", "1", *args], capture_output=True,
+                              text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "(did not exit)"
+    return done.stdout + done.stderr
+
+
 def reply(port, data):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(data + b"quit\r\n")
@@ -203,13 +219,14 @@ def provoke(message, scratch):
     if message.startswith("can't find the user"):
         if os.getuid() != 0:
             return None
-        return output_of(["-u", "memcache-not-here"]).replace("memcache-not-here", "memcache")
+        # The ports are bound before the user is looked up: wait for the exit, not the port.
+        return exit_output(["-u", "memcache-not-here"]).replace("memcache-not-here", "memcache")
     if message.startswith("cannot read the config file"):
-        return output_of(["--config-file", f"{scratch}/missing.conf"])
+        return exit_output(["--config-file", f"{scratch}/missing.conf"])
     if message.startswith("is neither an option"):
         path = f"{scratch}/bad.conf"
         open(path, "w").write("-m 64\nmemory 64\n")
-        return output_of(["--config-file", path])
+        return exit_output(["--config-file", path])
     if message.startswith("open-file limit"):
         soft_hard = "ulimit -n 200; exec " + " ".join([QS, "-c", "1024", "-v"])
         process, port = None, free_port()
@@ -224,7 +241,7 @@ def provoke(message, scratch):
         output_of(["-e", path, "-m", "64"])
         return output_of(["-e", path, "-m", "128"]) + cleanup_memory("b")
     if message.startswith("Error loading the certificate chain"):
-        return output_of(["-Z", "-o", "ssl_chain_cert=/nonexistent.pem,ssl_key=/nonexistent.pem"])
+        return exit_output(["-Z", "-o", "ssl_chain_cert=/nonexistent.pem,ssl_key=/nonexistent.pem"])
     if message.startswith("SERVER_ERROR out of memory storing object"):
         value = b"x" * 500_000
         fill = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, len(value), value) for i in range(12))

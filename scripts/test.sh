@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, and for the package dpkg-dev, man-db, strace, systemd"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -29,6 +29,8 @@ perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1 || missing+=(libio-socket-ssl-perl)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
 command -v man >/dev/null 2>&1 || missing+=(man-db)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+# The guides' commands (docs/OPERATIONS.md) talk to the server with nc.
+command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -79,7 +81,8 @@ step "the Debian package: built with cargo-deb, its contents and unit checked, u
 bash scripts/package.sh
 python3 scripts/test-package.py target/debian/quicksilver_*.deb
 
-step "the guides' commands (docs/OPERATIONS.md, README.md) against a running server"
+step "the guides' commands (docs/OPERATIONS.md) against real servers, and its troubleshooting table's messages provoked"
+cargo build --release --quiet -p qs-bench
 python3 scripts/test-guides.py
 
 step "cargo doc (broken intra-doc links are errors)"

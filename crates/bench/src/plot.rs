@@ -142,6 +142,7 @@ pub fn bar_panels(path: &Path, title: &str, panels: &[Panel]) -> Result<(), Stri
 /// A value in three significant figures, with k or M for thousands and millions.
 fn short_number(value: f64) -> String {
     match value {
+        v if v == 0.0 => "0".to_string(),
         v if v >= 1e6 => format!("{:.2}M", v / 1e6),
         v if v >= 1e3 => format!("{:.0}k", v / 1e3),
         v if v >= 10.0 => format!("{v:.0}"),
