@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine benchmark matrix of docs/BENCHMARKS.md: MICA's datasets, uniform and zipf 0.99,
+# The engine benchmark matrix of docs/benchmarks/HISTORY.md: MICA's datasets, uniform and zipf 0.99,
 # 95% and 50% GET, prefetch on and off, and the hashbrown reference on the same keys.
 # Usage: scripts/bench-engine.sh [tiny|small|large|all] > results.jsonl   (release build, one core)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns scripts/bench-engine.sh's JSON lines into the markdown table of docs/BENCHMARKS.md,
+"""Turns scripts/bench-engine.sh's JSON lines into the markdown table of docs/benchmarks/HISTORY.md,
 with Quicksilver/hashbrown and prefetch on/off ratios computed within the same run."""
 import json
 import sys

@@ -3,7 +3,7 @@
 pipelined batches of 100, sizes uniform in 16..1024 from random.Random(42), until 500 writes in a
 row are refused (or LIMIT sets were sent). Prints items stored, user bytes (key + value) and the
 server's curr_items and evictions. Used for store mode's items-per-memory comparison with
-memcached -M (docs/BENCHMARKS.md).
+memcached -M (docs/benchmarks/HISTORY.md).
 
     scripts/store-fill.py PORT [LIMIT]
 """

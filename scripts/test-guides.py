@@ -284,9 +284,41 @@ def run_table():
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# --- Links between the docs ---
+
+def anchor(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to dashes."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def check_links():
+    """Every relative link in README.md and docs/ names a file that exists and, with #, a heading in it."""
+    pages = [os.path.join(ROOT, "README.md")] + [
+        os.path.join(folder, name) for folder, _, names in os.walk(os.path.join(ROOT, "docs"))
+        for name in names if name.endswith(".md")]
+    bad = []
+    for page in pages:
+        text = open(page).read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            if not os.path.exists(resolved):
+                bad.append(f"{os.path.relpath(page, ROOT)}: {target} (no such file)")
+                continue
+            if fragment and resolved.endswith(".md"):
+                headings = re.findall(r"^#+ (.*)$", open(resolved).read(), re.M)
+                if fragment not in {anchor(h) for h in headings}:
+                    bad.append(f"{os.path.relpath(page, ROOT)}: {target} (no such heading)")
+    report(not bad, f"every relative link in README.md and docs/ resolves ({len(pages)} pages)", "\n".join(bad))
+
+
 def main():
     if not os.path.exists(QS):
         sys.exit(f"{QS} is missing: cargo build --release -p qs-server -p qs-bench")
+    check_links()
     run_guide()
     run_table()
     if FAILURES:

@@ -127,7 +127,14 @@ pub fn run(args: &MemtierArgs) -> io::Result<MemtierReport> {
         "memtier_benchmark -t 1 -c {} --ratio {} --data-size {} --key-pattern R:R --key-maximum {} \
          --test-time {}, pipeline {:?}; servers -m {} with one worker on core {server_cores}, \
          memtier on {load_cores}; median of {}",
-        args.connections, args.ratio, args.data_size, args.keys, args.seconds, args.depths, args.memory, args.repeat
+        args.connections,
+        args.ratio,
+        args.data_size,
+        args.keys,
+        args.seconds,
+        args.depths,
+        args.memory,
+        args.repeat
     );
     let report = MemtierReport { settings, rows };
     if let Some(path) = &args.plot {
@@ -158,9 +165,10 @@ fn contenders(args: &MemtierArgs) -> io::Result<Vec<Contender>> {
         name: "memcached",
         program: args.memcached.clone(),
         args: Box::new(move |port| {
-            let mut args: Vec<String> = ["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-m", &mc_memory, "-t", "1"]
-                .map(str::to_string)
-                .to_vec();
+            let mut args: Vec<String> =
+                ["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-m", &mc_memory, "-t", "1"]
+                    .map(str::to_string)
+                    .to_vec();
             if root {
                 args.extend(["-u".to_string(), "nobody".to_string()]);
             }
@@ -172,7 +180,9 @@ fn contenders(args: &MemtierArgs) -> io::Result<Vec<Contender>> {
         list.push(Contender {
             name: "segcache",
             program: segcache.clone(),
-            args: Box::new(move |port| segcache_config(port, heap).map(|path| vec![path.display().to_string()])),
+            args: Box::new(move |port| {
+                segcache_config(port, heap).map(|path| vec![path.display().to_string()])
+            }),
         });
     }
     Ok(list)
@@ -200,11 +210,34 @@ fn segcache_config(port: u16, heap_mib: u64) -> io::Result<PathBuf> {
 
 /// Runs memtier once: the preload (every key set once, in order) when `depth` is None, else a
 /// timed run at `depth`, whose JSON report is returned.
-fn memtier(args: &MemtierArgs, cores: &str, port: u16, depth: Option<usize>) -> io::Result<serde_json::Value> {
+fn memtier(
+    args: &MemtierArgs,
+    cores: &str,
+    port: u16,
+    depth: Option<usize>,
+) -> io::Result<serde_json::Value> {
     let json = std::env::temp_dir().join(format!("qs-bench-memtier-{}-{port}.json", std::process::id()));
     let mut command = Command::new("taskset");
-    command.args(["-c", cores, &args.memtier, "-s", "127.0.0.1", "-p", &port.to_string(), "-P", "memcache_text"]);
-    command.args(["-t", "1", "--hide-histogram", "--key-minimum", "1", "--key-maximum", &args.keys.to_string()]);
+    command.args([
+        "-c",
+        cores,
+        &args.memtier,
+        "-s",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-P",
+        "memcache_text",
+    ]);
+    command.args([
+        "-t",
+        "1",
+        "--hide-histogram",
+        "--key-minimum",
+        "1",
+        "--key-maximum",
+        &args.keys.to_string(),
+    ]);
     command.args(["--data-size", &args.data_size.to_string()]);
     match depth {
         None => command.args(["-c", "1", "--ratio", "1:0", "--key-pattern", "P:P", "-n", "allkeys"]),
@@ -223,7 +256,13 @@ fn memtier(args: &MemtierArgs, cores: &str, port: u16, depth: Option<usize>) -> 
     serde_json::from_str(&text).map_err(io::Error::other)
 }
 
-fn measure(args: &MemtierArgs, cores: &str, server: &Server, name: &str, depth: usize) -> io::Result<MemtierRow> {
+fn measure(
+    args: &MemtierArgs,
+    cores: &str,
+    server: &Server,
+    name: &str,
+    depth: usize,
+) -> io::Result<MemtierRow> {
     let pid = server.child.id();
     let cpu_before = process_cpu_secs(pid);
     let report = memtier(args, cores, server.port, Some(depth))?;
@@ -239,7 +278,10 @@ fn measure(args: &MemtierArgs, cores: &str, server: &Server, name: &str, depth: 
         p50_ms: percentile("p50.00"),
         p99_ms: percentile("p99.00"),
         p999_ms: percentile("p99.90"),
-        server_cpu_us_per_op: cpu_before.zip(cpu_after).filter(|_| count > 0.0).map(|(a, b)| (b - a) * 1e6 / count),
+        server_cpu_us_per_op: cpu_before
+            .zip(cpu_after)
+            .filter(|_| count > 0.0)
+            .map(|(a, b)| (b - a) * 1e6 / count),
     })
 }
 
@@ -293,7 +335,13 @@ fn draw(path: &std::path::Path, report: &MemtierReport, args: &MemtierArgs) -> i
                 labels: &labels,
                 series: &rps,
             },
-            plot::Panel { title: "p99 latency (lower is better)", x_desc: "", y_desc: "ms", labels: &labels, series: &p99 },
+            plot::Panel {
+                title: "p99 latency (lower is better)",
+                x_desc: "",
+                y_desc: "ms",
+                labels: &labels,
+                series: &p99,
+            },
         ],
     )
     .map_err(io::Error::other)
@@ -307,10 +355,10 @@ pub fn print(report: &MemtierReport) {
         "server", "depth", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "µs CPU/op", "x ops", "x p99"
     );
     for row in &report.rows {
-        let memcached = report.rows.iter().find(|other| other.server == "memcached" && other.depth == row.depth);
-        let (ops_ratio, p99_ratio) = memcached.map_or((f64::NAN, f64::NAN), |m| {
-            (row.ops_per_sec / m.ops_per_sec, row.p99_ms / m.p99_ms)
-        });
+        let memcached =
+            report.rows.iter().find(|other| other.server == "memcached" && other.depth == row.depth);
+        let (ops_ratio, p99_ratio) = memcached
+            .map_or((f64::NAN, f64::NAN), |m| (row.ops_per_sec / m.ops_per_sec, row.p99_ms / m.p99_ms));
         println!(
             "{:<12} {:>5} {:>11.0} {:>9.3} {:>9.3} {:>9.3} {:>10.2} {:>9.2} {:>9.2}",
             row.server,

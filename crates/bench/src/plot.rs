@@ -142,7 +142,7 @@ pub fn bar_panels(path: &Path, title: &str, panels: &[Panel]) -> Result<(), Stri
 /// A value in three significant figures, with k or M for thousands and millions.
 fn short_number(value: f64) -> String {
     match value {
-        v if v == 0.0 => "0".to_string(),
+        0.0 => "0".to_string(),
         v if v >= 1e6 => format!("{:.2}M", v / 1e6),
         v if v >= 1e3 => format!("{:.0}k", v / 1e3),
         v if v >= 10.0 => format!("{v:.0}"),
@@ -205,7 +205,8 @@ fn bar_panel<DB: DrawingBackend>(
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
         if values_over_bars {
             use plotters::style::text_anchor::{HPos, Pos, VPos};
-            let style = TextStyle::from(("sans-serif", 11).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+            let style =
+                TextStyle::from(("sans-serif", 11).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
             chart
                 .draw_series(values.iter().enumerate().map(|(bar, &value)| {
                     let centre = bar as f64 + 0.1 + (index as f64 + 0.5) * width;
@@ -261,7 +262,10 @@ mod tests {
         bar_panels(&path, "two panels", &[panel("left"), panel("right")]).expect("panels drawn");
         let svg = std::fs::read_to_string(&path).expect("written");
         assert!(svg.contains("two panels") && svg.contains("left") && svg.contains("right"));
-        assert!(svg.contains("1.50M") && svg.contains("200k") && svg.contains("3.00"), "values over bars: {svg}");
+        assert!(
+            svg.contains("1.50M") && svg.contains("200k") && svg.contains("3.00"),
+            "values over bars: {svg}"
+        );
         std::fs::remove_dir_all(&dir).expect("cleaned up");
     }
 }

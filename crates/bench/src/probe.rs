@@ -273,7 +273,7 @@ pub fn echo_server_uring(listener: std::net::TcpListener, answer: Answer) -> io:
 
     // Completions are reaped only in `io_uring_enter` (no interrupting task work), and a
     // receive re-posted on an empty socket waits for data instead of trying first: the
-    // cheapest of the variants measured (docs/BENCHMARKS.md).
+    // cheapest of the variants measured (docs/benchmarks/HISTORY.md).
     let mut ring: IoUring =
         IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_cqsize(4096).build(1024)?;
     let listen_fd = types::Fd(listener.as_raw_fd());

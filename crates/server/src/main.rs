@@ -10,16 +10,22 @@ const LICENSE: &str =
 It follows memcached's protocols and behaviour; memcached is Copyright (c) 2003, Danga Interactive, Inc.,\n\
 under the BSD 3-clause license.";
 
-fn main() {
+/// The command line, over --config-file's options; exits with clap's report or status 64 (a
+/// config file that cannot be read or has a line that is not an option) when there is none.
+fn load_config() -> qs_server::config::Config {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let mut config = match file::load(&args) {
+    match file::load(&args) {
         Ok(config) => config,
         Err(file::LoadError::Args(error)) => error.exit(),
         Err(file::LoadError::File(message)) => {
             eprintln!("quicksilver: {message}");
             std::process::exit(64);
         }
-    };
+    }
+}
+
+fn main() {
+    let mut config = load_config();
     if config.license {
         println!("{LICENSE}");
         return;

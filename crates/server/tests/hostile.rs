@@ -848,7 +848,7 @@ fn churn_rss(args: &[&str], period: Duration) -> (i64, u64) {
 /// under this churn, and +0.05 to +0.10 MiB over 40 s of memtier reconnecting every 3 requests
 /// (scripts/bench-idle-memory.py --churn 40), whose upper end this is. quicksilver, whose
 /// workers allocate their buffers at start, kept -106 to +86 KiB over 80 runs measured; it
-/// added 1.1-1.2 MiB in every run before (docs/BENCHMARKS.md, "Connection churn").
+/// added 1.1-1.2 MiB in every run before (docs/benchmarks/HISTORY.md, "Connection churn").
 const CHURN_GROWTH_MAX: i64 = 128 * 1024;
 
 #[test]

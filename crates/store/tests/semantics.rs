@@ -639,7 +639,7 @@ fn small_items_fill_the_log_because_the_index_grows() {
     assert!(fixed < 0.90, "live share {fixed:.3} without: the fill must need the growth");
     // S3-FIFO: the ghost takes 0.8% of the memory, and once the main ring is full, a fill that
     // reads nothing appends nothing to it, so the items the lossy index dropped there leave
-    // their holes (at 64 MiB under memtier: 98.9% live, docs/BENCHMARKS.md).
+    // their holes (at 64 MiB under memtier: 98.9% live, docs/benchmarks/HISTORY.md).
     let grown = live_share_after_a_fill_of_small_items(qs_store::index::LEVELS_MAX, Eviction::S3Fifo);
     let fixed = live_share_after_a_fill_of_small_items(0, Eviction::S3Fifo);
     assert!(grown >= 0.96, "live share {grown:.3} with growth under S3-FIFO");

@@ -37,14 +37,20 @@ pub fn load(args: &[OsString]) -> Result<Config, LoadError> {
     let Some(path) = line.config_file.clone() else {
         return Ok(line);
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|error| LoadError::File(format!("cannot read the config file {}: {error}", path.display())))?;
+    let text = std::fs::read_to_string(&path).map_err(|error| {
+        LoadError::File(format!("cannot read the config file {}: {error}", path.display()))
+    })?;
     let options = options_in(&text, &path)?;
     let program = args.first().cloned().unwrap_or_else(|| OsString::from("quicksilver"));
     // The file on its own first, so that a bad option names the file it came from.
-    let file_args: Vec<OsString> = std::iter::once(program).chain(options.into_iter().map(OsString::from)).collect();
+    let file_args: Vec<OsString> =
+        std::iter::once(program).chain(options.into_iter().map(OsString::from)).collect();
     Config::try_parse_from(&file_args).map_err(|error| {
-        LoadError::File(format!("in the config file {}: {}", path.display(), error.render().to_string().trim_end()))
+        LoadError::File(format!(
+            "in the config file {}: {}",
+            path.display(),
+            error.render().to_string().trim_end()
+        ))
     })?;
     // Later options override earlier ones (args_override_self), so the command line's win.
     let merged_args: Vec<OsString> = file_args.iter().chain(args.iter().skip(1)).cloned().collect();
@@ -179,7 +185,9 @@ mod tests {
         }
         std::fs::remove_file(path).unwrap();
         match load(&args(&["--config-file", "/nonexistent/qs.conf"])) {
-            Err(LoadError::File(message)) => assert!(message.starts_with("cannot read the config file"), "{message}"),
+            Err(LoadError::File(message)) => {
+                assert!(message.starts_with("cannot read the config file"), "{message}")
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -176,7 +176,7 @@ pub struct Config {
     pub native_port: u16,
     /// Pin workers to cores: auto pins only when the workers leave a core of the process's
     /// cores free (pinned workers that share their cores with other busy threads, a co-located
-    /// client or proxy, wait for them instead of moving: docs/BENCHMARKS.md).
+    /// client or proxy, wait for them instead of moving: docs/benchmarks/HISTORY.md).
     #[arg(long, value_enum, default_value_t = Pin::Auto)]
     pub pin: Pin,
     /// Read options from FILE first, one per line in the format of Debian's
@@ -344,7 +344,7 @@ pub struct Extended {
 pub enum IoBackend {
     /// epoll readiness, one `recv` and one `send` per ready connection.
     Epoll,
-    /// io_uring (the default: docs/BENCHMARKS.md, "io_uring becomes the default backend"): multishot receives
+    /// io_uring (the default: docs/benchmarks/HISTORY.md, "io_uring becomes the default backend"): multishot receives
     /// into a provided-buffer ring, every send of a loop turn in one `io_uring_enter` (TLS
     /// connections stay on epoll); epoll where io_uring is refused.
     #[default]

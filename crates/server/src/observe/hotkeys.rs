@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Counting every key (`stats hotkeys on`) costs 5-19% more server CPU per request at pipeline
-//! depth 16 (docs/BENCHMARKS.md), so by default a worker counts one request in
+//! depth 16 (docs/benchmarks/HISTORY.md), so by default a worker counts one request in
 //! [`SAMPLE_ONE_IN`] on average (chosen at random intervals, so no periodic pattern of requests
 //! aliases with it) and scales the counts up: the answer then starts with `STAT hotkeys sampled
 //! 1/16`. Counted exactly, an estimate is never below the key's true count since tracking

@@ -52,7 +52,7 @@ const UDP_DATAGRAMS_PER_TURN: usize = 64;
 const DATAGRAM_BYTES_MAX: usize = 65536;
 /// The most flushes in a row that hold a connection's ready replies back while replies from
 /// other workers are outstanding (two workers, 50% GET, depth 16: one hold in a row left 1.8
-/// sends per client batch, four or more leave one; docs/BENCHMARKS.md).
+/// sends per client batch, four or more leave one; docs/benchmarks/HISTORY.md).
 const HOLD_FLUSHES_MAX: u8 = 4;
 /// Closes after which a worker's once-a-second check gives memory back.
 const SHED_AFTER_CLOSES: usize = 256;
