@@ -187,21 +187,35 @@ stop_daemon() {
 [ -n "${QS_T_DAEMON:-}" ] && [ "${#files[@]}" -eq 0 ] && files=("${daemon[@]}")
 [ "${#files[@]}" -eq 0 ] && files=("${wire[@]}" "${tls_files[@]}")
 step "memcached $suite's t/ files against $QS_BIN${QS_T_DAEMON:+ (daemon mode: a running server per file)}"
-failed=()
-for file in "${files[@]}"; do
-    log="$run/$file.log"
-    started=$(date +%s)
-    status=0
-    ssl_test=${QS_T_TLS:-}
+# Files whose checks count wall-clock seconds from a point early in a second (expirations.t's
+# wait_for_early_second, then an item that lives one second more): a run that a stall on this
+# shared VM carries across a second boundary fails through no fault of the server's. Such a
+# file runs a second time before it counts as failed, and the retry is printed.
+clocked=(expirations.t getandtouch.t touch.t flush-all.t)
+run_file() {
+    local file=$1 log=$2 ssl_test=${QS_T_TLS:-} status=0
     case "$file" in ssl_*) ssl_test=1 ;; esac
     [ -n "${QS_T_DAEMON:-}" ] && start_daemon
     (cd "$run" && SSL_TEST=$ssl_test timeout -k 5 180 perl "t/$file") >"$log" 2>&1 || status=$?
     [ -n "${QS_T_DAEMON:-}" ] && stop_daemon
+    [ "$status" -eq 0 ] && ! grep -q '^not ok' "$log"
+}
+failed=()
+for file in "${files[@]}"; do
+    log="$run/$file.log"
+    started=$(date +%s)
+    passed=0
+    run_file "$file" "$log" && passed=1
+    if [ "$passed" -eq 0 ] && [[ " ${clocked[*]} " == *" $file "* ]]; then
+        echo "$file: failed once, run again (it counts wall-clock seconds); the first run:"
+        grep -v '^ok' "$log" | head -n 20 | sed 's/^/    /'
+        run_file "$file" "$log" && passed=1
+    fi
     took=$(($(date +%s) - started))
-    if [ "$status" -eq 0 ] && ! grep -q '^not ok' "$log"; then
+    if [ "$passed" -eq 1 ]; then
         printf '%-24s ok (%ss, %s tests)\n' "$file" "$took" "$(grep -c '^ok' "$log" || true)"
     else
-        printf '%-24s FAILED (exit %s, %ss)\n' "$file" "$status" "$took"
+        printf '%-24s FAILED (%ss)\n' "$file" "$took"
         grep -v '^ok' "$log" | head -n 40 | sed 's/^/    /'
         failed+=("$file")
     fi

@@ -145,7 +145,30 @@ fn open_file(path: &Path, configs: &[qs_store::Config]) -> Result<(File, bool), 
         file.set_len(total).map_err(|error| fail("cannot size", error))?;
         file.write_all_at(layout.as_bytes(), 0).map_err(|error| fail("cannot write", error))?;
     }
+    check_room(&file, path, total)?;
     Ok((file, warm))
+}
+
+/// Refuses a memory file its file system cannot hold. The file is sparse (memory is taken as
+/// items fill it), and a store to a page that a full tmpfs cannot give is a SIGBUS, not an
+/// error, so the room is checked at the start (another user of the file system can still take
+/// it later, as with memcached's -e).
+fn check_room(file: &File, path: &Path, total: u64) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let allocated = file.metadata().map_or(0, |metadata| metadata.blocks() * 512);
+    let needed = total.saturating_sub(allocated);
+    let free =
+        crate::sys::free_bytes(file).map_err(|error| fail(path, "cannot stat the file system of", error))?;
+    if free < needed {
+        return Err(format!(
+            "-e {}: the memory file needs {} MiB more than its file system has free ({} MiB): \
+             free room there, or give it a larger tmpfs",
+            path.display(),
+            needed.div_ceil(1 << 20),
+            free >> 20
+        ));
+    }
+    Ok(())
 }
 
 /// With a flash tier, the indexes live in FILE.index (their flash slots survive a crash);

@@ -162,6 +162,20 @@ pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
     }
 }
 
+/// Bytes an unprivileged user may still allocate on `file`'s file system (fstatvfs's
+/// f_bavail blocks of f_frsize bytes).
+pub fn free_bytes(file: &std::fs::File) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statvfs is plain data; zeroed is a valid value for fstatvfs to fill.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs on a descriptor the File owns and keeps open for the call, into a
+    // writable statvfs.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 /// Seconds `debugtime` has moved the clock by (0 unless the server runs with
 /// `--enable-debugtime`).
 static CLOCK_SHIFT_SECS: AtomicI64 = AtomicI64::new(0);
