@@ -12,4 +12,3 @@ cargo run --release --quiet -p qs-server --example manpage | gzip -9n > target/r
 rm -f target/debian/quicksilver_*.deb
 # Stripped: the release profile keeps line tables for profiling, which a package need not carry.
 cargo deb --no-build --quiet --strip -p qs-server --output target/debian/
-echo target/debian/quicksilver_*.deb

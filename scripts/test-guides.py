@@ -192,14 +192,19 @@ def start(args, env=None):
 
 
 def ready(port, process):
+    """Waits until the server answers (not only accepts: the port is bound before the pid file
+    is written and the user switched, and the workers serve only after both)."""
     for _ in range(200):
         if process.poll() is not None:
             return False
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(b"version\r\n")
+                if s.recv(64).startswith(b"VERSION"):
+                    return True
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     return False
 
 

@@ -30,9 +30,9 @@ enum Subcommands {
     /// quicksilver and memcached side by side: starts both (equal memory and workers, pinned to
     /// the same cores), runs the same matrix against each, stops both, prints a ratio table.
     Compare(CompareArgs),
-    /// memtier_benchmark against quicksilver, memcached and Pelikan Segcache (when built), one
-    /// worker each on the same core, at each pipeline depth: requests/s, p99, CPU per request;
-    /// --plot draws the README's picture.
+    /// memtier_benchmark against quicksilver, memcached, Pelikan Segcache and pogocache (when
+    /// built), one worker each on the same core, at each pipeline depth: requests/s, p99, CPU
+    /// per request; --plot draws the README's picture.
     Memtier(MemtierArgs),
     /// Closed-loop load over Quicksilver's native UDP protocol (qs-client, client-assisted
     /// direction): requests per second, server CPU per request and per datagram; with

@@ -1,8 +1,10 @@
-//! `qs-bench memtier`: quicksilver, memcached and the peers built here (Pelikan Segcache), each
-//! started with the same memory and one worker pinned to the same core, driven in turn by
-//! memtier_benchmark (the independent load generator) at each pipeline depth: requests per
-//! second, p50/p99/p99.9 as memtier measures them, and the server's CPU per request from /proc.
-//! `--plot FILE.svg` draws requests per second beside p99 (the README's picture).
+//! `qs-bench memtier`: quicksilver, memcached and the peers built here (Pelikan Segcache,
+//! pogocache), each started with the same memory and one worker pinned to the same core,
+//! driven in turn by memtier_benchmark (the independent load generator) at each pipeline
+//! depth: requests per second, p50/p99/p99.9 as memtier measures them, and the server's CPU per
+//! request from /proc.
+//! `--plot FILE.svg` draws requests per second beside p99 and CPU per request (the README's
+//! picture).
 
 use crate::compare::{self, Server};
 use crate::load::process_cpu_secs;
@@ -28,6 +30,10 @@ pub struct MemtierArgs {
     /// the same heap and one worker.
     #[arg(long)]
     pub segcache: Option<String>,
+    /// pogocache's binary (github.com/tidwall/pogocache, `make`), if built: one thread, the same
+    /// memory limit, its other settings its defaults (io_uring on, CAS off).
+    #[arg(long)]
+    pub pogocache: Option<String>,
     /// Item memory of every server, MiB.
     #[arg(long, default_value_t = 256)]
     pub memory: u64,
@@ -185,6 +191,18 @@ fn contenders(args: &MemtierArgs) -> io::Result<Vec<Contender>> {
             }),
         });
     }
+    if let Some(pogocache) = &args.pogocache {
+        let memory = format!("{}mb", args.memory);
+        list.push(Contender {
+            name: "pogocache",
+            program: pogocache.clone(),
+            args: Box::new(move |port| {
+                Ok(["-h", "127.0.0.1", "-p", &port.to_string(), "--threads", "1", "--maxmemory", &memory]
+                    .map(str::to_string)
+                    .to_vec())
+            }),
+        });
+    }
     Ok(list)
 }
 
@@ -320,6 +338,7 @@ fn draw(path: &std::path::Path, report: &MemtierReport, args: &MemtierArgs) -> i
             .collect()
     };
     let (rps, p99) = (series(|row| row.ops_per_sec), series(|row| row.p99_ms));
+    let cpu = series(|row| row.server_cpu_us_per_op.unwrap_or(0.0));
     let title = format!(
         "memtier_benchmark, {} connections, {} set:get, {}-byte values; one worker each",
         args.connections, args.ratio, args.data_size
@@ -341,6 +360,13 @@ fn draw(path: &std::path::Path, report: &MemtierReport, args: &MemtierArgs) -> i
                 y_desc: "ms",
                 labels: &labels,
                 series: &p99,
+            },
+            plot::Panel {
+                title: "server CPU per request (lower is better)",
+                x_desc: "",
+                y_desc: "µs",
+                labels: &labels,
+                series: &cpu,
             },
         ],
     )

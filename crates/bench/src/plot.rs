@@ -151,10 +151,12 @@ fn short_number(value: f64) -> String {
     }
 }
 
-fn panel_max(series: &[(String, Vec<f64>)]) -> f64 {
+/// The top of a panel's value axis: room above the tallest bar for its value and, with
+/// `legend_rows` series in the legend, for the legend too (so it hides no bar).
+fn panel_max(series: &[(String, Vec<f64>)], legend_rows: usize) -> f64 {
     let max = series.iter().flat_map(|(_, values)| values.iter().copied()).fold(0.0, f64::max);
     if max > 0.0 {
-        max * 1.15
+        max * (1.15 + 0.09 * legend_rows as f64)
     } else {
         1.0
     }
@@ -165,7 +167,7 @@ fn bar_panel<DB: DrawingBackend>(
     panel: &Panel,
     values_over_bars: bool,
 ) -> Result<(), String> {
-    let max_y = panel_max(panel.series);
+    let max_y = panel_max(panel.series, if values_over_bars { panel.series.len() } else { 0 });
     let count = panel.labels.len().max(1);
     let mut chart = ChartBuilder::on(area)
         .caption(panel.title, ("sans-serif", 16))
