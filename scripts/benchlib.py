@@ -35,6 +35,20 @@ def stats(port):
     return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
 
 
+def request(port, data, until=None):
+    """Sends `data` to 127.0.0.1:`port` and returns the reply, read until it ends with `until`
+    (or, without one, until the server closes the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        reply = b""
+        while until is None or not reply.endswith(until):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    return reply
+
+
 def wait_port(port):
     """Waits (up to 20 s) until 127.0.0.1:`port` accepts a connection; exits otherwise."""
     for _ in range(400):

@@ -30,6 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
 from benchlib import free_port, wait_port  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -236,12 +237,8 @@ def exit_output(args):
 
 
 def reply(port, data):
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(data + b"quit\r\n")
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-    return out.decode(errors="replace")
+    """The server's answers to `data`, read until `quit` closes the connection."""
+    return benchlib.request(port, data + b"quit\r\n").decode(errors="replace")
 
 
 def served(args, data):
@@ -276,7 +273,7 @@ def provoke(message, scratch):
         return exit_output(["--config-file", path])
     if message.startswith("open-file limit"):
         soft_hard = "ulimit -n 200; exec " + " ".join([QS, "-c", "1024", "-v"])
-        process, port = None, free_port()
+        port = free_port()
         process = subprocess.Popen(["bash", "-c", soft_hard + f" -p {port} -U 0 -t 1"], stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         ready(port, process)

@@ -19,13 +19,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 from benchlib import free_port, wait_port  # noqa: E402
 
 FAILURES = []
@@ -42,15 +42,7 @@ def run(*args, **kwargs):
 
 
 def request(port, data, until=b"\r\n"):
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(data)
-        reply = b""
-        while not reply.endswith(until):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-    return reply
+    return benchlib.request(port, data, until)
 
 
 def unit_setting(unit_text, name):

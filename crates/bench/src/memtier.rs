@@ -304,20 +304,20 @@ fn measure(
 }
 
 /// The row of median figures (each figure's own median) of one server's runs at one depth.
-fn median_row(mut runs: Vec<MemtierRow>) -> MemtierRow {
-    fn median(mut values: Vec<f64>) -> f64 {
+fn median_row(runs: Vec<MemtierRow>) -> MemtierRow {
+    let median = |get: fn(&MemtierRow) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(get).collect();
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
+    };
+    MemtierRow {
+        ops_per_sec: median(|row| row.ops_per_sec),
+        p50_ms: median(|row| row.p50_ms),
+        p99_ms: median(|row| row.p99_ms),
+        p999_ms: median(|row| row.p999_ms),
+        server_cpu_us_per_op: Some(median(|row| row.server_cpu_us_per_op.unwrap_or(f64::NAN))),
+        ..runs[0].clone()
     }
-    let figure = |get: fn(&MemtierRow) -> f64, runs: &[MemtierRow]| median(runs.iter().map(get).collect());
-    let mut row = runs.swap_remove(0);
-    runs.push(row.clone());
-    row.ops_per_sec = figure(|row| row.ops_per_sec, &runs);
-    row.p50_ms = figure(|row| row.p50_ms, &runs);
-    row.p99_ms = figure(|row| row.p99_ms, &runs);
-    row.p999_ms = figure(|row| row.p999_ms, &runs);
-    row.server_cpu_us_per_op = Some(figure(|row| row.server_cpu_us_per_op.unwrap_or(f64::NAN), &runs));
-    row
 }
 
 fn draw(path: &std::path::Path, report: &MemtierReport, args: &MemtierArgs) -> io::Result<()> {
