@@ -98,6 +98,12 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     }
     let line = &buf[..newline];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // memcached reads the line as a C string: it ends at a NUL byte (a key with one in it is
+    // cut there, and the words after it are not seen).
+    let line = match find_nul(line) {
+        Some(nul) => &line[..nul],
+        None => line,
+    };
     if line.len() >= 2 && line[0] == b'm' && (line.len() == 2 || line[2] == b' ') {
         if let Some(command) = MetaCommand::from_byte(line[1]) {
             return meta::parse(command, line, line_len, buf, limits);
@@ -144,6 +150,24 @@ fn find_newline(buf: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', &buf[head..]).map(|i| head + i)
 }
 
+/// Where the first NUL byte of `line` is, a word at a time (lines are short: memchr's set-up
+/// would cost more than the scan).
+#[inline]
+fn find_nul(line: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut words = line.chunks_exact(8);
+    for (index, word) in words.by_ref().enumerate() {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let zeros = word.wrapping_sub(ONES) & !word & HIGHS;
+        if zeros != 0 {
+            return Some(index * 8 + (zeros.trailing_zeros() / 8) as usize);
+        }
+    }
+    let tail = words.remainder();
+    tail.iter().position(|&byte| byte == 0).map(|at| line.len() - tail.len() + at)
+}
+
 /// Whether a buffer with no newline yet has grown past what memcached tolerates.
 fn too_long_without_newline(buf: &[u8]) -> bool {
     if buf.len() <= LINE_BYTES_MAX {
@@ -175,7 +199,30 @@ mod tests {
         assert_eq!(find_newline(b"\x0b\x8a\n\x0b\x0b\x0b\x0b\x0b\n"), Some(2));
     }
 
+    /// memcached 1.6.18 reads a line as a C string: a NUL ends it, so a key with one inside is
+    /// never stored or looked up whole.
+    #[test]
+    fn a_nul_byte_ends_the_line_as_in_memcached() {
+        let limits = Limits::default();
+        match parse(b"get a\0b\r\n", &limits) {
+            Parsed::Request { request: Request::Get { keys, .. }, len } => {
+                assert_eq!((keys, len), (&b"a"[..], 9))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A store cut before its length is refused, and its data line is a line of its own.
+        assert!(matches!(parse(b"set a\0b 0 0 1\r\nx\r\n", &limits), Parsed::Refused { len: 15, .. }));
+        assert!(matches!(parse(b"ms a\0b 1\r\nx\r\n", &limits), Parsed::Refused { len: 10, .. }));
+        assert!(matches!(parse(b"get \0\r\n", &limits), Parsed::Refused { len: 7, .. }));
+    }
+
     proptest! {
+        #[test]
+        fn find_nul_agrees_with_a_plain_search(line in proptest::collection::vec(
+            prop_oneof![Just(0u8), Just(1u8), Just(0x80u8), Just(0xffu8), any::<u8>()], 0..80)) {
+            prop_assert_eq!(find_nul(&line), line.iter().position(|&byte| byte == 0));
+        }
+
         #[test]
         fn find_newline_agrees_with_memchr(buf in proptest::collection::vec(
             prop_oneof![Just(b'\n'), Just(b'\r'), Just(0x0b_u8), Just(0x8a_u8), any::<u8>()], 0..100)) {

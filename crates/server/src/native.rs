@@ -29,6 +29,9 @@ pub const BURST: usize = 32;
 const BURSTS_PER_TURN: usize = 4;
 /// incr/decr replies remembered so that a retransmission is not applied twice.
 const DEDUPE_ENTRIES: usize = 4096;
+/// How long an incr/decr answer stands for a retransmission of its request (a client
+/// retransmits within its timeout, a few hundred milliseconds).
+const DEDUPE_SECONDS: u32 = 5;
 
 /// One partition's native port.
 pub struct Port {
@@ -170,28 +173,55 @@ impl Reply {
     }
 }
 
-/// The last [`DEDUPE_ENTRIES`] incr/decr answers by (client address, request id), so that a
-/// retransmission is answered without being applied again.
+/// The last [`DEDUPE_ENTRIES`] incr/decr answers by (client address, request id), each with
+/// the request it answered, so that a retransmission is answered without being applied again.
+/// A repeat is one whose key, direction and operand match too, within
+/// [`DEDUPE_SECONDS`]: a client that restarts its ids (a reused port, a NAT) sends a new request
+/// under an old id, and it runs.
 #[derive(Default)]
 struct Dedupe {
-    answers: HashMap<(SocketAddr, u32), (Status, u64)>,
+    answers: HashMap<(SocketAddr, u32), Answered>,
     order: VecDeque<(SocketAddr, u32)>,
 }
 
+/// An incr/decr and what it was answered.
+struct Answered {
+    key: Box<[u8]>,
+    decrement: bool,
+    delta: u64,
+    /// When it ran (the engine's clock, seconds).
+    at: u32,
+    answer: (Status, u64),
+}
+
 impl Dedupe {
-    fn get(&self, request: (SocketAddr, u32)) -> Option<(Status, u64)> {
-        self.answers.get(&request).copied()
+    /// The answer to `request` (key, decrement, delta) from `from` if it repeats one made at
+    /// most [`DEDUPE_SECONDS`] before `now`.
+    fn get(&self, from: (SocketAddr, u32), request: (&[u8], bool, u64), now: u32) -> Option<(Status, u64)> {
+        let seen = self.answers.get(&from)?;
+        let same = (&*seen.key, seen.decrement, seen.delta) == request;
+        (same && now.wrapping_sub(seen.at) <= DEDUPE_SECONDS).then_some(seen.answer)
     }
 
-    fn insert(&mut self, request: (SocketAddr, u32), answer: (Status, u64)) {
+    fn insert(
+        &mut self,
+        from: (SocketAddr, u32),
+        request: (&[u8], bool, u64),
+        now: u32,
+        answer: (Status, u64),
+    ) {
+        let (key, decrement, delta) = request;
+        let answered = Answered { key: key.into(), decrement, delta, at: now, answer };
+        if self.answers.insert(from, answered).is_some() {
+            // An id reused for a new request: it keeps its place in the order.
+            return;
+        }
         if self.order.len() == DEDUPE_ENTRIES {
             if let Some(oldest) = self.order.pop_front() {
                 self.answers.remove(&oldest);
             }
         }
-        if self.answers.insert(request, answer).is_none() {
-            self.order.push_back(request);
-        }
+        self.order.push_back(from);
     }
 }
 
@@ -535,12 +565,13 @@ fn execute(
         }
         Opcode::Incr | Opcode::Decr => {
             let seen = (peer, request.request_id);
-            if let Some((status, value)) = dedupe.get(seen) {
+            let decrement = request.opcode == Opcode::Decr;
+            let asked = (key, decrement, request.operand);
+            if let Some((status, value)) = dedupe.get(seen, asked, engine.now_secs) {
                 engine.counters.native_duplicates += 1;
                 reply.push(spare, status, id, 0, value, b"");
                 return;
             }
-            let decrement = request.opcode == Opcode::Decr;
             let command = Command::Arith { delta: request.operand, decrement, cas: 0 };
             let (status, value) = match run(engine, command, &mut Vec::new()) {
                 Outcome::Counter { value, .. } => (Status::Ok, value),
@@ -548,7 +579,7 @@ fn execute(
                 Outcome::OutOfMemory => (Status::OutOfMemory, 0),
                 _ => (Status::NotFound, 0),
             };
-            dedupe.insert(seen, (status, value));
+            dedupe.insert(seen, asked, engine.now_secs, (status, value));
             reply.push(spare, status, id, 0, value, b"");
         }
         Opcode::Touch => {
@@ -568,6 +599,40 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use qs_proto::native::Responses;
+
+    #[test]
+    fn a_repeat_matches_its_key_operation_and_operand_within_the_window() {
+        let mut dedupe = Dedupe::default();
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let answer = (Status::Ok, 11);
+        dedupe.insert((peer, 7), (b"ctrA", false, 1), 100, answer);
+        assert_eq!(dedupe.get((peer, 7), (b"ctrA", false, 1), 100), Some(answer), "a retransmission");
+        assert_eq!(dedupe.get((peer, 7), (b"ctrA", false, 1), 100 + DEDUPE_SECONDS), Some(answer));
+        assert_eq!(dedupe.get((peer, 7), (b"ctrB", false, 1), 100), None, "another key");
+        assert_eq!(dedupe.get((peer, 7), (b"ctrA", true, 1), 100), None, "decr, not incr");
+        assert_eq!(dedupe.get((peer, 7), (b"ctrA", false, 5), 100), None, "another operand");
+        assert_eq!(dedupe.get((peer, 8), (b"ctrA", false, 1), 100), None, "another id");
+        let other: SocketAddr = "127.0.0.1:5001".parse().unwrap();
+        assert_eq!(dedupe.get((other, 7), (b"ctrA", false, 1), 100), None, "another sender");
+        assert_eq!(dedupe.get((peer, 7), (b"ctrA", false, 1), 101 + DEDUPE_SECONDS), None, "aged out");
+        // The id reused for a new request: that one is what repeats now.
+        dedupe.insert((peer, 7), (b"ctrB", false, 1), 102, (Status::Ok, 1));
+        assert_eq!(dedupe.get((peer, 7), (b"ctrA", false, 1), 102), None);
+        assert_eq!(dedupe.get((peer, 7), (b"ctrB", false, 1), 102), Some((Status::Ok, 1)));
+        assert_eq!(dedupe.order.len(), 1);
+    }
+
+    #[test]
+    fn the_dedupe_keeps_its_last_entries_only() {
+        let mut dedupe = Dedupe::default();
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        for id in 0..DEDUPE_ENTRIES as u32 + 10 {
+            dedupe.insert((peer, id), (b"k", false, 1), 0, (Status::Ok, id as u64));
+        }
+        assert_eq!((dedupe.answers.len(), dedupe.order.len()), (DEDUPE_ENTRIES, DEDUPE_ENTRIES));
+        assert_eq!(dedupe.get((peer, 9), (b"k", false, 1), 0), None);
+        assert_eq!(dedupe.get((peer, 10), (b"k", false, 1), 0), Some((Status::Ok, 10)));
+    }
 
     fn reply_to(peer: SocketAddr) -> Reply {
         Reply { peer: Some(peer), datagrams: Vec::new(), count: 0, budget: usize::MAX, epoch: 7 }

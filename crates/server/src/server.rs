@@ -56,7 +56,7 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
     partition.item_bytes_max = config.item_bytes_max;
     partition.access = match config.access {
         AccessArg::Erew => Access::Erew,
-        _ => Access::Crew,
+        AccessArg::Crew => Access::Crew,
     };
     partition.eviction = match config.eviction {
         EvictionArg::Fifo => Eviction::Fifo,

@@ -1106,6 +1106,8 @@ fn options_for_missing_features_refuse_to_start_and_say_why() {
         (&["-S", "-B", "ascii"], "You cannot allow the ASCII protocol while using SASL."),
         (&["-S", "-U", "11211"], "Cannot enable UDP while using binary SASL authentication."),
         (&["-Y", "/nonexistent/authfile"], "Could not open authfile"),
+        // Only what runs is offered: CRCW is the engine's comparison point, not served.
+        (&["--access", "crcw"], "[possible values: erew, crew]"),
     ];
     for (args, message) in refusals {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_quicksilver"))

@@ -433,6 +433,28 @@ fn a_retransmitted_incr_is_applied_once() {
     assert_eq!((replies[0].0, replies[0].2), (Status::Ok, 10), "a new request id counts again");
     assert_eq!(text.call(b"get hits\r\n"), b"VALUE hits 0 2\r\n10\r\nEND\r\n");
     settled_stat(&mut text, "native_duplicates", 2);
+    // The same id from the same socket for another request (a client that restarted its ids,
+    // or another behind the same NAT address) is a new request: it runs.
+    let mut decr = incr;
+    decr.opcode = Opcode::Decr;
+    decr.operand = 4;
+    let (_, replies) = raw.exchange(to, directory.cookie, &[decr]);
+    assert_eq!((replies[0].0, replies[0].2), (Status::Ok, 6), "decr under incr's id");
+    decr.operand = 5;
+    let (_, replies) = raw.exchange(to, directory.cookie, &[decr]);
+    assert_eq!((replies[0].0, replies[0].2), (Status::Ok, 1), "another operand under the same id");
+    let mut other = request(Opcode::Incr, 78, b"misses");
+    other.operand = 5;
+    assert_eq!(text.call(b"set misses 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    let to_other =
+        SocketAddr::from(([127, 0, 0, 1], directory.partitions[directory.partition_of(other.keyhash)].1));
+    let (_, replies) = raw.exchange(to_other, directory.cookie, &[other]);
+    assert_eq!((replies[0].0, replies[0].2), (Status::Ok, 6), "another key under the same id");
+    let (_, replies) = raw.exchange(to_other, directory.cookie, &[other]);
+    assert_eq!((replies[0].0, replies[0].2), (Status::Ok, 6), "its retransmission is not applied");
+    // memcached's decr keeps the value's length (space-padded).
+    assert_eq!(text.call(b"get hits\r\n"), b"VALUE hits 0 2\r\n1 \r\nEND\r\n");
+    settled_stat(&mut text, "native_duplicates", 3);
 }
 
 /// A socket that loses and reorders datagrams both ways (deterministically).

@@ -4,17 +4,14 @@
 
 mod common;
 
+use common::tls::{cert_path, client_config, ALL_VERSIONS};
 use common::ServerProcess;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn cert_path(name: &str) -> String {
-    format!("{}/tests/tls/{name}", env!("CARGO_MANIFEST_DIR"))
-}
 
 fn server_args() -> Vec<String> {
     vec![
@@ -24,38 +21,6 @@ fn server_args() -> Vec<String> {
     ]
 }
 
-/// A client's TLS settings: trusts tests/tls/ca.pem, presents `identity` (a name in tests/tls/:
-/// `client`, `rogue`) if given, speaks `versions`.
-fn client_config(
-    identity: Option<&str>,
-    versions: &[&'static rustls::SupportedProtocolVersion],
-) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(cert_path("ca.pem")).expect("ca.pem") {
-        roots.add(cert.expect("ca cert")).expect("root");
-    }
-    let builder =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(versions)
-            .expect("versions")
-            .with_root_certificates(roots);
-    let config = match identity {
-        Some(name) => {
-            let chain = CertificateDer::pem_file_iter(cert_path(&format!("{name}.pem")))
-                .expect("client pem")
-                .collect::<Result<Vec<_>, _>>()
-                .expect("client cert");
-            let key = PrivateKeyDer::from_pem_file(cert_path(&format!("{name}.key"))).expect("client key");
-            builder.with_client_auth_cert(chain, key).expect("client auth")
-        }
-        None => builder.with_no_client_auth(),
-    };
-    Arc::new(config)
-}
-
-const ALL_VERSIONS: &[&rustls::SupportedProtocolVersion] =
-    &[&rustls::version::TLS13, &rustls::version::TLS12];
-
 /// A blocking TLS client.
 struct TlsClient {
     stream: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
@@ -64,15 +29,7 @@ struct TlsClient {
 impl TlsClient {
     /// Connects and finishes the handshake (from the client's side).
     fn connect(port: u16, config: Arc<rustls::ClientConfig>) -> io::Result<TlsClient> {
-        let name = ServerName::try_from("localhost").expect("name").to_owned();
-        let session = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
-        let socket = TcpStream::connect(("127.0.0.1", port))?;
-        socket.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut stream = rustls::StreamOwned::new(session, socket);
-        while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock)?;
-        }
-        Ok(TlsClient { stream })
+        Ok(TlsClient { stream: common::tls::connect_with(port, config)? })
     }
 
     fn plain(port: u16) -> TlsClient {

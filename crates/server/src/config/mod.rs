@@ -141,9 +141,10 @@ pub struct Config {
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
     /// Protocol of client connections (memcached's -B): auto lets each connection's first byte
-    /// choose between the text protocols and the binary one.
-    #[arg(short = 'B', long = "protocol", value_enum, default_value_t = Protocol::Auto)]
-    pub protocol: Protocol,
+    /// choose between the text protocols and the binary one [default: auto; binary with -S,
+    /// ascii with -Y].
+    #[arg(short = 'B', long = "protocol", value_enum)]
+    pub protocol: Option<Protocol>,
     /// Verbose: -v logs errors and warnings, -vv also connections.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -237,8 +238,6 @@ pub enum AccessArg {
     Erew,
     /// Concurrent read, exclusive write.
     Crew,
-    /// Concurrent read, concurrent write.
-    Crcw,
 }
 
 /// --eviction.
@@ -634,6 +633,59 @@ impl Config {
         Ok(())
     }
 
+    /// Authentication covers every way in: each listener must speak the one dialect its
+    /// server's mode authenticates (-S: binary, -Y: text), as memcached demands of -B (which it
+    /// checks, unlike each `-l proto[...]:` listener's own), and the transports without
+    /// authentication (UDP, the native ports) stay off.
+    fn check_auth(&self, plan: &crate::config::listen::Plan) -> Result<(), String> {
+        if self.sasl && self.auth_file.is_some() {
+            // memcached: -S makes the protocol binary, which -Y then refuses.
+            return Err(
+                "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into(),
+            );
+        }
+        let (mode, speaks, refusal) = if self.sasl {
+            ("-S", Protocol::Binary, "ERROR: You cannot allow the ASCII protocol while using SASL.")
+        } else if self.auth_file.is_some() {
+            (
+                "-Y",
+                Protocol::Ascii,
+                "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.",
+            )
+        } else {
+            return Ok(());
+        };
+        if self.protocol.is_some_and(|protocol| protocol != speaks) {
+            return Err(refusal.into());
+        }
+        if let Some(endpoint) = plan.tcp.iter().find(|endpoint| endpoint.protocol != speaks) {
+            let name = match endpoint.protocol {
+                Protocol::Auto => "negotiating",
+                Protocol::Ascii => "ascii",
+                Protocol::Binary => "binary",
+            };
+            let want = if self.sasl { "binary" } else { "ascii" };
+            return Err(format!(
+                "{refusal} Listener {} speaks proto[{name}]; with {mode} every listener must be proto[{want}] \
+                 (connections could otherwise skip authentication)",
+                endpoint.addr
+            ));
+        }
+        if self.udp_port() != 0 {
+            return Err(if self.sasl {
+                "ERROR: Cannot enable UDP while using binary SASL authentication.".into()
+            } else {
+                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into()
+            });
+        }
+        if self.native_port != 0 {
+            return Err(format!(
+                "ERROR: the native protocol has no authentication: --native-port cannot be used with {mode}"
+            ));
+        }
+        Ok(())
+    }
+
     fn check_item_size(&self, extended: &Extended) -> Result<(), String> {
         let item = self.item_bytes_max;
         if item < 1024 {
@@ -670,9 +722,10 @@ impl Config {
     /// The protocol connections speak: -B, or what -S (binary) and -Y (ascii) imply.
     pub fn binding_protocol(&self) -> Protocol {
         match self.protocol {
-            Protocol::Auto if self.sasl => Protocol::Binary,
-            Protocol::Auto if self.auth_file.is_some() => Protocol::Ascii,
-            other => other,
+            Some(protocol) => protocol,
+            None if self.sasl => Protocol::Binary,
+            None if self.auth_file.is_some() => Protocol::Ascii,
+            None => Protocol::Auto,
         }
     }
 
@@ -749,38 +802,8 @@ impl Config {
                 "-e: store mode keeps its items in an arena, not a log; a memory file holds logs only".into(),
             );
         }
-        if self.sasl {
-            if self.protocol == Protocol::Ascii {
-                return Err("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
-            }
-            if self.udp_port() != 0 {
-                return Err("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
-            }
-            if self.native_port != 0 {
-                return Err(
-                    "ERROR: the native protocol has no authentication: --native-port cannot be used with -S"
-                        .into(),
-                );
-            }
-        }
-        if self.auth_file.is_some() {
-            if self.protocol == Protocol::Binary {
-                return Err(
-                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
-                        .into(),
-                );
-            }
-            if self.udp_port() != 0 {
-                return Err("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
-            }
-            if self.native_port != 0 {
-                return Err(
-                    "ERROR: the native protocol has no authentication: --native-port cannot be used with -Y"
-                        .into(),
-                );
-            }
-        }
         let plan = self.listen_plan()?;
+        self.check_auth(&plan)?;
         if plan.udp.len() > UDP_SOCKETS_MAX {
             return Err(format!("-U: at most {} UDP addresses (-l gives more)", UDP_SOCKETS_MAX));
         }
@@ -799,9 +822,6 @@ impl Config {
             return Err(format!(
                 "--partitions {partitions}: must be a power of two, at least the worker count ({workers}), at most 4096"
             ));
-        }
-        if self.access == AccessArg::Crcw {
-            return Err("--access crcw is not served yet; use crew or erew".into());
         }
         if self.native_port != 0 && self.native_port as usize + partitions > 65536 {
             return Err(format!(

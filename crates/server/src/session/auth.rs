@@ -5,6 +5,7 @@
 //! the timing nor the reply tells a wrong user from a wrong password.
 
 use crate::observe::counters::WorkerCounters;
+use crate::session::{Input, State};
 use qs_proto::binary::{self as bin, opcode, status, Binary, Command};
 
 /// Longest authentication token memcached 1.6.42 waits for (its `MAX_AUTH_REQ_LEN`).
@@ -70,6 +71,153 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         difference |= byte ^ b.get(index).copied().unwrap_or(!byte);
     }
     std::hint::black_box(difference) == 0
+}
+
+/// Longest body an unauthenticated binary frame may announce: a SASL mechanism and a PLAIN
+/// token (an auth file's line is at most 256 bytes), or nothing. Longer ones are refused after
+/// their header, before their body is read, so a connection that has not authenticated holds
+/// almost nothing.
+pub const UNAUTHENTICATED_BODY_BYTES_MAX: usize = AUTH_TOKEN_BYTES_MAX;
+
+/// The server's authentication mode, as connections meet it.
+#[derive(Clone, Copy)]
+pub struct Modes<'a> {
+    /// -Y: the ASCII authentication's users.
+    pub ascii: Option<&'a Passwords>,
+    /// -S: SASL's users.
+    pub sasl: Option<&'a Passwords>,
+}
+
+/// Where a connection that has not authenticated stands once the gate has seen its input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Parse its requests: it has authenticated, or its first frame is one the per-request
+    /// SASL gate ([`sasl_gate`]) answers.
+    Parse,
+    /// Waits for more input (or closed, its state says so).
+    Wait,
+    /// Answered (or closed) here; nothing to parse.
+    Done,
+}
+
+/// The phase every connection passes before any request of its runs, whatever its listener
+/// or dialect (memcached swaps the connection's parser once; the check is here once): -Y's
+/// ASCII authentication for text; for binary under -S, a frame other than SASL or VERSION is
+/// refused with its header, extras and key read and its body never buffered, as memcached's
+/// `dispatch_bin_command` refuses it; a dialect the mode cannot authenticate (start-up refuses
+/// such listeners; this holds all the same) is refused and closed.
+pub fn admit(
+    input: &mut Input,
+    state: &mut State,
+    eof: bool,
+    binary: bool,
+    modes: Modes<'_>,
+    counters: &mut WorkerCounters,
+    out: &mut Vec<u8>,
+) -> (Admission, bool) {
+    match (binary, modes.ascii, modes.sasl) {
+        (false, Some(passwords), _) => admit_ascii(input, state, eof, passwords, counters, out),
+        (true, _, Some(_)) => match sasl_header_gate(input.pending(), out) {
+            Admission::Done => {
+                refuse_all(input, state);
+                (Admission::Done, true)
+            }
+            other => (other, false),
+        },
+        (false, None, _) => {
+            if input.pending().is_empty() {
+                return (Admission::Wait, false);
+            }
+            out.extend_from_slice(b"CLIENT_ERROR unauthenticated\r\n");
+            refuse_all(input, state);
+            (Admission::Done, true)
+        }
+        (true, _, None) => {
+            let Some(head) = input.pending().first_chunk::<{ bin::HEADER_BYTES }>() else {
+                return (Admission::Wait, false);
+            };
+            bin::write_error(out, head[1], [head[12], head[13], head[14], head[15]], status::AUTH_ERROR);
+            refuse_all(input, state);
+            (Admission::Done, true)
+        }
+    }
+}
+
+/// Drops what the connection sent and closes it once its reply is out.
+fn refuse_all(input: &mut Input, state: &mut State) {
+    input.consume(input.end - input.start);
+    state.close();
+}
+
+/// -Y: runs the ASCII authentication over the front of the input.
+fn admit_ascii(
+    input: &mut Input,
+    state: &mut State,
+    eof: bool,
+    passwords: &Passwords,
+    counters: &mut WorkerCounters,
+    out: &mut Vec<u8>,
+) -> (Admission, bool) {
+    let mut answered = false;
+    loop {
+        if !input.apply_skip() {
+            return (Admission::Wait, answered);
+        }
+        let pending = input.pending();
+        match ascii_auth(pending, passwords, counters, out) {
+            AsciiAuth::Wait => {
+                if pending.len() >= input.limit {
+                    state.kill();
+                } else if eof {
+                    state.close();
+                }
+                return (Admission::Wait, answered);
+            }
+            AsciiAuth::Close => {
+                state.kill();
+                return (Admission::Done, answered);
+            }
+            AsciiAuth::Answered { consumed, authenticated } => {
+                answered = true;
+                input.consume(consumed);
+                if authenticated {
+                    return (Admission::Parse, answered);
+                }
+            }
+        }
+    }
+}
+
+/// -S, before authentication: looks at the binary frame at the front of `pending` once its
+/// header, extras and key are in. `Parse`: let the parser and [`sasl_gate`] have it (a SASL
+/// frame or VERSION of a sane length, or a malformed frame, which the parser refuses as
+/// memcached does whatever the authentication); `Wait`: for more; `Done`: refused into `out`
+/// (close the connection).
+fn sasl_header_gate(pending: &[u8], out: &mut Vec<u8>) -> Admission {
+    if pending.first() != Some(&bin::REQUEST_MAGIC) {
+        // Nothing yet, or not a binary frame (the parser closes the connection).
+        return Admission::Parse;
+    }
+    let Some(head) = pending.first_chunk::<{ bin::HEADER_BYTES }>() else {
+        return Admission::Wait;
+    };
+    let key_len = u16::from_be_bytes([head[2], head[3]]) as usize;
+    let extras_len = head[4] as usize;
+    let body_len = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
+    if pending.len() < bin::HEADER_BYTES + extras_len + key_len {
+        return Admission::Wait;
+    }
+    if key_len + extras_len > body_len || key_len > qs_proto::KEY_BYTES_MAX {
+        return Admission::Parse;
+    }
+    let code = head[1];
+    let allowed =
+        matches!(code, opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP | opcode::VERSION);
+    if allowed && body_len <= UNAUTHENTICATED_BODY_BYTES_MAX {
+        return Admission::Parse;
+    }
+    bin::write_error(out, code, [head[12], head[13], head[14], head[15]], status::AUTH_ERROR);
+    Admission::Done
 }
 
 /// What the SASL gate did with a binary request.

@@ -145,44 +145,30 @@ impl Worker {
             }
         }
         let dialect = Dialect::of(*protocol);
-        if !*authenticated && dialect == Dialect::Text {
-            if let Some(passwords) = shared.ascii_passwords.as_ref() {
-                // -Y: the first command must authenticate (memcached's asciiauth).
-                loop {
-                    if !input.apply_skip() {
-                        *starved = true;
-                        return;
+        if !*authenticated {
+            use crate::session::auth::{admit, Admission, Modes};
+            let modes =
+                Modes { ascii: shared.ascii_passwords.as_ref(), sasl: shared.sasl_passwords.as_ref() };
+            let (admission, answered) = admit(
+                input,
+                state,
+                *eof,
+                dialect == Dialect::Binary,
+                modes,
+                &mut engine.counters,
+                output.reply_buf(),
+            );
+            *executed |= answered;
+            match admission {
+                Admission::Parse => *authenticated |= modes.sasl.is_none() && dialect == Dialect::Text,
+                Admission::Wait => {
+                    if *eof && input.skip == 0 {
+                        state.close();
                     }
-                    let pending = input.pending();
-                    match crate::session::auth::ascii_auth(
-                        pending,
-                        passwords,
-                        &mut engine.counters,
-                        output.reply_buf(),
-                    ) {
-                        crate::session::auth::AsciiAuth::Wait => {
-                            if pending.len() >= input.limit {
-                                state.kill();
-                            } else if *eof {
-                                state.close();
-                            }
-                            *starved = true;
-                            return;
-                        }
-                        crate::session::auth::AsciiAuth::Close => {
-                            state.kill();
-                            return;
-                        }
-                        crate::session::auth::AsciiAuth::Answered { consumed, authenticated: ok } => {
-                            *executed = true;
-                            input.consume(consumed);
-                            if ok {
-                                *authenticated = true;
-                                break;
-                            }
-                        }
-                    }
+                    *starved = true;
+                    return;
                 }
+                Admission::Done => return,
             }
         }
         state.unblock(Wait::Turn);

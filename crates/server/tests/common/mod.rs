@@ -2,6 +2,8 @@
 //! port, wait until it answers (polling, never a fixed sleep), stop it by PID when dropped.
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
