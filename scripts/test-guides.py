@@ -301,6 +301,8 @@ def provoke(message, scratch):
         value = b"x" * 500_000
         fill = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, len(value), value) for i in range(12))
         return served(["-M", "-m", "4"], fill)
+    if message.startswith("You cannot allow the ASCII protocol while using SASL"):
+        return exit_output(["-S", "-l", f"proto[ascii]:127.0.0.1:{free_port()}"])
     if message.startswith("SERVER_ERROR object too large"):
         value = b"x" * (2 << 20)
         return served([], b"set big 0 0 %d\r\n%s\r\n" % (len(value), value))

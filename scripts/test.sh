@@ -62,7 +62,7 @@ test "${PIPESTATUS[0]}" -eq 0
 
 step "the epoll backend (-o io_backend=epoll; io_uring is the default): the end-to-end, hostile-client, TLS, interop, binary and UDP suites again"
 QS_IO_BACKEND=epoll cargo test -p qs-server --quiet --test e2e --test hostile --test tls --test interop \
-    --test binary --test udp 2>&1 | tail -n 40
+    --test binary --test udp --test budget 2>&1 | tail -n 40
 
 step "memcached 1.6.45's own t/ suite against quicksilver (its wire-protocol files, each starting its server)"
 cargo build --release --quiet -p qs-server
@@ -102,10 +102,10 @@ else
     echo "SKIPPED: Miri is not installable on this machine (nightly toolchain unavailable)"
 fi
 
-step "fuzz the text, meta and binary parsers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
+step "fuzz the parsers (text, meta, binary, native, UDP framing), the auth gates, the config parsers and whole sessions against in-process servers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
 if command -v rustup >/dev/null 2>&1 && rustup run nightly rustc --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
-    for target in text meta binary; do
+    for target in text meta binary native udp auth config session; do
         # New inputs go to a scratch directory; the committed seeds stay as they are.
         scratch=$(mktemp -d)
         status=0

@@ -120,7 +120,7 @@ fn value_block(reply: &[u8]) -> Option<(usize, &[u8])> {
     let key = fields.next()?;
     let _flags = fields.next()?;
     let bytes: usize = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
-    let len = line_end + 1 + bytes + 2;
+    let len = bytes.checked_add(line_end + 3)?;
     (reply.len() >= len && &reply[len - 2..len] == b"\r\n").then_some((len, key))
 }
 

@@ -79,6 +79,19 @@ pub fn refuse_oversized(request: &Request<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// The answer to a store refused for want of client memory (session::budget), in its
+/// dialect, as memcached answers a store whose item it cannot allocate (nothing for text's
+/// noreply).
+pub fn refuse_for_memory(request: &Request<'_>, out: &mut Vec<u8>) {
+    match request {
+        Request::TooLarge { noreply: true, .. } => {}
+        Request::Binary(binary) => {
+            qs_proto::binary::write_error(out, binary.opcode, binary.opaque, qs_proto::binary::status::ENOMEM)
+        }
+        _ => out.extend_from_slice(qs_proto::response::OUT_OF_MEMORY),
+    }
+}
+
 /// The end of a get's reply (text; binary gets have none).
 pub const END: &[u8] = qs_proto::response::END;
 

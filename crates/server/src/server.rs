@@ -7,6 +7,7 @@ const FRONT_EPOCH_SLOTS: usize = 4096;
 use crate::config::listen;
 use crate::config::{self, AccessArg, Config, EvictionArg, HugePagesArg};
 use crate::observe::{detail, hotkeys, mrc, watch};
+use crate::session::budget::ClientMemory;
 use crate::session::{self as conn, auth, tls};
 use crate::shared::{Padded, Shared, WorkerFigures};
 use crate::sys::{self, memfile};
@@ -277,9 +278,9 @@ impl Server {
         Ok(Server { shared, threads, gate })
     }
 
-    /// What the workers share (for tests of the admin commands).
-    #[cfg(test)]
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    /// What the workers share (for tests of the admin commands, and the session fuzz target's
+    /// look at the client memory budget).
+    pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
 
@@ -485,6 +486,10 @@ fn new_shared(
         extended,
         unix_accept: Mutex::new(()),
         reserved_accept: Mutex::new(()),
+        client_memory: std::sync::Arc::new(ClientMemory::new(ClientMemory::limit_for(
+            (config.memory_mib as usize).saturating_mul(1 << 20),
+            config.item_bytes_max,
+        ))),
         config: config.clone(),
     }
 }

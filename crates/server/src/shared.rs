@@ -132,6 +132,8 @@ pub struct Shared {
     /// Without maxconns_fast: held by the worker accepting, so that no worker sees another's
     /// place taken for an accept that finds the backlog empty and pauses below the limit.
     pub reserved_accept: Mutex<()>,
+    /// What clients may make the server hold beyond their first buffers (session::budget).
+    pub client_memory: std::sync::Arc<crate::session::budget::ClientMemory>,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.

@@ -186,7 +186,7 @@ fn general_commands(
     stat(out, "touch_hits", p.touch_hits);
     stat(out, "touch_misses", p.touch_misses);
     stat(out, "store_too_large", p.too_large + c.store_too_large);
-    stat(out, "store_no_memory", p.refused);
+    stat(out, "store_no_memory", p.refused + c.store_no_memory);
     stat(out, "auth_cmds", c.auth_cmds);
     stat(out, "auth_errors", c.auth_errors);
     if shared.extended.idle_timeout_secs != 0 {
@@ -648,6 +648,9 @@ fn quicksilver(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "remote_get_hits", c.remote_get_hits);
     stat(out, "remote_get_misses", c.remote_get_misses);
     stat(out, "log_bytes_in_use", p.log_touched_bytes);
+    // The client memory budget (session::budget): its size and what clients hold of it now.
+    stat(out, "client_memory_limit", shared.client_memory.limit());
+    stat(out, "client_memory_used", shared.client_memory.used());
 }
 
 fn partitions(shared: &Shared, out: &mut Vec<u8>) {

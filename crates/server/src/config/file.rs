@@ -67,7 +67,7 @@ pub fn load(args: &[OsString]) -> Result<Config, LoadError> {
 }
 
 /// The options in a memcached.conf text, each word an argument.
-fn options_in(text: &str, path: &Path) -> Result<Vec<String>, LoadError> {
+pub fn options_in(text: &str, path: &Path) -> Result<Vec<String>, LoadError> {
     let mut options = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = strip_comment(raw);

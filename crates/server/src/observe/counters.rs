@@ -92,6 +92,8 @@ counters! {
     remote_get_flushed,
     /// Stores refused as larger than -I before reaching a partition.
     store_too_large,
+    /// Stores refused because the client memory budget had no room for their values.
+    store_no_memory,
     /// Connections closed for want of a read buffer under -o read_buf_mem_limit.
     read_buf_oom,
     /// Connections closed for want of reply memory under -o read_buf_mem_limit.

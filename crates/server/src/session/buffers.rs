@@ -1,8 +1,11 @@
 //! A worker's buffers, lent to its connections while they have bytes in flight.
 
+use super::budget::ClientMemory;
 use super::{Input, Output};
-/// A lent read buffer (larger requests grow it up to the connection's limit).
-pub(super) const READ_BUFFER_BYTES: usize = 16 << 10;
+use std::sync::Arc;
+/// A lent read buffer (larger requests grow it up to the connection's limit, charged to the
+/// client memory budget).
+pub const READ_BUFFER_BYTES: usize = 16 << 10;
 /// The smallest read buffer a received request gets (io_uring, [`Input::append`]).
 const SMALL_READ_BYTES: usize = 512;
 /// Buffers of each kind a worker keeps for lending (memcached 1.6 keeps a per-thread read-buffer
@@ -52,6 +55,8 @@ pub struct Buffers {
     replies_lent: usize,
     /// Reply memory they hold, as last charged (see [`Buffers::charge`]).
     replies_lent_bytes: usize,
+    /// The server's client memory budget, which grown inputs and large outputs are charged to.
+    budget: Arc<ClientMemory>,
 }
 
 impl Default for Buffers {
@@ -87,9 +92,17 @@ impl BufferFigures {
 }
 
 impl Buffers {
-    /// Buffers whose connections may hold at most `limit` bytes together.
+    /// Buffers whose connections may hold at most `limit` bytes together, under no client
+    /// memory budget.
     pub fn new(limit: usize) -> Buffers {
+        Buffers::with_budget(limit, Arc::default())
+    }
+
+    /// Buffers whose connections may hold at most `limit` bytes together, and whose growth
+    /// beyond them is charged to `budget`.
+    pub fn with_budget(limit: usize, budget: Arc<ClientMemory>) -> Buffers {
         Buffers {
+            budget,
             reads: Vec::new(),
             replies: Vec::new(),
             replies_pooled_bytes: 0,
@@ -123,6 +136,11 @@ impl Buffers {
             return usize::MAX;
         }
         (total / workers.max(1) / READ_BUFFER_BYTES).max(1) * READ_BUFFER_BYTES
+    }
+
+    /// The server's client memory budget.
+    pub fn budget(&self) -> &ClientMemory {
+        &self.budget
     }
 
     /// Whether a limit applies.
@@ -223,16 +241,30 @@ impl Buffers {
         output.charged = now;
     }
 
+    /// Brings what `output` is charged to the client memory budget up to what its buffers
+    /// hold now; whether the budget is spent.
+    pub fn settle(&mut self, output: &mut Output) -> bool {
+        let now = output.capacity_bytes().saturating_sub(super::budget::OUTPUT_FREE_BYTES);
+        if now != output.budget_charged {
+            self.budget.recharge(&mut output.budget_charged, now);
+        }
+        self.budget.spent()
+    }
+
     /// Takes back everything a closing connection holds.
     pub fn release(&mut self, input: &mut Input, output: &mut Output) {
         if !input.buf.is_empty() && input.lent {
             self.give_read(std::mem::take(&mut input.buf));
             input.lent = false;
         }
+        input.buf = Vec::new();
+        self.budget.give(input.charged);
+        input.charged = 0;
         output.out = Vec::new();
         output.segments.clear();
         output.spare = Vec::new();
         self.charge(output);
+        self.settle(output);
     }
 
     /// What the buffers hold now.

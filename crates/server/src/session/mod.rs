@@ -2,13 +2,14 @@
 //! is computing wait in segments, so responses leave in request order.
 
 pub mod auth;
+pub mod budget;
 mod buffers;
 pub mod dump;
 pub mod ring;
 mod state;
 pub mod tls;
 
-pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX};
+pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX, READ_BUFFER_BYTES};
 pub use state::{RingIo, State, Wait};
 
 use crate::observe::registry::Addr;
@@ -31,12 +32,15 @@ pub struct Input {
     pub limit: usize,
     /// Whether `buf` is lent by the worker's [`Buffers`] (a UDP datagram's is its own).
     pub lent: bool,
+    /// Bytes taken from the client memory budget: the buffer may grow to a lent read buffer's
+    /// size plus these without asking for more ([`budget`]).
+    pub charged: usize,
 }
 
 impl Input {
     /// An empty input that may grow to `limit` bytes; it holds no buffer until it reads.
     pub fn new(limit: usize) -> Input {
-        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit, lent: false }
+        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit, lent: false, charged: 0 }
     }
 
     /// The unparsed bytes.
@@ -81,7 +85,16 @@ impl Input {
             self.start = 0;
         }
         if self.end == self.buf.len() && self.buf.len() < self.limit {
-            let grown = (self.buf.len() * 2).min(self.limit);
+            // Doubling, but not past what is already charged when that is more than now (a
+            // store's reservation: the buffer grows to its frame and no further).
+            let covered = buffers::READ_BUFFER_BYTES + self.charged;
+            let doubled = (self.buf.len() * 2).min(self.limit);
+            let grown = if covered > self.buf.len() { doubled.min(covered) } else { doubled };
+            if !self.afford(grown, pool) {
+                // The client memory budget is spent: no request this long can be read now.
+                return None;
+            }
+            self.buf.reserve_exact(grown - self.buf.len());
             self.buf.resize(grown, 0);
         }
         Some(&mut self.buf[self.end..])
@@ -105,6 +118,14 @@ impl Input {
         if self.end + bytes.len() > self.buf.len() {
             let grown =
                 (self.end + bytes.len()).max(self.buf.len() * 2).min(self.limit.max(self.end + bytes.len()));
+            // Received already: charged whether or not it fits (the worker refuses what does
+            // not, or drops the connection, once it sees what the bytes are).
+            if !self.afford(grown, pool) {
+                let need = grown.saturating_sub(buffers::READ_BUFFER_BYTES);
+                pool.budget().force(need - self.charged);
+                self.charged = need;
+            }
+            self.buf.reserve_exact(grown - self.buf.len());
             self.buf.resize(grown, 0);
         }
         self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
@@ -112,7 +133,8 @@ impl Input {
         true
     }
 
-    /// Gives the buffer back once it holds nothing unparsed (a grown one is freed).
+    /// Gives the buffer back once it holds nothing unparsed (a grown one is freed), and its
+    /// charge to the client memory budget with it.
     pub fn lend_back(&mut self, pool: &mut Buffers) {
         if self.start == self.end && !self.buf.is_empty() && self.lent {
             pool.give_read(std::mem::take(&mut self.buf));
@@ -120,6 +142,24 @@ impl Input {
             self.start = 0;
             self.end = 0;
         }
+        if self.buf.is_empty() && self.charged > 0 {
+            pool.budget().give(self.charged);
+            self.charged = 0;
+        }
+    }
+
+    /// Makes sure the buffer may hold `bytes` (a request that long): takes what the client
+    /// memory budget must add for it. False when the budget has no room for it.
+    pub fn afford(&mut self, bytes: usize, pool: &Buffers) -> bool {
+        let need = bytes.saturating_sub(buffers::READ_BUFFER_BYTES);
+        if need <= self.charged {
+            return true;
+        }
+        if !pool.budget().try_take(need - self.charged) {
+            return false;
+        }
+        self.charged = need;
+        true
     }
 }
 
@@ -158,6 +198,11 @@ pub struct Output {
     spare: Vec<Vec<u8>>,
     /// Reply memory charged to the worker's [`Buffers`] for this output.
     charged: usize,
+    /// Reply memory charged to the client memory budget ([`budget`]): what its buffers hold
+    /// past [`budget::OUTPUT_FREE_BYTES`].
+    budget_charged: usize,
+    /// Bytes sent over the connection's life (its client's progress in reading).
+    pub sent_total: u64,
 }
 
 /// Emptied ready segments an output keeps for reuse, and the largest kept.
@@ -177,6 +222,8 @@ impl Output {
             next_id: 0,
             spare: Vec::new(),
             charged: 0,
+            budget_charged: 0,
+            sent_total: 0,
         }
     }
 
@@ -300,6 +347,7 @@ impl Output {
     /// Marks `len` bytes sent.
     pub fn advance(&mut self, len: usize) {
         self.sent += len;
+        self.sent_total += len as u64;
         if self.sent == self.out.len() {
             self.out.clear();
             self.sent = 0;
@@ -534,6 +582,9 @@ pub struct Conn {
     pub protocol: crate::config::Protocol,
     /// Authenticated (always, without -S or -Y).
     pub authenticated: bool,
+    /// `output.sent_total` when the client memory budget was last found spent: a connection
+    /// whose client has read nothing since is shed ([`budget`]).
+    pub sent_seen: u64,
 }
 
 impl Conn {
@@ -567,6 +618,7 @@ impl Conn {
             error: false,
             protocol,
             authenticated: true,
+            sent_seen: 0,
         }
     }
 

@@ -15,7 +15,9 @@ use crate::direct::{
 use crate::exec::{Engine, Exec, Located, Route};
 use crate::observe::counters::WorkerCounters;
 use crate::observe::registry::{self, Addr, Info};
-use crate::session::{Buffers, Conn, Input, Output, RingIo, State, Transport, Wait, OUTPUT_BYTES_HIGH};
+use crate::session::{
+    Buffers, Conn, Input, Output, RingIo, State, Transport, Wait, OUTPUT_BYTES_HIGH, READ_BUFFER_BYTES,
+};
 use crate::shared::Shared;
 use arrayvec::ArrayVec;
 use mio::{Events, Interest, Poll, Token};
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod accept;
+mod budget;
 mod flash;
 mod handover;
 mod udp;
@@ -208,6 +211,7 @@ impl Worker {
             shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
         let buffer_limit =
             Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.workers);
+        let buffers = Buffers::with_budget(buffer_limit, shared.client_memory.clone());
         Ok(Worker {
             index,
             shared,
@@ -238,7 +242,7 @@ impl Worker {
             ahead: Vec::new(),
             input_limit,
             executed: false,
-            buffers: Buffers::new(buffer_limit),
+            buffers,
             buffers_shown: Default::default(),
             watching: Vec::new(),
             flash,
@@ -412,6 +416,7 @@ impl Worker {
                 self.kick_idle(idle_timeout);
             }
             self.drop_stalled_handshakes();
+            self.shed_stalled_readers();
             self.shed_slots();
         }
     }
@@ -506,6 +511,12 @@ fn read_once(
 ) -> bool {
     if conn.ring != RingIo::Off {
         // Its bytes come from the worker's io_uring.
+        return false;
+    }
+    let input = &conn.input;
+    if !input.buf.is_empty() && input.start == 0 && input.end == input.buf.len() && !conn.starved {
+        // Full of requests that wait on their replies being read: the rest stays in the
+        // socket until they run (growing the buffer for them would only hold more).
         return false;
     }
     let Some(spare) = conn.input.spare(buffers) else {

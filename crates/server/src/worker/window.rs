@@ -25,6 +25,7 @@ impl Worker {
             if matches!(conn.transport, Transport::Tcp(_)) {
                 conn.input.lend_back(&mut self.buffers);
             }
+            self.buffers.settle(&mut conn.output);
             // A connection dropped (a read_buf_oom among the reasons) shows in stats at once.
             self.executed |= conn.state.is_dead();
         }
@@ -122,6 +123,7 @@ impl Worker {
             protocol,
             authenticated,
             ring,
+            write_blocked,
             ..
         } = conn;
         if state.blocked(Wait::Flash) {
@@ -162,7 +164,7 @@ impl Worker {
             match admission {
                 Admission::Parse => *authenticated |= modes.sasl.is_none() && dialect == Dialect::Text,
                 Admission::Wait => {
-                    if *eof && input.skip == 0 {
+                    if *eof {
                         state.close();
                     }
                     *starved = true;
@@ -187,11 +189,16 @@ impl Worker {
                 state.unblock(Wait::Replies);
             }
             if !input.apply_skip() {
+                // A refused value still to swallow: at the end of input there is no more of
+                // it, and the connection ends (memcached closes a swallowing connection at EOF).
+                if *eof {
+                    state.close();
+                }
                 *starved = true;
                 return;
             }
             // The window borrows the read buffer: it lives in this block, dropped in place.
-            let (mut consumed, stop, resume) = {
+            let (mut consumed, stop, resume, long) = 'window: {
                 let pending = input.pending();
                 let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
                 let mut ahead = 0;
@@ -224,6 +231,14 @@ impl Worker {
                         break;
                     }
                     ahead += len;
+                }
+                if window.is_empty() {
+                    // A store longer than its buffer may grow now: settled below.
+                    let long = budget::long_store(dialect, pending)
+                        .filter(|&len| len > READ_BUFFER_BYTES + input.charged);
+                    if long.is_some() {
+                        break 'window (0, false, None, long);
+                    }
                 }
                 if window.is_empty() && pending.len() >= input.limit && *ring != RingIo::Off {
                     // On the ring (epoll's read stops at the limit): garbage without a line
@@ -275,7 +290,14 @@ impl Worker {
                     if let Some(last_key) = unmarked.take() {
                         output.mark(last_key);
                     }
-                    if state.is_ending() || output.held_bytes() > OUTPUT_BYTES_HIGH {
+                    // The client memory budget spent: a connection holding replies past its
+                    // free share runs nothing more until its client has read them (the flush
+                    // follows; one whose client reads nothing is shed).
+                    let held = output.held_bytes();
+                    let over = held > crate::session::budget::OUTPUT_FREE_BYTES
+                        && (*write_blocked || output.pending_total == 0)
+                        && buffers.budget().spent();
+                    if state.is_ending() || held > OUTPUT_BYTES_HIGH || over {
                         stop = true;
                         break;
                     }
@@ -374,8 +396,12 @@ impl Worker {
                                 info.set_state(registry::State::Watch);
                             }
                             output.reply_buf().extend_from_slice(codec::WATCH_STARTED);
-                            // Whatever follows is ignored.
+                            // Whatever follows is ignored; an end of input read with it (no
+                            // event will say so again) ends the stream now.
                             consumed = pending.len();
+                            if *eof {
+                                state.close();
+                            }
                             stop = true;
                             break;
                         }
@@ -499,7 +525,8 @@ impl Worker {
                             *executed = true;
                             let budget = OUTPUT_BYTES_HIGH
                                 .saturating_sub(output.held_bytes())
-                                .min(buffers.hold_room());
+                                .min(buffers.hold_room())
+                                .min(buffers.budget().room());
                             let mut added = 0;
                             let mut rest = None;
                             for key in qs_proto::tokens::words(keys) {
@@ -549,7 +576,8 @@ impl Worker {
                         if located.is_none() {
                             let budget = OUTPUT_BYTES_HIGH
                                 .saturating_sub(output.held_bytes())
-                                .min(buffers.hold_room());
+                                .min(buffers.hold_room())
+                                .min(buffers.budget().room());
                             if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
                                 resume = Some(codec::Resume::of(pending, here, keys, rest));
                                 stop = true;
@@ -579,8 +607,16 @@ impl Worker {
                     }
                 }
                 engine.hint_clear();
-                (consumed, stop, resume)
+                (consumed, stop, resume, None)
             };
+            if let Some(len) = long {
+                // A store longer than a read buffer: its bytes come from the client memory
+                // budget before they arrive, or it is refused and they are swallowed.
+                if !input.afford(len, buffers) {
+                    *executed = true;
+                    consumed = budget::refuse_store(dialect, input.pending(), me, engine, &mut hand, output);
+                }
+            }
             if let Some(resume) = resume {
                 consumed = resume.apply(input);
             }

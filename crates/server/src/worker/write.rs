@@ -109,6 +109,7 @@ impl Worker {
     fn after_write(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
         conn.output.lend_back(&mut self.buffers);
+        self.buffers.settle(&mut conn.output);
         let finished = conn.state.is_closing()
             && conn.output.held_bytes() == 0
             && conn.output.pending_total == 0
@@ -124,6 +125,38 @@ impl Worker {
             if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
                 queue(&mut self.work, conn, index);
             }
+        }
+    }
+
+    /// Once a second while the client memory budget is spent (session::budget): closes the
+    /// connections whose clients have read none of their replies since the last look (their
+    /// sockets refuse more), holding the most first, until the budget has room again. A
+    /// client that reads, however slowly, is not closed.
+    pub(super) fn shed_stalled_readers(&mut self) {
+        if !self.buffers.budget().spent() {
+            for conn in self.conns.iter_mut().flatten() {
+                conn.sent_seen = conn.output.sent_total;
+            }
+            return;
+        }
+        let mut stalled: Vec<(usize, usize)> = Vec::new();
+        for (index, conn) in self.conns.iter_mut().enumerate() {
+            let Some(conn) = conn else { continue };
+            let held = conn.output.held_bytes();
+            let progress = conn.output.sent_total != conn.sent_seen;
+            conn.sent_seen = conn.output.sent_total;
+            if conn.write_blocked && !progress && held > crate::session::budget::OUTPUT_FREE_BYTES {
+                stalled.push((held, index));
+            }
+        }
+        stalled.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, index) in stalled {
+            if !self.buffers.budget().spent() {
+                break;
+            }
+            self.engine.counters.response_obj_oom += 1;
+            self.executed = true;
+            self.close(index);
         }
     }
 

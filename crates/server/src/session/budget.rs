@@ -1,0 +1,130 @@
+//! The client memory budget: what clients can make the server hold beyond each connection's
+//! first buffers, charged server-wide. memcached reads a value straight into item memory, so
+//! `-m` bounds what its clients hold; quicksilver buffers a value in the connection's input
+//! and copies replies into its output, so both are charged here instead, against a budget
+//! tied to `-m` ([`ClientMemory::limit_for`]):
+//!
+//! - a connection's input may grow past its lent read buffer only with bytes from the budget:
+//!   a store whose value does not fit now is answered memcached's `SERVER_ERROR out of memory
+//!   storing object` and its bytes are swallowed as they arrive, never kept;
+//! - a connection's output past its first [`OUTPUT_FREE_BYTES`] is charged: while the budget
+//!   is spent, a connection whose socket refuses its replies runs no more requests, a get of
+//!   several keys runs one key at a time, and once a second the connections that have taken
+//!   nothing of their replies since the last look are closed, the largest first, until the
+//!   budget has room (`response_obj_oom`).
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// Output a connection holds without charge: one pooled reply buffer's worth. Together with
+/// the lent read buffer, what a connection holds uncharged is bounded by the pools.
+pub const OUTPUT_FREE_BYTES: usize = 16 << 10;
+
+/// The smallest budget, whatever `-m` (memcached runs with `-m 2`).
+const LIMIT_MIN_BYTES: usize = 4 << 20;
+
+/// The server-wide budget of client memory.
+#[derive(Debug)]
+pub struct ClientMemory {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl Default for ClientMemory {
+    fn default() -> ClientMemory {
+        ClientMemory::new(usize::MAX)
+    }
+}
+
+impl ClientMemory {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> ClientMemory {
+        ClientMemory { limit, used: AtomicUsize::new(0) }
+    }
+
+    /// The budget for `-m` of `memory_bytes` and items of at most `item_bytes_max`: half of
+    /// `-m`, at least two of the largest items in flight (with their command lines) and 4 MiB.
+    pub fn limit_for(memory_bytes: usize, item_bytes_max: usize) -> usize {
+        let two_items = 2 * (item_bytes_max + qs_proto::LINE_BYTES_MAX + 2);
+        (memory_bytes / 2).max(two_items).max(LIMIT_MIN_BYTES)
+    }
+
+    /// The budget in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes charged now.
+    pub fn used(&self) -> usize {
+        self.used.load(Relaxed)
+    }
+
+    /// Bytes left before the budget is spent.
+    pub fn room(&self) -> usize {
+        self.limit.saturating_sub(self.used())
+    }
+
+    /// Whether the budget is spent.
+    pub fn spent(&self) -> bool {
+        self.used() >= self.limit
+    }
+
+    /// Takes `bytes` if they fit under the budget.
+    pub fn try_take(&self, bytes: usize) -> bool {
+        let before = self.used.fetch_add(bytes, Relaxed);
+        if before.saturating_add(bytes) > self.limit {
+            self.used.fetch_sub(bytes, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Takes `bytes` whether or not they fit (memory already in use: bytes received, a reply
+    /// written).
+    pub fn force(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Relaxed);
+    }
+
+    /// Gives back `bytes` taken before.
+    pub fn give(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Relaxed);
+    }
+
+    /// Moves a charge of `was` bytes to `now` bytes (forced), keeping `charged` current.
+    pub fn recharge(&self, charged: &mut usize, now: usize) {
+        if now > *charged {
+            self.force(now - *charged);
+        } else if now < *charged {
+            self.give(*charged - now);
+        }
+        *charged = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_is_half_of_dash_m_with_room_for_two_items_and_a_floor() {
+        assert_eq!(ClientMemory::limit_for(64 << 20, 1 << 20), 32 << 20);
+        assert_eq!(ClientMemory::limit_for(8 << 20, 1 << 20), 4 << 20);
+        assert_eq!(ClientMemory::limit_for(2 << 20, 1 << 20), 4 << 20);
+        assert_eq!(ClientMemory::limit_for(64 << 20, 32 << 20), 2 * ((32 << 20) + 2050));
+    }
+
+    #[test]
+    fn takes_fit_under_the_limit_and_forced_ones_may_pass_it() {
+        let budget = ClientMemory::new(100);
+        assert!(budget.try_take(60));
+        assert!(!budget.try_take(41), "past the limit");
+        assert_eq!(budget.used(), 60);
+        assert!(budget.try_take(40));
+        assert!(budget.spent());
+        budget.force(10);
+        assert_eq!((budget.used(), budget.room()), (110, 0));
+        let mut charged = 10;
+        budget.recharge(&mut charged, 0);
+        budget.give(100);
+        assert_eq!((budget.used(), charged), (0, 0));
+    }
+}
