@@ -16,11 +16,11 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / HZ
 
 
-def rss_bytes(pid):
-    """Resident memory of process `pid` (VmRSS), in bytes."""
+def rss_bytes(pid, field="VmRSS"):
+    """Resident memory of process `pid` (VmRSS; `field="VmHWM"` for its peak), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 

@@ -20,6 +20,7 @@ mod flash;
 mod meta;
 mod route;
 mod sample;
+pub mod share;
 
 /// Where a request must run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +136,8 @@ pub struct Engine {
     pub flash_resolved: Vec<FlashResolved>,
     /// Partitions whose flash tier turned off, already said on standard error.
     flash_off_said: std::cell::Cell<u64>,
+    /// Large values sent from shared copies ([`share`]).
+    pub shares: share::Shares,
 }
 
 impl Engine {
@@ -173,6 +176,7 @@ impl Engine {
             mrc_batch: Vec::with_capacity(MRC_BATCH_MAX),
             flash_on,
             flash_resolved: Vec::new(),
+            shares: share::Shares::default(),
             flash_off_said: std::cell::Cell::new(0),
         }
     }
@@ -480,7 +484,7 @@ impl Engine {
         let start = out.len();
         for key in qs_proto::tokens::words(keys) {
             self.get_one(kind, key, out);
-            if out.len() - start > budget {
+            if out.len() - start + self.shares.taken_bytes() > budget {
                 if let Some(rest) = keys_after(keys, key) {
                     return Some(rest);
                 }
@@ -501,7 +505,12 @@ impl Engine {
         if let Outcome::Hit(hit) = outcome {
             let cas = kind.with_cas().then_some(self.cas_out(hit.cas));
             reply::value_line(out, key, hit.flags, hit.value_len, cas);
-            out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
+            let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
+            if self.shares.wants(bytes.len()) {
+                self.shares.take(key, hit.cas, bytes, out, &self.shared.client_memory);
+            } else {
+                out.extend_from_slice(bytes);
+            }
             out.extend_from_slice(b"\r\n");
         }
         self.scratch = value;

@@ -14,6 +14,12 @@
 //!   budget has room (`response_obj_oom`).
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Values at least this long are sent from one shared copy (a [`SharedValue`]) by every reply
+/// that carries them, as memcached's replies point at the one item: a thousand clients asking
+/// for one large value and not reading hold one copy of it, not a thousand.
+pub const SHARED_VALUE_BYTES_MIN: usize = 16 << 10;
 
 /// Output a connection holds without charge: one pooled reply buffer's worth. Together with
 /// the lent read buffer, what a connection holds uncharged is bounded by the pools.
@@ -100,6 +106,33 @@ impl ClientMemory {
     }
 }
 
+/// A value copied once out of the log for the replies that send it, charged to the client
+/// memory budget while any of them holds it.
+#[derive(Debug)]
+pub struct SharedValue {
+    bytes: Box<[u8]>,
+    budget: Arc<ClientMemory>,
+}
+
+impl SharedValue {
+    /// A copy of `bytes`, charged to `budget`.
+    pub fn new(bytes: &[u8], budget: Arc<ClientMemory>) -> SharedValue {
+        budget.force(bytes.len());
+        SharedValue { bytes: bytes.into(), budget }
+    }
+
+    /// The value.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for SharedValue {
+    fn drop(&mut self) {
+        self.budget.give(self.bytes.len());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +143,18 @@ mod tests {
         assert_eq!(ClientMemory::limit_for(8 << 20, 1 << 20), 4 << 20);
         assert_eq!(ClientMemory::limit_for(2 << 20, 1 << 20), 4 << 20);
         assert_eq!(ClientMemory::limit_for(64 << 20, 32 << 20), 2 * ((32 << 20) + 2050));
+    }
+
+    #[test]
+    fn a_shared_value_is_charged_while_it_lives() {
+        let budget = Arc::new(ClientMemory::new(100));
+        let value = Arc::new(SharedValue::new(b"twelve bytes", budget.clone()));
+        let again = value.clone();
+        assert_eq!(budget.used(), 12, "charged once however many hold it");
+        drop(value);
+        assert_eq!(budget.used(), 12);
+        drop(again);
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]

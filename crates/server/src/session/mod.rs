@@ -176,6 +176,13 @@ pub enum Segment {
     Ready(Vec<u8>),
     /// The end of one command's reply (UDP connections only): see [`Output::mark`].
     Mark(Option<Box<[u8]>>),
+    /// A large value, sent from its one shared copy (`sent` bytes of it so far).
+    Shared {
+        /// The value.
+        value: std::sync::Arc<budget::SharedValue>,
+        /// Bytes of it sent.
+        sent: usize,
+    },
 }
 
 /// Output side.
@@ -282,6 +289,13 @@ impl Output {
             ready.extend_from_slice(bytes);
             self.segments[position] = Segment::Ready(ready);
         }
+        self.promote();
+        true
+    }
+
+    /// Moves the replies ready at the front of the segments into `out`, up to the first one that
+    /// waits (on another worker, or to be sent from its shared copy).
+    fn promote(&mut self) {
         while matches!(self.segments.front(), Some(Segment::Ready(_) | Segment::Mark(_))) {
             match self.segments.pop_front() {
                 Some(Segment::Ready(mut bytes)) => {
@@ -295,20 +309,46 @@ impl Output {
                 _ => unreachable!("the front was ready or a mark"),
             }
         }
-        true
+    }
+
+    /// Takes the shared values an execution left out of the reply buffer (each `(at, value)`:
+    /// the value goes at byte `at` of the buffer [`Output::reply_buf`] gave it, in order): the
+    /// bytes after each become a ready segment behind it.
+    pub fn adopt(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
+        let Some(&(first, _)) = shared.first() else { return };
+        let buf = self.reply_buf();
+        let after = buf.split_off(first);
+        let mut pieces = shared.drain(..).peekable();
+        while let Some((at, value)) = pieces.next() {
+            self.segments.push_back(Segment::Shared { value, sent: 0 });
+            let to = pieces.peek().map_or(first + after.len(), |&(next, _)| next);
+            if to > at {
+                let mut ready = self.spare.pop().unwrap_or_default();
+                ready.extend_from_slice(&after[at - first..to - first]);
+                self.segments.push_back(Segment::Ready(ready));
+            }
+        }
     }
 
     /// The replies ready behind one that waits.
     fn ready_segments(&self) -> impl Iterator<Item = &Vec<u8>> {
         self.segments.iter().filter_map(|segment| match segment {
             Segment::Ready(bytes) => Some(bytes),
-            Segment::Waiting { .. } | Segment::Mark(_) => None,
+            Segment::Waiting { .. } | Segment::Mark(_) | Segment::Shared { .. } => None,
         })
     }
 
-    /// Bytes held for this connection (unsent and waiting).
+    /// Bytes held for this connection (unsent and waiting), shared values' included.
     pub fn held_bytes(&self) -> usize {
-        let segments: usize = self.ready_segments().map(Vec::len).sum();
+        let segments: usize = self
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Ready(bytes) => bytes.len(),
+                Segment::Shared { value, sent } => value.bytes().len() - sent,
+                Segment::Waiting { .. } | Segment::Mark(_) => 0,
+            })
+            .sum();
         self.out.len() - self.sent + segments
     }
 
@@ -339,15 +379,31 @@ impl Output {
         }
     }
 
-    /// Unsent bytes ready to go.
+    /// Unsent bytes ready to go: `out`'s, then a shared value's at the front of the segments.
     pub fn unsent(&self) -> &[u8] {
-        &self.out[self.sent..]
+        if self.sent < self.out.len() {
+            return &self.out[self.sent..];
+        }
+        match self.segments.front() {
+            Some(Segment::Shared { value, sent }) => &value.bytes()[*sent..],
+            _ => &[],
+        }
     }
 
-    /// Marks `len` bytes sent.
+    /// Marks `len` bytes of [`Output::unsent`] sent.
     pub fn advance(&mut self, len: usize) {
-        self.sent += len;
         self.sent_total += len as u64;
+        if self.sent == self.out.len() {
+            if let Some(Segment::Shared { value, sent }) = self.segments.front_mut() {
+                *sent += len;
+                if *sent == value.bytes().len() {
+                    self.segments.pop_front();
+                    self.promote();
+                }
+            }
+            return;
+        }
+        self.sent += len;
         if self.sent == self.out.len() {
             self.out.clear();
             self.sent = 0;
@@ -632,12 +688,16 @@ impl Conn {
     }
 
     /// Whether a connection on the worker's io_uring should have its receive posted: it may
-    /// take input (open, not at its end, its output under the bound) and its input has room.
+    /// take input (open, not at its end, its output under the bound) and its input has room: a
+    /// read buffer's worth (plus what the client memory budget gave it) of requests that wait
+    /// to run is enough, as on epoll; more is read only to complete a request.
     pub fn wants_input(&self) -> bool {
+        let pending = self.input.end - self.input.start;
         self.state == State::Open
             && !self.eof
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
-            && self.input.end - self.input.start < self.input.limit
+            && pending < self.input.limit
+            && (self.starved || pending < buffers::READ_BUFFER_BYTES + self.input.charged)
     }
 }
 

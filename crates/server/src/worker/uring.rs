@@ -121,6 +121,9 @@ impl Worker {
             })
             .collect();
         let failed = net.send_all(&sends, &mut done).is_err();
+        // What each send offered: less taken means the socket is full.
+        let offered: Vec<(usize, usize)> =
+            sends.iter().map(|&(_, bytes, index, _)| (index, bytes.len())).collect();
         drop(sends);
         for completion in done.drain(..) {
             if completion.op != Op::Send {
@@ -132,7 +135,9 @@ impl Worker {
                 written if written > 0 => {
                     self.engine.counters.bytes_written += written as u64;
                     conn.output.advance(written as usize);
-                    if !conn.output.unsent().is_empty() {
+                    let offer =
+                        offered.iter().find(|&&(index, _)| index == completion.slot).map(|&(_, len)| len);
+                    if offer.is_some_and(|len| (written as usize) < len) {
                         // A short send: the socket is full.
                         conn.write_blocked = true;
                     }

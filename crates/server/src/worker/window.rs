@@ -12,8 +12,13 @@ impl Worker {
         let Some(conn) = self.conns[index].as_mut() else { return };
         conn.queued = false;
         conn.output.borrow(&mut self.buffers);
+        // Large values go out from shared copies on stream connections (a UDP reply is cut
+        // into datagrams from one buffer).
+        let stream = matches!(conn.transport, Transport::Tcp(_));
         loop {
+            self.engine.shares.on = stream;
             self.process(index);
+            self.engine.shares.on = false;
             let Some(conn) = self.conns[index].as_mut() else { return };
             if !conn.may_read()
                 || !read_once(conn, &mut self.engine.counters, &mut self.buffers, self.shared.tls.as_deref())
@@ -535,7 +540,8 @@ impl Worker {
                                     let buf = output.reply_buf();
                                     let before = buf.len();
                                     engine.get_one(kind, key, buf);
-                                    added += buf.len() - before;
+                                    added += buf.len() - before + engine.shares.taken_bytes();
+                                    output.adopt(&mut engine.shares.taken);
                                 } else {
                                     hand.over(owner, Task::Get { kind, end: false }, key, output, engine);
                                 }
@@ -578,7 +584,9 @@ impl Worker {
                                 .saturating_sub(output.held_bytes())
                                 .min(buffers.hold_room())
                                 .min(buffers.budget().room());
-                            if let Some(rest) = engine.get_many(kind, keys, output.reply_buf(), budget) {
+                            let rest = engine.get_many(kind, keys, output.reply_buf(), budget);
+                            output.adopt(&mut engine.shares.taken);
+                            if let Some(rest) = rest {
                                 resume = Some(codec::Resume::of(pending, here, keys, rest));
                                 stop = true;
                                 break;
@@ -587,7 +595,9 @@ impl Worker {
                             continue;
                         }
                     }
-                    match engine.execute(request, output.reply_buf()) {
+                    let executed_as = engine.execute(request, output.reply_buf());
+                    output.adopt(&mut engine.shares.taken);
+                    match executed_as {
                         Exec::Done => {}
                         Exec::Close => state.close(),
                         Exec::Forward(owner) => {

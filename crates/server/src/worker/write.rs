@@ -81,8 +81,9 @@ impl Worker {
         while !sending.is_empty() {
             self.send_ring(&sending);
             // A watcher whose lines all left takes the ones logged meanwhile, as the epoll
-            // path does until its socket is full.
-            sending.retain(|&index| self.watcher_refilled(index));
+            // path does until its socket is full; output sent in pieces (a shared value after
+            // the buffer) goes on with its next one.
+            sending.retain(|&index| self.watcher_refilled(index) || self.more_to_send(index));
         }
         for (index, _) in on_ring.drain(..) {
             self.after_write(index);
@@ -90,6 +91,16 @@ impl Worker {
         }
         self.ring_sends = on_ring;
         // Connections queued by the flush run next turn (poll returns at once).
+    }
+
+    /// Whether a ring connection whose socket took all it was offered has more ready to send.
+    fn more_to_send(&self, index: usize) -> bool {
+        let Some(conn) = self.conns[index].as_ref() else { return false };
+        conn.watch.is_none()
+            && !conn.write_blocked
+            && !conn.state.is_dead()
+            && !conn.output.unsent().is_empty()
+            && conn.input.skip == 0
     }
 
     /// For a ring watcher whose output all left: moves the lines logged since; whether any.

@@ -1,0 +1,84 @@
+//! Large values sent from one shared copy (session::budget::SharedValue): a get whose value is
+//! at least [`SHARED_VALUE_BYTES_MIN`] long leaves it out of the reply buffer, and the worker
+//! puts the copy in the connection's output ([`crate::session::Output::adopt`]). Copies of the
+//! same version of a key (its CAS sequence is unique per version) are reused while any reply
+//! still holds one, so many clients fetching one large value hold it once.
+
+use crate::session::budget::{ClientMemory, SharedValue, SHARED_VALUE_BYTES_MIN};
+use std::sync::{Arc, Weak};
+
+/// Recent shared copies kept for reuse (weakly: they live as long as a reply holds them).
+const RECENT: usize = 16;
+
+/// A worker's shared values.
+#[derive(Default)]
+pub struct Shares {
+    /// Whether replies now may share values (a stream connection's requests, run here).
+    pub on: bool,
+    /// The values the last execution left out of its reply buffer: (where, the copy).
+    pub taken: Vec<(usize, Arc<SharedValue>)>,
+    /// Recent copies: key, CAS sequence, the copy.
+    recent: Vec<(Box<[u8]>, u64, Weak<SharedValue>)>,
+    /// Where the next copy goes in `recent`.
+    next: usize,
+}
+
+impl Shares {
+    /// Whether a value of `len` bytes goes out shared.
+    pub fn wants(&self, len: usize) -> bool {
+        self.on && len >= SHARED_VALUE_BYTES_MIN
+    }
+
+    /// Bytes of the values taken since the worker last adopted them (what the reply holds
+    /// besides its buffer).
+    pub fn taken_bytes(&self) -> usize {
+        self.taken.iter().map(|(_, copy)| copy.bytes().len()).sum()
+    }
+
+    /// Leaves `value` (the version `cas` of `key`) out of `out` at its end, to be sent from a
+    /// shared copy: a recent one of the same version, or a new one charged to `budget`.
+    pub fn take(&mut self, key: &[u8], cas: u64, value: &[u8], out: &[u8], budget: &Arc<ClientMemory>) {
+        let reused = self
+            .recent
+            .iter()
+            .filter(|(seen, seen_cas, _)| *seen_cas == cas && **seen == *key)
+            .find_map(|(_, _, copy)| copy.upgrade())
+            .filter(|copy| copy.bytes().len() == value.len());
+        let copy = reused.unwrap_or_else(|| {
+            let copy = Arc::new(SharedValue::new(value, budget.clone()));
+            let entry = (key.into(), cas, Arc::downgrade(&copy));
+            if self.recent.len() < RECENT {
+                self.recent.push(entry);
+            } else {
+                self.recent[self.next] = entry;
+                self.next = (self.next + 1) % RECENT;
+            }
+            copy
+        });
+        self.taken.push((out.len(), copy));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_version_of_a_key_is_copied_once_and_another_version_again() {
+        let budget = Arc::new(ClientMemory::default());
+        let mut shares = Shares { on: true, ..Shares::default() };
+        let value = vec![7u8; SHARED_VALUE_BYTES_MIN];
+        assert!(shares.wants(value.len()) && !shares.wants(value.len() - 1));
+        shares.take(b"big", 5, &value, b"VALUE big 0 16384\r\n", &budget);
+        shares.take(b"big", 5, &value, b"", &budget);
+        assert_eq!(budget.used(), value.len(), "the same version shares one copy");
+        assert!(Arc::ptr_eq(&shares.taken[0].1, &shares.taken[1].1));
+        assert_eq!((shares.taken[0].0, shares.taken[1].0), (19, 0));
+        shares.take(b"big", 6, &value, b"", &budget);
+        assert_eq!(budget.used(), 2 * value.len(), "a new version is a new copy");
+        shares.taken.clear();
+        assert_eq!(budget.used(), 0, "freed with the last reply holding them");
+        shares.take(b"big", 5, &value, b"", &budget);
+        assert_eq!(budget.used(), value.len(), "a copy no reply holds is not kept");
+    }
+}
