@@ -314,7 +314,15 @@ impl Output {
     /// Takes the shared values an execution left out of the reply buffer (each `(at, value)`:
     /// the value goes at byte `at` of the buffer [`Output::reply_buf`] gave it, in order): the
     /// bytes after each become a ready segment behind it.
+    #[inline]
     pub fn adopt(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
+        if !shared.is_empty() {
+            self.adopt_taken(shared);
+        }
+    }
+
+    /// [`Output::adopt`] for an execution that left values out (the rare, large ones).
+    fn adopt_taken(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
         let Some(&(first, _)) = shared.first() else { return };
         let buf = self.reply_buf();
         let after = buf.split_off(first);

@@ -9,8 +9,14 @@ use super::*;
 const HEADER_ONLY: qs_proto::Limits = qs_proto::Limits { item_bytes_max: 0 };
 
 /// The length of the store whose command line (or header) is at the front of `pending`, when
-/// its frame is longer than a read buffer; `None` for anything else.
+/// its frame is longer than a read buffer; `None` for anything else. Looked for only once half
+/// a read buffer waits unparsed: the buffer grows only when it is full, and the worker runs
+/// between reads, so the reservation still comes before any growth (and an ordinary request
+/// split across reads costs no second parse).
 pub(super) fn long_store(dialect: Dialect, pending: &[u8]) -> Option<usize> {
+    if pending.len() < READ_BUFFER_BYTES / 2 {
+        return None;
+    }
     match dialect.parse(pending, &HEADER_ONLY) {
         Parsed::Request { request, len } if len > READ_BUFFER_BYTES => {
             codec::oversized_store(&request, &HEADER_ONLY).map(|_| len)
