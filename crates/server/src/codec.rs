@@ -68,27 +68,28 @@ pub fn oversized_store<'a>(request: &'a Request<'_>, limits: &qs_proto::Limits) 
     }
 }
 
-/// The answer to an oversized store, in its dialect (nothing for text's noreply).
-pub fn refuse_oversized(request: &Request<'_>, out: &mut Vec<u8>) {
-    match request {
-        Request::TooLarge { noreply: true, .. } => {}
-        Request::Binary(binary) => {
-            qs_proto::binary::write_error(out, binary.opcode, binary.opaque, qs_proto::binary::status::E2BIG)
-        }
-        _ => out.extend_from_slice(qs_proto::response::TOO_LARGE),
-    }
+/// Why a store is refused before its data block is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its value is over the item size limit (-I).
+    TooLarge,
+    /// The client memory budget (session::budget) has no room for its value now: memcached's
+    /// answer when it cannot allocate the item.
+    OutOfMemory,
 }
 
-/// The answer to a store refused for want of client memory (session::budget), in its
-/// dialect, as memcached answers a store whose item it cannot allocate (nothing for text's
-/// noreply).
-pub fn refuse_for_memory(request: &Request<'_>, out: &mut Vec<u8>) {
+/// The answer to a store refused before its data block is read, in its dialect (nothing for
+/// text's noreply).
+pub fn refuse_store(request: &Request<'_>, why: Refusal, out: &mut Vec<u8>) {
+    use qs_proto::binary::status;
+    let (code, text) = match why {
+        Refusal::TooLarge => (status::E2BIG, qs_proto::response::TOO_LARGE),
+        Refusal::OutOfMemory => (status::ENOMEM, qs_proto::response::OUT_OF_MEMORY),
+    };
     match request {
         Request::TooLarge { noreply: true, .. } => {}
-        Request::Binary(binary) => {
-            qs_proto::binary::write_error(out, binary.opcode, binary.opaque, qs_proto::binary::status::ENOMEM)
-        }
-        _ => out.extend_from_slice(qs_proto::response::OUT_OF_MEMORY),
+        Request::Binary(binary) => qs_proto::binary::write_error(out, binary.opcode, binary.opaque, code),
+        _ => out.extend_from_slice(text),
     }
 }
 

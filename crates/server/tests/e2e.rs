@@ -1104,6 +1104,12 @@ fn options_for_missing_features_refuse_to_start_and_say_why() {
         (&["-t", "0"], "Number of threads must be greater than 0"),
         (&["-R", "0"], "Number of requests per event must be greater than 0"),
         (&["-S", "-B", "ascii"], "You cannot allow the ASCII protocol while using SASL."),
+        // A mode refuses every protocol it cannot authenticate, as memcached does for -B (and,
+        // unlike memcached, for each listener's own: tests/auth.rs).
+        (&["-S", "-B", "auto"], "You cannot allow the ASCII protocol while using SASL."),
+        (&["-Y", "/dev/null", "-B", "auto"], "You cannot allow the BINARY protocol while using ascii"),
+        (&["-Y", "/dev/null", "-B", "binary"], "You cannot allow the BINARY protocol while using ascii"),
+        (&["-S", "-Y", "/dev/null"], "You cannot allow the BINARY protocol while using ascii"),
         (&["-S", "-U", "11211"], "Cannot enable UDP while using binary SASL authentication."),
         (&["-Y", "/nonexistent/authfile"], "Could not open authfile"),
         // Only what runs is offered: CRCW is the engine's comparison point, not served.

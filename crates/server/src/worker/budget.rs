@@ -52,6 +52,6 @@ pub(super) fn refuse_store(
             hand.over(owner, Task::Drop, key, output, engine);
         }
     }
-    codec::refuse_for_memory(&request, output.reply_buf());
+    codec::refuse_store(&request, codec::Refusal::OutOfMemory, output.reply_buf());
     len
 }

@@ -475,7 +475,7 @@ impl Worker {
                             // Counted here, where it is answered (the owner only drops).
                             engine.counters.cmd_set += 1;
                             engine.counters.store_too_large += 1;
-                            codec::refuse_oversized(request, output.reply_buf());
+                            codec::refuse_store(request, codec::Refusal::TooLarge, output.reply_buf());
                         }
                         consumed += len;
                         continue;
