@@ -7,6 +7,7 @@
 //! [`BufRing`], and are freed only once the kernel no longer knows them
 //! ([`BufRing::unregister`]). A ring dropped while still registered leaks its memory instead.
 
+use io_uring::squeue::Entry;
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
 use std::io;
@@ -144,6 +145,26 @@ impl Drop for BufRing {
     }
 }
 
+/// Where a submission entry keeps `optlen` (the union with `splice_fd_in` and `file_index`):
+/// bytes 44..48 of the 64-byte `io_uring_sqe` (linux/io_uring.h).
+const OPTLEN_OFFSET: usize = 44;
+
+/// `entry`, a multishot receive ([`io_uring::opcode::RecvMulti`]), ended by the kernel once
+/// `total` bytes have arrived (`sqe->optlen`, Linux 6.17's multishot receive limit): its last
+/// completion comes without `IORING_CQE_F_MORE`, and what else the socket holds waits there
+/// until a receive is posted again. A last buffer may overshoot `total` by at most its size.
+/// Older kernels refuse such an entry with `EINVAL`; `total` 0 means no limit. (The io-uring
+/// crate builds the receive but does not set this field.)
+pub fn limit_total(entry: Entry, total: u32) -> Entry {
+    // SAFETY: `Entry` is `#[repr(C)]` around `io_uring_sqe`, 64 bytes of integers and unions
+    // of integers, so it and `[u8; 64]` have the same size and every byte pattern is a valid
+    // value of either.
+    let mut bytes: [u8; 64] = unsafe { std::mem::transmute::<Entry, [u8; 64]>(entry) };
+    bytes[OPTLEN_OFFSET..OPTLEN_OFFSET + 4].copy_from_slice(&total.to_ne_bytes());
+    // SAFETY: as above; only the optlen field's bytes changed.
+    unsafe { std::mem::transmute::<[u8; 64], Entry>(bytes) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +275,67 @@ mod tests {
             }
         }
         assert_eq!(bytes, b"set key 0 0 5\r\nhello\r\n");
+        buffers.unregister(&ring).unwrap();
+    }
+
+    /// The offset is where the crate itself writes optlen (a setsockopt's), and nothing else
+    /// of the entry moves (no system call: Miri runs it).
+    #[test]
+    fn miri_a_total_limit_lands_in_optlen_and_leaves_the_rest() {
+        let optval = 0u32;
+        let setsockopt =
+            opcode::SetSockOpt::new(types::Fd(3), 1, 2, (&optval as *const u32).cast(), 0xA1B2_C3D4).build();
+        // SAFETY: as in limit_total: a repr(C) entry of plain integers.
+        let crate_bytes: [u8; 64] = unsafe { std::mem::transmute::<Entry, [u8; 64]>(setsockopt) };
+        assert_eq!(crate_bytes[OPTLEN_OFFSET..OPTLEN_OFFSET + 4], 0xA1B2_C3D4u32.to_ne_bytes());
+        let receive = opcode::RecvMulti::new(types::Fd(5), 7).build().user_data(99);
+        // SAFETY: as above.
+        let before: [u8; 64] = unsafe { std::mem::transmute::<Entry, [u8; 64]>(receive.clone()) };
+        let limited = limit_total(receive, 16_384);
+        // SAFETY: as above.
+        let after: [u8; 64] = unsafe { std::mem::transmute::<Entry, [u8; 64]>(limited.clone()) };
+        assert_eq!(after[OPTLEN_OFFSET..OPTLEN_OFFSET + 4], 16_384u32.to_ne_bytes());
+        assert_eq!(before[..OPTLEN_OFFSET], after[..OPTLEN_OFFSET]);
+        assert_eq!(before[OPTLEN_OFFSET + 4..], after[OPTLEN_OFFSET + 4..]);
+        assert_eq!(limited.get_user_data(), 99);
+    }
+
+    /// A limited receive takes about its limit and ends; the rest waits in the socket (on a
+    /// kernel before 6.17 the entry is refused with EINVAL, and nothing is received).
+    #[test]
+    fn a_limited_multishot_receive_ends_after_its_total_and_the_rest_waits() {
+        let (mut ring, mut buffers, mut client, server) = setup(16, 64);
+        let entry =
+            limit_total(opcode::RecvMulti::new(types::Fd(server.as_raw_fd()), buffers.group()).build(), 100);
+        // SAFETY: the receive writes only into the ring's provided buffers, which outlive it.
+        unsafe { ring.submission().push(&entry.user_data(1)).expect("room in the queue") };
+        ring.submit().unwrap();
+        client.write_all(&[b'x'; 600]).unwrap();
+        let mut received = 0;
+        let mut ended = false;
+        while !ended {
+            for (result, id, more) in completions(&mut ring, 1) {
+                if result == -libc::EINVAL {
+                    eprintln!("this kernel has no multishot receive limit");
+                    return;
+                }
+                let id = id.expect("a buffer");
+                received += buffers.take(id, result as usize).len();
+                buffers.give_back(id);
+                ended = !more;
+            }
+        }
+        // One buffer may overshoot the limit; the other bytes wait for the next receive.
+        assert!((100..164).contains(&received), "{received} bytes received");
+        post_receive(&mut ring, &server, buffers.group());
+        while received < 600 {
+            for (result, id, _) in completions(&mut ring, 1) {
+                let id = id.expect("a buffer");
+                received += buffers.take(id, result as usize).len();
+                buffers.give_back(id);
+            }
+        }
+        assert_eq!(received, 600);
         buffers.unregister(&ring).unwrap();
     }
 

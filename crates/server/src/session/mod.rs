@@ -696,16 +696,29 @@ impl Conn {
     }
 
     /// Whether a connection on the worker's io_uring should have its receive posted: it may
-    /// take input (open, not at its end, its output under the bound) and its input has room: a
-    /// read buffer's worth (plus what the client memory budget gave it) of requests that wait
-    /// to run is enough, as on epoll; more is read only to complete a request.
-    pub fn wants_input(&self) -> bool {
-        let pending = self.input.end - self.input.start;
+    /// take input (open, not at its end, its output under the bound) and its input has room
+    /// ([`Conn::input_room`]) for a receive that may take up to `overshoot` bytes past it.
+    pub fn wants_input(&self, overshoot: usize) -> bool {
         self.state == State::Open
             && !self.eof
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
-            && pending < self.input.limit
-            && (self.starved || pending < buffers::READ_BUFFER_BYTES + self.input.charged)
+            && self.input_room(overshoot) > 0
+    }
+
+    /// How many more bytes the input may take now, for a receive that may take up to
+    /// `overshoot` bytes past what it is asked for: a read buffer's worth of requests waiting
+    /// to run is enough (as on epoll), so the input never outgrows its read buffer for them;
+    /// while a request waits for the rest of itself, at least another read buffer's worth (a
+    /// long value: all of what the budget gave it), up to the input's limit.
+    pub fn input_room(&self, overshoot: usize) -> usize {
+        let pending = self.input.end - self.input.start;
+        let below_limit = self.input.limit.saturating_sub(pending);
+        if self.starved {
+            let value = (buffers::READ_BUFFER_BYTES + self.input.charged).saturating_sub(pending);
+            value.max(buffers::READ_BUFFER_BYTES).min(below_limit)
+        } else {
+            buffers::READ_BUFFER_BYTES.saturating_sub(pending + overshoot).min(below_limit)
+        }
     }
 }
 
@@ -713,6 +726,47 @@ impl Conn {
 mod tests {
     use super::buffers::READ_BUFFER_BYTES;
     use super::*;
+
+    /// A connection whose input holds `pending` bytes, `starved` or not, `charged` for a long
+    /// value, with a limit of 1 MiB.
+    fn conn_with_input(pending: usize, starved: bool, charged: usize) -> Conn {
+        let input = Input {
+            limit: 1 << 20,
+            buf: vec![0; pending],
+            start: 0,
+            end: pending,
+            skip: 0,
+            lent: false,
+            charged,
+        };
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let transport = Transport::Udp { peer, request_id: 0, socket: 0 };
+        let mut conn = Conn::new(transport, 1, input, Output::new(1), crate::config::Protocol::Ascii);
+        conn.starved = starved;
+        conn
+    }
+
+    #[test]
+    fn a_receive_takes_no_more_than_a_read_buffer_of_requests_and_all_of_a_long_value() {
+        let overshoot = 2047;
+        // Requests wait to run: room up to a read buffer, less what a receive may overshoot.
+        assert_eq!(
+            conn_with_input(1000, false, 0).input_room(overshoot),
+            READ_BUFFER_BYTES - 1000 - overshoot
+        );
+        let full = conn_with_input(READ_BUFFER_BYTES - overshoot, false, 0);
+        assert_eq!(full.input_room(overshoot), 0);
+        assert!(!full.wants_input(overshoot), "a read buffer of requests is enough");
+        // Waiting for the rest of a request: at least another read buffer's worth.
+        assert_eq!(conn_with_input(0, true, 0).input_room(overshoot), READ_BUFFER_BYTES);
+        assert_eq!(conn_with_input(20_000, true, 0).input_room(overshoot), READ_BUFFER_BYTES);
+        // A long value the budget gave 500 KB: all of it may come.
+        let long = conn_with_input(10_000, true, 500_000);
+        assert_eq!(long.input_room(overshoot), READ_BUFFER_BYTES + 500_000 - 10_000);
+        // Never past the input's limit.
+        assert_eq!(conn_with_input((1 << 20) - 5, true, 0).input_room(overshoot), 5);
+        assert!(!conn_with_input(1 << 20, true, 0).wants_input(overshoot));
+    }
 
     #[test]
     fn received_bytes_append_to_the_input_and_its_buffer_grows_past_the_limit_only_as_needed() {

@@ -113,9 +113,15 @@ pub struct NetRing {
     eventfd: OwnedFd,
     /// Entries queued since the last submit.
     queued: usize,
+    /// Whether receives end after the bytes their connection has room for (Linux 6.17's
+    /// multishot limit; off once the kernel refuses one).
+    limited: bool,
 }
 
 impl NetRing {
+    /// Bytes of each receive buffer: a receive may take up to this many past its limit.
+    pub const BUFFER_BYTES: usize = BUFFER_BYTES;
+
     /// A ring with its buffers, eventfd and a table of `files` registered files (none where the
     /// kernel refuses one); an error where the kernel refuses io_uring.
     pub fn new(files: u32) -> io::Result<NetRing> {
@@ -144,7 +150,7 @@ impl NetRing {
             Ok(()) => vec![false; files as usize],
             Err(_) => Vec::new(),
         };
-        Ok(NetRing { ring, installed, buffers: Some(buffers), eventfd, queued: 0 })
+        Ok(NetRing { ring, installed, buffers: Some(buffers), eventfd, queued: 0, limited: true })
     }
 
     /// Enables the ring on the calling thread, its only submitter from then on.
@@ -207,10 +213,24 @@ impl NetRing {
         }
     }
 
-    /// Starts the multishot receive of connection (`slot`, `generation`) on `fd`.
-    pub fn receive(&mut self, fd: RawFd, slot: usize, generation: u32) -> io::Result<()> {
-        let entry = on_socket!(self.socket(slot, fd), |target| opcode::RecvMulti::new(target, GROUP).build());
+    /// Starts the multishot receive of connection (`slot`, `generation`) on `fd`, ended by the
+    /// kernel once about `room` bytes have arrived (at most a buffer more), so a connection
+    /// takes no more out of its socket than its input may hold; what else the client sent
+    /// waits in the socket, as it does on epoll.
+    pub fn receive(&mut self, fd: RawFd, slot: usize, generation: u32, room: usize) -> io::Result<()> {
+        let mut entry =
+            on_socket!(self.socket(slot, fd), |target| opcode::RecvMulti::new(target, GROUP).build());
+        if self.limited {
+            entry = qs_net::uring::limit_total(entry, room.clamp(1, u32::MAX as usize) as u32);
+        }
         self.push(&entry.user_data(user_data(Op::Receive, slot, generation)))
+    }
+
+    /// A receive was refused with EINVAL: receives go unlimited from now on if they were
+    /// limited (a kernel before 6.17), and the caller posts it again; false if they were not
+    /// (the refusal is the connection's).
+    pub fn unlimit(&mut self) -> bool {
+        std::mem::replace(&mut self.limited, false)
     }
 
     /// Cancels the receive of connection (`slot`, `generation`) (bytes it delivers before the
@@ -357,7 +377,7 @@ mod tests {
         let Ok(mut ring) = NetRing::new(16) else { return };
         ring.enable().unwrap();
         let (mut client, server) = pair();
-        ring.receive(server.as_raw_fd(), 3, 9).unwrap();
+        ring.receive(server.as_raw_fd(), 3, 9, 1 << 20).unwrap();
         client.write_all(b"get a\r\n").unwrap();
         let mut done = Vec::new();
         wait(&mut ring, &mut done);
@@ -394,7 +414,7 @@ mod tests {
             return; // the kernel refused the table: descriptors are used, tested above
         }
         assert_eq!(ring.socket(16, 99), Socket::Fd(99), "past the table");
-        ring.receive(server.as_raw_fd(), 5, 1).unwrap();
+        ring.receive(server.as_raw_fd(), 5, 1, 1 << 20).unwrap();
         client.write_all(b"mn\r\n").unwrap();
         let mut done = Vec::new();
         wait(&mut ring, &mut done);
@@ -444,7 +464,7 @@ mod tests {
         let Ok(mut ring) = NetRing::new(16) else { return };
         ring.enable().unwrap();
         let (client, server) = pair();
-        ring.receive(server.as_raw_fd(), 1, 1).unwrap();
+        ring.receive(server.as_raw_fd(), 1, 1, 1 << 20).unwrap();
         drop(client);
         let mut done = Vec::new();
         wait(&mut ring, &mut done);

@@ -4,7 +4,7 @@
 //! and a turn's sends leave together.
 
 use super::*;
-use crate::session::ring::{Completion, Op};
+use crate::session::ring::{Completion, NetRing, Op};
 
 impl Worker {
     /// Takes the ring's completions: received bytes go to their connections' inputs (each
@@ -77,6 +77,8 @@ impl Worker {
             }
             // Out of buffers, or cancelled: posted again when the connection wants input.
             _ if result == -libc::ENOBUFS || result == -libc::ECANCELED => queue(&mut self.work, conn, slot),
+            // A kernel without the multishot limit: posted again without one.
+            _ if result == -libc::EINVAL && net.unlimit() => queue(&mut self.work, conn, slot),
             _ => {
                 conn.state.kill();
                 queue(&mut self.work, conn, slot);
@@ -93,8 +95,12 @@ impl Worker {
             return;
         }
         let fd = conn.fd;
-        match (conn.ring, conn.wants_input()) {
-            (RingIo::Idle, true) if net.receive(fd, index, conn.generation).is_ok() => {
+        // A receive's last buffer may take up to a buffer more than its limit.
+        let overshoot = NetRing::BUFFER_BYTES - 1;
+        match (conn.ring, conn.wants_input(overshoot)) {
+            (RingIo::Idle, true)
+                if net.receive(fd, index, conn.generation, conn.input_room(overshoot)).is_ok() =>
+            {
                 conn.ring = RingIo::Receiving;
             }
             (RingIo::Receiving, false) if net.cancel(index, conn.generation).is_ok() => {
