@@ -8,9 +8,15 @@
    face, not a component: it declares the components and re-exports what the crate offers.
    An edge A -> B is any path in A's files that names B: `crate::B...` (or B in a
    `crate::{...}` group), or `super::B...` from a file beside the root.
-2. No source file of the server crate over 1,000 lines.
+2. No source file over 1,000 lines in any crate but bench.
+3. No `#[allow(clippy::too_many_lines)]` in any crate's src but bench's: clippy's limit of 100
+   lines a function holds everywhere else.
 
-Prints every cycle (as component -> component -> ...) and every long file; exits 1 if any.
+Each rule's known debts are listed below (DEBTS) with the issue that pays them; a file listed
+there that no longer breaks its rule must leave the list.
+
+Prints every cycle (as component -> component -> ...), every long file and every allow; exits 1
+if any.
 
     scripts/check-layout.py [REPO]
 """
@@ -19,20 +25,72 @@ import re
 import sys
 
 FILE_LINES_MAX = 1000
-LONG_FILE_CRATES = ("server",)
+# Crates whose files and functions may be long (the benchmarks' drivers and reports).
+EXEMPT_CRATES = ("bench",)
+ALLOW_LONG = "allow(clippy::too_many_lines)"
+# What still breaks a rule, by path: each goes with issue 57 (one request path, the store by
+# mode), and the check fails once one is paid but still listed.
+DEBTS = {
+    "crates/store/src/partition.rs": "long file",
+    "crates/server/src/worker/window.rs": ALLOW_LONG,
+}
 
 ident = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
+CHAR_LITERAL = re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]{1,6}\}|.)|[^'\\\n])'")
+RAW_STRING = re.compile(r'b?r(#*)"')
+
+
 def strip(text):
     """The text without comments, string literals and char literals (paths inside them are not
-    imports)."""
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r"//[^\n]*", " ", text)
-    text = re.sub(r'b?r(#*)".*?"\1', '""', text, flags=re.S)
-    text = re.sub(r'b?"(\\.|[^"\\])*"', '""', text, flags=re.S)
-    text = re.sub(r"b?'(\\.|[^'\\])'", "' '", text)
-    return text
+    imports), read left to right as the compiler reads it: a raw string starts only where a
+    token may (`"\\r{:100}\\r"` is one plain string, not the start of a raw one)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        char = text[i]
+        if text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            out.append(" ")
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            out.append(" ")
+        elif char in "br\"" and not (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            raw = RAW_STRING.match(text, i)
+            if raw:
+                close = text.find('"' + raw.group(1), raw.end())
+                i = n if close < 0 else close + 1 + len(raw.group(1))
+                out.append('""')
+            elif text.startswith('"', i) or text.startswith('b"', i):
+                i = text.index('"', i) + 1
+                while i < n and text[i] != '"':
+                    i += 2 if text[i] == "\\" else 1
+                i += 1
+                out.append('""')
+            else:
+                out.append(char)
+                i += 1
+        elif char == "'":
+            literal = CHAR_LITERAL.match(text, i)
+            if literal:
+                out.append("' '")
+                i = literal.end()
+            else:
+                # A lifetime or a label.
+                out.append(char)
+                i += 1
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
 
 
 def components(src):
@@ -149,7 +207,10 @@ def path_in(graph, scc):
 
 
 def main():
-    repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    main_in(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+
+
+def main_in(repo):
     crates = os.path.join(repo, "crates")
     failed = False
     for crate in sorted(os.listdir(crates)):
@@ -166,15 +227,36 @@ def main():
         for scc in cycles(graph):
             failed = True
             print(f"crates/{crate}: import cycle: {path_in(graph, scc)} (components in the cycle: {', '.join(scc)})")
-        if crate in LONG_FILE_CRATES:
-            for path in sorted(files):
-                lines = sum(1 for _ in open(path, encoding="utf-8"))
-                if lines > FILE_LINES_MAX:
-                    failed = True
-                    print(f"{os.path.relpath(path, repo)}: {lines} lines (at most {FILE_LINES_MAX})")
+        if crate not in EXEMPT_CRATES:
+            failed |= long_parts(repo, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no server file over 1,000 lines")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts")
+
+
+def long_parts(repo, files):
+    """Prints each long file and each long-function allow of one crate that is not a listed
+    debt, and each listed debt that is paid; whether any was printed."""
+    failed = False
+    for path in sorted(files):
+        rel = os.path.relpath(path, repo).replace(os.sep, "/")
+        text = open(path, encoding="utf-8").read()
+        breaks = {
+            "long file": text.count("\n") > FILE_LINES_MAX,
+            ALLOW_LONG: ALLOW_LONG in strip(text),
+        }
+        for rule, broken in breaks.items():
+            debt = DEBTS.get(rel) == rule
+            if broken and not debt:
+                failed = True
+                if rule == "long file":
+                    print(f"{rel}: {text.count(chr(10))} lines (at most {FILE_LINES_MAX})")
+                else:
+                    print(f"{rel}: #[{ALLOW_LONG}] (a function fits in 100 lines)")
+            elif debt and not broken:
+                failed = True
+                print(f"{rel}: no longer a {rule}: take it out of DEBTS in scripts/check-layout.py")
+    return failed
 
 
 if __name__ == "__main__":

@@ -414,10 +414,10 @@ fn memtier_run(
     let mut child = spawn(&args)?;
     std::thread::sleep(Duration::from_secs_f64(settings.warmup.max(0.5)));
     let pid = server.child.id();
-    let (ops0, cpu0) = (server_ops(server.port)?, load::process_cpu_secs(pid));
+    let (ops0, cpu0) = (server_ops(server.port)?, crate::cpu::process_cpu_secs(pid));
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(settings.duration));
-    let (ops1, cpu1) = (server_ops(server.port)?, load::process_cpu_secs(pid));
+    let (ops1, cpu1) = (server_ops(server.port)?, crate::cpu::process_cpu_secs(pid));
     let elapsed = started.elapsed().as_secs_f64();
     child.wait()?;
     let ops = ops1.saturating_sub(ops0);

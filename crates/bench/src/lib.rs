@@ -10,6 +10,7 @@
 #![allow(clippy::too_many_lines)]
 
 pub mod compare;
+pub mod cpu;
 pub mod engine;
 pub mod load;
 pub mod memtier;

@@ -7,7 +7,7 @@
 //! picture).
 
 use crate::compare::{self, Server};
-use crate::load::process_cpu_secs;
+use crate::cpu::process_cpu_secs;
 use crate::plot;
 use serde::Serialize;
 use std::io;

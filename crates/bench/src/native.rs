@@ -5,8 +5,8 @@
 //! flight) are bounced off a bare recvmmsg/sendmmsg echo server first, pinned to the same cores,
 //! so the report can say how close the server comes to what the kernel's UDP path allows.
 
-use crate::load::{process_cpu_secs, Arrivals};
-use crate::workload::{value_matches, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
+use crate::cpu::process_cpu_secs;
+use crate::workload::{value_matches, Arrivals, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
 use clap::Args;
 use hdrhistogram::Histogram;
 use qs_client::native::Datagrams;

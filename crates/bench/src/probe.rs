@@ -544,7 +544,7 @@ fn echo_load(
     loop {
         let now = Instant::now();
         if measuring.is_none() && now >= warmup_end {
-            measuring = Some(crate::load::process_cpu_secs(pid));
+            measuring = Some(crate::cpu::process_cpu_secs(pid));
             messages = 0;
         }
         if now >= end {
@@ -573,7 +573,7 @@ fn echo_load(
         }
     }
     let cpu_start = measuring.flatten();
-    let cpu_end = crate::load::process_cpu_secs(pid);
+    let cpu_end = crate::cpu::process_cpu_secs(pid);
     let cpu = match (cpu_start, cpu_end) {
         (Some(a), Some(b)) => b - a,
         _ => return Err(io::Error::other("cannot read the echo server's CPU time from /proc")),
@@ -616,7 +616,7 @@ fn udp_load(
     loop {
         let now = Instant::now();
         if measuring.is_none() && now >= warmup_end {
-            measuring = Some(crate::load::process_cpu_secs(pid));
+            measuring = Some(crate::cpu::process_cpu_secs(pid));
             datagrams = 0;
         }
         if now >= end {
@@ -647,7 +647,7 @@ fn udp_load(
             }
         }
     }
-    let cpu = match (measuring.flatten(), crate::load::process_cpu_secs(pid)) {
+    let cpu = match (measuring.flatten(), crate::cpu::process_cpu_secs(pid)) {
         (Some(a), Some(b)) => b - a,
         _ => return Err(io::Error::other("cannot read the echo server's CPU time from /proc")),
     };

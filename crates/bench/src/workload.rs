@@ -1,5 +1,8 @@
 //! Workload pieces shared by every benchmark: MICA's datasets, key and value bytes, a fast
-//! seeded RNG, and YCSB's scrambled zipfian generator (Gray et al., SIGMOD'94).
+//! seeded RNG, YCSB's scrambled zipfian generator (Gray et al., SIGMOD'94), and the open
+//! loop's Poisson arrivals.
+
+use std::time::Duration;
 
 /// MICA's datasets (NSDI'14 §5.1) plus memcached's largest key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -341,9 +344,98 @@ pub fn judge(number: u64, value: &[u8], floor: u32, issued: u32) -> Verdict {
     }
 }
 
+/// Poisson arrivals at `rate` per second, as offsets from the start of the run: the open
+/// loop's clock-free schedule (tests drive it with a fake clock).
+#[derive(Clone, Debug)]
+pub struct Arrivals {
+    mean_gap_secs: f64,
+    next: Duration,
+    rng: Rng,
+}
+
+impl Arrivals {
+    /// Arrivals at `rate` per second from time zero.
+    pub fn new(rate: f64, seed: u64) -> Arrivals {
+        assert!(rate > 0.0, "the offered rate must be positive");
+        let mut arrivals = Arrivals { mean_gap_secs: 1.0 / rate, next: Duration::ZERO, rng: Rng::new(seed) };
+        arrivals.next = arrivals.gap();
+        arrivals
+    }
+
+    fn gap(&mut self) -> Duration {
+        // Inverse transform of the exponential distribution; 1 - u is in (0, 1].
+        let u = 1.0 - self.rng.next_f64();
+        Duration::from_secs_f64(-u.ln() * self.mean_gap_secs)
+    }
+
+    /// The next arrival due at or before `now`, advancing past it; `None` when the next is
+    /// later. A caller that falls behind gets every missed arrival with its original time.
+    pub fn due(&mut self, now: Duration) -> Option<Duration> {
+        if self.next > now {
+            return None;
+        }
+        let due = self.next;
+        let gap = self.gap();
+        self.next += gap;
+        Some(due)
+    }
+
+    /// When the next arrival is due.
+    pub fn next_at(&self) -> Duration {
+        self.next
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_follow_a_poisson_process_on_a_fake_clock() {
+        let rate = 10_000.0;
+        let mut arrivals = Arrivals::new(rate, 7);
+        let mut times = Vec::new();
+        // Tick the fake clock every 100 µs for 10 s.
+        for tick in 1..=100_000u64 {
+            let now = Duration::from_micros(tick * 100);
+            while let Some(due) = arrivals.due(now) {
+                assert!(due <= now, "an arrival came before its time");
+                times.push(due.as_secs_f64());
+            }
+        }
+        let count = times.len() as f64;
+        assert!((count - 100_000.0).abs() < 1_500.0, "{count} arrivals in 10 s at 10k/s");
+        let gaps: Vec<f64> = times.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        assert!(gaps.iter().all(|&gap| gap >= 0.0), "arrivals go forward");
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let variance = gaps.iter().map(|gap| (gap - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+        // Exponential gaps: mean 1/rate and a coefficient of variation of 1.
+        assert!((mean * rate - 1.0).abs() < 0.02, "mean gap {mean}");
+        assert!((variance.sqrt() / mean - 1.0).abs() < 0.03, "cv {}", variance.sqrt() / mean);
+        // Poisson counts per 10 ms window: variance equals the mean (100).
+        let mut windows = vec![0.0f64; 1000];
+        for time in &times {
+            windows[((time * 100.0) as usize).min(999)] += 1.0;
+        }
+        let window_mean = windows.iter().sum::<f64>() / 1000.0;
+        let window_var = windows.iter().map(|n| (n - window_mean).powi(2)).sum::<f64>() / 1000.0;
+        assert!((window_var / window_mean - 1.0).abs() < 0.15, "dispersion {}", window_var / window_mean);
+    }
+
+    #[test]
+    fn a_late_caller_gets_every_missed_arrival_at_its_own_time() {
+        let mut arrivals = Arrivals::new(1_000.0, 3);
+        assert_eq!(arrivals.due(Duration::ZERO), None);
+        // The generator stalls for a second: the arrivals it missed keep their schedule, so
+        // their latency counts from then (no coordinated omission).
+        let late = Duration::from_secs(1);
+        let missed: Vec<Duration> = std::iter::from_fn(|| arrivals.due(late)).collect();
+        assert!((900..1100).contains(&missed.len()), "{} missed", missed.len());
+        assert!(missed.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert!(missed[0] < Duration::from_millis(20), "the first was due at {:?}", missed[0]);
+        assert!(arrivals.next_at() > late);
+    }
+
 
     #[test]
     fn zipf_beyond_one_follows_its_law() {

@@ -138,9 +138,6 @@ fn be64(bytes: &[u8]) -> u64 {
 
 /// Parses the binary request at the front of `buf`. A first byte other than the request magic
 /// closes the connection, as in memcached.
-// the fastest shape: split into a frame type with a method per command group, parsing a binary
-// request cost 20 instructions more (callgrind-server.sh with PROTOCOL=memcache_binary).
-#[allow(clippy::too_many_lines)]
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     let Some(head) = buf.first_chunk::<HEADER_BYTES>() else {
         return Parsed::Incomplete;
@@ -149,167 +146,260 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         return Parsed::Close;
     }
     let header = Header::read(head);
-    let Header { opcode, key_len, extras_len, body_len, opaque, cas } = header;
-    let request = |command, len| Parsed::Request {
-        request: Request::Binary(Binary { opcode, opaque, cas, command }),
-        len,
-    };
-    let refuse = |status, close, len| request(Command::Refuse { status, close }, len);
+    let Header { key_len, extras_len, body_len, .. } = header;
     // memcached reads the header, extras and key before it looks at the command.
     let fixed = HEADER_BYTES + extras_len + key_len;
     if buf.len() < fixed {
         return Parsed::Incomplete;
     }
+    let frame = Frame { header, buf, fixed, whole: HEADER_BYTES + body_len };
     if key_len > body_len || key_len + extras_len > body_len {
-        return refuse(status::UNKNOWN_COMMAND, true, fixed);
+        return frame.refuse(status::UNKNOWN_COMMAND, true, fixed);
     }
     if key_len > KEY_BYTES_MAX {
-        return refuse(status::EINVAL, true, fixed);
+        return frame.refuse(status::EINVAL, true, fixed);
     }
-    let extras = &buf[HEADER_BYTES..HEADER_BYTES + extras_len];
-    let key = &buf[HEADER_BYTES + extras_len..fixed];
-    let value_len = body_len - extras_len - key_len;
-    let invalid = refuse(status::EINVAL, true, fixed);
-    // The whole frame, for the commands that read their value.
-    let whole = HEADER_BYTES + body_len;
-    let value = || buf.get(fixed..whole);
-    let quiet = matches!(
-        opcode,
-        opcode::GETQ
-            | opcode::GETKQ
-            | opcode::GATQ
-            | opcode::GATKQ
-            | opcode::SETQ
-            | opcode::ADDQ
-            | opcode::REPLACEQ
-            | opcode::APPENDQ
-            | opcode::PREPENDQ
-            | opcode::DELETEQ
-            | opcode::INCREMENTQ
-            | opcode::DECREMENTQ
-            | opcode::QUITQ
-            | opcode::FLUSHQ
-    );
-    match opcode {
-        opcode::VERSION | opcode::NOOP | opcode::SASL_LIST_MECHS => {
-            if extras_len != 0 || key_len != 0 || body_len != 0 {
-                return invalid;
-            }
-            let command = match opcode {
-                opcode::VERSION => Command::Version,
-                opcode::NOOP => Command::Noop,
-                _ => Command::SaslListMechs,
-            };
-            request(command, fixed)
-        }
-        opcode::QUIT | opcode::QUITQ => {
-            if extras_len != 0 || key_len != 0 || body_len != 0 {
-                return invalid;
-            }
-            request(Command::Quit { quiet }, fixed)
-        }
-        opcode::FLUSH | opcode::FLUSHQ => {
-            if key_len != 0 || body_len != extras_len || !(extras_len == 0 || extras_len == 4) {
-                return invalid;
-            }
-            let exptime = if extras_len == 4 { be32(extras) } else { 0 };
-            request(Command::Flush { exptime, quiet }, fixed)
-        }
+    // Each group's parse is inlined here: this is the shape a single function compiles to
+    // (a frame type with out-of-line methods cost 20 instructions a request more,
+    // callgrind-server.sh with PROTOCOL=memcache_binary).
+    match header.opcode {
+        opcode::VERSION | opcode::NOOP | opcode::SASL_LIST_MECHS | opcode::QUIT | opcode::QUITQ => frame.bare(),
+        opcode::FLUSH | opcode::FLUSHQ | opcode::STAT => frame.admin(),
         opcode::SET | opcode::SETQ | opcode::ADD | opcode::ADDQ | opcode::REPLACE | opcode::REPLACEQ => {
-            if extras_len != 8 || key_len == 0 || body_len < key_len + 8 {
-                return invalid;
-            }
-            let flags = be32(extras);
-            let exptime = be32(&extras[4..]);
-            let set = matches!(opcode, opcode::SET | opcode::SETQ);
-            if limits.too_large(key_len, value_len, flags) {
-                return request(Command::TooLarge { key, set }, whole);
-            }
-            let Some(value) = value() else { return Parsed::Incomplete };
-            let mode = match opcode {
-                _ if cas != 0 => StoreMode::Cas(cas),
-                opcode::SET | opcode::SETQ => StoreMode::Set,
-                opcode::ADD | opcode::ADDQ => StoreMode::Add,
-                _ => StoreMode::Replace,
-            };
-            request(Command::Store { mode, key, flags, exptime, value, quiet }, whole)
+            frame.store(limits)
         }
-        opcode::APPEND | opcode::APPENDQ | opcode::PREPEND | opcode::PREPENDQ => {
-            if key_len == 0 || extras_len != 0 {
-                return invalid;
-            }
-            if limits.too_large(key_len, value_len, 0) {
-                return request(Command::TooLarge { key, set: false }, whole);
-            }
-            let Some(value) = value() else { return Parsed::Incomplete };
-            let mode = if matches!(opcode, opcode::APPEND | opcode::APPENDQ) {
-                StoreMode::Append
-            } else {
-                StoreMode::Prepend
-            };
-            request(Command::Store { mode, key, flags: 0, exptime: 0, value, quiet }, whole)
-        }
-        opcode::GET | opcode::GETQ | opcode::GETK | opcode::GETKQ => {
-            if extras_len != 0 || body_len != key_len || key_len == 0 {
-                return invalid;
-            }
-            let with_key = matches!(opcode, opcode::GETK | opcode::GETKQ);
-            request(Command::Get { key, quiet, with_key, touch: None }, fixed)
-        }
-        opcode::TOUCH | opcode::GAT | opcode::GATQ | opcode::GATK | opcode::GATKQ => {
-            if extras_len != 4 || key_len == 0 {
-                return invalid;
-            }
-            let exptime = be32(extras);
-            if opcode == opcode::TOUCH {
-                return request(Command::Touch { key, exptime }, fixed);
-            }
-            let with_key = matches!(opcode, opcode::GATK | opcode::GATKQ);
-            request(Command::Get { key, quiet, with_key, touch: Some(exptime) }, fixed)
-        }
-        opcode::DELETE | opcode::DELETEQ => {
-            if key_len == 0 || extras_len != 0 || body_len != key_len {
-                return invalid;
-            }
-            request(Command::Delete { key, quiet }, fixed)
-        }
-        opcode::INCREMENT | opcode::INCREMENTQ | opcode::DECREMENT | opcode::DECREMENTQ => {
-            if key_len == 0 || extras_len != 20 || body_len != key_len + extras_len {
-                return invalid;
-            }
-            let decrement = matches!(opcode, opcode::DECREMENT | opcode::DECREMENTQ);
-            let command = Command::Arith {
-                key,
-                delta: be64(extras),
-                initial: be64(&extras[8..]),
-                exptime: be32(&extras[16..]),
-                decrement,
-                quiet,
-            };
-            request(command, fixed)
-        }
-        opcode::STAT => {
-            if extras_len != 0 {
-                return invalid;
-            }
-            request(Command::Stat { group: key }, fixed)
-        }
-        opcode::SASL_AUTH | opcode::SASL_STEP => {
-            if extras_len != 0 || key_len == 0 {
-                return invalid;
-            }
-            if key_len > SASL_MECHANISM_BYTES_MAX {
-                return refuse(status::EINVAL, false, whole);
-            }
-            if value_len > limits.item_bytes_max {
-                return refuse(status::ENOMEM, false, whole);
-            }
-            let Some(data) = value() else { return Parsed::Incomplete };
-            let step = opcode == opcode::SASL_STEP;
-            request(Command::SaslAuth { mechanism: key, data, step }, whole)
-        }
+        opcode::APPEND | opcode::APPENDQ | opcode::PREPEND | opcode::PREPENDQ => frame.concat(limits),
+        opcode::GET | opcode::GETQ | opcode::GETK | opcode::GETKQ => frame.get(),
+        opcode::TOUCH | opcode::GAT | opcode::GATQ | opcode::GATK | opcode::GATKQ => frame.touch(),
+        opcode::DELETE | opcode::DELETEQ => frame.delete(),
+        opcode::INCREMENT | opcode::INCREMENTQ | opcode::DECREMENT | opcode::DECREMENTQ => frame.arith(),
+        opcode::SASL_AUTH | opcode::SASL_STEP => frame.sasl(limits),
         // memcached swallows the body length again after the extras and key it has read.
-        _ => refuse(status::UNKNOWN_COMMAND, false, fixed.saturating_add(body_len)),
+        _ => frame.refuse(status::UNKNOWN_COMMAND, false, fixed.saturating_add(body_len)),
+    }
+}
+
+/// A request frame whose header, extras and key are in `buf` (`fixed` bytes); its value, if
+/// any, runs to `whole`.
+#[derive(Clone, Copy)]
+struct Frame<'a> {
+    header: Header,
+    buf: &'a [u8],
+    fixed: usize,
+    whole: usize,
+}
+
+impl<'a> Frame<'a> {
+    #[inline(always)]
+    fn request(&self, command: Command<'a>, len: usize) -> Parsed<'a> {
+        let Header { opcode, opaque, cas, .. } = self.header;
+        Parsed::Request { request: Request::Binary(Binary { opcode, opaque, cas, command }), len }
+    }
+
+    #[inline(always)]
+    fn refuse(&self, status: u16, close: bool, len: usize) -> Parsed<'a> {
+        self.request(Command::Refuse { status, close }, len)
+    }
+
+    /// A frame whose lengths do not fit its command: refused, and the connection closed.
+    #[inline(always)]
+    fn invalid(&self) -> Parsed<'a> {
+        self.refuse(status::EINVAL, true, self.fixed)
+    }
+
+    #[inline(always)]
+    fn extras(&self) -> &'a [u8] {
+        &self.buf[HEADER_BYTES..HEADER_BYTES + self.header.extras_len]
+    }
+
+    #[inline(always)]
+    fn key(&self) -> &'a [u8] {
+        &self.buf[HEADER_BYTES + self.header.extras_len..self.fixed]
+    }
+
+    #[inline(always)]
+    fn value_len(&self) -> usize {
+        self.header.body_len - self.header.extras_len - self.header.key_len
+    }
+
+    /// The value, once the whole frame is in.
+    #[inline(always)]
+    fn value(&self) -> Option<&'a [u8]> {
+        self.buf.get(self.fixed..self.whole)
+    }
+
+    #[inline(always)]
+    fn quiet(&self) -> bool {
+        matches!(
+            self.header.opcode,
+            opcode::GETQ
+                | opcode::GETKQ
+                | opcode::GATQ
+                | opcode::GATKQ
+                | opcode::SETQ
+                | opcode::ADDQ
+                | opcode::REPLACEQ
+                | opcode::APPENDQ
+                | opcode::PREPENDQ
+                | opcode::DELETEQ
+                | opcode::INCREMENTQ
+                | opcode::DECREMENTQ
+                | opcode::QUITQ
+                | opcode::FLUSHQ
+        )
+    }
+
+    /// VERSION, NOOP, SASL_LIST_MECHS and QUIT: a header alone.
+    #[inline(always)]
+    fn bare(&self) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, body_len, .. } = self.header;
+        if extras_len != 0 || key_len != 0 || body_len != 0 {
+            return self.invalid();
+        }
+        let command = match opcode {
+            opcode::VERSION => Command::Version,
+            opcode::NOOP => Command::Noop,
+            opcode::SASL_LIST_MECHS => Command::SaslListMechs,
+            _ => Command::Quit { quiet: self.quiet() },
+        };
+        self.request(command, self.fixed)
+    }
+
+    /// FLUSH (an optional expiry) and STAT (an optional group in the key).
+    #[inline(always)]
+    fn admin(&self) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, body_len, .. } = self.header;
+        if opcode == opcode::STAT {
+            if extras_len != 0 {
+                return self.invalid();
+            }
+            return self.request(Command::Stat { group: self.key() }, self.fixed);
+        }
+        if key_len != 0 || body_len != extras_len || !(extras_len == 0 || extras_len == 4) {
+            return self.invalid();
+        }
+        let exptime = if extras_len == 4 { be32(self.extras()) } else { 0 };
+        self.request(Command::Flush { exptime, quiet: self.quiet() }, self.fixed)
+    }
+
+    /// SET, ADD and REPLACE: flags and expiry in the extras, a value.
+    #[inline(always)]
+    fn store(&self, limits: &Limits) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, body_len, cas, .. } = self.header;
+        if extras_len != 8 || key_len == 0 || body_len < key_len + 8 {
+            return self.invalid();
+        }
+        let extras = self.extras();
+        let flags = be32(extras);
+        let exptime = be32(&extras[4..]);
+        let set = matches!(opcode, opcode::SET | opcode::SETQ);
+        let key = self.key();
+        if limits.too_large(key_len, self.value_len(), flags) {
+            return self.request(Command::TooLarge { key, set }, self.whole);
+        }
+        let Some(value) = self.value() else { return Parsed::Incomplete };
+        let mode = match opcode {
+            _ if cas != 0 => StoreMode::Cas(cas),
+            opcode::SET | opcode::SETQ => StoreMode::Set,
+            opcode::ADD | opcode::ADDQ => StoreMode::Add,
+            _ => StoreMode::Replace,
+        };
+        self.request(Command::Store { mode, key, flags, exptime, value, quiet: self.quiet() }, self.whole)
+    }
+
+    /// APPEND and PREPEND: a value, no extras.
+    #[inline(always)]
+    fn concat(&self, limits: &Limits) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, .. } = self.header;
+        if key_len == 0 || extras_len != 0 {
+            return self.invalid();
+        }
+        let key = self.key();
+        if limits.too_large(key_len, self.value_len(), 0) {
+            return self.request(Command::TooLarge { key, set: false }, self.whole);
+        }
+        let Some(value) = self.value() else { return Parsed::Incomplete };
+        let mode = if matches!(opcode, opcode::APPEND | opcode::APPENDQ) {
+            StoreMode::Append
+        } else {
+            StoreMode::Prepend
+        };
+        let quiet = self.quiet();
+        self.request(Command::Store { mode, key, flags: 0, exptime: 0, value, quiet }, self.whole)
+    }
+
+    /// GET, GETQ, GETK and GETKQ: a key alone.
+    #[inline(always)]
+    fn get(&self) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, body_len, .. } = self.header;
+        if extras_len != 0 || body_len != key_len || key_len == 0 {
+            return self.invalid();
+        }
+        let with_key = matches!(opcode, opcode::GETK | opcode::GETKQ);
+        self.request(Command::Get { key: self.key(), quiet: self.quiet(), with_key, touch: None }, self.fixed)
+    }
+
+    /// TOUCH and the GAT family: an expiry in the extras.
+    #[inline(always)]
+    fn touch(&self) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, .. } = self.header;
+        if extras_len != 4 || key_len == 0 {
+            return self.invalid();
+        }
+        let exptime = be32(self.extras());
+        let key = self.key();
+        if opcode == opcode::TOUCH {
+            return self.request(Command::Touch { key, exptime }, self.fixed);
+        }
+        let with_key = matches!(opcode, opcode::GATK | opcode::GATKQ);
+        self.request(Command::Get { key, quiet: self.quiet(), with_key, touch: Some(exptime) }, self.fixed)
+    }
+
+    /// DELETE: a key alone.
+    #[inline(always)]
+    fn delete(&self) -> Parsed<'a> {
+        let Header { key_len, extras_len, body_len, .. } = self.header;
+        if key_len == 0 || extras_len != 0 || body_len != key_len {
+            return self.invalid();
+        }
+        self.request(Command::Delete { key: self.key(), quiet: self.quiet() }, self.fixed)
+    }
+
+    /// INCREMENT and DECREMENT: delta, initial value and expiry in the extras.
+    #[inline(always)]
+    fn arith(&self) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, body_len, .. } = self.header;
+        if key_len == 0 || extras_len != 20 || body_len != key_len + extras_len {
+            return self.invalid();
+        }
+        let extras = self.extras();
+        let command = Command::Arith {
+            key: self.key(),
+            delta: be64(extras),
+            initial: be64(&extras[8..]),
+            exptime: be32(&extras[16..]),
+            decrement: matches!(opcode, opcode::DECREMENT | opcode::DECREMENTQ),
+            quiet: self.quiet(),
+        };
+        self.request(command, self.fixed)
+    }
+
+    /// SASL_AUTH and SASL_STEP: the mechanism in the key, the data in the value.
+    #[inline(always)]
+    fn sasl(&self, limits: &Limits) -> Parsed<'a> {
+        let Header { opcode, key_len, extras_len, .. } = self.header;
+        if extras_len != 0 || key_len == 0 {
+            return self.invalid();
+        }
+        if key_len > SASL_MECHANISM_BYTES_MAX {
+            return self.refuse(status::EINVAL, false, self.whole);
+        }
+        if self.value_len() > limits.item_bytes_max {
+            return self.refuse(status::ENOMEM, false, self.whole);
+        }
+        let Some(data) = self.value() else { return Parsed::Incomplete };
+        let step = opcode == opcode::SASL_STEP;
+        self.request(Command::SaslAuth { mechanism: self.key(), data, step }, self.whole)
     }
 }
 
