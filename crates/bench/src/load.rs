@@ -17,7 +17,9 @@
 //! for throughput per GB.
 
 use crate::cpu::process_cpu_secs;
-use crate::workload::{judge, write_value, Arrivals, Dataset, Distribution, KeyChooser, Rng, ValueLayout, Verdict};
+use crate::workload::{
+    judge, write_value, Arrivals, Dataset, Distribution, KeyChooser, Rng, ValueLayout, Verdict,
+};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use mio::net::{TcpStream, UdpSocket};

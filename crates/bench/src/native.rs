@@ -6,7 +6,9 @@
 //! so the report can say how close the server comes to what the kernel's UDP path allows.
 
 use crate::cpu::process_cpu_secs;
-use crate::workload::{value_matches, Arrivals, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
+use crate::workload::{
+    value_matches, write_key, write_value, Arrivals, Dataset, Distribution, KeyChooser, Rng,
+};
 use clap::Args;
 use hdrhistogram::Histogram;
 use qs_client::native::Datagrams;

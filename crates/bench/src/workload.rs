@@ -436,7 +436,6 @@ mod tests {
         assert!(arrivals.next_at() > late);
     }
 
-
     #[test]
     fn zipf_beyond_one_follows_its_law() {
         // theta 1.2 over 1000 keys: Gray's generator cannot, rejection-inversion can. The most

@@ -163,7 +163,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     // (a frame type with out-of-line methods cost 20 instructions a request more,
     // callgrind-server.sh with PROTOCOL=memcache_binary).
     match header.opcode {
-        opcode::VERSION | opcode::NOOP | opcode::SASL_LIST_MECHS | opcode::QUIT | opcode::QUITQ => frame.bare(),
+        opcode::VERSION | opcode::NOOP | opcode::SASL_LIST_MECHS | opcode::QUIT | opcode::QUITQ => {
+            frame.bare()
+        }
         opcode::FLUSH | opcode::FLUSHQ | opcode::STAT => frame.admin(),
         opcode::SET | opcode::SETQ | opcode::ADD | opcode::ADDQ | opcode::REPLACE | opcode::REPLACEQ => {
             frame.store(limits)
