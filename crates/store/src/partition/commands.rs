@@ -1,0 +1,736 @@
+//! memcached's operations on one item: finding it (the index's buckets, the hint, the chained
+//! spares), get and its after-read upkeep, the stores (set, add, replace, cas, append, prepend)
+//! and their placement, touch, delete, incr/decr and the meta get.
+
+use super::*;
+
+impl Partition {
+    pub(super) fn key_of(&self, offset: u64, header: &Header) -> Vec<u8> {
+        let mut key = Vec::new();
+        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        key
+    }
+
+    // ---- lookups ---------------------------------------------------------------------------
+
+    #[inline(always)]
+    pub(super) fn find(&self, hash: KeyHash, key: &[u8]) -> Option<Found> {
+        let bucket = self.shape.bucket(hash);
+        let tag = hash.tag();
+        // A key has at most one live slot, so a hinted slot that holds it is the one a scan
+        // would find.
+        let hint = self.hint(hash).get();
+        if hint & !HINT_SLOT_MASK == hash.0 & !HINT_SLOT_MASK {
+            let slot_index = (hint & HINT_SLOT_MASK) as usize;
+            if let Some(word) = self.shared.index.bucket(bucket)[1..].get(slot_index) {
+                if let Some(found) =
+                    self.probe(bucket, bucket, slot_index, Slot(word.load(Relaxed)), tag, key)
+                {
+                    return Some(found);
+                }
+            }
+        }
+        let mut slot_bucket = bucket;
+        loop {
+            let words = self.shared.index.bucket(slot_bucket);
+            for (slot_index, word) in words[1..].iter().enumerate() {
+                let slot = Slot(word.load(Relaxed));
+                if let Some(found) = self.probe(bucket, slot_bucket, slot_index, slot, tag, key) {
+                    return Some(found);
+                }
+            }
+            // Only store mode chains buckets; a cache-mode slot is never a link.
+            let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+            if !last.is_link() {
+                return None;
+            }
+            slot_bucket = last.offset() as usize;
+        }
+    }
+
+    /// Whether `slot` (slot `slot_index` of `slot_bucket`, in `bucket`'s chain) holds `key`.
+    #[inline(always)]
+    pub(super) fn probe(
+        &self,
+        bucket: usize,
+        slot_bucket: usize,
+        slot_index: usize,
+        slot: Slot,
+        tag: u16,
+        key: &[u8],
+    ) -> Option<Found> {
+        if slot.tag() != tag || !self.geometry.is_live(slot.offset(), self.heads()) {
+            return None;
+        }
+        let offset = slot.offset();
+        let header = self.shared.log.header(offset);
+        (header.word0.key_len() == key.len() && self.shared.log.bytes_equal(offset, header.key_start(), key))
+            .then_some(Found { bucket, slot_bucket, slot: slot_index, offset, header })
+    }
+
+    /// Finds a key that still answers; an expired or flushed one is removed on the way.
+    #[inline(always)]
+    pub(super) fn lookup(&mut self, hash: KeyHash, key: &[u8], now_secs: u32) -> Lookup {
+        let Some(found) = self.find(hash, key) else { return Lookup::Absent };
+        if !self.shared.is_gone(&found.header, now_secs) {
+            return Lookup::Found(found);
+        }
+        let expired = found.header.ext.expiry().is_expired(now_secs);
+        let version = self.begin_write(found.bucket);
+        self.unlink(&found);
+        self.retire(found.offset, &found.header);
+        self.count_reclaimed(&found.header);
+        self.end_write(found.bucket, version);
+        Lookup::Gone { expired }
+    }
+
+    // ---- operations ------------------------------------------------------------------------
+
+    #[inline(always)]
+    pub(super) fn get(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        touch: Option<Expiry>,
+        update: bool,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        self.stats.gets += 1;
+        let mut found = match self.lookup(hash, key, now_secs) {
+            Lookup::Found(found) => found,
+            Lookup::Absent => {
+                self.count_get_miss(touch.is_some());
+                return Outcome::Miss;
+            }
+            Lookup::Gone { expired } => {
+                if expired {
+                    self.stats.get_expired += 1;
+                } else {
+                    self.stats.get_flushed += 1;
+                }
+                self.count_get_miss(touch.is_some());
+                return Outcome::Miss;
+            }
+        };
+        self.stats.get_hits += 1;
+        if let Some(expiry) = touch {
+            self.stats.touch_hits += 1;
+            let before = found.header.ext.expiry();
+            found = self.set_expiry(found, expiry, now_secs);
+            let mut outcome = self.answer_hit(found, update, now_secs, out);
+            if let Outcome::Hit(hit) = &mut outcome {
+                hit.expiry_before = before;
+            }
+            return outcome;
+        }
+        self.answer_hit(found, update, now_secs, out)
+    }
+
+    /// Copies a found item's value to `out`, does the read's bookkeeping unless `update` is
+    /// false (meta `u`: not marked fetched, last access and LRU position kept), and builds the hit.
+    #[inline(always)]
+    pub(super) fn answer_hit(
+        &mut self,
+        found: Found,
+        update: bool,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let header = found.header;
+        let value_start = out.len();
+        let value_len = header.word1.value_len();
+        self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, out);
+        let hit = header.hit(value_start, self.shared.cas_unique(header.word0.cas_seq()));
+        if update {
+            self.after_read(&found, now_secs);
+        }
+        Outcome::Hit(hit)
+    }
+
+    pub(super) fn count_get_miss(&mut self, touch: bool) {
+        self.stats.get_misses += 1;
+        if touch {
+            self.stats.touch_misses += 1;
+        }
+    }
+
+    /// Bookkeeping after a hit: fetched bit, last access, and the eviction policy's re-append.
+    #[inline(always)]
+    pub(super) fn after_read(&mut self, found: &Found, now_secs: u32) {
+        let header = found.header;
+        let age = self.age(found.offset);
+        let reappend = match self.eviction {
+            Eviction::Fifo | Eviction::Clock | Eviction::S3Fifo => false,
+            Eviction::Lru => age > header.capacity() as u64,
+            Eviction::ApproxLru => age > self.limit_bytes / 2,
+        };
+        if reappend {
+            self.stats.reappends += 1;
+            self.move_to_tail(found, header.word0.bits() | BIT_FETCHED, now_secs);
+            return;
+        }
+        let fetched = header.word0.has(BIT_FETCHED);
+        let accessed = header.word1.last_access() == now_secs;
+        let counted = !self.eviction.counts_reads() || header.word0.freq() == item::FREQ_MAX;
+        if fetched && accessed && counted {
+            return;
+        }
+        if !counted {
+            // Written whole like the fetched bit (below), once per read until the count is full.
+            let word0 = header.word0.with_bit(BIT_FETCHED).with_freq(header.word0.freq() + 1);
+            self.shared.log.set_word0(found.offset, word0);
+            if !accessed {
+                self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
+            }
+            return;
+        }
+        // No version bracket: each of these is one word written whole, changing only metadata
+        // (the fetched bit, the last access), so an optimistic reader sees either word as it was
+        // or as it is now, and any mix of the two is a header some order of the accesses could
+        // give. Leaving the bucket's version alone keeps its line clean: a read dirties only the
+        // item's line, and only the first time in a second.
+        if !fetched {
+            self.shared.log.set_word0(found.offset, header.word0.with_bit(BIT_FETCHED));
+        }
+        if !accessed {
+            self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
+        }
+    }
+
+    /// Copies an item to the tail with header bits `bits` and last access `last_access`,
+    /// keeping its CAS, flags and expiry (LRU's move on a read, clock's keep at the head). The
+    /// old copy is superseded first, so making room for the new one passes it as it would any
+    /// superseded item.
+    pub(super) fn move_to_tail(&mut self, found: &Found, bits: u8, last_access: u32) {
+        let header = found.header;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let key_len = header.word0.key_len();
+        self.shared.log.read_bytes(
+            found.offset,
+            header.key_start(),
+            key_len + header.word1.value_len(),
+            &mut scratch,
+        );
+        let (key, value) = scratch.split_at(key_len);
+        let new_header = NewItem {
+            cas_seq: header.word0.cas_seq(),
+            bits: bits & !BIT_EXT,
+            flags: header.ext.flags(),
+            expiry: header.ext.expiry(),
+            last_access,
+        };
+        let version = self.begin_write(found.bucket);
+        self.retire(found.offset, &header);
+        let offset = self.append(Ring::Main, key, value, new_header);
+        self.set_slot(found.slot_bucket, found.slot, Slot::new(found_tag(self, found), offset));
+        self.end_write(found.bucket, version);
+        self.scratch = scratch;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn store(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        mode: StoreMode,
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        now_secs: u32,
+    ) -> Outcome {
+        self.stats.sets += 1;
+        let existing = match self.lookup(hash, key, now_secs) {
+            Lookup::Found(found) => Some(found),
+            Lookup::Absent | Lookup::Gone { .. } => None,
+        };
+        let mut new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
+        match (mode, existing) {
+            (StoreMode::Add, Some(_)) => return Outcome::NotStored,
+            (
+                StoreMode::Replace
+                | StoreMode::Append
+                | StoreMode::Prepend
+                | StoreMode::AppendCas(_)
+                | StoreMode::PrependCas(_),
+                None,
+            ) => return Outcome::NotStored,
+            (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
+                self.stats.cas_misses += 1;
+                return Outcome::NotFound;
+            }
+            (StoreMode::Cas(cas), Some(found)) => {
+                if self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+                    self.stats.cas_badval += 1;
+                    return Outcome::Exists;
+                }
+                self.stats.cas_hits += 1;
+            }
+            (StoreMode::CasOrStale(cas), Some(found)) => {
+                let current = self.shared.cas_unique(found.header.word0.cas_seq());
+                if cas > current {
+                    self.stats.cas_badval += 1;
+                    return Outcome::Exists;
+                }
+                if cas < current {
+                    // An older version's write: kept, but marked stale for the next reader.
+                    new_item.bits = BIT_STALE | (found.header.word0.bits() & BIT_WIN_SENT);
+                    new_item.expiry = found.header.ext.expiry();
+                }
+                self.stats.cas_hits += 1;
+            }
+            (StoreMode::AppendCas(cas) | StoreMode::PrependCas(cas), Some(found))
+                if self.shared.cas_unique(found.header.word0.cas_seq()) != cas =>
+            {
+                return Outcome::Exists;
+            }
+            _ => {}
+        }
+        if let Some(found) = existing {
+            match mode {
+                StoreMode::Append | StoreMode::AppendCas(_) => {
+                    return self.concatenate(hash, key, &found, value, true, now_secs);
+                }
+                StoreMode::Prepend | StoreMode::PrependCas(_) => {
+                    return self.concatenate(hash, key, &found, value, false, now_secs);
+                }
+                _ => {}
+            }
+        }
+        self.put(hash, key, value, new_item, existing)
+    }
+
+    pub(super) fn concatenate(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        found: &Found,
+        data: &[u8],
+        append: bool,
+        now_secs: u32,
+    ) -> Outcome {
+        let header = found.header;
+        let old_len = header.word1.value_len();
+        // memcached sizes the joined item as it sizes any (its header, the key and a
+        // NUL, the data and \r\n, 4 bytes for nonzero client flags) and answers NOT_STORED
+        // when that outgrows the item size limit.
+        let flags_bytes = if header.ext.flags() != 0 { 4 } else { 0 };
+        if MEMCACHED_ITEM_HEADER_BYTES + key.len() + 1 + old_len + data.len() + 2 + flags_bytes
+            > self.item_bytes_max
+        {
+            return Outcome::NotStored;
+        }
+        if old_len + data.len() > VALUE_BYTES_MAX {
+            self.stats.too_large += 1;
+            return Outcome::TooLarge;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if !append {
+            scratch.extend_from_slice(data);
+        }
+        let value_at = header.key_start() + header.word0.key_len();
+        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        if append {
+            scratch.extend_from_slice(data);
+        }
+        let new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        let outcome = self.put(hash, key, &scratch, new_item, Some(*found));
+        self.scratch = scratch;
+        outcome
+    }
+
+    /// Writes a new version of `key`: in place when it fits the existing item's space, else
+    /// appended at the tail with the old version retired. Inlined: it is most of a SET, and
+    /// a call's register saves and restores were a tenth of one (callgrind).
+    #[inline(always)]
+    pub(super) fn put(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        mut new_item: NewItem,
+        existing: Option<Found>,
+    ) -> Outcome {
+        if self.store.is_some() {
+            return self.put_store(hash, key, value, new_item, existing);
+        }
+        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
+        let size = item::item_bytes(key.len(), value.len(), ext);
+        if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
+            self.stats.too_large += 1;
+            return Outcome::TooLarge;
+        }
+        new_item.cas_seq = self.take_cas_seq();
+        self.stats.total_items += 1;
+        let cas = self.shared.cas_unique(new_item.cas_seq);
+        if let Some(found) = existing.as_ref().filter(|_| self.eviction.counts_reads()) {
+            // A key written again is as popular as it was: the clock's count carries over.
+            new_item.bits |= found.header.word0.bits() & item::FREQ_BITS;
+        }
+        if let Some(found) = existing {
+            let capacity = found.header.capacity();
+            // Not in a memory file: a value rewritten in place could be found half written
+            // after a crash, where an appended one is outside the window until whole.
+            if size <= capacity && (capacity - size) / 8 <= SLACK_WORDS_MAX && self.persist.is_none() {
+                let version = self.begin_write(found.bucket);
+                let key_in_place = found.header.word0.has(BIT_EXT) == ext;
+                self.write_item(found.offset, key, value, new_item, (capacity - size) / 8, key_in_place);
+                self.end_write(found.bucket, version);
+                return Outcome::Stored { cas };
+            }
+            let version = self.begin_write(found.bucket);
+            self.retire(found.offset, &found.header);
+            let ring = self.ring_for_existing(found.offset, size);
+            let offset = self.append(ring, key, value, new_item);
+            self.set_slot(found.slot_bucket, found.slot, Slot::new(hash.tag(), offset));
+            self.end_write(found.bucket, version);
+            return Outcome::Stored { cas };
+        }
+        let bucket = self.shape.bucket(hash);
+        let version = self.begin_write(bucket);
+        if self.flash.is_some() {
+            self.supersede_flash(hash);
+        }
+        let ring = self.ring_for_new(hash, size);
+        let offset = self.append(ring, key, value, new_item);
+        self.link(bucket, Slot::new(hash.tag(), offset));
+        self.end_write(bucket, version);
+        Outcome::Stored { cas }
+    }
+
+    /// Store mode's [`Partition::put`]: in place when the new item fits the old one's block;
+    /// otherwise a new block is allocated first and the old one freed after, so a refused
+    /// write leaves the old version. Items always carry the flags/expiry word, so touch never
+    /// needs to move them. Out of arena space or spare buckets: [`Outcome::OutOfMemory`].
+    pub(super) fn put_store(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        mut new_item: NewItem,
+        existing: Option<Found>,
+    ) -> Outcome {
+        let size = item::item_bytes(key.len(), value.len(), true);
+        if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
+            self.stats.too_large += 1;
+            return Outcome::TooLarge;
+        }
+        let store = self.store.as_mut().expect("store mode");
+        if let Some(found) = existing {
+            if size <= store.arena.item_capacity(self.shared.log.words(), found.offset) {
+                new_item.cas_seq = self.take_cas_seq();
+                self.stats.total_items += 1;
+                let version = self.begin_write(found.bucket);
+                self.write_item(found.offset, key, value, new_item, 0, true);
+                self.end_write(found.bucket, version);
+                return Outcome::Stored { cas: self.shared.cas_unique(new_item.cas_seq) };
+            }
+        }
+        let Some(offset) = store.arena.alloc(self.shared.log.words(), size) else {
+            self.stats.refused += 1;
+            return Outcome::OutOfMemory;
+        };
+        let block = store.arena.block_size(self.shared.log.words(), offset);
+        new_item.cas_seq = self.take_cas_seq();
+        let bucket = self.shape.bucket(hash);
+        let version = self.begin_write(bucket);
+        self.write_item(offset, key, value, new_item, 0, false);
+        let slot = Slot::new(hash.tag(), offset);
+        match existing {
+            Some(found) => {
+                self.set_slot(found.slot_bucket, found.slot, slot);
+                self.retire(found.offset, &found.header);
+            }
+            None => {
+                if !self.link_chained(bucket, slot) {
+                    let store = self.store.as_mut().expect("store mode");
+                    store.arena.free(self.shared.log.words(), offset);
+                    self.end_write(bucket, version);
+                    self.stats.refused += 1;
+                    return Outcome::OutOfMemory;
+                }
+            }
+        }
+        self.end_write(bucket, version);
+        self.stats.items += 1;
+        self.stats.bytes += block;
+        self.stats.total_items += 1;
+        self.reclaim_step();
+        Outcome::Stored { cas: self.shared.cas_unique(new_item.cas_seq) }
+    }
+
+    /// Store mode: puts a slot in the first empty slot of `bucket`'s chain, chaining a spare
+    /// bucket when the chain is full. `false` when no spare bucket is left.
+    pub(super) fn link_chained(&mut self, bucket: usize, slot: Slot) -> bool {
+        let index = &self.shared.index;
+        let mut at = bucket;
+        loop {
+            let words = index.bucket(at);
+            for word in &words[1..] {
+                if word.load(Relaxed) == 0 {
+                    word.store(slot.0, Relaxed);
+                    return true;
+                }
+            }
+            let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+            if last.is_link() {
+                at = last.offset() as usize;
+                continue;
+            }
+            let Some(spare) = self.store.as_mut().and_then(|store| store.spare_free.pop()) else {
+                return false;
+            };
+            // The last slot's item moves to the spare bucket and the link takes its place.
+            let spare_words = index.bucket(spare);
+            spare_words[1].store(last.0, Relaxed);
+            spare_words[2].store(slot.0, Relaxed);
+            words[BUCKET_WORDS - 1].store(Slot::link(spare).0, Relaxed);
+            return true;
+        }
+    }
+
+    /// Store mode's housekeeping step, one bucket chain per write: expired and flushed items
+    /// are freed so their space is reused without anyone reading them.
+    pub(super) fn reclaim_step(&mut self) {
+        let bucket = self.scan_cursor;
+        self.scan_cursor = if self.scan_cursor + 1 < self.shape.buckets() { self.scan_cursor + 1 } else { 0 };
+        self.reclaim_bucket(bucket);
+    }
+
+    pub(super) fn reclaim_bucket(&mut self, bucket: usize) {
+        let now_secs = self.clock_secs;
+        loop {
+            let Some(found) = self.first_gone(bucket, now_secs) else { return };
+            let version = self.begin_write(bucket);
+            self.unlink(&found);
+            self.retire(found.offset, &found.header);
+            self.count_reclaimed(&found.header);
+            self.end_write(bucket, version);
+        }
+    }
+
+    /// The first item of `bucket`'s chain that no longer answers.
+    pub(super) fn first_gone(&self, bucket: usize, now_secs: u32) -> Option<Found> {
+        let mut slot_bucket = bucket;
+        loop {
+            let words = self.shared.index.bucket(slot_bucket);
+            for (slot_index, word) in words[1..].iter().enumerate() {
+                let slot = Slot(word.load(Relaxed));
+                if slot.is_empty() || slot.is_link() {
+                    continue;
+                }
+                let header = self.shared.log.header(slot.offset());
+                if self.shared.is_gone(&header, now_secs) {
+                    let offset = slot.offset();
+                    return Some(Found { bucket, slot_bucket, slot: slot_index, offset, header });
+                }
+            }
+            let last = Slot(words[BUCKET_WORDS - 1].load(Relaxed));
+            if !last.is_link() {
+                return None;
+            }
+            slot_bucket = last.offset() as usize;
+        }
+    }
+
+    pub(super) fn touch(&mut self, hash: KeyHash, key: &[u8], expiry: Expiry, now_secs: u32) -> Outcome {
+        match self.lookup(hash, key, now_secs) {
+            Lookup::Found(found) => {
+                self.stats.touch_hits += 1;
+                let found = self.set_expiry(found, expiry, now_secs);
+                self.after_read(&found, now_secs);
+                Outcome::Touched
+            }
+            Lookup::Absent | Lookup::Gone { .. } => {
+                self.stats.touch_misses += 1;
+                Outcome::NotFound
+            }
+        }
+    }
+
+    /// Gives an item a new expiry: in place when it has the extension word, else re-appended
+    /// with one. Returns where the item is now.
+    pub(super) fn set_expiry(&mut self, found: Found, expiry: Expiry, now_secs: u32) -> Found {
+        let header = found.header;
+        if header.word0.has(BIT_EXT) {
+            let version = self.begin_write(found.bucket);
+            self.shared.log.set_ext(found.offset, Ext::new(header.ext.flags(), expiry));
+            self.end_write(found.bucket, version);
+            let header = Header { ext: Ext::new(header.ext.flags(), expiry), ..header };
+            return Found { header, ..found };
+        }
+        if expiry == Expiry::NEVER {
+            return found;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let key_len = header.word0.key_len();
+        let data_len = key_len + header.word1.value_len();
+        self.shared.log.read_bytes(found.offset, header.key_start(), data_len, &mut scratch);
+        let (key, value) = scratch.split_at(key_len);
+        let new_item = NewItem {
+            cas_seq: header.word0.cas_seq(),
+            bits: header.word0.bits(),
+            flags: 0,
+            expiry,
+            last_access: now_secs,
+        };
+        let version = self.begin_write(found.bucket);
+        let tag = found_tag(self, &found);
+        self.retire(found.offset, &header);
+        let ring = self.ring_for_existing(found.offset, item::item_bytes(key_len, value.len(), true));
+        let offset = self.append(ring, key, value, new_item);
+        self.set_slot(found.slot_bucket, found.slot, Slot::new(tag, offset));
+        self.end_write(found.bucket, version);
+        self.scratch = scratch;
+        let header = self.shared.log.header(offset);
+        Found { offset, header, ..found }
+    }
+
+    pub(super) fn delete(&mut self, hash: KeyHash, key: &[u8], cas: u64, now_secs: u32) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            self.stats.delete_misses += 1;
+            return Outcome::NotFound;
+        };
+        if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+            return Outcome::Exists;
+        }
+        self.stats.delete_hits += 1;
+        let version = self.begin_write(found.bucket);
+        self.unlink(&found);
+        self.retire(found.offset, &found.header);
+        self.end_write(found.bucket, version);
+        Outcome::Deleted
+    }
+
+    pub(super) fn arith(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        delta: u64,
+        decrement: bool,
+        cas: u64,
+        now_secs: u32,
+    ) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            if decrement {
+                self.stats.decr_misses += 1;
+            } else {
+                self.stats.incr_misses += 1;
+            }
+            return Outcome::NotFound;
+        };
+        let header = found.header;
+        let old_len = header.word1.value_len();
+        // memcached refuses an empty value as non-numeric before it compares the CAS.
+        if old_len == 0 {
+            return Outcome::NonNumeric;
+        }
+        if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+            return Outcome::Exists;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let value_at = header.key_start() + header.word0.key_len();
+        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        let Some(number) = parse_counter(&scratch) else {
+            self.scratch = scratch;
+            return Outcome::NonNumeric;
+        };
+        if decrement {
+            self.stats.decr_hits += 1;
+        } else {
+            self.stats.incr_hits += 1;
+        }
+        let value = if decrement { number.saturating_sub(delta) } else { number.wrapping_add(delta) };
+        let mut digits = [0u8; 24];
+        let text = format_u64(value, &mut digits);
+        // memcached keeps the old length when the number is shorter, padding with spaces.
+        scratch.clear();
+        scratch.extend_from_slice(text);
+        if text.len() < old_len {
+            scratch.resize(old_len, b' ');
+        }
+        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        if text.len() <= old_len {
+            // memcached rewrites a number that fits in place: the item keeps its marks (h, X, Z).
+            new_item.bits = header.word0.bits() & (BIT_FETCHED | BIT_STALE | BIT_WIN_SENT);
+        }
+        let expiry = new_item.expiry;
+        let outcome = self.put(hash, key, &scratch, new_item, Some(found));
+        self.scratch = scratch;
+        match outcome {
+            Outcome::Stored { cas } => Outcome::Counter { value, cas, expiry },
+            other => other,
+        }
+    }
+
+    pub(super) fn meta_get(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        options: MetaGet,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        match self.get(hash, key, options.touch, !options.no_update, now_secs, out) {
+            Outcome::Hit(mut hit) => {
+                let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
+                let remaining = expiry.0.saturating_sub(now_secs);
+                let recache = options
+                    .recache_below_secs
+                    .is_some_and(|below| expiry != Expiry::NEVER && remaining < below);
+                if (hit.stale || recache) && !hit.win_sent {
+                    // The read may have moved the item (LRU): find it again to claim the token.
+                    if let Some(found) = self.find(hash, key) {
+                        let version = self.begin_write(found.bucket);
+                        self.shared.log.set_word0(found.offset, found.header.word0.with_bit(BIT_WIN_SENT));
+                        self.end_write(found.bucket, version);
+                        hit.won = true;
+                    }
+                }
+                Outcome::Hit(hit)
+            }
+            Outcome::Miss => match options.vivify {
+                Some(expiry) => {
+                    // The request that creates the stub has fetched it (memcached: `h1` next).
+                    let stub = NewItem {
+                        cas_seq: 0,
+                        bits: BIT_WIN_SENT | BIT_FETCHED,
+                        flags: 0,
+                        expiry,
+                        last_access: now_secs,
+                    };
+                    match self.put(hash, key, &[], stub, None) {
+                        Outcome::Stored { cas } => Outcome::Vivified { cas },
+                        other => other,
+                    }
+                }
+                None => Outcome::Miss,
+            },
+            other => other,
+        }
+    }
+
+    pub(super) fn invalidate(&mut self, hash: KeyHash, key: &[u8], cas: u64, now_secs: u32) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            self.stats.delete_misses += 1;
+            return Outcome::NotFound;
+        };
+        if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
+            self.stats.delete_misses += 1;
+            return Outcome::Exists;
+        }
+        self.stats.delete_hits += 1;
+        let cas_seq = self.take_cas_seq();
+        let word0 = found.header.word0.with_bit(BIT_STALE).without_bit(BIT_WIN_SENT).with_cas_seq(cas_seq);
+        let version = self.begin_write(found.bucket);
+        self.shared.log.set_word0(found.offset, word0);
+        self.end_write(found.bucket, version);
+        Outcome::Deleted
+    }
+
+    // ---- mechanics ---------------------------------------------------------------------------
+}

@@ -1,0 +1,228 @@
+//! A partition's requests: one at a time (`execute`, `run`) or a batch with its buckets and items
+//! prefetched first (`execute_batch`), the plain get and set fast paths, `flush_all` and the
+//! crawler's bucket scans.
+
+use super::*;
+
+impl Partition {
+    /// Runs one request. A hit's value is appended to `out`.
+    #[inline]
+    pub fn execute(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+            return Outcome::BadKey;
+        }
+        let (hash, key) = (request.hash, request.key);
+        self.clock_secs = now_secs;
+        match request.command {
+            // Nothing appended: no room to make.
+            Command::Get | Command::Delete { .. } | Command::Invalidate { .. } => {}
+            // No more than the write will take: a keep or eviction too many is an item lost.
+            Command::Store { value, flags, expiry, .. } => self.keep_ahead(item::item_bytes(
+                key.len(),
+                value.len(),
+                flags != 0 || expiry != Expiry::NEVER,
+            )),
+            _ => self.keep_ahead(item::item_bytes(key.len(), 0, false)),
+        }
+        let outcome = match request.command {
+            Command::Get => self.get(hash, key, None, true, now_secs, out),
+            Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), true, now_secs, out),
+            Command::Touch { expiry } => self.touch(hash, key, expiry, now_secs),
+            Command::SetExpiry { expiry } => match self.lookup(hash, key, now_secs) {
+                Lookup::Found(found) => {
+                    self.set_expiry(found, expiry, now_secs);
+                    Outcome::Touched
+                }
+                Lookup::Absent | Lookup::Gone { .. } => Outcome::NotFound,
+            },
+            Command::Store { mode, value, flags, expiry } => {
+                self.store(hash, key, mode, value, flags, expiry, now_secs)
+            }
+            Command::Delete { cas } => self.delete(hash, key, cas, now_secs),
+            Command::Arith { delta, decrement, cas } => {
+                self.arith(hash, key, delta, decrement, cas, now_secs)
+            }
+            Command::Invalidate { cas } => self.invalidate(hash, key, cas, now_secs),
+            Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, out),
+        };
+        self.scan_if_due();
+        self.settle_if_pending();
+        outcome
+    }
+
+    /// Runs a batch through the prefetch pipeline: prefetch every bucket, then every candidate
+    /// item, then execute in order. Results are pushed to `outcomes` in request order.
+    pub fn execute_batch(
+        &mut self,
+        requests: &[Request<'_>],
+        now_secs: u32,
+        prefetch: bool,
+        out: &mut Vec<u8>,
+        outcomes: &mut Vec<Outcome>,
+    ) {
+        if prefetch {
+            self.prefetch_buckets(requests);
+            self.prefetch_items(requests);
+        }
+        for request in requests {
+            outcomes.push(self.run(request, now_secs, out));
+        }
+    }
+
+    /// Runs one request as [`Partition::execute_batch`] does (lean paths for plain GET and
+    /// SET). For callers that build their own pipeline over several partitions with
+    /// [`Partition::prefetch_bucket`] and [`Partition::prefetch_item`].
+    #[inline]
+    pub fn run(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        let outcome = match request.command {
+            Command::Get => self.plain_get(request, now_secs, out),
+            Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
+                self.plain_set(request, value, flags, expiry, now_secs, out)
+            }
+            _ => return self.execute(request, now_secs, out),
+        };
+        self.settle_if_pending();
+        outcome
+    }
+
+    /// Re-points the slots of items this command demoted to flash, if any.
+    #[inline(always)]
+    pub(super) fn settle_if_pending(&mut self) {
+        if self.flash.is_some() {
+            self.settle_flash();
+        }
+    }
+
+    /// Pipeline stage 1 for one key: start loading its bucket.
+    #[inline(always)]
+    pub fn prefetch_bucket(&self, hash: KeyHash) {
+        self.shared.index.prefetch(self.shape.bucket(hash));
+    }
+
+    /// Pipeline stage 2 for one key: start loading its candidate item (after stage 1 had time
+    /// to bring the bucket in).
+    #[inline(always)]
+    pub fn prefetch_item(&self, hash: KeyHash) {
+        let bucket = self.shared.index.bucket(self.shape.bucket(hash));
+        let tag = hash.tag();
+        for (slot_index, word) in bucket[1..].iter().enumerate() {
+            let slot = Slot(word.load(Relaxed));
+            if slot.tag() == tag && self.geometry.is_live(slot.offset(), self.heads()) {
+                self.shared.log.prefetch(slot.offset());
+                self.hint(hash).set(hash.0 & !HINT_SLOT_MASK | slot_index as u64);
+                break;
+            }
+        }
+    }
+
+    /// The hint-table entry for `hash`.
+    #[inline(always)]
+    pub(super) fn hint(&self, hash: KeyHash) -> &Cell<u64> {
+        &self.hints[hash.bucket(HINTS - 1)]
+    }
+
+    /// The batch's common case, kept lean: a plain GET of a well-formed key. Anything unusual
+    /// (a bad key, an expired or flushed item to reclaim) goes through [`Partition::execute`].
+    #[inline(always)]
+    pub(super) fn plain_get(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+            return self.execute(request, now_secs, out);
+        }
+        let Some(found) = self.find(request.hash, request.key) else {
+            self.stats.gets += 1;
+            self.count_get_miss(false);
+            return Outcome::Miss;
+        };
+        if self.shared.is_gone(&found.header, now_secs) {
+            return self.execute(request, now_secs, out);
+        }
+        self.stats.gets += 1;
+        self.stats.get_hits += 1;
+        self.answer_hit(found, true, now_secs, out)
+    }
+
+    /// The other common case: a plain SET of a well-formed key whose old version, if any, still
+    /// answers. Anything unusual goes through [`Partition::execute`].
+    #[inline(always)]
+    pub(super) fn plain_set(
+        &mut self,
+        request: &Request<'_>,
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+        now_secs: u32,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+            return self.execute(request, now_secs, out);
+        }
+        self.clock_secs = now_secs;
+        self.keep_ahead(item::item_bytes(
+            request.key.len(),
+            value.len(),
+            flags != 0 || expiry != Expiry::NEVER,
+        ));
+        let existing = self.find(request.hash, request.key);
+        if existing.is_some_and(|found| self.shared.is_gone(&found.header, now_secs)) {
+            return self.execute(request, now_secs, out);
+        }
+        self.clock_secs = now_secs;
+        self.stats.sets += 1;
+        let new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
+        let outcome = self.put(request.hash, request.key, value, new_item, existing);
+        self.scan_if_due();
+        outcome
+    }
+
+    /// Pipeline stage 1: start loading both lines of every request's bucket.
+    #[inline(always)]
+    pub(super) fn prefetch_buckets(&self, requests: &[Request<'_>]) {
+        for request in requests {
+            self.prefetch_bucket(request.hash);
+        }
+    }
+
+    /// Pipeline stage 2: start loading the first line of each request's candidate item.
+    #[inline(always)]
+    pub(super) fn prefetch_items(&self, requests: &[Request<'_>]) {
+        for request in requests {
+            self.prefetch_item(request.hash);
+        }
+    }
+
+    /// flush_all: items stored or accessed before the flush time stop answering, from
+    /// `now_secs + delay_secs` on (memcached's rules, including its CAS cut-off for an
+    /// immediate flush). Without `by_cas` (memcached's -C) the cut-off is the second alone:
+    /// items stored in the flush's own second are flushed too, as memcached's are.
+    pub fn flush_all(&mut self, now_secs: u32, delay_secs: u32, by_cas: bool) {
+        let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
+        if delay_secs == 0 {
+            // Nothing in the main ring answers now: it fills again as a new one does.
+            self.main_free = self.limit_bytes;
+        }
+        if !by_cas {
+            self.shared.oldest_live.store(flush_at.max(1), Relaxed);
+        } else {
+            let oldest_live = flush_at.saturating_sub(1).max(1);
+            self.shared.oldest_live.store(oldest_live, Relaxed);
+            if oldest_live <= now_secs {
+                self.shared.oldest_cas_seq.store(self.next_cas_seq, Relaxed);
+            }
+        }
+        if let Some(state) = &self.persist {
+            state.set_flush(self.shared.oldest_live.load(Relaxed), self.shared.oldest_cas_seq.load(Relaxed));
+        }
+    }
+
+    /// Scans up to `buckets` buckets for dangling slots (housekeeping; also done automatically,
+    /// at the rate the offset width needs, as the tail advances).
+    pub fn scan_buckets(&mut self, buckets: usize) {
+        for _ in 0..buckets.min(self.shape.buckets()) {
+            if self.store.is_some() {
+                self.reclaim_step();
+            } else {
+                self.scan_one_bucket();
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+use super::*;
+use crate::region::HugePages;
+
+fn small(access: Access) -> Partition {
+    let mut config = Config::new(256, 2);
+    config.access = access;
+    config.eviction = Eviction::Lru;
+    config.huge_pages = HugePages::Off;
+    Partition::new(config)
+}
+
+fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
+    let command = Command::Store { mode: StoreMode::Set, value, flags: 3, expiry: Expiry::NEVER };
+    let outcome = partition.execute(&Request::new(key, command), 100, &mut Vec::new());
+    assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
+}
+
+#[test]
+fn evictions_are_recorded_only_while_asked_and_peek_changes_nothing() {
+    let mut partition = small(Access::Erew);
+    for round in 0..8u8 {
+        set(&mut partition, &[b'a' + round], &[round; 40]);
+    }
+    assert!(partition.take_evictions().is_empty(), "recorded while off");
+    partition.record_evictions(true);
+    for round in 0..8u8 {
+        set(&mut partition, &[b'k', round], &[round; 40]);
+    }
+    let evicted = partition.take_evictions();
+    assert!(!evicted.is_empty(), "a full log evicted nothing");
+    let first = &evicted[0];
+    assert_eq!((first.value_len, first.fetched), (40, false));
+    assert!(first.key.len() <= 2);
+    assert!(partition.take_evictions().is_empty(), "taken twice");
+    let last = [b'k', 7];
+    let before = partition.stats().gets;
+    assert_eq!(partition.peek(KeyHash::of(&last), &last, 100), Some(40));
+    assert_eq!(partition.peek(KeyHash::of(b"absent"), b"absent", 100), None);
+    assert_eq!(partition.stats().gets, before, "peek counted a get");
+    partition.record_evictions(false);
+    set(&mut partition, b"zz", &[1; 40]);
+    assert!(partition.take_evictions().is_empty());
+}
+
+/// Miri checks the owner's writes and a reader's optimistic copies for data races and
+/// out-of-bounds access, on a log small enough to wrap many times.
+#[test]
+fn miri_owner_and_reader_threads() {
+    let mut partition = small(Access::Crew);
+    let reader = partition.reader();
+    let thread = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        for round in 0..30 {
+            out.clear();
+            let key = [b'a' + (round % 3) as u8];
+            if let Outcome::Hit(hit) = reader.get(KeyHash::of(&key), &key, 100, &mut out) {
+                let value = &out[hit.value_start..];
+                assert!(value.iter().all(|&b| b == key[0]), "torn or foreign value {value:?}");
+                assert_eq!(hit.flags, 3);
+            }
+        }
+    });
+    for round in 0..40usize {
+        let key = [b'a' + (round % 3) as u8];
+        set(&mut partition, &key, &vec![key[0]; 1 + round % 37]);
+    }
+    thread.join().unwrap();
+    partition.check_invariants();
+}
+
+#[test]
+fn miri_erew_writes_no_versions() {
+    let mut partition = small(Access::Erew);
+    for round in 0..20usize {
+        set(&mut partition, &[b'k', round as u8 % 5], &[1; 20]);
+    }
+    let versions: u64 = (0..2).map(|bucket| partition.shared.index.bucket(bucket)[0].load(Relaxed)).sum();
+    assert_eq!(versions, 0);
+    partition.check_invariants();
+}
+
+fn get(partition: &mut Partition, key: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match partition.execute(&Request::new(key, Command::Get), 100, &mut out) {
+        Outcome::Hit(hit) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
+        Outcome::Miss => None,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A hint is only a hint: one left for a key whose slot then went to another key (or whose
+/// key moved, or was deleted), or one that points at the right slot of a forged entry, never
+/// answers for the wrong key.
+#[test]
+fn stale_and_forged_hints_fall_back_to_the_scan() {
+    let mut partition = small(Access::Crew);
+    set(&mut partition, b"a", b"1");
+    set(&mut partition, b"b", b"2");
+    for key in [&b"a"[..], b"b"] {
+        partition.prefetch_item(KeyHash::of(key));
+    }
+    // Delete "a" and write "c": "c" may take "a"'s old slot while "a"'s hint still names it.
+    let deleted = partition.execute(&Request::new(b"a", Command::Delete { cas: 0 }), 100, &mut Vec::new());
+    assert_eq!(deleted, Outcome::Deleted);
+    set(&mut partition, b"c", b"3");
+    assert_eq!(get(&mut partition, b"a"), None);
+    assert_eq!(get(&mut partition, b"b").as_deref(), Some(&b"2"[..]));
+    assert_eq!(get(&mut partition, b"c").as_deref(), Some(&b"3"[..]));
+    // "b" moves (a longer value is appended elsewhere) after its hint was taken.
+    partition.prefetch_item(KeyHash::of(b"b"));
+    set(&mut partition, b"b", b"a-longer-value");
+    assert_eq!(get(&mut partition, b"b").as_deref(), Some(&b"a-longer-value"[..]));
+    // Every hint entry forged to name every slot, for every key: answers do not change.
+    for slot in 0..SLOTS_PER_BUCKET as u64 {
+        for key in [&b"a"[..], b"b", b"c", b"d"] {
+            let hash = KeyHash::of(key);
+            partition.hint(hash).set(hash.0 & !HINT_SLOT_MASK | slot);
+        }
+        assert_eq!(get(&mut partition, b"a"), None);
+        assert_eq!(get(&mut partition, b"b").as_deref(), Some(&b"a-longer-value"[..]));
+        assert_eq!(get(&mut partition, b"c").as_deref(), Some(&b"3"[..]));
+        assert_eq!(get(&mut partition, b"d"), None);
+    }
+    partition.check_invariants();
+}
