@@ -89,6 +89,9 @@ class Rules(unittest.TestCase):
         self.assertNotIn("crates/bench", output)
 
     def test_a_paid_debt_must_leave_the_list(self):
+        debts = dict(layout.DEBTS)
+        layout.DEBTS["crates/server/src/worker/window.rs"] = layout.ALLOW_LONG
+        self.addCleanup(lambda: (layout.DEBTS.clear(), layout.DEBTS.update(debts)))
         output, status = run({
             "crates/server/src/main.rs": "mod worker;\n",
             "crates/server/src/worker/window.rs": "fn short() {}\n",

@@ -33,6 +33,7 @@ mod accept;
 mod budget;
 mod flash;
 mod handover;
+mod turn;
 mod udp;
 mod uring;
 mod window;

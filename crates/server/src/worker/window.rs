@@ -3,6 +3,7 @@
 //! owner, or parked (flash reads, output space, another worker's replies); and the reads
 //! ahead that make one window of a turn's connections at depth 1.
 
+use super::turn::{Flow, Turn};
 use super::*;
 
 impl Worker {
@@ -90,9 +91,8 @@ impl Worker {
     ///
     /// Requests are taken a window at a time: the window is parsed first, its keys hashed
     /// and their buckets and then their items prefetched, so the memory loads of a pipeline
-    /// overlap instead of stalling one request at a time (MICA's prefetch pipeline).
-    // the window loop: parsing, prefetching and running share one borrow of the read buffer per window, its fastest shape.
-    #[allow(clippy::too_many_lines)]
+    /// overlap instead of stalling one request at a time (MICA's prefetch pipeline); then each
+    /// request is decided and applied in order (turn.rs).
     pub(super) fn process(&mut self, index: usize) {
         let Worker {
             conns,
@@ -109,8 +109,14 @@ impl Worker {
             flash,
             ..
         } = self;
-        let me = *me;
         let Some(conn) = conns[index].as_mut() else { return };
+        if conn.state.blocked(Wait::Flash) {
+            return;
+        }
+        conn.starved = false;
+        engine.conn_fd = conn.fd;
+        let Some(dialect) = admit(conn, shared, engine, executed) else { return };
+        conn.state.unblock(Wait::Turn);
         let Conn {
             input,
             output,
@@ -125,602 +131,295 @@ impl Worker {
             fd,
             watch,
             error,
-            protocol,
             authenticated,
             ring,
             write_blocked,
             ..
         } = conn;
-        if state.blocked(Wait::Flash) {
-            return;
+        let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
+            || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
+        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
+        let udp = matches!(transport, Transport::Udp { .. });
+        let mut turn = Turn {
+            engine,
+            hand: &mut hand,
+            retry,
+            shared,
+            watching,
+            buffers,
+            flash,
+            executed,
+            output,
+            state,
+            dump,
+            stacked,
+            info,
+            watch,
+            error,
+            authenticated,
+            eof: *eof,
+            write_blocked: *write_blocked,
+            me: *me,
+            index,
+            generation: *generation,
+            udp,
+            dialect,
+            reqs_per_event: if udp { u32::MAX } else { shared.config.reqs_per_event },
+            served: 0,
+        };
+        windows(&mut turn, input, *ring != RingIo::Off, starved);
+    }
+}
+
+/// Runs a connection's windows one after another until its input runs dry or one stops it,
+/// consuming what they ran (and settling a long store's budget, or a get of several keys
+/// stopped part way).
+fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &mut bool) {
+    // The first request may be one that waited for flash: its resolved keys serve it only.
+    let mut ran_first = !turn.engine.flash_on();
+    loop {
+        if turn.output.pending_total == 0 {
+            // What it waited for has arrived (service reads again only once this clears).
+            turn.state.unblock(Wait::Replies);
         }
-        *starved = false;
-        engine.conn_fd = *fd;
-        if watch.is_some() {
-            // A watcher's input is read (to see it close) and ignored, as memcached ignores it.
-            input.consume(input.end - input.start);
-            if *eof {
-                state.close();
+        if !input.apply_skip() {
+            // A refused value still to swallow: at the end of input there is no more of
+            // it, and the connection ends (memcached closes a swallowing connection at EOF).
+            if turn.eof {
+                turn.state.close();
             }
             *starved = true;
             return;
         }
-        let udp = matches!(transport, Transport::Udp { .. });
-        if *protocol == Protocol::Auto {
-            if let Some(&first) = input.pending().first() {
-                *protocol = Dialect::sniff(first);
+        // The window borrows the read buffer: it lives in this block, dropped in place.
+        let (mut consumed, stop, resume, long) = 'window: {
+            let pending = input.pending();
+            let window = fill_window(pending, turn.dialect, turn.engine, turn.output);
+            if window.is_empty() {
+                match ran_dry(turn, input, on_ring, starved) {
+                    Some(long) => break 'window (0, false, None, Some(long)),
+                    None => return,
+                }
+            }
+            if let Some(info) = turn.info {
+                info.touch(turn.engine.now_secs);
+            }
+            let (consumed, stop, resume) = run_window(turn, &window, pending, &mut ran_first);
+            (consumed, stop, resume, None)
+        };
+        if let Some(len) = long {
+            // A store longer than a read buffer: its bytes come from the client memory
+            // budget before they arrive, or it is refused and they are swallowed.
+            if !input.afford(len, turn.buffers) {
+                *turn.executed = true;
+                consumed = budget::refuse_store(
+                    turn.dialect,
+                    input.pending(),
+                    turn.me,
+                    turn.engine,
+                    turn.hand,
+                    turn.output,
+                );
             }
         }
-        let dialect = Dialect::of(*protocol);
-        if !*authenticated {
-            use crate::session::auth::{admit, Admission, Modes};
-            let modes =
-                Modes { ascii: shared.ascii_passwords.as_ref(), sasl: shared.sasl_passwords.as_ref() };
-            let (admission, answered) = admit(
-                input,
-                state,
-                *eof,
-                dialect == Dialect::Binary,
-                modes,
-                &mut engine.counters,
-                output.reply_buf(),
-            );
-            *executed |= answered;
-            match admission {
-                Admission::Parse => *authenticated |= modes.sasl.is_none() && dialect == Dialect::Text,
-                Admission::Wait => {
-                    if *eof {
-                        state.close();
-                    }
-                    *starved = true;
-                    return;
-                }
-                Admission::Done => return,
-            }
+        if let Some(resume) = resume {
+            consumed = resume.apply(input);
         }
-        state.unblock(Wait::Turn);
-        let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
-            || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
-        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
-        // memcached's -R: after this many requests the connection waits for the next turn.
-        let reqs_per_event = if udp { u32::MAX } else { shared.config.reqs_per_event };
-        let mut served = 0u32;
-        // The first request may be one that waited for flash: its resolved keys serve it only.
-        let flash_on = engine.flash_on();
-        let mut ran_first = !flash_on;
-        loop {
-            if output.pending_total == 0 {
-                // What it waited for has arrived (service reads again only once this clears).
-                state.unblock(Wait::Replies);
-            }
-            if !input.apply_skip() {
-                // A refused value still to swallow: at the end of input there is no more of
-                // it, and the connection ends (memcached closes a swallowing connection at EOF).
-                if *eof {
-                    state.close();
-                }
-                *starved = true;
-                return;
-            }
-            // The window borrows the read buffer: it lives in this block, dropped in place.
-            let (mut consumed, stop, resume, long) = 'window: {
-                let pending = input.pending();
-                let mut window: ArrayVec<(Parsed<'_>, Option<Located>), WINDOW> = ArrayVec::new();
-                let mut ahead = 0;
-                // Workers this connection will be waiting on: a request that must wait for
-                // them ends the window (what follows would be parsed again after the wait).
-                let mut waiting_on = output
-                    .pending
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &count)| count > 0)
-                    .fold(0u64, |bits, (owner, _)| bits | 1 << (owner % 64));
-                while !window.is_full() && ahead < pending.len() {
-                    let parsed = dialect.parse(&pending[ahead..], &engine.limits);
-                    let (len, located, stalls) = match &parsed {
-                        Parsed::Incomplete => break,
-                        Parsed::Close => (usize::MAX, None, false),
-                        Parsed::Refused { len, .. } => (*len, None, false),
-                        Parsed::Request { request, len } => {
-                            let located = engine.locate_request(request);
-                            (*len, located, engine.stalls(request, located, &mut waiting_on))
-                        }
-                    };
-                    if let Some(located) = located {
-                        engine.prefetch_bucket(located);
-                    }
-                    window.push((parsed, located));
-                    if stalls || len >= pending.len() - ahead {
-                        // A request that will wait; or a close, or a refused block running past
-                        // the buffer: nothing follows.
-                        break;
-                    }
-                    ahead += len;
-                }
-                if window.is_empty() {
-                    // A store longer than its buffer may grow now: settled below.
-                    let long = budget::long_store(dialect, pending)
-                        .filter(|&len| len > READ_BUFFER_BYTES + input.charged);
-                    if long.is_some() {
-                        break 'window (0, false, None, long);
-                    }
-                }
-                if window.is_empty() && pending.len() >= input.limit && *ring != RingIo::Off {
-                    // On the ring (epoll's read stops at the limit): garbage without a line
-                    // end, as the parser would have refused a request this long.
-                    state.kill();
-                    *error = true;
-                    engine.counters.conns_dropped += 1;
-                    return;
-                }
-                if window.is_empty() {
-                    // The input ran dry: memcached would send what it holds now.
-                    *stacked = false;
-                    if *eof {
-                        state.close();
-                    }
-                    *starved = true;
-                    if let Some(info) = info {
-                        info.ran_dry(pending);
-                    }
-                    return;
-                }
-                if let Some(info) = info {
-                    info.touch(engine.now_secs);
-                }
-                // Stage 2 only pays when other requests run while the item loads: a request
-                // alone (depth 1) goes straight to its lookup, which scans the bucket anyway.
-                if window.len() > 1 {
-                    for (_, located) in &window {
-                        if let Some(located) = located {
-                            engine.prefetch_item(*located);
-                        }
-                    }
-                }
-                let mut consumed = 0;
-                let mut stop = false;
-                let mut resume = None;
-                // UDP: the reply of the request handled last, still to be marked as ended.
-                let mut unmarked: Option<Option<Box<[u8]>>> = None;
-                // A request that waits for flash: the window's requests after it may start
-                // their flash reads now (FlashWaits::prefetch).
-                let mut waits_at = None;
-                for (position, (parsed, located)) in window.iter().enumerate() {
-                    if flash_on {
-                        if ran_first {
-                            engine.flash_forget();
-                        }
-                        ran_first = true;
-                    }
-                    if let Some(last_key) = unmarked.take() {
-                        output.mark(last_key);
-                    }
-                    // The client memory budget spent: a connection holding replies past its
-                    // free share runs nothing more until its client has read them (the flush
-                    // follows; one whose client reads nothing is shed).
-                    let held = output.held_bytes();
-                    let over = held > crate::session::budget::OUTPUT_FREE_BYTES
-                        && (*write_blocked || output.pending_total == 0)
-                        && buffers.budget().spent();
-                    if state.is_ending() || held > OUTPUT_BYTES_HIGH || over {
-                        stop = true;
-                        break;
-                    }
-                    if !udp && buffers.limited() {
-                        // -o read_buf_mem_limit (conn::Buffers): the replies written so far are
-                        // charged; past half the limit a connection with replies unsent waits
-                        // for its client to read them, and at the limit one holding no reply
-                        // memory at all is closed, as memcached closes it.
-                        buffers.charge(output);
-                        let holds = output.held_bytes() > 0 || output.pending_total > 0;
-                        if holds && buffers.hold_room() == 0 {
-                            stop = true;
-                            break;
-                        }
-                        if !holds && buffers.room() == 0 && output.capacity_bytes() == 0 {
-                            engine.counters.response_obj_oom += 1;
-                            *executed = true;
-                            state.kill();
-                            *error = true;
-                            stop = true;
-                            break;
-                        }
-                    }
-                    if state.blocked(Wait::Replies) {
-                        if output.pending_total > 0 {
-                            stop = true;
-                            break;
-                        }
-                        state.unblock(Wait::Replies);
-                    }
-                    if output.pending_total >= PENDING_PER_CONN_MAX {
-                        state.block(Wait::Replies);
-                        stop = true;
-                        break;
-                    }
-                    if hand.full {
-                        // An owner is behind: wait until this turn's batches are sent.
-                        retry.push(index);
-                        state.block(Wait::Turn);
-                        stop = true;
-                        break;
-                    }
-                    if served >= reqs_per_event {
-                        engine.counters.conn_yields += 1;
-                        retry.push(index);
-                        state.block(Wait::Turn);
-                        stop = true;
-                        break;
-                    }
-                    served += 1;
-                    if udp {
-                        unmarked = Some(codec::last_get_key(parsed));
-                    }
-                    let here = &pending[consumed..];
-                    // Only `mn` sends what is stacked before it (memcached 1.6.40; a get
-                    // did too before).
-                    let flushes = matches!(parsed, Parsed::Request { request: Request::MetaNoop, .. });
-                    if let Parsed::Request { request: Request::Metadump { classes, keys }, len } = parsed {
-                        if !udp {
-                            *executed = true;
-                            if dump.is_none() {
-                                start_dump(classes, *keys, *stacked, dump, output.reply_buf(), engine);
-                            }
-                            *stacked = true;
-                            if continue_dump(dump, output, &mut hand, engine, me) {
-                                consumed += len;
-                                continue;
-                            }
-                            // More to list once the client has read some: the request stays.
-                            stop = true;
-                            break;
-                        }
-                    }
-                    if let Parsed::Request { request: Request::Watch { streams }, len } = parsed {
-                        if !udp {
-                            if output.pending_total > 0 {
-                                // Its earlier requests' replies come first.
-                                state.block(Wait::Replies);
-                                stop = true;
-                                break;
-                            }
-                            *executed = true;
-                            let refusal = codec::watch_refusal(
-                                shared.config.disable_watch,
-                                *stacked,
-                                streams.is_none(),
-                            );
-                            if let Some(refusal) = refusal {
-                                output.reply_buf().extend_from_slice(refusal);
-                                consumed += len;
-                                continue;
-                            }
-                            *watch = Some(shared.watchers.add(streams.unwrap_or_default(), me));
-                            watching.push(index);
-                            if let Some(info) = info {
-                                info.set_state(registry::State::Watch);
-                            }
-                            output.reply_buf().extend_from_slice(codec::WATCH_STARTED);
-                            // Whatever follows is ignored; an end of input read with it (no
-                            // event will say so again) ends the stream now.
-                            consumed = pending.len();
-                            if *eof {
-                                state.close();
-                            }
-                            stop = true;
-                            break;
-                        }
-                    }
-                    // A request whose data runs past what was read (a value swallowed or read
-                    // into its item) has memcached read again, and send what it holds first.
-                    let runs_past = match parsed {
-                        Parsed::Refused { len, .. } | Parsed::Request { len, .. } => *len > here.len(),
-                        _ => false,
-                    };
-                    *stacked = !flushes && !runs_past;
-                    let (request, len) = match parsed {
-                        Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
-                        Parsed::Close => {
-                            state.kill();
-                            *error = true;
-                            engine.counters.conns_dropped += 1;
-                            stop = true;
-                            break;
-                        }
-                        Parsed::Refused { reply, len, noreply } => {
-                            if !noreply {
-                                output.reply_buf().extend_from_slice(reply.as_bytes());
-                            }
-                            consumed += len;
-                            continue;
-                        }
-                        Parsed::Request { request, len } => (request, *len),
-                    };
-                    if let (Request::Binary(request), Some(passwords)) =
-                        (request, shared.sasl_passwords.as_ref())
-                    {
-                        let reply = output.reply_buf();
-                        match crate::session::auth::sasl_gate(
-                            request,
-                            authenticated,
-                            passwords,
-                            &mut engine.counters,
-                            reply,
-                        ) {
-                            crate::session::auth::Gate::Pass => {}
-                            crate::session::auth::Gate::Answered { close } => {
-                                *executed = true;
-                                consumed += len;
-                                if close {
-                                    state.close();
-                                    stop = true;
-                                    break;
-                                }
-                                continue;
-                            }
-                        }
-                    }
-                    engine.hint(request, *located);
-                    if let Some((key, drops)) = codec::oversized_store(request, &engine.limits) {
-                        // The data block never enters the buffer: answer here, and let the owner
-                        // drop the old value as memcached does.
-                        let owner = engine.owner_of(key);
-                        *executed = true;
-                        if owner == me {
-                            engine.execute(request, output.reply_buf());
-                        } else {
-                            if drops {
-                                hand.over(owner, Task::Drop, key, output, engine);
-                            }
-                            // Counted here, where it is answered (the owner only drops).
-                            engine.counters.cmd_set += 1;
-                            engine.counters.store_too_large += 1;
-                            codec::refuse_store(request, codec::Refusal::TooLarge, output.reply_buf());
-                        }
-                        consumed += len;
-                        continue;
-                    }
-                    match engine.route(request, &output.pending) {
-                        Route::Local => {}
-                        Route::AfterPending if output.pending_total > 0 => {
-                            state.block(Wait::Replies);
-                            stop = true;
-                            break;
-                        }
-                        Route::AfterPending => {}
-                        Route::Forward(owner) => {
-                            // A plain get of one key may come from the front cache, unless an
-                            // earlier request of this connection waits on the owner.
-                            // A get of one key goes as that key alone.
-                            let single = match *request {
-                                Request::Get { kind, keys } => {
-                                    qs_proto::tokens::single_word(keys).map(|key| (kind, key))
-                                }
-                                _ => None,
-                            };
-                            if let (Some((GetKind::Get, key)), 0) = (single, output.pending[owner]) {
-                                if engine.front_serve(key, output.reply_buf()) {
-                                    *executed = true;
-                                    consumed += len;
-                                    continue;
-                                }
-                            }
-                            match single {
-                                Some((kind, key)) => {
-                                    hand.over(owner, Task::Get { kind, end: true }, key, output, engine);
-                                }
-                                None => {
-                                    hand.over(owner, Task::Request(dialect), &here[..len], output, engine)
-                                }
-                            }
-                            consumed += len;
-                            continue;
-                        }
-                        Route::SplitGet => {
-                            let Request::Get { kind, keys } = *request else {
-                                unreachable!("split gets are gets")
-                            };
-                            if flash_on && park_for_flash(flash, request, engine, shared, index, *generation)
-                            {
-                                state.block(Wait::Flash);
-                                waits_at = Some(position);
-                                stop = true;
-                                break;
-                            }
-                            *executed = true;
-                            let budget = OUTPUT_BYTES_HIGH
-                                .saturating_sub(output.held_bytes())
-                                .min(buffers.hold_room())
-                                .min(buffers.budget().room());
-                            let mut added = 0;
-                            let mut rest = None;
-                            for key in qs_proto::tokens::words(keys) {
-                                let owner = engine.owner_of(key);
-                                if owner == me {
-                                    let buf = output.reply_buf();
-                                    let before = buf.len();
-                                    engine.get_one(kind, key, buf);
-                                    added += buf.len() - before + engine.shares.taken_bytes();
-                                    output.adopt(&mut engine.shares.taken);
-                                } else {
-                                    hand.over(owner, Task::Get { kind, end: false }, key, output, engine);
-                                }
-                                if added > budget || output.pending_total >= PENDING_PER_CONN_MAX {
-                                    rest = crate::exec::keys_after(keys, key);
-                                    if rest.is_some() {
-                                        break;
-                                    }
-                                }
-                            }
-                            if let Some(rest) = rest {
-                                resume = Some(codec::Resume::of(pending, here, keys, rest));
-                                stop = true;
-                                break;
-                            }
-                            output.reply_buf().extend_from_slice(codec::END);
-                            consumed += len;
-                            continue;
-                        }
-                        Route::Broadcast => {
-                            for owner in (0..hand.outgoing.len()).filter(|&owner| owner != me) {
-                                hand.over(owner, Task::Everywhere(dialect), &here[..len], output, engine);
-                            }
-                            state.block(Wait::Replies);
-                        }
-                    }
-                    if flash_on && park_for_flash(flash, request, engine, shared, index, *generation) {
-                        state.block(Wait::Flash);
-                        waits_at = Some(position);
-                        stop = true;
-                        break;
-                    }
-                    *executed = true;
-                    if let Request::Get { kind, keys } = *request {
-                        // Not located: several keys (or one too long). Several keys' replies
-                        // may outgrow the output bound, so the get runs in pieces as the
-                        // client reads.
-                        if located.is_none() {
-                            let budget = OUTPUT_BYTES_HIGH
-                                .saturating_sub(output.held_bytes())
-                                .min(buffers.hold_room())
-                                .min(buffers.budget().room());
-                            let rest = engine.get_many(kind, keys, output.reply_buf(), budget);
-                            output.adopt(&mut engine.shares.taken);
-                            if let Some(rest) = rest {
-                                resume = Some(codec::Resume::of(pending, here, keys, rest));
-                                stop = true;
-                                break;
-                            }
-                            consumed += len;
-                            continue;
-                        }
-                    }
-                    let executed_as = engine.execute(request, output.reply_buf());
-                    output.adopt(&mut engine.shares.taken);
-                    match executed_as {
-                        Exec::Done => {}
-                        Exec::Close => state.close(),
-                        Exec::Forward(owner) => {
-                            hand.over(owner, Task::Request(dialect), &here[..len], output, engine);
-                        }
-                    }
-                    consumed += len;
-                }
-                if let Some(last_key) = unmarked.take() {
-                    output.mark(last_key);
-                }
-                if let Some(position) = waits_at {
-                    for (parsed, _) in &window[position + 1..] {
-                        if let Parsed::Request { request, .. } = parsed {
-                            flash.prefetch(request, engine, shared);
-                        }
-                    }
-                }
-                engine.hint_clear();
-                (consumed, stop, resume, None)
-            };
-            if let Some(len) = long {
-                // A store longer than a read buffer: its bytes come from the client memory
-                // budget before they arrive, or it is refused and they are swallowed.
-                if !input.afford(len, buffers) {
-                    *executed = true;
-                    consumed = budget::refuse_store(dialect, input.pending(), me, engine, &mut hand, output);
-                }
-            }
-            if let Some(resume) = resume {
-                consumed = resume.apply(input);
-            }
-            input.consume(consumed);
-            if stop {
-                return;
-            }
+        input.consume(consumed);
+        if stop {
+            return;
         }
     }
 }
 
-/// The start of `lru_crawler metadump <classes>`: memcached's refusals, or the cursor set to
-/// the first chunk.
-fn start_dump(
-    classes: &[u8],
-    keys: bool,
-    stacked: bool,
-    dump: &mut Option<crate::session::dump::Cursor>,
-    out: &mut Vec<u8>,
-    engine: &Engine,
-) {
-    if let Some(refusal) =
-        codec::metadump_refusal(engine.crawler_enabled(), engine.dumping_disabled(), stacked, keys)
-    {
-        out.extend_from_slice(refusal);
-        return;
+/// A window with no complete request: a store longer than its buffer, whose bytes the budget
+/// settles next (its length); else the connection waits for more input (`None`), or is closed
+/// for garbage as long as its input limit without a line end (on the ring; epoll's read stops
+/// at the limit, and the parser would have refused a request this long).
+fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut bool) -> Option<usize> {
+    let pending = input.pending();
+    let long =
+        budget::long_store(turn.dialect, pending).filter(|&len| len > READ_BUFFER_BYTES + input.charged);
+    if long.is_some() {
+        return long;
     }
-    // memcached 1.6.43 starts a dump with `OK`.
-    match qs_proto::crawler_classes(classes) {
-        None => out.extend_from_slice(codec::BAD_CLASS),
-        Some(true) => {
-            out.extend_from_slice(b"OK\r\n");
-            *dump = Some(crate::session::dump::Cursor { keys, ..Default::default() });
-        }
-        // A valid list of classes that hold nothing here.
-        Some(false) => {
-            out.extend_from_slice(b"OK\r\n");
-            out.extend_from_slice(if keys { b"EN\r\n" } else { codec::END });
-        }
+    if pending.len() >= input.limit && on_ring {
+        turn.state.kill();
+        *turn.error = true;
+        turn.engine.counters.conns_dropped += 1;
+        return None;
     }
+    // The input ran dry: memcached would send what it holds now.
+    *turn.stacked = false;
+    if turn.eof {
+        turn.state.close();
+    }
+    *starved = true;
+    if let Some(info) = turn.info {
+        info.ran_dry(pending);
+    }
+    None
 }
 
-/// Lists chunks of a running dump while the client keeps up: the owned partitions' here, the
-/// others' by their owners. Returns true once the dump is complete (or was never started),
-/// with its `END` written.
-fn continue_dump(
-    dump: &mut Option<crate::session::dump::Cursor>,
-    output: &mut Output,
-    hand: &mut Hand<'_>,
+/// The requests of one window, parsed from `pending`: each key hashed once and its bucket
+/// prefetched (stage 1); with more than one, their items prefetched too (stage 2 only pays when
+/// other requests run while an item loads: a request alone, at depth 1, goes straight to its
+/// lookup). A request that must wait for other workers' replies ends the window (what
+/// follows would be parsed again after the wait), as do a close and a refused block running
+/// past the buffer.
+#[inline]
+fn fill_window<'p>(
+    pending: &'p [u8],
+    dialect: Dialect,
     engine: &mut Engine,
-    me: usize,
-) -> bool {
-    let Some(cursor) = dump.as_mut() else { return true };
-    let (partitions, buckets) = (engine.partitions.len(), engine.main_buckets());
-    loop {
-        if output.held_bytes() >= crate::session::dump::OUTPUT_AHEAD_BYTES
-            || output.pending_total >= crate::session::dump::CHUNKS_IN_FLIGHT
-            || hand.full
-        {
-            return false;
+    output: &Output,
+) -> ArrayVec<(Parsed<'p>, Option<Located>), WINDOW> {
+    let mut window: ArrayVec<(Parsed<'p>, Option<Located>), WINDOW> = ArrayVec::new();
+    let mut ahead = 0;
+    // Workers this connection will be waiting on.
+    let mut waiting_on = output
+        .pending
+        .iter()
+        .enumerate()
+        .filter(|&(_, &count)| count > 0)
+        .fold(0u64, |bits, (owner, _)| bits | 1 << (owner % 64));
+    while !window.is_full() && ahead < pending.len() {
+        let parsed = dialect.parse(&pending[ahead..], &engine.limits);
+        let (len, located, stalls) = match &parsed {
+            Parsed::Incomplete => break,
+            Parsed::Close => (usize::MAX, None, false),
+            Parsed::Refused { len, .. } => (*len, None, false),
+            Parsed::Request { request, len } => {
+                let located = engine.locate_request(request);
+                (*len, located, engine.stalls(request, located, &mut waiting_on))
+            }
+        };
+        if let Some(located) = located {
+            engine.prefetch_bucket(located);
         }
-        let Some((partition, range)) = cursor.next_chunk(partitions, buckets) else { break };
-        let owner = engine.owner_of_partition(partition);
-        let keys = cursor.keys;
-        if owner == me {
-            engine.dump_chunk(partition, range, keys, output.reply_buf());
-        } else {
-            let (start, end) = (range.start as u32, range.end as u32);
-            let task = Task::Chunk { partition: partition as u32, start, end, keys };
-            hand.over(owner, task, &[], output, engine);
+        window.push((parsed, located));
+        if stalls || len >= pending.len() - ahead {
+            break;
+        }
+        ahead += len;
+    }
+    if window.len() > 1 {
+        for (_, located) in &window {
+            if let Some(located) = located {
+                engine.prefetch_item(*located);
+            }
         }
     }
-    let keys = cursor.keys;
-    *dump = None;
-    output.reply_buf().extend_from_slice(if keys { b"EN\r\n" } else { codec::END });
-    true
+    window
 }
 
-/// With `-o ext_path`: when `request` (to run here now) has keys on flash, starts reading them
-/// and returns true; the request stays in the connection's input and runs again when they are
-/// back.
-fn park_for_flash(
-    flash: &mut flash::FlashWaits,
-    request: &Request<'_>,
-    engine: &mut Engine,
-    shared: &Shared,
-    conn: usize,
-    generation: u32,
-) -> bool {
-    flash.keys.clear();
-    engine.flash_probe(request, &mut flash.keys);
-    if flash.keys.is_empty() {
-        return false;
+/// Runs a window's requests in order until one stops it: the bytes consumed, whether the
+/// window stopped, and where a get of several keys stopped part way.
+#[inline]
+fn run_window(
+    turn: &mut Turn<'_, '_>,
+    window: &[(Parsed<'_>, Option<Located>)],
+    pending: &[u8],
+    ran_first: &mut bool,
+) -> (usize, bool, Option<codec::Resume>) {
+    let flash_on = turn.engine.flash_on();
+    let mut consumed = 0;
+    // UDP: the reply of the request handled last, still to be marked as ended.
+    let mut unmarked: Option<Option<Box<[u8]>>> = None;
+    let mut outcome = (false, None);
+    // A request that waits for flash: the window's requests after it may start their flash
+    // reads now (FlashWaits::prefetch).
+    let mut waits_at = None;
+    for (position, (parsed, located)) in window.iter().enumerate() {
+        if flash_on {
+            if *ran_first {
+                turn.engine.flash_forget();
+            }
+            *ran_first = true;
+        }
+        if let Some(last_key) = unmarked.take() {
+            turn.output.mark(last_key);
+        }
+        if turn.stops_before() {
+            outcome.0 = true;
+            break;
+        }
+        turn.served += 1;
+        if turn.udp {
+            unmarked = Some(codec::last_get_key(parsed));
+        }
+        match turn.step(parsed, *located, pending, &pending[consumed..]) {
+            Flow::Next(len) => consumed += len,
+            Flow::Stop => outcome.0 = true,
+            Flow::StopAll => (consumed, outcome.0) = (pending.len(), true),
+            Flow::Resume(resume) => outcome = (true, Some(resume)),
+            Flow::Flash => (waits_at, outcome.0) = (Some(position), true),
+        }
+        if outcome.0 {
+            break;
+        }
     }
-    flash.start(flash::Waiter::Local { conn, generation }, engine, shared);
-    true
+    if let Some(last_key) = unmarked.take() {
+        turn.output.mark(last_key);
+    }
+    if let Some(position) = waits_at {
+        for (parsed, _) in &window[position + 1..] {
+            if let Parsed::Request { request, .. } = parsed {
+                turn.flash.prefetch(request, turn.engine, turn.shared);
+            }
+        }
+    }
+    turn.engine.hint_clear();
+    (consumed, outcome.0, outcome.1)
+}
+
+/// A connection's dialect (sniffed from its first byte where its listener negotiates) and,
+/// until it has authenticated, the admission phase (session::auth): `None` when nothing may
+/// be parsed now (a watcher, whose input is read only to see it close, is ignored here too).
+fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut bool) -> Option<Dialect> {
+    if conn.watch.is_some() {
+        // A watcher's input is read (to see it close) and ignored, as memcached ignores it.
+        conn.input.consume(conn.input.end - conn.input.start);
+        if conn.eof {
+            conn.state.close();
+        }
+        conn.starved = true;
+        return None;
+    }
+    if conn.protocol == Protocol::Auto {
+        if let Some(&first) = conn.input.pending().first() {
+            conn.protocol = Dialect::sniff(first);
+        }
+    }
+    let dialect = Dialect::of(conn.protocol);
+    if conn.authenticated {
+        return Some(dialect);
+    }
+    use crate::session::auth::{admit, Admission, Modes};
+    let modes = Modes { ascii: shared.ascii_passwords.as_ref(), sasl: shared.sasl_passwords.as_ref() };
+    let binary = dialect == Dialect::Binary;
+    let (admission, answered) = admit(
+        &mut conn.input,
+        &mut conn.state,
+        conn.eof,
+        binary,
+        modes,
+        &mut engine.counters,
+        conn.output.reply_buf(),
+    );
+    *executed |= answered;
+    match admission {
+        Admission::Parse => {
+            conn.authenticated |= modes.sasl.is_none() && dialect == Dialect::Text;
+            Some(dialect)
+        }
+        Admission::Wait => {
+            if conn.eof {
+                conn.state.close();
+            }
+            conn.starved = true;
+            None
+        }
+        Admission::Done => None,
+    }
 }
