@@ -62,7 +62,7 @@ impl Turn<'_, '_> {
     /// Whether the window stops before its next request: the client memory budget spent
     /// while this connection holds replies past its free share, `read_buf_mem_limit` reached,
     /// replies it waits for, too many in flight, an owner behind, or `-R` used up.
-    #[inline]
+    #[inline(always)]
     pub(super) fn stops_before(&mut self) -> bool {
         // The budget spent: a connection holding replies past its free share runs nothing
         // more until its client has read them (the flush follows; one whose client reads
@@ -120,7 +120,7 @@ impl Turn<'_, '_> {
 
     /// Decides and applies what one parsed request needs; `pending` is the connection's
     /// input, `here` its part from this request on.
-    #[inline]
+    #[inline(always)]
     pub(super) fn step(
         &mut self,
         parsed: &Parsed<'_>,
@@ -342,7 +342,7 @@ impl Turn<'_, '_> {
     /// A request this worker runs: parked while its keys are read from flash; a get of several
     /// keys (or one too long to locate) in pieces as the client reads; anything else executed
     /// (and handed on if the engine says so).
-    #[inline]
+    #[inline(always)]
     fn run_here(
         &mut self,
         request: &Request<'_>,
