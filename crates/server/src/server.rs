@@ -497,7 +497,7 @@ fn new_shared(
 /// The sockets bound at start-up, each worker's own (SO_REUSEPORT) or shared (-s).
 struct Bound {
     /// Per worker: its TCP listeners, their protocol, and whether they speak TLS.
-    tcp: Vec<Vec<(conn::Listener, config::Protocol, bool, bool)>>,
+    tcp: Vec<Vec<conn::Listening>>,
     /// Per worker: its UDP sockets.
     udp: Vec<Vec<mio::net::UdpSocket>>,
     /// -s: the one UNIX domain socket every worker accepts from.
@@ -521,8 +521,7 @@ impl Bound {
         };
         // Every worker binds every address (SO_REUSEPORT): the first one's socket settles a
         // free port where the plan asks for one, and the others join it there.
-        let mut tcp: Vec<Vec<(conn::Listener, config::Protocol, bool, bool)>> =
-            (0..workers).map(|_| Vec::new()).collect();
+        let mut tcp: Vec<Vec<conn::Listening>> = (0..workers).map(|_| Vec::new()).collect();
         let mut tcp_bound = Vec::new();
         for endpoint in &plan.tcp {
             let mut addr = endpoint.addr;
@@ -533,11 +532,11 @@ impl Bound {
                 let listener = sys::listener(addr, true, config.backlog)
                     .map_err(|e| format!("failed to listen on {addr}: {e}"))?;
                 addr = listener.local_addr().map_err(|e| format!("failed to listen on {addr}: {e}"))?;
-                listeners.push((
+                listeners.push(conn::Listening::new(
                     conn::Listener::Tcp(listener),
+                    None,
                     endpoint.protocol,
-                    tls && !endpoint.notls,
-                    tls && endpoint.mtls,
+                    conn::Security::of(tls, endpoint.notls, endpoint.mtls),
                 ));
             }
             tcp_bound.push(addr);
@@ -581,27 +580,27 @@ impl Bound {
         let mut listeners = std::mem::take(&mut self.tcp[index]);
         if let Some(listener) = &self.unix {
             // Every worker accepts from the one socket (whichever wakes first).
-            listeners.push((
+            listeners.push(conn::Listening::new(
                 conn::Listener::Unix(mio::net::UnixListener::from_std(
                     listener.try_clone().map_err(|e| format!("UNIX socket: {e}"))?,
                 )),
+                config.unix_socket.as_deref(),
                 config.binding_protocol(),
-                false,
-                false,
+                conn::Security::Plain,
             ));
         }
         if config.worker_port_base != 0 {
             let port = config.worker_port_base as usize + index;
             let port = u16::try_from(port).map_err(|_| "--worker-port-base too high".to_string())?;
             let addr = SocketAddr::new(self.interface, port);
-            listeners.push((
+            listeners.push(conn::Listening::new(
                 conn::Listener::Tcp(
                     sys::listener(addr, false, config.backlog)
                         .map_err(|e| format!("failed to listen on TCP port {port}: {e}"))?,
                 ),
+                None,
                 config.binding_protocol(),
-                shared.tls.is_some(),
-                false,
+                conn::Security::of(shared.tls.is_some(), false, false),
             ));
         }
         let udp = std::mem::take(&mut self.udp[index]);

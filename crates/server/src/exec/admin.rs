@@ -233,6 +233,16 @@ impl Engine {
         out.extend_from_slice(reply::END);
     }
 
+    /// Partition `index`, where this worker owns it (the flash waits ask for theirs here).
+    pub fn owned_partition(&mut self, index: usize) -> Option<&mut Partition> {
+        self.partitions.get_mut(index).and_then(Option::as_mut)
+    }
+
+    /// How many partitions the server has.
+    pub fn partition_count(&self) -> usize {
+        self.partitions.len()
+    }
+
     /// Main index buckets per partition.
     pub fn main_buckets(&self) -> usize {
         self.shared.main_buckets

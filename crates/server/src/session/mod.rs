@@ -503,6 +503,52 @@ macro_rules! via_source {
 via_source!(Stream);
 via_source!(Listener);
 
+/// What a listener's connections speak under their protocol: plain bytes, TLS (-Z), or TLS
+/// that requires the client's certificate (`mtls:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Security {
+    /// Plain TCP (`notls:`, or no -Z), or the UNIX domain socket.
+    Plain,
+    /// TLS (-Z).
+    Tls,
+    /// TLS, the client's certificate required (`mtls:`).
+    MutualTls,
+}
+
+impl Security {
+    /// A listener's, under a server with `tls` (-Z) and a listen address marked `notls:` or
+    /// `mtls:`.
+    pub fn of(tls: bool, notls: bool, mtls: bool) -> Security {
+        match (tls && !notls, mtls) {
+            (false, _) => Security::Plain,
+            (true, false) => Security::Tls,
+            (true, true) => Security::MutualTls,
+        }
+    }
+}
+
+/// A listening socket, its address as `stats conns` names it, and what the connections it
+/// accepts start with.
+pub struct Listening {
+    pub socket: Listener,
+    pub addr: Addr,
+    /// -B, or the listen address's `proto[...]`.
+    pub protocol: crate::config::Protocol,
+    pub security: Security,
+}
+
+impl Listening {
+    /// `socket`, named with `path` when it is the UNIX domain socket (-s).
+    pub fn new(
+        socket: Listener,
+        path: Option<&std::path::Path>,
+        protocol: crate::config::Protocol,
+        security: Security,
+    ) -> Listening {
+        Listening { addr: socket.addr(path), socket, protocol, security }
+    }
+}
+
 /// A listening socket: TCP, or a UNIX domain socket (memcached's `-s`).
 pub enum Listener {
     /// TCP.

@@ -9,7 +9,7 @@ impl Worker {
     /// `ERROR Too many open connections` and closed).
     pub(super) fn accept(&mut self, listener: usize) {
         let shared = self.shared.clone();
-        let _turn = match self.listeners.get(listener) {
+        let _turn = match self.listeners.get(listener).map(|listening| &listening.socket) {
             // Another worker is accepting from the shared socket: it takes this one too (it
             // accepts until none is left; one arriving later wakes both workers again).
             Some(crate::session::Listener::Unix(_)) => match shared.unix_accept.try_lock() {
@@ -21,7 +21,9 @@ impl Worker {
         let fast = self.shared.extended.maxconns_fast;
         let _reserving = (!fast).then(|| shared.reserved_accept.lock().unwrap_or_else(|e| e.into_inner()));
         loop {
-            let Some(socket) = self.listeners.get(listener) else { return };
+            let Some(socket) = self.listeners.get(listener).map(|listening| &listening.socket) else {
+                return;
+            };
             // Without maxconns_fast a place is taken before accepting: at the limit nothing
             // is accepted and clients wait in the backlog until a connection closes.
             if !fast {
@@ -59,8 +61,9 @@ impl Worker {
     /// Makes an accepted socket (its place under the limit taken) a connection of this worker:
     /// a TLS session around it on a -Z listener, registered, logged, queued to read.
     fn admit(&mut self, listener: usize, mut stream: crate::session::Stream, peer: Addr) {
-        let (tls_listener, mutual) = self.listener_tls[listener];
-        if tls_listener {
+        let security = self.listeners[listener].security;
+        let mutual = security == crate::session::Security::MutualTls;
+        if security != crate::session::Security::Plain {
             // -Z: a TLS session around the socket (its handshake runs as it is read).
             let session = match (self.shared.tls.as_ref(), stream) {
                 (Some(tls), crate::session::Stream::Tcp(socket)) => {
@@ -92,7 +95,7 @@ impl Worker {
         }
         self.generations[index] = self.generations[index].wrapping_add(1);
         let fd = stream.fd();
-        let local = stream.local_addr(&self.listener_addrs[listener]);
+        let local = stream.local_addr(&self.listeners[listener].addr);
         let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
         self.shared.registry.add(fd, info.clone());
         if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
@@ -107,7 +110,7 @@ impl Worker {
             self.generations[index],
             Input::new(self.input_limit),
             Output::new(self.shared.workers),
-            self.listener_protocols[listener],
+            self.listeners[listener].protocol,
         );
         conn.authenticated = self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none();
         conn.info = Some(info);

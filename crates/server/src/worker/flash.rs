@@ -211,7 +211,7 @@ impl FlashWaits {
                 }
                 continue;
             }
-            let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
+            let Some(partition) = engine.owned_partition(key.partition) else { continue };
             match start_read(self.uring.as_mut(), partition, key.read, worker, ticket, shared) {
                 Started::Reading(state) => {
                     wait.states[number] = state;
@@ -238,12 +238,13 @@ impl FlashWaits {
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
         engine.flash_probe(request, &mut keys);
+        let worker = engine.worker;
         for key in keys.drain(..) {
             let at = (key.partition, key.read.offset);
             if self.prefetch_index.contains_key(&at) || !self.prefetch_room() {
                 continue;
             }
-            let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
+            let Some(partition) = engine.owned_partition(key.partition) else { continue };
             if !matches!(partition.flash_place(key.read.offset, key.read.len), Some(Place::File(_))) {
                 continue; // in memory: read when its turn comes
             }
@@ -252,14 +253,13 @@ impl FlashWaits {
                 self.prefetches.len() - 1
             });
             let ticket = PREFETCH | slot as u64;
-            let state =
-                match start_read(self.uring.as_mut(), partition, key.read, engine.worker, ticket, shared) {
-                    Started::Reading(state) => state,
-                    Started::Done(_) => {
-                        self.prefetch_free.push(slot);
-                        continue;
-                    }
-                };
+            let state = match start_read(self.uring.as_mut(), partition, key.read, worker, ticket, shared) {
+                Started::Reading(state) => state,
+                Started::Done(_) => {
+                    self.prefetch_free.push(slot);
+                    continue;
+                }
+            };
             self.prefetches[slot] = Some(Prefetch { at, state, waiter: None });
             self.prefetch_index.insert(at, slot);
         }
@@ -322,7 +322,7 @@ impl FlashWaits {
             if ticket & PREFETCH != 0 {
                 let slot = (ticket & !PREFETCH) as usize;
                 let Some(ahead) = self.prefetches.get_mut(slot).and_then(Option::as_mut) else { continue };
-                if let Some(partition) = engine.partitions[ahead.at.0].as_mut() {
+                if let Some(partition) = engine.owned_partition(ahead.at.0) {
                     if !bytes.is_empty() {
                         partition.flash_count_read(bytes.len(), false);
                     }
@@ -349,7 +349,7 @@ impl FlashWaits {
         let number = (ticket & ((1 << KEY_BITS) - 1)) as usize;
         let Some(wait) = self.waits.get_mut(id).and_then(Option::as_mut) else { return };
         if count && !bytes.is_empty() {
-            if let Some(partition) = engine.partitions[wait.keys[number].partition].as_mut() {
+            if let Some(partition) = engine.owned_partition(wait.keys[number].partition) {
                 partition.flash_count_read(bytes.len(), false);
             }
         }
@@ -368,7 +368,7 @@ impl FlashWaits {
         for (number, key) in wait.keys.iter_mut().enumerate() {
             let KeyState::Read(record) = &mut wait.states[number] else { continue };
             let record = std::mem::take(record);
-            let Some(partition) = engine.partitions[key.partition].as_mut() else { continue };
+            let Some(partition) = engine.owned_partition(key.partition) else { continue };
             if record.is_empty() {
                 partition.flash_read_failed();
                 wait.states[number] = KeyState::Resolved(FlashResolved { hash: key.hash, serve: None });

@@ -74,7 +74,7 @@ const WINDOW: usize = 16;
 pub struct Sockets {
     /// TCP: the main ports (shared by every worker) and, with --worker-port-base, its own;
     /// each with the protocol its connections start in and whether they speak TLS (-Z).
-    pub listeners: Vec<(crate::session::Listener, crate::config::Protocol, bool, bool)>,
+    pub listeners: Vec<crate::session::Listening>,
     /// memcached's UDP port (-U), shared by every worker.
     pub udp: Vec<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
@@ -86,14 +86,7 @@ pub struct Worker {
     index: usize,
     shared: Arc<Shared>,
     poll: Poll,
-    listeners: Vec<crate::session::Listener>,
-    /// Each listener's address.
-    listener_addrs: Vec<Addr>,
-    /// Each listener's protocol (-B, or its `proto[...]` in -l).
-    listener_protocols: Vec<crate::config::Protocol>,
-    /// Each listener's connections speak TLS (-Z, unless `notls:`), and whether it requires
-    /// the client's certificate (`mtls:`).
-    listener_tls: Vec<(bool, bool)>,
+    listeners: Vec<crate::session::Listening>,
     /// memcached's UDP port (-U), bound by every worker.
     udp: Vec<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
@@ -152,13 +145,13 @@ impl Worker {
         engine: Engine,
         rings: Rings,
     ) -> io::Result<Worker> {
-        let Sockets { listeners, mut udp, mut native } = sockets;
-        let listener_tls: Vec<(bool, bool)> =
-            listeners.iter().map(|listener| (listener.2, listener.3)).collect();
-        let (mut listeners, listener_protocols): (Vec<_>, Vec<_>) =
-            listeners.into_iter().map(|(listener, protocol, _, _)| (listener, protocol)).unzip();
+        let Sockets { mut listeners, mut udp, mut native } = sockets;
         for (offset, listener) in listeners.iter_mut().enumerate() {
-            poll.registry().register(listener, Token(LISTENER_BASE + offset), Interest::READABLE)?;
+            poll.registry().register(
+                &mut listener.socket,
+                Token(LISTENER_BASE + offset),
+                Interest::READABLE,
+            )?;
         }
         for (offset, socket) in udp.iter_mut().enumerate() {
             poll.registry().register(socket, Token(UDP_BASE + offset), Interest::READABLE)?;
@@ -167,11 +160,9 @@ impl Worker {
             poll.registry().register(&mut port.socket, Token(NATIVE_BASE + offset), Interest::READABLE)?;
         }
         let now = crate::sys::now_secs();
-        let path = shared.config.unix_socket.as_deref();
-        let listener_addrs: Vec<Addr> = listeners.iter().map(|listener| listener.addr(path)).collect();
-        for (listener, addr) in listeners.iter().zip(&listener_addrs) {
-            let info = Info::new(registry::Kind::Listener, addr.clone(), None, now);
-            shared.registry.add(listener.fd(), Arc::new(info));
+        for listener in &listeners {
+            let info = Info::new(registry::Kind::Listener, listener.addr.clone(), None, now);
+            shared.registry.add(listener.socket.fd(), Arc::new(info));
         }
         for socket in &udp {
             if let Ok(addr) = socket.local_addr() {
@@ -218,9 +209,6 @@ impl Worker {
             shared,
             poll,
             listeners,
-            listener_addrs,
-            listener_protocols,
-            listener_tls,
             udp_ready: if udp.len() >= 64 { u64::MAX } else { (1u64 << udp.len()) - 1 },
             udp,
             udp_buf: vec![0; DATAGRAM_BYTES_MAX],
@@ -461,8 +449,8 @@ impl Worker {
 
     fn begin_stop(&mut self) -> Instant {
         for mut listener in self.listeners.drain(..) {
-            self.shared.registry.remove(listener.fd());
-            let _ = self.poll.registry().deregister(&mut listener);
+            self.shared.registry.remove(listener.socket.fd());
+            let _ = self.poll.registry().deregister(&mut listener.socket);
         }
         for socket in &mut self.udp {
             // Kept for sending the replies of datagrams already received.

@@ -449,7 +449,7 @@ fn continue_dump(
     me: usize,
 ) -> bool {
     let Some(cursor) = dump.as_mut() else { return true };
-    let (partitions, buckets) = (engine.partitions.len(), engine.main_buckets());
+    let (partitions, buckets) = (engine.partition_count(), engine.main_buckets());
     loop {
         if output.held_bytes() >= crate::session::dump::OUTPUT_AHEAD_BYTES
             || output.pending_total >= crate::session::dump::CHUNKS_IN_FLIGHT
