@@ -9,7 +9,7 @@ second and the server's CPU per request (utime + stime from /proc over the measu
         [--pogocache PATH] [--memtier PATH] [--out scaling.json]
 
 Servers: memcached -t W, quicksilver -t W, pogocache --threads W where a binary is given or
-found on PATH (Segcache likewise with --segcache PATH and a config it writes). It brings
+found on PATH (Segcache is not driven yet: it needs a config file per W). It brings
 nothing from the network: every binary is a path (the lent 16-core machine has no package
 registry; copy them with their shared libraries and set LD_LIBRARY_PATH). memtier runs with as
 many threads as it has cores (at most W), 25 connections each, 100,000 keys of 32 bytes
