@@ -134,7 +134,8 @@ def group_names(body):
 
 
 def edges_of(path, component, known):
-    text = strip(open(path, encoding="utf-8").read())
+    with open(path, encoding="utf-8") as source:
+        text = strip(source.read())
     targets = set()
     for match in re.finditer(r"\bcrate::(\{[^;]*?\}|" + ident + ")", text):
         token = match.group(1)
@@ -237,7 +238,8 @@ def long_parts(repo, files):
     failed = False
     for path in sorted(files):
         rel = os.path.relpath(path, repo).replace(os.sep, "/")
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as source:
+            text = source.read()
         breaks = {
             "long file": text.count("\n") > FILE_LINES_MAX,
             ALLOW_LONG: ALLOW_LONG in strip(text),
