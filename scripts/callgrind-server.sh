@@ -7,13 +7,15 @@
 #     scripts/callgrind-server.sh [server options...]      e.g. -o mrc_sample=0
 #     PIPELINE=1 REQUESTS=1000 scripts/callgrind-server.sh    depth 1, 50,000 operations
 #     PROTOCOL=memcache_binary scripts/callgrind-server.sh    the binary protocol
+#     DATA=102400 KEYS=100 scripts/callgrind-server.sh        100 KB values (100 keys)
+#     BINARY=path/to/quicksilver scripts/callgrind-server.sh   another build
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 MEMTIER=${MEMTIER:-$HOME/.cache/memtier/src/memtier_benchmark}
 PORT=$((23500 + RANDOM % 400))
 OUT=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] && cp "$OUT"/cg.out.1 "$KEEP"; rm -rf "$OUT"' EXIT
-valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" "$REPO/target/release/quicksilver" \
+valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" "${BINARY:-$REPO/target/release/quicksilver}" \
     -t 1 -p "$PORT" -l 127.0.0.1 "$@" >/dev/null 2>"$OUT/valgrind.err" &
 PID=$!
 for _ in $(seq 60); do
@@ -32,7 +34,7 @@ stats = dict(line.split()[1:3] for line in data.decode().splitlines() if line.st
 print(int(stats["cmd_get"]) + int(stats["cmd_set"]))
 PY
 }
-COMMON=(-s 127.0.0.1 -p "$PORT" -P "${PROTOCOL:-memcache_text}" -t 1 -c 50 -d 32 --key-maximum 100000 --hide-histogram)
+COMMON=(-s 127.0.0.1 -p "$PORT" -P "${PROTOCOL:-memcache_text}" -t 1 -c 50 -d "${DATA:-32}" --key-maximum "${KEYS:-100000}" --hide-histogram)
 "$MEMTIER" "${COMMON[@]}" --ratio 1:0 --key-pattern P:P -n 2000 >/dev/null 2>&1
 BEFORE=$(operations)
 callgrind_control -z "$PID" >/dev/null 2>&1

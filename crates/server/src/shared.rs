@@ -150,6 +150,17 @@ pub struct StatsBaseline {
 }
 
 impl Shared {
+    /// A CAS unique as clients see it: 0 under -C (memcached's items then carry none), else
+    /// the value a client chose for the version with `E`, or its own.
+    #[inline]
+    pub fn cas_out(&self, cas: u64) -> u64 {
+        if self.config.disable_cas {
+            0
+        } else {
+            self.explicit_cas.shown(cas)
+        }
+    }
+
     /// Item memory now (memcached's maxbytes): the log bytes of every partition.
     pub fn maxbytes(&self) -> u64 {
         (self.log_bytes.load(std::sync::atomic::Ordering::Relaxed) * self.partitions.len()) as u64

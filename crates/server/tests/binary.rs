@@ -294,3 +294,38 @@ fn the_protocol_choice_is_memcached_s() {
         }
     }
 }
+
+/// Large values (sent from one shared copy, read from the log once) answer byte for byte as
+/// memcached's: GET, GETK, GAT and a quiet get of a miss pipelined between them, the same
+/// version twice (the second reply reuses the first's copy), then a new version.
+#[test]
+fn large_binary_values_answer_as_memcached_does() {
+    let memcached = ServerProcess::memcached(&["-t", "2", "-I", "2m"]);
+    for args in [&["-t", "1", "-I", "2m"][..], &["-t", "2", "-I", "2m"]] {
+        let quicksilver = ServerProcess::quicksilver(args);
+        let (mut expected, mut got) = (Conn::new(memcached.port), Conn::new(quicksilver.port));
+        for version in 0..2u8 {
+            let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8 ^ version).collect();
+            let mut stream = Vec::new();
+            for (key, value) in [(&b"big"[..], &big[..]), (b"big2", &big[..20_000])] {
+                let extras = [0xde, 0xad, 0xbe, 0xef + version, 0, 0, 0, 0];
+                stream.extend(request_frame(opcode::SET, 1, 0, &extras, key, value));
+            }
+            stream.extend(request_frame(opcode::GET, 2, 0, &[], b"big", &[]));
+            stream.extend(request_frame(opcode::GETQ, 3, 0, &[], b"missing", &[]));
+            stream.extend(request_frame(opcode::GETK, 4, 0, &[], b"big2", &[]));
+            stream.extend(request_frame(opcode::GET, 5, 0, &[], b"big", &[]));
+            stream.extend(request_frame(opcode::GAT, 6, 0, &[0, 0, 0, 0], b"big", &[]));
+            let replies = |conn: &mut Conn| {
+                conn.stream.write_all(&stream).unwrap();
+                (0..6).map(|_| conn.frame().expect("a reply")).collect::<Vec<_>>()
+            };
+            let (want, have) = (replies(&mut expected), replies(&mut got));
+            assert_eq!(have.len(), want.len());
+            for (have, want) in have.iter().zip(&want) {
+                assert_eq!(have, want, "version {version}, quicksilver {args:?}");
+            }
+            assert_eq!(have[2].value, big);
+        }
+    }
+}

@@ -124,10 +124,60 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Where a read's value goes. The store tells the sink the item (its flags, length and CAS)
+/// before it copies the value, so a reply's head can be written ahead of the value and the
+/// value copied once: from the log into the reply, or into a buffer of the sink's choosing.
+pub trait ValueSink {
+    /// A hit: write what goes before the value, and return the buffer the value is appended
+    /// to (`None`: the sink holds this value already, and nothing is copied).
+    fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>>;
+    /// The read that called [`ValueSink::head`] raced a writer and runs again: forget what
+    /// `head` wrote and what was appended since.
+    fn undo(&mut self);
+}
+
+/// The plain sink: the value appended to a buffer, nothing before it.
+pub struct Append<'a> {
+    out: &'a mut Vec<u8>,
+    mark: usize,
+}
+
+impl<'a> Append<'a> {
+    /// Appends to `out`.
+    #[inline(always)]
+    pub fn new(out: &'a mut Vec<u8>) -> Append<'a> {
+        let mark = out.len();
+        Append { out, mark }
+    }
+}
+
+impl ValueSink for Append<'_> {
+    #[inline(always)]
+    fn head(&mut self, _hit: &Hit) -> Option<&mut Vec<u8>> {
+        self.mark = self.out.len();
+        Some(self.out)
+    }
+
+    #[inline(always)]
+    fn undo(&mut self) {
+        self.out.truncate(self.mark);
+    }
+}
+
+/// Hands `value` (read elsewhere: a flash record) to `sink` as a read of the log would, with
+/// `hit.value_start` set to where it landed.
+pub fn deliver(sink: &mut impl ValueSink, hit: &mut Hit, value: &[u8]) {
+    if let Some(buffer) = sink.head(hit) {
+        hit.value_start = buffer.len();
+        buffer.extend_from_slice(value);
+    }
+}
+
 /// What a hit returns besides the value bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hit {
-    /// Where the value starts in the output buffer.
+    /// Where the value starts in the buffer it was appended to (0 when the sink took no
+    /// copy: see [`ValueSink::head`]).
     pub value_start: usize,
     /// Its length.
     pub value_len: usize,

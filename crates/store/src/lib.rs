@@ -33,7 +33,7 @@ pub mod stats;
 mod sync;
 pub mod words;
 
-pub use command::{Command, Hit, MetaGet, Outcome, Request, StoreMode};
+pub use command::{deliver, Append, Command, Hit, MetaGet, Outcome, Request, StoreMode, ValueSink};
 pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};

@@ -14,7 +14,7 @@
 //! reader retries. Otherwise the copy is exactly what the owner last published (that metadata
 //! aside).
 
-use crate::command::{Hit, Outcome};
+use crate::command::{Append, Hit, Outcome, ValueSink};
 use crate::index::Slot;
 use crate::item::KEY_BYTES_MAX;
 use crate::keyhash::KeyHash;
@@ -59,11 +59,22 @@ impl Reader {
         now_secs: u32,
         out: &mut Vec<u8>,
     ) -> (Outcome, Gone) {
+        self.read_telling(hash, key, now_secs, &mut Append::new(out))
+    }
+
+    /// [`Reader::get_telling`] with the value handed to `sink` (told the item first, so a
+    /// reply's head goes before the value, and told to undo when a read raced the owner).
+    pub fn read_telling(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        now_secs: u32,
+        sink: &mut impl ValueSink,
+    ) -> (Outcome, Gone) {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return (Outcome::BadKey, Gone::No);
         }
         let index = &self.shared.index;
-        let value_start = out.len();
         loop {
             // A split publishes its shape before the buckets it changed are even again, so a
             // bucket read under an older shape is caught by the shape read after it.
@@ -71,17 +82,14 @@ impl Reader {
             let bucket = index.bucket(shape.bucket(hash));
             let (before, head) = self.begin(bucket);
             let mut gone = Gone::No;
-            let found = self.read_once(bucket, hash.tag(), key, head, now_secs, out, &mut gone);
+            let found = self.read_once(bucket, hash.tag(), key, head, now_secs, sink, &mut gone);
             if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) || !index.still(shape) {
-                out.truncate(value_start);
+                sink.undo();
                 crate::sync::spin_hint();
                 continue;
             }
             return match found {
-                Some((_, Some(mut hit))) => {
-                    hit.value_start = value_start;
-                    (Outcome::Hit(hit), Gone::No)
-                }
+                Some((_, Some(hit))) => (Outcome::Hit(hit), Gone::No),
                 Some((_, None)) => (Outcome::Miss, gone),
                 None => (Outcome::Miss, Gone::No),
             };
@@ -218,7 +226,7 @@ impl Reader {
         key: &[u8],
         head: Heads,
         now_secs: u32,
-        out: &mut Vec<u8>,
+        sink: &mut impl ValueSink,
         gone: &mut Gone,
     ) -> Option<(u64, Option<Hit>)> {
         let log = &self.shared.log;
@@ -229,7 +237,7 @@ impl Reader {
         // bounded (the version check then sends the reader round again).
         let mut hops = 0;
         loop {
-            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now_secs, out, gone) {
+            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now_secs, sink, gone) {
                 return Some(found);
             }
             let last = Slot(words[crate::index::BUCKET_WORDS - 1].load(Relaxed));
@@ -256,7 +264,7 @@ impl Reader {
         head: Heads,
         geometry: crate::log::LogGeometry,
         now_secs: u32,
-        out: &mut Vec<u8>,
+        sink: &mut impl ValueSink,
         gone: &mut Gone,
     ) -> Option<(u64, Option<Hit>)> {
         let log = &self.shared.log;
@@ -278,8 +286,11 @@ impl Reader {
                 *gone = if self.shared.is_flushed(&header, now_secs) { Gone::Flushed } else { Gone::Expired };
                 return Some((offset, None));
             }
-            log.read_bytes(offset, header.key_start() + key.len(), header.word1.value_len(), out);
-            let hit = header.hit(0, self.shared.cas_unique(header.word0.cas_seq()));
+            let mut hit = header.hit(0, self.shared.cas_unique(header.word0.cas_seq()));
+            if let Some(buffer) = sink.head(&hit) {
+                hit.value_start = buffer.len();
+                log.read_bytes(offset, header.key_start() + key.len(), header.word1.value_len(), buffer);
+            }
             return Some((offset, Some(hit)));
         }
         None

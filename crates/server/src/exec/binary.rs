@@ -3,6 +3,7 @@
 //! errors are sent even for quiet commands, successes of quiet commands are not, a quiet get
 //! sends only hits.
 
+use super::get::Head;
 use super::{Engine, Exec, Route};
 use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
 use qs_proto::StoreMode;
@@ -212,22 +213,15 @@ impl Engine {
         out: &mut Vec<u8>,
     ) {
         let touch = touch.map(|exptime| self.binary_expiry(exptime));
-        let mut value = std::mem::take(&mut self.scratch);
-        let outcome = self.fetch(key, touch, &mut value);
-        let key = if with_key { key } else { &[] };
-        match outcome {
-            Outcome::Hit(hit) => {
-                let flags = hit.flags.to_be_bytes();
-                Reply { cas: self.cas_out(hit.cas), extras: &flags, key, value_len: hit.value_len, ..reply }
-                    .write_head(out);
-                out.extend_from_slice(&value[hit.value_start..hit.value_start + hit.value_len]);
-            }
+        let key_out = if with_key { key } else { &[] };
+        let head = Head::Binary(Reply { key: key_out, ..reply });
+        match self.fetch(key, touch, head, out) {
+            Outcome::Hit(_) => {}
             _ if quiet => {}
             // A key-returning miss carries the key instead of memcached's "Not found".
             _ if with_key => Reply { status: status::KEY_ENOENT, key, ..reply }.write_head(out),
             _ => bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
         }
-        self.scratch = value;
     }
 
     /// STAT: one packet per statistic, then an empty one; memcached's groups (and ours).

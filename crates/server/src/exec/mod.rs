@@ -17,6 +17,7 @@ use std::sync::Arc;
 mod admin;
 mod binary;
 mod flash;
+mod get;
 mod meta;
 mod route;
 mod sample;
@@ -184,11 +185,7 @@ impl Engine {
     /// A CAS unique as clients see it: 0 under -C (memcached's items then carry none).
     #[inline]
     pub fn cas_out(&self, cas: u64) -> u64 {
-        if self.shared.config.disable_cas {
-            0
-        } else {
-            self.shared.explicit_cas.shown(cas)
-        }
+        self.shared.cas_out(cas)
     }
 
     /// The CAS the store must compare for a client's `expected` on `key` (owner only): the
@@ -428,26 +425,16 @@ impl Engine {
         }
     }
 
-    /// A read of `key`: through the partition when owned, else through its CREW reader.
-    fn read(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
-        let (hash, partition) = self.locate(key);
-        if self.flash_on && !self.flash_resolved.is_empty() && matches!(command, Command::Get) {
-            if let Some(outcome) = self.read_flash(hash, partition, key, out) {
-                self.offer(hash, key, &command);
-                return outcome;
-            }
-        }
-        if self.partitions[partition].is_some() || !matches!(command, Command::Get) {
-            return self.run_at(hash, partition, key, command, out);
-        }
-        self.offer(hash, key, &command);
-        self.read_remote(hash, partition, key, out)
-    }
-
     /// A get through `partition`'s CREW reader (not offered to `stats hotkeys` and `stats mrc`:
     /// the caller does that).
     fn read_remote(&mut self, hash: KeyHash, partition: usize, key: &[u8], out: &mut Vec<u8>) -> Outcome {
         let (outcome, gone) = self.shared.readers[partition].get_telling(hash, key, self.now_secs, out);
+        self.count_remote(partition, &outcome, gone);
+        outcome
+    }
+
+    /// Counts a read made here through `partition`'s CREW reader.
+    fn count_remote(&mut self, partition: usize, outcome: &Outcome, gone: qs_store::Gone) {
         match gone {
             qs_store::Gone::No => {}
             qs_store::Gone::Expired => self.counters.remote_get_expired += 1,
@@ -461,7 +448,6 @@ impl Engine {
         } else {
             self.counters.remote_get_misses += 1;
         }
-        outcome
     }
 
     /// A get of several keys, bounded: runs them in order until the reply has grown by more
@@ -492,53 +478,6 @@ impl Engine {
         }
         out.extend_from_slice(reply::END);
         None
-    }
-
-    /// One key of a get: its VALUE block (nothing on a miss). `false` for a key too long.
-    pub fn get_one(&mut self, kind: GetKind, key: &[u8], out: &mut Vec<u8>) -> bool {
-        if key.len() > qs_proto::KEY_BYTES_MAX {
-            return false;
-        }
-        let touch = kind.touch().map(|exptime| self.expiry(exptime));
-        let mut value = std::mem::take(&mut self.scratch);
-        let outcome = self.fetch(key, touch, &mut value);
-        if let Outcome::Hit(hit) = outcome {
-            let cas = kind.with_cas().then_some(self.cas_out(hit.cas));
-            reply::value_line(out, key, hit.flags, hit.value_len, cas);
-            let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
-            if self.shares.wants(bytes.len()) {
-                self.shares.take(key, hit.cas, bytes, out, &self.shared.client_memory);
-            } else {
-                out.extend_from_slice(bytes);
-            }
-            out.extend_from_slice(b"\r\n");
-        }
-        self.scratch = value;
-        true
-    }
-
-    /// A get of `key` for either protocol (with `touch`, a get-and-touch): counts it, reads it
-    /// into `value` (cleared first), records it for `stats detail` and `watch fetchers`.
-    fn fetch(&mut self, key: &[u8], touch: Option<Expiry>, value: &mut Vec<u8>) -> Outcome {
-        self.counters.cmd_get += 1;
-        let command = match touch {
-            Some(expiry) => {
-                self.counters.cmd_touch += 1;
-                Command::GetAndTouch { expiry }
-            }
-            None => Command::Get,
-        };
-        value.clear();
-        let outcome = self.read(key, command, value);
-        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
-        if self.shared.watchers.wants(watch::FETCHERS) {
-            let size = match &outcome {
-                Outcome::Hit(hit) => Some(hit.value_len),
-                _ => None,
-            };
-            self.log_get(key, size);
-        }
-        outcome
     }
 
     fn store(&mut self, mode: StoreMode, key: &[u8], flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {

@@ -38,24 +38,32 @@ impl Shares {
     /// Leaves `value` (the version `cas` of `key`) out of `out` at its end, to be sent from a
     /// shared copy: a recent one of the same version, or a new one charged to `budget`.
     pub fn take(&mut self, key: &[u8], cas: u64, value: &[u8], out: &[u8], budget: &Arc<ClientMemory>) {
-        let reused = self
-            .recent
-            .iter()
-            .filter(|(seen, seen_cas, _)| *seen_cas == cas && **seen == *key)
-            .find_map(|(_, _, copy)| copy.upgrade())
-            .filter(|copy| copy.bytes().len() == value.len());
-        let copy = reused.unwrap_or_else(|| {
+        let copy = self.recent_copy(key, cas, value.len()).unwrap_or_else(|| {
             let copy = Arc::new(SharedValue::new(value, budget.clone()));
-            let entry = (key.into(), cas, Arc::downgrade(&copy));
-            if self.recent.len() < RECENT {
-                self.recent.push(entry);
-            } else {
-                self.recent[self.next] = entry;
-                self.next = (self.next + 1) % RECENT;
-            }
+            self.remember(key, cas, &copy);
             copy
         });
         self.taken.push((out.len(), copy));
+    }
+
+    /// A recent shared copy of the version `cas` of `key`, `len` bytes long, that a reply still holds.
+    pub fn recent_copy(&self, key: &[u8], cas: u64, len: usize) -> Option<Arc<SharedValue>> {
+        self.recent
+            .iter()
+            .filter(|(seen, seen_cas, _)| *seen_cas == cas && **seen == *key)
+            .find_map(|(_, _, copy)| copy.upgrade())
+            .filter(|copy| copy.bytes().len() == len)
+    }
+
+    /// Keeps `copy` (the version `cas` of `key`) for reuse while a reply holds it.
+    pub fn remember(&mut self, key: &[u8], cas: u64, copy: &Arc<SharedValue>) {
+        let entry = (key.into(), cas, Arc::downgrade(copy));
+        if self.recent.len() < RECENT {
+            self.recent.push(entry);
+        } else {
+            self.recent[self.next] = entry;
+            self.next = (self.next + 1) % RECENT;
+        }
     }
 }
 

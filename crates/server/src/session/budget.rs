@@ -121,6 +121,12 @@ impl SharedValue {
         SharedValue { bytes: bytes.into(), budget }
     }
 
+    /// `bytes`, kept as they are (read straight into a buffer of their own), charged to `budget`.
+    pub fn from_vec(bytes: Vec<u8>, budget: Arc<ClientMemory>) -> SharedValue {
+        budget.force(bytes.len());
+        SharedValue { bytes: bytes.into_boxed_slice(), budget }
+    }
+
     /// The value.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes

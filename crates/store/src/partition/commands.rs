@@ -94,7 +94,7 @@ impl Partition {
         touch: Option<Expiry>,
         update: bool,
         now_secs: u32,
-        out: &mut Vec<u8>,
+        sink: &mut impl ValueSink,
     ) -> Outcome {
         self.stats.gets += 1;
         let mut found = match self.lookup(hash, key, now_secs) {
@@ -118,16 +118,16 @@ impl Partition {
             self.stats.touch_hits += 1;
             let before = found.header.ext.expiry();
             found = self.set_expiry(found, expiry, now_secs);
-            let mut outcome = self.answer_hit(found, update, now_secs, out);
+            let mut outcome = self.answer_hit(found, update, now_secs, sink);
             if let Outcome::Hit(hit) = &mut outcome {
                 hit.expiry_before = before;
             }
             return outcome;
         }
-        self.answer_hit(found, update, now_secs, out)
+        self.answer_hit(found, update, now_secs, sink)
     }
 
-    /// Copies a found item's value to `out`, does the read's bookkeeping unless `update` is
+    /// Copies a found item's value to `sink`, does the read's bookkeeping unless `update` is
     /// false (meta `u`: not marked fetched, last access and LRU position kept), and builds the hit.
     #[inline(always)]
     pub(super) fn answer_hit(
@@ -135,13 +135,15 @@ impl Partition {
         found: Found,
         update: bool,
         now_secs: u32,
-        out: &mut Vec<u8>,
+        sink: &mut impl ValueSink,
     ) -> Outcome {
         let header = found.header;
-        let value_start = out.len();
-        let value_len = header.word1.value_len();
-        self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, out);
-        let hit = header.hit(value_start, self.shared.cas_unique(header.word0.cas_seq()));
+        let mut hit = header.hit(0, self.shared.cas_unique(header.word0.cas_seq()));
+        if let Some(buffer) = sink.head(&hit) {
+            hit.value_start = buffer.len();
+            let value_len = header.word1.value_len();
+            self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, buffer);
+        }
         if update {
             self.after_read(&found, now_secs);
         }
@@ -675,7 +677,7 @@ impl Partition {
         now_secs: u32,
         out: &mut Vec<u8>,
     ) -> Outcome {
-        match self.get(hash, key, options.touch, !options.no_update, now_secs, out) {
+        match self.get(hash, key, options.touch, !options.no_update, now_secs, &mut Append::new(out)) {
             Outcome::Hit(mut hit) => {
                 let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
                 let remaining = expiry.0.saturating_sub(now_secs);

@@ -25,8 +25,10 @@ impl Partition {
             _ => self.keep_ahead(item::item_bytes(key.len(), 0, false)),
         }
         let outcome = match request.command {
-            Command::Get => self.get(hash, key, None, true, now_secs, out),
-            Command::GetAndTouch { expiry } => self.get(hash, key, Some(expiry), true, now_secs, out),
+            Command::Get => self.get(hash, key, None, true, now_secs, &mut Append::new(out)),
+            Command::GetAndTouch { expiry } => {
+                self.get(hash, key, Some(expiry), true, now_secs, &mut Append::new(out))
+            }
             Command::Touch { expiry } => self.touch(hash, key, expiry, now_secs),
             Command::SetExpiry { expiry } => match self.lookup(hash, key, now_secs) {
                 Lookup::Found(found) => {
@@ -75,7 +77,7 @@ impl Partition {
     #[inline]
     pub fn run(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
         let outcome = match request.command {
-            Command::Get => self.plain_get(request, now_secs, out),
+            Command::Get => self.plain_get(request.hash, request.key, now_secs, &mut Append::new(out)),
             Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
                 self.plain_set(request, value, flags, expiry, now_secs, out)
             }
@@ -121,24 +123,61 @@ impl Partition {
         &self.hints[hash.bucket(HINTS - 1)]
     }
 
-    /// The batch's common case, kept lean: a plain GET of a well-formed key. Anything unusual
-    /// (a bad key, an expired or flushed item to reclaim) goes through [`Partition::execute`].
+    /// The batch's common case, kept lean: a plain GET of a well-formed key. An expired or
+    /// flushed item to reclaim takes the general path, as [`Partition::execute`] would.
     #[inline(always)]
-    pub(super) fn plain_get(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
-        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
-            return self.execute(request, now_secs, out);
+    pub(super) fn plain_get(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        now_secs: u32,
+        sink: &mut impl ValueSink,
+    ) -> Outcome {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Outcome::BadKey;
         }
-        let Some(found) = self.find(request.hash, request.key) else {
+        let Some(found) = self.find(hash, key) else {
             self.stats.gets += 1;
             self.count_get_miss(false);
             return Outcome::Miss;
         };
         if self.shared.is_gone(&found.header, now_secs) {
-            return self.execute(request, now_secs, out);
+            // As `execute` runs it: the item goes, and the crawler may be due.
+            self.clock_secs = now_secs;
+            let outcome = self.get(hash, key, None, true, now_secs, sink);
+            self.scan_if_due();
+            return outcome;
         }
         self.stats.gets += 1;
         self.stats.get_hits += 1;
-        self.answer_hit(found, true, now_secs, out)
+        self.answer_hit(found, true, now_secs, sink)
+    }
+
+    /// A get (with `touch`, a get-and-touch) as [`Partition::run`] runs `Command::Get` and
+    /// `Command::GetAndTouch`, its value handed to `sink`: a reply's head goes before the
+    /// value, which is copied once, from the log to where the sink says.
+    #[inline]
+    pub fn read_value(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        touch: Option<Expiry>,
+        now_secs: u32,
+        sink: &mut impl ValueSink,
+    ) -> Outcome {
+        let outcome = match touch {
+            None => self.plain_get(hash, key, now_secs, sink),
+            Some(_) if key.is_empty() || key.len() > KEY_BYTES_MAX => return Outcome::BadKey,
+            Some(expiry) => {
+                self.clock_secs = now_secs;
+                self.keep_ahead(item::item_bytes(key.len(), 0, false));
+                let outcome = self.get(hash, key, Some(expiry), true, now_secs, sink);
+                self.scan_if_due();
+                outcome
+            }
+        };
+        self.settle_if_pending();
+        outcome
     }
 
     /// The other common case: a plain SET of a well-formed key whose old version, if any, still

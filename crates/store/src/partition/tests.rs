@@ -123,3 +123,50 @@ fn stale_and_forged_hints_fall_back_to_the_scan() {
     }
     partition.check_invariants();
 }
+
+/// A sink that writes a head, then takes the value in `out` (or holds it already: `skip`), and
+/// counts its undos.
+struct HeadFirst {
+    out: Vec<u8>,
+    skip: bool,
+    heads: usize,
+    undos: usize,
+}
+
+impl ValueSink for HeadFirst {
+    fn head(&mut self, hit: &crate::Hit) -> Option<&mut Vec<u8>> {
+        self.heads += 1;
+        self.out.extend_from_slice(format!("<{} {}>", hit.flags, hit.value_len).as_bytes());
+        (!self.skip).then_some(&mut self.out)
+    }
+
+    fn undo(&mut self) {
+        self.undos += 1;
+        self.out.clear();
+    }
+}
+
+/// The store tells a sink the item before it copies the value, copies it once to the buffer
+/// the sink gives, and copies nothing when the sink holds it already; owner and reader alike.
+#[test]
+fn miri_a_sink_writes_its_head_before_the_value_and_may_take_none() {
+    let mut partition = small(Access::Crew);
+    set(&mut partition, b"k", b"value");
+    let hash = KeyHash::of(b"k");
+    let mut sink = HeadFirst { out: Vec::new(), skip: false, heads: 0, undos: 0 };
+    let Outcome::Hit(hit) = partition.read_value(hash, b"k", None, 100, &mut sink) else { panic!() };
+    assert_eq!(sink.out, b"<3 5>value");
+    assert_eq!((hit.value_start, hit.value_len), (5, 5));
+    let reader = partition.reader();
+    let mut sink = HeadFirst { out: Vec::new(), skip: true, heads: 0, undos: 0 };
+    let (outcome, _) = reader.read_telling(hash, b"k", 100, &mut sink);
+    assert!(matches!(outcome, Outcome::Hit(hit) if hit.value_len == 5 && hit.value_start == 0));
+    assert_eq!((sink.out.as_slice(), sink.heads, sink.undos), (&b"<3 5>"[..], 1, 0));
+    let mut sink = HeadFirst { out: Vec::new(), skip: false, heads: 0, undos: 0 };
+    assert_eq!(partition.read_value(KeyHash::of(b"x"), b"x", None, 100, &mut sink), Outcome::Miss);
+    assert_eq!((sink.heads, sink.out.len()), (0, 0), "a miss writes no head");
+    let touch = Some(Expiry::from_exptime(400, 100));
+    let Outcome::Hit(hit) = partition.read_value(hash, b"k", touch, 100, &mut sink) else { panic!() };
+    assert_eq!((hit.expiry, &sink.out[hit.value_start..]), (Expiry::from_exptime(400, 100), &b"value"[..]));
+    partition.check_invariants();
+}
