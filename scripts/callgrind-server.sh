@@ -7,7 +7,7 @@
 #     scripts/callgrind-server.sh [server options...]      e.g. -o mrc_sample=0
 #     PIPELINE=1 REQUESTS=1000 scripts/callgrind-server.sh    depth 1, 50,000 operations
 #     PROTOCOL=memcache_binary scripts/callgrind-server.sh    the binary protocol
-#     DATA=102400 KEYS=100 scripts/callgrind-server.sh        100 KB values (100 keys)
+#     DATA=102400 KEYS=100 PRELOAD=2 REQUESTS=20 scripts/callgrind-server.sh   100 KB values
 #     BINARY=path/to/quicksilver scripts/callgrind-server.sh   another build
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +35,7 @@ print(int(stats["cmd_get"]) + int(stats["cmd_set"]))
 PY
 }
 COMMON=(-s 127.0.0.1 -p "$PORT" -P "${PROTOCOL:-memcache_text}" -t 1 -c 50 -d "${DATA:-32}" --key-maximum "${KEYS:-100000}" --hide-histogram)
-"$MEMTIER" "${COMMON[@]}" --ratio 1:0 --key-pattern P:P -n 2000 >/dev/null 2>&1
+"$MEMTIER" "${COMMON[@]}" --ratio 1:0 --key-pattern P:P -n "${PRELOAD:-2000}" >/dev/null 2>&1
 BEFORE=$(operations)
 callgrind_control -z "$PID" >/dev/null 2>&1
 "$MEMTIER" "${COMMON[@]}" --ratio 1:19 --key-pattern R:R --pipeline "${PIPELINE:-16}" -n "${REQUESTS:-4000}" >/dev/null 2>&1

@@ -5,7 +5,7 @@
 //! ordered output.
 
 use crate::codec::Dialect;
-use crate::exec::Engine;
+use crate::exec::{Engine, Located};
 use crate::session::Output;
 use qs_proto::{GetKind, Parsed, Request};
 use rtrb::{Consumer, Producer};
@@ -70,6 +70,8 @@ pub struct Op {
     pub task: Task,
     /// Its bytes in the batch's `requests`: start and length.
     pub bytes: (u32, u32),
+    /// Where the asking worker located its one key (so the owner need not hash it again).
+    pub at: Option<Located>,
     /// Its reply in the batch's `responses`: start and length.
     pub response: (u32, u32),
     /// `-o front_cache`: a plain `get` of one key answered under these write epochs and
@@ -168,7 +170,14 @@ pub struct Hand<'a> {
 impl Hand<'_> {
     /// Adds `task` with its `bytes` to this turn's batch for `owner` and reserves its reply's
     /// place in `output`.
-    pub fn over(&mut self, owner: usize, task: Task, bytes: &[u8], output: &mut Output, engine: &mut Engine) {
+    pub fn over(
+        &mut self,
+        owner: usize,
+        task: Task,
+        (bytes, at): (&[u8], Option<Located>),
+        output: &mut Output,
+        engine: &mut Engine,
+    ) {
         let id = output.wait_for(owner);
         let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
         let start = batch.requests.len();
@@ -181,6 +190,7 @@ impl Hand<'_> {
             id,
             task,
             bytes: (start as u32, bytes.len() as u32),
+            at,
             response: (0, 0),
             front: None,
         });
@@ -198,19 +208,20 @@ pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], responses: &mut Ve
         Task::Request(_) => {
             let request = op.task.request(bytes, &engine.limits).expect("a client request");
             // Every key of a handed-over request is owned here, so nothing is handed on.
-            engine.execute(&request, responses);
+            engine.execute(&request, op.at, responses);
         }
         Task::Everywhere(_) => {
             let request = op.task.request(bytes, &engine.limits).expect("a client request");
             engine.run_everywhere(&request);
         }
         Task::Get { kind, end } => {
-            if !engine.get_one(kind, bytes, responses) {
+            let key = engine.key(bytes, op.at);
+            if !engine.get_one(kind, key, responses) {
                 responses.extend_from_slice(qs_proto::response::BAD_FORMAT);
             } else if end {
                 responses.extend_from_slice(crate::codec::END);
                 if kind == GetKind::Get {
-                    op.front = engine.front_tag(bytes);
+                    op.front = engine.front_tag(key);
                 }
             }
         }

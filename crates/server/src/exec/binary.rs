@@ -4,14 +4,14 @@
 //! sends only hits.
 
 use super::get::Head;
-use super::{Engine, Exec, Route};
+use super::{Engine, Exec, Key, Located, Route};
 use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
 use qs_proto::StoreMode;
 use qs_store::{Command, Expiry, Outcome};
 
 impl Engine {
     /// Where a binary request must run (see [`Engine::route`]).
-    pub(super) fn route_binary(&self, request: &Binary<'_>, pending: &[u32]) -> Route {
+    pub(super) fn route_binary(&self, request: &Binary<'_>, at: Option<Located>, pending: &[u32]) -> Route {
         match request.command {
             Bin::Flush { .. } if self.shared.config.disable_flush_all => return Route::Local,
             Bin::Flush { .. } => return Route::Broadcast,
@@ -22,7 +22,7 @@ impl Engine {
         if self.shared.workers == 1 {
             return Route::Local;
         }
-        let owner = self.owner(self.locate(key).1);
+        let owner = self.owner(self.key(key, at).partition);
         let read_only = matches!(request.command, Bin::Get { touch: None, .. });
         if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
             Route::Local
@@ -37,17 +37,18 @@ impl Engine {
     }
 
     /// Runs a binary request here, appending its reply to `out`.
-    pub(super) fn binary(&mut self, request: &Binary<'_>, out: &mut Vec<u8>) -> Exec {
+    pub(super) fn binary(&mut self, request: &Binary<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
         let Binary { opcode, opaque, cas, command } = *request;
         let reply =
             Reply { opcode, opaque, status: status::NO_ERROR, cas: 0, extras: &[], key: &[], value_len: 0 };
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, opcode, opaque, status);
         match command {
             Bin::Get { key, quiet, with_key, touch } => {
-                self.binary_get(reply, key, quiet, with_key, touch, out)
+                self.binary_get(reply, self.key(key, at), quiet, with_key, touch, out)
             }
-            Bin::Touch { key, exptime } => self.binary_touch(reply, key, exptime, out),
+            Bin::Touch { key, exptime } => self.binary_touch(reply, self.key(key, at), exptime, out),
             Bin::Store { mode, key, flags, exptime, value, quiet } => {
+                let key = self.key(key, at);
                 self.binary_store(reply, cas, (mode, key, flags, exptime, value), quiet, out);
             }
             Bin::TooLarge { key, set } => {
@@ -60,8 +61,9 @@ impl Engine {
                 error(out, status::E2BIG);
             }
             Bin::Delete { key, quiet } => {
-                self.shared.detail.record_delete(key);
-                self.log_lookup(key);
+                let key = self.key(key, at);
+                self.shared.detail.record_delete(&key);
+                self.log_lookup(&key);
                 let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
                 match self.run(key, Command::Delete { cas }, &mut Vec::new()) {
                     Outcome::Deleted if quiet => {}
@@ -71,6 +73,7 @@ impl Engine {
                 }
             }
             Bin::Arith { key, delta, initial, exptime, decrement, quiet } => {
+                let key = self.key(key, at);
                 self.binary_arith(reply, cas, (key, delta, initial, exptime, decrement), quiet, out);
             }
             Bin::Quit { quiet } => {
@@ -107,11 +110,11 @@ impl Engine {
     }
 
     /// Touch: the item's flags in the reply, or KEY_ENOENT.
-    fn binary_touch(&mut self, reply: Reply<'_>, key: &[u8], exptime: u32, out: &mut Vec<u8>) {
+    fn binary_touch(&mut self, reply: Reply<'_>, key: Key<'_>, exptime: u32, out: &mut Vec<u8>) {
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
         self.counters.cmd_touch += 1;
         let expiry = self.binary_expiry(exptime);
-        self.log_lookup(key);
+        self.log_lookup(&key);
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         match self.run(key, Command::GetAndTouch { expiry }, &mut value) {
@@ -129,7 +132,7 @@ impl Engine {
         &mut self,
         reply: Reply<'_>,
         cas: u64,
-        (mode, key, flags, exptime, value): (StoreMode, &[u8], u32, u32, &[u8]),
+        (mode, key, flags, exptime, value): (StoreMode, Key<'_>, u32, u32, &[u8]),
         quiet: bool,
         out: &mut Vec<u8>,
     ) {
@@ -166,12 +169,12 @@ impl Engine {
         &mut self,
         reply: Reply<'_>,
         cas: u64,
-        (key, delta, initial, exptime, decrement): (&[u8], u64, u64, u32, bool),
+        (key, delta, initial, exptime, decrement): (Key<'_>, u64, u64, u32, bool),
         quiet: bool,
         out: &mut Vec<u8>,
     ) {
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
-        self.log_lookup(key);
+        self.log_lookup(&key);
         let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
         let mut outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
         if outcome == Outcome::NotFound && exptime != u32::MAX {
@@ -206,20 +209,20 @@ impl Engine {
     fn binary_get(
         &mut self,
         reply: Reply<'_>,
-        key: &[u8],
+        key: Key<'_>,
         quiet: bool,
         with_key: bool,
         touch: Option<u32>,
         out: &mut Vec<u8>,
     ) {
         let touch = touch.map(|exptime| self.binary_expiry(exptime));
-        let key_out = if with_key { key } else { &[] };
+        let key_out = if with_key { key.bytes } else { &[] };
         let head = Head::Binary(Reply { key: key_out, ..reply });
         match self.fetch(key, touch, head, out) {
             Outcome::Hit(_) => {}
             _ if quiet => {}
             // A key-returning miss carries the key instead of memcached's "Not found".
-            _ if with_key => Reply { status: status::KEY_ENOENT, key, ..reply }.write_head(out),
+            _ if with_key => Reply { status: status::KEY_ENOENT, key: key.bytes, ..reply }.write_head(out),
             _ => bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
         }
     }

@@ -6,7 +6,7 @@
 //! same version is still held.
 
 use super::share::Shares;
-use super::{watch, Engine};
+use super::{watch, Engine, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::binary::Reply;
@@ -128,7 +128,7 @@ impl ValueSink for ReplySink<'_> {
 
 impl Engine {
     /// One key of a text get: its VALUE block (nothing on a miss). `false` for a key too long.
-    pub fn get_one(&mut self, kind: qs_proto::GetKind, key: &[u8], out: &mut Vec<u8>) -> bool {
+    pub fn get_one(&mut self, kind: qs_proto::GetKind, key: Key<'_>, out: &mut Vec<u8>) -> bool {
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return false;
         }
@@ -140,27 +140,27 @@ impl Engine {
     /// A get of `key` for either protocol (with `touch`, a get-and-touch), its reply's head
     /// and value written to `out` on a hit: counts it, records it for `stats detail` and
     /// `watch fetchers`.
-    pub(super) fn fetch(&mut self, key: &[u8], touch: Option<Expiry>, head: Head<'_>, out: &mut Vec<u8>) -> Outcome {
+    pub(super) fn fetch(&mut self, key: Key<'_>, touch: Option<Expiry>, head: Head<'_>, out: &mut Vec<u8>) -> Outcome {
         self.counters.cmd_get += 1;
         if touch.is_some() {
             self.counters.cmd_touch += 1;
         }
         let outcome = self.read_reply(key, touch, head, out);
-        self.shared.detail.record_get(key, matches!(outcome, Outcome::Hit(_)));
+        self.shared.detail.record_get(&key, matches!(outcome, Outcome::Hit(_)));
         if self.shared.watchers.wants(watch::FETCHERS) {
             let size = match &outcome {
                 Outcome::Hit(hit) => Some(hit.value_len),
                 _ => None,
             };
-            self.log_get(key, size);
+            self.log_get(&key, size);
         }
         outcome
     }
 
     /// Reads `key` through the partition when owned, else through its CREW reader (a touch
     /// is always owned here: routing made sure), writing the reply as it goes.
-    fn read_reply(&mut self, key: &[u8], touch: Option<Expiry>, head: Head<'_>, out: &mut Vec<u8>) -> Outcome {
-        let (hash, partition) = self.locate(key);
+    fn read_reply(&mut self, key: Key<'_>, touch: Option<Expiry>, head: Head<'_>, out: &mut Vec<u8>) -> Outcome {
+        let Key { bytes: key, hash, partition } = key;
         let command = touch.map_or(Command::Get, |expiry| Command::GetAndTouch { expiry });
         if self.flash_on && !self.flash_resolved.is_empty() && touch.is_none() {
             if let Some(outcome) = self.reply_from_flash(hash, partition, key, head, out) {

@@ -3,14 +3,15 @@
 use super::*;
 
 impl Engine {
-    pub(super) fn meta(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
+    pub(super) fn meta(&mut self, meta: &Meta<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
         self.counters.meta_cmds += 1;
+        let key = self.key(meta.key(), at);
         match meta.command {
-            MetaCommand::Get => return self.meta_get(meta, out),
-            MetaCommand::Set => self.meta_set(meta, out),
-            MetaCommand::Delete => self.meta_delete(meta, out),
-            MetaCommand::Arith => self.meta_arith(meta, out),
-            MetaCommand::Debug => self.meta_debug(meta, out),
+            MetaCommand::Get => return self.meta_get(meta, key, out),
+            MetaCommand::Set => self.meta_set(meta, key, out),
+            MetaCommand::Delete => self.meta_delete(meta, key, out),
+            MetaCommand::Arith => self.meta_arith(meta, key, out),
+            MetaCommand::Debug => self.meta_debug(meta, key, out),
         }
         Exec::Done
     }
@@ -49,10 +50,9 @@ impl Engine {
         expiry
     }
 
-    pub(super) fn meta_get(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) -> Exec {
+    pub(super) fn meta_get(&mut self, meta: &Meta<'_>, key: Key<'_>, out: &mut Vec<u8>) -> Exec {
         let options = &meta.options;
-        let key = meta.key();
-        let (hash, partition) = self.locate(key);
+        let (hash, partition) = (key.hash, key.partition);
         let owned = self.partitions[partition].is_some();
         self.counters.cmd_get += 1;
         let mut value = std::mem::take(&mut self.scratch);
@@ -72,7 +72,7 @@ impl Engine {
             let options = MetaGet { touch, vivify, recache_below_secs, recache_before_touch, no_update };
             self.run(key, Command::MetaGet(options), &mut value)
         } else {
-            self.read_remote(hash, partition, key, &mut value)
+            self.read_remote(hash, partition, &key, &mut value)
         };
         // The win token is the owner's to hand out, and the first fetch marks the item fetched
         // (meta `h`): both are writes, so the owner serves them (and shows the key to `stats
@@ -86,7 +86,7 @@ impl Engine {
                     return Exec::Forward(self.owner(partition));
                 }
             }
-            self.offer(hash, key, &Command::Get);
+            self.offer(hash, &key, &Command::Get);
         }
         let (item, data, won, stale, win_sent) = match outcome {
             Outcome::Hit(hit) => {
@@ -115,7 +115,7 @@ impl Engine {
             }
             _ => {
                 if self.shared.watchers.wants(watch::FETCHERS) {
-                    self.log_get(key, None);
+                    self.log_get(&key, None);
                 }
                 if !options.quiet() {
                     // A miss reflects only the request's key (k) and opaque (O).
@@ -128,7 +128,7 @@ impl Engine {
             }
         };
         if self.shared.watchers.wants(watch::FETCHERS) {
-            self.log_get(key, Some(item.value_len));
+            self.log_get(&key, Some(item.value_len));
         }
         // memcached 1.6.40: a `C` that matches the item's CAS means the client has this
         // version already, so the value is not sent.
@@ -158,9 +158,8 @@ impl Engine {
         Exec::Done
     }
 
-    pub(super) fn meta_set(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+    pub(super) fn meta_set(&mut self, meta: &Meta<'_>, key: Key<'_>, out: &mut Vec<u8>) {
         let options = &meta.options;
-        let key = meta.key();
         self.counters.cmd_set += 1;
         let mut mode = match options.mode {
             Some(b'E') => qs_store::StoreMode::Add,
@@ -184,14 +183,14 @@ impl Engine {
             };
         }
         if meta.too_large(&self.limits) {
-            self.drop_refused(key);
+            self.drop_refused(&key);
             out.extend_from_slice(reply::TOO_LARGE);
             return;
         }
         let mode = self.mode_expected(key, mode);
         let expiry = self.expiry(options.ttl.unwrap_or(0));
         let command = Command::Store { mode, value: meta.data, flags: options.client_flags, expiry };
-        self.log_lookup(key);
+        self.log_lookup(&key);
         let mut outcome = self.run(key, command, &mut Vec::new());
         let appending = matches!(
             mode,
@@ -212,14 +211,14 @@ impl Engine {
             };
             outcome = self.run(key, command, &mut Vec::new());
         }
-        self.log_store(key, &outcome, mode, expiry, meta.data.len());
+        self.log_store(&key, &outcome, mode, expiry, meta.data.len());
         let (code, cas) = match outcome {
             Outcome::Stored { cas } => ("HD", cas),
             Outcome::NotStored => ("NS", 0),
             Outcome::Exists => ("EX", 0),
             Outcome::NotFound => ("NF", 0),
             Outcome::TooLarge | Outcome::OutOfMemory => {
-                self.drop_refused(key);
+                self.drop_refused(&key);
                 let refusal =
                     if outcome == Outcome::TooLarge { reply::TOO_LARGE } else { reply::OUT_OF_MEMORY };
                 out.extend_from_slice(refusal);
@@ -249,14 +248,13 @@ impl Engine {
         out.extend_from_slice(b"\r\n");
     }
 
-    pub(super) fn meta_delete(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+    pub(super) fn meta_delete(&mut self, meta: &Meta<'_>, key: Key<'_>, out: &mut Vec<u8>) {
         let options = &meta.options;
-        let key = meta.key();
         // memcached's md compares any C, C0 included (no item has CAS 0, so it answers EX);
         // to the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
         let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { self.cas_expected(key, cas) });
-        self.log_lookup(key);
-        let size = if options.has(b'I') { None } else { self.peek_for_deletion(key) };
+        self.log_lookup(&key);
+        let size = if options.has(b'I') { None } else { self.peek_for_deletion(&key) };
         if options.has(b'x') {
             // The version keeps the CAS the client saw (memcached keeps the item's).
             let seen = self.look(key).map_or(0, |(_, cas)| self.cas_out(cas));
@@ -282,7 +280,7 @@ impl Engine {
                 }
             }
             if outcome == Outcome::Deleted {
-                self.log_deleted(key, size, "md");
+                self.log_deleted(&key, size, "md");
             }
             return self.meta_delete_reply(meta, outcome, out);
         }
@@ -299,7 +297,7 @@ impl Engine {
         } else {
             let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
             if outcome == Outcome::Deleted {
-                self.log_deleted(key, size, "md");
+                self.log_deleted(&key, size, "md");
             }
             outcome
         };
@@ -318,16 +316,15 @@ impl Engine {
         out.extend_from_slice(b"\r\n");
     }
 
-    pub(super) fn meta_arith(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
+    pub(super) fn meta_arith(&mut self, meta: &Meta<'_>, key: Key<'_>, out: &mut Vec<u8>) {
         let options = &meta.options;
-        let key = meta.key();
         let decrement = meta.decrement();
         let expected = match options.cas {
             Some(cas) if cas != 0 => self.cas_expected(key, cas),
             _ => 0,
         };
         let command = Command::Arith { delta: options.delta, decrement, cas: expected };
-        self.log_lookup(key);
+        self.log_lookup(&key);
         let mut outcome = self.run(key, command, &mut Vec::new());
         let mut created = false;
         if outcome == Outcome::NotFound && options.vivify.is_some() {
@@ -395,14 +392,13 @@ impl Engine {
         }
     }
 
-    pub(super) fn meta_debug(&mut self, meta: &Meta<'_>, out: &mut Vec<u8>) {
-        let key = meta.key();
-        let (hash, partition) = self.locate(key);
+    pub(super) fn meta_debug(&mut self, meta: &Meta<'_>, key: Key<'_>, out: &mut Vec<u8>) {
+        let (hash, partition) = (key.hash, key.partition);
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         // A side-effect-free look: the reader when there is one, else a plain get.
         let outcome = match self.shared.readers.get(partition) {
-            Some(reader) => reader.get(hash, key, self.now_secs, &mut value),
+            Some(reader) => reader.get(hash, &key, self.now_secs, &mut value),
             None => self.run(key, Command::Get, &mut value),
         };
         self.scratch = value;

@@ -41,6 +41,27 @@ pub enum Route {
 /// A key's hash and partition, computed once per request.
 pub type Located = (KeyHash, usize);
 
+/// A request's key with its place, hashed once: where the window located it ahead of the
+/// run (handed to [`Engine::execute`]), or when the request is run without.
+#[derive(Clone, Copy, Debug)]
+pub struct Key<'k> {
+    /// The key.
+    pub bytes: &'k [u8],
+    /// Its hash.
+    pub hash: KeyHash,
+    /// Its partition.
+    pub partition: usize,
+}
+
+impl std::ops::Deref for Key<'_> {
+    type Target = [u8];
+
+    #[inline(always)]
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
 /// What executing a request asks of the connection afterwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exec {
@@ -102,9 +123,6 @@ pub struct Engine {
     /// Parser limits.
     pub limits: qs_proto::Limits,
     crew: bool,
-    /// The located key of the request being run (its address, length and place), so it is
-    /// hashed once: set by [`Engine::hint`], cleared by [`Engine::hint_clear`].
-    hint: Option<(usize, usize, Located)>,
     /// The descriptor of the connection whose requests run now (`stats conns`, `watch`).
     pub conn_fd: i32,
     /// The owned partitions record evicted items (someone watched evictions at the last look).
@@ -160,7 +178,6 @@ impl Engine {
             remote_reads: vec![(0, 0); count],
             limits,
             crew,
-            hint: None,
             conn_fd: -1,
             recording_evictions: false,
             hot: qs_store::hot::TopKeys::new(crate::observe::hotkeys::WATCHED_PER_WORKER),
@@ -191,7 +208,7 @@ impl Engine {
     /// The CAS the store must compare for a client's `expected` on `key` (owner only): the
     /// version's own CAS when the client names the value it was given with `E`, one no item
     /// has when the version has a chosen value the client did not name.
-    pub(super) fn cas_expected(&mut self, key: &[u8], expected: u64) -> u64 {
+    pub(super) fn cas_expected(&mut self, key: Key<'_>, expected: u64) -> u64 {
         if !self.shared.explicit_cas.used() {
             return expected;
         }
@@ -207,13 +224,12 @@ impl Engine {
 
     /// The value length and CAS of `key`'s item in a partition owned here, looked at without
     /// changing anything (a win token, the fetch mark): `None` for none.
-    pub(super) fn look(&self, key: &[u8]) -> Option<(usize, u64)> {
-        let (hash, partition) = self.locate(key);
-        self.partitions[partition].as_ref()?.peek_cas(hash, key, self.now_secs)
+    pub(super) fn look(&self, key: Key<'_>) -> Option<(usize, u64)> {
+        self.partitions[key.partition].as_ref()?.peek_cas(key.hash, key.bytes, self.now_secs)
     }
 
     /// `mode` with its expected CAS, if any, made the store's ([`Engine::cas_expected`]).
-    pub(super) fn mode_expected(&mut self, key: &[u8], mode: qs_store::StoreMode) -> qs_store::StoreMode {
+    pub(super) fn mode_expected(&mut self, key: Key<'_>, mode: qs_store::StoreMode) -> qs_store::StoreMode {
         use qs_store::StoreMode as M;
         if !self.shared.explicit_cas.used() {
             return mode;
@@ -238,19 +254,20 @@ impl Engine {
     }
 
     /// Gives the version of `key` that now stands the client's chosen CAS `chosen` (owner only).
-    pub(super) fn choose_cas(&mut self, key: &[u8], own: Option<u64>, chosen: u64) {
+    pub(super) fn choose_cas(&mut self, key: Key<'_>, own: Option<u64>, chosen: u64) {
         let own = own.or_else(|| self.look(key).map(|(_, cas)| cas));
         if let Some(own) = own {
             self.shared.explicit_cas.insert(own, chosen);
         }
     }
 
-    /// Runs `request` here, appending its reply to `out` (nothing for noreply).
-    pub fn execute(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Exec {
+    /// Runs `request` here, appending its reply to `out` (nothing for noreply). `at`: where
+    /// the one key of a single-key request was located ([`Engine::locate_request`]), if it was.
+    pub fn execute(&mut self, request: &Request<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
         match *request {
             Request::Get { kind, keys } => {
                 if let Some(key) = qs_proto::tokens::single_word(keys) {
-                    if !self.get_one(kind, key, out) {
+                    if !self.get_one(kind, self.key(key, at), out) {
                         out.extend_from_slice(reply::BAD_FORMAT);
                         return Exec::Done;
                     }
@@ -260,7 +277,7 @@ impl Engine {
                 self.get_many(kind, keys, out, usize::MAX);
             }
             Request::Store { mode, key, flags, exptime, data, noreply } => {
-                let reply = self.store(mode, key, flags, exptime, data);
+                let reply = self.store(mode, self.key(key, at), flags, exptime, data);
                 if !noreply {
                     out.extend_from_slice(reply);
                 }
@@ -277,12 +294,13 @@ impl Engine {
                 }
             }
             Request::Delete { key, noreply } => {
-                self.shared.detail.record_delete(key);
-                self.log_lookup(key);
-                let size = self.peek_for_deletion(key);
+                let key = self.key(key, at);
+                self.shared.detail.record_delete(&key);
+                self.log_lookup(&key);
+                let size = self.peek_for_deletion(&key);
                 let reply = match self.run(key, Command::Delete { cas: 0 }, &mut Vec::new()) {
                     Outcome::Deleted => {
-                        self.log_deleted(key, size, "delete");
+                        self.log_deleted(&key, size, "delete");
                         reply::DELETED
                     }
                     _ => reply::NOT_FOUND,
@@ -292,7 +310,8 @@ impl Engine {
                 }
             }
             Request::Arith { key, delta, decrement, noreply } => {
-                self.log_lookup(key);
+                let key = self.key(key, at);
+                self.log_lookup(&key);
                 let outcome = self.run(key, Command::Arith { delta, decrement, cas: 0 }, &mut Vec::new());
                 if !noreply {
                     match outcome {
@@ -309,7 +328,8 @@ impl Engine {
             Request::Touch { key, exptime, noreply } => {
                 self.counters.cmd_touch += 1;
                 let expiry = self.expiry(exptime);
-                self.log_lookup(key);
+                let key = self.key(key, at);
+                self.log_lookup(&key);
                 let reply = match self.run(key, Command::Touch { expiry }, &mut Vec::new()) {
                     Outcome::Touched => reply::TOUCHED,
                     _ => reply::NOT_FOUND,
@@ -328,8 +348,8 @@ impl Engine {
                 }
             }
             Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
-            Request::Meta(ref meta) => return self.meta(meta, out),
-            Request::Binary(ref binary) => return self.binary(binary, out),
+            Request::Meta(ref meta) => return self.meta(meta, at, out),
+            Request::Binary(ref binary) => return self.binary(binary, at, out),
             _ => return self.admin(request, out),
         }
         Exec::Done
@@ -396,9 +416,8 @@ impl Engine {
     }
 
     /// Runs one command on `key`'s partition (owned here: routing made sure).
-    fn run(&mut self, key: &[u8], command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
-        let (hash, partition) = self.locate(key);
-        self.run_at(hash, partition, key, command, out)
+    fn run(&mut self, key: Key<'_>, command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
+        self.run_at(key.hash, key.partition, key.bytes, command, out)
     }
 
     /// [`Engine::run`] with the key already hashed.
@@ -469,7 +488,7 @@ impl Engine {
         }
         let start = out.len();
         for key in qs_proto::tokens::words(keys) {
-            self.get_one(kind, key, out);
+            self.get_one(kind, self.key(key, None), out);
             if out.len() - start + self.shares.taken_bytes() > budget {
                 if let Some(rest) = keys_after(keys, key) {
                     return Some(rest);
@@ -480,7 +499,7 @@ impl Engine {
         None
     }
 
-    fn store(&mut self, mode: StoreMode, key: &[u8], flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
+    fn store(&mut self, mode: StoreMode, key: Key<'_>, flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
         let expiry = self.expiry(exptime);
         match self.store_outcome(store_mode(mode), key, flags, expiry, data) {
             Outcome::Stored { .. } => reply::STORED,
@@ -498,14 +517,14 @@ impl Engine {
     fn store_outcome(
         &mut self,
         mode: qs_store::StoreMode,
-        key: &[u8],
+        key: Key<'_>,
         flags: u32,
         expiry: Expiry,
         data: &[u8],
     ) -> Outcome {
         self.counters.cmd_set += 1;
-        self.shared.detail.record_set(key);
-        self.log_lookup(key);
+        self.shared.detail.record_set(&key);
+        self.log_lookup(&key);
         let mode = self.mode_expected(key, mode);
         let unchecked = matches!(mode, qs_store::StoreMode::Cas(_)) && self.shared.config.disable_cas;
         // -C: memcached's items carry CAS 0, so a cas store succeeds whenever the item exists.
@@ -514,9 +533,9 @@ impl Engine {
         if unchecked && outcome == Outcome::NotStored {
             outcome = Outcome::NotFound;
         }
-        self.log_store(key, &outcome, mode, expiry, data.len());
+        self.log_store(&key, &outcome, mode, expiry, data.len());
         if matches!(outcome, Outcome::TooLarge | Outcome::OutOfMemory) && mode == qs_store::StoreMode::Set {
-            self.drop_refused(key);
+            self.drop_refused(&key);
         }
         outcome
     }
@@ -526,7 +545,8 @@ impl Engine {
     /// never sees the value the client meant to replace. Counted as no delete. The key's
     /// partition is owned here (a refusal answered elsewhere hands the drop to the owner).
     pub fn drop_refused(&mut self, key: &[u8]) {
-        if self.owns(self.locate(key).1) {
+        let key = self.key(key, None);
+        if self.owns(key.partition) {
             self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
         }
     }

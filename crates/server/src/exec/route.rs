@@ -5,15 +5,17 @@ use super::*;
 
 impl Engine {
     pub(super) fn locate(&self, key: &[u8]) -> Located {
-        if let Some((address, len, located)) = self.hint {
-            // The very bytes of the request being run (same address and length in the
-            // unchanged read buffer): its hash is known.
-            if address == key.as_ptr() as usize && len == key.len() {
-                return located;
-            }
-        }
         let hash = KeyHash::of(key);
         (hash, hash.partition(self.shared.partition_bits))
+    }
+
+    /// `bytes` as a request's key: placed where `at` says (the window located this very key),
+    /// else hashed now.
+    #[inline(always)]
+    pub fn key<'k>(&self, bytes: &'k [u8], at: Option<Located>) -> Key<'k> {
+        let (hash, partition) = at.unwrap_or_else(|| self.locate(bytes));
+        debug_assert_eq!(hash, KeyHash::of(bytes), "a key located as another");
+        Key { bytes, hash, partition }
     }
 
     /// The one key of a single-key request, located; `None` for other requests and for keys
@@ -51,19 +53,6 @@ impl Engine {
             None if self.crew => self.shared.readers[partition].prefetch_item(hash),
             None => {}
         }
-    }
-
-    /// Remembers where `request`'s key was located, for the request about to run.
-    pub fn hint(&mut self, request: &Request<'_>, located: Option<Located>) {
-        self.hint = match (single_key_of(request), located) {
-            (Some(key), Some(located)) => Some((key.as_ptr() as usize, key.len(), located)),
-            _ => None,
-        };
-    }
-
-    /// Forgets the hint (the read buffer may change after this).
-    pub fn hint_clear(&mut self) {
-        self.hint = None;
     }
 
     pub(super) fn owner(&self, partition: usize) -> usize {
@@ -121,7 +110,8 @@ impl Engine {
 
     /// Where `request` must run, given how many requests this connection has waiting on each
     /// worker (a later request for the same worker must queue behind them to keep order).
-    pub fn route(&self, request: &Request<'_>, pending: &[u32]) -> Route {
+    /// `at`: where its one key was located, if it was.
+    pub fn route(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
         let single = self.shared.workers == 1;
         let key = match request {
             // One worker: every partition is here, no key need be hashed to route.
@@ -137,14 +127,14 @@ impl Engine {
             {
                 return Route::Local
             }
-            Request::Binary(binary) => return self.route_binary(binary, pending),
+            Request::Binary(binary) => return self.route_binary(binary, at, pending),
             Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
             Request::Store { key, .. }
             | Request::TooLarge { key, .. }
             | Request::Delete { key, .. }
             | Request::Arith { key, .. }
             | Request::Touch { key, .. } => *key,
-            Request::Meta(meta) => return self.route_meta(meta, pending),
+            Request::Meta(meta) => return self.route_meta(meta, at, pending),
             // -F: refused where it arrives.
             Request::FlushAll { .. } if self.shared.config.disable_flush_all => return Route::Local,
             Request::FlushAll { .. } => return Route::Broadcast,
@@ -169,7 +159,7 @@ impl Engine {
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return Route::Local;
         }
-        let owner = self.owner(self.locate(key).1);
+        let owner = self.owner(self.key(key, at).partition);
         if owner == self.worker {
             Route::Local
         } else {
@@ -202,11 +192,11 @@ impl Engine {
         }
     }
 
-    pub(super) fn route_meta(&self, meta: &Meta<'_>, pending: &[u32]) -> Route {
+    pub(super) fn route_meta(&self, meta: &Meta<'_>, at: Option<Located>, pending: &[u32]) -> Route {
         if meta.key().len() > qs_proto::KEY_BYTES_MAX {
             return Route::Local;
         }
-        let owner = self.owner(self.locate(meta.key()).1);
+        let owner = self.owner(self.key(meta.key(), at).partition);
         if owner == self.worker {
             return Route::Local;
         }

@@ -7,11 +7,11 @@ use super::*;
 impl Engine {
     /// `-o front_cache`: answers a plain `get` of `key` (another worker's) from this worker's
     /// front cache when it holds a reply still valid; `false` otherwise (hand it over).
-    pub fn front_serve(&mut self, key: &[u8], out: &mut Vec<u8>) -> bool {
+    pub fn front_serve(&mut self, key: Key<'_>, out: &mut Vec<u8>) -> bool {
         if self.front.is_none() {
             return false;
         }
-        let (hash, partition) = self.locate(key);
+        let Key { bytes: key, hash, partition } = key;
         let front = self.front.as_mut().expect("checked");
         let Some(reply) = front.get(hash.0, key, &self.shared.front_epochs[partition], self.now_secs) else {
             return false;
@@ -30,15 +30,14 @@ impl Engine {
 
     /// `-o front_cache`, at the owner: what a handed-over plain `get` of `key` was answered
     /// under (the key's write epochs and this second), for the asking worker's front cache.
-    pub fn front_tag(&self, key: &[u8]) -> Option<(qs_store::front::Epoch, u32)> {
-        let (hash, partition) = self.locate(key);
-        Some((self.shared.front_epochs.get(partition)?.read(hash.0), self.now_secs))
+    pub fn front_tag(&self, key: Key<'_>) -> Option<(qs_store::front::Epoch, u32)> {
+        Some((self.shared.front_epochs.get(key.partition)?.read(key.hash.0), self.now_secs))
     }
 
     /// `-o front_cache`: keeps the owner's reply to a plain `get` of `key`, tagged by
     /// [`Engine::front_tag`].
     pub fn front_fill(&mut self, key: &[u8], reply: &[u8], tag: (qs_store::front::Epoch, u32)) {
-        if reply.len() > FRONT_REPLY_BYTES_MAX || !reply.starts_with(b"VALUE ") {
+        if self.front.is_none() || reply.len() > FRONT_REPLY_BYTES_MAX || !reply.starts_with(b"VALUE ") {
             return;
         }
         let hash = self.locate(key).0;

@@ -49,7 +49,7 @@ pub(super) fn refuse_store(
         if owner == me {
             engine.drop_refused(key);
         } else {
-            hand.over(owner, Task::Drop, key, output, engine);
+            hand.over(owner, Task::Drop, (key, None), output, engine);
         }
     }
     codec::refuse_store(&request, codec::Refusal::OutOfMemory, output.reply_buf());

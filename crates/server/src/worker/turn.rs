@@ -167,23 +167,22 @@ impl Turn<'_, '_> {
         if let Some(flow) = self.sasl(request, len) {
             return flow;
         }
-        self.engine.hint(request, located);
         if let Some(flow) = self.oversized(request, len) {
             return flow;
         }
-        match self.engine.route(request, &self.output.pending) {
+        match self.engine.route(request, located, &self.output.pending) {
             Route::Local => {}
             Route::AfterPending if self.output.pending_total > 0 => {
                 self.state.block(Wait::Replies);
                 return Flow::Stop;
             }
             Route::AfterPending => {}
-            Route::Forward(owner) => return self.forward(owner, request, &here[..len]),
+            Route::Forward(owner) => return self.forward(owner, request, located, &here[..len]),
             Route::SplitGet => return self.split_get(request, pending, here, len),
             Route::Broadcast => {
                 for owner in (0..self.hand.outgoing.len()).filter(|&owner| owner != self.me) {
                     let task = Task::Everywhere(self.dialect);
-                    self.hand.over(owner, task, &here[..len], self.output, self.engine);
+                    self.hand.over(owner, task, (&here[..len], None), self.output, self.engine);
                 }
                 self.state.block(Wait::Replies);
             }
@@ -268,10 +267,10 @@ impl Turn<'_, '_> {
         let owner = self.engine.owner_of(key);
         *self.executed = true;
         if owner == self.me {
-            self.engine.execute(request, self.output.reply_buf());
+            self.engine.execute(request, None, self.output.reply_buf());
         } else {
             if drops {
-                self.hand.over(owner, Task::Drop, key, self.output, self.engine);
+                self.hand.over(owner, Task::Drop, (key, None), self.output, self.engine);
             }
             // Counted here, where it is answered (the owner only drops).
             self.engine.counters.cmd_set += 1;
@@ -284,13 +283,13 @@ impl Turn<'_, '_> {
     /// A request its key's owner runs: a plain get of one key may come from the front cache
     /// (unless an earlier request of this connection waits on the owner), a get of one key
     /// goes as that key alone, anything else as its bytes.
-    fn forward(&mut self, owner: usize, request: &Request<'_>, bytes: &[u8]) -> Flow {
+    fn forward(&mut self, owner: usize, request: &Request<'_>, at: Option<Located>, bytes: &[u8]) -> Flow {
         let single = match *request {
             Request::Get { kind, keys } => qs_proto::tokens::single_word(keys).map(|key| (kind, key)),
             _ => None,
         };
         if let (Some((GetKind::Get, key)), 0) = (single, self.output.pending[owner]) {
-            if self.engine.front_serve(key, self.output.reply_buf()) {
+            if self.engine.front_serve(self.engine.key(key, at), self.output.reply_buf()) {
                 *self.executed = true;
                 return Flow::Next(bytes.len());
             }
@@ -299,7 +298,7 @@ impl Turn<'_, '_> {
             Some((kind, key)) => (Task::Get { kind, end: true }, key),
             None => (Task::Request(self.dialect), bytes),
         };
-        self.hand.over(owner, task, bytes_sent, self.output, self.engine);
+        self.hand.over(owner, task, (bytes_sent, at), self.output, self.engine);
         Flow::Next(bytes.len())
     }
 
@@ -314,8 +313,9 @@ impl Turn<'_, '_> {
         let budget = self.reply_room();
         let mut added = 0;
         let mut rest = None;
-        for key in qs_proto::tokens::words(keys) {
-            let owner = self.engine.owner_of(key);
+        for bytes in qs_proto::tokens::words(keys) {
+            let key = self.engine.key(bytes, None);
+            let owner = self.engine.owner_of_partition(key.partition);
             if owner == self.me {
                 let buf = self.output.reply_buf();
                 let before = buf.len();
@@ -323,10 +323,11 @@ impl Turn<'_, '_> {
                 added += buf.len() - before + self.engine.shares.taken_bytes();
                 self.output.adopt(&mut self.engine.shares.taken);
             } else {
-                self.hand.over(owner, Task::Get { kind, end: false }, key, self.output, self.engine);
+                let at = Some((key.hash, key.partition));
+                self.hand.over(owner, Task::Get { kind, end: false }, (bytes, at), self.output, self.engine);
             }
             if added > budget || self.output.pending_total >= PENDING_PER_CONN_MAX {
-                rest = crate::exec::keys_after(keys, key);
+                rest = crate::exec::keys_after(keys, bytes);
                 if rest.is_some() {
                     break;
                 }
@@ -365,13 +366,13 @@ impl Turn<'_, '_> {
             }
             return Flow::Next(len);
         }
-        let executed_as = self.engine.execute(request, self.output.reply_buf());
+        let executed_as = self.engine.execute(request, located, self.output.reply_buf());
         self.output.adopt(&mut self.engine.shares.taken);
         match executed_as {
             Exec::Done => {}
             Exec::Close => self.state.close(),
             Exec::Forward(owner) => {
-                self.hand.over(owner, Task::Request(self.dialect), &here[..len], self.output, self.engine);
+                self.hand.over(owner, Task::Request(self.dialect), (&here[..len], located), self.output, self.engine);
             }
         }
         Flow::Next(len)
@@ -465,7 +466,7 @@ fn continue_dump(
         } else {
             let (start, end) = (range.start as u32, range.end as u32);
             let task = Task::Chunk { partition: partition as u32, start, end, keys };
-            hand.over(owner, task, &[], output, engine);
+            hand.over(owner, task, (&[], None), output, engine);
         }
     }
     let keys = cursor.keys;

@@ -372,7 +372,6 @@ fn run_window(
             }
         }
     }
-    turn.engine.hint_clear();
     (consumed, outcome.0, outcome.1)
 }
 
