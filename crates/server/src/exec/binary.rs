@@ -217,7 +217,7 @@ impl Engine {
     ) {
         let touch = touch.map(|exptime| self.binary_expiry(exptime));
         let key_out = if with_key { key.bytes } else { &[] };
-        let head = Head::Binary(Reply { key: key_out, ..reply });
+        let head = Head::Binary { opcode: reply.opcode, opaque: reply.opaque, key: key_out };
         match self.fetch(key, touch, head, out) {
             Outcome::Hit(_) => {}
             _ if quiet => {}

@@ -22,17 +22,24 @@ pub(super) enum Head<'a> {
         /// With the CAS unique (gets, gats).
         with_cas: bool,
     },
-    /// The binary reply's header, its extras the item's flags (`reply`'s key, CAS, extras
-    /// and value length are filled in from the item).
-    Binary(Reply<'a>),
+    /// The binary reply's header (status 0, the item's CAS), its extras the item's flags,
+    /// then `key` (empty unless the opcode returns it).
+    Binary {
+        /// The request's opcode.
+        opcode: u8,
+        /// The request's opaque.
+        opaque: [u8; 4],
+        /// The key the reply carries.
+        key: &'a [u8],
+    },
 }
 
 /// Where a large value went instead of the reply buffer.
 enum Large {
     /// Nowhere: the value is in the reply buffer, or there was no hit.
     No,
-    /// A copy of its own, read straight from the log.
-    Fresh(Vec<u8>),
+    /// A copy of its own, read straight from the log, of the version with this CAS.
+    Fresh(Vec<u8>, u64),
     /// A recent copy of the same version, still held by a reply: nothing copied.
     Reused(Arc<SharedValue>),
 }
@@ -47,7 +54,6 @@ pub(super) struct ReplySink<'a> {
     /// Where this reply starts in `out` (an undone read goes back to it).
     mark: usize,
     large: Large,
-    hit: Option<Hit>,
 }
 
 impl<'a> ReplySink<'a> {
@@ -59,29 +65,37 @@ impl<'a> ReplySink<'a> {
         shares: &'a mut Shares,
     ) -> ReplySink<'a> {
         let mark = out.len();
-        ReplySink { out, key, head, shared, shares, mark, large: Large::No, hit: None }
+        ReplySink { out, key, head, shared, shares, mark, large: Large::No }
     }
 
     /// Ends the reply of a read that answered `outcome`: the text reply's last `\r\n`, a
     /// large value handed to the connection's output to send from its copy.
+    #[inline(always)]
     pub(super) fn finish(self, outcome: &Outcome) {
         if !matches!(outcome, Outcome::Hit(_)) {
             return;
         }
+        let text = matches!(self.head, Head::Text { .. });
+        let out = if matches!(self.large, Large::No) { self.out } else { self.hand_large() };
+        if text {
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// A large value's copy, to the connection's output at the reply's end (the rare path).
+    #[inline(never)]
+    fn hand_large(self) -> &'a mut Vec<u8> {
         let at = self.out.len();
         match self.large {
             Large::No => {}
-            Large::Fresh(bytes) => {
-                let cas = self.hit.map_or(0, |hit| hit.cas);
+            Large::Fresh(bytes, cas) => {
                 let copy = Arc::new(SharedValue::from_vec(bytes, self.shared.client_memory.clone()));
                 self.shares.remember(self.key, cas, &copy);
                 self.shares.taken.push((at, copy));
             }
             Large::Reused(copy) => self.shares.taken.push((at, copy)),
         }
-        if matches!(self.head, Head::Text { .. }) {
-            self.out.extend_from_slice(b"\r\n");
-        }
+        self.out
     }
 
     /// Writes the head for `hit`.
@@ -92,9 +106,11 @@ impl<'a> ReplySink<'a> {
             Head::Text { with_cas } => {
                 reply::value_line(self.out, self.key, hit.flags, hit.value_len, with_cas.then_some(cas));
             }
-            Head::Binary(reply) => {
+            Head::Binary { opcode, opaque, key } => {
                 let flags = hit.flags.to_be_bytes();
-                Reply { cas, extras: &flags, value_len: hit.value_len, ..reply }.write_head(self.out);
+                let status = qs_proto::binary::status::NO_ERROR;
+                Reply { opcode, opaque, status, cas, extras: &flags, key, value_len: hit.value_len }
+                    .write_head(self.out);
             }
         }
     }
@@ -104,7 +120,6 @@ impl ValueSink for ReplySink<'_> {
     #[inline(always)]
     fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>> {
         self.write_head(hit);
-        self.hit = Some(*hit);
         if !self.shares.wants(hit.value_len) {
             return Some(self.out);
         }
@@ -112,9 +127,9 @@ impl ValueSink for ReplySink<'_> {
             self.large = Large::Reused(copy);
             return None;
         }
-        self.large = Large::Fresh(Vec::with_capacity(hit.value_len));
+        self.large = Large::Fresh(Vec::with_capacity(hit.value_len), hit.cas);
         match &mut self.large {
-            Large::Fresh(bytes) => Some(bytes),
+            Large::Fresh(bytes, _) => Some(bytes),
             Large::No | Large::Reused(_) => None,
         }
     }
@@ -122,7 +137,6 @@ impl ValueSink for ReplySink<'_> {
     fn undo(&mut self) {
         self.out.truncate(self.mark);
         self.large = Large::No;
-        self.hit = None;
     }
 }
 
@@ -178,18 +192,15 @@ impl Engine {
         let now = self.now_secs;
         let shared = &*self.shared;
         let mut sink = ReplySink::new(out, key, head, shared, &mut self.shares);
-        let (outcome, gone) = match &mut self.partitions[partition] {
-            Some(owned) => (owned.read_value(hash, key, touch, now, &mut sink), None),
-            None if touch.is_some() => panic!("touch of partition {partition} routed to worker {}", self.worker),
-            None => {
-                let (outcome, gone) = shared.readers[partition].read_telling(hash, key, now, &mut sink);
-                (outcome, Some(gone))
-            }
-        };
-        sink.finish(&outcome);
-        if let Some(gone) = gone {
-            self.count_remote(partition, &outcome, gone);
+        if let Some(owned) = &mut self.partitions[partition] {
+            let outcome = owned.read_value(hash, key, touch, now, &mut sink);
+            sink.finish(&outcome);
+            return outcome;
         }
+        assert!(touch.is_none(), "touch of partition {partition} routed to worker {}", self.worker);
+        let (outcome, gone) = shared.readers[partition].read_telling(hash, key, now, &mut sink);
+        sink.finish(&outcome);
+        self.count_remote(partition, &outcome, gone);
         outcome
     }
 
