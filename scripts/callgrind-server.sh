@@ -9,6 +9,7 @@
 #     PROTOCOL=memcache_binary scripts/callgrind-server.sh    the binary protocol
 #     DATA=102400 KEYS=100 PRELOAD=2 REQUESTS=20 scripts/callgrind-server.sh   100 KB values
 #     BINARY=path/to/quicksilver scripts/callgrind-server.sh   another build
+#     WORKERS=2 RATIO=1:0 scripts/callgrind-server.sh         sets, half of them forwarded
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 MEMTIER=${MEMTIER:-$HOME/.cache/memtier/src/memtier_benchmark}
@@ -16,7 +17,7 @@ PORT=$((23500 + RANDOM % 400))
 OUT=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] && cp "$OUT"/cg.out.1 "$KEEP"; rm -rf "$OUT"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" "${BINARY:-$REPO/target/release/quicksilver}" \
-    -t 1 -p "$PORT" -l 127.0.0.1 "$@" >/dev/null 2>"$OUT/valgrind.err" &
+    -t "${WORKERS:-1}" -p "$PORT" -l 127.0.0.1 "$@" >/dev/null 2>"$OUT/valgrind.err" &
 PID=$!
 for _ in $(seq 60); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT))" 2>/dev/null && break
@@ -38,7 +39,7 @@ COMMON=(-s 127.0.0.1 -p "$PORT" -P "${PROTOCOL:-memcache_text}" -t 1 -c 50 -d "$
 "$MEMTIER" "${COMMON[@]}" --ratio 1:0 --key-pattern P:P -n "${PRELOAD:-2000}" >/dev/null 2>&1
 BEFORE=$(operations)
 callgrind_control -z "$PID" >/dev/null 2>&1
-"$MEMTIER" "${COMMON[@]}" --ratio 1:19 --key-pattern R:R --pipeline "${PIPELINE:-16}" -n "${REQUESTS:-4000}" >/dev/null 2>&1
+"$MEMTIER" "${COMMON[@]}" --ratio "${RATIO:-1:19}" --key-pattern R:R --pipeline "${PIPELINE:-16}" -n "${REQUESTS:-4000}" >/dev/null 2>&1
 AFTER=$(operations)
 callgrind_control -d "$PID" >/dev/null 2>&1
 kill "$PID"

@@ -79,6 +79,38 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// almost nothing.
 pub const UNAUTHENTICATED_BODY_BYTES_MAX: usize = AUTH_TOKEN_BYTES_MAX;
 
+/// Where a connection stands with authentication (memcached swaps the connection's parser:
+/// `try_read_command_asciiauth`, then `_ascii`). Chosen when the connection is accepted, from
+/// the server's mode; it moves once, to `Authenticated`, when the client authenticates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// No authentication is asked (neither -S nor -Y; UDP, which start-up keeps off under
+    /// both): every request is parsed and run, no gate looked at.
+    Open,
+    /// Nothing is parsed but what may authenticate ([`admit`]), and a binary frame passes
+    /// [`sasl_gate`] first.
+    Unauthenticated,
+    /// Authenticated: its requests run; under -S, SASL frames are still answered by the gate.
+    Authenticated,
+}
+
+impl Phase {
+    /// The phase a stream connection starts in under `modes`.
+    pub fn at_accept(modes: Modes<'_>) -> Phase {
+        if modes.ascii.is_none() && modes.sasl.is_none() {
+            Phase::Open
+        } else {
+            Phase::Unauthenticated
+        }
+    }
+
+    /// Whether its requests may be parsed and run.
+    #[inline(always)]
+    pub fn admitted(self) -> bool {
+        self != Phase::Unauthenticated
+    }
+}
+
 /// The server's authentication mode, as connections meet it.
 #[derive(Clone, Copy)]
 pub struct Modes<'a> {
@@ -236,7 +268,7 @@ pub enum Gate {
 /// VERSION before the connection has authenticated, as memcached does.
 pub fn sasl_gate(
     request: &Binary<'_>,
-    authenticated: &mut bool,
+    phase: &mut Phase,
     passwords: &Passwords,
     counters: &mut WorkerCounters,
     out: &mut Vec<u8>,
@@ -257,7 +289,7 @@ pub fn sasl_gate(
             };
             counters.auth_cmds += 1;
             if ok {
-                *authenticated = true;
+                *phase = Phase::Authenticated;
                 bin::write_simple(out, code, opaque, status::NO_ERROR, 0, b"Authenticated");
             } else {
                 counters.auth_errors += 1;
@@ -265,7 +297,7 @@ pub fn sasl_gate(
             }
             Gate::Answered { close: false }
         }
-        _ if *authenticated || code == opcode::VERSION => Gate::Pass,
+        _ if phase.admitted() || code == opcode::VERSION => Gate::Pass,
         // memcached checks lengths before authentication: a malformed frame gets its own reply.
         Command::Refuse { status: status::UNKNOWN_COMMAND, close: true } => Gate::Pass,
         _ => {
@@ -411,40 +443,44 @@ mod tests {
     fn sasl_refuses_everything_but_authentication_until_it_succeeds() {
         let p = passwords();
         let mut counters = WorkerCounters::default();
-        let mut authenticated = false;
+        assert_eq!(Phase::at_accept(Modes { ascii: None, sasl: None }), Phase::Open);
+        assert!(Phase::Open.admitted() && Phase::Authenticated.admitted());
+        let mut phase = Phase::at_accept(Modes { ascii: None, sasl: Some(&p) });
+        assert_eq!(phase, Phase::Unauthenticated);
+        assert_eq!(Phase::at_accept(Modes { ascii: Some(&p), sasl: None }), Phase::Unauthenticated);
         let frame = |op, key: &[u8], value: &[u8]| bin::request_frame(op, 7, 0, &[], key, value);
-        let mut gate = |buf: &[u8], authenticated: &mut bool| {
+        let mut gate = |buf: &[u8], phase: &mut Phase| {
             let qs_proto::Parsed::Request { request: qs_proto::Request::Binary(request), .. } =
                 bin::parse(buf, &qs_proto::Limits::default())
             else {
                 panic!()
             };
             let mut out = Vec::new();
-            let gate = sasl_gate(&request, authenticated, &p, &mut counters, &mut out);
+            let gate = sasl_gate(&request, phase, &p, &mut counters, &mut out);
             (gate, u16::from_be_bytes([out[6], out[7]]), out[24..].to_vec())
         };
         let get = frame(opcode::GET, b"k", b"");
         assert_eq!(
-            gate(&get, &mut authenticated),
+            gate(&get, &mut phase),
             (Gate::Answered { close: true }, status::AUTH_ERROR, b"Auth failure.".to_vec())
         );
         let list = frame(opcode::SASL_LIST_MECHS, b"", b"");
-        assert_eq!(gate(&list, &mut authenticated).2, b"PLAIN");
+        assert_eq!(gate(&list, &mut phase).2, b"PLAIN");
         let wrong = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bab");
-        assert_eq!(gate(&wrong, &mut authenticated).1, status::AUTH_ERROR);
-        assert!(!authenticated);
+        assert_eq!(gate(&wrong, &mut phase).1, status::AUTH_ERROR);
+        assert_eq!(phase, Phase::Unauthenticated);
         let right = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar");
         assert_eq!(
-            gate(&right, &mut authenticated),
+            gate(&right, &mut phase),
             (Gate::Answered { close: false }, 0, b"Authenticated".to_vec())
         );
-        assert!(authenticated);
+        assert_eq!(phase, Phase::Authenticated, "the phase moves once, on success");
         let mut out = Vec::new();
         let parsed = bin::parse(&get, &qs_proto::Limits::default());
         let qs_proto::Parsed::Request { request: qs_proto::Request::Binary(request), .. } = parsed else {
             panic!()
         };
-        assert_eq!(sasl_gate(&request, &mut authenticated, &p, &mut counters, &mut out), Gate::Pass);
+        assert_eq!(sasl_gate(&request, &mut phase, &p, &mut counters, &mut out), Gate::Pass);
         assert_eq!((counters.auth_cmds, counters.auth_errors), (2, 1));
     }
 }

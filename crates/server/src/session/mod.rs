@@ -595,8 +595,8 @@ pub struct Conn {
     pub error: bool,
     /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).
     pub protocol: crate::config::Protocol,
-    /// Authenticated (always, without -S or -Y).
-    pub authenticated: bool,
+    /// Where it stands with authentication ([`auth::Phase`]; `Open` without -S or -Y).
+    pub phase: auth::Phase,
     /// `output.sent_total` when the client memory budget was last found spent: a connection
     /// whose client has read nothing since is shed ([`budget`]).
     pub sent_seen: u64,
@@ -632,7 +632,7 @@ impl Conn {
             watch: None,
             error: false,
             protocol,
-            authenticated: true,
+            phase: auth::Phase::Open,
             sent_seen: 0,
         }
     }

@@ -112,7 +112,7 @@ impl Worker {
             Output::new(self.shared.workers),
             self.listeners[listener].protocol,
         );
-        conn.authenticated = self.shared.sasl_passwords.is_none() && self.shared.ascii_passwords.is_none();
+        conn.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
         conn.info = Some(info);
         conn.fd = fd;
         conn.read_ready = !on_ring;

@@ -43,7 +43,7 @@ pub(super) struct Turn<'t, 'h> {
     pub info: &'t Option<Arc<Info>>,
     pub watch: &'t mut Option<Arc<Sink>>,
     pub error: &'t mut bool,
-    pub authenticated: &'t mut bool,
+    pub phase: &'t mut crate::session::auth::Phase,
     pub eof: bool,
     /// The socket refused the connection's last write: its client is not reading.
     pub write_blocked: bool,
@@ -236,6 +236,9 @@ impl Turn<'_, '_> {
     /// Under -S, a binary request before authentication is answered here (SASL's own
     /// commands, or a refusal).
     fn sasl(&mut self, request: &Request<'_>, len: usize) -> Option<Flow> {
+        if *self.phase == crate::session::auth::Phase::Open {
+            return None;
+        }
         let (Request::Binary(request), Some(passwords)) = (request, self.shared.sasl_passwords.as_ref())
         else {
             return None;
@@ -243,7 +246,7 @@ impl Turn<'_, '_> {
         let reply = self.output.reply_buf();
         match crate::session::auth::sasl_gate(
             request,
-            self.authenticated,
+            self.phase,
             passwords,
             &mut self.engine.counters,
             reply,

@@ -131,7 +131,7 @@ impl Worker {
             fd,
             watch,
             error,
-            authenticated,
+            phase,
             ring,
             write_blocked,
             ..
@@ -156,7 +156,7 @@ impl Worker {
             info,
             watch,
             error,
-            authenticated,
+            phase,
             eof: *eof,
             write_blocked: *write_blocked,
             me: *me,
@@ -395,11 +395,11 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
         }
     }
     let dialect = Dialect::of(conn.protocol);
-    if conn.authenticated {
+    if conn.phase.admitted() {
         return Some(dialect);
     }
-    use crate::session::auth::{admit, Admission, Modes};
-    let modes = Modes { ascii: shared.ascii_passwords.as_ref(), sasl: shared.sasl_passwords.as_ref() };
+    use crate::session::auth::{admit, Admission, Phase};
+    let modes = shared.auth_modes();
     let binary = dialect == Dialect::Binary;
     let (admission, answered) = admit(
         &mut conn.input,
@@ -413,7 +413,11 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
     *executed |= answered;
     match admission {
         Admission::Parse => {
-            conn.authenticated |= modes.sasl.is_none() && dialect == Dialect::Text;
+            // A text connection's Parse is -Y's success (a binary one's, a frame the SASL
+            // gate is to see).
+            if !binary {
+                conn.phase = Phase::Authenticated;
+            }
             Some(dialect)
         }
         Admission::Wait => {
