@@ -11,6 +11,9 @@
 2. No source file over 1,000 lines in any crate but bench.
 3. No `#[allow(clippy::too_many_lines)]` in any crate's src but bench's: clippy's limit of 100
    lines a function holds everywhere else.
+4. One router in the server: no function named `route_<dialect>` (text, meta, binary, resp,
+   ...) comes back beside `Engine::route`, which routes every dialect's requests by their
+   `Reach` (crates/server/src/exec/route.rs).
 
 Each rule's known debts are listed below (DEBTS) with the issue that pays them; a file listed
 there that no longer breaks its rule must leave the list.
@@ -33,6 +36,8 @@ ALLOW_LONG = "allow(clippy::too_many_lines)"
 DEBTS = {}
 
 ident = r"[A-Za-z_][A-Za-z0-9_]*"
+# A router of one dialect (rule 4): `route_keys` is the one router's rule for a text get's keys.
+DIALECT_ROUTER = re.compile(r"\bfn\s+route_(text|meta|binary|bin|ascii|resp|redis|native|udp|get)\b")
 
 
 CHAR_LITERAL = re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]{1,6}\}|.)|[^'\\\n])'")
@@ -227,9 +232,11 @@ def main_in(repo):
             print(f"crates/{crate}: import cycle: {path_in(graph, scc)} (components in the cycle: {', '.join(scc)})")
         if crate not in EXEMPT_CRATES:
             failed |= long_parts(repo, files)
+        if crate == "server":
+            failed |= dialect_routers(repo, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router")
 
 
 def long_parts(repo, files):
@@ -255,6 +262,19 @@ def long_parts(repo, files):
             elif debt and not broken:
                 failed = True
                 print(f"{rel}: no longer a {rule}: take it out of DEBTS in scripts/check-layout.py")
+    return failed
+
+
+def dialect_routers(repo, files):
+    """Prints each router of one dialect in the server crate; whether any was printed."""
+    failed = False
+    for path in sorted(files):
+        with open(path, encoding="utf-8") as source:
+            text = strip(source.read())
+        for found in DIALECT_ROUTER.finditer(text):
+            failed = True
+            rel = os.path.relpath(path, repo).replace(os.sep, "/")
+            print(f"{rel}: fn route_{found.group(1)}: one router routes every dialect (Engine::route on a Reach)")
     return failed
 
 

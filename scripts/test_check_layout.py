@@ -99,6 +99,16 @@ class Rules(unittest.TestCase):
         self.assertEqual(status, 1)
         self.assertIn("crates/server/src/worker/window.rs: no longer a allow(clippy::too_many_lines)", output)
 
+    def test_a_dialect_router_in_the_server_fails(self):
+        output, status = run({
+            "crates/server/src/main.rs": "mod exec;\n",
+            "crates/server/src/exec/route.rs": "fn route(&self) {}\nfn route_keys() {}\n// fn route_meta\n",
+            "crates/server/src/exec/resp.rs": "pub(super) fn route_resp(&self) -> Route {}\n",
+        })
+        self.assertEqual(status, 1)
+        self.assertIn("crates/server/src/exec/resp.rs: fn route_resp", output)
+        self.assertNotIn("route.rs", output)
+
     def test_a_clean_tree_passes(self):
         output, status = run({"crates/proto/src/lib.rs": "mod a;\n", "crates/proto/src/a.rs": "fn f() {}\n"})
         self.assertEqual(status, 0, output)

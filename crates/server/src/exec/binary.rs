@@ -4,33 +4,12 @@
 //! sends only hits.
 
 use super::get::Head;
-use super::{Engine, Exec, Key, Located, Route};
+use super::{Engine, Exec, Key, Located};
 use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
 use qs_proto::StoreMode;
 use qs_store::{Command, Expiry, Outcome};
 
 impl Engine {
-    /// Where a binary request must run (see [`Engine::route`]).
-    pub(super) fn route_binary(&self, request: &Binary<'_>, at: Option<Located>, pending: &[u32]) -> Route {
-        match request.command {
-            Bin::Flush { .. } if self.shared.config.disable_flush_all => return Route::Local,
-            Bin::Flush { .. } => return Route::Broadcast,
-            Bin::Stat { .. } => return Route::AfterPending,
-            _ => {}
-        }
-        let Some(key) = request.command.key() else { return Route::Local };
-        if self.shared.workers == 1 {
-            return Route::Local;
-        }
-        let owner = self.owner(self.key(key, at).partition);
-        let read_only = matches!(request.command, Bin::Get { touch: None, .. });
-        if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
-            Route::Local
-        } else {
-            Route::Forward(owner)
-        }
-    }
-
     /// memcached's binary exptime (unsigned) as an expiry, by this turn's clock.
     fn binary_expiry(&self, exptime: u32) -> Expiry {
         Expiry::from_exptime(i64::from(exptime), self.now_secs)

@@ -38,6 +38,31 @@ pub enum Route {
     AfterPending,
 }
 
+/// What routing needs of a request, whatever its dialect ([`Engine::reach`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach<'a> {
+    /// One key; `read_only`: a plain read, which CREW serves from any worker.
+    Key {
+        /// The key.
+        key: &'a [u8],
+        /// Reads only.
+        read_only: bool,
+    },
+    /// A text get's keys (the rest of its line); read-only unless it touches.
+    Keys {
+        /// The keys, as a line.
+        keys: &'a [u8],
+        /// Reads only.
+        read_only: bool,
+    },
+    /// Runs on every worker's partitions (flush_all, cache_memlimit).
+    Everywhere,
+    /// Runs here once the connection's earlier requests are answered (stats, watch).
+    AfterPending,
+    /// Runs here: no key, or answered here whatever its key.
+    Here,
+}
+
 /// A key's hash and partition, computed once per request.
 pub type Located = (KeyHash, usize);
 

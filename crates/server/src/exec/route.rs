@@ -76,15 +76,8 @@ impl Engine {
         if owner == self.worker {
             return false;
         }
-        let crew_read = self.crew
-            && matches!(
-                request,
-                Request::Get { kind: GetKind::Get | GetKind::Gets, .. }
-                    | Request::Binary(qs_proto::binary::Binary {
-                        command: qs_proto::binary::Command::Get { touch: None, .. },
-                        ..
-                    })
-            );
+        let crew_read =
+            self.crew && matches!(self.reach(request), Reach::Key { read_only: true, .. } | Reach::Keys { read_only: true, .. });
         if crew_read {
             return *waiting_on & (1 << (owner % 64)) != 0;
         }
@@ -108,39 +101,38 @@ impl Engine {
         self.partitions[partition].is_some()
     }
 
-    /// Where `request` must run, given how many requests this connection has waiting on each
-    /// worker (a later request for the same worker must queue behind them to keep order).
-    /// `at`: where its one key was located, if it was.
-    pub fn route(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
-        let single = self.shared.workers == 1;
-        let key = match request {
-            // One worker: every partition is here, no key need be hashed to route.
-            Request::Binary(_)
-            | Request::Get { .. }
-            | Request::Store { .. }
-            | Request::TooLarge { .. }
-            | Request::Delete { .. }
-            | Request::Arith { .. }
-            | Request::Touch { .. }
-            | Request::Meta(_)
-                if single =>
-            {
-                return Route::Local
-            }
-            Request::Binary(binary) => return self.route_binary(binary, at, pending),
-            Request::Get { kind, keys } => return self.route_get(*kind, keys, pending),
+    /// What routing needs of `request`, whatever its dialect: the one place that knows which
+    /// requests touch which keys, and which only read (CREW serves those from any worker).
+    pub fn reach<'a>(&self, request: &'a Request<'_>) -> Reach<'a> {
+        use qs_proto::binary::Command as Bin;
+        match *request {
+            Request::Get { kind, keys } => Reach::Keys { keys, read_only: kind.touch().is_none() },
             Request::Store { key, .. }
             | Request::TooLarge { key, .. }
             | Request::Delete { key, .. }
             | Request::Arith { key, .. }
-            | Request::Touch { key, .. } => *key,
-            Request::Meta(meta) => return self.route_meta(meta, at, pending),
-            // -F: refused where it arrives.
-            Request::FlushAll { .. } if self.shared.config.disable_flush_all => return Route::Local,
-            Request::FlushAll { .. } => return Route::Broadcast,
+            | Request::Touch { key, .. } => Reach::Key { key, read_only: false },
+            Request::Meta(ref meta) => {
+                let options = &meta.options;
+                let read_only = match meta.command {
+                    MetaCommand::Get => !(options.has(b'T') || options.has(b'N') || options.has(b'R')),
+                    MetaCommand::Debug => true,
+                    _ => false,
+                };
+                Reach::Key { key: meta.key(), read_only }
+            }
+            Request::Binary(ref binary) => match binary.command {
+                // -F: refused where it arrives.
+                Bin::Flush { .. } if self.shared.config.disable_flush_all => Reach::Here,
+                Bin::Flush { .. } => Reach::Everywhere,
+                Bin::Stat { .. } => Reach::AfterPending,
+                Bin::Get { key, touch: None, .. } => Reach::Key { key, read_only: true },
+                command => command.key().map_or(Reach::Here, |key| Reach::Key { key, read_only: false }),
+            },
+            Request::FlushAll { .. } if self.shared.config.disable_flush_all => Reach::Here,
             // Every worker resizes its own partitions.
-            Request::CacheMemlimit { .. } => return Route::Broadcast,
-            Request::Stats { .. } | Request::Watch { .. } => return Route::AfterPending,
+            Request::FlushAll { .. } | Request::CacheMemlimit { .. } => Reach::Everywhere,
+            Request::Stats { .. } | Request::Watch { .. } => Reach::AfterPending,
             Request::Version
             | Request::Verbosity { .. }
             | Request::Quit
@@ -154,22 +146,40 @@ impl Engine {
             | Request::CacheDump { .. }
             | Request::DebugTime { .. }
             | Request::Shutdown { .. }
-            | Request::RefreshCerts { .. } => return Route::Local,
-        };
-        if key.len() > qs_proto::KEY_BYTES_MAX {
-            return Route::Local;
-        }
-        let owner = self.owner(self.key(key, at).partition);
-        if owner == self.worker {
-            Route::Local
-        } else {
-            Route::Forward(owner)
+            | Request::RefreshCerts { .. } => Reach::Here,
         }
     }
 
-    pub(super) fn route_get(&self, kind: GetKind, keys: &[u8], pending: &[u32]) -> Route {
-        // gat/gats write (the new expiry), so only plain gets may read other partitions.
-        let read_only = kind.touch().is_none();
+    /// Where `request` must run, given how many requests this connection has waiting on each
+    /// worker (a later request for the same worker must queue behind them to keep order):
+    /// one rule for every dialect, on its [`Reach`]. `at`: where its one key was located, if
+    /// it was.
+    pub fn route(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
+        match self.reach(request) {
+            Reach::Here => Route::Local,
+            Reach::Everywhere if self.shared.workers == 1 => Route::Local,
+            Reach::Everywhere => Route::Broadcast,
+            Reach::AfterPending => Route::AfterPending,
+            // One worker: every partition is here, no key need be hashed to route.
+            Reach::Key { .. } | Reach::Keys { .. } if self.shared.workers == 1 => Route::Local,
+            Reach::Keys { keys, read_only } => self.route_keys(keys, read_only, pending),
+            // Answered here with an error, no key read.
+            Reach::Key { key, .. } if key.len() > qs_proto::KEY_BYTES_MAX => Route::Local,
+            Reach::Key { key, read_only } => {
+                let owner = self.owner(self.key(key, at).partition);
+                if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+                    Route::Local
+                } else {
+                    Route::Forward(owner)
+                }
+            }
+        }
+    }
+
+    /// A text get's keys: here when all are here (or readable here: CREW, a plain get, no
+    /// earlier request waiting on the owner), to the owner when one key is another's, key by
+    /// key when several owners have them.
+    fn route_keys(&self, keys: &[u8], read_only: bool, pending: &[u32]) -> Route {
         let mut remote = None;
         let mut several = false;
         for key in qs_proto::tokens::words(keys) {
@@ -189,27 +199,6 @@ impl Engine {
             Some(_) if self.crew && read_only => Route::AfterPending,
             Some(owner) if !several && qs_proto::tokens::single_word(keys).is_some() => Route::Forward(owner),
             Some(_) => Route::SplitGet,
-        }
-    }
-
-    pub(super) fn route_meta(&self, meta: &Meta<'_>, at: Option<Located>, pending: &[u32]) -> Route {
-        if meta.key().len() > qs_proto::KEY_BYTES_MAX {
-            return Route::Local;
-        }
-        let owner = self.owner(self.key(meta.key(), at).partition);
-        if owner == self.worker {
-            return Route::Local;
-        }
-        let options = &meta.options;
-        let read_only = match meta.command {
-            MetaCommand::Get => !(options.has(b'T') || options.has(b'N') || options.has(b'R')),
-            MetaCommand::Debug => true,
-            _ => false,
-        };
-        if self.crew && read_only && pending[owner] == 0 {
-            Route::Local
-        } else {
-            Route::Forward(owner)
         }
     }
 }
