@@ -312,7 +312,7 @@ impl<'a> Frame<'a> {
     /// APPEND and PREPEND: a value, no extras.
     #[inline(always)]
     fn concat(&self, limits: &Limits) -> Parsed<'a> {
-        let Header { opcode, key_len, extras_len, .. } = self.header;
+        let Header { opcode, key_len, extras_len, cas, .. } = self.header;
         if key_len == 0 || extras_len != 0 {
             return self.invalid();
         }
@@ -321,10 +321,12 @@ impl<'a> Frame<'a> {
             return self.request(Command::TooLarge { key, set: false }, self.whole);
         }
         let Some(value) = self.value() else { return Parsed::Incomplete };
-        let mode = if matches!(opcode, opcode::APPEND | opcode::APPENDQ) {
-            StoreMode::Append
-        } else {
-            StoreMode::Prepend
+        // A CAS makes it conditional on the item's (memcached's binary append and prepend).
+        let mode = match (matches!(opcode, opcode::APPEND | opcode::APPENDQ), cas) {
+            (true, 0) => StoreMode::Append,
+            (true, cas) => StoreMode::AppendCas(cas),
+            (false, 0) => StoreMode::Prepend,
+            (false, cas) => StoreMode::PrependCas(cas),
         };
         let quiet = self.quiet();
         self.request(Command::Store { mode, key, flags: 0, exptime: 0, value, quiet }, self.whole)

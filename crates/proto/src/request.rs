@@ -43,22 +43,11 @@ impl GetKind {
     }
 }
 
-/// Which storage command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreMode {
-    /// set.
-    Set,
-    /// add.
-    Add,
-    /// replace.
-    Replace,
-    /// append.
-    Append,
-    /// prepend.
-    Prepend,
-    /// cas, with the client's CAS unique.
-    Cas(u64),
-}
+/// Which storage command: the store's own modes (`qs_store::StoreMode`), so a codec names the
+/// operation the store runs and nothing maps one enum onto another. The text commands give
+/// `Set`, `Add`, `Replace`, `Append`, `Prepend` and `Cas`; binary frames with a CAS give
+/// `Cas`, `AppendCas` and `PrependCas`; meta `ms` gives them all.
+pub use qs_store::StoreMode;
 
 /// A parsed request, borrowing the read buffer.
 #[derive(Debug)]

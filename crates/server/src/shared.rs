@@ -152,7 +152,10 @@ pub struct StatsBaseline {
 impl Shared {
     /// The server's authentication mode (-Y, -S), as connections meet it.
     pub fn auth_modes(&self) -> crate::session::auth::Modes<'_> {
-        crate::session::auth::Modes { ascii: self.ascii_passwords.as_ref(), sasl: self.sasl_passwords.as_ref() }
+        crate::session::auth::Modes {
+            ascii: self.ascii_passwords.as_ref(),
+            sasl: self.sasl_passwords.as_ref(),
+        }
     }
 
     /// A CAS unique as clients see it: 0 under -C (memcached's items then carry none), else

@@ -84,6 +84,16 @@ fn a_cas_makes_a_store_conditional() {
     };
     assert_eq!(binary.cas, 42);
     assert!(matches!(binary.command, Command::Store { mode: StoreMode::Cas(42), .. }));
+    // Append and prepend with a CAS are conditional on it too, in the store's own modes.
+    for (code, mode) in
+        [(opcode::APPENDQ, StoreMode::AppendCas(42)), (opcode::PREPEND, StoreMode::PrependCas(42))]
+    {
+        let buf = request_frame(code, 1, 42, &[], b"k", b"v");
+        let Parsed::Request { request: Request::Binary(binary), .. } = parse(&buf, &Limits::default()) else {
+            panic!()
+        };
+        assert!(matches!(binary.command, Command::Store { mode: found, .. } if found == mode), "{code:#x}");
+    }
 }
 
 #[test]

@@ -28,7 +28,7 @@ impl Engine {
             Bin::Touch { key, exptime } => self.binary_touch(reply, self.key(key, at), exptime, out),
             Bin::Store { mode, key, flags, exptime, value, quiet } => {
                 let key = self.key(key, at);
-                self.binary_store(reply, cas, (mode, key, flags, exptime, value), quiet, out);
+                self.binary_store(reply, (mode, key, flags, exptime, value), quiet, out);
             }
             Bin::TooLarge { key, set } => {
                 self.counters.cmd_set += 1;
@@ -106,21 +106,16 @@ impl Engine {
         self.scratch = value;
     }
 
-    /// Set, add, replace, append, prepend (with a CAS, checked): the new CAS, or why not.
+    /// Set, add, replace, append, prepend (a frame's CAS is in its mode, checked): the new
+    /// CAS, or why not.
     fn binary_store(
         &mut self,
         reply: Reply<'_>,
-        cas: u64,
         (mode, key, flags, exptime, value): (StoreMode, Key<'_>, u32, u32, &[u8]),
         quiet: bool,
         out: &mut Vec<u8>,
     ) {
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
-        let mode = match mode {
-            StoreMode::Append if cas != 0 => qs_store::StoreMode::AppendCas(cas),
-            StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
-            other => super::store_mode(other),
-        };
         let expiry = self.binary_expiry(exptime);
         let failure = match self.store_outcome(mode, key, flags, expiry, value) {
             Outcome::Stored { cas } => {

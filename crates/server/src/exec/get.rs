@@ -154,7 +154,13 @@ impl Engine {
     /// A get of `key` for either protocol (with `touch`, a get-and-touch), its reply's head
     /// and value written to `out` on a hit: counts it, records it for `stats detail` and
     /// `watch fetchers`.
-    pub(super) fn fetch(&mut self, key: Key<'_>, touch: Option<Expiry>, head: Head<'_>, out: &mut Vec<u8>) -> Outcome {
+    pub(super) fn fetch(
+        &mut self,
+        key: Key<'_>,
+        touch: Option<Expiry>,
+        head: Head<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
         self.counters.cmd_get += 1;
         if touch.is_some() {
             self.counters.cmd_touch += 1;
@@ -173,7 +179,13 @@ impl Engine {
 
     /// Reads `key` through the partition when owned, else through its CREW reader (a touch
     /// is always owned here: routing made sure), writing the reply as it goes.
-    fn read_reply(&mut self, key: Key<'_>, touch: Option<Expiry>, head: Head<'_>, out: &mut Vec<u8>) -> Outcome {
+    fn read_reply(
+        &mut self,
+        key: Key<'_>,
+        touch: Option<Expiry>,
+        head: Head<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
         let Key { bytes: key, hash, partition } = key;
         let command = touch.map_or(Command::Get, |expiry| Command::GetAndTouch { expiry });
         if self.flash_on && !self.flash_resolved.is_empty() && touch.is_none() {

@@ -524,9 +524,16 @@ impl Engine {
         None
     }
 
-    fn store(&mut self, mode: StoreMode, key: Key<'_>, flags: u32, exptime: i32, data: &[u8]) -> &'static [u8] {
+    fn store(
+        &mut self,
+        mode: StoreMode,
+        key: Key<'_>,
+        flags: u32,
+        exptime: i32,
+        data: &[u8],
+    ) -> &'static [u8] {
         let expiry = self.expiry(exptime);
-        match self.store_outcome(store_mode(mode), key, flags, expiry, data) {
+        match self.store_outcome(mode, key, flags, expiry, data) {
             Outcome::Stored { .. } => reply::STORED,
             Outcome::NotStored => reply::NOT_STORED,
             Outcome::Exists => reply::EXISTS,
@@ -592,21 +599,10 @@ fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
         | Request::Delete { key, .. }
         | Request::Arith { key, .. }
         | Request::Touch { key, .. } => Some(key),
-        // A base64 key is decoded into the request itself: its address is not the buffer's.
-        Request::Meta(meta) if !meta.options.base64() => Some(meta.key()),
+        // A base64 key is decoded into the request: the decoded key is the one located.
+        Request::Meta(meta) => Some(meta.key()),
         Request::Binary(binary) => binary.command.key(),
         _ => None,
-    }
-}
-
-fn store_mode(mode: StoreMode) -> qs_store::StoreMode {
-    match mode {
-        StoreMode::Set => qs_store::StoreMode::Set,
-        StoreMode::Add => qs_store::StoreMode::Add,
-        StoreMode::Replace => qs_store::StoreMode::Replace,
-        StoreMode::Append => qs_store::StoreMode::Append,
-        StoreMode::Prepend => qs_store::StoreMode::Prepend,
-        StoreMode::Cas(cas) => qs_store::StoreMode::Cas(cas),
     }
 }
 

@@ -76,8 +76,11 @@ impl Engine {
         if owner == self.worker {
             return false;
         }
-        let crew_read =
-            self.crew && matches!(self.reach(request), Reach::Key { read_only: true, .. } | Reach::Keys { read_only: true, .. });
+        let crew_read = self.crew
+            && matches!(
+                self.reach(request),
+                Reach::Key { read_only: true, .. } | Reach::Keys { read_only: true, .. }
+            );
         if crew_read {
             return *waiting_on & (1 << (owner % 64)) != 0;
         }

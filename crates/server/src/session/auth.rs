@@ -470,10 +470,7 @@ mod tests {
         assert_eq!(gate(&wrong, &mut phase).1, status::AUTH_ERROR);
         assert_eq!(phase, Phase::Unauthenticated);
         let right = frame(opcode::SASL_AUTH, b"PLAIN", b"\0foo\0bar");
-        assert_eq!(
-            gate(&right, &mut phase),
-            (Gate::Answered { close: false }, 0, b"Authenticated".to_vec())
-        );
+        assert_eq!(gate(&right, &mut phase), (Gate::Answered { close: false }, 0, b"Authenticated".to_vec()));
         assert_eq!(phase, Phase::Authenticated, "the phase moves once, on success");
         let mut out = Vec::new();
         let parsed = bin::parse(&get, &qs_proto::Limits::default());

@@ -375,7 +375,13 @@ impl Turn<'_, '_> {
             Exec::Done => {}
             Exec::Close => self.state.close(),
             Exec::Forward(owner) => {
-                self.hand.over(owner, Task::Request(self.dialect), (&here[..len], located), self.output, self.engine);
+                self.hand.over(
+                    owner,
+                    Task::Request(self.dialect),
+                    (&here[..len], located),
+                    self.output,
+                    self.engine,
+                );
             }
         }
         Flow::Next(len)

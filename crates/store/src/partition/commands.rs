@@ -142,7 +142,12 @@ impl Partition {
         if let Some(buffer) = sink.head(&hit) {
             hit.value_start = buffer.len();
             let value_len = header.word1.value_len();
-            self.shared.log.read_bytes(found.offset, header.key_start() + header.word0.key_len(), value_len, buffer);
+            self.shared.log.read_bytes(
+                found.offset,
+                header.key_start() + header.word0.key_len(),
+                value_len,
+                buffer,
+            );
         }
         if update {
             self.after_read(&found, now_secs);
