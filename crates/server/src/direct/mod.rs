@@ -198,22 +198,24 @@ impl Hand<'_> {
     }
 }
 
-/// Runs one handed-over operation, whose bytes are `bytes`, and appends its reply to
-/// `responses`.
-pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], responses: &mut Vec<u8>) {
+/// Runs one handed-over operation, whose bytes are `bytes` and whose request, parsed once by
+/// the caller, is `request` ([`Task::request`]), and appends its reply to `responses`.
+pub fn run_op(
+    engine: &mut Engine,
+    op: &mut Op,
+    bytes: &[u8],
+    request: Option<&Request<'_>>,
+    responses: &mut Vec<u8>,
+) {
     let response_start = responses.len();
     engine.conn_fd = op.fd;
     op.front = None;
     match op.task {
         Task::Request(_) => {
-            let request = op.task.request(bytes, &engine.limits).expect("a client request");
             // Every key of a handed-over request is owned here, so nothing is handed on.
-            engine.execute(&request, op.at, responses);
+            engine.execute(request.expect("a client request"), op.at, responses);
         }
-        Task::Everywhere(_) => {
-            let request = op.task.request(bytes, &engine.limits).expect("a client request");
-            engine.run_everywhere(&request);
-        }
+        Task::Everywhere(_) => engine.run_everywhere(request.expect("a client request")),
         Task::Get { kind, end } => {
             let key = engine.key(bytes, op.at);
             if !engine.get_one(kind, key, responses) {

@@ -418,7 +418,13 @@ impl FlashWaits {
     /// Whether an operation handed over by worker `from` must wait: one of its connection's
     /// is held already, or its keys are on flash (then `self.keys` names them). A dump chunk
     /// reads no keys and never waits.
-    pub(super) fn must_hold(&mut self, from: usize, op: &Op, bytes: &[u8], engine: &Engine) -> bool {
+    pub(super) fn must_hold(
+        &mut self,
+        from: usize,
+        op: &Op,
+        request: Option<&qs_proto::Request<'_>>,
+        engine: &Engine,
+    ) -> bool {
         if matches!(op.task, Task::Chunk { .. }) {
             return false;
         }
@@ -426,8 +432,8 @@ impl FlashWaits {
             return true;
         }
         self.keys.clear();
-        if let Some(request) = op.task.request(bytes, &engine.limits) {
-            engine.flash_probe(&request, &mut self.keys);
+        if let Some(request) = request {
+            engine.flash_probe(request, &mut self.keys);
         }
         !self.keys.is_empty()
     }
@@ -494,7 +500,8 @@ impl Worker {
     /// Runs a held request now and adds its reply to `batch` (a late reply batch: it carries
     /// no request bytes, so the asking worker's in-flight count is not charged twice).
     fn run_late(&mut self, batch: &mut Batch, mut op: Op, request: &[u8]) {
-        run_op(&mut self.engine, &mut op, request, &mut batch.responses);
+        let parsed = op.task.request(request, &self.engine.limits);
+        run_op(&mut self.engine, &mut op, request, parsed.as_ref(), &mut batch.responses);
         // Without the key's bytes in the batch, the asking worker cannot fill its front cache.
         op.front = None;
         batch.ops.push(op);

@@ -17,11 +17,13 @@ impl Worker {
                 // Held ops leave the batch: their replies go back in a later one.
                 ops.retain_mut(|op| {
                     let bytes = &requests[op.bytes.0 as usize..][..op.bytes.1 as usize];
-                    if engine.flash_on() && flash.must_hold(from, op, bytes, engine) {
+                    // Parsed once, for the flash probe and the run alike.
+                    let request = op.task.request(bytes, &engine.limits);
+                    if engine.flash_on() && flash.must_hold(from, op, request.as_ref(), engine) {
                         flash.hold(from, *op, bytes.to_vec(), engine, shared);
                         return false;
                     }
-                    run_op(engine, op, bytes, responses);
+                    run_op(engine, op, bytes, request.as_ref(), responses);
                     true
                 });
                 unsent.push_back(batch);
