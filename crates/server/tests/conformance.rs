@@ -361,3 +361,49 @@ fn every_case_answers_as_memcached_does_under_erew() {
 fn every_case_answers_as_memcached_does_with_one_worker() {
     compare_with_memcached(&["-t", "1"]);
 }
+
+/// Stores refused for their size are recorded as memcached records them, whichever worker
+/// owns the key and whichever dialect sent them: text and meta count `store_too_large`, binary
+/// does not, none counts in `cmd_set`; a refused set (and any meta set) drops the old value.
+#[test]
+fn too_large_stores_are_counted_as_memcached_counts_them() {
+    use std::io::{Read, Write};
+    let run = |server: &ServerProcess| {
+        let mut client = server.connect();
+        let big = vec![b'x'; 1100 * 1024];
+        let text = |line: String| [line.into_bytes(), big.clone(), b"\r\n".to_vec()].concat();
+        let mut results = Vec::new();
+        for key in ["a", "b", "c", "d"] {
+            client.call(format!("set {key} 0 0 1\r\nv\r\n").as_bytes());
+        }
+        for (key, request) in [
+            ("a", text(format!("set a 0 0 {}\r\n", big.len()))),
+            ("b", text(format!("add b 0 0 {}\r\n", big.len()))),
+            ("c", text(format!("ms c {} T0\r\n", big.len()))),
+        ] {
+            results.push((key, String::from_utf8_lossy(&client.call(&request)).into_owned()));
+        }
+        let mut binary = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        let frame = qs_proto::binary::request_frame(qs_proto::binary::opcode::SET, 9, 0, &[0; 8], b"d", &big);
+        binary.write_all(&frame).expect("send");
+        let mut head = [0u8; 24];
+        binary.read_exact(&mut head).expect("a reply");
+        results.push(("d", format!("status {}", u16::from_be_bytes([head[6], head[7]]))));
+        for key in ["a", "b", "c", "d"] {
+            results.push((
+                key,
+                String::from_utf8_lossy(&client.call(format!("get {key}\r\n").as_bytes())).into_owned(),
+            ));
+        }
+        let figures = common::stats(&mut client, "");
+        let figure = |name: &str| figures.iter().find(|(key, _)| key == name).map(|(_, v)| v.clone());
+        (results, figure("cmd_set"), figure("store_too_large"))
+    };
+    let memcached = ServerProcess::memcached(&["-t", "2"]);
+    let want = run(&memcached);
+    assert_eq!((want.1.as_deref(), want.2.as_deref()), (Some("4"), Some("3")), "memcached: {want:?}");
+    for args in [&["-t", "1"][..], &["-t", "2"]] {
+        let quicksilver = ServerProcess::quicksilver(args);
+        assert_eq!(run(&quicksilver), want, "quicksilver {args:?}");
+    }
+}

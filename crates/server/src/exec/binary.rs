@@ -31,12 +31,7 @@ impl Engine {
                 self.binary_store(reply, (mode, key, flags, exptime, value), quiet, out);
             }
             Bin::TooLarge { key, set } => {
-                self.counters.cmd_set += 1;
-                self.counters.store_too_large += 1;
-                self.shared.detail.record_set(key);
-                if set {
-                    self.drop_refused(key);
-                }
+                self.refuse_too_large(&qs_proto::Request::Binary(*request), key, set);
                 error(out, status::E2BIG);
             }
             Bin::Delete { key, quiet } => {

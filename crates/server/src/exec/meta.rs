@@ -4,6 +4,13 @@ use super::*;
 
 impl Engine {
     pub(super) fn meta(&mut self, meta: &Meta<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
+        if meta.too_large(&self.limits) {
+            // The worker answers these before they run (worker/turn.rs, `oversized`); the same
+            // rule here, counting the meta command.
+            self.refuse_too_large(&Request::Meta(meta.clone()), meta.key(), true);
+            out.extend_from_slice(reply::TOO_LARGE);
+            return Exec::Done;
+        }
         self.counters.meta_cmds += 1;
         let key = self.key(meta.key(), at);
         match meta.command {
@@ -181,11 +188,6 @@ impl Engine {
                 qs_store::StoreMode::Prepend if cas != 0 => qs_store::StoreMode::PrependCas(cas),
                 other => other,
             };
-        }
-        if meta.too_large(&self.limits) {
-            self.drop_refused(&key);
-            out.extend_from_slice(reply::TOO_LARGE);
-            return;
         }
         let mode = self.mode_expected(key, mode);
         let expiry = self.expiry(options.ttl.unwrap_or(0));

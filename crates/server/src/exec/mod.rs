@@ -308,12 +308,7 @@ impl Engine {
                 }
             }
             Request::TooLarge { mode, key, noreply } => {
-                self.counters.cmd_set += 1;
-                self.counters.store_too_large += 1;
-                self.shared.detail.record_set(key);
-                if mode == StoreMode::Set {
-                    self.drop_refused(key);
-                }
+                self.refuse_too_large(request, key, mode == StoreMode::Set);
                 if !noreply {
                     out.extend_from_slice(reply::TOO_LARGE);
                 }
@@ -570,6 +565,32 @@ impl Engine {
             self.drop_refused(&key);
         }
         outcome
+    }
+
+    /// The one rule for a store refused for its size, whatever its dialect and wherever it is
+    /// answered, recorded as memcached 1.6.18 records it: a text store counts `store_too_large`
+    /// and shows the set to `stats detail`; a binary one only shows it to `stats detail`; a meta
+    /// set counts `store_too_large` (and a meta command). None counts in `cmd_set` (memcached
+    /// counts a store once its item exists). When it `drops` (a `set`, any meta set), the key's
+    /// old value goes if this worker owns it; otherwise the caller hands the drop to the owner.
+    pub fn refuse_too_large(&mut self, request: &Request<'_>, key: &[u8], drops: bool) {
+        let (too_large, detail) = match request {
+            Request::Meta(_) => {
+                self.counters.meta_cmds += 1;
+                (true, false)
+            }
+            Request::Binary(_) => (false, true),
+            _ => (true, true),
+        };
+        if too_large {
+            self.counters.store_too_large += 1;
+        }
+        if detail {
+            self.shared.detail.record_set(key);
+        }
+        if drops {
+            self.drop_refused(key);
+        }
     }
 
     /// The one rule for a store refused for its size or for memory (a `set` of any protocol,

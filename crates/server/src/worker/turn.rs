@@ -263,23 +263,18 @@ impl Turn<'_, '_> {
         }
     }
 
-    /// A store too large for an item: its data block never enters the buffer; answered here,
-    /// and its owner drops the old value as memcached does.
+    /// A store too large for an item: its data block never enters the buffer; answered and
+    /// recorded here, whoever owns its key ([`Engine::refuse_too_large`]), and its owner drops
+    /// the old value as memcached does.
     fn oversized(&mut self, request: &Request<'_>, len: usize) -> Option<Flow> {
         let (key, drops) = codec::oversized_store(request, &self.engine.limits)?;
-        let owner = self.engine.owner_of(key);
         *self.executed = true;
-        if owner == self.me {
-            self.engine.execute(request, None, self.output.reply_buf());
-        } else {
-            if drops {
-                self.hand.over(owner, Task::Drop, (key, None), self.output, self.engine);
-            }
-            // Counted here, where it is answered (the owner only drops).
-            self.engine.counters.cmd_set += 1;
-            self.engine.counters.store_too_large += 1;
-            codec::refuse_store(request, codec::Refusal::TooLarge, self.output.reply_buf());
+        self.engine.refuse_too_large(request, key, drops);
+        let owner = self.engine.owner_of(key);
+        if drops && owner != self.me {
+            self.hand.over(owner, Task::Drop, (key, None), self.output, self.engine);
         }
+        codec::refuse_store(request, codec::Refusal::TooLarge, self.output.reply_buf());
         Some(Flow::Next(len))
     }
 
