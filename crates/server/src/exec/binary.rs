@@ -37,9 +37,8 @@ impl Engine {
             Bin::Delete { key, quiet } => {
                 let key = self.key(key, at);
                 self.shared.detail.record_delete(&key);
-                self.log_lookup(&key);
                 let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
-                match self.run(key, Command::Delete { cas }, &mut Vec::new()) {
+                match self.delete(key, cas, None) {
                     Outcome::Deleted if quiet => {}
                     Outcome::Deleted => reply.write_head(out),
                     Outcome::Exists => error(out, status::KEY_EEXISTS),
@@ -143,21 +142,9 @@ impl Engine {
         out: &mut Vec<u8>,
     ) {
         let error = |out: &mut Vec<u8>, status| bin::write_error(out, reply.opcode, reply.opaque, status);
-        self.log_lookup(&key);
-        let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
-        let mut outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
-        if outcome == Outcome::NotFound && exptime != u32::MAX {
-            // memcached creates the counter with the initial value (an add).
-            let mut digits = itoa::Buffer::new();
-            let value = digits.format(initial).as_bytes();
-            let expiry = self.binary_expiry(exptime);
-            let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
-            outcome = match self.run(key, store, &mut Vec::new()) {
-                Outcome::Stored { cas } => Outcome::Counter { value: initial, cas, expiry },
-                Outcome::OutOfMemory => Outcome::OutOfMemory,
-                _ => Outcome::NotStored,
-            };
-        }
+        // All ones: a miss creates nothing.
+        let create = (exptime != u32::MAX).then(|| (initial, self.binary_expiry(exptime)));
+        let (outcome, _) = self.arith(key, (delta, decrement), cas, create);
         let failure = match outcome {
             Outcome::Counter { value, cas, .. } => {
                 if !quiet {

@@ -255,14 +255,14 @@ impl Engine {
         // memcached's md compares any C, C0 included (no item has CAS 0, so it answers EX);
         // to the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
         let cas = options.cas.map_or(0, |cas| if cas == 0 { u64::MAX } else { self.cas_expected(key, cas) });
-        self.log_lookup(&key);
-        let size = if options.has(b'I') { None } else { self.peek_for_deletion(&key) };
+        // An invalidation (I) leaves the item: no deletion to log.
+        let logged_as = (!options.has(b'I')).then_some("md");
         if options.has(b'x') {
             // The version keeps the CAS the client saw (memcached keeps the item's).
             let seen = self.look(key).map_or(0, |(_, cas)| self.cas_out(cas));
             // memcached 1.6.27: x drops the value and keeps the item, with the request's flags
             // and TTL (none given: 0 and none); with I it is then marked stale as below.
-            let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
+            let outcome = self.delete(key, cas, logged_as);
             if outcome == Outcome::Deleted {
                 let expiry = self.expiry(options.ttl.unwrap_or(0));
                 let command = Command::Store {
@@ -281,12 +281,10 @@ impl Engine {
                     }
                 }
             }
-            if outcome == Outcome::Deleted {
-                self.log_deleted(&key, size, "md");
-            }
             return self.meta_delete_reply(meta, outcome, out);
         }
         let outcome = if options.has(b'I') {
+            self.log_lookup(&key);
             let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
             if let (Outcome::Deleted, Some(ttl)) = (outcome, options.ttl) {
                 let expiry = self.expiry(ttl);
@@ -297,11 +295,7 @@ impl Engine {
             }
             outcome
         } else {
-            let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
-            if outcome == Outcome::Deleted {
-                self.log_deleted(&key, size, "md");
-            }
-            outcome
+            self.delete(key, cas, logged_as)
         };
         self.meta_delete_reply(meta, outcome, out);
     }
@@ -320,28 +314,17 @@ impl Engine {
 
     pub(super) fn meta_arith(&mut self, meta: &Meta<'_>, key: Key<'_>, out: &mut Vec<u8>) {
         let options = &meta.options;
-        let decrement = meta.decrement();
-        let expected = match options.cas {
-            Some(cas) if cas != 0 => self.cas_expected(key, cas),
-            _ => 0,
-        };
-        let command = Command::Arith { delta: options.delta, decrement, cas: expected };
-        self.log_lookup(&key);
-        let mut outcome = self.run(key, command, &mut Vec::new());
-        let mut created = false;
-        if outcome == Outcome::NotFound && options.vivify.is_some() {
-            let expiry = self.expiry_in_flag_order(meta, Expiry::NEVER, true, false);
-            let mut digits = itoa::Buffer::new();
-            let value = digits.format(options.initial).as_bytes();
-            let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
-            outcome = match self.run(key, store, &mut Vec::new()) {
-                Outcome::Stored { cas } => {
-                    created = true;
-                    Outcome::Counter { value: options.initial, cas, expiry }
-                }
-                _ => Outcome::NotStored,
-            };
+        // C0 compares nothing here (memcached's ma ignores it).
+        let cas = options.cas.unwrap_or(0);
+        let create = options
+            .vivify
+            .map(|_| (options.initial, self.expiry_in_flag_order(meta, Expiry::NEVER, true, false)));
+        let (outcome, created) = self.arith(key, (options.delta, meta.decrement()), cas, create);
+        if created == super::update::Created::NoMemory {
+            out.extend_from_slice(b"SERVER_ERROR Out of memory allocating new item\r\n");
+            return;
         }
+        let created = created == super::update::Created::Yes;
         let (value, cas, expiry) = match outcome {
             Outcome::Counter { value, cas, expiry } => (value, cas, expiry),
             Outcome::NonNumeric => {

@@ -22,6 +22,7 @@ mod meta;
 mod route;
 mod sample;
 pub mod share;
+mod update;
 
 /// Where a request must run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,13 +317,8 @@ impl Engine {
             Request::Delete { key, noreply } => {
                 let key = self.key(key, at);
                 self.shared.detail.record_delete(&key);
-                self.log_lookup(&key);
-                let size = self.peek_for_deletion(&key);
-                let reply = match self.run(key, Command::Delete { cas: 0 }, &mut Vec::new()) {
-                    Outcome::Deleted => {
-                        self.log_deleted(&key, size, "delete");
-                        reply::DELETED
-                    }
+                let reply = match self.delete(key, 0, Some("delete")) {
+                    Outcome::Deleted => reply::DELETED,
                     _ => reply::NOT_FOUND,
                 };
                 if !noreply {
@@ -330,9 +326,7 @@ impl Engine {
                 }
             }
             Request::Arith { key, delta, decrement, noreply } => {
-                let key = self.key(key, at);
-                self.log_lookup(&key);
-                let outcome = self.run(key, Command::Arith { delta, decrement, cas: 0 }, &mut Vec::new());
+                let (outcome, _) = self.arith(self.key(key, at), (delta, decrement), 0, None);
                 if !noreply {
                     match outcome {
                         Outcome::Counter { value, .. } => {
