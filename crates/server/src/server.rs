@@ -9,13 +9,13 @@ use crate::config::{self, AccessArg, Config, EvictionArg, HugePagesArg};
 use crate::observe::{detail, hotkeys, mrc, watch};
 use crate::session::budget::ClientMemory;
 use crate::session::{self as conn, auth, tls};
-use crate::shared::{Padded, Shared, WorkerFigures};
+use crate::shared::{Shared, WorkerFigures};
 use crate::sys::{self, memfile};
 use crate::{exec as engine, flashio, native, worker};
 use qs_store::{Access, Eviction, HugePages, Partition};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 /// Expected bytes of an item (header, key and value) when sizing the index.
 const EXPECTED_ITEM_BYTES: usize = 128;
@@ -251,7 +251,7 @@ impl Server {
             let sockets = bound.worker_sockets(index, &config, &shared)?;
             let poll = mio::Poll::new().map_err(|e| e.to_string())?;
             let waker = mio::Waker::new(poll.registry(), mio::Token(0)).map_err(|e| e.to_string())?;
-            let _ = shared.wakers[index].set(waker);
+            shared.wakeups.set_waker(index, waker);
             let engine = engine::Engine::new(index, partitions, shared.clone());
             let worker_rings = rings.pop().expect("one ring set per worker");
             let worker = worker::Worker::new(index, shared.clone(), poll, sockets, engine, worker_rings)
@@ -452,16 +452,8 @@ fn new_shared(
                 })
             })
             .collect(),
-        curr_connections: AtomicU64::new(0),
-        total_connections: AtomicU64::new(0),
-        rejected_connections: AtomicU64::new(0),
-        accept_paused: Mutex::new(None),
-        accept_resumed: AtomicU64::new(0),
-        listen_disabled_num: AtomicU64::new(0),
-        time_in_listen_disabled_us: AtomicU64::new(0),
-        sleeping: (0..workers).map(|_| Padded(AtomicBool::new(false))).collect(),
-        wakers: (0..workers).map(|_| OnceLock::new()).collect(),
-        stop: AtomicBool::new(false),
+        connections: Default::default(),
+        wakeups: crate::shared::Wakeups::new(workers),
         started: std::time::Instant::now(),
         log_bytes: std::sync::atomic::AtomicUsize::new(first.log_bytes()),
         log_room: first.log_room(),
@@ -484,8 +476,6 @@ fn new_shared(
         ascii_passwords,
         tls: tls.clone(),
         extended,
-        unix_accept: Mutex::new(()),
-        reserved_accept: Mutex::new(()),
         client_memory: std::sync::Arc::new(ClientMemory::new(ClientMemory::limit_for(
             (config.memory_mib as usize).saturating_mul(1 << 20),
             config.item_bytes_max,

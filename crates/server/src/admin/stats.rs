@@ -62,8 +62,8 @@ fn reset(shared: &Shared) {
             .iter()
             .map(|w| w.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .collect(),
-        total_connections: shared.total_connections.load(Relaxed),
-        rejected_connections: shared.rejected_connections.load(Relaxed),
+        total_connections: shared.connections.totals().0,
+        rejected_connections: shared.connections.totals().1,
     };
     *shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
     shared.detail.reset();
@@ -112,7 +112,7 @@ fn general_process(shared: &Shared, w: &WorkerFigures, out: &mut Vec<u8>) {
     let baseline = shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let now = crate::sys::now_secs();
     let (user, system) = crate::sys::cpu_times_secs();
-    let curr_connections = shared.curr_connections.load(Relaxed);
+    let curr_connections = shared.connections.open();
     let extended = &shared.extended;
     stat(out, "pid", std::process::id());
     stat(out, "uptime", shared.started.elapsed().as_secs());
@@ -124,10 +124,9 @@ fn general_process(shared: &Shared, w: &WorkerFigures, out: &mut Vec<u8>) {
     stat(out, "rusage_system", format_args!("{system:.6}"));
     stat(out, "max_connections", shared.config.max_connections);
     stat(out, "curr_connections", curr_connections);
-    let total_connections = shared.total_connections.load(Relaxed);
+    let (total_connections, rejected) = shared.connections.totals();
     stat(out, "total_connections", total_connections.saturating_sub(baseline.total_connections));
     if extended.maxconns_fast {
-        let rejected = shared.rejected_connections.load(Relaxed);
         stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
     }
     stat(out, "connection_structures", shared.registry.count());
@@ -208,9 +207,10 @@ fn general_server(
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
     stat(out, "limit_maxbytes", shared.maxbytes());
-    stat(out, "accepting_conns", u8::from(shared.accepting()));
-    stat(out, "listen_disabled_num", shared.listen_disabled_num.load(Relaxed));
-    stat(out, "time_in_listen_disabled_us", shared.time_in_listen_disabled_us.load(Relaxed));
+    stat(out, "accepting_conns", u8::from(shared.connections.accepting()));
+    let (pauses, paused_us) = shared.connections.pauses();
+    stat(out, "listen_disabled_num", pauses);
+    stat(out, "time_in_listen_disabled_us", paused_us);
     stat(out, "threads", shared.workers);
     stat(out, "conn_yields", c.conn_yields);
     // The index grows by linear hashing, a bucket at a time: the level is the whole doublings.

@@ -12,14 +12,14 @@ impl Worker {
         let _turn = match self.listeners.get(listener).map(|listening| &listening.socket) {
             // Another worker is accepting from the shared socket: it takes this one too (it
             // accepts until none is left; one arriving later wakes both workers again).
-            Some(crate::session::Listener::Unix(_)) => match shared.unix_accept.try_lock() {
-                Ok(guard) => Some(guard),
-                Err(_) => return,
+            Some(crate::session::Listener::Unix(_)) => match shared.connections.unix_turn() {
+                Some(guard) => Some(guard),
+                None => return,
             },
             _ => None,
         };
         let fast = self.shared.extended.maxconns_fast;
-        let _reserving = (!fast).then(|| shared.reserved_accept.lock().unwrap_or_else(|e| e.into_inner()));
+        let _reserving = (!fast).then(|| shared.connections.reserving());
         loop {
             let Some(socket) = self.listeners.get(listener).map(|listening| &listening.socket) else {
                 return;
@@ -27,10 +27,10 @@ impl Worker {
             // Without maxconns_fast a place is taken before accepting: at the limit nothing
             // is accepted and clients wait in the backlog until a connection closes.
             if !fast {
-                let open = self.shared.curr_connections.fetch_add(1, Relaxed);
+                let open = self.shared.connections.take_place();
                 if open >= self.shared.config.max_connections as u64 {
-                    self.shared.curr_connections.fetch_sub(1, Relaxed);
-                    self.shared.disable_accepting();
+                    self.shared.connections.give_place();
+                    self.shared.connections.pause();
                     self.release_false_pause();
                     return;
                 }
@@ -39,7 +39,7 @@ impl Worker {
                 Ok(accepted) => accepted,
                 Err(error) => {
                     if !fast {
-                        self.shared.curr_connections.fetch_sub(1, Relaxed);
+                        self.shared.connections.give_place();
                     }
                     if error.kind() != io::ErrorKind::WouldBlock && self.shared.config.verbose > 0 {
                         eprintln!("accept: {error}");
@@ -47,10 +47,10 @@ impl Worker {
                     return;
                 }
             };
-            let open = if fast { self.shared.curr_connections.fetch_add(1, Relaxed) } else { 0 };
+            let open = if fast { self.shared.connections.take_place() } else { 0 };
             if open >= self.shared.config.max_connections as u64 {
-                self.shared.curr_connections.fetch_sub(1, Relaxed);
-                self.shared.rejected_connections.fetch_add(1, Relaxed);
+                self.shared.connections.give_place();
+                self.shared.connections.rejected();
                 let _ = stream.write(codec::TOO_MANY_CONNECTIONS);
                 continue;
             }
@@ -73,12 +73,12 @@ impl Worker {
             };
             let Some(session) = session else {
                 // The socket is closed as it drops; its place goes back.
-                self.shared.curr_connections.fetch_sub(1, Relaxed);
+                self.shared.connections.give_place();
                 return;
             };
             stream = crate::session::Stream::Tls(Box::new(session));
         }
-        self.shared.total_connections.fetch_add(1, Relaxed);
+        self.shared.connections.accepted();
         let index = new_slot(&mut self.conns, &mut self.generations, &mut self.free);
         // On the ring a connection's bytes come from its receive and the ring tells of room to
         // write: epoll does not watch it.
@@ -86,7 +86,7 @@ impl Worker {
         let interest = Interest::READABLE | Interest::WRITABLE;
         if !on_ring && self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err()
         {
-            self.shared.curr_connections.fetch_sub(1, Relaxed);
+            self.shared.connections.give_place();
             self.free.push(index);
             return;
         }
@@ -159,7 +159,7 @@ impl Worker {
     /// the count and the pause found nothing to resume, so this resumes (else accepting would
     /// wait for a close that may never come).
     pub(super) fn release_false_pause(&self) {
-        if self.shared.curr_connections.load(Relaxed) < self.shared.config.max_connections as u64 {
+        if self.shared.connections.open() < self.shared.config.max_connections as u64 {
             self.shared.connection_closed();
         }
     }
@@ -228,7 +228,7 @@ impl Worker {
             }
             let _ = self.poll.registry().deregister(stream);
             self.shared.registry.remove(stream.fd());
-            self.shared.curr_connections.fetch_sub(1, Relaxed);
+            self.shared.connections.give_place();
             if !self.shared.extended.maxconns_fast {
                 self.shared.connection_closed();
             }
@@ -241,7 +241,7 @@ impl Worker {
                     let (rip, rport, transport) = peer_text(&info.addr);
                     let reason = if conn.error {
                         "error"
-                    } else if self.shared.stop.load(Relaxed) {
+                    } else if self.shared.wakeups.stopping() {
                         "shutdown"
                     } else {
                         "normal"

@@ -25,7 +25,7 @@ use qs_proto::{GetKind, Parsed, Request};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,7 @@ pub struct Worker {
     idle_scan_secs: u32,
     /// Connections closed since the last [`Worker::shed_slots`].
     closed_since_shed: usize,
-    /// `Shared::accept_resumed` as last seen (no_maxconns_fast: accept again when it moves).
+    /// `Connections::resumptions` as last seen (no_maxconns_fast: accept again when it moves).
     accept_resumed_seen: u64,
     /// Keys located by `read_ahead`, for its item prefetch.
     ahead: Vec<Located>,
@@ -275,7 +275,7 @@ impl Worker {
                     return;
                 }
             }
-            self.shared.sleeping[self.index].0.store(false, SeqCst);
+            self.shared.wakeups.awake(self.index);
             self.engine.now_secs = crate::sys::now_secs();
             // A wake-up with nothing to do is the publish the timeout asked for.
             self.engine.publish_hot(events.is_empty());
@@ -284,7 +284,7 @@ impl Worker {
             self.take_events(&events);
             self.turn();
             self.once_a_second();
-            if self.shared.stop.load(Relaxed) {
+            if self.shared.wakeups.stopping() {
                 let deadline = *stop_deadline.get_or_insert_with(|| self.begin_stop());
                 if self.conns.iter().all(Option::is_none) || Instant::now() > deadline {
                     // -e: the flash pages being filled go out, so the next start has them all.
@@ -338,7 +338,7 @@ impl Worker {
     /// queued connection's window, then counters published before the replies leave, this
     /// turn's batches pushed, and one send per connection.
     fn turn(&mut self) {
-        let resumed = self.shared.accept_resumed.load(Relaxed);
+        let resumed = self.shared.connections.resumptions();
         if resumed != self.accept_resumed_seen {
             // Accepting paused at the connection limit and has resumed: the listeners'
             // edge-triggered events for the connections that waited have passed.
@@ -422,11 +422,10 @@ impl Worker {
         if busy {
             return Some(Duration::ZERO);
         }
-        if self.shared.stop.load(Relaxed) {
+        if self.shared.wakeups.stopping() {
             return Some(Duration::from_millis(10));
         }
-        self.shared.sleeping[self.index].0.store(true, SeqCst);
-        std::sync::atomic::fence(SeqCst);
+        self.shared.wakeups.going_to_sleep(self.index);
         let rings_have_work = self.rings.from.iter().flatten().any(|ring| !ring.is_empty())
             || self.shared.flash_io.as_ref().is_some_and(|io| io.has_done(self.index))
             || self.rings.reply_from.iter().flatten().any(|ring| !ring.is_empty())
@@ -437,7 +436,7 @@ impl Worker {
                     .is_some_and(|sink| sink.is_ready())
             });
         if rings_have_work {
-            self.shared.sleeping[self.index].0.store(false, SeqCst);
+            self.shared.wakeups.awake(self.index);
             return Some(Duration::ZERO);
         }
         if self.engine.hot_dirty() {

@@ -2,12 +2,17 @@
 //! handles. Written at start-up, then only through atomics and per-partition mutexes that the
 //! owner locks once per event-loop turn (never per request).
 
+mod connections;
+mod wakeups;
+
 use crate::config::Config;
 use crate::observe::counters::WorkerCounters;
+pub use connections::Connections;
 use qs_store::{PageKind, PartitionStats, Reader};
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
 use std::time::Instant;
+pub use wakeups::Wakeups;
 
 /// What a worker publishes for `stats`.
 #[derive(Clone, Debug, Default)]
@@ -64,26 +69,10 @@ pub struct Shared {
     pub free_groups: Vec<std::sync::Arc<qs_store::arena::FreeGroups>>,
     /// Published per-worker figures.
     pub workers_published: Vec<Mutex<WorkerFigures>>,
-    /// Open client connections.
-    pub curr_connections: AtomicU64,
-    /// Connections accepted since start.
-    pub total_connections: AtomicU64,
-    /// Connections refused at the -c limit.
-    pub rejected_connections: AtomicU64,
-    /// `no_maxconns_fast`: since when accepting has been paused at the -c limit.
-    pub accept_paused: Mutex<Option<Instant>>,
-    /// Times accepting resumed (workers compare it with what they saw to accept again).
-    pub accept_resumed: AtomicU64,
-    /// Times accepting was paused (memcached's `listen_disabled_num`).
-    pub listen_disabled_num: AtomicU64,
-    /// Microseconds accepting was paused, the current pause not counted.
-    pub time_in_listen_disabled_us: AtomicU64,
-    /// Set when a worker is about to sleep in epoll.
-    pub sleeping: Vec<Padded<AtomicBool>>,
-    /// Wakes a worker (eventfd).
-    pub wakers: Vec<OnceLock<mio::Waker>>,
-    /// Set by SIGTERM/SIGINT: stop accepting, finish, exit.
-    pub stop: AtomicBool,
+    /// Client connections: counts, the -c limit's accept pause.
+    pub connections: Connections,
+    /// The workers' sleep flags and wakers, and the stop flag.
+    pub wakeups: Wakeups,
     /// Start time (for uptime).
     pub started: Instant,
     /// Log bytes per partition (`cache_memlimit` changes it).
@@ -124,14 +113,6 @@ pub struct Shared {
     pub registry: crate::observe::registry::Registry,
     /// `watch` connections.
     pub watchers: crate::observe::watch::Watchers,
-    /// Held while a worker accepts from the UNIX socket every worker listens on: accepts in
-    /// turn, so descriptors are numbered in the order clients connected (a concurrent
-    /// `accept4` reserves a descriptor even when it finds nothing), as memcached's one
-    /// listening thread numbers them.
-    pub unix_accept: Mutex<()>,
-    /// Without maxconns_fast: held by the worker accepting, so that no worker sees another's
-    /// place taken for an accept that finds the backlog empty and pauses below the limit.
-    pub reserved_accept: Mutex<()>,
     /// What clients may make the server hold beyond their first buffers (session::budget).
     pub client_memory: std::sync::Arc<crate::session::budget::ClientMemory>,
 }
@@ -174,45 +155,17 @@ impl Shared {
         (self.log_bytes.load(std::sync::atomic::Ordering::Relaxed) * self.partitions.len()) as u64
     }
 
-    /// `-o no_maxconns_fast` at the connection limit: stop accepting (new connections wait in
-    /// the listen backlog, as in memcached) until one closes.
-    pub fn disable_accepting(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut since = self.accept_paused.lock().unwrap_or_else(|e| e.into_inner());
-        if since.is_none() {
-            *since = Some(Instant::now());
-            self.listen_disabled_num.fetch_add(1, Relaxed);
-        }
-    }
-
     /// A connection closed: if accepting was paused, it resumes (every worker is woken to
     /// accept what waited meanwhile).
     pub fn connection_closed(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut since = self.accept_paused.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(at) = since.take() {
-            self.time_in_listen_disabled_us.fetch_add(at.elapsed().as_micros() as u64, Relaxed);
-            self.accept_resumed.fetch_add(1, Relaxed);
-            drop(since);
+        if self.connections.resume() {
             self.wake_all();
         }
     }
 
-    /// Whether new connections are being accepted.
-    pub fn accepting(&self) -> bool {
-        self.accept_paused.lock().unwrap_or_else(|e| e.into_inner()).is_none()
-    }
-
     /// Wakes worker `worker` if it sleeps (or is about to).
     pub fn wake_if_sleeping(&self, worker: usize) -> bool {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        if self.sleeping[worker].0.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            if let Some(waker) = self.wakers[worker].get() {
-                let _ = waker.wake();
-            }
-            return true;
-        }
-        false
+        self.wakeups.wake_if_sleeping(worker)
     }
 
     /// Logs a line of `stream` to its watchers (call only when [`crate::observe::watch::Watchers::wants`]
@@ -228,15 +181,12 @@ impl Shared {
 
     /// Asks every worker to stop: no new connections; what was received is answered.
     pub fn request_stop(&self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.wake_all();
+        self.wakeups.request_stop();
     }
 
-    /// Wakes every worker (shutdown).
+    /// Wakes every worker (shutdown, a resumed accept).
     pub fn wake_all(&self) {
-        for waker in self.wakers.iter().filter_map(OnceLock::get) {
-            let _ = waker.wake();
-        }
+        self.wakeups.wake_all();
     }
 }
 
@@ -250,6 +200,6 @@ impl crate::flashio::Host for Shared {
     }
 
     fn stopping(&self) -> bool {
-        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+        self.wakeups.stopping()
     }
 }
