@@ -137,7 +137,7 @@ pub struct Engine {
     /// This worker's number.
     pub worker: usize,
     /// Partitions, `Some` where this worker owns them.
-    pub partitions: Vec<Option<Partition>>,
+    partitions: Vec<Option<Partition>>,
     shared: Arc<Shared>,
     /// The clock, read once per loop turn.
     pub now_secs: u32,
