@@ -206,7 +206,7 @@ fn general_server(
     let extended = &shared.extended;
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
-    stat(out, "limit_maxbytes", shared.maxbytes());
+    stat(out, "limit_maxbytes", shared.memory.maxbytes());
     stat(out, "accepting_conns", u8::from(shared.connections.accepting()));
     let (pauses, paused_us) = shared.connections.pauses();
     stat(out, "listen_disabled_num", pauses);
@@ -405,7 +405,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     let extended = &shared.extended;
     let yes = |on: bool| if on { "yes" } else { "no" };
     // memcached 1.6.18's settings, in its order, with quicksilver's values; then ours.
-    stat(out, "maxbytes", shared.maxbytes());
+    stat(out, "maxbytes", shared.memory.maxbytes());
     stat(out, "maxconns", config.max_connections);
     stat(out, "tcpport", if config.unix_socket.is_some() { 0 } else { config.tcp_port() });
     stat(out, "udpport", config.udp_port());
@@ -498,10 +498,10 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "partitions", shared.partitions.len());
     stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
     stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());
-    stat(out, "log_bytes_per_partition", shared.log_bytes.load(Relaxed));
-    stat(out, "index_bytes_per_partition", shared.index_bytes);
-    stat(out, "log_pages", format_args!("{:?}", shared.page_kinds.0).to_string().to_lowercase());
-    stat(out, "index_pages", format_args!("{:?}", shared.page_kinds.1).to_string().to_lowercase());
+    stat(out, "log_bytes_per_partition", shared.memory.log_bytes());
+    stat(out, "index_bytes_per_partition", shared.memory.index_bytes());
+    stat(out, "log_pages", format_args!("{:?}", shared.memory.page_kinds().0).to_string().to_lowercase());
+    stat(out, "index_pages", format_args!("{:?}", shared.memory.page_kinds().1).to_string().to_lowercase());
     stat(out, "worker_port_base", config.worker_port_base);
     stat(out, "native_port", config.native_port);
 }
@@ -560,9 +560,9 @@ fn slabs(shared: &Shared, out: &mut Vec<u8>) {
     let (p, w, _) = totals(shared);
     // Hits served by other workers' optimistic reads count too, as in the general list.
     let remote_hits: u64 = w.remote_reads.iter().map(|r| r.1).sum();
-    let malloced = if shared.store_mode { p.arena_bytes } else { shared.maxbytes() };
+    let malloced = if shared.memory.store_mode() { p.arena_bytes } else { shared.memory.maxbytes() };
     if malloced > 0 {
-        let used = if shared.store_mode { p.arena_bytes - p.arena_free_bytes } else { p.bytes };
+        let used = if shared.memory.store_mode() { p.arena_bytes - p.arena_free_bytes } else { p.bytes };
         let total_chunks = malloced / LOG_CHUNK_BYTES;
         let used_chunks = used / LOG_CHUNK_BYTES;
         let class = LOG_CLASS;

@@ -19,7 +19,7 @@ impl Engine {
             Request::Stats { group: b"mrc", argument } => {
                 // This worker's count as of now; the others' as of their last loop turn.
                 self.turn_mrc();
-                self.shared.mrc.command(argument, self.shared.maxbytes(), out);
+                self.shared.mrc.command(argument, self.shared.memory.maxbytes(), out);
                 self.turn_mrc();
             }
             Request::Stats { group: b"conns", .. } => {
@@ -167,18 +167,15 @@ impl Engine {
         if megabytes > 1_000_000_000 {
             return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n";
         }
-        let shared = &self.shared;
-        let per_partition = ((u64::from(megabytes) << 20) / shared.partitions.len() as u64) as usize & !7;
-        // A memory file's logs keep the size the file was laid out for (-e).
-        let fixed = shared.store_mode || shared.config.memory_file.is_some();
-        if fixed || per_partition > shared.log_room || per_partition < shared.log_limit_min {
+        // A memory file's logs keep the size the file was laid out for (-e), store mode's too.
+        let Ok(per_partition) = self.shared.memory.per_partition(megabytes) else {
             return b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
-        }
+        };
         for partition in self.partitions.iter_mut().flatten() {
             partition.set_log_limit(per_partition);
         }
         if asked_here {
-            self.shared.log_bytes.store(per_partition, Relaxed);
+            self.shared.memory.set(per_partition);
             if self.shared.config.verbose > 0 {
                 eprintln!("maxbytes adjusted to {megabytes}m");
             }
@@ -211,7 +208,7 @@ impl Engine {
         if class == crate::admin::stats::LOG_CLASS {
             let start = out.len();
             let mut shown = 0u32;
-            let buckets = 0..self.shared.main_buckets;
+            let buckets = 0..self.shared.memory.main_buckets();
             let mut line = |item: &qs_store::Dumped<'_>| {
                 if (limit != 0 && shown >= limit) || out.len() - start > REPLY_BYTES_MAX - 600 {
                     return;
@@ -245,7 +242,7 @@ impl Engine {
 
     /// Main index buckets per partition.
     pub fn main_buckets(&self) -> usize {
-        self.shared.main_buckets
+        self.shared.memory.main_buckets()
     }
 
     /// Whether `lru_crawler` serves dumps and crawls (`lru_crawler disable` stops it).

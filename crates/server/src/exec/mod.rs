@@ -189,7 +189,7 @@ impl Engine {
     /// An engine for `worker` owning `partitions`.
     pub fn new(worker: usize, partitions: Vec<Option<Partition>>, shared: Arc<Shared>) -> Engine {
         let count = partitions.len();
-        let limits = qs_proto::Limits { item_bytes_max: shared.item_bytes_max };
+        let limits = qs_proto::Limits { item_bytes_max: shared.memory.item_bytes_max() };
         let crew = !shared.readers.is_empty();
         let flash_on = !shared.flash.is_empty();
         let front = (!shared.front_epochs.is_empty())

@@ -3,12 +3,14 @@
 //! owner locks once per event-loop turn (never per request).
 
 mod connections;
+mod memory;
 mod wakeups;
 
 use crate::config::Config;
 use crate::observe::counters::WorkerCounters;
 pub use connections::Connections;
-use qs_store::{PageKind, PartitionStats, Reader};
+pub use memory::Memory;
+use qs_store::{PartitionStats, Reader};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -73,30 +75,15 @@ pub struct Shared {
     pub connections: Connections,
     /// The workers' sleep flags and wakers, and the stop flag.
     pub wakeups: Wakeups,
+    /// The item memory: the logs' size (`cache_memlimit`), the index, the largest item.
+    pub memory: Memory,
     /// Start time (for uptime).
     pub started: Instant,
-    /// Log bytes per partition (`cache_memlimit` changes it).
-    pub log_bytes: std::sync::atomic::AtomicUsize,
-    /// The most log bytes per partition `cache_memlimit` may set (the reserved room).
-    pub log_room: usize,
-    /// The fewest log bytes per partition `cache_memlimit` may set.
-    pub log_limit_min: usize,
-    /// Store mode (whose arenas cannot change size).
-    pub store_mode: bool,
-    /// Index bytes per partition.
-    pub index_bytes: usize,
-    /// Largest item accepted (header, key and value).
-    pub item_bytes_max: usize,
-    /// Pages the logs and index got (of partition 0).
-    pub page_kinds: (PageKind, PageKind),
     /// Native protocol: the directory's epoch, drawn at start (a restart, which is when the map
     /// can change, draws another).
     pub native_epoch: u32,
     /// Native protocol: the key of the address cookies (random at start).
     pub native_secret: u64,
-    /// Main index buckets a partition may grow to (`lru_crawler metadump` walks them a range
-    /// at a time; a partition lists the ones it uses).
-    pub main_buckets: usize,
     /// `lru_crawler enable|disable`: whether metadump and crawl are served.
     pub crawler_enabled: AtomicBool,
     /// What `stats reset` zeroed: the counters as they stood then.
@@ -148,11 +135,6 @@ impl Shared {
         } else {
             self.explicit_cas.shown(cas)
         }
-    }
-
-    /// Item memory now (memcached's maxbytes): the log bytes of every partition.
-    pub fn maxbytes(&self) -> u64 {
-        (self.log_bytes.load(std::sync::atomic::Ordering::Relaxed) * self.partitions.len()) as u64
     }
 
     /// A connection closed: if accepting was paused, it resumes (every worker is woken to

@@ -200,7 +200,7 @@ impl Worker {
         }
         let workers = shared.workers;
         let input_limit =
-            shared.item_bytes_max.max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
+            shared.memory.item_bytes_max().max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
         let buffer_limit =
             Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.workers);
         let buffers = Buffers::with_budget(buffer_limit, shared.client_memory.clone());
