@@ -8,7 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use qs_proto::{binary, Limits, Parsed, Request};
 use qs_server::observe::counters::WorkerCounters;
-use qs_server::session::auth::{admit, sasl_gate, Admission, Gate, Modes, Passwords};
+use qs_server::session::auth::{admit, sasl_gate, Admission, Gate, Modes, Passwords, Phase};
 use qs_server::session::{Input, State};
 
 fuzz_target!(|input: &[u8]| {
@@ -52,7 +52,9 @@ fuzz_target!(|input: &[u8]| {
             let pending = &stream.buf[stream.start..stream.end];
             let len = match binary::parse(pending, &Limits::default()) {
                 Parsed::Request { request: Request::Binary(request), len } => {
-                    let gate = sasl_gate(&request, &mut authenticated, &passwords, &mut counters, &mut out);
+                    let mut phase = Phase::Unauthenticated;
+                    let gate = sasl_gate(&request, &mut phase, &passwords, &mut counters, &mut out);
+                    authenticated = phase == Phase::Authenticated;
                     if gate == (Gate::Answered { close: true }) {
                         state.close();
                     }

@@ -97,7 +97,7 @@ fn connections(running: &Running) -> String {
     let shared = running.server.shared();
     format!(
         "curr_connections {}, client memory used {}",
-        shared.curr_connections.load(std::sync::atomic::Ordering::Relaxed),
+        shared.connections.open(),
         shared.client_memory.used()
     )
 }

@@ -310,15 +310,15 @@ impl Native {
         let base = shared.config.native_port;
         Directory {
             epoch: shared.native_epoch,
-            workers: shared.workers as u16,
+            workers: shared.map.workers() as u16,
             hash: wire::HASH_XXH3_64,
-            partition_bits: shared.partition_bits as u8,
-            access: if shared.readers.is_empty() { wire::ACCESS_EREW } else { wire::ACCESS_CREW },
+            partition_bits: shared.map.partition_bits() as u8,
+            access: if shared.map.crew() { wire::ACCESS_CREW } else { wire::ACCESS_EREW },
             mode: if shared.config.store_mode() { wire::MODE_STORE } else { wire::MODE_CACHE },
             datagram_max: wire::DATAGRAM_BYTES_MAX as u16,
             cookie,
-            partitions: (0..shared.owner.len())
-                .map(|p| (shared.owner[p] as u16, (base as usize + p) as u16))
+            partitions: (0..shared.map.partitions())
+                .map(|p| (shared.map.owner(p) as u16, (base as usize + p) as u16))
                 .collect(),
         }
     }
@@ -375,7 +375,7 @@ impl Native {
                             reply.push(&mut self.spare, Status::BadRequest, id, 0, 0, b"");
                             continue;
                         }
-                        let partition = hash.partition(self.shared.partition_bits);
+                        let partition = self.shared.map.partition_of(hash);
                         if !engine.owns(partition) {
                             engine.counters.native_redirects += 1;
                             reply.push(&mut self.spare, Status::Redirect, id, 0, 0, b"");

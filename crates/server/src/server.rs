@@ -414,7 +414,6 @@ fn new_shared(
     let partition_count = partitions.len();
     let flash_on = !extended.ext_paths.is_empty();
     let Credentials { sasl_passwords, ascii_passwords, tls } = credentials;
-    let owner: Vec<usize> = (0..partition_count).map(|p| p % workers).collect();
     let readers = if config.access == AccessArg::Erew {
         Vec::new()
     } else {
@@ -436,10 +435,7 @@ fn new_shared(
         uring_refused: Default::default(),
         flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
         front_epochs,
-        workers,
-        partition_bits: partition_count.trailing_zeros(),
-        owner: owner.clone(),
-        readers,
+        map: crate::shared::PartitionMap::new(workers, partition_count, readers),
         // As built: a memory file's partitions start with the items they took back, which
         // `stats` shows before their workers first publish.
         partitions: partitions.iter().map(|partition| Mutex::new(partition.stats_snapshot())).collect(),
@@ -594,7 +590,7 @@ impl Bound {
         let udp = std::mem::take(&mut self.udp[index]);
         let mut ports = Vec::new();
         if config.native_port != 0 {
-            for partition in (0..shared.partitions.len()).filter(|&p| shared.owner[p] == index) {
+            for partition in (0..shared.map.partitions()).filter(|&p| shared.map.owner(p) == index) {
                 let port = config.native_port + partition as u16;
                 let socket = sys::udp_socket(SocketAddr::new(self.interface, port), false)
                     .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;

@@ -211,7 +211,7 @@ fn general_server(
     let (pauses, paused_us) = shared.connections.pauses();
     stat(out, "listen_disabled_num", pauses);
     stat(out, "time_in_listen_disabled_us", paused_us);
-    stat(out, "threads", shared.workers);
+    stat(out, "threads", shared.map.workers());
     stat(out, "conn_yields", c.conn_yields);
     // The index grows by linear hashing, a bucket at a time: the level is the whole doublings.
     stat(out, "hash_power_level", p.index_buckets.max(1).ilog2());
@@ -421,8 +421,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "shutdown_command", yes(config.enable_shutdown));
     stat(out, "growth_factor", format_args!("{:.2}", config.slab_growth_factor.unwrap_or(1.25)));
     stat(out, "chunk_size", config.slab_min_size.unwrap_or(48));
-    stat(out, "num_threads", shared.workers);
-    stat(out, "num_threads_per_udp", shared.workers);
+    stat(out, "num_threads", shared.map.workers());
+    stat(out, "num_threads_per_udp", shared.map.workers());
     stat(out, "stat_key_prefix", shared.detail.delimiter() as char);
     stat(out, "detail_enabled", yes(shared.detail.enabled()));
     stat(out, "reqs_per_event", config.reqs_per_event);
@@ -465,11 +465,11 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "slab_automove_freeratio", "0.010");
         stat(out, "ext_drop_unread", "no");
         let rings = shared.flash_rings.load(Relaxed);
-        stat(out, "flash_io", if rings == shared.workers { "io_uring" } else { "threads" });
+        stat(out, "flash_io", if rings == shared.map.workers() { "io_uring" } else { "threads" });
     }
     stat(out, "drop_privileges", "no");
     let uring = shared.net_rings.load(Relaxed);
-    stat(out, "io_backend", if uring > 0 && uring == shared.workers { "uring" } else { "epoll" });
+    stat(out, "io_backend", if uring > 0 && uring == shared.map.workers() { "uring" } else { "epoll" });
     // memcached's TLS lines (Debian's build has TLS: they are there with or without -Z).
     let ssl = &shared.extended.ssl;
     let path = |path: &Option<std::path::PathBuf>, none: &'static str| {
@@ -660,7 +660,7 @@ fn partitions(shared: &Shared, out: &mut Vec<u8>) {
         let mut field = |name: &str, value: u64| {
             let _ = write!(out, "STAT {index}:{name} {value}\r\n");
         };
-        field("owner_worker", shared.owner[index] as u64);
+        field("owner_worker", shared.map.owner(index) as u64);
         field("items", p.items);
         field("bytes", p.bytes);
         field("gets", p.gets + remote_gets);

@@ -220,7 +220,7 @@ impl Engine {
                 shown += 1;
             };
             for (index, partition) in self.partitions.iter().enumerate() {
-                match (partition, self.shared.readers.get(index)) {
+                match (partition, self.shared.map.reader(index)) {
                     (Some(owned), _) => owned.dump(buckets.clone(), self.now_secs, &mut line),
                     (None, Some(reader)) => reader.dump(buckets.clone(), self.now_secs, &mut line),
                     (None, None) => {}

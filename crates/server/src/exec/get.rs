@@ -210,7 +210,9 @@ impl Engine {
             return outcome;
         }
         assert!(touch.is_none(), "touch of partition {partition} routed to worker {}", self.worker);
-        let (outcome, gone) = shared.readers[partition].read_telling(hash, key, now, &mut sink);
+        let reader =
+            shared.map.reader(partition).expect("a partition not owned here is read through its CREW reader");
+        let (outcome, gone) = reader.read_telling(hash, key, now, &mut sink);
         sink.finish(&outcome);
         self.count_remote(partition, &outcome, gone);
         outcome

@@ -382,7 +382,7 @@ impl Engine {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         // A side-effect-free look: the reader when there is one, else a plain get.
-        let outcome = match self.shared.readers.get(partition) {
+        let outcome = match self.shared.map.reader(partition) {
             Some(reader) => reader.get(hash, &key, self.now_secs, &mut value),
             None => self.run(key, Command::Get, &mut value),
         };

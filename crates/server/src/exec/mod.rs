@@ -190,7 +190,7 @@ impl Engine {
     pub fn new(worker: usize, partitions: Vec<Option<Partition>>, shared: Arc<Shared>) -> Engine {
         let count = partitions.len();
         let limits = qs_proto::Limits { item_bytes_max: shared.memory.item_bytes_max() };
-        let crew = !shared.readers.is_empty();
+        let crew = shared.map.crew();
         let flash_on = !shared.flash.is_empty();
         let front = (!shared.front_epochs.is_empty())
             .then(|| qs_store::front::FrontCache::new(FRONT_SETS, FRONT_WAYS));
@@ -461,7 +461,8 @@ impl Engine {
     /// A get through `partition`'s CREW reader (not offered to `stats hotkeys` and `stats mrc`:
     /// the caller does that).
     fn read_remote(&mut self, hash: KeyHash, partition: usize, key: &[u8], out: &mut Vec<u8>) -> Outcome {
-        let (outcome, gone) = self.shared.readers[partition].get_telling(hash, key, self.now_secs, out);
+        let (outcome, gone) =
+            self.shared.map.reader(partition).expect("CREW").get_telling(hash, key, self.now_secs, out);
         self.count_remote(partition, &outcome, gone);
         outcome
     }

@@ -6,7 +6,7 @@ use super::*;
 impl Engine {
     pub(super) fn locate(&self, key: &[u8]) -> Located {
         let hash = KeyHash::of(key);
-        (hash, hash.partition(self.shared.partition_bits))
+        (hash, self.shared.map.partition_of(hash))
     }
 
     /// `bytes` as a request's key: placed where `at` says (the window located this very key),
@@ -30,7 +30,11 @@ impl Engine {
     pub fn prefetch_bucket(&self, (hash, partition): Located) {
         match &self.partitions[partition] {
             Some(owned) => owned.prefetch_bucket(hash),
-            None if self.crew => self.shared.readers[partition].prefetch_bucket(hash),
+            None if self.crew => {
+                if let Some(reader) = self.shared.map.reader(partition) {
+                    reader.prefetch_bucket(hash);
+                }
+            }
             None => {}
         }
     }
@@ -40,7 +44,7 @@ impl Engine {
     #[inline]
     pub fn prefetch_key(&self, key: &[u8]) -> Located {
         let hash = KeyHash::of(key);
-        let located = (hash, hash.partition(self.shared.partition_bits));
+        let located = (hash, self.shared.map.partition_of(hash));
         self.prefetch_bucket(located);
         located
     }
@@ -50,13 +54,17 @@ impl Engine {
     pub fn prefetch_item(&self, (hash, partition): Located) {
         match &self.partitions[partition] {
             Some(owned) => owned.prefetch_item(hash),
-            None if self.crew => self.shared.readers[partition].prefetch_item(hash),
+            None if self.crew => {
+                if let Some(reader) = self.shared.map.reader(partition) {
+                    reader.prefetch_item(hash);
+                }
+            }
             None => {}
         }
     }
 
     pub(super) fn owner(&self, partition: usize) -> usize {
-        self.shared.owner[partition]
+        self.shared.map.owner(partition)
     }
 
     /// For building a window of requests ahead of running them: whether `request` (located at
@@ -65,7 +73,7 @@ impl Engine {
     /// it should be parsed yet; and the workers waited on after it. A guess that only sizes
     /// the window: running the requests decides, so a wrong guess costs a parse, never order.
     pub fn stalls(&self, request: &Request<'_>, located: Option<Located>, waiting_on: &mut u64) -> bool {
-        if self.shared.workers == 1 {
+        if self.shared.map.workers() == 1 {
             return false;
         }
         let Some((_, partition)) = located else {
@@ -160,11 +168,11 @@ impl Engine {
     pub fn route(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
         match self.reach(request) {
             Reach::Here => Route::Local,
-            Reach::Everywhere if self.shared.workers == 1 => Route::Local,
+            Reach::Everywhere if self.shared.map.workers() == 1 => Route::Local,
             Reach::Everywhere => Route::Broadcast,
             Reach::AfterPending => Route::AfterPending,
             // One worker: every partition is here, no key need be hashed to route.
-            Reach::Key { .. } | Reach::Keys { .. } if self.shared.workers == 1 => Route::Local,
+            Reach::Key { .. } | Reach::Keys { .. } if self.shared.map.workers() == 1 => Route::Local,
             Reach::Keys { keys, read_only } => self.route_keys(keys, read_only, pending),
             // Answered here with an error, no key read.
             Reach::Key { key, .. } if key.len() > qs_proto::KEY_BYTES_MAX => Route::Local,

@@ -3,14 +3,16 @@
 //! owner locks once per event-loop turn (never per request).
 
 mod connections;
+mod map;
 mod memory;
 mod wakeups;
 
 use crate::config::Config;
 use crate::observe::counters::WorkerCounters;
 pub use connections::Connections;
+pub use map::PartitionMap;
 pub use memory::Memory;
-use qs_store::{PartitionStats, Reader};
+use qs_store::PartitionStats;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -46,12 +48,8 @@ pub struct Shared {
     pub extended: crate::config::Extended,
     /// The command line.
     pub config: Config,
-    /// Workers.
-    pub workers: usize,
-    /// log2 of the partition count.
-    pub partition_bits: u32,
-    /// Owner worker of each partition.
-    pub owner: Vec<usize>,
+    /// Workers, partitions, their owners, and the CREW readers.
+    pub map: PartitionMap,
     /// `-o ext_path`: the flash reader threads' queues.
     pub flash_io: Option<crate::flashio::FlashIo>,
     /// `-o ext_path`: workers reading flash through their own io_uring.
@@ -63,8 +61,6 @@ pub struct Shared {
     pub uring_refused: std::sync::atomic::AtomicBool,
     /// `-o ext_path`: each partition's flash figures as its owner last published them.
     pub flash: Vec<Mutex<(qs_store::flash::FlashStats, qs_store::FlashCounters)>>,
-    /// CREW readers, one per partition (empty under EREW).
-    pub readers: Vec<Reader>,
     /// Published per-partition counters (by the owner).
     pub partitions: Vec<Mutex<PartitionStats>>,
     /// Store mode: each partition's free space by size (empty in cache mode).
@@ -155,7 +151,7 @@ impl Shared {
     pub fn log(&self, stream: u16, body: std::fmt::Arguments<'_>) {
         let wake = self.watchers.log(stream, body);
         if wake != 0 {
-            for worker in (0..self.workers).filter(|worker| wake & (1 << (worker % 64)) != 0) {
+            for worker in (0..self.map.workers()).filter(|worker| wake & (1 << (worker % 64)) != 0) {
                 self.wake_if_sleeping(worker);
             }
         }

@@ -109,7 +109,7 @@ impl Worker {
             Transport::Tcp(stream),
             self.generations[index],
             Input::new(self.input_limit),
-            Output::new(self.shared.workers),
+            Output::new(self.shared.map.workers()),
             self.listeners[listener].protocol,
         );
         conn.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());

@@ -198,11 +198,11 @@ impl Worker {
                 Err(error) => uring_refused(&shared, &error),
             }
         }
-        let workers = shared.workers;
+        let workers = shared.map.workers();
         let input_limit =
             shared.memory.item_bytes_max().max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
         let buffer_limit =
-            Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.workers);
+            Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.map.workers());
         let buffers = Buffers::with_budget(buffer_limit, shared.client_memory.clone());
         Ok(Worker {
             index,

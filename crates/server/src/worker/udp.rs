@@ -42,7 +42,7 @@ impl Worker {
                 Transport::Udp { peer, request_id: header.request_id, socket: which },
                 self.generations[index],
                 Input { limit: end, buf: payload, start: 0, end, skip: 0, lent: false, charged: 0 },
-                Output::new(self.shared.workers),
+                Output::new(self.shared.map.workers()),
                 protocol,
             );
             conn.fd = socket.as_raw_fd();
