@@ -72,6 +72,7 @@ impl Engine {
     /// (`waiting_on`: a bit per worker, as it will be when this request runs), so nothing after
     /// it should be parsed yet; and the workers waited on after it. A guess that only sizes
     /// the window: running the requests decides, so a wrong guess costs a parse, never order.
+    #[inline]
     pub fn stalls(&self, request: &Request<'_>, located: Option<Located>, waiting_on: &mut u64) -> bool {
         if self.shared.map.workers() == 1 {
             return false;
@@ -114,6 +115,7 @@ impl Engine {
 
     /// What routing needs of `request`, whatever its dialect: the one place that knows which
     /// requests touch which keys, and which only read (CREW serves those from any worker).
+    #[inline(always)]
     pub fn reach<'a>(&self, request: &'a Request<'_>) -> Reach<'a> {
         use qs_proto::binary::Command as Bin;
         match *request {
@@ -166,13 +168,14 @@ impl Engine {
     /// one rule for every dialect, on its [`Reach`]. `at`: where its one key was located, if
     /// it was.
     pub fn route(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
+        if self.shared.map.workers() == 1 {
+            // Every partition is here and nothing is ever pending on another worker.
+            return Route::Local;
+        }
         match self.reach(request) {
             Reach::Here => Route::Local,
-            Reach::Everywhere if self.shared.map.workers() == 1 => Route::Local,
             Reach::Everywhere => Route::Broadcast,
             Reach::AfterPending => Route::AfterPending,
-            // One worker: every partition is here, no key need be hashed to route.
-            Reach::Key { .. } | Reach::Keys { .. } if self.shared.map.workers() == 1 => Route::Local,
             Reach::Keys { keys, read_only } => self.route_keys(keys, read_only, pending),
             // Answered here with an error, no key read.
             Reach::Key { key, .. } if key.len() > qs_proto::KEY_BYTES_MAX => Route::Local,

@@ -74,7 +74,7 @@ impl Partition {
     /// Runs one request as [`Partition::execute_batch`] does (lean paths for plain GET and
     /// SET). For callers that build their own pipeline over several partitions with
     /// [`Partition::prefetch_bucket`] and [`Partition::prefetch_item`].
-    #[inline]
+    #[inline(always)]
     pub fn run(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
         let outcome = match request.command {
             Command::Get => self.plain_get(request.hash, request.key, now_secs, &mut Append::new(out)),
