@@ -9,7 +9,7 @@ use crate::config::{self, AccessArg, Config, EvictionArg, HugePagesArg};
 use crate::observe::{detail, hotkeys, mrc, watch};
 use crate::session::budget::ClientMemory;
 use crate::session::{self as conn, auth, tls};
-use crate::shared::{Shared, WorkerFigures};
+use crate::shared::Shared;
 use crate::sys::{self, memfile};
 use crate::{exec as engine, flashio, native, worker};
 use qs_store::{Access, Eviction, HugePages, Partition};
@@ -433,21 +433,9 @@ fn new_shared(
         flash_rings: Default::default(),
         net_rings: Default::default(),
         uring_refused: Default::default(),
-        flash: partitions.iter().filter_map(Partition::flash_stats).map(Mutex::new).collect(),
         front_epochs,
         map: crate::shared::PartitionMap::new(workers, partition_count, readers),
-        // As built: a memory file's partitions start with the items they took back, which
-        // `stats` shows before their workers first publish.
-        partitions: partitions.iter().map(|partition| Mutex::new(partition.stats_snapshot())).collect(),
-        free_groups: partitions.iter().filter_map(Partition::free_groups).collect(),
-        workers_published: (0..workers)
-            .map(|_| {
-                Mutex::new(WorkerFigures {
-                    remote_reads: vec![(0, 0); partition_count],
-                    ..Default::default()
-                })
-            })
-            .collect(),
+        published: crate::shared::Published::new(partitions, workers),
         connections: Default::default(),
         wakeups: crate::shared::Wakeups::new(workers),
         started: std::time::Instant::now(),
@@ -460,7 +448,6 @@ fn new_shared(
         native_epoch: (random_u64() as u32) | 1,
         native_secret: random_u64(),
         crawler_enabled: AtomicBool::new(extended.lru_crawler),
-        stats_baseline: Mutex::default(),
         detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
         hotkeys: hotkeys::HotKeys::new(workers, extended.hotkeys_sample_one_in),
         mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),

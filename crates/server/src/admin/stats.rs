@@ -16,28 +16,27 @@ fn stat(out: &mut Vec<u8>, name: &str, value: impl Display) {
 fn partition_figures(shared: &Shared, baseline: &StatsBaseline) -> Vec<PartitionStats> {
     let base = PartitionStats::default();
     shared
-        .partitions
-        .iter()
+        .published
+        .partitions()
+        .into_iter()
         .enumerate()
-        .map(|(index, published)| {
-            let published = *published.lock().unwrap_or_else(|e| e.into_inner());
-            published.since(baseline.partitions.get(index).unwrap_or(&base))
-        })
+        .map(|(index, published)| published.since(baseline.partitions.get(index).unwrap_or(&base)))
         .collect()
 }
 
 fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionStats>) {
-    let baseline = shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let baseline = shared.published.baseline();
     let per_partition = partition_figures(shared, &baseline);
     let mut partitions = PartitionStats::default();
     for published in &per_partition {
         partitions.add(published);
     }
-    let mut workers =
-        WorkerFigures { remote_reads: vec![(0, 0); shared.partitions.len()], ..Default::default() };
+    let mut workers = WorkerFigures {
+        remote_reads: vec![(0, 0); shared.published.partition_count()],
+        ..Default::default()
+    };
     let base = WorkerFigures::default();
-    for (index, published) in shared.workers_published.iter().enumerate() {
-        let published = published.lock().unwrap_or_else(|e| e.into_inner());
+    for (index, published) in shared.published.workers().into_iter().enumerate() {
         let base = baseline.workers.get(index).unwrap_or(&base);
         workers.counters.add(&published.counters.since(&base.counters));
         workers.buffers.add(&published.buffers);
@@ -56,16 +55,12 @@ fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionStats
 /// present, items and bytes, stay).
 fn reset(shared: &Shared) {
     let baseline = StatsBaseline {
-        partitions: shared.partitions.iter().map(|p| *p.lock().unwrap_or_else(|e| e.into_inner())).collect(),
-        workers: shared
-            .workers_published
-            .iter()
-            .map(|w| w.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .collect(),
+        partitions: shared.published.partitions(),
+        workers: shared.published.workers(),
         total_connections: shared.connections.totals().0,
         rejected_connections: shared.connections.totals().1,
     };
-    *shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
+    shared.published.set_baseline(baseline);
     shared.detail.reset();
 }
 
@@ -109,7 +104,7 @@ fn general(shared: &Shared, out: &mut Vec<u8>) {
 /// The process, its connections and their buffers.
 fn general_process(shared: &Shared, w: &WorkerFigures, out: &mut Vec<u8>) {
     let c = &w.counters;
-    let baseline = shared.stats_baseline.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let baseline = shared.published.baseline();
     let now = crate::sys::now_secs();
     let (user, system) = crate::sys::cpu_times_secs();
     let curr_connections = shared.connections.open();
@@ -333,14 +328,13 @@ struct FlashTotals {
 }
 
 fn flash_totals(shared: &Shared) -> Option<FlashTotals> {
-    if shared.flash.is_empty() {
+    if !shared.published.flash_on() {
         return None;
     }
     let mut log = FlashStats::default();
     let mut tier = qs_store::FlashCounters::default();
     let (mut used_page_bytes, mut capacity_bytes, mut pages_used) = (0, 0, 0);
-    for slot in &shared.flash {
-        let (one, counters) = *slot.lock().unwrap_or_else(|e| e.into_inner());
+    for (one, counters) in shared.published.flash_all() {
         log.records += one.records;
         log.record_bytes += one.record_bytes;
         log.pages_written += one.pages_written;
@@ -451,7 +445,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "worker_logbuf_size", extended.worker_logbuf_bytes);
     stat(out, "read_buf_mem_limit", extended.read_buf_mem_limit_bytes);
     stat(out, "inline_ascii_response", "no");
-    if !shared.flash.is_empty() {
+    if shared.published.flash_on() {
         let extended = &shared.extended;
         stat(out, "ext_item_size", extended.ext_item_size);
         stat(out, "ext_item_age", u32::MAX);
@@ -495,7 +489,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "client_flags_size", 4);
     stat(out, "mode", if config.store_mode() { "store" } else { "cache" });
     stat(out, "interface", config.interface());
-    stat(out, "partitions", shared.partitions.len());
+    stat(out, "partitions", shared.published.partition_count());
     stat(out, "access", format_args!("{:?}", config.access).to_string().to_lowercase());
     stat(out, "eviction_policy", format_args!("{:?}", config.eviction).to_string().to_lowercase());
     stat(out, "log_bytes_per_partition", shared.memory.log_bytes());
@@ -511,7 +505,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
 /// `STAT <smallest block bytes>:free_bytes` and `:free_blocks`. Empty in cache mode.
 fn arena(shared: &Shared, out: &mut Vec<u8>) {
     let mut groups = std::collections::BTreeMap::<u64, (u64, u64)>::new();
-    for partition in &shared.free_groups {
+    for partition in shared.published.free_groups() {
         for (floor, bytes, blocks) in partition.snapshot() {
             let group = groups.entry(floor).or_default();
             group.0 += bytes;
@@ -668,8 +662,7 @@ fn partitions(shared: &Shared, out: &mut Vec<u8>) {
         field("sets", p.sets);
         field("log_evictions", p.log_evictions);
         field("index_evictions", p.index_evictions);
-        if let Some(slot) = shared.flash.get(index) {
-            let (log, tier) = *slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((log, tier)) = shared.published.flash(index) {
             field("flash_demoted", tier.demoted);
             field("flash_reads", log.reads + log.buffer_reads);
             field("flash_promoted", tier.promoted);
@@ -723,7 +716,7 @@ mod tests {
             let value = 7_700_000_000 + index as u64;
             let mut counters = WorkerCounters::default();
             *counters.values_mut()[index] = value;
-            shared.workers_published[0].lock().expect("figures").counters = counters;
+            shared.published.worker(0).counters = counters;
             let mut out = Vec::new();
             super::write(&shared, b"", &mut out);
             super::write(&shared, b"quicksilver", &mut out);

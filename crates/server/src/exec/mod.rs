@@ -191,7 +191,7 @@ impl Engine {
         let count = partitions.len();
         let limits = qs_proto::Limits { item_bytes_max: shared.memory.item_bytes_max() };
         let crew = shared.map.crew();
-        let flash_on = !shared.flash.is_empty();
+        let flash_on = shared.published.flash_on();
         let front = (!shared.front_epochs.is_empty())
             .then(|| qs_store::front::FrontCache::new(FRONT_SETS, FRONT_WAYS));
         Engine {

@@ -266,9 +266,8 @@ impl Engine {
     pub fn publish(&self) {
         for (index, partition) in self.partitions.iter().enumerate() {
             if let Some(partition) = partition {
-                *self.shared.partitions[index].lock().unwrap_or_else(|e| e.into_inner()) =
-                    partition.stats_snapshot();
-                if let (Some(figures), Some(slot)) = (partition.flash_stats(), self.shared.flash.get(index)) {
+                self.shared.published.set_partition(index, partition.stats_snapshot());
+                if let Some(figures) = partition.flash_stats() {
                     let bit = 1u64 << (index % 64);
                     if figures.0.failed && self.flash_off_said.get() & bit == 0 {
                         self.flash_off_said.set(self.flash_off_said.get() | bit);
@@ -277,12 +276,11 @@ impl Engine {
                              (items leaving DRAM are evicted, flash items still in place answer; stats: extstore_failed)"
                         );
                     }
-                    *slot.lock().unwrap_or_else(|e| e.into_inner()) = figures;
+                    self.shared.published.set_flash(index, figures);
                 }
             }
         }
-        let mut published =
-            self.shared.workers_published[self.worker].lock().unwrap_or_else(|e| e.into_inner());
+        let mut published = self.shared.published.worker(self.worker);
         published.counters = self.counters;
         published.remote_reads.clone_from(&self.remote_reads);
     }

@@ -5,6 +5,7 @@
 mod connections;
 mod map;
 mod memory;
+mod published;
 mod wakeups;
 
 use crate::config::Config;
@@ -12,9 +13,9 @@ use crate::observe::counters::WorkerCounters;
 pub use connections::Connections;
 pub use map::PartitionMap;
 pub use memory::Memory;
+pub use published::{FlashFigures, Published};
 use qs_store::PartitionStats;
 use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
 use std::time::Instant;
 pub use wakeups::Wakeups;
 
@@ -59,14 +60,8 @@ pub struct Shared {
     pub net_rings: std::sync::atomic::AtomicUsize,
     /// Whether a worker has said that the kernel refused its io_uring (said once).
     pub uring_refused: std::sync::atomic::AtomicBool,
-    /// `-o ext_path`: each partition's flash figures as its owner last published them.
-    pub flash: Vec<Mutex<(qs_store::flash::FlashStats, qs_store::FlashCounters)>>,
-    /// Published per-partition counters (by the owner).
-    pub partitions: Vec<Mutex<PartitionStats>>,
-    /// Store mode: each partition's free space by size (empty in cache mode).
-    pub free_groups: Vec<std::sync::Arc<qs_store::arena::FreeGroups>>,
-    /// Published per-worker figures.
-    pub workers_published: Vec<Mutex<WorkerFigures>>,
+    /// What the workers publish for `stats`, and what `stats reset` zeroed.
+    pub published: Published,
     /// Client connections: counts, the -c limit's accept pause.
     pub connections: Connections,
     /// The workers' sleep flags and wakers, and the stop flag.
@@ -82,8 +77,6 @@ pub struct Shared {
     pub native_secret: u64,
     /// `lru_crawler enable|disable`: whether metadump and crawl are served.
     pub crawler_enabled: AtomicBool,
-    /// What `stats reset` zeroed: the counters as they stood then.
-    pub stats_baseline: Mutex<StatsBaseline>,
     /// `stats detail`: per-prefix counters.
     pub detail: crate::observe::detail::Detail,
     /// `stats hotkeys`: the workers' most frequent keys.

@@ -176,7 +176,7 @@ impl Worker {
         let now = self.buffers.figures();
         if now != self.buffers_shown {
             self.buffers_shown = now;
-            self.shared.workers_published[self.index].lock().unwrap_or_else(|e| e.into_inner()).buffers = now;
+            self.shared.published.worker(self.index).buffers = now;
         }
     }
 }
