@@ -119,7 +119,7 @@ mod tests {
     fn figures_are_published_and_read_back_and_a_reset_is_kept() {
         let mut config = qs_store::Config::new(1 << 20, 256);
         config.huge_pages = qs_store::HugePages::Off;
-        let partitions = [Partition::new(config.clone()), Partition::new(config)];
+        let partitions = [Partition::new(config), Partition::new(config)];
         let published = Published::new(&partitions, 2);
         assert_eq!((published.partition_count(), published.flash_on()), (2, false));
         assert_eq!(published.workers()[1].remote_reads, vec![(0, 0); 2]);
