@@ -31,7 +31,7 @@ impl Engine {
                 self.binary_store(reply, (mode, key, flags, exptime, value), quiet, out);
             }
             Bin::TooLarge { key, set } => {
-                self.refuse_too_large(&qs_proto::Request::Binary(*request), key, set);
+                self.refuse_too_large(super::TooLarge::Binary, key, set);
                 error(out, status::E2BIG);
             }
             Bin::Delete { key, quiet } => {

@@ -90,8 +90,7 @@ impl<'a> ReplySink<'a> {
             Large::No => {}
             Large::Fresh(bytes, cas) => {
                 let copy = Arc::new(SharedValue::from_vec(bytes, self.shared.client_memory.clone()));
-                self.shares.remember(self.key, cas, &copy);
-                self.shares.taken.push((at, copy));
+                self.shares.take_new_copy(self.key, cas, copy, at);
             }
             Large::Reused(copy) => self.shares.taken.push((at, copy)),
         }

@@ -7,7 +7,7 @@ impl Engine {
         if meta.too_large(&self.limits) {
             // The worker answers these before they run (worker/turn.rs, `oversized`); the same
             // rule here, counting the meta command.
-            self.refuse_too_large(&Request::Meta(meta.clone()), meta.key(), true);
+            self.refuse_too_large(TooLarge::Meta, meta.key(), true);
             out.extend_from_slice(reply::TOO_LARGE);
             return Exec::Done;
         }

@@ -64,6 +64,29 @@ pub enum Reach<'a> {
     Here,
 }
 
+/// Which command a store refused for its size came as: memcached records each differently
+/// ([`Engine::refuse_too_large`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TooLarge {
+    /// set add replace append prepend cas.
+    Text,
+    /// ms.
+    Meta,
+    /// A binary SET ADD REPLACE APPEND PREPEND.
+    Binary,
+}
+
+impl TooLarge {
+    /// How `request` is recorded.
+    pub fn of(request: &Request<'_>) -> TooLarge {
+        match request {
+            Request::Meta(_) => TooLarge::Meta,
+            Request::Binary(_) => TooLarge::Binary,
+            _ => TooLarge::Text,
+        }
+    }
+}
+
 /// A key's hash and partition, computed once per request.
 pub type Located = (KeyHash, usize);
 
@@ -309,7 +332,7 @@ impl Engine {
                 }
             }
             Request::TooLarge { mode, key, noreply } => {
-                self.refuse_too_large(request, key, mode == StoreMode::Set);
+                self.refuse_too_large(TooLarge::Text, key, mode == StoreMode::Set);
                 if !noreply {
                     out.extend_from_slice(reply::TOO_LARGE);
                 }
@@ -568,14 +591,14 @@ impl Engine {
     /// set counts `store_too_large` (and a meta command). None counts in `cmd_set` (memcached
     /// counts a store once its item exists). When it `drops` (a `set`, any meta set), the key's
     /// old value goes if this worker owns it; otherwise the caller hands the drop to the owner.
-    pub fn refuse_too_large(&mut self, request: &Request<'_>, key: &[u8], drops: bool) {
-        let (too_large, detail) = match request {
-            Request::Meta(_) => {
+    pub fn refuse_too_large(&mut self, command: TooLarge, key: &[u8], drops: bool) {
+        let (too_large, detail) = match command {
+            TooLarge::Meta => {
                 self.counters.meta_cmds += 1;
                 (true, false)
             }
-            Request::Binary(_) => (false, true),
-            _ => (true, true),
+            TooLarge::Binary => (false, true),
+            TooLarge::Text => (true, true),
         };
         if too_large {
             self.counters.store_too_large += 1;

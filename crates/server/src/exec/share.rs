@@ -4,7 +4,9 @@
 //! same version of a key (its CAS sequence is unique per version) are reused while any reply
 //! still holds one, so many clients fetching one large value hold it once.
 
-use crate::session::budget::{ClientMemory, SharedValue, SHARED_VALUE_BYTES_MIN};
+#[cfg(test)]
+use crate::session::budget::ClientMemory;
+use crate::session::budget::{SharedValue, SHARED_VALUE_BYTES_MIN};
 use std::sync::{Arc, Weak};
 
 /// Recent shared copies kept for reuse (weakly: they live as long as a reply holds them).
@@ -37,13 +39,22 @@ impl Shares {
 
     /// Leaves `value` (the version `cas` of `key`) out of `out` at its end, to be sent from a
     /// shared copy: a recent one of the same version, or a new one charged to `budget`.
-    pub fn take(&mut self, key: &[u8], cas: u64, value: &[u8], out: &[u8], budget: &Arc<ClientMemory>) {
-        let copy = self.recent_copy(key, cas, value.len()).unwrap_or_else(|| {
-            let copy = Arc::new(SharedValue::new(value, budget.clone()));
-            self.remember(key, cas, &copy);
-            copy
-        });
-        self.taken.push((out.len(), copy));
+    #[cfg(test)]
+    fn take(&mut self, key: &[u8], cas: u64, value: &[u8], out: &[u8], budget: &Arc<ClientMemory>) {
+        match self.recent_copy(key, cas, value.len()) {
+            Some(copy) => self.taken.push((out.len(), copy)),
+            None => {
+                let copy = Arc::new(SharedValue::new(value, budget.clone()));
+                self.take_new_copy(key, cas, copy, out.len());
+            }
+        }
+    }
+
+    /// Leaves the value at byte `at` of the reply buffer out, to be sent from `copy`, a new
+    /// copy of the version `cas` of `key`, kept for reuse while a reply holds it.
+    pub fn take_new_copy(&mut self, key: &[u8], cas: u64, copy: Arc<SharedValue>, at: usize) {
+        self.remember(key, cas, &copy);
+        self.taken.push((at, copy));
     }
 
     /// A recent shared copy of the version `cas` of `key`, `len` bytes long, that a reply still holds.
@@ -56,7 +67,7 @@ impl Shares {
     }
 
     /// Keeps `copy` (the version `cas` of `key`) for reuse while a reply holds it.
-    pub fn remember(&mut self, key: &[u8], cas: u64, copy: &Arc<SharedValue>) {
+    fn remember(&mut self, key: &[u8], cas: u64, copy: &Arc<SharedValue>) {
         let entry = (key.into(), cas, Arc::downgrade(copy));
         if self.recent.len() < RECENT {
             self.recent.push(entry);

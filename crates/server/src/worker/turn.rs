@@ -269,7 +269,7 @@ impl Turn<'_, '_> {
     fn oversized(&mut self, request: &Request<'_>, len: usize) -> Option<Flow> {
         let (key, drops) = codec::oversized_store(request, &self.engine.limits)?;
         *self.executed = true;
-        self.engine.refuse_too_large(request, key, drops);
+        self.engine.refuse_too_large(crate::exec::TooLarge::of(request), key, drops);
         let owner = self.engine.owner_of(key);
         if drops && owner != self.me {
             self.hand.over(owner, Task::Drop, (key, None), self.output, self.engine);
