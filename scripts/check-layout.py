@@ -11,9 +11,12 @@
 2. No source file over 1,000 lines in any crate but bench.
 3. No `#[allow(clippy::too_many_lines)]` in any crate's src but bench's: clippy's limit of 100
    lines a function holds everywhere else.
-4. One router in the server: no function named `route_<dialect>` (text, meta, binary, resp,
-   ...) comes back beside `Engine::route`, which routes every dialect's requests by their
-   `Reach` (crates/server/src/exec/route.rs).
+4. One router and one executor in the server: no function named `route_<dialect>` (text,
+   meta, binary, resp, ...) comes back beside `Engine::route`, which routes every dialect's
+   requests by their `Reach` (crates/server/src/exec/route.rs); and no executor of one
+   dialect (`meta_get`, `binary_store`, `resp_set`, `execute_binary`, ...) beside
+   `Engine::run_command`, which runs every dialect's command on a key
+   (`qs_proto::command::Command`, crates/server/src/exec/run.rs).
 
 Each rule's known debts are listed below (DEBTS) with the issue that pays them; a file listed
 there that no longer breaks its rule must leave the list.
@@ -38,6 +41,12 @@ DEBTS = {}
 ident = r"[A-Za-z_][A-Za-z0-9_]*"
 # A router of one dialect (rule 4): `route_keys` is the one router's rule for a text get's keys.
 DIALECT_ROUTER = re.compile(r"\bfn\s+route_(text|meta|binary|bin|ascii|resp|redis|native|udp|get)\b")
+# An executor of one dialect (rule 4): a keyed operation named for its dialect.
+DIALECTS = r"(?:text|meta|binary|bin|ascii|resp|redis)"
+DIALECT_EXECUTOR = re.compile(
+    rf"\bfn\s+({DIALECTS}_(?:get|gets|set|store|delete|arith|incr|decr|touch|debug|fetch|read|write)"
+    rf"|(?:execute|exec|run)_{DIALECTS})\b"
+)
 
 
 CHAR_LITERAL = re.compile(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]{1,6}\}|.)|[^'\\\n])'")
@@ -236,7 +245,7 @@ def main_in(repo):
             failed |= dialect_routers(repo, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor")
 
 
 def long_parts(repo, files):
@@ -271,10 +280,13 @@ def dialect_routers(repo, files):
     for path in sorted(files):
         with open(path, encoding="utf-8") as source:
             text = strip(source.read())
+        rel = os.path.relpath(path, repo).replace(os.sep, "/")
         for found in DIALECT_ROUTER.finditer(text):
             failed = True
-            rel = os.path.relpath(path, repo).replace(os.sep, "/")
             print(f"{rel}: fn route_{found.group(1)}: one router routes every dialect (Engine::route on a Reach)")
+        for found in DIALECT_EXECUTOR.finditer(text):
+            failed = True
+            print(f"{rel}: fn {found.group(1)}: one executor runs every dialect's command (Engine::run_command)")
     return failed
 
 

@@ -109,6 +109,17 @@ class Rules(unittest.TestCase):
         self.assertIn("crates/server/src/exec/resp.rs: fn route_resp", output)
         self.assertNotIn("route.rs", output)
 
+    def test_a_dialect_executor_in_the_server_fails(self):
+        output, status = run({
+            "crates/server/src/main.rs": "mod exec;\n",
+            "crates/server/src/exec/run.rs": "fn run_command() {}\nfn binary_admin() {}\nfn meta_item() {}\n",
+            "crates/server/src/exec/resp.rs": "pub(super) fn resp_set(&self) {}\nfn execute_binary() {}\n",
+        })
+        self.assertEqual(status, 1)
+        self.assertIn("crates/server/src/exec/resp.rs: fn resp_set", output)
+        self.assertIn("crates/server/src/exec/resp.rs: fn execute_binary", output)
+        self.assertNotIn("run.rs", output)
+
     def test_a_clean_tree_passes(self):
         output, status = run({"crates/proto/src/lib.rs": "mod a;\n", "crates/proto/src/a.rs": "fn f() {}\n"})
         self.assertEqual(status, 0, output)

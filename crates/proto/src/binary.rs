@@ -18,6 +18,7 @@
 //!    20
 //! ```
 
+use crate::command::{self, Answer, Op};
 pub use crate::request::{Binary, Command};
 use crate::{Limits, Parsed, Request, StoreMode, KEY_BYTES_MAX};
 
@@ -480,6 +481,53 @@ pub fn request_frame(opcode: u8, opaque: u32, cas: u64, extras: &[u8], key: &[u8
     frame.extend_from_slice(value);
     frame
 }
+
+impl<'r> Binary<'r> {
+    /// A command on one key in the one vocabulary ([`crate::command`]); `None` for the others
+    /// (quit, flush, noop, version, stat, SASL, refusals). The header's CAS is a condition:
+    /// in the store mode (the parser put it there), for a delete and an increment here.
+    pub fn key_command(&self) -> Option<command::Command<'r>> {
+        let Binary { opcode, opaque, cas, command } = *self;
+        let answer = |quiet, with_key| Answer::Binary { opcode, opaque, quiet, with_key };
+        let (key, op, answer) = match command {
+            Command::Get { key, quiet, with_key, touch } => {
+                (key, Op::Get(command::Get::touching(touch.map(i64::from))), answer(quiet, with_key))
+            }
+            Command::Touch { key, exptime } => {
+                (key, Op::Touch { exptime: i64::from(exptime), read: true }, answer(false, false))
+            }
+            Command::Store { mode, key, flags, exptime, value, quiet } => {
+                let exptime = i64::from(exptime);
+                let drops_refused = mode == StoreMode::Set;
+                let store = command::Store {
+                    mode,
+                    flags,
+                    exptime,
+                    data: value,
+                    vivify: None,
+                    cas_in: None,
+                    drops_refused,
+                };
+                (key, Op::Store(store), answer(quiet, false))
+            }
+            Command::TooLarge { key, set } => (key, Op::TooLarge { drops: set }, answer(false, false)),
+            Command::Delete { key, quiet } => {
+                let delete = command::Delete { cas: (cas != 0).then_some(cas), ..command::Delete::default() };
+                (key, Op::Delete(delete), answer(quiet, false))
+            }
+            Command::Arith { key, delta, initial, exptime, decrement, quiet } => {
+                // An exptime of all ones: a miss creates nothing.
+                let create = (exptime != u32::MAX).then_some((initial, i64::from(exptime)));
+                let arith = command::Arith { delta, decrement, cas, create, ..command::Arith::default() };
+                (key, Op::Arith(arith), answer(quiet, false))
+            }
+            _ => return None,
+        };
+        Some(command::Command { key, op, answer })
+    }
+}
+
+pub(crate) mod reply;
 
 #[cfg(test)]
 mod tests;

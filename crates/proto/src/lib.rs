@@ -11,8 +11,10 @@
 //! allowed), numbers parse as memcached's `safe_strto*` do, truncation quirks included.
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod binary;
 pub mod check;
+pub mod command;
 pub mod meta;
 pub mod native;
 pub mod number;

@@ -2,11 +2,12 @@
 //! the text commands). Flags are single letters, some with a token after them; the reply
 //! reflects the return flags in the order the request gave them.
 
+use crate::command::{self, Answer, Command, Op};
 use crate::number::{token_i32, token_u32, token_u64};
 pub use crate::request::{Meta, MetaCommand, MetaOptions};
 use crate::request::{Request, BAD_FORMAT, DECODED_KEY_BYTES_MAX, META_TOKENS_MAX, OPAQUE_BYTES_MAX};
 use crate::tokens::{Tokens, TOKENS_MAX};
-use crate::{Limits, Parsed, KEY_BYTES_MAX};
+use crate::{Limits, Parsed, StoreMode, KEY_BYTES_MAX};
 use base64::Engine;
 
 fn refuse(reply: &'static str, len: usize) -> Parsed<'static> {
@@ -169,6 +170,102 @@ fn parse_flags(meta: &mut Meta<'_>, flag_tokens: &[&[u8]]) -> Result<(), &'stati
     }
     error.map_or(Ok(()), Err)
 }
+
+impl<'r> Meta<'r> {
+    /// The command in the one vocabulary ([`crate::command`]): mg, ms, md, ma and me, their
+    /// flags read in request order where memcached applies them in that order (N and T).
+    pub fn key_command(&'r self, limits: &Limits) -> Command<'r> {
+        let options = &self.options;
+        let op = match self.command {
+            MetaCommand::Get => Op::Get(command::Get {
+                touch: options.ttl.map(i64::from),
+                vivify: options.vivify.map(|_| self.vivify_exptime()),
+                recache_below_secs: options.recache.map(|secs| secs.max(0) as u32),
+                recache_before_touch: options.recache.is_some() && self.before(b'R', b'T'),
+                no_update: options.has(b'u'),
+                cas_in: options.cas_in,
+            }),
+            MetaCommand::Set if self.too_large(limits) => Op::TooLarge { drops: true },
+            MetaCommand::Set => Op::Store(command::Store {
+                mode: self.store_mode(),
+                flags: options.client_flags,
+                exptime: i64::from(options.ttl.unwrap_or(0)),
+                data: self.data,
+                vivify: options.vivify.map(i64::from),
+                cas_in: options.cas_in,
+                drops_refused: true,
+            }),
+            MetaCommand::Delete => Op::Delete(command::Delete {
+                cas: options.cas,
+                invalidate: options.has(b'I'),
+                keep_item: options.has(b'x'),
+                exptime: options.ttl.map(i64::from),
+                flags: options.client_flags,
+                cas_in: options.cas_in,
+            }),
+            MetaCommand::Arith => Op::Arith(command::Arith {
+                delta: options.delta,
+                decrement: self.decrement(),
+                // C0 compares nothing here (memcached's ma ignores it).
+                cas: options.cas.unwrap_or(0),
+                create: options.vivify.map(|_| (options.initial, self.vivify_exptime())),
+                exptime: options.ttl.map(i64::from),
+                cas_in: options.cas_in,
+            }),
+            MetaCommand::Debug => Op::Inspect,
+        };
+        Command { key: self.key(), op, answer: Answer::Meta(self) }
+    }
+
+    /// ms: the store mode its M, C and I flags give. As memcached: set and replace compare the
+    /// CAS (with I, an older one stores the value marked stale), append and prepend compare a
+    /// nonzero one, add ignores it.
+    fn store_mode(&self) -> StoreMode {
+        let options = &self.options;
+        let mode = match options.mode {
+            Some(b'E') => StoreMode::Add,
+            Some(b'A') => StoreMode::Append,
+            Some(b'P') => StoreMode::Prepend,
+            Some(b'R') => StoreMode::Replace,
+            _ => StoreMode::Set,
+        };
+        let Some(cas) = options.cas else { return mode };
+        match mode {
+            // C0 never matches, and is no older version either: memcached answers EX.
+            StoreMode::Set | StoreMode::Replace if options.has(b'I') && cas != 0 => {
+                StoreMode::CasOrStale(cas)
+            }
+            StoreMode::Set | StoreMode::Replace => StoreMode::Cas(cas),
+            StoreMode::Append if cas != 0 => StoreMode::AppendCas(cas),
+            StoreMode::Prepend if cas != 0 => StoreMode::PrependCas(cas),
+            other => other,
+        }
+    }
+
+    /// The exptime an item created on a miss (N) ends with: memcached applies N and T in the
+    /// order the request lists them, so the later of the two stands.
+    fn vivify_exptime(&self) -> i64 {
+        let options = &self.options;
+        let mut exptime = 0;
+        for token in self.flag_tokens() {
+            match token[0] {
+                b'N' => exptime = options.vivify.unwrap_or(0),
+                b'T' => exptime = options.ttl.unwrap_or(exptime),
+                _ => {}
+            }
+        }
+        i64::from(exptime)
+    }
+
+    /// Whether flag `first` comes before flag `second` in the request (as `Option`s order: a
+    /// flag not given counts as before every one given).
+    fn before(&self, first: u8, second: u8) -> bool {
+        let at = |letter| self.flag_tokens().position(|token| token[0] == letter);
+        at(first) < at(second)
+    }
+}
+
+pub(crate) mod reply;
 
 #[cfg(test)]
 mod tests;

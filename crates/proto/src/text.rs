@@ -1,6 +1,7 @@
 //! memcached's text protocol: the classic commands (protocol.txt "Commands"), with memcached
 //! 1.6's token-count rules and error replies.
 
+use crate::command::{self, Answer, Op};
 use crate::number::{strtol, strtoul, token_i32, token_u32, token_u64};
 pub use crate::request::{watch, GetKind, Request, ShutdownMode, StoreMode};
 use crate::tokens::{Tokens, SHORT, TOKENS_MAX};
@@ -376,6 +377,47 @@ fn parse_lru_crawler<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize
         _ => refuse(ERROR, line_len, false),
     }
 }
+
+/// A text command on one key in the one vocabulary ([`crate::command`]); `None` for the
+/// others (a get's line of keys runs as one get per key: [`GetKind::command`]).
+pub(crate) fn key_command<'r>(request: &'r Request<'r>) -> Option<command::Command<'r>> {
+    let text = |noreply| Answer::Text { noreply, with_cas: false };
+    let (key, op, answer) = match *request {
+        Request::Store { mode, key, flags, exptime, data, noreply } => {
+            let exptime = i64::from(exptime);
+            let drops_refused = mode == StoreMode::Set;
+            let store =
+                command::Store { mode, flags, exptime, data, vivify: None, cas_in: None, drops_refused };
+            (key, Op::Store(store), text(noreply))
+        }
+        Request::TooLarge { mode, key, noreply } => {
+            (key, Op::TooLarge { drops: mode == StoreMode::Set }, text(noreply))
+        }
+        Request::Delete { key, noreply } => (key, Op::Delete(command::Delete::default()), text(noreply)),
+        Request::Arith { key, delta, decrement, noreply } => {
+            (key, Op::Arith(command::Arith { delta, decrement, ..command::Arith::default() }), text(noreply))
+        }
+        Request::Touch { key, exptime, noreply } => {
+            (key, Op::Touch { exptime: i64::from(exptime), read: false }, text(noreply))
+        }
+        _ => return None,
+    };
+    Some(command::Command { key, op, answer })
+}
+
+impl GetKind {
+    /// The get of one of its keys, in the one vocabulary.
+    pub fn command(self, key: &[u8]) -> command::Command<'_> {
+        let get = command::Get::touching(self.touch().map(i64::from));
+        command::Command {
+            key,
+            op: Op::Get(get),
+            answer: Answer::Text { noreply: false, with_cas: self.with_cas() },
+        }
+    }
+}
+
+pub(crate) mod reply;
 
 #[cfg(test)]
 mod tests;

@@ -407,3 +407,47 @@ fn too_large_stores_are_counted_as_memcached_counts_them() {
         assert_eq!(run(&quicksilver), want, "quicksilver {args:?}");
     }
 }
+
+/// Under -C (items carry no CAS), each dialect compares a client's CAS as memcached 1.6.18
+/// does: a text `cas` and a meta `C` match nothing (EXISTS on a present key), an append or
+/// prepend with `C` appends anyway, and a binary frame's CAS is dropped (its store is the
+/// opcode's plain one, an ADD with a CAS still an add).
+#[test]
+fn cas_under_dash_capital_c_is_compared_as_memcached_compares_it() {
+    use std::io::{Read, Write};
+    let run = |server: &ServerProcess| {
+        let mut client = server.connect();
+        let mut replies = Vec::new();
+        for step in [
+            &b"set k 0 0 1\r\na\r\n"[..],
+            b"cas k 0 0 1 0\r\nb\r\n",
+            b"cas k 0 0 1 1\r\nb\r\n",
+            b"cas absent 0 0 1 1\r\nb\r\n",
+            b"ms k 1 C1\r\nc\r\n",
+            b"ms k 1 MA C5\r\nd\r\n",
+            b"ms absent 1 C1\r\nc\r\n",
+            b"get k\r\n",
+        ] {
+            replies.push(String::from_utf8_lossy(&client.call(step)).into_owned());
+        }
+        let mut binary = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        let opcode = qs_proto::binary::opcode::ADD;
+        for (opcode, key, cas) in
+            [(qs_proto::binary::opcode::SET, &b"b1"[..], 5), (opcode, b"b1", 7), (opcode, b"b2", 7)]
+        {
+            let frame = qs_proto::binary::request_frame(opcode, 1, cas, &[0; 8], key, b"v");
+            binary.write_all(&frame).expect("send");
+            let mut head = [0u8; 24];
+            binary.read_exact(&mut head).expect("a reply");
+            let body = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
+            binary.read_exact(&mut vec![0; body]).expect("its body");
+            replies.push(format!("status {}", u16::from_be_bytes([head[6], head[7]])));
+        }
+        replies.push(String::from_utf8_lossy(&client.call(b"get b1 b2\r\n")).into_owned());
+        replies
+    };
+    let want = run(&ServerProcess::memcached(&["-C"]));
+    for args in [&["-C", "-t", "1"][..], &["-C", "-t", "2"]] {
+        assert_eq!(run(&ServerProcess::quicksilver(args)), want, "quicksilver {args:?}");
+    }
+}

@@ -210,3 +210,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn binary_commands_become_the_one_vocabulary() {
+    use crate::command::{Delete, Get, Op};
+    let limits = Limits::default();
+    let command = |frame: Vec<u8>| match parse(&frame, &limits) {
+        Parsed::Request { request: Request::Binary(binary), .. } => binary.key_command().map(|command| {
+            (
+                command.key.to_vec(),
+                command.op.read_only(),
+                format!("{:?}", command.op),
+                format!("{:?}", command.answer),
+            )
+        }),
+        other => panic!("{other:?}"),
+    };
+    let (key, read_only, op, answer) = command(request_frame(opcode::GETKQ, 7, 0, &[], b"k", b"")).unwrap();
+    assert_eq!((key, read_only, op), (b"k".to_vec(), true, format!("{:?}", Op::Get(Get::default()))));
+    assert!(answer.contains("quiet: true, with_key: true"), "{answer}");
+    let gat = command(request_frame(opcode::GAT, 1, 0, &9u32.to_be_bytes(), b"k", b"")).unwrap();
+    assert_eq!((gat.1, gat.2), (false, format!("{:?}", Op::Get(Get::touching(Some(9))))));
+    let delete = command(request_frame(opcode::DELETE, 1, 5, &[], b"k", b"")).unwrap();
+    assert_eq!(delete.2, format!("{:?}", Op::Delete(Delete { cas: Some(5), ..Delete::default() })));
+    let mut extras = 3u64.to_be_bytes().to_vec();
+    extras.extend(10u64.to_be_bytes());
+    extras.extend(u32::MAX.to_be_bytes());
+    let incr = command(request_frame(opcode::INCREMENT, 1, 0, &extras, b"k", b"")).unwrap();
+    assert!(incr.2.contains("create: None"), "{}", incr.2);
+    assert!(command(request_frame(opcode::NOOP, 1, 0, &[], b"", b"")).is_none());
+}

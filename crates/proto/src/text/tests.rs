@@ -286,3 +286,29 @@ fn http_request_lines_close_as_memcached_closes_them() {
     }
     assert!(matches!(parse(b"GET / HTTP/1.0 extra\r\n", &limits()), Parsed::Refused { reply: ERROR, .. }));
 }
+
+#[test]
+fn text_commands_become_the_one_vocabulary() {
+    use crate::command::{Answer, Op};
+    let limits = Limits::default();
+    let parsed = |input: &'static [u8]| match parse(input, &limits) {
+        Parsed::Request { request, .. } => request,
+        other => panic!("{other:?}"),
+    };
+    let set = parsed(b"set k 5 -1 2 noreply\r\nab\r\n");
+    let command = set.key_command(&limits).unwrap();
+    let Op::Store(store) = command.op else { panic!() };
+    assert_eq!(
+        (command.key, store.mode, store.flags, store.exptime, store.data),
+        (&b"k"[..], StoreMode::Set, 5, -1, &b"ab"[..])
+    );
+    assert!(store.drops_refused && matches!(command.answer, Answer::Text { noreply: true, .. }));
+    let add = parsed(b"add k 0 0 1\r\na\r\n");
+    let Op::Store(store) = add.key_command(&limits).unwrap().op else { panic!() };
+    assert!(!store.drops_refused);
+    let touch = parsed(b"touch k 10\r\n");
+    assert_eq!(touch.key_command(&limits).unwrap().op, Op::Touch { exptime: 10, read: false });
+    assert!(parsed(b"get a b\r\n").key_command(&limits).is_none());
+    let gets = GetKind::Gats { exptime: 5 }.command(b"k");
+    assert!(matches!(gets.answer, Answer::Text { with_cas: true, .. }) && !gets.op.read_only());
+}

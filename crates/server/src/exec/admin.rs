@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::codec::{BAD_CLASS, CRAWLER_DISABLED};
+use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
 
 impl Engine {
     /// Runs a command that touches no key (`stats`, `version`, `shutdown`, the crawler and
@@ -253,5 +254,93 @@ impl Engine {
     /// -X: `stats cachedump` and `lru_crawler metadump` are refused.
     pub fn dumping_disabled(&self) -> bool {
         self.shared.config.disable_dumping
+    }
+
+    /// A binary request that names no key (quit, flush, noop, version, stat, SASL outside
+    /// a SASL server, a refusal), answered as memcached 1.6.18 answers it.
+    pub(super) fn binary_admin(&mut self, request: &Binary<'_>, out: &mut Vec<u8>) -> Exec {
+        let Binary { opcode, opaque, command, .. } = *request;
+        let reply =
+            Reply { opcode, opaque, status: status::NO_ERROR, cas: 0, extras: &[], key: &[], value_len: 0 };
+        let error = |out: &mut Vec<u8>, status| bin::write_error(out, opcode, opaque, status);
+        match command {
+            Bin::Quit { quiet } => {
+                if !quiet {
+                    reply.write_head(out);
+                }
+                return Exec::Close;
+            }
+            // -F: memcached answers a refused flush with AUTH_ERROR.
+            Bin::Flush { .. } if self.shared.config.disable_flush_all => error(out, status::AUTH_ERROR),
+            Bin::Flush { exptime, quiet } => {
+                self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), true);
+                if !quiet {
+                    reply.write_head(out);
+                }
+            }
+            Bin::Noop => reply.write_head(out),
+            Bin::Version => {
+                let version = super::VERSION.as_bytes();
+                Reply { value_len: version.len(), ..reply }.write_head(out);
+                out.extend_from_slice(version);
+            }
+            Bin::Stat { group } => self.binary_stat(reply, group, out),
+            // With SASL on, the worker answers these; without it memcached does not know them.
+            Bin::SaslListMechs | Bin::SaslAuth { .. } => error(out, status::UNKNOWN_COMMAND),
+            Bin::Refuse { status, close } => {
+                error(out, status);
+                if close {
+                    return Exec::Close;
+                }
+            }
+            // A command on a key is the executor's (run.rs).
+            Bin::Get { .. }
+            | Bin::Touch { .. }
+            | Bin::Store { .. }
+            | Bin::TooLarge { .. }
+            | Bin::Delete { .. }
+            | Bin::Arith { .. } => debug_assert!(false, "a keyed binary command in binary_admin"),
+        }
+        Exec::Done
+    }
+
+    /// STAT: one packet per statistic, then an empty one; memcached's groups (and ours).
+    fn binary_stat(&mut self, reply: Reply<'_>, group: &[u8], out: &mut Vec<u8>) {
+        let mut text = Vec::new();
+        if group.starts_with(b"detail") {
+            match &group[6..] {
+                rest if rest.starts_with(b" dump") => {
+                    self.shared.detail.command(b"dump", &mut text);
+                    Reply { key: b"detailed", value_len: text.len(), ..reply }.write_head(out);
+                    out.extend_from_slice(&text);
+                }
+                rest if rest.starts_with(b" on") => self.shared.detail.command(b"on", &mut text),
+                rest if rest.starts_with(b" off") => self.shared.detail.command(b"off", &mut text),
+                _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
+            }
+            return reply.write_head(out);
+        }
+        let group = if group.starts_with(b"reset") {
+            &b"reset"[..]
+        } else if group.starts_with(b"settings") {
+            &b"settings"[..]
+        } else {
+            group
+        };
+        match group {
+            b"" | b"reset" | b"settings" | b"items" | b"slabs" | b"sizes" | b"partitions" | b"arena" => {}
+            _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
+        }
+        self.publish();
+        crate::admin::stats::write(&self.shared, group, &mut text);
+        for line in text.split(|&byte| byte == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(stat) = line.strip_prefix(b"STAT ") else { continue };
+            let space = stat.iter().position(|&byte| byte == b' ').unwrap_or(stat.len());
+            let (name, value) = (&stat[..space], stat.get(space + 1..).unwrap_or_default());
+            Reply { key: name, value_len: value.len(), ..reply }.write_head(out);
+            out.extend_from_slice(value);
+        }
+        reply.write_head(out);
     }
 }

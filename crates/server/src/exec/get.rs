@@ -6,33 +6,12 @@
 //! same version is still held.
 
 use super::share::Shares;
-use super::{watch, Engine, Key};
+use super::{watch, Engine, Exec, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
-use qs_proto::binary::Reply;
-use qs_proto::response as reply;
-use qs_store::{Command, Expiry, Hit, KeyHash, Outcome, ValueSink};
+use qs_proto::command::{self as cmd, Answer};
+use qs_store::{Command, Expiry, Hit, KeyHash, MetaGet, Outcome, ValueSink};
 use std::sync::Arc;
-
-/// What goes before a hit's value.
-#[derive(Clone, Copy)]
-pub(super) enum Head<'a> {
-    /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`, and `\r\n` after the value.
-    Text {
-        /// With the CAS unique (gets, gats).
-        with_cas: bool,
-    },
-    /// The binary reply's header (status 0, the item's CAS), its extras the item's flags,
-    /// then `key` (empty unless the opcode returns it).
-    Binary {
-        /// The request's opcode.
-        opcode: u8,
-        /// The request's opaque.
-        opaque: [u8; 4],
-        /// The key the reply carries.
-        key: &'a [u8],
-    },
-}
 
 /// Where a large value went instead of the reply buffer.
 enum Large {
@@ -48,7 +27,7 @@ enum Large {
 pub(super) struct ReplySink<'a> {
     out: &'a mut Vec<u8>,
     key: &'a [u8],
-    head: Head<'a>,
+    answer: Answer<'a>,
     shared: &'a Shared,
     shares: &'a mut Shares,
     /// Where this reply starts in `out` (an undone read goes back to it).
@@ -60,26 +39,24 @@ impl<'a> ReplySink<'a> {
     pub(super) fn new(
         out: &'a mut Vec<u8>,
         key: &'a [u8],
-        head: Head<'a>,
+        answer: Answer<'a>,
         shared: &'a Shared,
         shares: &'a mut Shares,
     ) -> ReplySink<'a> {
         let mark = out.len();
-        ReplySink { out, key, head, shared, shares, mark, large: Large::No }
+        ReplySink { out, key, answer, shared, shares, mark, large: Large::No }
     }
 
-    /// Ends the reply of a read that answered `outcome`: the text reply's last `\r\n`, a
-    /// large value handed to the connection's output to send from its copy.
+    /// Ends the reply of a read that answered `outcome`: what follows the value (the text
+    /// reply's `\r\n`), a large value handed to the connection's output to send from its copy.
     #[inline(always)]
     pub(super) fn finish(self, outcome: &Outcome) {
         if !matches!(outcome, Outcome::Hit(_)) {
             return;
         }
-        let text = matches!(self.head, Head::Text { .. });
+        let answer = self.answer;
         let out = if matches!(self.large, Large::No) { self.out } else { self.hand_large() };
-        if text {
-            out.extend_from_slice(b"\r\n");
-        }
+        answer.tail(out);
     }
 
     /// A large value's copy, to the connection's output at the reply's end (the rare path).
@@ -100,18 +77,7 @@ impl<'a> ReplySink<'a> {
     /// Writes the head for `hit`.
     #[inline(always)]
     fn write_head(&mut self, hit: &Hit) {
-        let cas = self.shared.cas_out(hit.cas);
-        match self.head {
-            Head::Text { with_cas } => {
-                reply::value_line(self.out, self.key, hit.flags, hit.value_len, with_cas.then_some(cas));
-            }
-            Head::Binary { opcode, opaque, key } => {
-                let flags = hit.flags.to_be_bytes();
-                let status = qs_proto::binary::status::NO_ERROR;
-                Reply { opcode, opaque, status, cas, extras: &flags, key, value_len: hit.value_len }
-                    .write_head(self.out);
-            }
-        }
+        self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.out);
     }
 }
 
@@ -145,35 +111,107 @@ impl Engine {
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return false;
         }
-        let touch = kind.touch().map(|exptime| self.expiry(exptime));
-        self.fetch(key, touch, Head::Text { with_cas: kind.with_cas() }, out);
+        let command = kind.command(key.bytes);
+        if let cmd::Op::Get(get) = command.op {
+            self.get(key, &get, command.answer, out);
+        }
         true
     }
 
-    /// A get of `key` for either protocol (with `touch`, a get-and-touch), its reply's head
-    /// and value written to `out` on a hit: counts it, records it for `stats detail` and
-    /// `watch fetchers`.
-    pub(super) fn fetch(
+    /// A get of `key` in any dialect (with a touch, a get-and-touch; meta's N, R and u),
+    /// its reply written to `out`: counts it, records it for `stats detail` (where memcached
+    /// does) and `watch fetchers`. A CREW read that must be the owner's after all (a win token
+    /// to hand out, a first fetch to mark) is `Exec::Forward`ed, with nothing written.
+    pub(super) fn get(
         &mut self,
         key: Key<'_>,
-        touch: Option<Expiry>,
-        head: Head<'_>,
+        get: &cmd::Get,
+        answer: Answer<'_>,
         out: &mut Vec<u8>,
-    ) -> Outcome {
+    ) -> Exec {
         self.counters.cmd_get += 1;
-        if touch.is_some() {
+        if get.touch.is_some() {
             self.counters.cmd_touch += 1;
         }
-        let outcome = self.read_reply(key, touch, head, out);
-        self.shared.detail.record_get(&key, matches!(outcome, Outcome::Hit(_)));
+        let outcome = if let Answer::Meta(_) = answer {
+            match self.read_then_reply(key, get, answer, out) {
+                Some(outcome) => outcome,
+                None => return Exec::Forward(self.owner(key.partition)),
+            }
+        } else {
+            let touch = get.touch.map(|exptime| self.exptime(exptime));
+            self.read_reply(key, touch, answer, out)
+        };
+        let size = match &outcome {
+            Outcome::Hit(hit) => Some(hit.value_len),
+            Outcome::Vivified { .. } => Some(0),
+            _ => None,
+        };
+        if answer.records_detail() {
+            self.shared.detail.record_get(&key, size.is_some());
+        }
         if self.shared.watchers.wants(watch::FETCHERS) {
-            let size = match &outcome {
-                Outcome::Hit(hit) => Some(hit.value_len),
-                _ => None,
-            };
             self.log_get(&key, size);
         }
-        outcome
+        if size.is_none() {
+            answer.miss(&key, out);
+        }
+        Exec::Done
+    }
+
+    /// A read whose reply's head depends on what the read decided (the meta get: a win
+    /// token, a stale item, a counter the miss created): the value is read into scratch, then
+    /// the reply written. `None` when a CREW read must run on the owner after all.
+    fn read_then_reply(
+        &mut self,
+        key: Key<'_>,
+        get: &cmd::Get,
+        answer: Answer<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let Key { hash, partition, .. } = key;
+        let owned = self.partitions[partition].is_some();
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        let outcome = if owned {
+            let options = MetaGet {
+                touch: get.touch.map(|exptime| self.exptime(exptime)),
+                vivify: get.vivify.map(|exptime| self.exptime(exptime)),
+                recache_below_secs: get.recache_below_secs,
+                recache_before_touch: get.recache_before_touch,
+                no_update: get.no_update,
+            };
+            self.run(key, Command::MetaGet(options), &mut value)
+        } else {
+            self.read_remote(hash, partition, &key, &mut value)
+        };
+        // The win token is the owner's to hand out, and the first fetch marks the item fetched
+        // (meta `h`): both are writes, so the owner serves them (and shows the key to `stats
+        // hotkeys` and `stats mrc` then, once).
+        if !owned {
+            if let Outcome::Hit(hit) = &outcome {
+                if (hit.stale && !hit.win_sent) || (!hit.fetched_before && !get.no_update) {
+                    self.scratch = value;
+                    return None;
+                }
+            }
+            self.offer(hash, &key, &Command::Get);
+        }
+        match outcome {
+            Outcome::Hit(hit) => {
+                let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
+                answer.meta_hit(&hit, self.cas_out(hit.cas), bytes, self.now_secs, out);
+            }
+            Outcome::Vivified { cas } => {
+                if let Some(chosen) = get.cas_in {
+                    self.choose_cas(key, Some(cas), chosen);
+                }
+                answer.vivified(self.cas_out(cas), self.now_secs, out);
+            }
+            _ => {}
+        }
+        self.scratch = value;
+        Some(outcome)
     }
 
     /// Reads `key` through the partition when owned, else through its CREW reader (a touch
@@ -182,13 +220,13 @@ impl Engine {
         &mut self,
         key: Key<'_>,
         touch: Option<Expiry>,
-        head: Head<'_>,
+        answer: Answer<'_>,
         out: &mut Vec<u8>,
     ) -> Outcome {
         let Key { bytes: key, hash, partition } = key;
         let command = touch.map_or(Command::Get, |expiry| Command::GetAndTouch { expiry });
         if self.flash_on && !self.flash_resolved.is_empty() && touch.is_none() {
-            if let Some(outcome) = self.reply_from_flash(hash, partition, key, head, out) {
+            if let Some(outcome) = self.reply_from_flash(hash, partition, key, answer, out) {
                 self.offer(hash, key, &command);
                 return outcome;
             }
@@ -202,7 +240,7 @@ impl Engine {
         }
         let now = self.now_secs;
         let shared = &*self.shared;
-        let mut sink = ReplySink::new(out, key, head, shared, &mut self.shares);
+        let mut sink = ReplySink::new(out, key, answer, shared, &mut self.shares);
         if let Some(owned) = &mut self.partitions[partition] {
             let outcome = owned.read_value(hash, key, touch, now, &mut sink);
             sink.finish(&outcome);
@@ -224,7 +262,7 @@ impl Engine {
         hash: KeyHash,
         partition: usize,
         key: &[u8],
-        head: Head<'_>,
+        answer: Answer<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Outcome> {
         let mut value = std::mem::take(&mut self.scratch);
@@ -232,7 +270,7 @@ impl Engine {
         let outcome = self.read_flash(hash, partition, key, &mut value);
         if let Some(Outcome::Hit(hit)) = &outcome {
             let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
-            let mut sink = ReplySink::new(out, key, head, &self.shared, &mut self.shares);
+            let mut sink = ReplySink::new(out, key, answer, &self.shared, &mut self.shares);
             qs_store::deliver(&mut sink, &mut hit.clone(), bytes);
             sink.finish(&Outcome::Hit(*hit));
         }

@@ -7,19 +7,18 @@
 use crate::observe::counters::WorkerCounters;
 use crate::observe::watch::{self, UriKey};
 use crate::shared::Shared;
-use qs_proto::response::{self as reply, MetaItem};
-use qs_proto::{GetKind, Meta, MetaCommand, Request, ShutdownMode, StoreMode};
-use qs_store::{Command, Expiry, KeyHash, MetaGet, Outcome, Partition};
+use qs_proto::response as reply;
+use qs_proto::{GetKind, Request, ShutdownMode, StoreMode};
+use qs_store::{Command, Expiry, KeyHash, Outcome, Partition};
 use std::io::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 mod admin;
-mod binary;
 mod flash;
 mod get;
-mod meta;
 mod route;
+mod run;
 mod sample;
 pub mod share;
 mod update;
@@ -83,6 +82,15 @@ impl TooLarge {
             Request::Meta(_) => TooLarge::Meta,
             Request::Binary(_) => TooLarge::Binary,
             _ => TooLarge::Text,
+        }
+    }
+
+    /// How a command answered with `answer` is recorded.
+    pub fn answering(answer: &qs_proto::command::Answer<'_>) -> TooLarge {
+        match answer {
+            qs_proto::command::Answer::Meta(_) => TooLarge::Meta,
+            qs_proto::command::Answer::Binary { .. } => TooLarge::Binary,
+            qs_proto::command::Answer::Text { .. } => TooLarge::Text,
         }
     }
 }
@@ -312,6 +320,7 @@ impl Engine {
 
     /// Runs `request` here, appending its reply to `out` (nothing for noreply). `at`: where
     /// the one key of a single-key request was located ([`Engine::locate_request`]), if it was.
+    /// A command on one key, whatever its dialect, goes to the one executor (run.rs).
     pub fn execute(&mut self, request: &Request<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
         match *request {
             Request::Get { kind, keys } => {
@@ -325,56 +334,6 @@ impl Engine {
                 }
                 self.get_many(kind, keys, out, usize::MAX);
             }
-            Request::Store { mode, key, flags, exptime, data, noreply } => {
-                let reply = self.store(mode, self.key(key, at), flags, exptime, data);
-                if !noreply {
-                    out.extend_from_slice(reply);
-                }
-            }
-            Request::TooLarge { mode, key, noreply } => {
-                self.refuse_too_large(TooLarge::Text, key, mode == StoreMode::Set);
-                if !noreply {
-                    out.extend_from_slice(reply::TOO_LARGE);
-                }
-            }
-            Request::Delete { key, noreply } => {
-                let key = self.key(key, at);
-                self.shared.detail.record_delete(&key);
-                let reply = match self.delete(key, 0, Some("delete")) {
-                    Outcome::Deleted => reply::DELETED,
-                    _ => reply::NOT_FOUND,
-                };
-                if !noreply {
-                    out.extend_from_slice(reply);
-                }
-            }
-            Request::Arith { key, delta, decrement, noreply } => {
-                let (outcome, _) = self.arith(self.key(key, at), (delta, decrement), 0, None);
-                if !noreply {
-                    match outcome {
-                        Outcome::Counter { value, .. } => {
-                            reply::push_u64(out, value);
-                            out.extend_from_slice(b"\r\n");
-                        }
-                        Outcome::NonNumeric => out.extend_from_slice(reply::NON_NUMERIC),
-                        Outcome::OutOfMemory => out.extend_from_slice(reply::ARITH_OUT_OF_MEMORY),
-                        _ => out.extend_from_slice(reply::NOT_FOUND),
-                    }
-                }
-            }
-            Request::Touch { key, exptime, noreply } => {
-                self.counters.cmd_touch += 1;
-                let expiry = self.expiry(exptime);
-                let key = self.key(key, at);
-                self.log_lookup(&key);
-                let reply = match self.run(key, Command::Touch { expiry }, &mut Vec::new()) {
-                    Outcome::Touched => reply::TOUCHED,
-                    _ => reply::NOT_FOUND,
-                };
-                if !noreply {
-                    out.extend_from_slice(reply);
-                }
-            }
             Request::FlushAll { .. } if self.shared.config.disable_flush_all => {
                 out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
             }
@@ -385,9 +344,15 @@ impl Engine {
                 }
             }
             Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
-            Request::Meta(ref meta) => return self.meta(meta, at, out),
-            Request::Binary(ref binary) => return self.binary(binary, at, out),
-            _ => return self.admin(request, out),
+            _ => {
+                if let Some(command) = request.key_command(&self.limits) {
+                    return self.run_command(&command, at, out);
+                }
+                return match request {
+                    Request::Binary(binary) => self.binary_admin(binary, out),
+                    _ => self.admin(request, out),
+                };
+            }
         }
         Exec::Done
     }
@@ -535,54 +500,6 @@ impl Engine {
         }
         out.extend_from_slice(reply::END);
         None
-    }
-
-    fn store(
-        &mut self,
-        mode: StoreMode,
-        key: Key<'_>,
-        flags: u32,
-        exptime: i32,
-        data: &[u8],
-    ) -> &'static [u8] {
-        let expiry = self.expiry(exptime);
-        match self.store_outcome(mode, key, flags, expiry, data) {
-            Outcome::Stored { .. } => reply::STORED,
-            Outcome::NotStored => reply::NOT_STORED,
-            Outcome::Exists => reply::EXISTS,
-            Outcome::NotFound => reply::NOT_FOUND,
-            Outcome::TooLarge => reply::TOO_LARGE,
-            Outcome::OutOfMemory => reply::OUT_OF_MEMORY,
-            _ => reply::BAD_FORMAT,
-        }
-    }
-
-    /// A store of either protocol: counts it, logs it, and drops the old value of a set that
-    /// could not be stored, as memcached does.
-    fn store_outcome(
-        &mut self,
-        mode: qs_store::StoreMode,
-        key: Key<'_>,
-        flags: u32,
-        expiry: Expiry,
-        data: &[u8],
-    ) -> Outcome {
-        self.counters.cmd_set += 1;
-        self.shared.detail.record_set(&key);
-        self.log_lookup(&key);
-        let mode = self.mode_expected(key, mode);
-        let unchecked = matches!(mode, qs_store::StoreMode::Cas(_)) && self.shared.config.disable_cas;
-        // -C: memcached's items carry CAS 0, so a cas store succeeds whenever the item exists.
-        let mode = if unchecked { qs_store::StoreMode::Replace } else { mode };
-        let mut outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
-        if unchecked && outcome == Outcome::NotStored {
-            outcome = Outcome::NotFound;
-        }
-        self.log_store(&key, &outcome, mode, expiry, data.len());
-        if matches!(outcome, Outcome::TooLarge | Outcome::OutOfMemory) && mode == qs_store::StoreMode::Set {
-            self.drop_refused(&key);
-        }
-        outcome
     }
 
     /// The one rule for a store refused for its size, whatever its dialect and wherever it is

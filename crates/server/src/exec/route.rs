@@ -118,35 +118,32 @@ impl Engine {
     #[inline(always)]
     pub fn reach<'a>(&self, request: &'a Request<'_>) -> Reach<'a> {
         use qs_proto::binary::Command as Bin;
+        if let Request::Get { kind, keys } = *request {
+            return Reach::Keys { keys, read_only: kind.touch().is_none() };
+        }
+        if let Some(command) = request.key_command(&self.limits) {
+            return Reach::Key { key: command.key, read_only: command.op.read_only() };
+        }
         match *request {
-            Request::Get { kind, keys } => Reach::Keys { keys, read_only: kind.touch().is_none() },
-            Request::Store { key, .. }
-            | Request::TooLarge { key, .. }
-            | Request::Delete { key, .. }
-            | Request::Arith { key, .. }
-            | Request::Touch { key, .. } => Reach::Key { key, read_only: false },
-            Request::Meta(ref meta) => {
-                let options = &meta.options;
-                let read_only = match meta.command {
-                    MetaCommand::Get => !(options.has(b'T') || options.has(b'N') || options.has(b'R')),
-                    MetaCommand::Debug => true,
-                    _ => false,
-                };
-                Reach::Key { key: meta.key(), read_only }
-            }
             Request::Binary(ref binary) => match binary.command {
                 // -F: refused where it arrives.
                 Bin::Flush { .. } if self.shared.config.disable_flush_all => Reach::Here,
                 Bin::Flush { .. } => Reach::Everywhere,
                 Bin::Stat { .. } => Reach::AfterPending,
-                Bin::Get { key, touch: None, .. } => Reach::Key { key, read_only: true },
-                command => command.key().map_or(Reach::Here, |key| Reach::Key { key, read_only: false }),
+                _ => Reach::Here,
             },
             Request::FlushAll { .. } if self.shared.config.disable_flush_all => Reach::Here,
             // Every worker resizes its own partitions.
             Request::FlushAll { .. } | Request::CacheMemlimit { .. } => Reach::Everywhere,
             Request::Stats { .. } | Request::Watch { .. } => Reach::AfterPending,
-            Request::Version
+            Request::Get { .. }
+            | Request::Store { .. }
+            | Request::TooLarge { .. }
+            | Request::Delete { .. }
+            | Request::Arith { .. }
+            | Request::Touch { .. }
+            | Request::Meta(_)
+            | Request::Version
             | Request::Verbosity { .. }
             | Request::Quit
             | Request::MetaNoop

@@ -1,19 +1,9 @@
-//! The writes every dialect shares, each rule written once: a delete, and incr/decr with
-//! memcached's creation of a missing counter. The dialects' executors (mod.rs for text,
-//! meta.rs, binary.rs) parse nothing here and reply in their own words from the outcome.
+//! Deletes and counters for every dialect, each rule written once: a delete (with meta's
+//! invalidation and emptying), and incr/decr with memcached's creation of a missing counter.
+//! The executor (run.rs) calls these and has the command's codec word the reply.
 
 use super::*;
-
-/// What [`Engine::arith`] did about a missing counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Created {
-    /// Nothing: the counter existed, or none was to be created.
-    No,
-    /// It was created with the initial value.
-    Yes,
-    /// It was to be created, and no memory was to be had.
-    NoMemory,
-}
+use qs_proto::command::{self as cmd, Answer, Created};
 
 impl Engine {
     /// incr/decr of `key` for every dialect: its counter moved by `delta` (only if its CAS
@@ -51,6 +41,73 @@ impl Engine {
         let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
         if let (Outcome::Deleted, Some(command)) = (outcome, logged_as) {
             self.log_deleted(&key, size, command);
+        }
+        outcome
+    }
+
+    /// A delete of any dialect: shown to `stats detail` where memcached shows it, compared
+    /// with the client's CAS (meta's C0 matches nothing), or meta's I (mark stale) and x
+    /// (drop the value, keep the item).
+    pub(super) fn delete_command(
+        &mut self,
+        key: Key<'_>,
+        delete: &cmd::Delete,
+        answer: Answer<'_>,
+    ) -> Outcome {
+        if answer.records_detail() {
+            self.shared.detail.record_delete(&key);
+        }
+        // To the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
+        let cas = match delete.cas {
+            None => 0,
+            Some(0) => u64::MAX,
+            Some(cas) => self.cas_expected(key, cas),
+        };
+        // An invalidation leaves the item: no deletion to log.
+        let logged_as = if delete.invalidate { None } else { answer.deletion_logged_as() };
+        if delete.keep_item {
+            return self.empty(key, delete, cas, logged_as);
+        }
+        if !delete.invalidate {
+            return self.delete(key, cas, logged_as);
+        }
+        self.log_lookup(&key);
+        let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
+        if let (Outcome::Deleted, Some(exptime)) = (outcome, delete.exptime) {
+            let expiry = self.exptime(exptime);
+            self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
+        }
+        if let (Outcome::Deleted, Some(chosen)) = (outcome, delete.cas_in) {
+            self.choose_cas(key, None, chosen);
+        }
+        outcome
+    }
+
+    /// md x (memcached 1.6.27): the value goes and the item stays, with the request's flags
+    /// and TTL (none given: 0 and none), and the CAS the client saw (memcached keeps the
+    /// item's) unless E names one; with I it is then marked stale.
+    fn empty(
+        &mut self,
+        key: Key<'_>,
+        delete: &cmd::Delete,
+        cas: u64,
+        logged_as: Option<&'static str>,
+    ) -> Outcome {
+        let seen = self.look(key).map_or(0, |(_, cas)| self.cas_out(cas));
+        let outcome = self.delete(key, cas, logged_as);
+        if outcome != Outcome::Deleted {
+            return outcome;
+        }
+        let expiry = self.exptime(delete.exptime.unwrap_or(0));
+        let command = Command::Store { mode: StoreMode::Add, value: b"", flags: delete.flags, expiry };
+        if let Outcome::Stored { cas: own } = self.run(key, command, &mut Vec::new()) {
+            self.choose_cas(key, Some(own), delete.cas_in.unwrap_or(seen));
+        }
+        if delete.invalidate {
+            self.run(key, Command::Invalidate { cas: 0 }, &mut Vec::new());
+            if let Some(chosen) = delete.cas_in {
+                self.choose_cas(key, None, chosen);
+            }
         }
         outcome
     }

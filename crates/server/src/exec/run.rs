@@ -1,0 +1,149 @@
+//! The one executor: a command on one key ([`qs_proto::command::Command`]), whatever dialect
+//! it came in, run on the key's partition with each of memcached's rules written once (a
+//! store's CAS and -C rules, a refused store dropping the old value, meta's N, I, x and E);
+//! its reply worded by the command's [`Answer`], the encoders of the dialect that parsed it.
+//! Reads are in get.rs, deletes and counters in update.rs.
+
+use super::*;
+use qs_proto::command::{self as cmd, Answer, Command as KeyCommand, Created, Op};
+
+impl Engine {
+    /// Runs `command` here, its key located at `at` when the window located it.
+    pub(super) fn run_command(
+        &mut self,
+        command: &KeyCommand<'_>,
+        at: Option<Located>,
+        out: &mut Vec<u8>,
+    ) -> Exec {
+        let KeyCommand { key, op, answer } = *command;
+        let key = self.key(key, at);
+        if let (Answer::Meta(_), false) = (answer, matches!(op, Op::TooLarge { .. })) {
+            self.counters.meta_cmds += 1;
+        }
+        match op {
+            Op::Get(get) => return self.get(key, &get, answer, out),
+            Op::Store(store) => self.store(key, &store, answer, out),
+            Op::TooLarge { drops } => {
+                self.refuse_too_large(TooLarge::answering(&answer), &key, drops);
+                answer.too_large(out);
+            }
+            Op::Delete(delete) => {
+                let outcome = self.delete_command(key, &delete, answer);
+                answer.delete(&outcome, out);
+            }
+            Op::Arith(arith) => self.count(key, &arith, answer, out),
+            Op::Touch { exptime, read } => self.touch(key, (exptime, read), answer, out),
+            Op::Inspect => self.inspect(key, answer, out),
+        }
+        Exec::Done
+    }
+
+    /// memcached's exptime (the text protocol's signed one or the binary protocol's unsigned
+    /// one) as an expiry, by this turn's clock.
+    pub(super) fn exptime(&self, exptime: i64) -> Expiry {
+        Expiry::from_exptime(exptime, self.now_secs)
+    }
+
+    /// A store of any dialect: counted, logged, its CAS made the store's (under -C, what
+    /// memcached compares then), an append or prepend with meta N creating a missing item, a
+    /// refusal for size or memory dropping the old value where memcached drops it.
+    fn store(&mut self, key: Key<'_>, store: &cmd::Store<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
+        self.counters.cmd_set += 1;
+        if answer.records_detail() {
+            self.shared.detail.record_set(&key);
+        }
+        self.log_lookup(&key);
+        let mode = self.mode_expected(key, store.mode);
+        let mode = if self.shared.config.disable_cas { answer.mode_without_cas(mode) } else { mode };
+        let (flags, data) = (store.flags, store.data);
+        let mut expiry = self.exptime(store.exptime);
+        let mut outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
+        let appending = matches!(
+            mode,
+            StoreMode::Append | StoreMode::Prepend | StoreMode::AppendCas(_) | StoreMode::PrependCas(_)
+        );
+        if let (true, Some(exptime), Outcome::NotStored) = (appending, store.vivify, outcome) {
+            // memcached 1.6.20: append and prepend with N create a missing item, with N's TTL.
+            expiry = self.exptime(exptime);
+            outcome = self.run(
+                key,
+                Command::Store { mode: StoreMode::Add, value: data, flags, expiry },
+                &mut Vec::new(),
+            );
+        }
+        self.log_store(&key, &outcome, mode, expiry, data.len());
+        let mut shown = (0, data.len(), mode);
+        match outcome {
+            Outcome::TooLarge | Outcome::OutOfMemory if store.drops_refused => self.drop_refused(&key),
+            Outcome::Stored { cas } => {
+                if let Some(chosen) = store.cas_in {
+                    self.choose_cas(key, Some(cas), chosen);
+                }
+                shown.0 = self.cas_out(cas);
+                // `s` (memcached 1.6.21): the item's size once stored, appended data included.
+                if appending && answer.reports(b's') {
+                    shown.1 = self.look(key).map_or(shown.1, |(len, _)| len);
+                }
+            }
+            _ => {}
+        }
+        answer.store(&outcome, shown, out);
+    }
+
+    /// incr/decr of any dialect, with a missing counter created where the command says, and
+    /// meta's E and T applied to the counter.
+    fn count(&mut self, key: Key<'_>, arith: &cmd::Arith, answer: Answer<'_>, out: &mut Vec<u8>) {
+        let create = arith.create.map(|(initial, exptime)| (initial, self.exptime(exptime)));
+        let (outcome, created) = self.arith(key, (arith.delta, arith.decrement), arith.cas, create);
+        let mut cas = 0;
+        if let Outcome::Counter { cas: own, .. } = outcome {
+            if let Some(chosen) = arith.cas_in {
+                self.choose_cas(key, Some(own), chosen);
+            }
+            if let (Some(exptime), Created::No) = (arith.exptime, created) {
+                let expiry = self.exptime(exptime);
+                self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
+            }
+            cas = self.cas_out(own);
+        }
+        answer.arith((&outcome, created), cas, self.now_secs, out);
+    }
+
+    /// A new exptime; with `read`, the item is read as it is touched (its flags are replied).
+    fn touch(&mut self, key: Key<'_>, (exptime, read): (i64, bool), answer: Answer<'_>, out: &mut Vec<u8>) {
+        self.counters.cmd_touch += 1;
+        let expiry = self.exptime(exptime);
+        self.log_lookup(&key);
+        let outcome = if read {
+            let mut value = std::mem::take(&mut self.scratch);
+            value.clear();
+            let outcome = self.run(key, Command::GetAndTouch { expiry }, &mut value);
+            self.scratch = value;
+            outcome
+        } else {
+            self.run(key, Command::Touch { expiry }, &mut Vec::new())
+        };
+        let cas = match &outcome {
+            Outcome::Hit(hit) => self.cas_out(hit.cas),
+            _ => 0,
+        };
+        answer.touch(&outcome, cas, out);
+    }
+
+    /// me: the item as it stands, looked at without changing it (through the reader when
+    /// there is one, else a plain get).
+    fn inspect(&mut self, key: Key<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        let outcome = match self.shared.map.reader(key.partition) {
+            Some(reader) => reader.get(key.hash, &key, self.now_secs, &mut value),
+            None => self.run(key, Command::Get, &mut value),
+        };
+        self.scratch = value;
+        let found = match &outcome {
+            Outcome::Hit(hit) => Some((hit, self.cas_out(hit.cas), debug_size(key.len(), hit.value_len))),
+            _ => None,
+        };
+        answer.inspect(found, self.now_secs, out);
+    }
+}
