@@ -26,6 +26,7 @@ impl Answer<'_> {
     /// carry none: a binary frame's CAS is the new item's, so it is dropped and the store is
     /// its opcode's plain one; an append or prepend with a CAS appends unconditionally; the text and
     /// meta protocols compare a `cas`/`C` with the item's and never match.
+    #[inline]
     pub fn mode_without_cas(&self, mode: StoreMode) -> StoreMode {
         match (self, mode) {
             (_, StoreMode::AppendCas(_)) => StoreMode::Append,
@@ -41,6 +42,7 @@ impl Answer<'_> {
     }
 
     /// A store's reply; `size` is the item's value length once stored (meta `s`).
+    #[inline]
     pub fn store(&self, outcome: &Outcome, (cas, size, mode): (u64, usize, StoreMode), out: &mut Vec<u8>) {
         match *self {
             Answer::Text { noreply: true, .. } => {}
@@ -53,6 +55,7 @@ impl Answer<'_> {
     }
 
     /// A store refused for its size before its data was read.
+    #[inline]
     pub fn too_large(&self, out: &mut Vec<u8>) {
         match *self {
             Answer::Text { noreply: true, .. } => {}
@@ -64,6 +67,7 @@ impl Answer<'_> {
     }
 
     /// A delete's reply.
+    #[inline]
     pub fn delete(&self, outcome: &Outcome, out: &mut Vec<u8>) {
         match *self {
             Answer::Text { noreply: true, .. } => {}
@@ -76,6 +80,7 @@ impl Answer<'_> {
     }
 
     /// incr/decr's reply; `cas` is the counter's.
+    #[inline]
     pub fn arith(&self, (outcome, created): (&Outcome, Created), cas: u64, now_secs: u32, out: &mut Vec<u8>) {
         match *self {
             Answer::Text { noreply: true, .. } => {}
@@ -88,6 +93,7 @@ impl Answer<'_> {
     }
 
     /// A touch's reply; `cas` is the item's, when the touch read it.
+    #[inline]
     pub fn touch(&self, outcome: &Outcome, cas: u64, out: &mut Vec<u8>) {
         match *self {
             Answer::Text { noreply: true, .. } | Answer::Meta(_) => {}
@@ -121,6 +127,7 @@ impl Answer<'_> {
     }
 
     /// A get's miss (the text protocol says nothing: `END` ends the whole get).
+    #[inline]
     pub fn miss(&self, key: &[u8], out: &mut Vec<u8>) {
         match *self {
             Answer::Text { .. } => {}
@@ -132,6 +139,7 @@ impl Answer<'_> {
     }
 
     /// A meta get's hit, its value's bytes in `value` (nothing for another dialect).
+    #[inline]
     pub fn meta_hit(&self, hit: &Hit, cas: u64, value: &[u8], now_secs: u32, out: &mut Vec<u8>) {
         if let Answer::Meta(meta) = *self {
             crate::meta::reply::hit(meta, hit, cas, value, now_secs, out);
@@ -139,6 +147,7 @@ impl Answer<'_> {
     }
 
     /// A meta get's miss that created an empty item (N) and won it.
+    #[inline]
     pub fn vivified(&self, cas: u64, now_secs: u32, out: &mut Vec<u8>) {
         if let Answer::Meta(meta) = *self {
             crate::meta::reply::vivified(meta, cas, now_secs, out);
@@ -146,6 +155,7 @@ impl Answer<'_> {
     }
 
     /// me's reply: the item (its CAS and size as memcached counts it), or none.
+    #[inline]
     pub fn inspect(&self, found: Option<(&Hit, u64, usize)>, now_secs: u32, out: &mut Vec<u8>) {
         if let Answer::Meta(meta) = *self {
             crate::meta::reply::inspect(meta, found, now_secs, out);

@@ -486,6 +486,7 @@ impl<'r> Binary<'r> {
     /// A command on one key in the one vocabulary ([`crate::command`]); `None` for the others
     /// (quit, flush, noop, version, stat, SASL, refusals). The header's CAS is a condition:
     /// in the store mode (the parser put it there), for a delete and an increment here.
+    #[inline]
     pub fn key_command(&self) -> Option<command::Command<'r>> {
         let Binary { opcode, opaque, cas, command } = *self;
         let answer = |quiet, with_key| Answer::Binary { opcode, opaque, quiet, with_key };

@@ -54,6 +54,7 @@ pub enum Op<'r> {
 impl Op<'_> {
     /// Whether it only reads (a plain get, a meta get without T, N or R, me): CREW serves
     /// those from any worker.
+    #[inline]
     pub fn read_only(&self) -> bool {
         match self {
             Op::Get(get) => get.read_only(),
@@ -82,11 +83,13 @@ pub struct Get {
 
 impl Get {
     /// The get's options: plain (`get`), or touching (`gat`).
+    #[inline]
     pub fn touching(touch: Option<i64>) -> Get {
         Get { touch, ..Get::default() }
     }
 
     /// Whether it only reads (a CREW reader may serve it from any worker).
+    #[inline]
     pub fn read_only(&self) -> bool {
         self.touch.is_none() && self.vivify.is_none() && self.recache_below_secs.is_none()
     }
@@ -175,12 +178,14 @@ pub enum Answer<'r> {
 
 impl Answer<'_> {
     /// memcached shows text and binary commands to `stats detail` (its meta commands not).
+    #[inline]
     pub fn records_detail(&self) -> bool {
         !matches!(self, Answer::Meta(_))
     }
 
     /// The name `watch deletions` gives a delete of this dialect (memcached logs none of
     /// the binary protocol's).
+    #[inline]
     pub fn deletion_logged_as(&self) -> Option<&'static str> {
         match self {
             Answer::Text { .. } => Some("delete"),
@@ -190,6 +195,7 @@ impl Answer<'_> {
     }
 
     /// Whether the reply reports the return flag `letter` (meta only).
+    #[inline]
     pub fn reports(&self, letter: u8) -> bool {
         matches!(self, Answer::Meta(meta) if meta.options.has(letter))
     }

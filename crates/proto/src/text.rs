@@ -380,6 +380,7 @@ fn parse_lru_crawler<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize
 
 /// A text command on one key in the one vocabulary ([`crate::command`]); `None` for the
 /// others (a get's line of keys runs as one get per key: [`GetKind::command`]).
+#[inline]
 pub(crate) fn key_command<'r>(request: &'r Request<'r>) -> Option<command::Command<'r>> {
     let text = |noreply| Answer::Text { noreply, with_cas: false };
     let (key, op, answer) = match *request {
@@ -407,6 +408,7 @@ pub(crate) fn key_command<'r>(request: &'r Request<'r>) -> Option<command::Comma
 
 impl GetKind {
     /// The get of one of its keys, in the one vocabulary.
+    #[inline]
     pub fn command(self, key: &[u8]) -> command::Command<'_> {
         let get = command::Get::touching(self.touch().map(i64::from));
         command::Command {

@@ -12,6 +12,7 @@ fn reply(opcode: u8, opaque: [u8; 4]) -> Reply<'static> {
 }
 
 /// A store's reply: the new CAS (`cas`, as clients see it), or why not.
+#[inline]
 pub(crate) fn store(
     (opcode, opaque, quiet): (u8, [u8; 4], bool),
     outcome: &Outcome,
@@ -36,6 +37,7 @@ pub(crate) fn store(
 }
 
 /// A delete's reply.
+#[inline]
 pub(crate) fn delete((opcode, opaque, quiet): (u8, [u8; 4], bool), outcome: &Outcome, out: &mut Vec<u8>) {
     match outcome {
         Outcome::Deleted if quiet => {}
@@ -46,6 +48,7 @@ pub(crate) fn delete((opcode, opaque, quiet): (u8, [u8; 4], bool), outcome: &Out
 }
 
 /// An increment's or decrement's reply: the counter's new value (8 bytes) and CAS, or why not.
+#[inline]
 pub(crate) fn arith(
     (opcode, opaque, quiet): (u8, [u8; 4], bool),
     outcome: &Outcome,
@@ -68,6 +71,7 @@ pub(crate) fn arith(
 }
 
 /// TOUCH's reply: the item's flags and CAS, or KEY_ENOENT.
+#[inline]
 pub(crate) fn touch((opcode, opaque): (u8, [u8; 4]), outcome: &Outcome, cas: u64, out: &mut Vec<u8>) {
     match outcome {
         Outcome::Hit(hit) => {
@@ -88,6 +92,7 @@ pub(crate) fn head((opcode, opaque): (u8, [u8; 4]), key: &[u8], hit: &Hit, cas: 
 
 /// A get's miss: nothing when quiet; the key, when the opcode returns it, instead of
 /// memcached's "Not found".
+#[inline]
 pub(crate) fn miss(
     (opcode, opaque, quiet, with_key): (u8, [u8; 4], bool, bool),
     key: &[u8],

@@ -4,6 +4,7 @@ use crate::response::{self as reply};
 use qs_store::{Hit, Outcome};
 
 /// A store's reply.
+#[inline]
 pub(crate) fn store(outcome: &Outcome, out: &mut Vec<u8>) {
     out.extend_from_slice(match outcome {
         Outcome::Stored { .. } => reply::STORED,
@@ -17,11 +18,13 @@ pub(crate) fn store(outcome: &Outcome, out: &mut Vec<u8>) {
 }
 
 /// A delete's reply.
+#[inline]
 pub(crate) fn delete(outcome: &Outcome, out: &mut Vec<u8>) {
     out.extend_from_slice(if *outcome == Outcome::Deleted { reply::DELETED } else { reply::NOT_FOUND });
 }
 
 /// incr/decr's reply: the new value, or why not.
+#[inline]
 pub(crate) fn arith(outcome: &Outcome, out: &mut Vec<u8>) {
     match *outcome {
         Outcome::Counter { value, .. } => {
@@ -35,6 +38,7 @@ pub(crate) fn arith(outcome: &Outcome, out: &mut Vec<u8>) {
 }
 
 /// touch's reply.
+#[inline]
 pub(crate) fn touch(outcome: &Outcome, out: &mut Vec<u8>) {
     let touched = matches!(outcome, Outcome::Touched | Outcome::Hit(_));
     out.extend_from_slice(if touched { reply::TOUCHED } else { reply::NOT_FOUND });
