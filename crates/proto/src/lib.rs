@@ -18,6 +18,7 @@ pub mod command;
 pub mod meta;
 pub mod native;
 pub mod number;
+pub mod packed;
 pub mod request;
 pub mod response;
 pub mod text;

@@ -7,13 +7,19 @@
 use crate::codec::Dialect;
 use crate::exec::{Engine, Located};
 use crate::session::Output;
-use qs_proto::{GetKind, Parsed, Request};
+use qs_proto::command::Command;
+use qs_proto::packed::Packed;
+use qs_proto::{GetKind, Meta, Parsed, Request};
 use rtrb::{Consumer, Producer};
 
-/// What one handed-over operation asks of its owner. Its bytes in the batch are a client's
-/// request for `Request` and `Everywhere`, a key for `Get` and `Drop`, nothing for `Chunk`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What one handed-over operation asks of its owner. Its bytes in the batch are a command's
+/// slices for `Command`, a client's request for `Request` and `Everywhere`, a key for `Get`
+/// and `Drop`, nothing for `Chunk`.
+#[derive(Clone, Copy, Debug)]
 pub enum Task {
+    /// A client's command on one key, parsed by the asking worker and packed with its slices
+    /// (`qs_proto::packed`): run as it is, nothing parsed again, its reply sent as it is.
+    Command(Packed),
     /// A client's request as it arrived, in its dialect: run whole, its reply sent as it is.
     Request(Dialect),
     /// A client's request that every worker runs on its own partitions (`flush_all`,
@@ -43,18 +49,35 @@ pub enum Task {
     },
 }
 
+/// What a handed-over operation runs, read from its bytes once ([`Task::decode`]): what its
+/// flash reads are probed from and what runs.
+#[derive(Debug)]
+pub enum Handed<'b> {
+    /// A packed command, unpacked.
+    Command(Command<'b>),
+    /// A request, parsed (a client's as it arrived), or built (a get of one key, a drop).
+    Request(Request<'b>),
+    /// A dump chunk: it reads no keys.
+    Chunk,
+}
+
 impl Task {
-    /// The request a task stands for, with its bytes: what its flash reads are probed from
-    /// (`None` for a dump chunk, which reads no keys).
-    pub fn request<'a>(self, bytes: &'a [u8], limits: &qs_proto::Limits) -> Option<Request<'a>> {
+    /// What the task runs, with its bytes (a meta command's request rebuilt in `meta`).
+    pub fn decode<'b>(
+        self,
+        bytes: &'b [u8],
+        limits: &qs_proto::Limits,
+        meta: &'b mut Option<Meta<'b>>,
+    ) -> Handed<'b> {
         match self {
+            Task::Command(packed) => Handed::Command(packed.unpack(bytes, meta)),
             Task::Request(dialect) | Task::Everywhere(dialect) => match dialect.parse(bytes, limits) {
-                Parsed::Request { request, .. } => Some(request),
+                Parsed::Request { request, .. } => Handed::Request(request),
                 other => panic!("handed-over request did not parse: {other:?}"),
             },
-            Task::Get { kind, .. } => Some(Request::Get { kind, keys: bytes }),
-            Task::Drop => Some(Request::Delete { key: bytes, noreply: true }),
-            Task::Chunk { .. } => None,
+            Task::Get { kind, .. } => Handed::Request(Request::Get { kind, keys: bytes }),
+            Task::Drop => Handed::Request(Request::Delete { key: bytes, noreply: true }),
+            Task::Chunk { .. } => Handed::Chunk,
         }
     }
 }
@@ -196,27 +219,53 @@ impl Hand<'_> {
         });
         engine.counters.forwarded += 1;
     }
+
+    /// Adds `command` to this turn's batch for `owner`, packed with its slices (the owner
+    /// parses nothing), and reserves its reply's place in `output`.
+    pub fn command(
+        &mut self,
+        owner: usize,
+        (command, at): (&Command<'_>, Option<Located>),
+        output: &mut Output,
+        engine: &mut Engine,
+    ) {
+        let id = output.wait_for(owner);
+        let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
+        let start = batch.requests.len();
+        let packed = command.pack(&mut batch.requests);
+        let len = batch.requests.len() - start;
+        self.full |= batch.requests.len() >= BATCH_BYTES_MAX;
+        batch.ops.push(Op {
+            conn: self.conn,
+            generation: self.generation,
+            fd: self.fd,
+            id,
+            task: Task::Command(packed),
+            bytes: (start as u32, len as u32),
+            at,
+            response: (0, 0),
+            front: None,
+        });
+        engine.counters.forwarded += 1;
+    }
 }
 
-/// Runs one handed-over operation, whose bytes are `bytes` and whose request, parsed once by
-/// the caller, is `request` ([`Task::request`]), and appends its reply to `responses`.
-pub fn run_op(
-    engine: &mut Engine,
-    op: &mut Op,
-    bytes: &[u8],
-    request: Option<&Request<'_>>,
-    responses: &mut Vec<u8>,
-) {
+/// Runs one handed-over operation, whose bytes are `bytes` and which the caller read from
+/// them once (`handed`: [`Task::decode`]), and appends its reply to `responses`.
+pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], handed: &Handed<'_>, responses: &mut Vec<u8>) {
     let response_start = responses.len();
     engine.conn_fd = op.fd;
     op.front = None;
-    match op.task {
-        Task::Request(_) => {
-            // Every key of a handed-over request is owned here, so nothing is handed on.
-            engine.execute(request.expect("a client request"), op.at, responses);
+    match (op.task, handed) {
+        // Every key of a handed-over command is owned here, so nothing is handed on.
+        (Task::Command(_), Handed::Command(command)) => {
+            engine.run_command(command, op.at, responses);
         }
-        Task::Everywhere(_) => engine.run_everywhere(request.expect("a client request")),
-        Task::Get { kind, end } => {
+        (Task::Request(_), Handed::Request(request)) => {
+            engine.execute(request, op.at, responses);
+        }
+        (Task::Everywhere(_), Handed::Request(request)) => engine.run_everywhere(request),
+        (Task::Get { kind, end }, _) => {
             let key = engine.key(bytes, op.at);
             if !engine.get_one(kind, key, responses) {
                 responses.extend_from_slice(qs_proto::response::BAD_FORMAT);
@@ -227,12 +276,13 @@ pub fn run_op(
                 }
             }
         }
-        Task::Drop => engine.drop_refused(bytes),
-        Task::Chunk { partition, start, end, keys } => {
+        (Task::Drop, _) => engine.drop_refused(bytes),
+        (Task::Chunk { partition, start, end, keys }, _) => {
             engine.dump_chunk(partition as usize, start as usize..end as usize, keys, responses);
             op.response = (response_start as u32, (responses.len() - response_start) as u32);
             return;
         }
+        (task, handed) => unreachable!("{task:?} decoded as {handed:?}"),
     }
     op.response = (response_start as u32, (responses.len() - response_start) as u32);
     engine.counters.executed_for_others += 1;

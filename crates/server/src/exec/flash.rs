@@ -11,43 +11,50 @@ impl Engine {
     }
 
     /// The keys of `request` (to run here) whose records are on flash and must be read before
-    /// it runs, appended to `keys`; none without a flash tier. A plain set needs no read (it
-    /// drops the key's flash copies), nor does a key just resolved.
+    /// it runs, appended to `keys`; none without a flash tier.
     pub fn flash_probe(&self, request: &Request<'_>, keys: &mut Vec<FlashKey>) {
         if !self.flash_on {
             return;
         }
-        let plain_get = match request {
-            Request::Get { kind, .. } => matches!(kind, GetKind::Get | GetKind::Gets),
-            Request::Binary(binary) => {
-                matches!(binary.command, qs_proto::binary::Command::Get { touch: None, .. })
-            }
+        if let Request::Get { kind, keys: line } = *request {
+            let plain_get = matches!(kind, GetKind::Get | GetKind::Gets);
+            qs_proto::tokens::words(line).for_each(|key| self.probe_key(key, plain_get, keys));
+        } else if let Some(command) = request.key_command(&self.limits) {
+            self.flash_probe_command(&command, keys);
+        }
+    }
+
+    /// As [`Engine::flash_probe`], for a command on one key. A text `set` needs no read (it
+    /// drops the key's flash copies), nor does a store refused for its size.
+    pub fn flash_probe_command(&self, command: &qs_proto::command::Command<'_>, keys: &mut Vec<FlashKey>) {
+        use qs_proto::command::{Answer, Get, Op};
+        if !self.flash_on {
+            return;
+        }
+        let text = matches!(command.answer, Answer::Text { .. });
+        let plain_get = match command.op {
+            Op::Get(get) => get == Get::default() && !matches!(command.answer, Answer::Meta(_)),
+            Op::Store(store) if text && store.mode == StoreMode::Set => return,
+            Op::TooLarge { .. } => return,
             _ => false,
         };
-        let mut probe = |key: &[u8]| {
-            if key.len() > qs_proto::KEY_BYTES_MAX {
-                return;
-            }
-            let (hash, partition) = self.locate(key);
-            if self.flash_resolved.iter().any(|resolved| resolved.hash == hash)
-                || keys.iter().any(|known| known.hash == hash)
-            {
-                return;
-            }
-            let Some(owned) = &self.partitions[partition] else { return };
-            if let Some(read) = owned.flash_probe(hash, key, self.now_secs) {
-                keys.push(FlashKey { partition, hash, key: key.to_vec(), read, plain_get });
-            }
-        };
-        match request {
-            Request::Get { keys, .. } => qs_proto::tokens::words(keys).for_each(&mut probe),
-            Request::Store { mode: StoreMode::Set, .. } | Request::TooLarge { .. } => {}
-            Request::Meta(meta) => probe(meta.key()),
-            _ => {
-                if let Some(key) = single_key_of(request) {
-                    probe(key);
-                }
-            }
+        self.probe_key(command.key, plain_get, keys);
+    }
+
+    /// Appends `key` to `keys` when its record is on flash (and it is not known already).
+    fn probe_key(&self, key: &[u8], plain_get: bool, keys: &mut Vec<FlashKey>) {
+        if key.len() > qs_proto::KEY_BYTES_MAX {
+            return;
+        }
+        let (hash, partition) = self.locate(key);
+        if self.flash_resolved.iter().any(|resolved| resolved.hash == hash)
+            || keys.iter().any(|known| known.hash == hash)
+        {
+            return;
+        }
+        let Some(owned) = &self.partitions[partition] else { return };
+        if let Some(read) = owned.flash_probe(hash, key, self.now_secs) {
+            keys.push(FlashKey { partition, hash, key: key.to_vec(), read, plain_get });
         }
     }
 

@@ -9,12 +9,7 @@ use qs_proto::command::{self as cmd, Answer, Command as KeyCommand, Created, Op}
 
 impl Engine {
     /// Runs `command` here, its key located at `at` when the window located it.
-    pub(super) fn run_command(
-        &mut self,
-        command: &KeyCommand<'_>,
-        at: Option<Located>,
-        out: &mut Vec<u8>,
-    ) -> Exec {
+    pub fn run_command(&mut self, command: &KeyCommand<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
         let KeyCommand { key, op, answer } = *command;
         let key = self.key(key, at);
         if let (Answer::Meta(_), false) = (answer, matches!(op, Op::TooLarge { .. })) {

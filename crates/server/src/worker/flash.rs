@@ -12,7 +12,7 @@
 //! DRAM, where the request then finds it, or keeps the record to serve a plain get from it.
 
 use super::{queue, Worker};
-use crate::direct::{run_op, Batch, Op, Task};
+use crate::direct::{run_op, Batch, Handed, Op, Task};
 use crate::exec::{Engine, FlashKey, FlashResolved};
 use crate::flashio::{Done, Job, Uring};
 use crate::shared::Shared;
@@ -418,13 +418,7 @@ impl FlashWaits {
     /// Whether an operation handed over by worker `from` must wait: one of its connection's
     /// is held already, or its keys are on flash (then `self.keys` names them). A dump chunk
     /// reads no keys and never waits.
-    pub(super) fn must_hold(
-        &mut self,
-        from: usize,
-        op: &Op,
-        request: Option<&qs_proto::Request<'_>>,
-        engine: &Engine,
-    ) -> bool {
+    pub(super) fn must_hold(&mut self, from: usize, op: &Op, handed: &Handed<'_>, engine: &Engine) -> bool {
         if matches!(op.task, Task::Chunk { .. }) {
             return false;
         }
@@ -432,9 +426,7 @@ impl FlashWaits {
             return true;
         }
         self.keys.clear();
-        if let Some(request) = request {
-            engine.flash_probe(request, &mut self.keys);
-        }
+        probe_handed(engine, handed, &mut self.keys);
         !self.keys.is_empty()
     }
 
@@ -500,8 +492,9 @@ impl Worker {
     /// Runs a held request now and adds its reply to `batch` (a late reply batch: it carries
     /// no request bytes, so the asking worker's in-flight count is not charged twice).
     fn run_late(&mut self, batch: &mut Batch, mut op: Op, request: &[u8]) {
-        let parsed = op.task.request(request, &self.engine.limits);
-        run_op(&mut self.engine, &mut op, request, parsed.as_ref(), &mut batch.responses);
+        let mut meta = None;
+        let handed = op.task.decode(request, &self.engine.limits, &mut meta);
+        run_op(&mut self.engine, &mut op, request, &handed, &mut batch.responses);
         // Without the key's bytes in the batch, the asking worker cannot fill its front cache.
         op.front = None;
         batch.ops.push(op);
@@ -539,8 +532,18 @@ impl Worker {
 
 /// The flash keys of a handed-over operation with its bytes, if it has any.
 fn probe_bytes(engine: &mut Engine, task: Task, bytes: &[u8]) -> Option<Vec<FlashKey>> {
-    let request = task.request(bytes, &engine.limits)?;
+    let mut meta = None;
+    let handed = task.decode(bytes, &engine.limits, &mut meta);
     let mut keys = Vec::new();
-    engine.flash_probe(&request, &mut keys);
+    probe_handed(engine, &handed, &mut keys);
     (!keys.is_empty()).then_some(keys)
+}
+
+/// The flash keys of a handed-over operation, read from its bytes.
+fn probe_handed(engine: &Engine, handed: &Handed<'_>, keys: &mut Vec<FlashKey>) {
+    match handed {
+        Handed::Command(command) => engine.flash_probe_command(command, keys),
+        Handed::Request(request) => engine.flash_probe(request, keys),
+        Handed::Chunk => {}
+    }
 }

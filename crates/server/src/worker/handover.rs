@@ -17,13 +17,14 @@ impl Worker {
                 // Held ops leave the batch: their replies go back in a later one.
                 ops.retain_mut(|op| {
                     let bytes = &requests[op.bytes.0 as usize..][..op.bytes.1 as usize];
-                    // Parsed once, for the flash probe and the run alike.
-                    let request = op.task.request(bytes, &engine.limits);
-                    if engine.flash_on() && flash.must_hold(from, op, request.as_ref(), engine) {
+                    // Read once, for the flash probe and the run alike (a command, not at all).
+                    let mut meta = None;
+                    let handed = op.task.decode(bytes, &engine.limits, &mut meta);
+                    if engine.flash_on() && flash.must_hold(from, op, &handed, engine) {
                         flash.hold(from, *op, bytes.to_vec(), engine, shared);
                         return false;
                     }
-                    run_op(engine, op, bytes, request.as_ref(), responses);
+                    run_op(engine, op, bytes, &handed, responses);
                     true
                 });
                 unsent.push_back(batch);

@@ -292,12 +292,22 @@ impl Turn<'_, '_> {
                 return Flow::Next(bytes.len());
             }
         }
-        let (task, bytes_sent) = match single {
-            Some((kind, key)) => (Task::Get { kind, end: true }, key),
-            None => (Task::Request(self.dialect), bytes),
-        };
-        self.hand.over(owner, task, (bytes_sent, at), self.output, self.engine);
+        match single {
+            Some((kind, key)) => {
+                self.hand.over(owner, Task::Get { kind, end: true }, (key, at), self.output, self.engine)
+            }
+            None => self.hand_over(owner, request, (bytes, at)),
+        }
         Flow::Next(bytes.len())
+    }
+
+    /// Hands `request` (its `bytes` as it arrived) to `owner`: a command on one key parsed
+    /// and packed, anything else as its bytes.
+    fn hand_over(&mut self, owner: usize, request: &Request<'_>, (bytes, at): (&[u8], Option<Located>)) {
+        match request.key_command(&self.engine.limits) {
+            Some(command) => self.hand.command(owner, (&command, at), self.output, self.engine),
+            None => self.hand.over(owner, Task::Request(self.dialect), (bytes, at), self.output, self.engine),
+        }
     }
 
     /// A get whose keys have several owners: each key run here or handed to its owner, in
@@ -369,15 +379,7 @@ impl Turn<'_, '_> {
         match executed_as {
             Exec::Done => {}
             Exec::Close => self.state.close(),
-            Exec::Forward(owner) => {
-                self.hand.over(
-                    owner,
-                    Task::Request(self.dialect),
-                    (&here[..len], located),
-                    self.output,
-                    self.engine,
-                );
-            }
+            Exec::Forward(owner) => self.hand_over(owner, request, (&here[..len], located)),
         }
         Flow::Next(len)
     }
