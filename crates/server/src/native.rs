@@ -243,7 +243,7 @@ pub struct Native {
 impl Native {
     /// Serves `ports` (this worker's partitions' native ports).
     pub fn new(ports: Vec<Port>, shared: Arc<Shared>) -> Native {
-        let epoch = shared.native_epoch;
+        let epoch = shared.native.epoch();
         Native {
             ports,
             burst: Burst::new(BURST, wire::DATAGRAM_BYTES_MAX),
@@ -302,14 +302,14 @@ impl Native {
             std::net::IpAddr::V6(ip) => bytes[..16].copy_from_slice(&ip.octets()),
         }
         bytes[16..].copy_from_slice(&peer.port().to_le_bytes());
-        xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, self.shared.native_secret).max(1)
+        xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, self.shared.native.secret()).max(1)
     }
 
     fn directory(&self, cookie: u64) -> Directory {
         let shared = &self.shared;
         let base = shared.config.native_port;
         Directory {
-            epoch: shared.native_epoch,
+            epoch: shared.native.epoch(),
             workers: shared.map.workers() as u16,
             hash: wire::HASH_XXH3_64,
             partition_bits: shared.map.partition_bits() as u8,

@@ -8,13 +8,13 @@ use crate::config::listen;
 use crate::config::{self, AccessArg, Config, EvictionArg, HugePagesArg};
 use crate::observe::{detail, hotkeys, mrc, watch};
 use crate::session::budget::ClientMemory;
-use crate::session::{self as conn, auth, tls};
+use crate::session::{self as conn};
+use crate::shared::Credentials;
 use crate::shared::Shared;
 use crate::sys::{self, memfile};
 use crate::{exec as engine, flashio, native, worker};
 use qs_store::{Access, Eviction, HugePages, Partition};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 /// Expected bytes of an item (header, key and value) when sizing the index.
@@ -243,7 +243,7 @@ impl Server {
         for (index, partition) in partitions.into_iter().enumerate() {
             owned[owner[index]][index] = Some(partition);
         }
-        let mut bound = Bound::bind(&config, workers, shared.tls.is_some())?;
+        let mut bound = Bound::bind(&config, workers, shared.credentials.tls().is_some())?;
         let gate = Arc::new(Gate::default());
         let mut rings = crate::direct::rings(workers);
         let mut threads = Vec::new();
@@ -271,7 +271,7 @@ impl Server {
                 .map_err(|e| e.to_string())?;
             threads.push(thread);
         }
-        if shared.flash_io.is_some() {
+        if shared.rings.flash_io().is_some() {
             flashio::FlashIo::start(&shared, shared.extended.ext_threads)
                 .map_err(|e| format!("flash reader threads: {e}"))?;
         }
@@ -344,39 +344,6 @@ fn settle(config: Config) -> Result<(Config, config::Extended), String> {
     Ok((config, extended))
 }
 
-/// The gates a connection passes: SASL (-S) and ASCII (-Y) passwords, and TLS (-Z).
-struct Credentials {
-    sasl_passwords: Option<auth::Passwords>,
-    ascii_passwords: Option<auth::Passwords>,
-    tls: Option<Arc<tls::Context>>,
-}
-
-impl Credentials {
-    fn load(config: &Config, extended: &config::Extended) -> Result<Credentials, String> {
-        let sasl_passwords = match config.sasl {
-            true => {
-                let path = std::env::var_os("MEMCACHED_SASL_PWDB").ok_or(
-                        "-S: set MEMCACHED_SASL_PWDB to a file of user:password lines (quicksilver's SASL is PLAIN against that file)",
-                    )?;
-                Some(auth::Passwords::load(std::path::Path::new(&path))?)
-            }
-            false => None,
-        };
-        let ascii_passwords = config.auth_file.as_deref().map(auth::Passwords::load).transpose()?;
-        let tls = match config.enable_ssl {
-            true => Some(Arc::new(tls::Context::new(&extended.ssl, sys::now_secs())?)),
-            false => None,
-        };
-        if tls.is_some() && (config.udp_port() != 0 || config.native_port != 0) {
-            eprintln!(
-                "quicksilver: -Z with -o ssl_allow_plaintext: UDP{} serve plaintext (TLS covers TCP only)",
-                if config.native_port != 0 { " and the native ports" } else { "" }
-            );
-        }
-        Ok(Credentials { sasl_passwords, ascii_passwords, tls })
-    }
-}
-
 /// The partitions: each one's share of -m, from a memory file (-e) or new, with its flash
 /// tier attached.
 fn build_partitions(config: &Config, extended: &config::Extended) -> Result<Vec<Partition>, String> {
@@ -413,7 +380,6 @@ fn new_shared(
     let workers = config.workers();
     let partition_count = partitions.len();
     let flash_on = !extended.ext_paths.is_empty();
-    let Credentials { sasl_passwords, ascii_passwords, tls } = credentials;
     let readers = if config.access == AccessArg::Erew {
         Vec::new()
     } else {
@@ -429,33 +395,28 @@ fn new_shared(
     let first = &partitions[0];
     Shared {
         explicit_cas: Default::default(),
-        flash_io: flash_on.then(|| flashio::FlashIo::new(workers)),
-        flash_rings: Default::default(),
-        net_rings: Default::default(),
-        uring_refused: Default::default(),
+        rings: crate::shared::IoRings::new(flash_on.then(|| flashio::FlashIo::new(workers))),
         front_epochs,
         map: crate::shared::PartitionMap::new(workers, partition_count, readers),
         published: crate::shared::Published::new(partitions, workers),
         connections: Default::default(),
         wakeups: crate::shared::Wakeups::new(workers),
-        started: std::time::Instant::now(),
+        running: crate::shared::Running::new(extended.lru_crawler),
         memory: crate::shared::Memory::of(
             first,
             partition_count,
             config.item_bytes_max,
             config.memory_file.is_some(),
         ),
-        native_epoch: (random_u64() as u32) | 1,
-        native_secret: random_u64(),
-        crawler_enabled: AtomicBool::new(extended.lru_crawler),
-        detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
-        hotkeys: hotkeys::HotKeys::new(workers, extended.hotkeys_sample_one_in),
-        mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
-        registry: Default::default(),
-        watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
-        sasl_passwords,
-        ascii_passwords,
-        tls: tls.clone(),
+        native: crate::shared::NativeKeys::new((random_u64() as u32) | 1, random_u64()),
+        observers: crate::shared::Observers {
+            detail: config.prefix_delimiter.map(detail::Detail::with_delimiter).unwrap_or_default(),
+            hotkeys: hotkeys::HotKeys::new(workers, extended.hotkeys_sample_one_in),
+            mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
+            registry: Default::default(),
+            watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
+        },
+        credentials,
         extended,
         client_memory: std::sync::Arc::new(ClientMemory::new(ClientMemory::limit_for(
             (config.memory_mib as usize).saturating_mul(1 << 20),
@@ -571,7 +532,7 @@ impl Bound {
                 ),
                 None,
                 config.binding_protocol(),
-                conn::Security::of(shared.tls.is_some(), false, false),
+                conn::Security::of(shared.credentials.tls().is_some(), false, false),
             ));
         }
         let udp = std::mem::take(&mut self.udp[index]);

@@ -61,7 +61,7 @@ fn reset(shared: &Shared) {
         rejected_connections: shared.connections.totals().1,
     };
     shared.published.set_baseline(baseline);
-    shared.detail.reset();
+    shared.observers.detail.reset();
 }
 
 /// Writes the reply to `stats <group>`.
@@ -110,7 +110,7 @@ fn general_process(shared: &Shared, w: &WorkerFigures, out: &mut Vec<u8>) {
     let curr_connections = shared.connections.open();
     let extended = &shared.extended;
     stat(out, "pid", std::process::id());
-    stat(out, "uptime", shared.started.elapsed().as_secs());
+    stat(out, "uptime", shared.uptime_secs());
     stat(out, "time", now);
     stat(out, "version", super::VERSION);
     stat(out, "libevent", "none");
@@ -124,7 +124,7 @@ fn general_process(shared: &Shared, w: &WorkerFigures, out: &mut Vec<u8>) {
     if extended.maxconns_fast {
         stat(out, "rejected_connections", rejected.saturating_sub(baseline.rejected_connections));
     }
-    stat(out, "connection_structures", shared.registry.count());
+    stat(out, "connection_structures", shared.observers.registry.count());
     // Connection buffers (docs/COMPATIBILITY.md): read buffers and reply buffers, as
     // memcached's read buffers and response objects.
     let buffers = &w.buffers;
@@ -229,7 +229,7 @@ fn general_server(
         stat(out, "slab_reassign_running", 0);
         stat(out, "slabs_moved", 0);
     }
-    if shared.crawler_enabled.load(Relaxed) {
+    if shared.crawler_enabled() {
         stat(out, "lru_crawler_running", 0);
         stat(out, "lru_crawler_starts", 0);
     }
@@ -237,7 +237,7 @@ fn general_server(
         stat(out, "lru_maintainer_juggles", 0);
     }
     stat(out, "malloc_fails", 0);
-    let watchers = &shared.watchers;
+    let watchers = &shared.observers.watchers;
     stat(out, "log_worker_dropped", 0);
     stat(out, "log_worker_written", watchers.written.load(Relaxed));
     stat(out, "log_watcher_skipped", watchers.skipped.load(Relaxed));
@@ -246,7 +246,7 @@ fn general_server(
     if let Some(totals) = flash {
         extstore_stats(out, totals);
     }
-    if let Some(tls) = &shared.tls {
+    if let Some(tls) = shared.credentials.tls() {
         if tls.settings().session_cache {
             stat(out, "ssl_new_sessions", tls.new_sessions());
         }
@@ -417,8 +417,8 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "chunk_size", config.slab_min_size.unwrap_or(48));
     stat(out, "num_threads", shared.map.workers());
     stat(out, "num_threads_per_udp", shared.map.workers());
-    stat(out, "stat_key_prefix", shared.detail.delimiter() as char);
-    stat(out, "detail_enabled", yes(shared.detail.enabled()));
+    stat(out, "stat_key_prefix", shared.observers.detail.delimiter() as char);
+    stat(out, "detail_enabled", yes(shared.observers.detail.enabled()));
     stat(out, "reqs_per_event", config.reqs_per_event);
     stat(out, "cas_enabled", yes(!config.disable_cas));
     stat(out, "tcp_backlog", config.backlog);
@@ -458,11 +458,11 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
         stat(out, "ext_max_frag", "0.80");
         stat(out, "slab_automove_freeratio", "0.010");
         stat(out, "ext_drop_unread", "no");
-        let rings = shared.flash_rings.load(Relaxed);
+        let rings = shared.rings.flash_rings();
         stat(out, "flash_io", if rings == shared.map.workers() { "io_uring" } else { "threads" });
     }
     stat(out, "drop_privileges", "no");
-    let uring = shared.net_rings.load(Relaxed);
+    let uring = shared.rings.net_rings();
     stat(out, "io_backend", if uring > 0 && uring == shared.map.workers() { "uring" } else { "epoll" });
     // memcached's TLS lines (Debian's build has TLS: they are there with or without -Z).
     let ssl = &shared.extended.ssl;

@@ -11,20 +11,22 @@ impl Engine {
     /// slab commands...), appending its reply to `out`.
     pub(super) fn admin(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Exec {
         match *request {
-            Request::Stats { group: b"detail", argument } => self.shared.detail.command(argument, out),
+            Request::Stats { group: b"detail", argument } => {
+                self.shared.observers.detail.command(argument, out)
+            }
             Request::Stats { group: b"hotkeys", argument } => {
                 // This worker's own summary as of now; the others' as of their last publish.
                 self.publish_hot(true);
-                self.shared.hotkeys.command(argument, out);
+                self.shared.observers.hotkeys.command(argument, out);
             }
             Request::Stats { group: b"mrc", argument } => {
                 // This worker's count as of now; the others' as of their last loop turn.
                 self.turn_mrc();
-                self.shared.mrc.command(argument, self.shared.memory.maxbytes(), out);
+                self.shared.observers.mrc.command(argument, self.shared.memory.maxbytes(), out);
                 self.turn_mrc();
             }
             Request::Stats { group: b"conns", .. } => {
-                self.shared.registry.write_stats(self.conn_fd, self.now_secs, out);
+                self.shared.observers.registry.write_stats(self.conn_fd, self.now_secs, out);
                 out.extend_from_slice(reply::END);
             }
             Request::SlabsReassign { classes } => {
@@ -68,7 +70,7 @@ impl Engine {
             Request::Watch { .. } => out.extend_from_slice(b"ERROR\r\n"),
             Request::Crawl { classes } => out.extend_from_slice(self.crawl(classes)),
             Request::CrawlerSwitch { enable } => {
-                let was = self.shared.crawler_enabled.swap(enable, Relaxed);
+                let was = self.shared.switch_crawler(enable);
                 out.extend_from_slice(match (enable, was) {
                     // As memcached: starting a running crawler fails; stopping always succeeds.
                     (true, true) => b"ERROR failed to start lru crawler thread\r\n",
@@ -77,7 +79,7 @@ impl Engine {
             }
             Request::CrawlerPacing => out.extend_from_slice(reply::OK),
             Request::RefreshCerts { noreply } => {
-                let refreshed = match &self.shared.tls {
+                let refreshed = match self.shared.credentials.tls() {
                     Some(tls) => tls.refresh(crate::sys::now_secs()),
                     None => Err("Error TLS not enabled".into()),
                 };
@@ -120,7 +122,7 @@ impl Engine {
     /// head passes it (the index scan clears its slot), so there is nothing to start: the
     /// reply is memcached's.
     pub(super) fn crawl(&self, classes: &[u8]) -> &'static [u8] {
-        if !self.shared.crawler_enabled.load(Relaxed) {
+        if !self.shared.crawler_enabled() {
             return CRAWLER_DISABLED;
         }
         match qs_proto::crawler_classes(classes) {
@@ -248,7 +250,7 @@ impl Engine {
 
     /// Whether `lru_crawler` serves dumps and crawls (`lru_crawler disable` stops it).
     pub fn crawler_enabled(&self) -> bool {
-        self.shared.crawler_enabled.load(Relaxed)
+        self.shared.crawler_enabled()
     }
 
     /// -X: `stats cachedump` and `lru_crawler metadump` are refused.
@@ -310,12 +312,12 @@ impl Engine {
         if group.starts_with(b"detail") {
             match &group[6..] {
                 rest if rest.starts_with(b" dump") => {
-                    self.shared.detail.command(b"dump", &mut text);
+                    self.shared.observers.detail.command(b"dump", &mut text);
                     Reply { key: b"detailed", value_len: text.len(), ..reply }.write_head(out);
                     out.extend_from_slice(&text);
                 }
-                rest if rest.starts_with(b" on") => self.shared.detail.command(b"on", &mut text),
-                rest if rest.starts_with(b" off") => self.shared.detail.command(b"off", &mut text),
+                rest if rest.starts_with(b" on") => self.shared.observers.detail.command(b"on", &mut text),
+                rest if rest.starts_with(b" off") => self.shared.observers.detail.command(b"off", &mut text),
                 _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
             }
             return reply.write_head(out);

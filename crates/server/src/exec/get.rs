@@ -148,9 +148,9 @@ impl Engine {
             _ => None,
         };
         if answer.records_detail() {
-            self.shared.detail.record_get(&key, size.is_some());
+            self.shared.observers.detail.record_get(&key, size.is_some());
         }
-        if self.shared.watchers.wants(watch::FETCHERS) {
+        if self.shared.observers.watchers.wants(watch::FETCHERS) {
             self.log_get(&key, size);
         }
         if size.is_none() {

@@ -11,7 +11,6 @@ use qs_proto::response as reply;
 use qs_proto::{GetKind, Request, ShutdownMode, StoreMode};
 use qs_store::{Command, Expiry, KeyHash, Outcome, Partition};
 use std::io::Write as _;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 mod admin;
@@ -521,7 +520,7 @@ impl Engine {
             self.counters.store_too_large += 1;
         }
         if detail {
-            self.shared.detail.record_set(key);
+            self.shared.observers.detail.record_set(key);
         }
         if drops {
             self.drop_refused(key);

@@ -45,7 +45,7 @@ impl Engine {
     fn store(&mut self, key: Key<'_>, store: &cmd::Store<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
         self.counters.cmd_set += 1;
         if answer.records_detail() {
-            self.shared.detail.record_set(&key);
+            self.shared.observers.detail.record_set(&key);
         }
         self.log_lookup(&key);
         let mode = self.mode_expected(key, store.mode);

@@ -61,7 +61,7 @@ impl Engine {
             if qs_store::mrc::sample_hash(hash.0) < self.mrc_threshold {
                 self.mrc_batch.push((hash.0, crate::observe::mrc::LiveMrc::access_of(key, command)));
                 if self.mrc_batch.len() == MRC_BATCH_MAX {
-                    self.shared.mrc.record(&mut self.mrc_batch);
+                    self.shared.observers.mrc.record(&mut self.mrc_batch);
                 }
             }
         }
@@ -84,9 +84,9 @@ impl Engine {
     /// Once per loop turn, before the worker waits: hands `stats mrc` this worker's sampled
     /// accesses and count of gets, and picks up its threshold (on, off, lowered).
     pub fn turn_mrc(&mut self) {
-        self.shared.mrc.record(&mut self.mrc_batch);
-        self.shared.mrc.publish_gets(self.worker, self.mrc_gets);
-        self.mrc_threshold = self.shared.mrc.threshold();
+        self.shared.observers.mrc.record(&mut self.mrc_batch);
+        self.shared.observers.mrc.publish_gets(self.worker, self.mrc_gets);
+        self.mrc_threshold = self.shared.observers.mrc.threshold();
     }
 
     /// `watch fetchers`: a lookup of `key` that found a value of `size` bytes, or nothing.
@@ -108,7 +108,7 @@ impl Engine {
     /// of the key's current item; so does this (a look that changes nothing, only while
     /// someone watches).
     pub(super) fn log_lookup(&self, key: &[u8]) {
-        if !self.shared.watchers.wants(watch::FETCHERS) || key.len() > qs_proto::KEY_BYTES_MAX {
+        if !self.shared.observers.watchers.wants(watch::FETCHERS) || key.len() > qs_proto::KEY_BYTES_MAX {
             return;
         }
         let (hash, partition) = self.locate(key);
@@ -120,7 +120,7 @@ impl Engine {
     /// `watch deletions`: the value size of the item `key` names now, looked at before a
     /// delete that may log it (`None`: nobody watches, or no item).
     pub(super) fn peek_for_deletion(&self, key: &[u8]) -> Option<usize> {
-        if !self.shared.watchers.wants(watch::DELETIONS) || key.len() > qs_proto::KEY_BYTES_MAX {
+        if !self.shared.observers.watchers.wants(watch::DELETIONS) || key.len() > qs_proto::KEY_BYTES_MAX {
             return None;
         }
         let (hash, partition) = self.locate(key);
@@ -150,7 +150,7 @@ impl Engine {
         expiry: Expiry,
         size: usize,
     ) {
-        if !self.shared.watchers.wants(watch::MUTATIONS) {
+        if !self.shared.observers.watchers.wants(watch::MUTATIONS) {
             return;
         }
         let status = match outcome {
@@ -194,7 +194,7 @@ impl Engine {
     /// `watch evictions`: the items this worker's partitions evicted since the last call
     /// (recording starts when someone watches evictions, stops when no one does).
     pub fn log_evictions(&mut self) {
-        let wanted = self.shared.watchers.wants(watch::EVICTIONS);
+        let wanted = self.shared.observers.watchers.wants(watch::EVICTIONS);
         if !wanted && !self.recording_evictions {
             // The common case: one relaxed load per loop turn.
             return;
@@ -231,15 +231,15 @@ impl Engine {
     /// Sampled counts are published scaled up by the sampling rate.
     pub fn publish_hot(&mut self, now: bool) {
         self.hot_turns = self.hot_turns.wrapping_add(1);
-        if !now && self.hot_turns % 16 != 0 && self.hot_every == self.shared.hotkeys.every() {
+        if !now && self.hot_turns % 16 != 0 && self.hot_every == self.shared.observers.hotkeys.every() {
             return;
         }
-        let every = self.shared.hotkeys.every();
+        let every = self.shared.observers.hotkeys.every();
         if self.hot_every != every {
             self.hot_every = every;
             self.hot_countdown = self.hot_gap();
         }
-        let generation = self.shared.hotkeys.generation();
+        let generation = self.shared.observers.hotkeys.generation();
         if generation != self.hot_generation {
             self.hot_generation = generation;
             self.hot.clear();
@@ -259,7 +259,7 @@ impl Engine {
             hot.count *= scale;
             hot.error *= scale;
         }
-        self.shared.hotkeys.publish(self.worker, top);
+        self.shared.observers.hotkeys.publish(self.worker, top);
     }
 
     /// Publishes this worker's partition figures and counters for `stats`.

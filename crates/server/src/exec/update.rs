@@ -55,7 +55,7 @@ impl Engine {
         answer: Answer<'_>,
     ) -> Outcome {
         if answer.records_detail() {
-            self.shared.detail.record_delete(&key);
+            self.shared.observers.detail.record_delete(&key);
         }
         // To the store a CAS of 0 means "unconditional", so C0 becomes one no item can have.
         let cas = match delete.cas {

@@ -3,18 +3,22 @@
 //! owner locks once per event-loop turn (never per request).
 
 mod connections;
+mod credentials;
 mod map;
 mod memory;
 mod published;
+mod rings;
 mod wakeups;
 
 use crate::config::Config;
 use crate::observe::counters::WorkerCounters;
 pub use connections::Connections;
+pub use credentials::Credentials;
 pub use map::PartitionMap;
 pub use memory::Memory;
 pub use published::{FlashFigures, Published};
 use qs_store::PartitionStats;
+pub use rings::IoRings;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 pub use wakeups::Wakeups;
@@ -39,27 +43,16 @@ pub struct Padded<T>(pub T);
 pub struct Shared {
     /// CAS values clients chose with meta `E`.
     pub explicit_cas: crate::cas::ExplicitCas,
-    /// -S: the SASL users (MEMCACHED_SASL_PWDB).
-    pub sasl_passwords: Option<crate::session::auth::Passwords>,
-    /// -Y: the ASCII authentication users.
-    pub ascii_passwords: Option<crate::session::auth::Passwords>,
-    /// -Z: the TLS configuration and its figures.
-    pub tls: Option<std::sync::Arc<crate::session::tls::Context>>,
+    /// The gates a connection passes: SASL and ASCII passwords, TLS.
+    pub credentials: Credentials,
     /// The `-o` options.
     pub extended: crate::config::Extended,
     /// The command line.
     pub config: Config,
     /// Workers, partitions, their owners, and the CREW readers.
     pub map: PartitionMap,
-    /// `-o ext_path`: the flash reader threads' queues.
-    pub flash_io: Option<crate::flashio::FlashIo>,
-    /// `-o ext_path`: workers reading flash through their own io_uring.
-    pub flash_rings: std::sync::atomic::AtomicUsize,
-    /// Workers whose stream connections run on io_uring (`-o io_backend=uring`; one that the
-    /// kernel refused runs on epoll).
-    pub net_rings: std::sync::atomic::AtomicUsize,
-    /// Whether a worker has said that the kernel refused its io_uring (said once).
-    pub uring_refused: std::sync::atomic::AtomicBool,
+    /// The workers' io_uring rings and the flash reader threads' queues.
+    pub rings: IoRings,
     /// What the workers publish for `stats`, and what `stats reset` zeroed.
     pub published: Published,
     /// Client connections: counts, the -c limit's accept pause.
@@ -68,27 +61,15 @@ pub struct Shared {
     pub wakeups: Wakeups,
     /// The item memory: the logs' size (`cache_memlimit`), the index, the largest item.
     pub memory: Memory,
-    /// Start time (for uptime).
-    pub started: Instant,
-    /// Native protocol: the directory's epoch, drawn at start (a restart, which is when the map
-    /// can change, draws another).
-    pub native_epoch: u32,
-    /// Native protocol: the key of the address cookies (random at start).
-    pub native_secret: u64,
-    /// `lru_crawler enable|disable`: whether metadump and crawl are served.
-    pub crawler_enabled: AtomicBool,
-    /// `stats detail`: per-prefix counters.
-    pub detail: crate::observe::detail::Detail,
-    /// `stats hotkeys`: the workers' most frequent keys.
-    pub hotkeys: crate::observe::hotkeys::HotKeys,
-    /// `stats mrc`: the live miss-ratio curve.
-    pub mrc: crate::observe::mrc::LiveMrc,
+    /// The native protocol's directory epoch and cookie key.
+    pub native: NativeKeys,
+    /// Since when the server runs, and the crawler's switch.
+    pub running: Running,
+    /// What the request path records for the operator (`stats detail`, `stats hotkeys`,
+    /// `stats mrc`, `stats conns`, `watch`).
+    pub observers: Observers,
     /// `-o front_cache` under EREW: each partition's write epochs (empty otherwise).
     pub front_epochs: Vec<qs_store::front::WriteEpochs>,
-    /// Every open socket, for `stats conns`.
-    pub registry: crate::observe::registry::Registry,
-    /// `watch` connections.
-    pub watchers: crate::observe::watch::Watchers,
     /// What clients may make the server hold beyond their first buffers (session::budget).
     pub client_memory: std::sync::Arc<crate::session::budget::ClientMemory>,
 }
@@ -106,13 +87,79 @@ pub struct StatsBaseline {
     pub rejected_connections: u64,
 }
 
+/// What the request path records for the operator: each a type of its own (crate::observe),
+/// with its own locks or atomics.
+pub struct Observers {
+    /// `stats detail`: per-prefix counters.
+    pub detail: crate::observe::detail::Detail,
+    /// `stats hotkeys`: the workers' most frequent keys.
+    pub hotkeys: crate::observe::hotkeys::HotKeys,
+    /// `stats mrc`: the live miss-ratio curve.
+    pub mrc: crate::observe::mrc::LiveMrc,
+    /// Every open socket, for `stats conns`.
+    pub registry: crate::observe::registry::Registry,
+    /// `watch` connections.
+    pub watchers: crate::observe::watch::Watchers,
+}
+
+/// Since when the server runs, and what `lru_crawler enable|disable` switched.
+#[derive(Debug)]
+pub struct Running {
+    started: Instant,
+    crawler_enabled: AtomicBool,
+}
+
+impl Running {
+    /// Started now, the crawler on or off.
+    pub fn new(crawler_enabled: bool) -> Running {
+        Running { started: Instant::now(), crawler_enabled: AtomicBool::new(crawler_enabled) }
+    }
+}
+
+/// The native protocol's keys, drawn at start (a restart, which is when the map can change,
+/// draws others).
+#[derive(Clone, Copy, Debug)]
+pub struct NativeKeys {
+    epoch: u32,
+    secret: u64,
+}
+
+impl NativeKeys {
+    /// The directory's `epoch` and the address cookies' `secret`.
+    pub fn new(epoch: u32, secret: u64) -> NativeKeys {
+        NativeKeys { epoch, secret }
+    }
+
+    /// The directory's epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The key of the address cookies.
+    pub fn secret(&self) -> u64 {
+        self.secret
+    }
+}
+
 impl Shared {
     /// The server's authentication mode (-Y, -S), as connections meet it.
     pub fn auth_modes(&self) -> crate::session::auth::Modes<'_> {
-        crate::session::auth::Modes {
-            ascii: self.ascii_passwords.as_ref(),
-            sasl: self.sasl_passwords.as_ref(),
-        }
+        self.credentials.modes()
+    }
+
+    /// Seconds since the server started.
+    pub fn uptime_secs(&self) -> u64 {
+        self.running.started.elapsed().as_secs()
+    }
+
+    /// `lru_crawler enable|disable`: whether metadump and crawl are served.
+    pub fn crawler_enabled(&self) -> bool {
+        self.running.crawler_enabled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns the crawler on or off; whether it was on.
+    pub fn switch_crawler(&self, enable: bool) -> bool {
+        self.running.crawler_enabled.swap(enable, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A CAS unique as clients see it: 0 under -C (memcached's items then carry none), else
@@ -142,7 +189,7 @@ impl Shared {
     /// Logs a line of `stream` to its watchers (call only when [`crate::observe::watch::Watchers::wants`]
     /// it) and wakes the workers that must send it.
     pub fn log(&self, stream: u16, body: std::fmt::Arguments<'_>) {
-        let wake = self.watchers.log(stream, body);
+        let wake = self.observers.watchers.log(stream, body);
         if wake != 0 {
             for worker in (0..self.map.workers()).filter(|worker| wake & (1 << (worker % 64)) != 0) {
                 self.wake_if_sleeping(worker);
@@ -163,7 +210,7 @@ impl Shared {
 
 impl crate::flashio::Host for Shared {
     fn flash_io(&self) -> Option<&crate::flashio::FlashIo> {
-        self.flash_io.as_ref()
+        self.rings.flash_io()
     }
 
     fn wake(&self, worker: usize) {

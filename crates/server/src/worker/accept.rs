@@ -65,7 +65,7 @@ impl Worker {
         let mutual = security == crate::session::Security::MutualTls;
         if security != crate::session::Security::Plain {
             // -Z: a TLS session around the socket (its handshake runs as it is read).
-            let session = match (self.shared.tls.as_ref(), stream) {
+            let session = match (self.shared.credentials.tls(), stream) {
                 (Some(tls), crate::session::Stream::Tcp(socket)) => {
                     tls.accept(socket, self.engine.now_secs, mutual).ok()
                 }
@@ -97,8 +97,8 @@ impl Worker {
         let fd = stream.fd();
         let local = stream.local_addr(&self.listeners[listener].addr);
         let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
-        self.shared.registry.add(fd, info.clone());
-        if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
+        self.shared.observers.registry.add(fd, info.clone());
+        if self.shared.observers.watchers.wants(crate::observe::watch::CONNEVENTS) {
             let (rip, rport, transport) = peer_text(&info.addr);
             self.shared.log(
                 crate::observe::watch::CONNEVENTS,
@@ -167,7 +167,7 @@ impl Worker {
     /// -Z: closes connections whose handshake has run past its time (a stalled client holds
     /// a socket and a session, nothing more, until then), counting each as a handshake error.
     pub(super) fn drop_stalled_handshakes(&mut self) {
-        let Some(tls) = self.shared.tls.clone() else { return };
+        let Some(tls) = self.shared.credentials.tls().cloned() else { return };
         for index in 0..self.conns.len() {
             let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
                 Transport::Tcp(crate::session::Stream::Tls(session)) => {
@@ -227,16 +227,16 @@ impl Worker {
                 }
             }
             let _ = self.poll.registry().deregister(stream);
-            self.shared.registry.remove(stream.fd());
+            self.shared.observers.registry.remove(stream.fd());
             self.shared.connections.give_place();
             if !self.shared.extended.maxconns_fast {
                 self.shared.connection_closed();
             }
             if let Some(sink) = conn.watch.take() {
-                self.shared.watchers.remove(&sink);
+                self.shared.observers.watchers.remove(&sink);
                 self.watching.retain(|&watcher| watcher != index);
             }
-            if self.shared.watchers.wants(crate::observe::watch::CONNEVENTS) {
+            if self.shared.observers.watchers.wants(crate::observe::watch::CONNEVENTS) {
                 if let Some(info) = conn.info.as_ref() {
                     let (rip, rport, transport) = peer_text(&info.addr);
                     let reason = if conn.error {

@@ -86,7 +86,7 @@ fn start_read(
             }
         }
     }
-    match shared.flash_io.as_ref() {
+    match shared.rings.flash_io() {
         Some(io) => {
             io.submit(Job { file, position: place, len: read.len, worker, ticket, direct });
             Started::Reading(KeyState::Reading)
@@ -285,7 +285,7 @@ impl FlashWaits {
 
     /// Takes the reads the ring and the reader threads finished.
     fn collect(&mut self, engine: &mut Engine, shared: &Shared) {
-        let Some(io) = shared.flash_io.as_ref() else { return };
+        let Some(io) = shared.rings.flash_io() else { return };
         if let Some(uring) = self.uring.as_mut() {
             let mut reaped = std::mem::take(&mut self.reaped);
             uring.reap(&mut reaped);
@@ -455,7 +455,7 @@ impl FlashWaits {
 impl Worker {
     /// Runs the requests whose flash reads are back.
     pub(super) fn finish_flash(&mut self) {
-        if self.shared.flash_io.is_none() {
+        if self.shared.rings.flash_io().is_none() {
             return;
         }
         self.flash.collect(&mut self.engine, &self.shared);

@@ -162,16 +162,16 @@ impl Worker {
         let now = crate::sys::now_secs();
         for listener in &listeners {
             let info = Info::new(registry::Kind::Listener, listener.addr.clone(), None, now);
-            shared.registry.add(listener.socket.fd(), Arc::new(info));
+            shared.observers.registry.add(listener.socket.fd(), Arc::new(info));
         }
         for socket in &udp {
             if let Ok(addr) = socket.local_addr() {
                 let info = Info::new(registry::Kind::Udp, Addr::Inet(addr), None, now);
-                shared.registry.add(socket.as_raw_fd(), Arc::new(info));
+                shared.observers.registry.add(socket.as_raw_fd(), Arc::new(info));
             }
         }
         let mut flash = flash::FlashWaits::default();
-        if shared.flash_io.is_some() && !shared.extended.flash_io_threads {
+        if shared.rings.flash_io().is_some() && !shared.extended.flash_io_threads {
             // io_uring where the kernel allows it; the reader threads otherwise.
             if let Ok(uring) = crate::flashio::Uring::new(256) {
                 poll.registry().register(
@@ -180,7 +180,7 @@ impl Worker {
                     Interest::READABLE,
                 )?;
                 flash.uring = Some(uring);
-                shared.flash_rings.fetch_add(1, Relaxed);
+                shared.rings.flash_ring_started();
             }
         }
         let mut net = None;
@@ -193,7 +193,7 @@ impl Worker {
                     let eventfd = ring.eventfd();
                     poll.registry().register(&mut mio::unix::SourceFd(&eventfd), NET, Interest::READABLE)?;
                     net = Some(ring);
-                    shared.net_rings.fetch_add(1, Relaxed);
+                    shared.rings.net_ring(true);
                 }
                 Err(error) => uring_refused(&shared, &error),
             }
@@ -251,12 +251,13 @@ impl Worker {
             if let Err(error) = net.enable() {
                 uring_refused(&self.shared, &error);
                 self.net = None;
-                self.shared.net_rings.fetch_sub(1, Relaxed);
+                self.shared.rings.net_ring(false);
             }
         }
         let mut events = Events::with_capacity(256);
         let mut stop_deadline: Option<Instant> = None;
-        let flash_durable = self.shared.flash_io.is_some() && self.shared.config.memory_file.is_some();
+        let flash_durable =
+            self.shared.rings.flash_io().is_some() && self.shared.config.memory_file.is_some();
         let mut flash_written_secs = 0;
         loop {
             let timeout = self.timeout();
@@ -361,7 +362,7 @@ impl Worker {
         while let Some(index) = self.work.pop() {
             self.service(index);
         }
-        if self.shared.flash_io.is_some() {
+        if self.shared.rings.flash_io().is_some() {
             // Reads the page cache holds complete inside the submit: run their requests
             // in this turn.
             self.flash.submit();
@@ -427,7 +428,7 @@ impl Worker {
         }
         self.shared.wakeups.going_to_sleep(self.index);
         let rings_have_work = self.rings.from.iter().flatten().any(|ring| !ring.is_empty())
-            || self.shared.flash_io.as_ref().is_some_and(|io| io.has_done(self.index))
+            || self.shared.rings.flash_io().is_some_and(|io| io.has_done(self.index))
             || self.rings.reply_from.iter().flatten().any(|ring| !ring.is_empty())
             || self.watching.iter().any(|&index| {
                 self.conns[index]
@@ -448,7 +449,7 @@ impl Worker {
 
     fn begin_stop(&mut self) -> Instant {
         for mut listener in self.listeners.drain(..) {
-            self.shared.registry.remove(listener.socket.fd());
+            self.shared.observers.registry.remove(listener.socket.fd());
             let _ = self.poll.registry().deregister(&mut listener.socket);
         }
         for socket in &mut self.udp {
@@ -477,7 +478,7 @@ impl Worker {
 /// A peer as `watch connevents` names it: address, port and transport.
 /// A worker whose io_uring the kernel refused serves on epoll; the first to find it says so.
 fn uring_refused(shared: &Shared, error: &io::Error) {
-    if !shared.uring_refused.swap(true, Relaxed) {
+    if shared.rings.first_refusal() {
         eprintln!("quicksilver: io_uring refused ({error}): connections are served on epoll (-o io_backend)");
     }
 }

@@ -219,7 +219,7 @@ impl Turn<'_, '_> {
             self.output.reply_buf().extend_from_slice(refusal);
             return Flow::Next(len);
         }
-        *self.watch = Some(self.shared.watchers.add(streams.unwrap_or_default(), self.me));
+        *self.watch = Some(self.shared.observers.watchers.add(streams.unwrap_or_default(), self.me));
         self.watching.push(self.index);
         if let Some(info) = self.info {
             info.set_state(registry::State::Watch);
@@ -239,8 +239,7 @@ impl Turn<'_, '_> {
         if *self.phase == crate::session::auth::Phase::Open {
             return None;
         }
-        let (Request::Binary(request), Some(passwords)) = (request, self.shared.sasl_passwords.as_ref())
-        else {
+        let (Request::Binary(request), Some(passwords)) = (request, self.shared.credentials.sasl()) else {
             return None;
         };
         let reply = self.output.reply_buf();

@@ -22,7 +22,12 @@ impl Worker {
             self.engine.shares.on = false;
             let Some(conn) = self.conns[index].as_mut() else { return };
             if !conn.may_read()
-                || !read_once(conn, &mut self.engine.counters, &mut self.buffers, self.shared.tls.as_deref())
+                || !read_once(
+                    conn,
+                    &mut self.engine.counters,
+                    &mut self.buffers,
+                    self.shared.credentials.tls().map(|tls| &**tls),
+                )
             {
                 break;
             }
@@ -49,7 +54,7 @@ impl Worker {
             return;
         }
         let Worker { work, conns, engine, ahead, buffers, shared, .. } = self;
-        let tls = shared.tls.as_deref();
+        let tls = shared.credentials.tls().map(|tls| &**tls);
         ahead.clear();
         let mut read = 0;
         // `service` pops the queue from its end: load in that order.

@@ -34,7 +34,7 @@ impl Worker {
             if conn.ring != RingIo::Off {
                 if let Some(sink) = conn.watch.as_ref().filter(|_| conn.output.unsent().is_empty()) {
                     let moved = sink.take(conn.output.reply_buf());
-                    self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+                    self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
                 let send =
                     !hold && !conn.state.is_dead() && !conn.write_blocked && !conn.output.unsent().is_empty();
@@ -61,7 +61,7 @@ impl Worker {
                     if moved == 0 {
                         break;
                     }
-                    self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+                    self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
                 match stream.write(conn.output.unsent()) {
                     Ok(written) => {
@@ -111,7 +111,7 @@ impl Worker {
             return false;
         }
         let moved = sink.take(conn.output.reply_buf());
-        self.shared.watchers.sent.fetch_add(moved as u64, Relaxed);
+        self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
         moved > 0
     }
 
