@@ -254,20 +254,19 @@ impl Hand<'_> {
 /// them once (`handed`: [`Task::decode`]), and appends its reply to `responses`.
 pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], handed: &Handed<'_>, responses: &mut Vec<u8>) {
     let response_start = responses.len();
-    engine.conn_fd = op.fd;
     op.front = None;
     match (op.task, handed) {
         // Every key of a handed-over command is owned here, so nothing is handed on.
         (Task::Command(_), Handed::Command(command)) => {
-            engine.run_command(command, op.at, responses);
+            engine.run_command(command, (op.at, op.fd), responses);
         }
         (Task::Request(_), Handed::Request(request)) => {
-            engine.execute(request, op.at, responses);
+            engine.execute(request, (op.at, op.fd), responses);
         }
         (Task::Everywhere(_), Handed::Request(request)) => engine.run_everywhere(request),
         (Task::Get { kind, end }, _) => {
             let key = engine.key(bytes, op.at);
-            if !engine.get_one(kind, key, responses) {
+            if !engine.get_one(kind, (key, op.fd), responses) {
                 responses.extend_from_slice(qs_proto::response::BAD_FORMAT);
             } else if end {
                 responses.extend_from_slice(crate::codec::END);

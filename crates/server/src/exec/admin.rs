@@ -26,7 +26,7 @@ impl Engine {
                 self.turn_mrc();
             }
             Request::Stats { group: b"conns", .. } => {
-                self.shared.observers.registry.write_stats(self.conn_fd, self.now_secs, out);
+                self.shared.observers.registry.write_stats(self.asking_fd, self.now_secs, out);
                 out.extend_from_slice(reply::END);
             }
             Request::SlabsReassign { classes } => {

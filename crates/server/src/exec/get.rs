@@ -106,8 +106,10 @@ impl ValueSink for ReplySink<'_> {
 }
 
 impl Engine {
-    /// One key of a text get: its VALUE block (nothing on a miss). `false` for a key too long.
-    pub fn get_one(&mut self, kind: qs_proto::GetKind, key: Key<'_>, out: &mut Vec<u8>) -> bool {
+    /// One key of a text get, for the connection `fd`: its VALUE block (nothing on a miss).
+    /// `false` for a key too long.
+    pub fn get_one(&mut self, kind: qs_proto::GetKind, (key, fd): (Key<'_>, i32), out: &mut Vec<u8>) -> bool {
+        self.asking_fd = fd;
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return false;
         }

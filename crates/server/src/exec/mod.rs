@@ -179,8 +179,10 @@ pub struct Engine {
     /// Parser limits.
     pub limits: qs_proto::Limits,
     crew: bool,
-    /// The descriptor of the connection whose requests run now (`stats conns`, `watch`).
-    pub conn_fd: i32,
+    /// The descriptor of the connection whose request runs now (`stats conns`, `watch`
+    /// lines): each entry point (`execute`, `run_command`, `get_one`, `get_many`) takes it as
+    /// an argument and keeps it here for the run.
+    asking_fd: i32,
     /// The owned partitions record evicted items (someone watched evictions at the last look).
     recording_evictions: bool,
     /// The keys this worker runs commands on, most frequent (`stats hotkeys`).
@@ -234,7 +236,7 @@ impl Engine {
             remote_reads: vec![(0, 0); count],
             limits,
             crew,
-            conn_fd: -1,
+            asking_fd: -1,
             recording_evictions: false,
             hot: qs_store::hot::TopKeys::new(crate::observe::hotkeys::WATCHED_PER_WORKER),
             hot_every: 0,
@@ -320,18 +322,24 @@ impl Engine {
     /// Runs `request` here, appending its reply to `out` (nothing for noreply). `at`: where
     /// the one key of a single-key request was located ([`Engine::locate_request`]), if it was.
     /// A command on one key, whatever its dialect, goes to the one executor (run.rs).
-    pub fn execute(&mut self, request: &Request<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
+    pub fn execute(
+        &mut self,
+        request: &Request<'_>,
+        (at, fd): (Option<Located>, i32),
+        out: &mut Vec<u8>,
+    ) -> Exec {
+        self.asking_fd = fd;
         match *request {
             Request::Get { kind, keys } => {
                 if let Some(key) = qs_proto::tokens::single_word(keys) {
-                    if !self.get_one(kind, self.key(key, at), out) {
+                    if !self.get_one(kind, (self.key(key, at), fd), out) {
                         out.extend_from_slice(reply::BAD_FORMAT);
                         return Exec::Done;
                     }
                     out.extend_from_slice(reply::END);
                     return Exec::Done;
                 }
-                self.get_many(kind, keys, out, usize::MAX);
+                self.get_many(kind, (keys, fd), out, usize::MAX);
             }
             Request::FlushAll { .. } if self.shared.config.disable_flush_all => {
                 out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
@@ -345,7 +353,7 @@ impl Engine {
             Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
             _ => {
                 if let Some(command) = request.key_command(&self.limits) {
-                    return self.run_command(&command, at, out);
+                    return self.run_command(&command, (at, fd), out);
                 }
                 return match request {
                     Request::Binary(binary) => self.binary_admin(binary, out),
@@ -479,10 +487,11 @@ impl Engine {
     pub fn get_many<'k>(
         &mut self,
         kind: GetKind,
-        keys: &'k [u8],
+        (keys, fd): (&'k [u8], i32),
         out: &mut Vec<u8>,
         budget: usize,
     ) -> Option<&'k [u8]> {
+        self.asking_fd = fd;
         // memcached drops the partial reply of a get with a key too long: check first.
         if qs_proto::tokens::words(keys).any(|key| key.len() > qs_proto::KEY_BYTES_MAX) {
             out.extend_from_slice(reply::BAD_FORMAT);
@@ -490,7 +499,7 @@ impl Engine {
         }
         let start = out.len();
         for key in qs_proto::tokens::words(keys) {
-            self.get_one(kind, self.key(key, None), out);
+            self.get_one(kind, (self.key(key, None), fd), out);
             if out.len() - start + self.shares.taken_bytes() > budget {
                 if let Some(rest) = keys_after(keys, key) {
                     return Some(rest);

@@ -8,8 +8,15 @@ use super::*;
 use qs_proto::command::{self as cmd, Answer, Command as KeyCommand, Created, Op};
 
 impl Engine {
-    /// Runs `command` here, its key located at `at` when the window located it.
-    pub fn run_command(&mut self, command: &KeyCommand<'_>, at: Option<Located>, out: &mut Vec<u8>) -> Exec {
+    /// Runs `command` for the connection `fd` here, its key located at `at` when the window
+    /// located it.
+    pub fn run_command(
+        &mut self,
+        command: &KeyCommand<'_>,
+        (at, fd): (Option<Located>, i32),
+        out: &mut Vec<u8>,
+    ) -> Exec {
+        self.asking_fd = fd;
         let KeyCommand { key, op, answer } = *command;
         let key = self.key(key, at);
         if let (Answer::Meta(_), false) = (answer, matches!(op, Op::TooLarge { .. })) {

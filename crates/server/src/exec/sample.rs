@@ -98,7 +98,7 @@ impl Engine {
                 "type=item_get key={} status={status} clsid={} cfd={} size={}",
                 UriKey(key),
                 size.map_or(0, |size| watch::slab_class(key.len(), size)),
-                self.conn_fd,
+                self.asking_fd,
                 size.unwrap_or(0)
             ),
         );
@@ -186,7 +186,7 @@ impl Engine {
                 "type=item_store key={} status={status} cmd={command} ttl={ttl} clsid={} cfd={} size={size}",
                 UriKey(key),
                 watch::slab_class(key.len(), size),
-                self.conn_fd
+                self.asking_fd
             ),
         );
     }

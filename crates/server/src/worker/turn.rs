@@ -326,7 +326,7 @@ impl Turn<'_, '_> {
             if owner == self.me {
                 let buf = self.output.reply_buf();
                 let before = buf.len();
-                self.engine.get_one(kind, key, buf);
+                self.engine.get_one(kind, (key, self.hand.fd), buf);
                 added += buf.len() - before + self.engine.shares.taken_bytes();
                 self.output.adopt(&mut self.engine.shares.taken);
             } else {
@@ -366,14 +366,14 @@ impl Turn<'_, '_> {
         if let (&Request::Get { kind, keys }, None) = (request, located) {
             // Several keys' replies may outgrow the output bound: the get runs in pieces.
             let budget = self.reply_room();
-            let rest = self.engine.get_many(kind, keys, self.output.reply_buf(), budget);
+            let rest = self.engine.get_many(kind, (keys, self.hand.fd), self.output.reply_buf(), budget);
             self.output.adopt(&mut self.engine.shares.taken);
             if let Some(rest) = rest {
                 return Flow::Resume(codec::Resume::of(pending, here, keys, rest));
             }
             return Flow::Next(len);
         }
-        let executed_as = self.engine.execute(request, located, self.output.reply_buf());
+        let executed_as = self.engine.execute(request, (located, self.hand.fd), self.output.reply_buf());
         self.output.adopt(&mut self.engine.shares.taken);
         match executed_as {
             Exec::Done => {}

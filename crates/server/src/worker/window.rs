@@ -119,7 +119,6 @@ impl Worker {
             return;
         }
         conn.starved = false;
-        engine.conn_fd = conn.fd;
         let Some(dialect) = admit(conn, shared, engine, executed) else { return };
         conn.state.unblock(Wait::Turn);
         let Conn {
