@@ -52,6 +52,16 @@ enum Subcommands {
     /// TCP (epoll and io_uring) and UDP (plain and recvmmsg/sendmmsg) at each depth, and DRAM
     /// random-access latency and throughput (run as `taskset -c 1 qs-bench probe`).
     Probe(ProbeArgs),
+    /// The scaling plot: requests per second against workers, a panel per workload, from the
+    /// JSON `scripts/bench-scaling.py --out` writes.
+    ScalingPlot {
+        /// The report.
+        #[arg(long, default_value = "scaling.json")]
+        input: std::path::PathBuf,
+        /// The SVG to write.
+        #[arg(long, default_value = "scaling.svg")]
+        out: std::path::PathBuf,
+    },
     /// The probe's echo server (started by `probe`; prints its address, runs until killed).
     #[command(hide = true)]
     ProbeEcho {
@@ -69,6 +79,18 @@ enum Subcommands {
 
 fn main() {
     match Cli::parse().command {
+        Subcommands::ScalingPlot { input, out } => {
+            let report = std::fs::read_to_string(&input)
+                .map_err(|error| error.to_string())
+                .and_then(|text| serde_json::from_str(&text).map_err(|error| error.to_string()));
+            let drawn = report.and_then(|report: serde_json::Value| {
+                let title = format!("requests/s by workers ({} cores)", report["cores"]);
+                plot::scaling(&out, &title, &plot::scaling_panels(&report))
+            });
+            if let Err(error) = drawn {
+                fail("scaling-plot", error);
+            }
+        }
         Subcommands::Compare(args) => match compare::run(&args) {
             Ok(report) => {
                 compare::print(&report);

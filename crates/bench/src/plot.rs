@@ -271,3 +271,116 @@ mod tests {
         std::fs::remove_dir_all(&dir).expect("cleaned up");
     }
 }
+
+/// One panel of a scaling plot: a workload, and a line per server of (workers, requests/s).
+#[derive(Clone, Debug)]
+pub struct ScalingPanel {
+    /// The workload (mix, keys, depth).
+    pub title: String,
+    /// (server, (workers, requests per second) in workers' order).
+    pub lines: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Requests per second against workers (cores), a panel per workload, a line per server, as
+/// `scripts/bench-scaling.py` measures them.
+pub fn scaling(path: &Path, title: &str, panels: &[ScalingPanel]) -> Result<(), String> {
+    let columns = panels.len().clamp(1, 4);
+    let rows = panels.len().div_ceil(columns).max(1);
+    let root = SVGBackend::new(path, (420 * columns as u32, 320 * rows as u32 + 40)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| error.to_string())?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(|error| error.to_string())?;
+    for (area, panel) in root.split_evenly((rows, columns)).iter().zip(panels) {
+        let points = panel.lines.iter().flat_map(|(_, points)| points.iter());
+        let max_x = points.clone().map(|point| point.0).fold(1.0, f64::max);
+        let max_y = points.map(|point| point.1).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 14))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.5..max_x + 0.5, 0.0..max_y)
+            .map_err(|error| error.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("workers (cores)")
+            .y_desc("requests/s")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{:.0}k", y / 1e3))
+            .draw()
+            .map_err(|error| error.to_string())?;
+        for (index, (server, points)) in panel.lines.iter().enumerate() {
+            let colour = COLOURS[index % COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+                .map_err(|error| error.to_string())?
+                .label(server.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            chart
+                .draw_series(points.iter().map(|&point| Circle::new(point, 3, colour.filled())))
+                .map_err(|error| error.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|error| error.to_string())?;
+    }
+    root.present().map_err(|error| error.to_string())
+}
+
+/// The panels of a `scripts/bench-scaling.py` report (its `--out` JSON): one per workload, in
+/// the order the report first names them.
+pub fn scaling_panels(report: &serde_json::Value) -> Vec<ScalingPanel> {
+    let mut panels: Vec<ScalingPanel> = Vec::new();
+    for point in report["points"].as_array().into_iter().flatten() {
+        let title = format!(
+            "{}, {} keys, depth {}",
+            point["mix"].as_str().unwrap_or("?"),
+            point["keys"].as_str().unwrap_or("?"),
+            point["depth"].as_u64().unwrap_or(0)
+        );
+        let server = point["server"].as_str().unwrap_or("?").to_string();
+        let xy =
+            (point["workers"].as_f64().unwrap_or(0.0), point["requests_per_sec"].as_f64().unwrap_or(0.0));
+        let index = match panels.iter().position(|panel| panel.title == title) {
+            Some(index) => index,
+            None => {
+                panels.push(ScalingPanel { title, lines: Vec::new() });
+                panels.len() - 1
+            }
+        };
+        let lines = &mut panels[index].lines;
+        match lines.iter_mut().find(|(name, _)| *name == server) {
+            Some((_, points)) => points.push(xy),
+            None => lines.push((server, vec![xy])),
+        }
+    }
+    panels
+}
+
+#[cfg(test)]
+mod scaling_tests {
+    use super::*;
+
+    #[test]
+    fn a_scaling_report_becomes_a_panel_per_workload_and_a_line_per_server() {
+        let report = serde_json::json!({"cores": 16, "points": [
+            {"workers": 1, "mix": "95% gets", "keys": "uniform", "depth": 1, "server": "memcached", "requests_per_sec": 100.0},
+            {"workers": 1, "mix": "95% gets", "keys": "uniform", "depth": 1, "server": "quicksilver", "requests_per_sec": 150.0},
+            {"workers": 2, "mix": "95% gets", "keys": "uniform", "depth": 1, "server": "memcached", "requests_per_sec": 190.0},
+            {"workers": 2, "mix": "95% gets", "keys": "uniform", "depth": 1, "server": "quicksilver", "requests_per_sec": 300.0},
+            {"workers": 1, "mix": "50% gets", "keys": "zipf", "depth": 16, "server": "memcached", "requests_per_sec": 90.0},
+        ]});
+        let panels = scaling_panels(&report);
+        assert_eq!(panels.len(), 2);
+        assert_eq!(panels[0].title, "95% gets, uniform keys, depth 1");
+        assert_eq!(panels[0].lines[1], ("quicksilver".to_string(), vec![(1.0, 150.0), (2.0, 300.0)]));
+        let path = std::env::temp_dir().join(format!("qs-scaling-{}.svg", std::process::id()));
+        scaling(&path, "scaling", &panels).expect("drawn");
+        let svg = std::fs::read_to_string(&path).expect("written");
+        std::fs::remove_file(&path).ok();
+        assert!(svg.contains("quicksilver") && svg.contains("<svg"));
+    }
+}
