@@ -104,24 +104,30 @@ impl Answer<'_> {
         }
     }
 
-    /// What goes before a get's value, for a hit of `key` (text and binary: the meta get's
-    /// head depends on what the read decided, see [`Answer::meta_hit`]).
+    /// What goes before a get's value, for a hit of `key` (its CAS `cas`): the text `VALUE`
+    /// line, the binary header, the meta get's line (which reports what the read decided: a
+    /// win token, a stale item). Whether the value follows it (a meta get without `v`, or
+    /// whose `C` names the version the client has, sends none).
     #[inline(always)]
-    pub fn head(&self, key: &[u8], hit: &Hit, cas: u64, out: &mut Vec<u8>) {
+    pub fn head(&self, key: &[u8], hit: &Hit, cas: u64, now_secs: u32, out: &mut Vec<u8>) -> bool {
         match *self {
-            Answer::Text { with_cas, .. } => crate::text::reply::head(key, hit, with_cas.then_some(cas), out),
+            Answer::Text { with_cas, .. } => {
+                crate::text::reply::head(key, hit, with_cas.then_some(cas), out);
+                true
+            }
             Answer::Binary { opcode, opaque, with_key, .. } => {
                 let key = if with_key { key } else { &[] };
                 crate::binary::reply::head((opcode, opaque), key, hit, cas, out);
+                true
             }
-            Answer::Meta(_) => debug_assert!(false, "a meta get's head is written after its read"),
+            Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now_secs, out),
         }
     }
 
-    /// What goes after a get's value (the text protocol's `\r\n`).
+    /// What goes after a get's value (`\r\n` in the text protocol and meta's).
     #[inline(always)]
     pub fn tail(&self, out: &mut Vec<u8>) {
-        if let Answer::Text { .. } = self {
+        if let Answer::Text { .. } | Answer::Meta(_) = self {
             out.extend_from_slice(b"\r\n");
         }
     }
@@ -135,14 +141,6 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, with_key } => {
                 crate::binary::reply::miss((opcode, opaque, quiet, with_key), key, out);
             }
-        }
-    }
-
-    /// A meta get's hit, its value's bytes in `value` (nothing for another dialect).
-    #[inline]
-    pub fn meta_hit(&self, hit: &Hit, cas: u64, value: &[u8], now_secs: u32, out: &mut Vec<u8>) {
-        if let Answer::Meta(meta) = *self {
-            crate::meta::reply::hit(meta, hit, cas, value, now_secs, out);
         }
     }
 

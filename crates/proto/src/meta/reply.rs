@@ -116,10 +116,10 @@ pub(crate) fn arith(
     }
 }
 
-/// mg's hit: `VA <len>` with the value (v, unless its `C` names the version the client has),
-/// else `HD`; the item's figures, then `Z` (a win token was already out), `X` (stale) and
-/// `W` (this request won). `value` is the value's bytes.
-pub(crate) fn hit(meta: &Meta<'_>, hit: &Hit, cas: u64, value: &[u8], now_secs: u32, out: &mut Vec<u8>) {
+/// mg's hit, what goes before its value: `VA <len>` (v, unless its `C` names the version the
+/// client has), else `HD`; the item's figures, then `Z` (a win token was already out), `X`
+/// (stale) and `W` (this request won). Whether the value follows (then `\r\n` after it).
+pub(crate) fn hit_head(meta: &Meta<'_>, hit: &Hit, cas: u64, now_secs: u32, out: &mut Vec<u8>) -> bool {
     let mut item = MetaItem {
         cas,
         flags: hit.flags,
@@ -132,23 +132,25 @@ pub(crate) fn hit(meta: &Meta<'_>, hit: &Hit, cas: u64, value: &[u8], now_secs: 
         // `t` before `T` reads the expiry before the touch.
         item.ttl_secs = ttl_secs(shown_expiry(meta, hit.expiry_before, false, now_secs), now_secs);
     }
-    found(meta, &item, (hit.won, hit.stale, hit.win_sent), value, out);
+    found_head(meta, &item, (hit.won, hit.stale, hit.win_sent), out)
 }
 
 /// mg N's miss, which created an empty item and won the right to fill it.
 pub(crate) fn vivified(meta: &Meta<'_>, cas: u64, now_secs: u32, out: &mut Vec<u8>) {
     let ttl_secs = ttl_secs(shown_expiry(meta, Expiry::NEVER, true, now_secs), now_secs);
     let item = MetaItem { cas, ttl_secs, ..MetaItem::default() };
-    found(meta, &item, (true, false, false), &[], out);
+    if found_head(meta, &item, (true, false, false), out) {
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
-fn found(
+/// A found item's line; whether its value follows it.
+fn found_head(
     meta: &Meta<'_>,
     item: &MetaItem,
     (won, stale, win_sent): (bool, bool, bool),
-    value: &[u8],
     out: &mut Vec<u8>,
-) {
+) -> bool {
     // memcached 1.6.40: a `C` that matches the item's CAS means the client has this version
     // already, so the value is not sent.
     let with_value = meta.options.has(b'v') && meta.options.cas != Some(item.cas);
@@ -165,10 +167,7 @@ fn found(
         }
     }
     out.extend_from_slice(b"\r\n");
-    if with_value {
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
+    with_value
 }
 
 /// mg's miss: `EN` with only the request's key (k) and opaque (O); nothing with q.

@@ -33,6 +33,10 @@ pub(super) struct ReplySink<'a> {
     /// Where this reply starts in `out` (an undone read goes back to it).
     mark: usize,
     large: Large,
+    /// The clock, for what a meta get's head reports.
+    now_secs: u32,
+    /// The head said the value follows (a meta get may send none).
+    value_follows: bool,
 }
 
 impl<'a> ReplySink<'a> {
@@ -41,17 +45,17 @@ impl<'a> ReplySink<'a> {
         key: &'a [u8],
         answer: Answer<'a>,
         shared: &'a Shared,
-        shares: &'a mut Shares,
+        (shares, now_secs): (&'a mut Shares, u32),
     ) -> ReplySink<'a> {
         let mark = out.len();
-        ReplySink { out, key, answer, shared, shares, mark, large: Large::No }
+        ReplySink { out, key, answer, shared, shares, mark, large: Large::No, now_secs, value_follows: false }
     }
 
     /// Ends the reply of a read that answered `outcome`: what follows the value (the text
     /// reply's `\r\n`), a large value handed to the connection's output to send from its copy.
     #[inline(always)]
     pub(super) fn finish(self, outcome: &Outcome) {
-        if !matches!(outcome, Outcome::Hit(_)) {
+        if !matches!(outcome, Outcome::Hit(_)) || !self.value_follows {
             return;
         }
         let answer = self.answer;
@@ -74,17 +78,21 @@ impl<'a> ReplySink<'a> {
         self.out
     }
 
-    /// Writes the head for `hit`.
+    /// Writes the head for `hit`; whether the value follows it.
     #[inline(always)]
-    fn write_head(&mut self, hit: &Hit) {
-        self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.out);
+    fn write_head(&mut self, hit: &Hit) -> bool {
+        self.value_follows =
+            self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.now_secs, self.out);
+        self.value_follows
     }
 }
 
 impl ValueSink for ReplySink<'_> {
     #[inline(always)]
     fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>> {
-        self.write_head(hit);
+        if !self.write_head(hit) {
+            return None;
+        }
         if !self.shares.wants(hit.value_len) {
             return Some(self.out);
         }
@@ -102,6 +110,7 @@ impl ValueSink for ReplySink<'_> {
     fn undo(&mut self) {
         self.out.truncate(self.mark);
         self.large = Large::No;
+        self.value_follows = false;
     }
 }
 
@@ -136,7 +145,7 @@ impl Engine {
             self.counters.cmd_touch += 1;
         }
         let outcome = if let Answer::Meta(_) = answer {
-            match self.read_then_reply(key, get, answer, out) {
+            match self.read_meta(key, get, answer, out) {
                 Some(outcome) => outcome,
                 None => return Exec::Forward(self.owner(key.partition)),
             }
@@ -161,21 +170,20 @@ impl Engine {
         Exec::Done
     }
 
-    /// A read whose reply's head depends on what the read decided (the meta get: a win
-    /// token, a stale item, a counter the miss created): the value is read into scratch, then
-    /// the reply written. `None` when a CREW read must run on the owner after all.
-    fn read_then_reply(
+    /// A meta get's read, its reply written as the store reads the value (the head reports
+    /// what the read decided: a win token claimed, a stale item). `None` when a CREW read must
+    /// run on the owner after all (a win token to hand out, a first fetch to mark): then
+    /// nothing is written.
+    fn read_meta(
         &mut self,
         key: Key<'_>,
         get: &cmd::Get,
         answer: Answer<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Outcome> {
-        let Key { hash, partition, .. } = key;
-        let owned = self.partitions[partition].is_some();
-        let mut value = std::mem::take(&mut self.scratch);
-        value.clear();
-        let outcome = if owned {
+        let Key { bytes, hash, partition } = key;
+        let now = self.now_secs;
+        let outcome = if self.partitions[partition].is_some() {
             let options = MetaGet {
                 touch: get.touch.map(|exptime| self.exptime(exptime)),
                 vivify: get.vivify.map(|exptime| self.exptime(exptime)),
@@ -183,36 +191,46 @@ impl Engine {
                 recache_before_touch: get.recache_before_touch,
                 no_update: get.no_update,
             };
-            self.run(key, Command::MetaGet(options), &mut value)
+            self.offer(hash, bytes, &Command::MetaGet(options));
+            if let Some(epochs) = self.shared.front_epochs.get(partition) {
+                // It may touch or take a token: other workers' front caches stop serving it.
+                epochs.bump(hash.0);
+            }
+            let shared = &*self.shared;
+            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now));
+            let owned = self.partitions[partition].as_mut().expect("owned");
+            let outcome = owned.read_meta(hash, bytes, options, now, &mut sink);
+            sink.finish(&outcome);
+            outcome
         } else {
-            self.read_remote(hash, partition, &key, &mut value)
-        };
-        // The win token is the owner's to hand out, and the first fetch marks the item fetched
-        // (meta `h`): both are writes, so the owner serves them (and shows the key to `stats
-        // hotkeys` and `stats mrc` then, once).
-        if !owned {
+            let shared = &*self.shared;
+            let reader = shared
+                .map
+                .reader(partition)
+                .expect("a partition not owned here is read through its CREW reader");
+            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now));
+            let (outcome, gone) = reader.read_telling(hash, bytes, now, &mut sink);
+            // The win token is the owner's to hand out, and the first fetch marks the item
+            // fetched (meta `h`): both are writes, so the owner serves them (and shows the key
+            // to `stats hotkeys` and `stats mrc` then, once).
             if let Outcome::Hit(hit) = &outcome {
                 if (hit.stale && !hit.win_sent) || (!hit.fetched_before && !get.no_update) {
-                    self.scratch = value;
+                    sink.undo();
+                    self.count_remote(partition, &outcome, gone);
                     return None;
                 }
             }
-            self.offer(hash, &key, &Command::Get);
-        }
-        match outcome {
-            Outcome::Hit(hit) => {
-                let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
-                answer.meta_hit(&hit, self.cas_out(hit.cas), bytes, self.now_secs, out);
+            sink.finish(&outcome);
+            self.count_remote(partition, &outcome, gone);
+            self.offer(hash, bytes, &Command::Get);
+            outcome
+        };
+        if let Outcome::Vivified { cas } = outcome {
+            if let Some(chosen) = get.cas_in {
+                self.choose_cas(key, Some(cas), chosen);
             }
-            Outcome::Vivified { cas } => {
-                if let Some(chosen) = get.cas_in {
-                    self.choose_cas(key, Some(cas), chosen);
-                }
-                answer.vivified(self.cas_out(cas), self.now_secs, out);
-            }
-            _ => {}
+            answer.vivified(self.cas_out(cas), now, out);
         }
-        self.scratch = value;
         Some(outcome)
     }
 
@@ -242,7 +260,7 @@ impl Engine {
         }
         let now = self.now_secs;
         let shared = &*self.shared;
-        let mut sink = ReplySink::new(out, key, answer, shared, &mut self.shares);
+        let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now));
         if let Some(owned) = &mut self.partitions[partition] {
             let outcome = owned.read_value(hash, key, touch, now, &mut sink);
             sink.finish(&outcome);
@@ -272,7 +290,7 @@ impl Engine {
         let outcome = self.read_flash(hash, partition, key, &mut value);
         if let Some(Outcome::Hit(hit)) = &outcome {
             let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
-            let mut sink = ReplySink::new(out, key, answer, &self.shared, &mut self.shares);
+            let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, self.now_secs));
             qs_store::deliver(&mut sink, &mut hit.clone(), bytes);
             sink.finish(&Outcome::Hit(*hit));
         }

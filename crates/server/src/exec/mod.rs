@@ -453,15 +453,6 @@ impl Engine {
         }
     }
 
-    /// A get through `partition`'s CREW reader (not offered to `stats hotkeys` and `stats mrc`:
-    /// the caller does that).
-    fn read_remote(&mut self, hash: KeyHash, partition: usize, key: &[u8], out: &mut Vec<u8>) -> Outcome {
-        let (outcome, gone) =
-            self.shared.map.reader(partition).expect("CREW").get_telling(hash, key, self.now_secs, out);
-        self.count_remote(partition, &outcome, gone);
-        outcome
-    }
-
     /// Counts a read made here through `partition`'s CREW reader.
     fn count_remote(&mut self, partition: usize, outcome: &Outcome, gone: qs_store::Gone) {
         match gone {

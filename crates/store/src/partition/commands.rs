@@ -96,6 +96,22 @@ impl Partition {
         now_secs: u32,
         sink: &mut impl ValueSink,
     ) -> Outcome {
+        self.get_winning(hash, key, (touch, update), now_secs, sink, |_| false)
+    }
+
+    /// [`Partition::get`], and a win token claimed when `wins` says the hit wins one (meta's
+    /// R and stale items): claimed before the value is copied, so the sink is told the hit as
+    /// the reply will report it.
+    #[inline(always)]
+    pub(super) fn get_winning(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        (touch, update): (Option<Expiry>, bool),
+        now_secs: u32,
+        sink: &mut impl ValueSink,
+        wins: impl FnOnce(&Hit) -> bool,
+    ) -> Outcome {
         self.stats.gets += 1;
         let mut found = match self.lookup(hash, key, now_secs) {
             Lookup::Found(found) => found,
@@ -114,17 +130,13 @@ impl Partition {
             }
         };
         self.stats.get_hits += 1;
+        let mut before = None;
         if let Some(expiry) = touch {
             self.stats.touch_hits += 1;
-            let before = found.header.ext.expiry();
+            before = Some(found.header.ext.expiry());
             found = self.set_expiry(found, expiry, now_secs);
-            let mut outcome = self.answer_hit(found, update, now_secs, sink);
-            if let Outcome::Hit(hit) = &mut outcome {
-                hit.expiry_before = before;
-            }
-            return outcome;
         }
-        self.answer_hit(found, update, now_secs, sink)
+        self.answer_hit_winning(found, update, now_secs, sink, (before, wins))
     }
 
     /// Copies a found item's value to `sink`, does the read's bookkeeping unless `update` is
@@ -137,8 +149,34 @@ impl Partition {
         now_secs: u32,
         sink: &mut impl ValueSink,
     ) -> Outcome {
+        self.answer_hit_winning(found, update, now_secs, sink, (None, |_| false))
+    }
+
+    /// [`Partition::answer_hit`] for a hit whose expiry before this request's touch was
+    /// `before`, and which claims a win token when `wins` says so.
+    #[inline(always)]
+    fn answer_hit_winning(
+        &mut self,
+        mut found: Found,
+        update: bool,
+        now_secs: u32,
+        sink: &mut impl ValueSink,
+        (before, wins): (Option<Expiry>, impl FnOnce(&Hit) -> bool),
+    ) -> Outcome {
         let header = found.header;
         let mut hit = header.hit(0, self.shared.cas_unique(header.word0.cas_seq()));
+        if let Some(before) = before {
+            hit.expiry_before = before;
+        }
+        if wins(&hit) {
+            let word0 = header.word0.with_bit(BIT_WIN_SENT);
+            let version = self.begin_write(found.bucket);
+            self.shared.log.set_word0(found.offset, word0);
+            self.end_write(found.bucket, version);
+            // The read's bookkeeping writes this word again: with the token's bit.
+            found.header.word0 = word0;
+            hit.won = true;
+        }
         if let Some(buffer) = sink.head(&hit) {
             hit.value_start = buffer.len();
             let value_len = header.word1.value_len();
@@ -680,26 +718,19 @@ impl Partition {
         key: &[u8],
         options: MetaGet,
         now_secs: u32,
-        out: &mut Vec<u8>,
+        sink: &mut impl ValueSink,
     ) -> Outcome {
-        match self.get(hash, key, options.touch, !options.no_update, now_secs, &mut Append::new(out)) {
-            Outcome::Hit(mut hit) => {
-                let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
-                let remaining = expiry.0.saturating_sub(now_secs);
-                let recache = options
-                    .recache_below_secs
-                    .is_some_and(|below| expiry != Expiry::NEVER && remaining < below);
-                if (hit.stale || recache) && !hit.win_sent {
-                    // The read may have moved the item (LRU): find it again to claim the token.
-                    if let Some(found) = self.find(hash, key) {
-                        let version = self.begin_write(found.bucket);
-                        self.shared.log.set_word0(found.offset, found.header.word0.with_bit(BIT_WIN_SENT));
-                        self.end_write(found.bucket, version);
-                        hit.won = true;
-                    }
-                }
-                Outcome::Hit(hit)
-            }
+        // A stale item, or one whose remaining TTL is below R's, wins its reader the right to
+        // recache it, once (meta `W`; `Z` to the readers after).
+        let wins = |hit: &Hit| {
+            let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
+            let remaining = expiry.0.saturating_sub(now_secs);
+            let recache =
+                options.recache_below_secs.is_some_and(|below| expiry != Expiry::NEVER && remaining < below);
+            (hit.stale || recache) && !hit.win_sent
+        };
+        match self.get_winning(hash, key, (options.touch, !options.no_update), now_secs, sink, wins) {
+            Outcome::Hit(hit) => Outcome::Hit(hit),
             Outcome::Miss => match options.vivify {
                 Some(expiry) => {
                     // The request that creates the stub has fetched it (memcached: `h1` next).

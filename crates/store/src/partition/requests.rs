@@ -45,7 +45,7 @@ impl Partition {
                 self.arith(hash, key, delta, decrement, cas, now_secs)
             }
             Command::Invalidate { cas } => self.invalidate(hash, key, cas, now_secs),
-            Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, out),
+            Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, &mut Append::new(out)),
         };
         self.scan_if_due();
         self.settle_if_pending();
@@ -151,6 +151,29 @@ impl Partition {
         self.stats.gets += 1;
         self.stats.get_hits += 1;
         self.answer_hit(found, true, now_secs, sink)
+    }
+
+    /// A meta get as [`Partition::run`] runs `Command::MetaGet`, its value handed to `sink`
+    /// once the hit is what the reply reports (a win token claimed first): the reply's head
+    /// goes before the value, which is copied once.
+    #[inline]
+    pub fn read_meta(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        options: MetaGet,
+        now_secs: u32,
+        sink: &mut impl ValueSink,
+    ) -> Outcome {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Outcome::BadKey;
+        }
+        self.clock_secs = now_secs;
+        self.keep_ahead(item::item_bytes(key.len(), 0, false));
+        let outcome = self.meta_get(hash, key, options, now_secs, sink);
+        self.scan_if_due();
+        self.settle_if_pending();
+        outcome
     }
 
     /// A get (with `touch`, a get-and-touch) as [`Partition::run`] runs `Command::Get` and
