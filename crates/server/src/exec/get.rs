@@ -1,7 +1,8 @@
 //! A get's read: the key looked up once, and the reply written around the value as the store
-//! copies it ([`ReplySink`], a [`ValueSink`]). The store tells the sink the item first, so the
-//! reply's head (the text `VALUE` line, the binary header) goes into the reply buffer ahead of
-//! the value, and the value is copied once: from the log into the reply buffer, or, when large,
+//! copies it ([`ReplySink`], a [`ValueSink`]), in every dialect. The store tells the sink the
+//! item first (for a meta get, after it claimed any win token), so the reply's head (the text
+//! `VALUE` line, the binary header, the meta get's `VA`/`HD` line with its flags) goes into the
+//! reply buffer ahead of the value, and the value is copied once: from the log into the reply buffer, or, when large,
 //! into a shared copy of its own ([`share`]), or not at all when a recent shared copy of the
 //! same version is still held.
 
