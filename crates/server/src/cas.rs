@@ -45,11 +45,19 @@ impl ExplicitCas {
         }
     }
 
-    /// The CAS a client sees for the version whose own CAS is `own`.
+    /// The CAS a client sees for the version whose own CAS is `own`. Until a client chooses
+    /// one (meta `E`), one relaxed load, inlined where the reply is written.
+    #[inline(always)]
     pub fn shown(&self, own: u64) -> u64 {
         if !self.used.load(Relaxed) {
             return own;
         }
+        self.chosen(own)
+    }
+
+    /// The chosen CAS of the version whose own CAS is `own`, or `own`.
+    #[inline(never)]
+    fn chosen(&self, own: u64) -> u64 {
         let table = self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         table.chosen.get(&own).copied().unwrap_or(own)
     }

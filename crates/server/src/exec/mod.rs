@@ -351,14 +351,17 @@ impl Engine {
                 }
             }
             Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
+            Request::Binary(ref binary) => {
+                return match binary.key_command() {
+                    Some(command) => self.run_command(&command, (at, fd), out),
+                    None => self.binary_admin(binary, out),
+                };
+            }
             _ => {
                 if let Some(command) = request.key_command(&self.limits) {
                     return self.run_command(&command, (at, fd), out);
                 }
-                return match request {
-                    Request::Binary(binary) => self.binary_admin(binary, out),
-                    _ => self.admin(request, out),
-                };
+                return self.admin(request, out);
             }
         }
         Exec::Done

@@ -164,11 +164,18 @@ impl Engine {
     /// worker (a later request for the same worker must queue behind them to keep order):
     /// one rule for every dialect, on its [`Reach`]. `at`: where its one key was located, if
     /// it was.
+    #[inline(always)]
     pub fn route(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
         if self.shared.map.workers() == 1 {
             // Every partition is here and nothing is ever pending on another worker.
             return Route::Local;
         }
+        self.route_among_workers(request, at, pending)
+    }
+
+    /// [`Engine::route`] with several workers.
+    #[inline(never)]
+    fn route_among_workers(&self, request: &Request<'_>, at: Option<Located>, pending: &[u32]) -> Route {
         match self.reach(request) {
             Reach::Here => Route::Local,
             Reach::Everywhere => Route::Broadcast,

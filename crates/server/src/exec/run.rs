@@ -10,6 +10,7 @@ use qs_proto::command::{self as cmd, Answer, Command as KeyCommand, Created, Op}
 impl Engine {
     /// Runs `command` for the connection `fd` here, its key located at `at` when the window
     /// located it.
+    #[inline(always)]
     pub fn run_command(
         &mut self,
         command: &KeyCommand<'_>,
