@@ -134,7 +134,10 @@ mod tests {
             command.answer.store(&outcome, (3, 2, crate::StoreMode::Set), &mut want);
             unpacked.answer.store(&outcome, (3, 2, crate::StoreMode::Set), &mut got);
             assert_eq!(got, want, "{frame:?}");
-            assert_eq!(format!("{:?}", unpacked.answer).len() > 0, true);
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            command.answer.miss(command.key, &mut want);
+            unpacked.answer.miss(unpacked.key, &mut got);
+            assert_eq!(got, want, "{frame:?}");
         }
     }
 }

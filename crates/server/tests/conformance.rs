@@ -95,6 +95,7 @@ const CASES: &[Case] = cases![
     "mg_quiet_miss" => [b"mg missing v q\r\n", b"mg missing v q k O1\r\n"],
     "mg_miss_reflects_key_and_opaque" => [b"mg a k\r\n", b"mg a O9 s f t\r\n", b"mg YQ== b k O5 v\r\n", b"mg a k O3 q\r\n"],
     "mg_quiet_hit" => [b"set k 0 0 1\r\na\r\n", b"mg k v q\r\n"],
+    "mg_large_values_each_key" => [b"ms a 20000 F3\r\n@DATA20000", b"ms b 70000\r\n@DATA70000", b"mg a v s f k\r\n", b"mg b v\r\n", b"mg a s\r\n", b"mg a v\r\n", b"mg b v q\r\n", b"mg a c\r\n", b"mg a v t\r\n"],
     "mg_cas" => [b"set k 0 0 1\r\na\r\n", b"mg k c\r\n"],
     "mg_hit_before" => [b"set k 0 0 1\r\na\r\n", b"mg k h\r\n", b"mg k h\r\n"],
     "mg_ttl" => [b"set k 0 100 1\r\na\r\n", b"mg k t\r\n", b"mg k T200 t\r\n"],

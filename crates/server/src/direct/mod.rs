@@ -18,8 +18,9 @@ use rtrb::{Consumer, Producer};
 #[derive(Clone, Copy, Debug)]
 pub enum Task {
     /// A client's command on one key, parsed by the asking worker and packed with its slices
-    /// (`qs_proto::packed`): run as it is, nothing parsed again, its reply sent as it is.
-    Command(Packed),
+    /// (`qs_proto::packed`): run as it is, nothing parsed again, its reply sent as it is. The
+    /// packed command is this one of the batch's `packed`.
+    Command(u32),
     /// A client's request as it arrived, in its dialect: run whole, its reply sent as it is.
     Request(Dialect),
     /// A client's request that every worker runs on its own partitions (`flush_all`,
@@ -62,15 +63,16 @@ pub enum Handed<'b> {
 }
 
 impl Task {
-    /// What the task runs, with its bytes (a meta command's request rebuilt in `meta`).
+    /// What the task runs, with its bytes and its batch's packed commands (a meta command's
+    /// request rebuilt in `meta`).
     pub fn decode<'b>(
         self,
-        bytes: &'b [u8],
+        (bytes, packed): (&'b [u8], &[Packed]),
         limits: &qs_proto::Limits,
         meta: &'b mut Option<Meta<'b>>,
     ) -> Handed<'b> {
         match self {
-            Task::Command(packed) => Handed::Command(packed.unpack(bytes, meta)),
+            Task::Command(index) => Handed::Command(packed[index as usize].unpack(bytes, meta)),
             Task::Request(dialect) | Task::Everywhere(dialect) => match dialect.parse(bytes, limits) {
                 Parsed::Request { request, .. } => Handed::Request(request),
                 other => panic!("handed-over request did not parse: {other:?}"),
@@ -107,6 +109,8 @@ pub struct Op {
 pub struct Batch {
     pub ops: Vec<Op>,
     pub requests: Vec<u8>,
+    /// The packed commands of the ops whose task is `Task::Command`, by index.
+    pub packed: Vec<Packed>,
     pub responses: Vec<u8>,
 }
 
@@ -144,6 +148,7 @@ impl Batch {
         Batch {
             ops: Vec::with_capacity(SPARE_BATCH_OPS),
             requests: touched(SPARE_BATCH_BYTES),
+            packed: Vec::with_capacity(SPARE_BATCH_OPS),
             responses: touched(SPARE_BATCH_BYTES),
         }
     }
@@ -232,7 +237,8 @@ impl Hand<'_> {
         let id = output.wait_for(owner);
         let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
         let start = batch.requests.len();
-        let packed = command.pack(&mut batch.requests);
+        batch.packed.push(command.pack(&mut batch.requests));
+        let index = batch.packed.len() as u32 - 1;
         let len = batch.requests.len() - start;
         self.full |= batch.requests.len() >= BATCH_BYTES_MAX;
         batch.ops.push(Op {
@@ -240,7 +246,7 @@ impl Hand<'_> {
             generation: self.generation,
             fd: self.fd,
             id,
-            task: Task::Command(packed),
+            task: Task::Command(index),
             bytes: (start as u32, len as u32),
             at,
             response: (0, 0),

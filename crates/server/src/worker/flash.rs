@@ -16,6 +16,7 @@ use crate::direct::{run_op, Batch, Handed, Op, Task};
 use crate::exec::{Engine, FlashKey, FlashResolved};
 use crate::flashio::{Done, Job, Uring};
 use crate::shared::Shared;
+use qs_proto::packed::Packed;
 use qs_store::flash::Place;
 use qs_store::Resolved;
 use std::collections::{HashMap, VecDeque};
@@ -99,8 +100,8 @@ fn start_read(
 pub(super) enum Waiter {
     /// The request at the head of connection `conn`'s input.
     Local { conn: usize, generation: u32 },
-    /// A request handed over by worker `from`, with its bytes.
-    Handed { from: usize, op: Op, request: Vec<u8> },
+    /// A request handed over by worker `from`.
+    Handed { from: usize, held: Held },
 }
 
 /// Where one key of a waiting request stands.
@@ -432,16 +433,9 @@ impl FlashWaits {
 
     /// Holds a handed-over request behind the connection's others, or (with `self.keys` to
     /// read) as the first.
-    pub(super) fn hold(
-        &mut self,
-        from: usize,
-        op: Op,
-        request: Vec<u8>,
-        engine: &mut Engine,
-        shared: &Shared,
-    ) {
-        let key = (from, op.conn, op.generation);
-        let waiter = Waiter::Handed { from, op, request };
+    pub(super) fn hold(&mut self, from: usize, held: Held, engine: &mut Engine, shared: &Shared) {
+        let key = (from, held.op.conn, held.op.generation);
+        let waiter = Waiter::Handed { from, held };
         let id = if self.held.contains_key(&key) {
             // Probed when its turn comes.
             self.insert(Wait { waiter, keys: Vec::new(), states: Vec::new(), reading: 0 })
@@ -477,12 +471,12 @@ impl Worker {
                     self.service(index);
                     self.engine.flash_forget();
                 }
-                Waiter::Handed { from, op, request } => {
+                Waiter::Handed { from, held } => {
                     let mut batch = self.spare.pop().unwrap_or_default();
                     self.engine.flash_resolved = resolved;
-                    self.run_late(&mut batch, op, &request);
+                    self.run_late(&mut batch, &held);
                     self.engine.flash_forget();
-                    self.run_held_behind(from, op, &mut batch);
+                    self.run_held_behind(from, held.op, &mut batch);
                     self.unsent_replies[from].push_back(batch);
                 }
             }
@@ -491,10 +485,11 @@ impl Worker {
 
     /// Runs a held request now and adds its reply to `batch` (a late reply batch: it carries
     /// no request bytes, so the asking worker's in-flight count is not charged twice).
-    fn run_late(&mut self, batch: &mut Batch, mut op: Op, request: &[u8]) {
+    fn run_late(&mut self, batch: &mut Batch, held: &Held) {
+        let mut op = held.op;
         let mut meta = None;
-        let handed = op.task.decode(request, &self.engine.limits, &mut meta);
-        run_op(&mut self.engine, &mut op, request, &handed, &mut batch.responses);
+        let handed = op.task.decode((&held.bytes, held.packed()), &self.engine.limits, &mut meta);
+        run_op(&mut self.engine, &mut op, &held.bytes, &handed, &mut batch.responses);
         // Without the key's bytes in the batch, the asking worker cannot fill its front cache.
         op.front = None;
         batch.ops.push(op);
@@ -508,11 +503,11 @@ impl Worker {
             queue.pop_front();
         }
         while let Some(&id) = self.flash.held.get(&key).and_then(VecDeque::front) {
-            let (op, request) = match &self.flash.waits[id] {
-                Some(Wait { waiter: Waiter::Handed { op, request, .. }, .. }) => (*op, request.clone()),
+            let held = match &self.flash.waits[id] {
+                Some(Wait { waiter: Waiter::Handed { held, .. }, .. }) => held.clone(),
                 _ => unreachable!("held waits are handed over"),
             };
-            if let Some(keys) = probe_bytes(&mut self.engine, op.task, &request) {
+            if let Some(keys) = probe_held(&mut self.engine, &held) {
                 let wait = self.flash.waits[id].as_mut().expect("a held wait");
                 wait.states = keys.iter().map(|_| KeyState::Reading).collect();
                 wait.keys = keys;
@@ -521,7 +516,7 @@ impl Worker {
             }
             self.flash.waits[id] = None;
             self.flash.free.push(id);
-            self.run_late(batch, op, &request);
+            self.run_late(batch, &held);
             if let Some(queue) = self.flash.held.get_mut(&key) {
                 queue.pop_front();
             }
@@ -530,10 +525,38 @@ impl Worker {
     }
 }
 
-/// The flash keys of a handed-over operation with its bytes, if it has any.
-fn probe_bytes(engine: &mut Engine, task: Task, bytes: &[u8]) -> Option<Vec<FlashKey>> {
+/// A handed-over operation held for flash: the op, its bytes, and its packed command (the op's
+/// task then names it as the first of `packed()`).
+#[derive(Clone, Debug)]
+pub(super) struct Held {
+    pub op: Op,
+    pub bytes: Vec<u8>,
+    packed: Option<Box<Packed>>,
+}
+
+impl Held {
+    /// `op`, with its `bytes`, of a batch whose packed commands are `packed`.
+    pub(super) fn of(mut op: Op, bytes: &[u8], packed: &[Packed]) -> Held {
+        let packed = match op.task {
+            Task::Command(index) => {
+                op.task = Task::Command(0);
+                Some(Box::new(packed[index as usize]))
+            }
+            _ => None,
+        };
+        Held { op, bytes: bytes.to_vec(), packed }
+    }
+
+    /// Its packed command, as its task's batch of one.
+    fn packed(&self) -> &[Packed] {
+        self.packed.as_deref().map_or(&[], std::slice::from_ref)
+    }
+}
+
+/// The flash keys of a held operation, if it has any.
+fn probe_held(engine: &mut Engine, held: &Held) -> Option<Vec<FlashKey>> {
     let mut meta = None;
-    let handed = task.decode(bytes, &engine.limits, &mut meta);
+    let handed = held.op.task.decode((&held.bytes, held.packed()), &engine.limits, &mut meta);
     let mut keys = Vec::new();
     probe_handed(engine, &handed, &mut keys);
     (!keys.is_empty()).then_some(keys)

@@ -1,6 +1,7 @@
 //! The worker's side of request direction ([`crate::direct`]): running the batches other
 //! workers handed over, placing the replies that came back, pushing this turn's batches.
 
+use super::flash::Held;
 use super::*;
 
 impl Worker {
@@ -12,16 +13,16 @@ impl Worker {
         for (from, (ring, unsent)) in rings.from.iter_mut().zip(unsent_replies.iter_mut()).enumerate() {
             while let Some(mut batch) = ring.as_mut().and_then(|ring| ring.pop().ok()) {
                 *executed = true;
-                let Batch { ops, requests, responses } = &mut batch;
+                let Batch { ops, requests, packed, responses } = &mut batch;
                 responses.clear();
                 // Held ops leave the batch: their replies go back in a later one.
                 ops.retain_mut(|op| {
                     let bytes = &requests[op.bytes.0 as usize..][..op.bytes.1 as usize];
                     // Read once, for the flash probe and the run alike (a command, not at all).
                     let mut meta = None;
-                    let handed = op.task.decode(bytes, &engine.limits, &mut meta);
+                    let handed = op.task.decode((bytes, packed), &engine.limits, &mut meta);
                     if engine.flash_on() && flash.must_hold(from, op, &handed, engine) {
-                        flash.hold(from, *op, bytes.to_vec(), engine, shared);
+                        flash.hold(from, Held::of(*op, bytes, packed), engine, shared);
                         return false;
                     }
                     run_op(engine, op, bytes, &handed, responses);
@@ -57,6 +58,7 @@ impl Worker {
                 if self.spare.len() < SPARE_BATCHES_MAX {
                     batch.ops.clear();
                     batch.requests.clear();
+                    batch.packed.clear();
                     batch.responses.clear();
                     batch.requests.shrink_to(SPARE_BATCH_BYTES);
                     batch.responses.shrink_to(SPARE_BATCH_BYTES);
