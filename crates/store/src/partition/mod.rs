@@ -20,10 +20,13 @@ use crate::stats::PartitionStats;
 use crate::sync::{fence, Arc, AtomicU32, AtomicU64};
 use std::cell::Cell;
 
+mod cache_log;
 mod commands;
 mod flash_tier;
 mod requests;
 mod small_ring;
+mod store_mode;
+use store_mode::StoreState;
 mod upkeep;
 pub use flash_tier::{FlashCounters, FlashRead, Promoted, Resolved, FLASH_READ_BYTES};
 use std::sync::atomic::Ordering::{Relaxed, Release};
@@ -133,20 +136,8 @@ pub struct Partition {
     shared: Arc<Shared>,
     head: u64,
     tail: u64,
-    /// S3-FIFO's small ring ([`Log::with_small_ring`]): its head and tail, as `head` and
-    /// `tail` are the main ring's (both 0 without one).
-    small_head: u64,
-    small_tail: u64,
-    /// Whether the small ring is in use (it exists, and `cache_memlimit` left room for it).
-    small_on: bool,
-    /// Bytes the main ring has never held: its size at the start, what it grows by later,
-    /// less what has been appended to it since. While there are any, the small ring copies its
-    /// unread items on instead of dropping them.
-    main_free: u64,
-    /// S3-FIFO's ghost: fingerprints of keys the small ring evicted unread, one per entry in
-    /// the entry their hash picks (empty without a small ring). A key found here when it is
-    /// written again enters the main ring directly.
-    ghost: Box<[u32]>,
+    /// S3-FIFO's small ring and ghost ([`small_ring`]).
+    small: small_ring::SmallRing,
     next_cas_seq: u64,
     crew: bool,
     eviction: Eviction,
@@ -214,13 +205,6 @@ pub struct Evicted {
     pub fetched: bool,
 }
 
-/// What store mode keeps besides the arena memory and the index.
-struct StoreState {
-    arena: Arena,
-    /// Spare buckets not in any chain.
-    spare_free: Vec<usize>,
-}
-
 impl Partition {
     /// Builds a partition (allocating and faulting in its memory).
     pub fn new(config: Config) -> Partition {
@@ -234,8 +218,8 @@ impl Partition {
             let index = Index::growing(config.bucket_count, 0, config.index_levels, config.huge_pages);
             let mut partition =
                 Partition::assemble(Config { log_bytes: shares.main, offset_bits, ..config }, log, index);
-            partition.ghost = small_ring::empty_ghost(shares.ghost);
-            partition.small_on = true;
+            partition.small.ghost = small_ring::empty_ghost(shares.ghost);
+            partition.small.on = true;
             return partition;
         } else {
             let log =
@@ -336,11 +320,7 @@ impl Partition {
             shared: Arc::new(shared),
             head: 0,
             tail: 0,
-            small_head: 0,
-            small_tail: 0,
-            small_on: false,
-            main_free: 0,
-            ghost: Box::default(),
+            small: small_ring::SmallRing::default(),
             next_cas_seq: 1,
             crew: config.access == Access::Crew,
             // Store mode never moves items: nothing is evicted for reads to protect.
@@ -367,7 +347,7 @@ impl Partition {
             flash: None,
             cas_mark: u64::MAX,
         };
-        partition.main_free = partition.limit_bytes;
+        partition.small.main_free = partition.limit_bytes;
         partition.plan_growth();
         partition
     }
@@ -519,32 +499,6 @@ impl Partition {
         stats
     }
 
-    /// Whether this partition is in store mode.
-    pub fn is_store_mode(&self) -> bool {
-        self.store.is_some()
-    }
-
-    /// Store mode's memory statistics (walks the free lists: for `stats`, not the data path).
-    pub fn arena_stats(&self) -> Option<ArenaStats> {
-        self.store.as_ref().map(|store| store.arena.stats(self.shared.log.words()))
-    }
-
-    /// Store mode's free space by size, readable from any thread (`None` in cache mode).
-    pub fn free_groups(&self) -> Option<std::sync::Arc<crate::arena::FreeGroups>> {
-        self.store.as_ref().map(|store| store.arena.free_groups())
-    }
-
-    /// Store mode's spare buckets: (in use, in all).
-    pub fn spare_buckets(&self) -> (usize, usize) {
-        match &self.store {
-            Some(store) => {
-                let all = self.shared.index.spare_count();
-                (all - store.spare_free.len(), all)
-            }
-            None => (0, 0),
-        }
-    }
-
     /// A handle other threads use to read this partition (CREW).
     pub fn reader(&self) -> crate::Reader {
         assert!(self.crew, "readers need Access::Crew");
@@ -582,7 +536,7 @@ impl Partition {
     pub fn log_touched_bytes(&self) -> usize {
         match self.store {
             Some(_) => self.log_bytes(),
-            None => (self.touched_bytes + self.small_tail.min(self.geometry.small_bytes)) as usize,
+            None => (self.touched_bytes + self.small.tail.min(self.geometry.small_bytes)) as usize,
         }
     }
 
@@ -618,7 +572,7 @@ impl Partition {
         }
         self.set_small_ring(small);
         let shrinking = bytes < self.limit_bytes;
-        self.main_free += bytes.saturating_sub(self.limit_bytes);
+        self.small.main_free += bytes.saturating_sub(self.limit_bytes);
         self.limit_bytes = bytes;
         if shrinking {
             self.cut_at_limit();
@@ -855,10 +809,10 @@ impl Partition {
         assert_eq!(at, self.tail, "items do not tile the live window");
         if self.has_small_ring() {
             assert!(
-                self.small_tail - self.small_head <= self.geometry.small_lap,
+                self.small.tail - self.small.head <= self.geometry.small_lap,
                 "small ring exceeds its memory"
             );
-            assert_eq!(self.shared.small_head.load(Relaxed), self.small_head, "published small head lags");
+            assert_eq!(self.shared.small_head.load(Relaxed), self.small.head, "published small head lags");
             for (offset, header) in self.small_records() {
                 assert!(self.shared.log.fits(offset, header.capacity()), "small item straddles the end");
                 if !header.word0.has(BIT_DEAD) {
@@ -882,46 +836,6 @@ impl Partition {
                 }
             }
         }
-    }
-
-    /// Store mode: the arena's own invariants, every allocated block referenced by exactly one
-    /// slot, every slot pointing at an allocated block, chains and spare counts consistent, and
-    /// the item counts right.
-    fn check_store_invariants(&self, store: &StoreState) {
-        let words = self.shared.log.words();
-        let walk = store.arena.check(words);
-        let allocated: std::collections::HashSet<u64> = walk.allocated.iter().copied().collect();
-        let mut referenced = std::collections::HashSet::new();
-        let mut chained = 0;
-        for bucket in 0..self.shape.buckets() {
-            assert_eq!(self.shared.index.bucket(bucket)[0].load(Relaxed) & 1, 0, "bucket left mid-change");
-            let mut at = bucket;
-            loop {
-                let slots = &self.shared.index.bucket(at)[1..];
-                for word in slots {
-                    let slot = Slot(word.load(Relaxed));
-                    if slot.is_empty() || slot.is_link() {
-                        continue;
-                    }
-                    assert!(allocated.contains(&slot.offset()), "slot points at no allocated block");
-                    assert!(referenced.insert(slot.offset()), "two slots point at one item");
-                    let header = self.shared.log.header(slot.offset());
-                    assert!(!header.word0.has(BIT_DEAD), "a slot points to a dead item");
-                    assert_eq!(slot.tag(), KeyHash::of(&self.key_of(slot.offset(), &header)).tag(), "tag");
-                }
-                let last = Slot(slots[SLOTS_PER_BUCKET - 1].load(Relaxed));
-                if !last.is_link() {
-                    break;
-                }
-                chained += 1;
-                at = last.offset() as usize;
-                assert!(at >= self.shape.buckets(), "a link to a main bucket");
-            }
-        }
-        assert_eq!(referenced.len(), allocated.len(), "allocated blocks no slot refers to (leaked)");
-        assert_eq!(chained + store.spare_free.len(), self.shared.index.spare_count(), "spare buckets lost");
-        assert_eq!(self.stats.items, allocated.len() as u64, "item count drifted");
-        assert_eq!(self.stats.bytes, walk.allocated_bytes, "byte count drifted");
     }
 }
 

@@ -260,7 +260,7 @@ impl Partition {
         let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
         if delay_secs == 0 {
             // Nothing in the main ring answers now: it fills again as a new one does.
-            self.main_free = self.limit_bytes;
+            self.small.main_free = self.limit_bytes;
         }
         if !by_cas {
             self.shared.oldest_live.store(flush_at.max(1), Relaxed);

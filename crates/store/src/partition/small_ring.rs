@@ -33,6 +33,24 @@ const SMALL_ITEM_DIVISOR: u64 = 4;
 /// quarter of the mean, which a block trace has many of (docs/SIMULATION.md).
 const SMALL_MOVE_SIZE_FACTOR: usize = 4;
 
+/// The small ring's state in a partition (all zero and empty without one).
+#[derive(Debug, Default)]
+pub(super) struct SmallRing {
+    /// Its head and tail, as the partition's `head` and `tail` are the main ring's.
+    pub(super) head: u64,
+    pub(super) tail: u64,
+    /// Whether the small ring is in use (it exists, and `cache_memlimit` left room for it).
+    pub(super) on: bool,
+    /// Bytes the main ring has never held: its size at the start, what it grows by later,
+    /// less what has been appended to it since. While there are any, the small ring copies its
+    /// unread items on instead of dropping them.
+    pub(super) main_free: u64,
+    /// S3-FIFO's ghost: fingerprints of keys the small ring evicted unread, one per entry in
+    /// the entry their hash picks (empty without a small ring). A key found here when it is
+    /// written again enters the main ring directly.
+    pub(super) ghost: Box<[u32]>,
+}
+
 /// An empty ghost entry: even, where every fingerprint is odd.
 const GHOST_EMPTY: u32 = 2;
 
@@ -81,12 +99,12 @@ impl Partition {
     /// turned it off).
     #[inline(always)]
     pub(super) fn has_small_ring(&self) -> bool {
-        self.small_on
+        self.small.on
     }
 
     /// Bytes of memory outside the main ring in use: the small ring's and the ghost's.
     pub(super) fn small_ring_bytes(&self) -> u64 {
-        if self.small_on {
+        if self.small.on {
             self.small_ring_room()
         } else {
             0
@@ -95,20 +113,20 @@ impl Partition {
 
     /// Bytes of memory the small ring and the ghost have, on or off.
     pub(super) fn small_ring_room(&self) -> u64 {
-        self.geometry.small_bytes + 4 * self.ghost.len() as u64
+        self.geometry.small_bytes + 4 * self.small.ghost.len() as u64
     }
 
     /// Turns the small ring on or off (`cache_memlimit`): off, it is emptied (its items
     /// evicted, its memory given back) and every item goes to the main ring, which is clock.
     pub(super) fn set_small_ring(&mut self, on: bool) {
-        if self.small_on && !on {
-            while self.small_head < self.small_tail {
+        if self.small.on && !on {
+            while self.small.head < self.small.tail {
                 self.evict_small_head();
             }
             self.publish_head();
             self.shared.log.release_small();
         }
-        self.small_on = on && self.geometry.small_lap != 0;
+        self.small.on = on && self.geometry.small_lap != 0;
     }
 
     /// The largest item the small ring takes; larger new items go to the main ring.
@@ -126,8 +144,8 @@ impl Partition {
             return Ring::Main;
         }
         let (at, fingerprint) = self.ghost_entry(hash);
-        if self.ghost[at] == fingerprint {
-            self.ghost[at] = GHOST_EMPTY;
+        if self.small.ghost[at] == fingerprint {
+            self.small.ghost[at] = GHOST_EMPTY;
             self.stats.ghost_hits += 1;
             return Ring::Main;
         }
@@ -149,25 +167,25 @@ impl Partition {
     #[inline(always)]
     fn ghost_entry(&self, hash: KeyHash) -> (usize, u32) {
         let mixed = hash.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        ((mixed >> 32) as usize & (self.ghost.len() - 1), (hash.0 >> 32) as u32 | 1)
+        ((mixed >> 32) as usize & (self.small.ghost.len() - 1), (hash.0 >> 32) as u32 | 1)
     }
 
     /// Remembers a key the small ring dropped unread.
     fn ghost_insert(&mut self, hash: KeyHash) {
         let (at, fingerprint) = self.ghost_entry(hash);
-        self.ghost[at] = fingerprint;
+        self.small.ghost[at] = fingerprint;
     }
 
     /// Bytes free between the small ring's tail and head.
     #[inline(always)]
     fn small_room(&self) -> u64 {
-        self.geometry.small_lap - (self.small_tail - self.small_head)
+        self.geometry.small_lap - (self.small.tail - self.small.head)
     }
 
     /// The padding an item of `size` bytes needs before it at the small ring's tail.
     #[inline(always)]
     fn small_padding_before(&self, size: usize) -> u64 {
-        let at = self.geometry.small_physical(self.small_tail) as u64;
+        let at = self.geometry.small_physical(self.small.tail) as u64;
         if at + size as u64 > self.geometry.small_bytes {
             self.geometry.small_lap - at
         } else {
@@ -187,13 +205,13 @@ impl Partition {
             self.publish_head();
         }
         if padding > 0 {
-            if (self.geometry.small_physical(self.small_tail) as u64) < self.geometry.small_bytes {
-                self.shared.log.write_padding(self.geometry.small_offset(self.small_tail));
+            if (self.geometry.small_physical(self.small.tail) as u64) < self.geometry.small_bytes {
+                self.shared.log.write_padding(self.geometry.small_offset(self.small.tail));
             }
-            self.small_tail += padding;
+            self.small.tail += padding;
         }
-        let offset = self.geometry.small_offset(self.small_tail);
-        self.small_tail += size as u64;
+        let offset = self.geometry.small_offset(self.small.tail);
+        self.small.tail += size as u64;
         self.scan_credit_bytes += need;
         offset
     }
@@ -201,9 +219,9 @@ impl Partition {
     /// Moves the small ring's head past one record: a live item leaves the cache (an eviction,
     /// its key to the ghost; a reclaim if it had expired).
     fn evict_small_head(&mut self) {
-        let offset = self.geometry.small_offset(self.small_head);
+        let offset = self.geometry.small_offset(self.small.head);
         if self.shared.log.is_padding(offset) {
-            self.small_head += self.geometry.small_lap - self.geometry.small_physical(offset) as u64;
+            self.small.head += self.geometry.small_lap - self.geometry.small_physical(offset) as u64;
             return;
         }
         let header = self.shared.log.header(offset);
@@ -212,7 +230,7 @@ impl Partition {
             self.ghost_insert(hash);
             self.count_eviction(offset, &header);
         }
-        self.small_head += header.capacity() as u64;
+        self.small.head += header.capacity() as u64;
     }
 
     /// The item at the small ring's head if it is to go to the main ring: live, still in the
@@ -220,7 +238,7 @@ impl Partition {
     /// filling (`main_free`: a cache still filling: S3-FIFO's small queue takes only what the
     /// main one leaves, so a fill that reads nothing fills all the memory).
     fn small_head_to_move(&mut self) -> Option<Found> {
-        let offset = self.geometry.small_offset(self.small_head);
+        let offset = self.geometry.small_offset(self.small.head);
         if self.shared.log.is_padding(offset) {
             return None;
         }
@@ -231,7 +249,7 @@ impl Partition {
         // large ones (a real trace's spread) earns its place as clock would keep it, where
         // items of about the mean size (a scan's) do not get in unread.
         let movable = header.word0.freq() > 0
-            || self.main_free > 0
+            || self.small.main_free > 0
             || self.head == 0
             || self.small_enough_to_keep(offset, SMALL_MOVE_SIZE_FACTOR * header.capacity());
         if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock_secs) {
@@ -271,9 +289,9 @@ impl Partition {
 
     /// The small ring's records, head to tail, padding skipped: (offset, header).
     pub(super) fn small_records(&self) -> impl Iterator<Item = (u64, crate::log::Header)> + '_ {
-        let mut at = self.small_head;
+        let mut at = self.small.head;
         std::iter::from_fn(move || {
-            while at < self.small_tail {
+            while at < self.small.tail {
                 let offset = self.geometry.small_offset(at);
                 if self.shared.log.is_padding(offset) {
                     at += self.geometry.small_lap - self.geometry.small_physical(offset) as u64;
