@@ -112,16 +112,31 @@ pub fn watch_refusal(disabled: bool, pipelined: bool, no_streams: bool) -> Optio
 /// `watch` started: what follows on the connection is log lines.
 pub const WATCH_STARTED: &[u8] = b"OK\r\n";
 
-/// Why `lru_crawler metadump` is refused, as memcached words it; `None` when it may start.
-pub fn metadump_refusal(
-    crawler: bool,
-    dumping_disabled: bool,
-    pipelined: bool,
-    keys: bool,
-) -> Option<&'static [u8]> {
-    if !crawler {
+/// What the server allows of `lru_crawler metadump` and `mgdump` now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DumpSwitches {
+    /// The crawler is on (`lru_crawler enable`, not `-o no_lru_crawler`).
+    pub crawler: bool,
+    /// Dumps are allowed (no -X).
+    pub dumping: bool,
+}
+
+/// A dump asked for: which, and whether requests were pipelined before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DumpAsked {
+    /// `mgdump` (keys as `mg` lines) rather than `metadump`.
+    pub keys: bool,
+    /// Other requests came in the same read before it.
+    pub pipelined: bool,
+}
+
+/// Why a dump is refused, as memcached words it and in its order of checks; `None` when it
+/// may start.
+pub fn metadump_refusal(switches: DumpSwitches, asked: DumpAsked) -> Option<&'static [u8]> {
+    let DumpAsked { keys, pipelined } = asked;
+    if !switches.crawler {
         Some(CRAWLER_DISABLED)
-    } else if dumping_disabled {
+    } else if !switches.dumping {
         Some(if keys { b"ERROR key dump not allowed\r\n" } else { b"ERROR metadump not allowed\r\n" })
     } else if pipelined {
         Some(if keys {

@@ -423,9 +423,9 @@ fn start_dump(
     out: &mut Vec<u8>,
     engine: &Engine,
 ) {
-    if let Some(refusal) =
-        codec::metadump_refusal(engine.crawler_enabled(), engine.dumping_disabled(), stacked, keys)
-    {
+    let switches =
+        codec::DumpSwitches { crawler: engine.crawler_enabled(), dumping: !engine.dumping_disabled() };
+    if let Some(refusal) = codec::metadump_refusal(switches, codec::DumpAsked { keys, pipelined: stacked }) {
         out.extend_from_slice(refusal);
         return;
     }
