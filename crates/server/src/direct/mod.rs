@@ -206,23 +206,10 @@ impl Hand<'_> {
         output: &mut Output,
         engine: &mut Engine,
     ) {
-        let id = output.wait_for(owner);
-        let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
-        let start = batch.requests.len();
-        batch.requests.extend_from_slice(bytes);
-        self.full |= batch.requests.len() >= BATCH_BYTES_MAX;
-        batch.ops.push(Op {
-            conn: self.conn,
-            generation: self.generation,
-            fd: self.fd,
-            id,
-            task,
-            bytes: (start as u32, bytes.len() as u32),
-            at,
-            response: (0, 0),
-            front: None,
+        self.add(owner, at, (output, engine), |batch| {
+            batch.requests.extend_from_slice(bytes);
+            task
         });
-        engine.counters.forwarded += 1;
     }
 
     /// Adds `command` to this turn's batch for `owner`, packed with its slices (the owner
@@ -234,11 +221,25 @@ impl Hand<'_> {
         output: &mut Output,
         engine: &mut Engine,
     ) {
+        self.add(owner, at, (output, engine), |batch| {
+            batch.packed.push(command.pack(&mut batch.requests));
+            Task::Command(batch.packed.len() as u32 - 1)
+        });
+    }
+
+    /// Adds an operation to this turn's batch for `owner`: `write` appends its bytes to the
+    /// batch and names its task; its reply's place is reserved in `output`.
+    fn add(
+        &mut self,
+        owner: usize,
+        at: Option<Located>,
+        (output, engine): (&mut Output, &mut Engine),
+        write: impl FnOnce(&mut Batch) -> Task,
+    ) {
         let id = output.wait_for(owner);
         let batch = self.outgoing[owner].get_or_insert_with(|| self.spare.pop().unwrap_or_default());
         let start = batch.requests.len();
-        batch.packed.push(command.pack(&mut batch.requests));
-        let index = batch.packed.len() as u32 - 1;
+        let task = write(batch);
         let len = batch.requests.len() - start;
         self.full |= batch.requests.len() >= BATCH_BYTES_MAX;
         batch.ops.push(Op {
@@ -246,7 +247,7 @@ impl Hand<'_> {
             generation: self.generation,
             fd: self.fd,
             id,
-            task: Task::Command(index),
+            task,
             bytes: (start as u32, len as u32),
             at,
             response: (0, 0),
