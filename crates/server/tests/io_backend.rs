@@ -117,3 +117,97 @@ impl Drop for KillOnDrop {
 fn dummy() -> std::process::Child {
     std::process::Command::new("true").spawn().expect("true")
 }
+
+/// Each version of the value is one byte repeated: a reply whose bytes differ is torn.
+const TORN_VALUE_BYTES: usize = 100_000;
+
+/// A get's reply is sent from the log where the owner read it, so a value must reach the
+/// client whole however the log changes while the reply waits in a full socket: the key
+/// rewritten in place (same size) and the log wrapped over its old versions, by another
+/// client, while slow clients hold pipelines of large gets of it. On both I/O backends (the
+/// io_uring sends are where a send could read the log late), at -t 1 (every read the
+/// owner's) and -t 2 (some read through CREW).
+#[test]
+fn values_sent_from_the_log_are_never_torn_by_writes_while_their_replies_wait() {
+    let _turn = serial();
+    for backend in ["epoll", "uring"] {
+        for threads in ["1", "2"] {
+            let backend = format!("io_backend={backend}");
+            let server = ServerProcess::quicksilver(&["-t", threads, "-m", "8", "-o", &backend]);
+            let checked = overwrite_while_reading(&server);
+            assert_eq!(checked, 4 * 3 * 64, "{backend} -t {threads}");
+        }
+    }
+}
+
+/// Slow readers pipeline gets of `k` while a writer rewrites it and wraps the log; returns
+/// the replies checked whole.
+fn overwrite_while_reading(server: &ServerProcess) -> usize {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let mut writer = server.connect();
+    set(&mut writer, "k", &[b'A'; TORN_VALUE_BYTES]);
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let mut client = server.connect();
+            shrink_receive_buffer(&client.stream);
+            std::thread::spawn(move || {
+                let mut checked = 0;
+                for _ in 0..3 {
+                    // More than the socket buffers hold (a few MB), read slowly: the replies
+                    // wait in the server meanwhile.
+                    client.send("get k\r\n".repeat(64).as_bytes());
+                    for _ in 0..64 {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        let head = format!("VALUE k 0 {TORN_VALUE_BYTES}\r\n");
+                        let mut reply = vec![0; head.len() + TORN_VALUE_BYTES + b"\r\nEND\r\n".len()];
+                        std::io::Read::read_exact(&mut client.stream, &mut reply).expect("a whole reply");
+                        assert!(reply.starts_with(head.as_bytes()), "{:?}", String::from_utf8_lossy(&reply[..40]));
+                        assert!(reply.ends_with(b"\r\nEND\r\n"));
+                        let value = &reply[head.len()..reply.len() - b"\r\nEND\r\n".len()];
+                        assert_eq!(value.len(), TORN_VALUE_BYTES);
+                        let first = value[0];
+                        let torn = value.iter().position(|&byte| byte != first);
+                        assert_eq!(torn, None, "a torn value: {first} then {:?}", torn.map(|at| value[at]));
+                        checked += 1;
+                    }
+                }
+                checked
+            })
+        })
+        .collect();
+    let writes = std::thread::spawn({
+        let done = done.clone();
+        let mut writer = writer;
+        move || {
+            let mut version = 0u8;
+            while !done.load(Relaxed) {
+                version = version.wrapping_add(1);
+                set(&mut writer, "k", &[b'A' + version % 26; TORN_VALUE_BYTES]);
+                set(&mut writer, &format!("filler{}", version % 64), &[b'f'; TORN_VALUE_BYTES]);
+            }
+        }
+    });
+    let checked = readers.into_iter().map(|reader| reader.join().expect("a reader failed")).sum();
+    done.store(true, Relaxed);
+    writes.join().expect("the writer failed");
+    checked
+}
+
+/// A receive buffer of 32 KiB, so a reply of 100 KB waits in the server's socket.
+fn shrink_receive_buffer(stream: &std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let bytes: libc::c_int = 32 << 10;
+    // SAFETY: setsockopt on a socket this stream owns, with a pointer to a live c_int of the
+    // length given.
+    let result = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(result, 0, "setsockopt SO_RCVBUF");
+}

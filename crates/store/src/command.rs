@@ -3,6 +3,7 @@
 
 use crate::item::Expiry;
 use crate::keyhash::KeyHash;
+use crate::pinned::LogValue;
 
 /// How a store command treats an existing item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +135,14 @@ pub trait ValueSink {
     /// The read that called [`ValueSink::head`] raced a writer and runs again: forget what
     /// `head` wrote and what was appended since.
     fn undo(&mut self);
+    /// [`ValueSink::head`] for a read by the partition's owner, which may leave the value in
+    /// its log: `pin` pins it there and gives the [`LogValue`] a reply sends it from (return
+    /// `None` then: nothing is copied). By default the value is copied as `head` says.
+    #[inline(always)]
+    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> LogValue) -> Option<&mut Vec<u8>> {
+        let _ = pin;
+        self.head(hit)
+    }
 }
 
 /// The plain sink: the value appended to a buffer, nothing before it.

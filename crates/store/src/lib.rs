@@ -27,6 +27,7 @@ pub mod log;
 pub mod mrc;
 pub mod partition;
 pub mod persist;
+pub mod pinned;
 pub mod reader;
 pub mod region;
 pub mod stats;
@@ -38,6 +39,7 @@ pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
+pub use pinned::LogValue;
 pub use partition::{
     Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,
 };

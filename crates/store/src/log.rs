@@ -221,6 +221,33 @@ impl Log {
         (self.words(), self.geometry.physical(offset), self.word_mask())
     }
 
+    /// Which ring holds logical `offset` (true: the small ring) and its byte position in that
+    /// ring's memory.
+    #[inline(always)]
+    pub fn place(&self, offset: u64) -> (bool, usize) {
+        let small = offset & self.geometry.small_flag != 0 && self.small.is_some();
+        (small, self.locate(offset).1)
+    }
+
+    /// The `len` bytes from byte `start` of the item at `offset`, as a slice of the log's own
+    /// memory (bounds-checked).
+    ///
+    /// # Safety
+    /// No thread may write those bytes while the slice lives.
+    #[cfg(not(loom))]
+    pub unsafe fn bytes_in_place(&self, offset: u64, start: usize, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        let (memory, at, _) = self.locate(offset);
+        let from = at + start;
+        let words = &memory[from / 8..(from + len).div_ceil(8)];
+        // SAFETY: `words` covers the range (bounds-checked above), an `AtomicU64` has the size
+        // and alignment of a `u64` and any bit pattern is a valid byte, and the caller promises
+        // no writes while the slice lives, so plain reads do not race.
+        unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>().add(from % 8), len) }
+    }
+
     /// The words of the item at `offset` (either ring), `words` long: bounds-checked once.
     #[inline(always)]
     pub fn item_words(&self, offset: u64, words: usize) -> &[AtomicU64] {

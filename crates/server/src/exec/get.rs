@@ -11,7 +11,7 @@ use super::{watch, Engine, Exec, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::command::{self as cmd, Answer};
-use qs_store::{Command, Expiry, Hit, KeyHash, MetaGet, Outcome, ValueSink};
+use qs_store::{Command, Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, ValueSink};
 use std::sync::Arc;
 
 /// Where a large value went instead of the reply buffer.
@@ -22,6 +22,8 @@ enum Large {
     Fresh(Vec<u8>, u64),
     /// A recent copy of the same version, still held by a reply: nothing copied.
     Reused(Arc<SharedValue>),
+    /// Left in the log of the owned partition: the version with this CAS.
+    Log(LogValue, u64),
 }
 
 /// A get's reply, written as the store reads the value.
@@ -38,6 +40,9 @@ pub(super) struct ReplySink<'a> {
     now_secs: u32,
     /// The head said the value follows (a meta get may send none).
     value_follows: bool,
+    /// The partition read, when it is this worker's own: a large value may be left in its
+    /// log and sent from there.
+    owned: Option<usize>,
 }
 
 impl<'a> ReplySink<'a> {
@@ -49,7 +54,13 @@ impl<'a> ReplySink<'a> {
         (shares, now_secs): (&'a mut Shares, u32),
     ) -> ReplySink<'a> {
         let mark = out.len();
-        ReplySink { out, key, answer, shared, shares, mark, large: Large::No, now_secs, value_follows: false }
+        ReplySink { out, key, answer, shared, shares, mark, large: Large::No, now_secs, value_follows: false, owned: None }
+    }
+
+    /// The sink of a read of `partition`, owned here: a large value is left in its log.
+    pub(super) fn owned(mut self, partition: usize) -> Self {
+        self.owned = Some(partition);
+        self
     }
 
     /// Ends the reply of a read that answered `outcome`: what follows the value (the text
@@ -75,6 +86,11 @@ impl<'a> ReplySink<'a> {
                 self.shares.take_new_copy(self.key, cas, copy, at);
             }
             Large::Reused(copy) => self.shares.taken.push((at, copy)),
+            Large::Log(value, cas) => {
+                let partition = self.owned.expect("a value left in the log of an owned partition");
+                let copy = Arc::new(SharedValue::in_log(partition, value, self.shared.client_memory.clone()));
+                self.shares.take_new_copy(self.key, cas, copy, at);
+            }
         }
         self.out
     }
@@ -88,9 +104,13 @@ impl<'a> ReplySink<'a> {
     }
 }
 
-impl ValueSink for ReplySink<'_> {
+impl ReplySink<'_> {
+    /// Writes the head for `hit` and says where its value goes: `Some(buffer)` to be copied
+    /// there (the reply buffer, or a fresh copy of a large value), or `None` when nothing is
+    /// copied (no value follows, a recent copy of the version is reused, or `pin` left it in
+    /// the log).
     #[inline(always)]
-    fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>> {
+    fn place(&mut self, hit: &Hit, pin: Option<impl FnOnce() -> LogValue>) -> Option<&mut Vec<u8>> {
         if !self.write_head(hit) {
             return None;
         }
@@ -101,11 +121,27 @@ impl ValueSink for ReplySink<'_> {
             self.large = Large::Reused(copy);
             return None;
         }
+        if let Some(pin) = pin.filter(|_| self.owned.is_some()) {
+            self.large = Large::Log(pin(), hit.cas);
+            return None;
+        }
         self.large = Large::Fresh(Vec::with_capacity(hit.value_len), hit.cas);
         match &mut self.large {
             Large::Fresh(bytes, _) => Some(bytes),
-            Large::No | Large::Reused(_) => None,
+            Large::No | Large::Reused(_) | Large::Log(..) => None,
         }
+    }
+}
+
+impl ValueSink for ReplySink<'_> {
+    #[inline(always)]
+    fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>> {
+        self.place(hit, None::<fn() -> LogValue>)
+    }
+
+    #[inline(always)]
+    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> LogValue) -> Option<&mut Vec<u8>> {
+        self.place(hit, Some(pin))
     }
 
     fn undo(&mut self) {
@@ -198,7 +234,7 @@ impl Engine {
                 epochs.bump(hash.0);
             }
             let shared = &*self.shared;
-            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now));
+            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now)).owned(partition);
             let owned = self.partitions[partition].as_mut().expect("owned");
             let outcome = owned.read_meta(hash, bytes, options, now, &mut sink);
             sink.finish(&outcome);
@@ -263,6 +299,7 @@ impl Engine {
         let shared = &*self.shared;
         let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now));
         if let Some(owned) = &mut self.partitions[partition] {
+            let mut sink = sink.owned(partition);
             let outcome = owned.read_value(hash, key, touch, now, &mut sink);
             sink.finish(&outcome);
             return outcome;

@@ -6,7 +6,8 @@
 
 #[cfg(test)]
 use crate::session::budget::ClientMemory;
-use crate::session::budget::{SharedValue, SHARED_VALUE_BYTES_MIN};
+use crate::session::budget::{LogBytes, SharedValue, SHARED_VALUE_BYTES_MIN};
+use qs_store::LogValue;
 use std::sync::{Arc, Weak};
 
 /// Recent shared copies kept for reuse (weakly: they live as long as a reply holds them).
@@ -34,7 +35,7 @@ impl Shares {
     /// Bytes of the values taken since the worker last adopted them (what the reply holds
     /// besides its buffer).
     pub fn taken_bytes(&self) -> usize {
-        self.taken.iter().map(|(_, copy)| copy.bytes().len()).sum()
+        self.taken.iter().map(|(_, copy)| copy.len()).sum()
     }
 
     /// Leaves `value` (the version `cas` of `key`) out of `out` at its end, to be sent from a
@@ -63,7 +64,7 @@ impl Shares {
             .iter()
             .filter(|(seen, seen_cas, _)| *seen_cas == cas && **seen == *key)
             .find_map(|(_, _, copy)| copy.upgrade())
-            .filter(|copy| copy.bytes().len() == len)
+            .filter(|copy| copy.len() == len)
     }
 
     /// Keeps `copy` (the version `cas` of `key`) for reuse while a reply holds it.
@@ -75,6 +76,16 @@ impl Shares {
             self.recent[self.next] = entry;
             self.next = (self.next + 1) % RECENT;
         }
+    }
+}
+
+impl LogBytes for super::Engine {
+    /// Only the owner reads a value left in its log: its partition is this engine's.
+    fn log_bytes<'a>(&'a self, partition: usize, value: &'a LogValue) -> &'a [u8] {
+        self.partitions[partition]
+            .as_ref()
+            .expect("a value is left in the log only by the partition's owner")
+            .value_bytes(value)
     }
 }
 

@@ -106,36 +106,85 @@ impl ClientMemory {
     }
 }
 
-/// A value copied once out of the log for the replies that send it, charged to the client
-/// memory budget while any of them holds it.
+/// A large value the replies that send it share, charged to the client memory budget (its
+/// length) while any of them holds it: a copy made once out of the log, or the value left in
+/// the log of the partition that owns it ([`qs_store::LogValue`], sent from there by the
+/// owner's sends; see `exec::get`).
 #[derive(Debug)]
 pub struct SharedValue {
-    bytes: Box<[u8]>,
+    bytes: Held,
     budget: Arc<ClientMemory>,
+}
+
+/// Where a shared value's bytes are.
+#[derive(Debug)]
+enum Held {
+    /// A copy of its own.
+    Copy(Box<[u8]>),
+    /// In the log of partition `.0`.
+    Log(usize, qs_store::LogValue),
+}
+
+/// What reads a value left in the log: the owner of its partition (the engine of the worker
+/// that read it), whose borrow keeps the log unwritten while the bytes are used.
+pub trait LogBytes {
+    /// The bytes of `value`, left in the log of `partition`.
+    fn log_bytes<'a>(&'a self, partition: usize, value: &'a qs_store::LogValue) -> &'a [u8];
 }
 
 impl SharedValue {
     /// A copy of `bytes`, charged to `budget`.
     pub fn new(bytes: &[u8], budget: Arc<ClientMemory>) -> SharedValue {
-        budget.force(bytes.len());
-        SharedValue { bytes: bytes.into(), budget }
+        SharedValue::from_vec(bytes.into(), budget)
     }
 
     /// `bytes`, kept as they are (read straight into a buffer of their own), charged to `budget`.
     pub fn from_vec(bytes: Vec<u8>, budget: Arc<ClientMemory>) -> SharedValue {
         budget.force(bytes.len());
-        SharedValue { bytes: bytes.into_boxed_slice(), budget }
+        SharedValue { bytes: Held::Copy(bytes.into_boxed_slice()), budget }
     }
 
-    /// The value.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+    /// `value`, left in the log of `partition`, charged to `budget` as a copy would be (the
+    /// log rescues it into one when its memory is written again while a reply still holds it).
+    pub fn in_log(partition: usize, value: qs_store::LogValue, budget: Arc<ClientMemory>) -> SharedValue {
+        budget.force(value.len());
+        SharedValue { bytes: Held::Log(partition, value), budget }
+    }
+
+    /// The value's length.
+    pub fn len(&self) -> usize {
+        match &self.bytes {
+            Held::Copy(bytes) => bytes.len(),
+            Held::Log(_, value) => value.len(),
+        }
+    }
+
+    /// Whether the value is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value, read through `logs` when it lies in a log.
+    pub fn bytes<'a>(&'a self, logs: &'a impl LogBytes) -> &'a [u8] {
+        match &self.bytes {
+            Held::Copy(bytes) => bytes,
+            Held::Log(partition, value) => logs.log_bytes(*partition, value),
+        }
     }
 }
 
 impl Drop for SharedValue {
     fn drop(&mut self) {
-        self.budget.give(self.bytes.len());
+        self.budget.give(self.len());
+    }
+}
+
+/// Reads no log: for outputs that hold copies only (tests, UDP).
+pub struct NoLogs;
+
+impl LogBytes for NoLogs {
+    fn log_bytes<'a>(&'a self, partition: usize, _value: &'a qs_store::LogValue) -> &'a [u8] {
+        unreachable!("a value left in the log of partition {partition} outside its owner's sends")
     }
 }
 
@@ -155,6 +204,7 @@ mod tests {
     fn a_shared_value_is_charged_while_it_lives() {
         let budget = Arc::new(ClientMemory::new(100));
         let value = Arc::new(SharedValue::new(b"twelve bytes", budget.clone()));
+        assert_eq!((value.len(), value.bytes(&NoLogs)), (12, &b"twelve bytes"[..]));
         let again = value.clone();
         assert_eq!(budget.used(), 12, "charged once however many hold it");
         drop(value);

@@ -15,11 +15,15 @@ pub use listener::{Listener, Listening, Security};
 pub use state::{RingIo, State, Wait};
 
 use crate::observe::registry::Addr;
+use budget::LogBytes;
 use std::collections::VecDeque;
 
 /// Output beyond which a connection's requests are not processed (and its socket not read)
 /// until the client reads: bounds memory for clients that never read their replies.
 pub const OUTPUT_BYTES_HIGH: usize = 1 << 20;
+
+/// Most slices one vectored send takes (the rest goes with the next).
+pub const SEND_SLICES_MAX: usize = 16;
 /// Input side: bytes read and not yet parsed are `buf[start..end]`.
 pub struct Input {
     /// Fully initialized buffer.
@@ -355,7 +359,7 @@ impl Output {
             .iter()
             .map(|segment| match segment {
                 Segment::Ready(bytes) => bytes.len(),
-                Segment::Shared { value, sent } => value.bytes().len() - sent,
+                Segment::Shared { value, sent } => value.len() - sent,
                 Segment::Waiting { .. } | Segment::Mark(_) => 0,
             })
             .sum();
@@ -389,36 +393,69 @@ impl Output {
         }
     }
 
-    /// Unsent bytes ready to go: `out`'s, then a shared value's at the front of the segments.
-    pub fn unsent(&self) -> &[u8] {
-        if self.sent < self.out.len() {
-            return &self.out[self.sent..];
-        }
-        match self.segments.front() {
-            Some(Segment::Shared { value, sent }) => &value.bytes()[*sent..],
-            _ => &[],
-        }
+    /// Whether bytes are ready to send.
+    pub fn has_unsent(&self) -> bool {
+        self.sent < self.out.len() || matches!(self.segments.front(), Some(Segment::Shared { .. }))
     }
 
-    /// Marks `len` bytes of [`Output::unsent`] sent.
-    pub fn advance(&mut self, len: usize) {
-        self.sent_total += len as u64;
-        if self.sent == self.out.len() {
-            if let Some(Segment::Shared { value, sent }) = self.segments.front_mut() {
-                *sent += len;
-                if *sent == value.bytes().len() {
-                    self.segments.pop_front();
-                    self.promote();
-                }
+    /// The bytes ready to send, in order, as slices for one vectored send written to the
+    /// front of `slices` (at most its length; [`SEND_SLICES_MAX`] is what a send takes); how
+    /// many. `out`'s unsent bytes come first, then the shared values and ready replies behind
+    /// them up to the first reply that waits. A value left in the log is read through `logs`,
+    /// whose borrow keeps it unwritten while the slices live.
+    pub fn unsent_slices<'a>(&'a self, logs: &'a impl LogBytes, slices: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut count = 0;
+        let mut push = |bytes: &'a [u8]| {
+            if count < slices.len() && !bytes.is_empty() {
+                slices[count] = std::io::IoSlice::new(bytes);
+                count += 1;
             }
-            return;
+            count < slices.len()
+        };
+        if self.sent < self.out.len() {
+            push(&self.out[self.sent..]);
         }
-        self.sent += len;
-        if self.sent == self.out.len() {
-            self.out.clear();
-            self.sent = 0;
-            if self.out.capacity() > OUTPUT_BYTES_HIGH {
-                self.out = Vec::new();
+        for segment in &self.segments {
+            let room = match segment {
+                Segment::Shared { value, sent } => push(&value.bytes(logs)[*sent..]),
+                Segment::Ready(bytes) => push(bytes),
+                Segment::Waiting { .. } | Segment::Mark(_) => false,
+            };
+            if !room {
+                break;
+            }
+        }
+        count
+    }
+
+    /// Marks the first `len` bytes of what [`Output::unsent_slices`] gave sent.
+    pub fn advance(&mut self, mut len: usize) {
+        self.sent_total += len as u64;
+        while len > 0 {
+            if self.sent < self.out.len() {
+                let taken = len.min(self.out.len() - self.sent);
+                self.sent += taken;
+                len -= taken;
+                if self.sent == self.out.len() {
+                    self.out.clear();
+                    self.sent = 0;
+                    if self.out.capacity() > OUTPUT_BYTES_HIGH {
+                        self.out = Vec::new();
+                    }
+                }
+                continue;
+            }
+            let Some(Segment::Shared { value, sent }) = self.segments.front_mut() else {
+                debug_assert!(false, "{len} bytes sent past the ready output");
+                return;
+            };
+            let taken = len.min(value.len() - *sent);
+            *sent += taken;
+            len -= taken;
+            if *sent == value.len() {
+                // The replies behind it move into `out`, which is empty now.
+                self.segments.pop_front();
+                self.promote();
             }
         }
     }
@@ -450,6 +487,15 @@ impl std::io::Write for Stream {
             Stream::Tcp(stream) => stream.write(buf),
             Stream::Unix(stream) => stream.write(buf),
             Stream::Tls(stream) => stream.write(buf),
+        }
+    }
+
+    /// One `writev` for a plain socket; TLS takes the first slice.
+    fn write_vectored(&mut self, slices: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => stream.write_vectored(slices),
+            Stream::Unix(stream) => stream.write_vectored(slices),
+            Stream::Tls(stream) => stream.write_vectored(slices),
         }
     }
 
@@ -738,6 +784,15 @@ mod tests {
         assert!(!input.lent && input.buf.is_empty());
     }
 
+    impl Output {
+        /// Everything ready to send, in one buffer.
+        fn unsent(&self) -> Vec<u8> {
+            let mut slices = [std::io::IoSlice::new(&[]); 64];
+            let count = self.unsent_slices(&budget::NoLogs, &mut slices);
+            slices[..count].iter().flat_map(|slice| slice.iter().copied()).collect()
+        }
+    }
+
     #[test]
     fn replies_leave_in_request_order() {
         let mut output = Output::new(2);
@@ -775,8 +830,10 @@ mod tests {
         /// sent are every reply in request order.
         #[test]
         fn sent_bytes_are_the_replies_in_request_order(
-            steps in proptest::collection::vec((0u8..3, 0usize..64, 1usize..40), 1..200),
+            steps in proptest::collection::vec((0u8..4, 0usize..64, 1usize..40), 1..200),
+            send_max in 1usize..100,
         ) {
+            let budget = std::sync::Arc::new(budget::ClientMemory::default());
             let mut output = Output::new(3);
             // The model: each request's reply, `None` while it waits.
             let mut model: Vec<Option<Vec<u8>>> = Vec::new();
@@ -793,6 +850,16 @@ mod tests {
                         waiting.push((output.wait_for(1 + pick % 2), model.len()));
                         model.push(None);
                     }
+                    2 => {
+                        // A large value left out of the reply buffer, between two replies.
+                        let buf = output.reply_buf();
+                        buf.extend_from_slice(b"<");
+                        let at = buf.len();
+                        buf.extend_from_slice(b">");
+                        let value = std::sync::Arc::new(budget::SharedValue::new(&reply, budget.clone()));
+                        output.adopt(&mut vec![(at, value)]);
+                        model.push(Some([&b"<"[..], &reply, b">"].concat()));
+                    }
                     _ if !waiting.is_empty() => {
                         let (id, at) = waiting.remove(pick % waiting.len());
                         proptest::prop_assert!(output.fill(id, &reply));
@@ -800,10 +867,16 @@ mod tests {
                     }
                     _ => {}
                 }
-                // Send what is ready, as the worker would.
-                sent.extend_from_slice(output.unsent());
-                let ready = output.unsent().len();
-                output.advance(ready);
+                // Send what is ready, as the worker would, the socket taking at most `send_max`.
+                let ready = output.unsent();
+                let taken = ready.len().min(send_max);
+                sent.extend_from_slice(&ready[..taken]);
+                output.advance(taken);
+                while output.has_unsent() {
+                    let ready = output.unsent();
+                    sent.extend_from_slice(&ready);
+                    output.advance(ready.len());
+                }
                 let expected: Vec<u8> = model.iter().map_while(|reply| reply.clone()).flatten().collect();
                 proptest::prop_assert_eq!(&sent, &expected);
             }

@@ -269,20 +269,41 @@ impl NetRing {
         Ok(())
     }
 
-    /// Sends each `(fd, bytes, slot, generation)` without waiting for socket space
+    /// Sends each `(fd, slices, slot, generation)` without waiting for socket space
     /// (`MSG_DONTWAIT`: a full socket answers `-EAGAIN`), all in one `io_uring_enter` that
     /// waits for every send's completion; every completion reaped meanwhile goes to `into`.
+    /// One slice goes as a send, several as one `sendmsg` (scatter-gather).
     pub fn send_all(
         &mut self,
-        sends: &[(RawFd, &[u8], usize, u32)],
+        sends: &[(RawFd, &[io::IoSlice<'_>], usize, u32)],
         into: &mut Vec<Completion>,
     ) -> io::Result<()> {
-        for &(fd, bytes, slot, generation) in sends {
-            let entry = on_socket!(self.socket(slot, fd), |target| {
-                opcode::Send::new(target, bytes.as_ptr(), bytes.len() as u32)
-                    .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-                    .build()
-            });
+        // The headers of the gathered sends, made before any is pushed (so none moves), kept
+        // until every send is complete.
+        let headers: Vec<libc::msghdr> = sends
+            .iter()
+            .map(|&(_, slices, _, _)| libc::msghdr {
+                msg_name: std::ptr::null_mut(),
+                msg_namelen: 0,
+                // An `IoSlice` is an `iovec` (std guarantees the layout on Unix); the kernel
+                // only reads through it.
+                msg_iov: slices.as_ptr().cast::<libc::iovec>().cast_mut(),
+                msg_iovlen: slices.len(),
+                msg_control: std::ptr::null_mut(),
+                msg_controllen: 0,
+                msg_flags: 0,
+            })
+            .collect();
+        for (&(fd, slices, slot, generation), header) in sends.iter().zip(&headers) {
+            let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+            let entry = match slices {
+                [bytes] => on_socket!(self.socket(slot, fd), |target| {
+                    opcode::Send::new(target, bytes.as_ptr(), bytes.len() as u32).flags(flags).build()
+                }),
+                _ => on_socket!(self.socket(slot, fd), |target| {
+                    opcode::SendMsg::new(target, header).flags(flags as u32).build()
+                }),
+            };
             self.push(&entry.user_data(user_data(Op::Send, slot, generation)))?;
         }
         let mut left = sends.len();
@@ -387,7 +408,7 @@ mod tests {
         assert_eq!(ring.take(id, first.result as usize), b"get a\r\n");
         ring.give_back(id);
         done.clear();
-        ring.send_all(&[(server.as_raw_fd(), b"END\r\n", 3, 9)], &mut done).unwrap();
+        ring.send_all(&[(server.as_raw_fd(), &[io::IoSlice::new(b"END\r\n")], 3, 9)], &mut done).unwrap();
         let sent = done.iter().find(|done| done.op == Op::Send).expect("a send");
         assert_eq!(sent.result, 5);
         let mut reply = [0u8; 5];
@@ -422,7 +443,7 @@ mod tests {
         assert_eq!(ring.take(id, done[0].result as usize), b"mn\r\n");
         ring.give_back(id);
         done.clear();
-        ring.send_all(&[(server.as_raw_fd(), b"MN\r\n", 5, 1)], &mut done).unwrap();
+        ring.send_all(&[(server.as_raw_fd(), &[io::IoSlice::new(b"MN"), io::IoSlice::new(b"\r\n")], 5, 1)], &mut done).unwrap();
         assert_eq!(done.iter().find(|done| done.op == Op::Send).unwrap().result, 4);
         let mut reply = [0u8; 4];
         client.read_exact(&mut reply).unwrap();
@@ -449,7 +470,7 @@ mod tests {
         // The client never reads: the socket fills, and a send then refuses instead of waiting.
         for _ in 0..64 {
             done.clear();
-            ring.send_all(&[(server.as_raw_fd(), &block, 0, 0)], &mut done).unwrap();
+            ring.send_all(&[(server.as_raw_fd(), &[io::IoSlice::new(&block)], 0, 0)], &mut done).unwrap();
             let result = done.iter().find(|done| done.op == Op::Send).unwrap().result;
             if result == -libc::EAGAIN {
                 return;

@@ -119,18 +119,29 @@ impl Worker {
         }
         let Some(net) = self.net.as_mut() else { return };
         let mut done = std::mem::take(&mut self.net_done);
-        let sends: Vec<(i32, &[u8], usize, u32)> = sending
+        // Each connection's ready output as slices (a value left in the log read in place).
+        let mut slices = vec![io::IoSlice::new(&[]); sending.len() * SEND_SLICES_MAX];
+        let mut counts = Vec::with_capacity(sending.len());
+        for (&index, room) in sending.iter().zip(slices.chunks_mut(SEND_SLICES_MAX)) {
+            let count = self.conns[index].as_ref().map_or(0, |conn| conn.output.unsent_slices(&self.engine, room));
+            counts.push(count);
+        }
+        let sends: Vec<(i32, &[io::IoSlice<'_>], usize, u32)> = sending
             .iter()
-            .filter_map(|&index| {
-                let conn = self.conns[index].as_ref()?;
-                Some((conn.fd, conn.output.unsent(), index, conn.generation))
+            .zip(slices.chunks(SEND_SLICES_MAX).zip(&counts))
+            .filter_map(|(&index, (room, &count))| {
+                let conn = self.conns[index].as_ref().filter(|_| count > 0)?;
+                Some((conn.fd, &room[..count], index, conn.generation))
             })
             .collect();
         let failed = net.send_all(&sends, &mut done).is_err();
         // What each send offered: less taken means the socket is full.
-        let offered: Vec<(usize, usize)> =
-            sends.iter().map(|&(_, bytes, index, _)| (index, bytes.len())).collect();
+        let offered: Vec<(usize, usize)> = sends
+            .iter()
+            .map(|&(_, slices, index, _)| (index, slices.iter().map(|slice| slice.len()).sum()))
+            .collect();
         drop(sends);
+        drop(slices);
         for completion in done.drain(..) {
             if completion.op != Op::Send {
                 self.net_completion(completion);

@@ -32,17 +32,17 @@ impl Worker {
             // would otherwise leave the rest to be taken as its next requests.
             let hold = waiting || (conn.input.skip > 0 && !conn.state.is_ending());
             if conn.ring != RingIo::Off {
-                if let Some(sink) = conn.watch.as_ref().filter(|_| conn.output.unsent().is_empty()) {
+                if let Some(sink) = conn.watch.as_ref().filter(|_| !conn.output.has_unsent()) {
                     let moved = sink.take(conn.output.reply_buf());
                     self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
                 let send =
-                    !hold && !conn.state.is_dead() && !conn.write_blocked && !conn.output.unsent().is_empty();
+                    !hold && !conn.state.is_dead() && !conn.write_blocked && conn.output.has_unsent();
                 on_ring.push((index, send));
                 continue;
             }
             while !hold && !conn.state.is_dead() && !conn.write_blocked {
-                if conn.output.unsent().is_empty() {
+                if !conn.output.has_unsent() {
                     // TLS: records rustls still holds go out too.
                     match stream.flush() {
                         Ok(()) => {}
@@ -63,7 +63,9 @@ impl Worker {
                     }
                     self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
-                match stream.write(conn.output.unsent()) {
+                let mut slices = [io::IoSlice::new(&[]); SEND_SLICES_MAX];
+                let count = conn.output.unsent_slices(&self.engine, &mut slices);
+                match stream.write_vectored(&slices[..count]) {
                     Ok(written) => {
                         self.engine.counters.bytes_written += written as u64;
                         conn.output.advance(written);
@@ -99,7 +101,7 @@ impl Worker {
         conn.watch.is_none()
             && !conn.write_blocked
             && !conn.state.is_dead()
-            && !conn.output.unsent().is_empty()
+            && conn.output.has_unsent()
             && conn.input.skip == 0
     }
 
@@ -107,7 +109,7 @@ impl Worker {
     fn watcher_refilled(&mut self, index: usize) -> bool {
         let Some(conn) = self.conns[index].as_mut() else { return false };
         let Some(sink) = conn.watch.as_ref() else { return false };
-        if conn.write_blocked || conn.state.is_dead() || !conn.output.unsent().is_empty() {
+        if conn.write_blocked || conn.state.is_dead() || conn.output.has_unsent() {
             return false;
         }
         let moved = sink.take(conn.output.reply_buf());

@@ -20,6 +20,7 @@ impl Partition {
         }
         if padding > 0 {
             if (self.geometry.physical(self.tail) as u64) < self.geometry.log_bytes {
+                self.before_writing(self.tail, 8);
                 self.shared.log.write_padding(self.tail);
             }
             self.tail += padding;

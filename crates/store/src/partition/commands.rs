@@ -177,15 +177,19 @@ impl Partition {
             found.header.word0 = word0;
             hit.won = true;
         }
-        if let Some(buffer) = sink.head(&hit) {
+        let value_at = (header.key_start() + header.word0.key_len(), header.word1.value_len());
+        let buffer = if self.store.is_none() {
+            // Cache mode: the log is written only at its tail and by this partition's own
+            // writes, which rescue what they overwrite; store mode's allocator writes freed
+            // memory itself, so values are copied there.
+            let (log, pins, offset) = (&self.shared.log, &mut self.pins, found.offset);
+            sink.head_pinnable(&hit, || pins.pin(log, offset, value_at))
+        } else {
+            sink.head(&hit)
+        };
+        if let Some(buffer) = buffer {
             hit.value_start = buffer.len();
-            let value_len = header.word1.value_len();
-            self.shared.log.read_bytes(
-                found.offset,
-                header.key_start() + header.word0.key_len(),
-                value_len,
-                buffer,
-            );
+            self.shared.log.read_bytes(found.offset, value_at.0, value_at.1, buffer);
         }
         if update {
             self.after_read(&found, now_secs);

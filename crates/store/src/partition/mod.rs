@@ -23,6 +23,7 @@ use std::cell::Cell;
 mod cache_log;
 mod commands;
 mod flash_tier;
+mod pins;
 mod requests;
 mod small_ring;
 mod store_mode;
@@ -188,6 +189,8 @@ pub struct Partition {
     /// CAS sequences below this were handed out before the last restart or may have been; the
     /// state page keeps it a step ahead of `next_cas_seq` (`u64::MAX` in memory only).
     cas_mark: u64,
+    /// Values left in the log for replies to send from there ([`pins`]).
+    pins: crate::pinned::Pins,
 }
 
 /// An item evicted to make room, as `watch evictions` reports it.
@@ -346,6 +349,7 @@ impl Partition {
             partition_bits: config.partition_bits,
             flash: None,
             cas_mark: u64::MAX,
+            pins: crate::pinned::Pins::default(),
         };
         partition.small.main_free = partition.limit_bytes;
         partition.plan_growth();
@@ -570,6 +574,8 @@ impl Partition {
         {
             return false;
         }
+        // Memory given back or cut reads as zeroes: values replies send from it are copied first.
+        self.pins.rescue_all(&self.shared.log);
         self.set_small_ring(small);
         let shrinking = bytes < self.limit_bytes;
         self.small.main_free += bytes.saturating_sub(self.limit_bytes);

@@ -206,6 +206,7 @@ impl Partition {
         }
         if padding > 0 {
             if (self.geometry.small_physical(self.small.tail) as u64) < self.geometry.small_bytes {
+                self.before_writing(self.geometry.small_offset(self.small.tail), 8);
                 self.shared.log.write_padding(self.geometry.small_offset(self.small.tail));
             }
             self.small.tail += padding;

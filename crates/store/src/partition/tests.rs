@@ -170,3 +170,66 @@ fn miri_a_sink_writes_its_head_before_the_value_and_may_take_none() {
     assert_eq!((hit.expiry, &sink.out[hit.value_start..]), (Expiry::from_exptime(400, 100), &b"value"[..]));
     partition.check_invariants();
 }
+
+/// A sink that leaves every value in the log, keeping the pins it is given.
+#[derive(Default)]
+struct Pinning {
+    values: Vec<crate::LogValue>,
+}
+
+impl ValueSink for Pinning {
+    fn head(&mut self, _hit: &crate::Hit) -> Option<&mut Vec<u8>> {
+        unreachable!("the owner offers a pin")
+    }
+
+    fn undo(&mut self) {}
+
+    fn head_pinnable(&mut self, _hit: &crate::Hit, pin: impl FnOnce() -> crate::LogValue) -> Option<&mut Vec<u8>> {
+        self.values.push(pin());
+        None
+    }
+}
+
+fn pin(partition: &mut Partition, key: &[u8]) -> crate::LogValue {
+    let mut sink = Pinning::default();
+    let outcome = partition.read_value(KeyHash::of(key), key, None, 100, &mut sink);
+    assert!(matches!(outcome, Outcome::Hit(_)), "{outcome:?}");
+    sink.values.pop().expect("pinned")
+}
+
+/// A value left in the log is read there until its memory is about to be written again (the
+/// log wrapping over it, or its own key rewritten in place), and from its copy after: never
+/// torn. Under Miri, the in-place slice is checked against those writes.
+#[test]
+fn miri_a_pinned_value_is_read_in_place_and_rescued_before_its_memory_is_written() {
+    let mut partition = small(Access::Crew);
+    set(&mut partition, b"big", &[7; 40]);
+    let value = pin(&mut partition, b"big");
+    assert_eq!((partition.value_bytes(&value), value.rescued()), (&[7u8; 40][..], cfg!(loom)));
+    set(&mut partition, b"other", &[1; 40]);
+    assert!(!value.rescued(), "a write elsewhere copied it");
+    for round in 0..8u8 {
+        set(&mut partition, &[b'k', round], &[round; 40]);
+    }
+    assert_eq!(partition.peek(KeyHash::of(b"big"), b"big", 100), None, "the log did not wrap over it");
+    assert!(value.rescued());
+    assert_eq!(partition.value_bytes(&value), &[7u8; 40][..]);
+
+    set(&mut partition, b"same", b"first");
+    let first = pin(&mut partition, b"same");
+    set(&mut partition, b"same", b"secnd");
+    assert!(first.rescued(), "rewritten in place over a pinned value");
+    assert_eq!(partition.value_bytes(&first), b"first");
+    let second = pin(&mut partition, b"same");
+    assert_eq!(partition.value_bytes(&second), b"secnd");
+    partition.check_invariants();
+}
+
+#[test]
+#[should_panic(expected = "another partition")]
+fn a_pinned_value_is_read_through_its_own_partition_only() {
+    let mut partition = small(Access::Erew);
+    set(&mut partition, b"k", b"v");
+    let value = pin(&mut partition, b"k");
+    let _ = small(Access::Erew).value_bytes(&value);
+}

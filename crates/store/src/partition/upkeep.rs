@@ -199,8 +199,10 @@ impl Partition {
         let ext = self.store.is_some() || new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
         let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
         let key_start = item::HEADER_BYTES + if ext { item::EXT_BYTES } else { 0 };
+        let words = (key_start + key.len() + value.len()).div_ceil(8);
+        self.before_writing(offset, words * 8);
         // The item's words, bounds-checked once (an item never straddles the end of memory).
-        let item = self.shared.log.item_words(offset, (key_start + key.len() + value.len()).div_ceil(8));
+        let item = self.shared.log.item_words(offset, words);
         item[0].store(Word0::new(new_item.cas_seq, key.len(), bits).0, Relaxed);
         item[1].store(Word1::new(value.len(), slack_words, new_item.last_access).0, Relaxed);
         if ext {

@@ -1,0 +1,41 @@
+//! The partition's side of values sent from the log ([`crate::pinned`]): reading them in
+//! place, and rescuing them before a write.
+
+use crate::pinned::{self, LogValue};
+
+impl super::Partition {
+    /// The bytes of `value`, a value this partition pinned: in the log, or its copy if the
+    /// memory was written again since. The slice borrows the partition, so nothing writes
+    /// the log while it lives.
+    ///
+    /// # Panics
+    /// If `value` was pinned by another partition.
+    pub fn value_bytes<'a>(&'a self, value: &'a LogValue) -> &'a [u8] {
+        match pinned::rescued(&self.pins, value) {
+            Ok(Some(copy)) => return copy,
+            Ok(None) => {}
+            Err(()) => panic!("a value pinned by another partition"),
+        }
+        let (offset, start, len) = pinned::place(value);
+        #[cfg(not(loom))]
+        {
+            // SAFETY: the value is pinned and not rescued, so its bytes have not been written
+            // since the read that pinned it (every write of the log checks the pins first and
+            // rescues what it would overwrite), and nothing writes them while the slice lives:
+            // only this partition writes its log, its writes need `&mut self` (or run inside a
+            // method that has it), and the slice borrows `&self`.
+            unsafe { self.shared.log.bytes_in_place(offset, start, len) }
+        }
+        #[cfg(loom)]
+        unreachable!("loom's pins are rescued when made")
+    }
+
+    /// Copies out the pinned values `bytes` bytes written at item offset `offset` would
+    /// overwrite (nothing to do, and one branch, when none is pinned).
+    #[inline(always)]
+    pub(super) fn before_writing(&self, offset: u64, bytes: usize) {
+        if !self.pins.is_empty() {
+            self.pins.rescue_overlapping(&self.shared.log, offset, bytes);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Values sent from the log: the owner's read of a large value hands its reply a [`LogValue`]
+//! (where the value lies) instead of a copy, and the worker sends the bytes from the log.
+//!
+//! The rule that makes it safe: the owner is the only thread that writes its log, and it
+//! writes bytes a pinned value covers only after copying the value out (a *rescue*):
+//! the partition's item writes and padding records check the pins first, and memory given
+//! back to the kernel (`cache_memlimit`, the small ring switched off) rescues every pin. The
+//! bytes are read in place only through `Partition::value_bytes`, which borrows the
+//! partition, so no write can run while the slice lives; other threads never see a pinned
+//! value's bytes (a CREW reader copies, and a reply to another worker's connection is copied
+//! into the bytes handed back). A value rescued stays in its copy until the last reply
+//! holding it is dropped.
+
+use crate::log::Log;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+/// The next partition's pin identity (a value names its partition by it).
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// Pins kept before the ones no reply holds any more are dropped (checked as pins are made).
+const PINS_BEFORE_PRUNING: usize = 32;
+
+/// A value left in the log of its partition for a reply to send from there: see the module
+/// page. Cheap to clone (the replies of one version share it).
+#[derive(Clone, Debug)]
+pub struct LogValue(Arc<Pinned>);
+
+#[derive(Debug)]
+struct Pinned {
+    /// The pins' owner (see [`Pins::owner`]): tells a value of another partition apart.
+    owner: u64,
+    /// The item's logical offset (its ring told by the offset).
+    offset: u64,
+    /// The value's first byte within the item, and its length.
+    start: usize,
+    len: usize,
+    /// The value's copy, once the memory it lay in was to be written again.
+    rescued: OnceLock<Box<[u8]>>,
+}
+
+impl LogValue {
+    /// The value's length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    /// Whether the value is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// Whether it was copied out of the log (the memory was to be written again).
+    pub fn rescued(&self) -> bool {
+        self.0.rescued.get().is_some()
+    }
+}
+
+/// A partition's pinned values.
+#[derive(Debug)]
+pub(crate) struct Pins {
+    /// This partition's identity, unique in the process.
+    owner: u64,
+    pinned: Vec<Arc<Pinned>>,
+}
+
+impl Default for Pins {
+    fn default() -> Pins {
+        Pins { owner: NEXT_OWNER.fetch_add(1, Relaxed), pinned: Vec::new() }
+    }
+}
+
+impl Pins {
+    /// Pins the `len` bytes from byte `start` of the item at `offset` of `log`.
+    pub(crate) fn pin(&mut self, log: &Log, offset: u64, (start, len): (usize, usize)) -> LogValue {
+        if self.pinned.len() >= PINS_BEFORE_PRUNING {
+            self.prune();
+        }
+        let pinned = Arc::new(Pinned {
+            owner: self.owner,
+            offset,
+            start,
+            len,
+            rescued: OnceLock::new(),
+        });
+        if cfg!(loom) {
+            // loom's atomics are not plain words: the value is copied at once.
+            rescue(log, &pinned);
+        }
+        self.pinned.push(pinned.clone());
+        LogValue(pinned)
+    }
+
+    /// Whether no value is pinned (the common case: checked before every write).
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pinned.is_empty()
+    }
+
+    /// Drops the pins no reply holds, and those rescued.
+    fn prune(&mut self) {
+        self.pinned.retain(|pinned| Arc::strong_count(pinned) > 1 && pinned.rescued.get().is_none());
+    }
+
+    /// Before `bytes` bytes are written at item offset `offset` of `log`: copies out each
+    /// pinned value those bytes would overwrite.
+    #[cold]
+    pub(crate) fn rescue_overlapping(&self, log: &Log, offset: u64, bytes: usize) {
+        let (ring, at) = log.place(offset);
+        for pinned in &self.pinned {
+            let (pinned_ring, pinned_at) = log.place(pinned.offset);
+            let from = pinned_at + pinned.start;
+            if pinned_ring == ring && from < at + bytes && at < from + pinned.len {
+                rescue(log, pinned);
+            }
+        }
+    }
+
+    /// Copies out every pinned value (the memory is about to be given back or rewritten).
+    #[cold]
+    pub(crate) fn rescue_all(&mut self, log: &Log) {
+        for pinned in &self.pinned {
+            rescue(log, pinned);
+        }
+        self.pinned.clear();
+    }
+}
+
+/// Copies `pinned` out of `log` unless it already was.
+fn rescue(log: &Log, pinned: &Pinned) {
+    pinned.rescued.get_or_init(|| {
+        let mut copy = Vec::with_capacity(pinned.len);
+        log.read_bytes(pinned.offset, pinned.start, pinned.len, &mut copy);
+        copy.into_boxed_slice()
+    });
+}
+
+/// The bytes of `value` if `pins` pinned it: its copy once rescued, else `None` (it lies in
+/// `log`, untouched). `Err` for a value of another partition.
+pub(crate) fn rescued<'a>(pins: &Pins, value: &'a LogValue) -> Result<Option<&'a [u8]>, ()> {
+    if value.0.owner != pins.owner {
+        return Err(());
+    }
+    Ok(value.0.rescued.get().map(|copy| &copy[..]))
+}
+
+/// Where an unrescued `value` lies: its item's offset, and its first byte within it and length.
+pub(crate) fn place(value: &LogValue) -> (u64, usize, usize) {
+    (value.0.offset, value.0.start, value.0.len)
+}
