@@ -137,9 +137,10 @@ pub trait ValueSink {
     fn undo(&mut self);
     /// [`ValueSink::head`] for a read by the partition's owner, which may leave the value in
     /// its log: `pin` pins it there and gives the [`LogValue`] a reply sends it from (return
-    /// `None` then: nothing is copied). By default the value is copied as `head` says.
+    /// `None` then: nothing is copied), or `None` where the log cannot keep it (store mode:
+    /// copy it). By default the value is copied as `head` says.
     #[inline(always)]
-    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> LogValue) -> Option<&mut Vec<u8>> {
+    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> Option<LogValue>) -> Option<&mut Vec<u8>> {
         let _ = pin;
         self.head(hit)
     }

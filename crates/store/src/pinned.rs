@@ -71,7 +71,10 @@ impl Default for Pins {
 }
 
 impl Pins {
-    /// Pins the `len` bytes from byte `start` of the item at `offset` of `log`.
+    /// Pins the `len` bytes from byte `start` of the item at `offset` of `log` (large values
+    /// only: kept off the read's inlined path).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn pin(&mut self, log: &Log, offset: u64, (start, len): (usize, usize)) -> LogValue {
         if self.pinned.len() >= PINS_BEFORE_PRUNING {
             self.prune();

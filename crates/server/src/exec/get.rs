@@ -1,10 +1,12 @@
 //! A get's read: the key looked up once, and the reply written around the value as the store
-//! copies it ([`ReplySink`], a [`ValueSink`]), in every dialect. The store tells the sink the
+//! reads it ([`ReplySink`], a [`ValueSink`]), in every dialect. The store tells the sink the
 //! item first (for a meta get, after it claimed any win token), so the reply's head (the text
 //! `VALUE` line, the binary header, the meta get's `VA`/`HD` line with its flags) goes into the
-//! reply buffer ahead of the value, and the value is copied once: from the log into the reply buffer, or, when large,
-//! into a shared copy of its own ([`share`]), or not at all when a recent shared copy of the
-//! same version is still held.
+//! reply buffer ahead of the value. A small value is then copied once, from the log into the
+//! reply buffer. A large one ([`share`]) read by the partition's owner is not copied: it is left
+//! in the log (pinned, [`qs_store::LogValue`]) and the connection's sends read it there; read
+//! through a CREW reader, it is copied once into a shared copy of its own. A reply still
+//! holding the same version shares it, and nothing is copied.
 
 use super::share::Shares;
 use super::{watch, Engine, Exec, Key};
@@ -57,10 +59,11 @@ impl<'a> ReplySink<'a> {
         ReplySink { out, key, answer, shared, shares, mark, large: Large::No, now_secs, value_follows: false, owned: None }
     }
 
-    /// The sink of a read of `partition`, owned here: a large value is left in its log.
-    pub(super) fn owned(mut self, partition: usize) -> Self {
+    /// Makes this the sink of a read of `partition`, owned here: a large value is left in its
+    /// log.
+    #[inline(always)]
+    pub(super) fn owned(&mut self, partition: usize) {
         self.owned = Some(partition);
-        self
     }
 
     /// Ends the reply of a read that answered `outcome`: what follows the value (the text
@@ -110,19 +113,25 @@ impl ReplySink<'_> {
     /// copied (no value follows, a recent copy of the version is reused, or `pin` left it in
     /// the log).
     #[inline(always)]
-    fn place(&mut self, hit: &Hit, pin: Option<impl FnOnce() -> LogValue>) -> Option<&mut Vec<u8>> {
+    fn place(&mut self, hit: &Hit, pin: Option<impl FnOnce() -> Option<LogValue>>) -> Option<&mut Vec<u8>> {
         if !self.write_head(hit) {
             return None;
         }
         if !self.shares.wants(hit.value_len) {
             return Some(self.out);
         }
+        self.place_large(hit, pin)
+    }
+
+    /// [`ReplySink::place`] for a large value (the rare path, out of line).
+    #[inline(never)]
+    fn place_large(&mut self, hit: &Hit, pin: Option<impl FnOnce() -> Option<LogValue>>) -> Option<&mut Vec<u8>> {
         if let Some(copy) = self.shares.recent_copy(self.key, hit.cas, hit.value_len) {
             self.large = Large::Reused(copy);
             return None;
         }
-        if let Some(pin) = pin.filter(|_| self.owned.is_some()) {
-            self.large = Large::Log(pin(), hit.cas);
+        if let Some(value) = pin.filter(|_| self.owned.is_some()).and_then(|pin| pin()) {
+            self.large = Large::Log(value, hit.cas);
             return None;
         }
         self.large = Large::Fresh(Vec::with_capacity(hit.value_len), hit.cas);
@@ -136,11 +145,11 @@ impl ReplySink<'_> {
 impl ValueSink for ReplySink<'_> {
     #[inline(always)]
     fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>> {
-        self.place(hit, None::<fn() -> LogValue>)
+        self.place(hit, None::<fn() -> Option<LogValue>>)
     }
 
     #[inline(always)]
-    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> LogValue) -> Option<&mut Vec<u8>> {
+    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> Option<LogValue>) -> Option<&mut Vec<u8>> {
         self.place(hit, Some(pin))
     }
 
@@ -234,7 +243,8 @@ impl Engine {
                 epochs.bump(hash.0);
             }
             let shared = &*self.shared;
-            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now)).owned(partition);
+            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now));
+            sink.owned(partition);
             let owned = self.partitions[partition].as_mut().expect("owned");
             let outcome = owned.read_meta(hash, bytes, options, now, &mut sink);
             sink.finish(&outcome);
@@ -299,7 +309,7 @@ impl Engine {
         let shared = &*self.shared;
         let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now));
         if let Some(owned) = &mut self.partitions[partition] {
-            let mut sink = sink.owned(partition);
+            sink.owned(partition);
             let outcome = owned.read_value(hash, key, touch, now, &mut sink);
             sink.finish(&outcome);
             return outcome;

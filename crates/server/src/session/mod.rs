@@ -121,22 +121,50 @@ impl Input {
             self.end -= self.start;
             self.start = 0;
         }
-        if self.end + bytes.len() > self.buf.len() {
-            let grown =
-                (self.end + bytes.len()).max(self.buf.len() * 2).min(self.limit.max(self.end + bytes.len()));
-            // Received already: charged whether or not it fits (the worker refuses what does
-            // not, or drops the connection, once it sees what the bytes are).
-            if !self.afford(grown, pool) {
-                let need = grown.saturating_sub(buffers::READ_BUFFER_BYTES);
-                pool.budget().force(need - self.charged);
-                self.charged = need;
+        let need = self.end + bytes.len();
+        if need > self.buf.len() {
+            let mut room = self.buf.capacity();
+            if need > room {
+                let grown = need.max(room * 2).min(self.limit.max(need));
+                // Received already: charged whether or not it fits (the worker refuses what
+                // does not, or drops the connection, once it sees what the bytes are).
+                if !self.afford(grown, pool) {
+                    let need = grown.saturating_sub(buffers::READ_BUFFER_BYTES);
+                    pool.budget().force(need - self.charged);
+                    self.charged = need;
+                }
+                room = grown;
             }
-            self.buf.reserve_exact(grown - self.buf.len());
-            self.buf.resize(grown, 0);
+            // Appended, not written into room: what lies past `end` is neither copied by the
+            // growth nor zeroed first.
+            self.buf.truncate(self.end);
+            self.buf.reserve_exact(room - self.end);
+            self.buf.extend_from_slice(bytes);
+        } else {
+            self.buf[self.end..need].copy_from_slice(bytes);
         }
-        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
-        self.end += bytes.len();
+        self.end = need;
         true
+    }
+
+    /// Makes room for a request of `len` bytes at the front of the pending bytes (a store
+    /// longer than a read buffer, whose bytes the budget has taken: [`Input::afford`]) in one
+    /// step, instead of doubling as its bytes arrive. Reads by `read(2)` need the room
+    /// initialised (`zeroed`); the ring's receives append and take none.
+    pub fn hold_frame(&mut self, len: usize, zeroed: bool) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if len <= self.buf.len() {
+            return;
+        }
+        self.buf.truncate(self.end);
+        self.buf.reserve_exact(len - self.end);
+        if zeroed {
+            self.buf.resize(len, 0);
+        }
     }
 
     /// Gives the buffer back once it holds nothing unparsed (a grown one is freed), and its
@@ -398,6 +426,13 @@ impl Output {
         self.sent < self.out.len() || matches!(self.segments.front(), Some(Segment::Shared { .. }))
     }
 
+    /// The bytes ready to send when they are all in the reply buffer (no shared value or
+    /// reply waits behind it: the common case, one plain send); `None` otherwise.
+    #[inline]
+    pub fn unsent_in_buffer(&self) -> Option<&[u8]> {
+        self.segments.is_empty().then(|| &self.out[self.sent..])
+    }
+
     /// The bytes ready to send, in order, as slices for one vectored send written to the
     /// front of `slices` (at most its length; [`SEND_SLICES_MAX`] is what a send takes); how
     /// many. `out`'s unsent bytes come first, then the shared values and ready replies behind
@@ -429,7 +464,27 @@ impl Output {
     }
 
     /// Marks the first `len` bytes of what [`Output::unsent_slices`] gave sent.
-    pub fn advance(&mut self, mut len: usize) {
+    #[inline]
+    pub fn advance(&mut self, len: usize) {
+        if self.sent + len < self.out.len() || (self.sent + len == self.out.len() && self.segments.is_empty()) {
+            // Within the reply buffer (the common case).
+            self.sent_total += len as u64;
+            self.sent += len;
+            if self.sent == self.out.len() {
+                self.out.clear();
+                self.sent = 0;
+                if self.out.capacity() > OUTPUT_BYTES_HIGH {
+                    self.out = Vec::new();
+                }
+            }
+            return;
+        }
+        self.advance_across(len);
+    }
+
+    /// [`Output::advance`] past the reply buffer, into the shared values and replies behind it.
+    #[inline(never)]
+    fn advance_across(&mut self, mut len: usize) {
         self.sent_total += len as u64;
         while len > 0 {
             if self.sent < self.out.len() {

@@ -101,6 +101,30 @@ macro_rules! on_socket {
     };
 }
 
+/// What one send takes: a buffer, or slices gathered from several (one `sendmsg`).
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// One buffer.
+    One(&'a [u8]),
+    /// Several, in order.
+    Gathered(&'a [io::IoSlice<'a>]),
+}
+
+impl Payload<'_> {
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::One(bytes) => bytes.len(),
+            Payload::Gathered(slices) => slices.iter().map(|slice| slice.len()).sum(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A worker's network ring.
 pub struct NetRing {
     ring: IoUring,
@@ -273,16 +297,16 @@ impl NetRing {
     /// (`MSG_DONTWAIT`: a full socket answers `-EAGAIN`), all in one `io_uring_enter` that
     /// waits for every send's completion; every completion reaped meanwhile goes to `into`.
     /// One slice goes as a send, several as one `sendmsg` (scatter-gather).
-    pub fn send_all(
-        &mut self,
-        sends: &[(RawFd, &[io::IoSlice<'_>], usize, u32)],
-        into: &mut Vec<Completion>,
-    ) -> io::Result<()> {
+    pub fn send_all(&mut self, sends: &[(RawFd, Payload<'_>, usize, u32)], into: &mut Vec<Completion>) -> io::Result<()> {
         // The headers of the gathered sends, made before any is pushed (so none moves), kept
         // until every send is complete.
         let headers: Vec<libc::msghdr> = sends
             .iter()
-            .map(|&(_, slices, _, _)| libc::msghdr {
+            .filter_map(|(_, payload, _, _)| match payload {
+                Payload::One(_) => None,
+                Payload::Gathered(slices) => Some(slices),
+            })
+            .map(|slices| libc::msghdr {
                 msg_name: std::ptr::null_mut(),
                 msg_namelen: 0,
                 // An `IoSlice` is an `iovec` (std guarantees the layout on Unix); the kernel
@@ -294,15 +318,19 @@ impl NetRing {
                 msg_flags: 0,
             })
             .collect();
-        for (&(fd, slices, slot, generation), header) in sends.iter().zip(&headers) {
+        let mut gathered = headers.iter();
+        for &(fd, payload, slot, generation) in sends {
             let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
-            let entry = match slices {
-                [bytes] => on_socket!(self.socket(slot, fd), |target| {
+            let entry = match payload {
+                Payload::One(bytes) => on_socket!(self.socket(slot, fd), |target| {
                     opcode::Send::new(target, bytes.as_ptr(), bytes.len() as u32).flags(flags).build()
                 }),
-                _ => on_socket!(self.socket(slot, fd), |target| {
-                    opcode::SendMsg::new(target, header).flags(flags as u32).build()
-                }),
+                Payload::Gathered(_) => {
+                    let header: *const libc::msghdr = gathered.next().expect("a header per gathered send");
+                    on_socket!(self.socket(slot, fd), |target| {
+                        opcode::SendMsg::new(target, header).flags(flags as u32).build()
+                    })
+                }
             };
             self.push(&entry.user_data(user_data(Op::Send, slot, generation)))?;
         }
@@ -408,7 +436,7 @@ mod tests {
         assert_eq!(ring.take(id, first.result as usize), b"get a\r\n");
         ring.give_back(id);
         done.clear();
-        ring.send_all(&[(server.as_raw_fd(), &[io::IoSlice::new(b"END\r\n")], 3, 9)], &mut done).unwrap();
+        ring.send_all(&[(server.as_raw_fd(), Payload::One(b"END\r\n"), 3, 9)], &mut done).unwrap();
         let sent = done.iter().find(|done| done.op == Op::Send).expect("a send");
         assert_eq!(sent.result, 5);
         let mut reply = [0u8; 5];
@@ -443,7 +471,7 @@ mod tests {
         assert_eq!(ring.take(id, done[0].result as usize), b"mn\r\n");
         ring.give_back(id);
         done.clear();
-        ring.send_all(&[(server.as_raw_fd(), &[io::IoSlice::new(b"MN"), io::IoSlice::new(b"\r\n")], 5, 1)], &mut done).unwrap();
+        ring.send_all(&[(server.as_raw_fd(), Payload::Gathered(&[io::IoSlice::new(b"MN"), io::IoSlice::new(b"\r\n")]), 5, 1)], &mut done).unwrap();
         assert_eq!(done.iter().find(|done| done.op == Op::Send).unwrap().result, 4);
         let mut reply = [0u8; 4];
         client.read_exact(&mut reply).unwrap();
@@ -470,7 +498,7 @@ mod tests {
         // The client never reads: the socket fills, and a send then refuses instead of waiting.
         for _ in 0..64 {
             done.clear();
-            ring.send_all(&[(server.as_raw_fd(), &[io::IoSlice::new(&block)], 0, 0)], &mut done).unwrap();
+            ring.send_all(&[(server.as_raw_fd(), Payload::One(&block), 0, 0)], &mut done).unwrap();
             let result = done.iter().find(|done| done.op == Op::Send).unwrap().result;
             if result == -libc::EAGAIN {
                 return;

@@ -4,7 +4,7 @@
 //! and a turn's sends leave together.
 
 use super::*;
-use crate::session::ring::{Completion, NetRing, Op};
+use crate::session::ring::{Completion, NetRing, Op, Payload};
 
 impl Worker {
     /// Takes the ring's completions: received bytes go to their connections' inputs (each
@@ -119,29 +119,41 @@ impl Worker {
         }
         let Some(net) = self.net.as_mut() else { return };
         let mut done = std::mem::take(&mut self.net_done);
-        // Each connection's ready output as slices (a value left in the log read in place).
-        let mut slices = vec![io::IoSlice::new(&[]); sending.len() * SEND_SLICES_MAX];
-        let mut counts = Vec::with_capacity(sending.len());
-        for (&index, room) in sending.iter().zip(slices.chunks_mut(SEND_SLICES_MAX)) {
-            let count = self.conns[index].as_ref().map_or(0, |conn| conn.output.unsent_slices(&self.engine, room));
-            counts.push(count);
+        // Each connection's ready output: its reply buffer, or (when a shared value or a reply
+        // waits behind it) slices gathered one after another in `flat`, a value left in the
+        // log read in place.
+        let mut flat = Vec::new();
+        let mut gathered = Vec::new();
+        for &index in sending {
+            let Some(conn) = self.conns[index].as_ref() else { continue };
+            if conn.output.unsent_in_buffer().is_none() {
+                let mut room = [io::IoSlice::new(&[]); SEND_SLICES_MAX];
+                let count = conn.output.unsent_slices(&self.engine, &mut room);
+                flat.extend_from_slice(&room[..count]);
+                gathered.push(flat.len() - count..flat.len());
+            }
         }
-        let sends: Vec<(i32, &[io::IoSlice<'_>], usize, u32)> = sending
+        let mut gathered = gathered.into_iter();
+        let sends: Vec<(i32, Payload<'_>, usize, u32)> = sending
             .iter()
-            .zip(slices.chunks(SEND_SLICES_MAX).zip(&counts))
-            .filter_map(|(&index, (room, &count))| {
-                let conn = self.conns[index].as_ref().filter(|_| count > 0)?;
-                Some((conn.fd, &room[..count], index, conn.generation))
+            .filter_map(|&index| {
+                let conn = self.conns[index].as_ref()?;
+                let payload = match conn.output.unsent_in_buffer() {
+                    Some(bytes) => Payload::One(bytes),
+                    // In the order they were gathered.
+                    None => Payload::Gathered(&flat[gathered.next()?]),
+                };
+                (!payload.is_empty()).then_some((conn.fd, payload, index, conn.generation))
             })
             .collect();
         let failed = net.send_all(&sends, &mut done).is_err();
         // What each send offered: less taken means the socket is full.
         let offered: Vec<(usize, usize)> = sends
             .iter()
-            .map(|&(_, slices, index, _)| (index, slices.iter().map(|slice| slice.len()).sum()))
+            .map(|(_, payload, index, _)| (*index, payload.len()))
             .collect();
         drop(sends);
-        drop(slices);
+        drop(flat);
         for completion in done.drain(..) {
             if completion.op != Op::Send {
                 self.net_completion(completion);

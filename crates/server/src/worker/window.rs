@@ -218,7 +218,9 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
         if let Some(len) = long {
             // A store longer than a read buffer: its bytes come from the client memory
             // budget before they arrive, or it is refused and they are swallowed.
-            if !input.afford(len, turn.buffers) {
+            if input.afford(len, turn.buffers) {
+                input.hold_frame(len, !on_ring);
+            } else {
                 *turn.executed = true;
                 consumed = budget::refuse_store(
                     turn.dialect,

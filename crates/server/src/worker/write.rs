@@ -63,9 +63,15 @@ impl Worker {
                     }
                     self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
-                let mut slices = [io::IoSlice::new(&[]); SEND_SLICES_MAX];
-                let count = conn.output.unsent_slices(&self.engine, &mut slices);
-                match stream.write_vectored(&slices[..count]) {
+                let sent = match conn.output.unsent_in_buffer() {
+                    Some(bytes) => stream.write(bytes),
+                    None => {
+                        let mut slices = [io::IoSlice::new(&[]); SEND_SLICES_MAX];
+                        let count = conn.output.unsent_slices(&self.engine, &mut slices);
+                        stream.write_vectored(&slices[..count])
+                    }
+                };
+                match sent {
                     Ok(written) => {
                         self.engine.counters.bytes_written += written as u64;
                         conn.output.advance(written);

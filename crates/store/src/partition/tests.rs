@@ -184,8 +184,12 @@ impl ValueSink for Pinning {
 
     fn undo(&mut self) {}
 
-    fn head_pinnable(&mut self, _hit: &crate::Hit, pin: impl FnOnce() -> crate::LogValue) -> Option<&mut Vec<u8>> {
-        self.values.push(pin());
+    fn head_pinnable(
+        &mut self,
+        _hit: &crate::Hit,
+        pin: impl FnOnce() -> Option<crate::LogValue>,
+    ) -> Option<&mut Vec<u8>> {
+        self.values.push(pin().expect("cache mode pins"));
         None
     }
 }
