@@ -162,7 +162,11 @@ fn overwrite_while_reading(server: &ServerProcess) -> usize {
                         let head = format!("VALUE k 0 {TORN_VALUE_BYTES}\r\n");
                         let mut reply = vec![0; head.len() + TORN_VALUE_BYTES + b"\r\nEND\r\n".len()];
                         std::io::Read::read_exact(&mut client.stream, &mut reply).expect("a whole reply");
-                        assert!(reply.starts_with(head.as_bytes()), "{:?}", String::from_utf8_lossy(&reply[..40]));
+                        assert!(
+                            reply.starts_with(head.as_bytes()),
+                            "{:?}",
+                            String::from_utf8_lossy(&reply[..40])
+                        );
                         assert!(reply.ends_with(b"\r\nEND\r\n"));
                         let value = &reply[head.len()..reply.len() - b"\r\nEND\r\n".len()];
                         assert_eq!(value.len(), TORN_VALUE_BYTES);

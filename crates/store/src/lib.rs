@@ -39,10 +39,10 @@ pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
-pub use pinned::LogValue;
 pub use partition::{
     Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,
 };
+pub use pinned::LogValue;
 pub use reader::{Gone, Reader};
 pub use region::{HugePages, PageKind};
 pub use stats::PartitionStats;

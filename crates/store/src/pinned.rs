@@ -11,7 +11,6 @@
 //! into the bytes handed back). A value rescued stays in its copy until the last reply
 //! holding it is dropped.
 
-use crate::log::Log;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
@@ -20,6 +19,14 @@ static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
 /// Pins kept before the ones no reply holds any more are dropped (checked as pins are made).
 const PINS_BEFORE_PRUNING: usize = 32;
+
+/// The memory values are pinned in (a partition's log).
+pub(crate) trait Memory {
+    /// Which ring holds item offset `offset`, and its byte position in that ring's memory.
+    fn place(&self, offset: u64) -> (bool, usize);
+    /// A copy of `len` bytes from byte `start` of the item at `offset`.
+    fn copy(&self, offset: u64, start: usize, len: usize) -> Box<[u8]>;
+}
 
 /// A value left in the log of its partition for a reply to send from there: see the module
 /// page. Cheap to clone (the replies of one version share it).
@@ -75,17 +82,11 @@ impl Pins {
     /// only: kept off the read's inlined path).
     #[cold]
     #[inline(never)]
-    pub(crate) fn pin(&mut self, log: &Log, offset: u64, (start, len): (usize, usize)) -> LogValue {
+    pub(crate) fn pin(&mut self, log: &impl Memory, offset: u64, (start, len): (usize, usize)) -> LogValue {
         if self.pinned.len() >= PINS_BEFORE_PRUNING {
             self.prune();
         }
-        let pinned = Arc::new(Pinned {
-            owner: self.owner,
-            offset,
-            start,
-            len,
-            rescued: OnceLock::new(),
-        });
+        let pinned = Arc::new(Pinned { owner: self.owner, offset, start, len, rescued: OnceLock::new() });
         if cfg!(loom) {
             // loom's atomics are not plain words: the value is copied at once.
             rescue(log, &pinned);
@@ -108,7 +109,7 @@ impl Pins {
     /// Before `bytes` bytes are written at item offset `offset` of `log`: copies out each
     /// pinned value those bytes would overwrite.
     #[cold]
-    pub(crate) fn rescue_overlapping(&self, log: &Log, offset: u64, bytes: usize) {
+    pub(crate) fn rescue_overlapping(&self, log: &impl Memory, offset: u64, bytes: usize) {
         let (ring, at) = log.place(offset);
         for pinned in &self.pinned {
             let (pinned_ring, pinned_at) = log.place(pinned.offset);
@@ -121,7 +122,7 @@ impl Pins {
 
     /// Copies out every pinned value (the memory is about to be given back or rewritten).
     #[cold]
-    pub(crate) fn rescue_all(&mut self, log: &Log) {
+    pub(crate) fn rescue_all(&mut self, log: &impl Memory) {
         for pinned in &self.pinned {
             rescue(log, pinned);
         }
@@ -130,12 +131,8 @@ impl Pins {
 }
 
 /// Copies `pinned` out of `log` unless it already was.
-fn rescue(log: &Log, pinned: &Pinned) {
-    pinned.rescued.get_or_init(|| {
-        let mut copy = Vec::with_capacity(pinned.len);
-        log.read_bytes(pinned.offset, pinned.start, pinned.len, &mut copy);
-        copy.into_boxed_slice()
-    });
+fn rescue(log: &impl Memory, pinned: &Pinned) {
+    pinned.rescued.get_or_init(|| log.copy(pinned.offset, pinned.start, pinned.len));
 }
 
 /// The bytes of `value` if `pins` pinned it: its copy once rescued, else `None` (it lies in

@@ -56,7 +56,18 @@ impl<'a> ReplySink<'a> {
         (shares, now_secs): (&'a mut Shares, u32),
     ) -> ReplySink<'a> {
         let mark = out.len();
-        ReplySink { out, key, answer, shared, shares, mark, large: Large::No, now_secs, value_follows: false, owned: None }
+        ReplySink {
+            out,
+            key,
+            answer,
+            shared,
+            shares,
+            mark,
+            large: Large::No,
+            now_secs,
+            value_follows: false,
+            owned: None,
+        }
     }
 
     /// Makes this the sink of a read of `partition`, owned here: a large value is left in its
@@ -125,7 +136,11 @@ impl ReplySink<'_> {
 
     /// [`ReplySink::place`] for a large value (the rare path, out of line).
     #[inline(never)]
-    fn place_large(&mut self, hit: &Hit, pin: Option<impl FnOnce() -> Option<LogValue>>) -> Option<&mut Vec<u8>> {
+    fn place_large(
+        &mut self,
+        hit: &Hit,
+        pin: Option<impl FnOnce() -> Option<LogValue>>,
+    ) -> Option<&mut Vec<u8>> {
         if let Some(copy) = self.shares.recent_copy(self.key, hit.cas, hit.value_len) {
             self.large = Large::Reused(copy);
             return None;

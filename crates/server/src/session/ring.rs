@@ -297,7 +297,11 @@ impl NetRing {
     /// (`MSG_DONTWAIT`: a full socket answers `-EAGAIN`), all in one `io_uring_enter` that
     /// waits for every send's completion; every completion reaped meanwhile goes to `into`.
     /// One slice goes as a send, several as one `sendmsg` (scatter-gather).
-    pub fn send_all(&mut self, sends: &[(RawFd, Payload<'_>, usize, u32)], into: &mut Vec<Completion>) -> io::Result<()> {
+    pub fn send_all(
+        &mut self,
+        sends: &[(RawFd, Payload<'_>, usize, u32)],
+        into: &mut Vec<Completion>,
+    ) -> io::Result<()> {
         // The headers of the gathered sends, made before any is pushed (so none moves), kept
         // until every send is complete.
         let headers: Vec<libc::msghdr> = sends
@@ -471,7 +475,16 @@ mod tests {
         assert_eq!(ring.take(id, done[0].result as usize), b"mn\r\n");
         ring.give_back(id);
         done.clear();
-        ring.send_all(&[(server.as_raw_fd(), Payload::Gathered(&[io::IoSlice::new(b"MN"), io::IoSlice::new(b"\r\n")]), 5, 1)], &mut done).unwrap();
+        ring.send_all(
+            &[(
+                server.as_raw_fd(),
+                Payload::Gathered(&[io::IoSlice::new(b"MN"), io::IoSlice::new(b"\r\n")]),
+                5,
+                1,
+            )],
+            &mut done,
+        )
+        .unwrap();
         assert_eq!(done.iter().find(|done| done.op == Op::Send).unwrap().result, 4);
         let mut reply = [0u8; 4];
         client.read_exact(&mut reply).unwrap();

@@ -16,7 +16,8 @@ use crate::exec::{Engine, Exec, Located, Route};
 use crate::observe::counters::WorkerCounters;
 use crate::observe::registry::{self, Addr, Info};
 use crate::session::{
-    Buffers, Conn, Input, Output, RingIo, State, Transport, Wait, OUTPUT_BYTES_HIGH, READ_BUFFER_BYTES, SEND_SLICES_MAX,
+    Buffers, Conn, Input, Output, RingIo, State, Transport, Wait, OUTPUT_BYTES_HIGH, READ_BUFFER_BYTES,
+    SEND_SLICES_MAX,
 };
 use crate::shared::Shared;
 use arrayvec::ArrayVec;

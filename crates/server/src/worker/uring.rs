@@ -148,10 +148,8 @@ impl Worker {
             .collect();
         let failed = net.send_all(&sends, &mut done).is_err();
         // What each send offered: less taken means the socket is full.
-        let offered: Vec<(usize, usize)> = sends
-            .iter()
-            .map(|(_, payload, index, _)| (*index, payload.len()))
-            .collect();
+        let offered: Vec<(usize, usize)> =
+            sends.iter().map(|(_, payload, index, _)| (*index, payload.len())).collect();
         drop(sends);
         drop(flat);
         for completion in done.drain(..) {

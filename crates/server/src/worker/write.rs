@@ -36,8 +36,7 @@ impl Worker {
                     let moved = sink.take(conn.output.reply_buf());
                     self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
-                let send =
-                    !hold && !conn.state.is_dead() && !conn.write_blocked && conn.output.has_unsent();
+                let send = !hold && !conn.state.is_dead() && !conn.write_blocked && conn.output.has_unsent();
                 on_ring.push((index, send));
                 continue;
             }

@@ -180,8 +180,10 @@ impl Partition {
         let value_at = (header.key_start() + header.word0.key_len(), header.word1.value_len());
         // Cache mode's writes rescue the pins they would overwrite; store mode's allocator
         // writes freed memory itself, so its values are copied.
-        let (log, pins, offset, copies) = (&self.shared.log, &mut self.pins, found.offset, self.store.is_some());
-        if let Some(buffer) = sink.head_pinnable(&hit, || (!copies).then(|| pins.pin(log, offset, value_at))) {
+        let (log, pins, offset, copies) =
+            (&self.shared.log, &mut self.pins, found.offset, self.store.is_some());
+        if let Some(buffer) = sink.head_pinnable(&hit, || (!copies).then(|| pins.pin(log, offset, value_at)))
+        {
             hit.value_start = buffer.len();
             self.shared.log.read_bytes(found.offset, value_at.0, value_at.1, buffer);
         }

@@ -1,7 +1,20 @@
 //! The partition's side of values sent from the log ([`crate::pinned`]): reading them in
 //! place, and rescuing them before a write.
 
+use crate::log::Log;
 use crate::pinned::{self, LogValue};
+
+impl pinned::Memory for Log {
+    fn place(&self, offset: u64) -> (bool, usize) {
+        Log::place(self, offset)
+    }
+
+    fn copy(&self, offset: u64, start: usize, len: usize) -> Box<[u8]> {
+        let mut copy = Vec::with_capacity(len);
+        self.read_bytes(offset, start, len, &mut copy);
+        copy.into_boxed_slice()
+    }
+}
 
 impl super::Partition {
     /// The bytes of `value`, a value this partition pinned: in the log, or its copy if the

@@ -1,0 +1,351 @@
+//! A connection's output: the replies in request order, ready bytes and slots other workers
+//! fill, and large values sent from their shared copy or the log (one vectored send).
+
+use super::budget::{self, LogBytes};
+use super::{Buffers, OUTPUT_BYTES_HIGH};
+use std::collections::VecDeque;
+
+/// Most slices one vectored send takes (the rest goes with the next).
+pub const SEND_SLICES_MAX: usize = 16;
+
+/// A reply position: ready bytes, or a slot another worker will fill.
+pub enum Segment {
+    /// Waiting for forwarded request `id`.
+    Waiting {
+        /// Forward id.
+        id: u64,
+        /// The worker computing it.
+        owner: usize,
+    },
+    /// Bytes ready to send.
+    Ready(Vec<u8>),
+    /// The end of one command's reply (UDP connections only): see [`Output::mark`].
+    Mark(Option<Box<[u8]>>),
+    /// A large value, sent from its one shared copy (`sent` bytes of it so far).
+    Shared {
+        /// The value.
+        value: std::sync::Arc<budget::SharedValue>,
+        /// Bytes of it sent.
+        sent: usize,
+    },
+}
+
+/// Output side.
+pub struct Output {
+    /// Bytes ready to send; `out[sent..]` is unsent.
+    pub out: Vec<u8>,
+    /// Bytes of `out` already sent.
+    pub sent: usize,
+    /// Replies after `out`, when some wait on other workers.
+    pub segments: VecDeque<Segment>,
+    /// Forwarded requests waiting, per worker.
+    pub pending: Vec<u32>,
+    /// Forwarded requests waiting in all.
+    pub pending_total: u32,
+    /// UDP: where each command's reply ends in `out`, and the get's last key for a get (the
+    /// reply is then split at its VALUE blocks, as memcached does).
+    pub marks: Vec<(usize, Option<Box<[u8]>>)>,
+    next_id: u64,
+    /// Emptied ready segments, kept for the next replies queued behind a waiting one.
+    pub(super) spare: Vec<Vec<u8>>,
+    /// Reply memory charged to the worker's [`Buffers`] for this output.
+    pub(super) charged: usize,
+    /// Reply memory charged to the client memory budget ([`budget`]): what its buffers hold
+    /// past [`budget::OUTPUT_FREE_BYTES`].
+    pub(super) budget_charged: usize,
+    /// Bytes sent over the connection's life (its client's progress in reading).
+    pub sent_total: u64,
+}
+
+/// Emptied ready segments an output keeps for reuse, and the largest kept.
+const SPARE_SEGMENTS: usize = 8;
+const SPARE_SEGMENT_BYTES: usize = 4096;
+/// The room a new ready segment starts with.
+const SEGMENT_BYTES_FIRST: usize = 256;
+
+impl Output {
+    /// Output for a server with `workers` workers.
+    pub fn new(workers: usize) -> Output {
+        Output {
+            out: Vec::new(),
+            sent: 0,
+            segments: VecDeque::new(),
+            pending: vec![0; workers],
+            pending_total: 0,
+            marks: Vec::new(),
+            next_id: 0,
+            spare: Vec::new(),
+            charged: 0,
+            budget_charged: 0,
+            sent_total: 0,
+        }
+    }
+
+    /// An emptied ready segment, or a new one with room for a few replies' heads (a segment
+    /// behind a shared value takes the next reply's `VALUE` line: growing from nothing would
+    /// reallocate several times).
+    fn spare_segment(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_else(|| Vec::with_capacity(SEGMENT_BYTES_FIRST))
+    }
+
+    /// Where a reply computed here goes: behind everything before it.
+    #[inline]
+    pub fn reply_buf(&mut self) -> &mut Vec<u8> {
+        if self.segments.is_empty() {
+            return &mut self.out;
+        }
+        self.reply_buf_behind()
+    }
+
+    /// [`Output::reply_buf`] behind a reply that waits or a shared value: the last ready
+    /// segment.
+    #[inline(never)]
+    fn reply_buf_behind(&mut self) -> &mut Vec<u8> {
+        if !matches!(self.segments.back(), Some(Segment::Ready(_))) {
+            let segment = self.spare_segment();
+            self.segments.push_back(Segment::Ready(segment));
+        }
+        match self.segments.back_mut() {
+            Some(Segment::Ready(bytes)) => bytes,
+            _ => unreachable!("a ready segment was just pushed"),
+        }
+    }
+
+    /// Ends one command's reply (UDP replies go out as one message per command's reply).
+    pub fn mark(&mut self, last_key: Option<Box<[u8]>>) {
+        if self.segments.is_empty() {
+            self.marks.push((self.out.len(), last_key));
+        } else {
+            self.segments.push_back(Segment::Mark(last_key));
+        }
+    }
+
+    /// Reserves the next reply position for a request forwarded to `owner`.
+    pub fn wait_for(&mut self, owner: usize) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.segments.push_back(Segment::Waiting { id, owner });
+        self.pending[owner] += 1;
+        self.pending_total += 1;
+        id
+    }
+
+    /// Fills the position of forwarded request `id`; replies ready at the front move to `out`.
+    /// False if no such request waits (a bug in the sender).
+    pub fn fill(&mut self, id: u64, bytes: &[u8]) -> bool {
+        let Some(position) = self
+            .segments
+            .iter()
+            .position(|segment| matches!(segment, Segment::Waiting { id: waiting, .. } if *waiting == id))
+        else {
+            return false;
+        };
+        let Segment::Waiting { owner, .. } = self.segments[position] else { unreachable!() };
+        self.pending[owner] -= 1;
+        self.pending_total -= 1;
+        if position == 0 {
+            // The oldest reply (an owner answers in order, so nearly always): straight out.
+            self.segments.pop_front();
+            self.out.extend_from_slice(bytes);
+        } else {
+            let mut ready = self.spare_segment();
+            ready.extend_from_slice(bytes);
+            self.segments[position] = Segment::Ready(ready);
+        }
+        self.promote();
+        true
+    }
+
+    /// Moves the replies ready at the front of the segments into `out`, up to the first one that
+    /// waits (on another worker, or to be sent from its shared copy).
+    fn promote(&mut self) {
+        while matches!(self.segments.front(), Some(Segment::Ready(_) | Segment::Mark(_))) {
+            match self.segments.pop_front() {
+                Some(Segment::Ready(mut bytes)) => {
+                    self.out.extend_from_slice(&bytes);
+                    if self.spare.len() < SPARE_SEGMENTS && bytes.capacity() <= SPARE_SEGMENT_BYTES {
+                        bytes.clear();
+                        self.spare.push(bytes);
+                    }
+                }
+                Some(Segment::Mark(last_key)) => self.marks.push((self.out.len(), last_key)),
+                _ => unreachable!("the front was ready or a mark"),
+            }
+        }
+    }
+
+    /// Takes the shared values an execution left out of the reply buffer (each `(at, value)`:
+    /// the value goes at byte `at` of the buffer [`Output::reply_buf`] gave it, in order): the
+    /// bytes after each become a ready segment behind it.
+    #[inline]
+    pub fn adopt(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
+        if !shared.is_empty() {
+            self.adopt_taken(shared);
+        }
+    }
+
+    /// [`Output::adopt`] for an execution that left values out (the rare, large ones).
+    fn adopt_taken(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
+        let Some(&(first, _)) = shared.first() else { return };
+        let buf = self.reply_buf();
+        let after = buf.split_off(first);
+        let mut pieces = shared.drain(..).peekable();
+        while let Some((at, value)) = pieces.next() {
+            self.segments.push_back(Segment::Shared { value, sent: 0 });
+            let to = pieces.peek().map_or(first + after.len(), |&(next, _)| next);
+            if to > at {
+                let mut ready = self.spare_segment();
+                ready.extend_from_slice(&after[at - first..to - first]);
+                self.segments.push_back(Segment::Ready(ready));
+            }
+        }
+    }
+
+    /// The replies ready behind one that waits.
+    fn ready_segments(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.segments.iter().filter_map(|segment| match segment {
+            Segment::Ready(bytes) => Some(bytes),
+            Segment::Waiting { .. } | Segment::Mark(_) | Segment::Shared { .. } => None,
+        })
+    }
+
+    /// Bytes held for this connection (unsent and waiting), shared values' included.
+    pub fn held_bytes(&self) -> usize {
+        let segments: usize = self
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Ready(bytes) => bytes.len(),
+                Segment::Shared { value, sent } => value.len() - sent,
+                Segment::Waiting { .. } | Segment::Mark(_) => 0,
+            })
+            .sum();
+        self.out.len() - self.sent + segments
+    }
+
+    /// Memory its buffers hold (what [`Buffers::charge`] charges).
+    pub fn capacity_bytes(&self) -> usize {
+        let segments: usize = self.ready_segments().map(Vec::capacity).sum();
+        let spare: usize = self.spare.iter().map(Vec::capacity).sum();
+        self.out.capacity() + segments + spare
+    }
+
+    /// Borrows a reply buffer from `pool` if it has none.
+    pub fn borrow(&mut self, pool: &mut Buffers) {
+        if self.out.capacity() == 0 {
+            self.out = pool.take_reply();
+            pool.charge(self);
+        }
+    }
+
+    /// Gives the reply buffer (and the spare segments) back once everything is sent and nothing
+    /// waits on another worker.
+    pub fn lend_back(&mut self, pool: &mut Buffers) {
+        if self.sent == self.out.len() && self.segments.is_empty() {
+            let out = std::mem::take(&mut self.out);
+            self.sent = 0;
+            self.spare = Vec::new();
+            pool.charge(self);
+            pool.give_reply(out);
+        }
+    }
+
+    /// Whether bytes are ready to send.
+    pub fn has_unsent(&self) -> bool {
+        self.sent < self.out.len() || matches!(self.segments.front(), Some(Segment::Shared { .. }))
+    }
+
+    /// The bytes ready to send when they are all in the reply buffer (no shared value or
+    /// reply waits behind it: the common case, one plain send); `None` otherwise.
+    #[inline]
+    pub fn unsent_in_buffer(&self) -> Option<&[u8]> {
+        self.segments.is_empty().then(|| &self.out[self.sent..])
+    }
+
+    /// The bytes ready to send, in order, as slices for one vectored send written to the
+    /// front of `slices` (at most its length; [`SEND_SLICES_MAX`] is what a send takes); how
+    /// many. `out`'s unsent bytes come first, then the shared values and ready replies behind
+    /// them up to the first reply that waits. A value left in the log is read through `logs`,
+    /// whose borrow keeps it unwritten while the slices live.
+    pub fn unsent_slices<'a>(
+        &'a self,
+        logs: &'a impl LogBytes,
+        slices: &mut [std::io::IoSlice<'a>],
+    ) -> usize {
+        let mut count = 0;
+        let mut push = |bytes: &'a [u8]| {
+            if count < slices.len() && !bytes.is_empty() {
+                slices[count] = std::io::IoSlice::new(bytes);
+                count += 1;
+            }
+            count < slices.len()
+        };
+        if self.sent < self.out.len() {
+            push(&self.out[self.sent..]);
+        }
+        for segment in &self.segments {
+            let room = match segment {
+                Segment::Shared { value, sent } => push(&value.bytes(logs)[*sent..]),
+                Segment::Ready(bytes) => push(bytes),
+                Segment::Waiting { .. } | Segment::Mark(_) => false,
+            };
+            if !room {
+                break;
+            }
+        }
+        count
+    }
+
+    /// Marks the first `len` bytes of what [`Output::unsent_slices`] gave sent.
+    #[inline]
+    pub fn advance(&mut self, len: usize) {
+        if self.sent + len < self.out.len() || (self.sent + len == self.out.len() && self.segments.is_empty())
+        {
+            // Within the reply buffer (the common case).
+            self.sent_total += len as u64;
+            self.sent += len;
+            if self.sent == self.out.len() {
+                self.out.clear();
+                self.sent = 0;
+                if self.out.capacity() > OUTPUT_BYTES_HIGH {
+                    self.out = Vec::new();
+                }
+            }
+            return;
+        }
+        self.advance_across(len);
+    }
+
+    /// [`Output::advance`] past the reply buffer, into the shared values and replies behind it.
+    #[inline(never)]
+    fn advance_across(&mut self, mut len: usize) {
+        self.sent_total += len as u64;
+        while len > 0 {
+            if self.sent < self.out.len() {
+                let taken = len.min(self.out.len() - self.sent);
+                self.sent += taken;
+                len -= taken;
+                if self.sent == self.out.len() {
+                    self.out.clear();
+                    self.sent = 0;
+                    if self.out.capacity() > OUTPUT_BYTES_HIGH {
+                        self.out = Vec::new();
+                    }
+                }
+                continue;
+            }
+            let Some(Segment::Shared { value, sent }) = self.segments.front_mut() else {
+                debug_assert!(false, "{len} bytes sent past the ready output");
+                return;
+            };
+            let taken = len.min(value.len() - *sent);
+            *sent += taken;
+            len -= taken;
+            if *sent == value.len() {
+                // The replies behind it move into `out`, which is empty now.
+                self.segments.pop_front();
+                self.promote();
+            }
+        }
+    }
+}
