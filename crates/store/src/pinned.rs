@@ -114,7 +114,12 @@ impl Pins {
         for pinned in &self.pinned {
             let (pinned_ring, pinned_at) = log.place(pinned.offset);
             let from = pinned_at + pinned.start;
-            if pinned_ring == ring && from < at + bytes && at < from + pinned.len {
+            // A pin no reply holds any more needs no copy.
+            if pinned_ring == ring
+                && from < at + bytes
+                && at < from + pinned.len
+                && Arc::strong_count(pinned) > 1
+            {
                 rescue(log, pinned);
             }
         }
@@ -123,7 +128,7 @@ impl Pins {
     /// Copies out every pinned value (the memory is about to be given back or rewritten).
     #[cold]
     pub(crate) fn rescue_all(&mut self, log: &impl Memory) {
-        for pinned in &self.pinned {
+        for pinned in self.pinned.iter().filter(|pinned| Arc::strong_count(pinned) > 1) {
             rescue(log, pinned);
         }
         self.pinned.clear();
