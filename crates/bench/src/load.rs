@@ -921,7 +921,7 @@ fn drain(
         for conn in conns.iter_mut() {
             conn.expire(workload, &mut late, now);
         }
-        poll.poll(&mut events, Some(Duration::from_millis(10).min(deadline - now)))?;
+        wait(poll, &mut events, Duration::from_millis(10).min(deadline - now))?;
         for event in events.iter() {
             conns[event.token().0].receive(workload, &mut late, chunk)?;
         }
@@ -1032,7 +1032,7 @@ pub fn run(args: &LoadArgs) -> std::io::Result<LoadReport> {
             timeout =
                 if until_next < Duration::from_millis(1) { Duration::ZERO } else { until_next.min(timeout) };
         }
-        poll.poll(&mut events, Some(timeout))?;
+        wait(&mut poll, &mut events, timeout)?;
         for event in events.iter() {
             let conn = &mut conns[event.token().0];
             let done = conn.receive(&mut workload, &mut counters, &mut chunk)?;
@@ -1220,6 +1220,18 @@ pub fn sla_points(targets: &[f64], points: &[LoadReport]) -> Vec<SlaPoint> {
             }
         })
         .collect()
+}
+
+/// Waits up to `timeout` for events; a wait a signal interrupts returns none (the caller's
+/// loop looks at the clock and waits again) rather than ending the run.
+fn wait(poll: &mut Poll, events: &mut Events, timeout: Duration) -> std::io::Result<()> {
+    match poll.poll(events, Some(timeout)) {
+        Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {
+            events.clear();
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]
