@@ -83,9 +83,7 @@ impl Input {
             self.lent = true;
         }
         if self.start > 0 && self.end == self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
+            self.compact();
         }
         if self.end == self.buf.len() && self.buf.len() < self.limit {
             // Doubling, but not past what is already charged when that is more than now (a
@@ -114,9 +112,7 @@ impl Input {
             self.lent = true;
         }
         if self.start > 0 && self.end + bytes.len() > self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
+            self.compact();
         }
         let need = self.end + bytes.len();
         if need > self.buf.len() {
@@ -147,16 +143,21 @@ impl Input {
         true
     }
 
-    /// Makes room for a request of `len` bytes at the front of the pending bytes (a store
-    /// longer than a read buffer, whose bytes the budget has taken: [`Input::afford`]) in one
-    /// step, instead of doubling as its bytes arrive. Reads by `read(2)` need the room
-    /// initialised (`zeroed`); the ring's receives append and take none.
-    pub fn hold_frame(&mut self, len: usize, zeroed: bool) {
+    /// Moves the unparsed bytes to the front of the buffer.
+    fn compact(&mut self) {
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
+    }
+
+    /// Makes room for a request of `len` bytes at the front of the pending bytes (a store
+    /// longer than a read buffer, whose bytes the budget has taken: [`Input::afford`]) in one
+    /// step, instead of doubling as its bytes arrive. Reads by `read(2)` need the room
+    /// initialised (`zeroed`); the ring's receives append and take none.
+    pub fn hold_frame(&mut self, len: usize, zeroed: bool) {
+        self.compact();
         if len <= self.buf.len() {
             return;
         }

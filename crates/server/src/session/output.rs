@@ -303,17 +303,24 @@ impl Output {
         {
             // Within the reply buffer (the common case).
             self.sent_total += len as u64;
-            self.sent += len;
-            if self.sent == self.out.len() {
-                self.out.clear();
-                self.sent = 0;
-                if self.out.capacity() > OUTPUT_BYTES_HIGH {
-                    self.out = Vec::new();
-                }
-            }
+            self.sent_from_buffer(len);
             return;
         }
         self.advance_across(len);
+    }
+
+    /// Marks `len` bytes of the reply buffer sent (at most what it holds unsent), emptying it
+    /// once all of it is.
+    #[inline(always)]
+    fn sent_from_buffer(&mut self, len: usize) {
+        self.sent += len;
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+            if self.out.capacity() > OUTPUT_BYTES_HIGH {
+                self.out = Vec::new();
+            }
+        }
     }
 
     /// [`Output::advance`] past the reply buffer, into the shared values and replies behind it.
@@ -323,15 +330,8 @@ impl Output {
         while len > 0 {
             if self.sent < self.out.len() {
                 let taken = len.min(self.out.len() - self.sent);
-                self.sent += taken;
+                self.sent_from_buffer(taken);
                 len -= taken;
-                if self.sent == self.out.len() {
-                    self.out.clear();
-                    self.sent = 0;
-                    if self.out.capacity() > OUTPUT_BYTES_HIGH {
-                        self.out = Vec::new();
-                    }
-                }
                 continue;
             }
             let Some(Segment::Shared { value, sent }) = self.segments.front_mut() else {
