@@ -7,6 +7,7 @@
 #[cfg(test)]
 use crate::session::budget::ClientMemory;
 use crate::session::budget::{LogBytes, SharedValue, SHARED_VALUE_BYTES_MIN};
+use crate::session::SegmentPool;
 use qs_store::LogValue;
 use std::sync::{Arc, Weak};
 
@@ -24,6 +25,8 @@ pub struct Shares {
     recent: Vec<(Box<[u8]>, u64, Weak<SharedValue>)>,
     /// Where the next copy goes in `recent`.
     next: usize,
+    /// Segments for the reply bytes behind shared values.
+    pub segments: SegmentPool,
 }
 
 impl Shares {

@@ -13,7 +13,7 @@ pub mod tls;
 
 pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX, READ_BUFFER_BYTES};
 pub use listener::{Listener, Listening, Security};
-pub use output::{Output, Segment, SEND_SLICES_MAX};
+pub use output::{Output, Segment, SegmentPool, SEND_SLICES_MAX};
 pub use state::{RingIo, State, Wait};
 
 use crate::observe::registry::Addr;
@@ -548,6 +548,29 @@ mod tests {
     }
 
     #[test]
+    fn values_left_out_of_one_execution_go_between_its_bytes_and_their_segments_are_reused() {
+        let budget = std::sync::Arc::new(budget::ClientMemory::new(usize::MAX));
+        let value = |bytes: &[u8]| std::sync::Arc::new(budget::SharedValue::new(bytes, budget.clone()));
+        let (mut output, mut pool, mut segments) = (Output::new(1), Buffers::default(), SegmentPool::default());
+        output.borrow(&mut pool);
+        // A get of three keys: head, value, head, value, head, value, end.
+        output.reply_buf().extend_from_slice(b"h1|h2|h3|end");
+        output.adopt(&mut vec![(3, value(b"V1")), (6, value(b"V2")), (9, value(b"V3"))], &mut segments);
+        assert_eq!(output.unsent(), b"h1|V1h2|V2h3|V3end");
+        output.advance(output.held_bytes());
+        output.lend_back(&mut pool, &mut segments);
+        assert_eq!(output.held_bytes(), 0);
+        let pooled = segments.0.len();
+        assert!(pooled >= 3, "the emptied segments are pooled ({pooled})");
+        // The next get takes its segment from the pool.
+        output.borrow(&mut pool);
+        output.reply_buf().extend_from_slice(b"h|end");
+        output.adopt(&mut vec![(2, value(b"V"))], &mut segments);
+        assert_eq!(output.unsent(), b"h|Vend");
+        assert_eq!(segments.0.len(), pooled - 1);
+    }
+
+    #[test]
     fn marks_land_where_each_reply_ends_once_replies_are_in_order() {
         let mut output = Output::new(2);
         output.reply_buf().extend_from_slice(b"aa");
@@ -594,7 +617,7 @@ mod tests {
                         let at = buf.len();
                         buf.extend_from_slice(b">");
                         let value = std::sync::Arc::new(budget::SharedValue::new(&reply, budget.clone()));
-                        output.adopt(&mut vec![(at, value)]);
+                        output.adopt(&mut vec![(at, value)], &mut SegmentPool::default());
                         model.push(Some([&b"<"[..], &reply, b">"].concat()));
                     }
                     _ if !waiting.is_empty() => {
@@ -637,10 +660,10 @@ mod tests {
         let mut output = Output::new(2);
         output.borrow(&mut pool);
         output.reply_buf().extend_from_slice(b"END\r\n");
-        output.lend_back(&mut pool);
+        output.lend_back(&mut pool, &mut SegmentPool::default());
         assert_eq!(output.unsent(), b"END\r\n", "unsent bytes keep their buffer");
         output.advance(5);
-        output.lend_back(&mut pool);
+        output.lend_back(&mut pool, &mut SegmentPool::default());
         assert_eq!(output.out.capacity(), 0);
         output.borrow(&mut pool);
         assert!(output.out.capacity() > 0, "the pool's buffer is lent again");
@@ -689,7 +712,7 @@ mod tests {
         assert_eq!(pool.hold_room(), (4 * READ_BUFFER_BYTES).saturating_sub(charged));
         assert!(output.fill(waiting, b"z"));
         output.advance(output.unsent().len());
-        output.lend_back(&mut pool);
+        output.lend_back(&mut pool, &mut SegmentPool::default());
         assert_eq!((pool.figures().replies, pool.figures().reply_bytes), (0, 0));
         assert_eq!(pool.room(), 8 * READ_BUFFER_BYTES);
         // Over the limit the pool keeps nothing more and lends nothing.

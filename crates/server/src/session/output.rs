@@ -62,6 +62,33 @@ const SPARE_SEGMENTS: usize = 8;
 const SPARE_SEGMENT_BYTES: usize = 4096;
 /// The room a new ready segment starts with.
 const SEGMENT_BYTES_FIRST: usize = 256;
+/// Emptied segments a worker keeps for its connections' next replies behind shared values
+/// ([`SegmentPool`]), each at most [`SEGMENT_BYTES_FIRST`] long: 64 KiB, enough for a window of
+/// pipelined large gets on each of many connections.
+const POOLED_SEGMENTS_MAX: usize = 256;
+
+/// A worker's emptied ready segments, for the reply bytes behind its connections' shared values:
+/// a large get's reply is its head in the reply buffer, the value, and its tail in a segment of
+/// its own, and the segments an output empties go back here when it lends its buffers back, so
+/// that a stream of large gets allocates none (an idle connection still holds none).
+#[derive(Default)]
+pub struct SegmentPool(pub(super) Vec<Vec<u8>>);
+
+impl SegmentPool {
+    /// An empty segment.
+    fn take(&mut self) -> Vec<u8> {
+        self.0.pop().unwrap_or_else(|| Vec::with_capacity(SEGMENT_BYTES_FIRST))
+    }
+
+    /// Keeps the small ones of `segments` (all empty) for reuse, as many as there is room for.
+    fn keep(&mut self, segments: &mut Vec<Vec<u8>>) {
+        for segment in segments.drain(..) {
+            if self.0.len() < POOLED_SEGMENTS_MAX && segment.capacity() <= SEGMENT_BYTES_FIRST {
+                self.0.push(segment);
+            }
+        }
+    }
+}
 
 impl Output {
     /// Output for a server with `workers` workers.
@@ -163,7 +190,11 @@ impl Output {
             match self.segments.pop_front() {
                 Some(Segment::Ready(mut bytes)) => {
                     self.out.extend_from_slice(&bytes);
-                    if self.spare.len() < SPARE_SEGMENTS && bytes.capacity() <= SPARE_SEGMENT_BYTES {
+                    // Small ones all (as many as there were replies behind shared values,
+                    // for the worker's pool once the output is sent), a few larger ones.
+                    let small = bytes.capacity() <= SEGMENT_BYTES_FIRST;
+                    if small || (self.spare.len() < SPARE_SEGMENTS && bytes.capacity() <= SPARE_SEGMENT_BYTES)
+                    {
                         bytes.clear();
                         self.spare.push(bytes);
                     }
@@ -176,29 +207,53 @@ impl Output {
 
     /// Takes the shared values an execution left out of the reply buffer (each `(at, value)`:
     /// the value goes at byte `at` of the buffer [`Output::reply_buf`] gave it, in order): the
-    /// bytes after each become a ready segment behind it.
+    /// bytes after each become a ready segment behind it, taken from `pool`.
     #[inline]
-    pub fn adopt(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
+    pub fn adopt(
+        &mut self,
+        shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>,
+        pool: &mut SegmentPool,
+    ) {
         if !shared.is_empty() {
-            self.adopt_taken(shared);
+            self.adopt_taken(shared, pool);
         }
     }
 
     /// [`Output::adopt`] for an execution that left values out (the rare, large ones).
-    fn adopt_taken(&mut self, shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>) {
+    fn adopt_taken(
+        &mut self,
+        shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>,
+        pool: &mut SegmentPool,
+    ) {
         let Some(&(first, _)) = shared.first() else { return };
+        // The bytes after the first value move out of the buffer, into a segment behind it.
+        let mut after = self.spare.pop().unwrap_or_else(|| pool.take());
         let buf = self.reply_buf();
-        let after = buf.split_off(first);
+        after.extend_from_slice(&buf[first..]);
+        buf.truncate(first);
+        if shared.len() == 1 {
+            // One value (a get of one key): its tail is that segment, copied once.
+            let (_, value) = shared.pop().expect("one value");
+            self.segments.push_back(Segment::Shared { value, sent: 0 });
+            if after.is_empty() {
+                self.spare.push(after);
+            } else {
+                self.segments.push_back(Segment::Ready(after));
+            }
+            return;
+        }
         let mut pieces = shared.drain(..).peekable();
         while let Some((at, value)) = pieces.next() {
             self.segments.push_back(Segment::Shared { value, sent: 0 });
             let to = pieces.peek().map_or(first + after.len(), |&(next, _)| next);
             if to > at {
-                let mut ready = self.spare_segment();
+                let mut ready = self.spare.pop().unwrap_or_else(|| pool.take());
                 ready.extend_from_slice(&after[at - first..to - first]);
                 self.segments.push_back(Segment::Ready(ready));
             }
         }
+        after.clear();
+        self.spare.push(after);
     }
 
     /// The replies ready behind one that waits.
@@ -238,13 +293,13 @@ impl Output {
         }
     }
 
-    /// Gives the reply buffer (and the spare segments) back once everything is sent and nothing
-    /// waits on another worker.
-    pub fn lend_back(&mut self, pool: &mut Buffers) {
+    /// Gives the reply buffer back to `pool`, and the spare segments to `segments`, once
+    /// everything is sent and nothing waits on another worker.
+    pub fn lend_back(&mut self, pool: &mut Buffers, segments: &mut SegmentPool) {
         if self.sent == self.out.len() && self.segments.is_empty() {
             let out = std::mem::take(&mut self.out);
             self.sent = 0;
-            self.spare = Vec::new();
+            segments.keep(&mut self.spare);
             pool.charge(self);
             pool.give_reply(out);
         }

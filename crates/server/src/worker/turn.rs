@@ -328,7 +328,8 @@ impl Turn<'_, '_> {
                 let before = buf.len();
                 self.engine.get_one(kind, (key, self.hand.fd), buf);
                 added += buf.len() - before + self.engine.shares.taken_bytes();
-                self.output.adopt(&mut self.engine.shares.taken);
+                let shares = &mut self.engine.shares;
+                self.output.adopt(&mut shares.taken, &mut shares.segments);
             } else {
                 let at = Some((key.hash, key.partition));
                 self.hand.over(owner, Task::Get { kind, end: false }, (bytes, at), self.output, self.engine);
@@ -367,14 +368,16 @@ impl Turn<'_, '_> {
             // Several keys' replies may outgrow the output bound: the get runs in pieces.
             let budget = self.reply_room();
             let rest = self.engine.get_many(kind, (keys, self.hand.fd), self.output.reply_buf(), budget);
-            self.output.adopt(&mut self.engine.shares.taken);
+            let shares = &mut self.engine.shares;
+            self.output.adopt(&mut shares.taken, &mut shares.segments);
             if let Some(rest) = rest {
                 return Flow::Resume(codec::Resume::of(pending, here, keys, rest));
             }
             return Flow::Next(len);
         }
         let executed_as = self.engine.execute(request, (located, self.hand.fd), self.output.reply_buf());
-        self.output.adopt(&mut self.engine.shares.taken);
+        let shares = &mut self.engine.shares;
+        self.output.adopt(&mut shares.taken, &mut shares.segments);
         match executed_as {
             Exec::Done => {}
             Exec::Close => self.state.close(),

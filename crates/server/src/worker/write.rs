@@ -126,7 +126,7 @@ impl Worker {
     /// once its output has drained below the bound.
     fn after_write(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
-        conn.output.lend_back(&mut self.buffers);
+        conn.output.lend_back(&mut self.buffers, &mut self.engine.shares.segments);
         self.buffers.settle(&mut conn.output);
         let finished = conn.state.is_closing()
             && conn.output.held_bytes() == 0
