@@ -12,6 +12,7 @@
 pub mod compare;
 pub mod cpu;
 pub mod engine;
+pub mod latency;
 pub mod load;
 pub mod memtier;
 pub mod native;

@@ -837,42 +837,57 @@ impl Conn {
 }
 
 /// Stores every key once over TCP (text protocol, pipelined, noreply), then waits for the
-/// server to catch up.
+/// server to catch up (a `version` after the sets). A server that answers sets despite
+/// `noreply` (pogocache) is read meanwhile, its `STORED` lines skipped.
 fn preload(args: &LoadArgs) -> std::io::Result<()> {
     let (key_len, value_len) = args.sizes();
     let mut stream = std::net::TcpStream::connect(args.server)?;
-    let mut batch = Vec::new();
-    let mut value = vec![0u8; value_len];
-    for key in 0..args.keys {
-        batch.extend_from_slice(b"set ");
-        write_key_text(key, key_len, &mut batch);
-        batch.extend_from_slice(format!(" 0 0 {value_len} noreply\r\n").as_bytes());
-        write_value(key, 0, &mut value);
-        batch.extend_from_slice(&value);
-        batch.extend_from_slice(b"\r\n");
-        if batch.len() > 256 << 10 {
-            stream.write_all(&batch)?;
-            batch.clear();
+    let replies = stream.try_clone()?;
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || preload_answer(replies));
+        let mut batch = Vec::new();
+        let mut value = vec![0u8; value_len];
+        for key in 0..args.keys {
+            batch.extend_from_slice(b"set ");
+            write_key_text(key, key_len, &mut batch);
+            batch.extend_from_slice(format!(" 0 0 {value_len} noreply\r\n").as_bytes());
+            write_value(key, 0, &mut value);
+            batch.extend_from_slice(&value);
+            batch.extend_from_slice(b"\r\n");
+            if batch.len() > 256 << 10 {
+                stream.write_all(&batch)?;
+                batch.clear();
+            }
         }
-    }
-    batch.extend_from_slice(b"version\r\n");
-    stream.write_all(&batch)?;
-    let mut reply = [0u8; 256];
+        batch.extend_from_slice(b"version\r\n");
+        stream.write_all(&batch)?;
+        reader.join().map_err(|_| std::io::Error::other("the preload's reader panicked"))?
+    })
+}
+
+/// Reads what the server answers to the preload, up to its `VERSION` line.
+fn preload_answer(mut stream: std::net::TcpStream) -> std::io::Result<()> {
+    let mut reply = [0u8; 4096];
     let mut got = Vec::new();
-    while !got.ends_with(b"\r\n") {
+    loop {
         let n = stream.read(&mut reply)?;
         if n == 0 {
             return Err(std::io::Error::other("the server closed the connection while loading"));
         }
         got.extend_from_slice(&reply[..n]);
+        while let Some(end) = got.windows(2).position(|pair| pair == b"\r\n") {
+            let line: Vec<u8> = got.drain(..end + 2).collect();
+            if line.starts_with(b"VERSION ") {
+                return Ok(());
+            }
+            if line != b"STORED\r\n" {
+                return Err(std::io::Error::other(format!(
+                    "loading the keys: the server answered {:?}",
+                    String::from_utf8_lossy(&line)
+                )));
+            }
+        }
     }
-    if !got.starts_with(b"VERSION ") {
-        return Err(std::io::Error::other(format!(
-            "loading the keys: the server answered {:?}",
-            String::from_utf8_lossy(&got)
-        )));
-    }
-    Ok(())
 }
 
 fn connect(args: &LoadArgs, poll: &Poll, index: usize) -> std::io::Result<Conn> {

@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use qs_bench::compare::{self, CompareArgs};
 use qs_bench::engine::{self, EngineArgs, EngineReport};
+use qs_bench::latency::{self, LatencyArgs};
 use qs_bench::load::{self, LoadArgs};
 use qs_bench::memtier::{self, MemtierArgs};
 use qs_bench::native::{self, NativeArgs};
@@ -34,6 +35,10 @@ enum Subcommands {
     /// built), one worker each on the same core, at each pipeline depth: requests/s, p99, CPU
     /// per request; --plot draws the README's picture.
     Memtier(MemtierArgs),
+    /// Latency under load: each server's own maximum (closed loop, depth 1), then open-loop
+    /// (Poisson) load at fractions of it (50%, 80%, 95%): p50, p99, p99.9 per value size, for
+    /// quicksilver, memcached and the peers built here; --plot draws them.
+    Latency(LatencyArgs),
     /// Closed-loop load over Quicksilver's native UDP protocol (qs-client, client-assisted
     /// direction): requests per second, server CPU per request and per datagram; with
     /// --echo-probe, against a bare recvmmsg/sendmmsg echo server's CPU per datagram.
@@ -104,6 +109,13 @@ fn main() {
                 print_json(args.json, &report);
             }
             Err(error) => fail("memtier", error),
+        },
+        Subcommands::Latency(args) => match latency::run(&args) {
+            Ok(report) => {
+                latency::print(&report);
+                print_json(args.json, &report);
+            }
+            Err(error) => fail("latency", error),
         },
         Subcommands::UdpEcho { plain, sockets } => {
             let served = if plain { probe::udp_echo_plain() } else { native::udp_echo_server(sockets) };

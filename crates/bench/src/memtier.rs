@@ -95,10 +95,20 @@ pub struct MemtierReport {
 }
 
 /// A server to measure: its name and how to start it on a port.
-struct Contender {
-    name: &'static str,
-    program: String,
-    args: Box<dyn Fn(u16) -> io::Result<Vec<String>>>,
+pub(crate) struct Contender {
+    pub(crate) name: &'static str,
+    pub(crate) program: String,
+    pub(crate) args: Box<dyn Fn(u16) -> io::Result<Vec<String>>>,
+}
+
+/// The servers to run and how: quicksilver's binary (default: beside qs-bench), memcached's,
+/// and the peers' where built, each with `memory` MiB and one worker.
+pub(crate) struct Lineup<'a> {
+    pub(crate) quicksilver: Option<&'a str>,
+    pub(crate) memcached: &'a str,
+    pub(crate) segcache: Option<&'a str>,
+    pub(crate) pogocache: Option<&'a str>,
+    pub(crate) memory: u64,
 }
 
 /// Starts each server in turn, preloads it, runs memtier at each depth, and stops it.
@@ -106,7 +116,13 @@ pub fn run(args: &MemtierArgs) -> io::Result<MemtierReport> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (server_cores, load_cores) =
         if cpus > 1 { ("0".to_string(), compare::cores_list(1..cpus)) } else { ("0".into(), "0".into()) };
-    let contenders = contenders(args)?;
+    let contenders = contenders(&Lineup {
+        quicksilver: args.quicksilver.as_deref(),
+        memcached: &args.memcached,
+        segcache: args.segcache.as_deref(),
+        pogocache: args.pogocache.as_deref(),
+        memory: args.memory,
+    })?;
     let mut samples: Vec<Vec<MemtierRow>> = vec![Vec::new(); contenders.len() * args.depths.len()];
     for round in 0..args.repeat.max(1) {
         for (index, contender) in contenders.iter().enumerate() {
@@ -149,9 +165,9 @@ pub fn run(args: &MemtierArgs) -> io::Result<MemtierReport> {
     Ok(report)
 }
 
-fn contenders(args: &MemtierArgs) -> io::Result<Vec<Contender>> {
+pub(crate) fn contenders(args: &Lineup) -> io::Result<Vec<Contender>> {
     let memory = args.memory.to_string();
-    let quicksilver = compare::quicksilver_beside(args.quicksilver.as_deref());
+    let quicksilver = compare::quicksilver_beside(args.quicksilver);
     let qs_memory = memory.clone();
     let mut list = vec![Contender {
         name: "quicksilver",
@@ -162,14 +178,14 @@ fn contenders(args: &MemtierArgs) -> io::Result<Vec<Contender>> {
                 .to_vec())
         }),
     }];
-    if compare::version_of(&args.memcached) == "?" {
+    if compare::version_of(args.memcached) == "?" {
         return Err(io::Error::other(format!("{} -V failed: is memcached installed?", args.memcached)));
     }
     let mc_memory = memory.clone();
     let root = compare::running_as_root();
     list.push(Contender {
         name: "memcached",
-        program: args.memcached.clone(),
+        program: args.memcached.to_string(),
         args: Box::new(move |port| {
             let mut args: Vec<String> =
                 ["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-m", &mc_memory, "-t", "1"]
@@ -181,21 +197,21 @@ fn contenders(args: &MemtierArgs) -> io::Result<Vec<Contender>> {
             Ok(args)
         }),
     });
-    if let Some(segcache) = &args.segcache {
+    if let Some(segcache) = args.segcache {
         let heap = args.memory;
         list.push(Contender {
             name: "segcache",
-            program: segcache.clone(),
+            program: segcache.to_string(),
             args: Box::new(move |port| {
                 segcache_config(port, heap).map(|path| vec![path.display().to_string()])
             }),
         });
     }
-    if let Some(pogocache) = &args.pogocache {
+    if let Some(pogocache) = args.pogocache {
         let memory = format!("{}mb", args.memory);
         list.push(Contender {
             name: "pogocache",
-            program: pogocache.clone(),
+            program: pogocache.to_string(),
             args: Box::new(move |port| {
                 Ok(["-h", "127.0.0.1", "-p", &port.to_string(), "--threads", "1", "--maxmemory", &memory]
                     .map(str::to_string)

@@ -96,6 +96,66 @@ pub fn latency_curves(path: &Path, title: &str, curves: &[Curve]) -> Result<(), 
     root.present().map_err(|error| error.to_string())
 }
 
+/// Latency (log scale, µs) against the fraction of each server's own maximum offered (%), a
+/// panel per (caption, curves) side by side: p99 solid with its points, p50 thin. Each curve's
+/// points are (percent of maximum, p50 µs, p99 µs).
+pub fn fraction_panels(path: &Path, title: &str, panels: &[(String, Vec<Curve>)]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (520 * panels.len().max(1) as u32, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| error.to_string())?;
+    let root = root.titled(title, ("sans-serif", 18)).map_err(|error| error.to_string())?;
+    for (area, (caption, curves)) in root.split_evenly((1, panels.len().max(1))).iter().zip(panels) {
+        fraction_panel(area, caption, curves)?;
+    }
+    root.present().map_err(|error| error.to_string())
+}
+
+fn fraction_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    caption: &str,
+    curves: &[Curve],
+) -> Result<(), String> {
+    let all = curves.iter().flat_map(|curve| curve.points.iter());
+    let max_y = all.clone().map(|point| point.2.max(point.1)).fold(10.0, f64::max) * 3.0;
+    let min_y =
+        all.map(|point| point.1.min(point.2)).fold(f64::INFINITY, f64::min).clamp(1.0, max_y / 10.0) / 2.0;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(40.0..100.0, (min_y..max_y).log_scale())
+        .map_err(|error| error.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("offered load, % of the server's own maximum")
+        .y_desc("latency (µs, log scale)")
+        .x_label_formatter(&|x| format!("{x:.0}%"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(|error| error.to_string())?;
+    for (index, curve) in curves.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        let p99: Vec<(f64, f64)> = curve.points.iter().map(|point| (point.0, point.2.max(min_y))).collect();
+        let p50: Vec<(f64, f64)> = curve.points.iter().map(|point| (point.0, point.1.max(min_y))).collect();
+        chart
+            .draw_series(LineSeries::new(p99.clone(), colour.stroke_width(2)))
+            .map_err(|error| error.to_string())?
+            .label(format!("{} p99", curve.name))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(p99.iter().map(|&point| Circle::new(point, 3, colour.filled())))
+            .map_err(|error| error.to_string())?;
+        chart.draw_series(LineSeries::new(p50, colour.stroke_width(1))).map_err(|error| error.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| error.to_string())
+}
+
 /// A bar per label (e.g. per partition), one colour per series, side by side.
 pub fn bars(
     path: &Path,

@@ -75,6 +75,43 @@ fn compare_quick_prints_the_ratio_table_and_json() {
     std::fs::remove_dir_all(&plots).expect("cleaned up");
 }
 
+#[test]
+fn latency_runs_each_server_at_its_maximum_and_fractions_of_it_and_plots_them() {
+    let plot = std::env::temp_dir().join(format!("qs-latency-test-{}.svg", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_qs-bench"))
+        .args(["latency", "--sizes", "32,2000", "--fractions", "0.5", "--seconds", "0.3", "--warmup", "0.1"])
+        .args(["--keys", "2000", "--memory", "64", "--connections", "8", "--json", "--plot"])
+        .arg(&plot)
+        .arg("--quicksilver")
+        .arg(quicksilver())
+        .output()
+        .expect("qs-bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a JSON line")).expect("the last line is JSON");
+    let rows = json["rows"].as_array().expect("rows");
+    // Two servers, two sizes, the maximum and one fraction of it.
+    assert_eq!(rows.len(), 8, "{json}");
+    for row in rows {
+        assert_eq!(row["errors"].as_u64(), Some(0), "{row}");
+        assert!(row["ops_per_sec"].as_f64().is_some_and(|ops| ops > 0.0), "{row}");
+        assert!(row["p99_us"].as_f64().is_some_and(|p99| p99 > 0.0), "{row}");
+        let open = row["offered"].as_f64();
+        let max = row["max_ops_per_sec"].as_f64().expect("the maximum");
+        match open {
+            Some(offered) => assert!((offered - max * 0.5).abs() <= 1.0, "half the maximum offered: {row}"),
+            None => assert_eq!(row["ops_per_sec"].as_f64(), Some(max), "{row}"),
+        }
+    }
+    let servers: Vec<&str> = rows.iter().filter_map(|row| row["server"].as_str()).collect();
+    assert!(servers.contains(&"quicksilver") && servers.contains(&"memcached"), "{json}");
+    let svg = std::fs::read_to_string(&plot).expect("the plot exists");
+    assert!(svg.starts_with("<svg") && svg.contains("2000-byte values"), "the plot has a panel per size");
+    std::fs::remove_file(&plot).expect("cleaned up");
+}
+
 /// A quicksilver with its native port on, stopped when dropped.
 struct Native(std::process::Child, u16);
 

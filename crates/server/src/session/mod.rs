@@ -551,7 +551,8 @@ mod tests {
     fn values_left_out_of_one_execution_go_between_its_bytes_and_their_segments_are_reused() {
         let budget = std::sync::Arc::new(budget::ClientMemory::new(usize::MAX));
         let value = |bytes: &[u8]| std::sync::Arc::new(budget::SharedValue::new(bytes, budget.clone()));
-        let (mut output, mut pool, mut segments) = (Output::new(1), Buffers::default(), SegmentPool::default());
+        let (mut output, mut pool, mut segments) =
+            (Output::new(1), Buffers::default(), SegmentPool::default());
         output.borrow(&mut pool);
         // A get of three keys: head, value, head, value, head, value, end.
         output.reply_buf().extend_from_slice(b"h1|h2|h3|end");
