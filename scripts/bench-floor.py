@@ -54,10 +54,13 @@ def server_command(args, kind, port, pinned):
         user = ["-u", "nobody"] if os.getuid() == 0 else []
         command = [args.memcached, "-p", str(port), "-U", "0", "-l", "127.0.0.1"] + user
         command += ["-t", "1", "-m", "1024"] if pinned else []
-    elif kind in ("quicksilver", "quicksilver-uring"):
+    elif kind.startswith("quicksilver"):
+        # quicksilver-uring / quicksilver-epoll: that backend; quicksilver-tN: N workers.
         command = [args.quicksilver, "-p", str(port), "-U", "0", "-l", "127.0.0.1"]
         command += ["-t", "1", "-m", "1024"] if pinned else []
-        command += ["-o", "io_backend=uring"] if kind == "quicksilver-uring" else []
+        backend = kind.removeprefix("quicksilver-")
+        command += ["-o", f"io_backend={backend}"] if backend in ("uring", "epoll") else []
+        command += ["-t", backend[1:]] if re.fullmatch(r"t[0-9]+", backend) else []
     elif kind == "pogocache":
         command = [args.pogocache, "-h", "127.0.0.1", "-p", str(port)]
         command += ["--threads", "1", "--maxmemory", "1gb"] if pinned else []
