@@ -134,6 +134,10 @@ pub struct Worker {
     net_done: Vec<crate::session::ring::Completion>,
     /// The ring's connections flushed this turn (and whether each has bytes to send), reused.
     ring_sends: Vec<(usize, bool)>,
+    /// Of those, the ones sending now, reused.
+    ring_sending: Vec<usize>,
+    /// What each of a ring flush's sends offered (connection, bytes), reused.
+    ring_offered: Vec<(usize, usize)>,
 }
 
 impl Worker {
@@ -239,6 +243,8 @@ impl Worker {
             net,
             net_done: Vec::new(),
             ring_sends: Vec::new(),
+            ring_sending: Vec::new(),
+            ring_offered: Vec::new(),
         })
     }
 

@@ -134,22 +134,22 @@ impl Worker {
             }
         }
         let mut gathered = gathered.into_iter();
-        let sends: Vec<(i32, Payload<'_>, usize, u32)> = sending
-            .iter()
-            .filter_map(|&index| {
-                let conn = self.conns[index].as_ref()?;
-                let payload = match conn.output.unsent_in_buffer() {
-                    Some(bytes) => Payload::One(bytes),
-                    // In the order they were gathered.
-                    None => Payload::Gathered(&flat[gathered.next()?]),
-                };
-                (!payload.is_empty()).then_some((conn.fd, payload, index, conn.generation))
-            })
-            .collect();
+        // Sized once (a vector grown send by send reallocated several times a turn).
+        let mut sends: Vec<(i32, Payload<'_>, usize, u32)> = Vec::with_capacity(sending.len());
+        sends.extend(sending.iter().filter_map(|&index| {
+            let conn = self.conns[index].as_ref()?;
+            let payload = match conn.output.unsent_in_buffer() {
+                Some(bytes) => Payload::One(bytes),
+                // In the order they were gathered.
+                None => Payload::Gathered(&flat[gathered.next()?]),
+            };
+            (!payload.is_empty()).then_some((conn.fd, payload, index, conn.generation))
+        }));
         let failed = net.send_all(&sends, &mut done).is_err();
         // What each send offered: less taken means the socket is full.
-        let offered: Vec<(usize, usize)> =
-            sends.iter().map(|(_, payload, index, _)| (*index, payload.len())).collect();
+        let mut offered = std::mem::take(&mut self.ring_offered);
+        offered.clear();
+        offered.extend(sends.iter().map(|(_, payload, index, _)| (*index, payload.len())));
         drop(sends);
         drop(flat);
         for completion in done.drain(..) {
@@ -193,5 +193,6 @@ impl Worker {
             }
         }
         self.net_done = done;
+        self.ring_offered = offered;
     }
 }

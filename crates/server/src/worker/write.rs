@@ -83,8 +83,9 @@ impl Worker {
             self.after_write(index);
         }
         // The ring's connections: every send in one system call, then each as above.
-        let mut sending: Vec<usize> =
-            on_ring.iter().filter(|(_, send)| *send).map(|&(index, _)| index).collect();
+        let mut sending = std::mem::take(&mut self.ring_sending);
+        sending.clear();
+        sending.extend(on_ring.iter().filter(|(_, send)| *send).map(|&(index, _)| index));
         while !sending.is_empty() {
             self.send_ring(&sending);
             // A watcher whose lines all left takes the ones logged meanwhile, as the epoll
@@ -97,6 +98,7 @@ impl Worker {
             self.sync_receive(index);
         }
         self.ring_sends = on_ring;
+        self.ring_sending = sending;
         // Connections queued by the flush run next turn (poll returns at once).
     }
 
