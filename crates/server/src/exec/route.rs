@@ -180,7 +180,11 @@ impl Engine {
             Reach::Here => Route::Local,
             Reach::Everywhere => Route::Broadcast,
             Reach::AfterPending => Route::AfterPending,
-            Reach::Keys { keys, read_only } => self.route_keys(keys, read_only, pending),
+            Reach::Keys { keys, read_only } => match at {
+                // A get of one key, located by the window: not hashed again.
+                Some((_, partition)) => self.route_one_key(self.owner(partition), read_only, pending),
+                None => self.route_keys(keys, read_only, pending),
+            },
             // Answered here with an error, no key read.
             Reach::Key { key, .. } if key.len() > qs_proto::KEY_BYTES_MAX => Route::Local,
             Reach::Key { key, read_only } => {
@@ -191,6 +195,17 @@ impl Engine {
                     Route::Forward(owner)
                 }
             }
+        }
+    }
+
+    /// A text get of one key that `owner` has: as [`Engine::route_keys`] routes it.
+    fn route_one_key(&self, owner: usize, read_only: bool, pending: &[u32]) -> Route {
+        if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+            Route::Local
+        } else if self.crew && read_only {
+            Route::AfterPending
+        } else {
+            Route::Forward(owner)
         }
     }
 
