@@ -265,7 +265,18 @@ impl Output {
     }
 
     /// Bytes held for this connection (unsent and waiting), shared values' included.
+    #[inline]
     pub fn held_bytes(&self) -> usize {
+        if self.segments.is_empty() {
+            // All in the reply buffer (the common case).
+            return self.out.len() - self.sent;
+        }
+        self.held_bytes_across()
+    }
+
+    /// [`Output::held_bytes`] with replies behind the reply buffer.
+    #[inline(never)]
+    fn held_bytes_across(&self) -> usize {
         let segments: usize = self
             .segments
             .iter()
