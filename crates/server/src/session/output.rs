@@ -290,7 +290,11 @@ impl Output {
     }
 
     /// Memory its buffers hold (what [`Buffers::charge`] charges).
+    #[inline]
     pub fn capacity_bytes(&self) -> usize {
+        if self.segments.is_empty() && self.spare.is_empty() {
+            return self.out.capacity();
+        }
         let segments: usize = self.ready_segments().map(Vec::capacity).sum();
         let spare: usize = self.spare.iter().map(Vec::capacity).sum();
         self.out.capacity() + segments + spare
