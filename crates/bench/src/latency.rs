@@ -18,21 +18,9 @@ use std::path::PathBuf;
 /// `qs-bench latency`'s options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LatencyArgs {
-    /// The quicksilver binary (default: the one beside qs-bench, else on PATH).
-    #[arg(long)]
-    pub quicksilver: Option<String>,
-    /// memcached's binary.
-    #[arg(long, default_value = "memcached")]
-    pub memcached: String,
-    /// Pelikan Segcache's binary, if built (its shipped settings, the same heap, one worker).
-    #[arg(long)]
-    pub segcache: Option<String>,
-    /// pogocache's binary, if built (one thread, the same memory limit).
-    #[arg(long)]
-    pub pogocache: Option<String>,
-    /// Item memory of every server, MiB.
-    #[arg(long, default_value_t = 256)]
-    pub memory: u64,
+    /// The servers.
+    #[command(flatten)]
+    pub lineup: Lineup,
     /// Value sizes, bytes: a panel each.
     #[arg(long, value_delimiter = ',', default_value = "32,16384")]
     pub sizes: Vec<usize>,
@@ -107,19 +95,13 @@ pub struct LatencyReport {
 pub fn run(args: &LatencyArgs) -> io::Result<LatencyReport> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let load_cores = if cpus > 1 { compare::cores_list(1..cpus) } else { "0".to_string() };
-    let lineup = contenders(&Lineup {
-        quicksilver: args.quicksilver.as_deref(),
-        memcached: &args.memcached,
-        segcache: args.segcache.as_deref(),
-        pogocache: args.pogocache.as_deref(),
-        memory: args.memory,
-    })?;
+    let lineup = contenders(&args.lineup)?;
     let mut rounds: Vec<Vec<LatencyRow>> = Vec::new();
     for round in 0..args.repeat.max(1) {
         eprintln!("round {}", round + 1);
         let mut rows = Vec::new();
         for &size in &args.sizes {
-            let keys = args.keys.min((args.memory << 20) / 2 / (size as u64 + 64)).max(1);
+            let keys = args.keys.min((args.lineup.memory << 20) / 2 / (size as u64 + 64)).max(1);
             for contender in &lineup {
                 let port = compare::free_port()?;
                 let server = compare::start(&contender.program, &(contender.args)(port)?, "0", port)?;
@@ -143,7 +125,7 @@ pub fn run(args: &LatencyArgs) -> io::Result<LatencyReport> {
         args.connections,
         args.get_ratio * 100.0,
         args.seconds,
-        args.memory,
+        args.lineup.memory,
         args.fractions,
         args.repeat.max(1)
     );

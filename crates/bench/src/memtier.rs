@@ -20,23 +20,9 @@ pub struct MemtierArgs {
     /// memtier_benchmark's binary (scripts/build-memtier.sh builds it outside the repository).
     #[arg(long)]
     pub memtier: String,
-    /// The quicksilver binary (default: the one beside qs-bench, else on PATH).
-    #[arg(long)]
-    pub quicksilver: Option<String>,
-    /// memcached's binary.
-    #[arg(long, default_value = "memcached")]
-    pub memcached: String,
-    /// Pelikan Segcache's binary (pelikan-segcache), if built: run with its shipped settings,
-    /// the same heap and one worker.
-    #[arg(long)]
-    pub segcache: Option<String>,
-    /// pogocache's binary (github.com/tidwall/pogocache, `make`), if built: one thread, the same
-    /// memory limit, its other settings its defaults (io_uring on, CAS off).
-    #[arg(long)]
-    pub pogocache: Option<String>,
-    /// Item memory of every server, MiB.
-    #[arg(long, default_value_t = 256)]
-    pub memory: u64,
+    /// The servers.
+    #[command(flatten)]
+    pub lineup: Lineup,
     /// Pipeline depths, one run per server at each.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     pub depths: Vec<usize>,
@@ -101,14 +87,27 @@ pub(crate) struct Contender {
     pub(crate) args: Box<dyn Fn(u16) -> io::Result<Vec<String>>>,
 }
 
-/// The servers to run and how: quicksilver's binary (default: beside qs-bench), memcached's,
-/// and the peers' where built, each with `memory` MiB and one worker.
-pub(crate) struct Lineup<'a> {
-    pub(crate) quicksilver: Option<&'a str>,
-    pub(crate) memcached: &'a str,
-    pub(crate) segcache: Option<&'a str>,
-    pub(crate) pogocache: Option<&'a str>,
-    pub(crate) memory: u64,
+/// The servers to run (quicksilver, memcached, and the peers where built), each with the same
+/// memory and one worker: the options `qs-bench memtier` and `qs-bench latency` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Lineup {
+    /// The quicksilver binary (default: the one beside qs-bench, else on PATH).
+    #[arg(long)]
+    pub quicksilver: Option<String>,
+    /// memcached's binary.
+    #[arg(long, default_value = "memcached")]
+    pub memcached: String,
+    /// Pelikan Segcache's binary (pelikan-segcache), if built: run with its shipped settings,
+    /// the same heap and one worker.
+    #[arg(long)]
+    pub segcache: Option<String>,
+    /// pogocache's binary (github.com/tidwall/pogocache, `make`), if built: one thread, the same
+    /// memory limit, its other settings its defaults (io_uring on, CAS off).
+    #[arg(long)]
+    pub pogocache: Option<String>,
+    /// Item memory of every server, MiB.
+    #[arg(long, default_value_t = 256)]
+    pub memory: u64,
 }
 
 /// Starts each server in turn, preloads it, runs memtier at each depth, and stops it.
@@ -116,13 +115,7 @@ pub fn run(args: &MemtierArgs) -> io::Result<MemtierReport> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (server_cores, load_cores) =
         if cpus > 1 { ("0".to_string(), compare::cores_list(1..cpus)) } else { ("0".into(), "0".into()) };
-    let contenders = contenders(&Lineup {
-        quicksilver: args.quicksilver.as_deref(),
-        memcached: &args.memcached,
-        segcache: args.segcache.as_deref(),
-        pogocache: args.pogocache.as_deref(),
-        memory: args.memory,
-    })?;
+    let contenders = contenders(&args.lineup)?;
     let mut samples: Vec<Vec<MemtierRow>> = vec![Vec::new(); contenders.len() * args.depths.len()];
     for round in 0..args.repeat.max(1) {
         for (index, contender) in contenders.iter().enumerate() {
@@ -155,7 +148,7 @@ pub fn run(args: &MemtierArgs) -> io::Result<MemtierReport> {
         args.keys,
         args.seconds,
         args.depths,
-        args.memory,
+        args.lineup.memory,
         args.repeat
     );
     let report = MemtierReport { settings, rows };
@@ -167,7 +160,7 @@ pub fn run(args: &MemtierArgs) -> io::Result<MemtierReport> {
 
 pub(crate) fn contenders(args: &Lineup) -> io::Result<Vec<Contender>> {
     let memory = args.memory.to_string();
-    let quicksilver = compare::quicksilver_beside(args.quicksilver);
+    let quicksilver = compare::quicksilver_beside(args.quicksilver.as_deref());
     let qs_memory = memory.clone();
     let mut list = vec![Contender {
         name: "quicksilver",
@@ -178,14 +171,14 @@ pub(crate) fn contenders(args: &Lineup) -> io::Result<Vec<Contender>> {
                 .to_vec())
         }),
     }];
-    if compare::version_of(args.memcached) == "?" {
+    if compare::version_of(&args.memcached) == "?" {
         return Err(io::Error::other(format!("{} -V failed: is memcached installed?", args.memcached)));
     }
     let mc_memory = memory.clone();
     let root = compare::running_as_root();
     list.push(Contender {
         name: "memcached",
-        program: args.memcached.to_string(),
+        program: args.memcached.clone(),
         args: Box::new(move |port| {
             let mut args: Vec<String> =
                 ["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-m", &mc_memory, "-t", "1"]
@@ -197,21 +190,21 @@ pub(crate) fn contenders(args: &Lineup) -> io::Result<Vec<Contender>> {
             Ok(args)
         }),
     });
-    if let Some(segcache) = args.segcache {
+    if let Some(segcache) = &args.segcache {
         let heap = args.memory;
         list.push(Contender {
             name: "segcache",
-            program: segcache.to_string(),
+            program: segcache.clone(),
             args: Box::new(move |port| {
                 segcache_config(port, heap).map(|path| vec![path.display().to_string()])
             }),
         });
     }
-    if let Some(pogocache) = args.pogocache {
+    if let Some(pogocache) = &args.pogocache {
         let memory = format!("{}mb", args.memory);
         list.push(Contender {
             name: "pogocache",
-            program: pogocache.to_string(),
+            program: pogocache.clone(),
             args: Box::new(move |port| {
                 Ok(["-h", "127.0.0.1", "-p", &port.to_string(), "--threads", "1", "--maxmemory", &memory]
                     .map(str::to_string)

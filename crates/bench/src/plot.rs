@@ -46,25 +46,68 @@ const COLOURS: [RGBColor; 4] = [
 
 /// Latency (log scale, µs) against delivered throughput: p99 solid, p50 thin, per curve.
 pub fn latency_curves(path: &Path, title: &str, curves: &[Curve]) -> Result<(), String> {
-    let all = curves.iter().flat_map(|curve| curve.points.iter());
-    let max_x = all.clone().map(|point| point.0).fold(1.0, f64::max) * 1.05;
-    let max_y = all.clone().map(|point| point.2.max(point.1)).fold(10.0, f64::max) * 2.0;
-    let min_y =
-        all.map(|point| point.1.min(point.2)).fold(f64::INFINITY, f64::min).clamp(1.0, max_y / 10.0) / 2.0;
+    let max_x = curves.iter().flat_map(|curve| curve.points.iter()).map(|point| point.0).fold(1.0, f64::max);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|error| error.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
+    let x = XAxis {
+        range: 0.0..max_x * 1.05,
+        desc: "delivered operations per second",
+        label: &|x| format!("{:.0}k", x / 1e3),
+    };
+    latency_panel(&root, (title, 18), &x, curves, 2.0)?;
+    root.present().map_err(|error| error.to_string())
+}
+
+/// Latency (log scale, µs) against the fraction of each server's own maximum offered (%), a
+/// panel per (caption, curves) side by side: p99 solid with its points, p50 thin. Each curve's
+/// points are (percent of maximum, p50 µs, p99 µs).
+pub fn fraction_panels(path: &Path, title: &str, panels: &[(String, Vec<Curve>)]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (520 * panels.len().max(1) as u32, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| error.to_string())?;
+    let root = root.titled(title, ("sans-serif", 18)).map_err(|error| error.to_string())?;
+    let x = XAxis {
+        range: 40.0..100.0,
+        desc: "offered load, % of the server's own maximum",
+        label: &|x| format!("{x:.0}%"),
+    };
+    for (area, (caption, curves)) in root.split_evenly((1, panels.len().max(1))).iter().zip(panels) {
+        latency_panel(area, (caption, 16), &x, curves, 3.0)?;
+    }
+    root.present().map_err(|error| error.to_string())
+}
+
+/// A latency chart's horizontal axis: its range, what it shows, how a value reads.
+struct XAxis<'a> {
+    range: std::ops::Range<f64>,
+    desc: &'a str,
+    label: &'a dyn Fn(&f64) -> String,
+}
+
+/// One latency chart in `area`: each curve's p99 (solid, with its points) and p50 (thin) on a
+/// log scale of µs, `headroom` times the largest latency at the top.
+fn latency_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    (caption, caption_size): (&str, u32),
+    x: &XAxis,
+    curves: &[Curve],
+    headroom: f64,
+) -> Result<(), String> {
+    let all = curves.iter().flat_map(|curve| curve.points.iter());
+    let max_y = all.clone().map(|point| point.2.max(point.1)).fold(10.0, f64::max) * headroom;
+    let min_y =
+        all.map(|point| point.1.min(point.2)).fold(f64::INFINITY, f64::min).clamp(1.0, max_y / 10.0) / 2.0;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", caption_size))
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..max_x, (min_y..max_y).log_scale())
+        .build_cartesian_2d(x.range.clone(), (min_y..max_y).log_scale())
         .map_err(|error| error.to_string())?;
     chart
         .configure_mesh()
-        .x_desc("delivered operations per second")
+        .x_desc(x.desc)
         .y_desc("latency (µs, log scale)")
-        .x_label_formatter(&|x| format!("{:.0}k", x / 1e3))
+        .x_label_formatter(x.label)
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|error| error.to_string())?;
@@ -85,67 +128,6 @@ pub fn latency_curves(path: &Path, title: &str, curves: &[Curve]) -> Result<(), 
             .map_err(|error| error.to_string())?
             .label(format!("{} p50", curve.name))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(1)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|error| error.to_string())?;
-    root.present().map_err(|error| error.to_string())
-}
-
-/// Latency (log scale, µs) against the fraction of each server's own maximum offered (%), a
-/// panel per (caption, curves) side by side: p99 solid with its points, p50 thin. Each curve's
-/// points are (percent of maximum, p50 µs, p99 µs).
-pub fn fraction_panels(path: &Path, title: &str, panels: &[(String, Vec<Curve>)]) -> Result<(), String> {
-    let root = SVGBackend::new(path, (520 * panels.len().max(1) as u32, 460)).into_drawing_area();
-    root.fill(&WHITE).map_err(|error| error.to_string())?;
-    let root = root.titled(title, ("sans-serif", 18)).map_err(|error| error.to_string())?;
-    for (area, (caption, curves)) in root.split_evenly((1, panels.len().max(1))).iter().zip(panels) {
-        fraction_panel(area, caption, curves)?;
-    }
-    root.present().map_err(|error| error.to_string())
-}
-
-fn fraction_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    caption: &str,
-    curves: &[Curve],
-) -> Result<(), String> {
-    let all = curves.iter().flat_map(|curve| curve.points.iter());
-    let max_y = all.clone().map(|point| point.2.max(point.1)).fold(10.0, f64::max) * 3.0;
-    let min_y =
-        all.map(|point| point.1.min(point.2)).fold(f64::INFINITY, f64::min).clamp(1.0, max_y / 10.0) / 2.0;
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(64)
-        .build_cartesian_2d(40.0..100.0, (min_y..max_y).log_scale())
-        .map_err(|error| error.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("offered load, % of the server's own maximum")
-        .y_desc("latency (µs, log scale)")
-        .x_label_formatter(&|x| format!("{x:.0}%"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .draw()
-        .map_err(|error| error.to_string())?;
-    for (index, curve) in curves.iter().enumerate() {
-        let colour = COLOURS[index % COLOURS.len()];
-        let p99: Vec<(f64, f64)> = curve.points.iter().map(|point| (point.0, point.2.max(min_y))).collect();
-        let p50: Vec<(f64, f64)> = curve.points.iter().map(|point| (point.0, point.1.max(min_y))).collect();
-        chart
-            .draw_series(LineSeries::new(p99.clone(), colour.stroke_width(2)))
-            .map_err(|error| error.to_string())?
-            .label(format!("{} p99", curve.name))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
-        chart
-            .draw_series(p99.iter().map(|&point| Circle::new(point, 3, colour.filled())))
-            .map_err(|error| error.to_string())?;
-        chart.draw_series(LineSeries::new(p50, colour.stroke_width(1))).map_err(|error| error.to_string())?;
     }
     chart
         .configure_series_labels()

@@ -189,7 +189,7 @@ impl Engine {
             Reach::Key { key, .. } if key.len() > qs_proto::KEY_BYTES_MAX => Route::Local,
             Reach::Key { key, read_only } => {
                 let owner = self.owner(self.key(key, at).partition);
-                if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+                if self.runs_here(owner, read_only, pending) {
                     Route::Local
                 } else {
                     Route::Forward(owner)
@@ -198,9 +198,17 @@ impl Engine {
         }
     }
 
+    /// Whether a request on a key `owner` has runs here: the key is this worker's, or it is a
+    /// read CREW lets this worker make, with no earlier request of the connection waiting on
+    /// the owner.
+    #[inline(always)]
+    fn runs_here(&self, owner: usize, read_only: bool, pending: &[u32]) -> bool {
+        owner == self.worker || (self.crew && read_only && pending[owner] == 0)
+    }
+
     /// A text get of one key that `owner` has: as [`Engine::route_keys`] routes it.
     fn route_one_key(&self, owner: usize, read_only: bool, pending: &[u32]) -> Route {
-        if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+        if self.runs_here(owner, read_only, pending) {
             Route::Local
         } else if self.crew && read_only {
             Route::AfterPending
@@ -221,7 +229,7 @@ impl Engine {
                 return Route::Local;
             }
             let owner = self.owner(self.locate(key).1);
-            if owner == self.worker || (self.crew && read_only && pending[owner] == 0) {
+            if self.runs_here(owner, read_only, pending) {
                 continue;
             }
             several |= remote.is_some_and(|other| other != owner);

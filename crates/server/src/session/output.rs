@@ -115,6 +115,11 @@ impl Output {
         self.spare.pop().unwrap_or_else(|| Vec::with_capacity(SEGMENT_BYTES_FIRST))
     }
 
+    /// An emptied ready segment of this output's, or one from the worker's `pool`.
+    fn segment_from(&mut self, pool: &mut SegmentPool) -> Vec<u8> {
+        self.spare.pop().unwrap_or_else(|| pool.take())
+    }
+
     /// Where a reply computed here goes: behind everything before it.
     #[inline]
     pub fn reply_buf(&mut self) -> &mut Vec<u8> {
@@ -227,7 +232,7 @@ impl Output {
     ) {
         let Some(&(first, _)) = shared.first() else { return };
         // The bytes after the first value move out of the buffer, into a segment behind it.
-        let mut after = self.spare.pop().unwrap_or_else(|| pool.take());
+        let mut after = self.segment_from(pool);
         let buf = self.reply_buf();
         after.extend_from_slice(&buf[first..]);
         buf.truncate(first);
@@ -247,7 +252,7 @@ impl Output {
             self.segments.push_back(Segment::Shared { value, sent: 0 });
             let to = pieces.peek().map_or(first + after.len(), |&(next, _)| next);
             if to > at {
-                let mut ready = self.spare.pop().unwrap_or_else(|| pool.take());
+                let mut ready = self.segment_from(pool);
                 ready.extend_from_slice(&after[at - first..to - first]);
                 self.segments.push_back(Segment::Ready(ready));
             }
