@@ -140,6 +140,25 @@ pub struct NetRing {
     /// Whether receives end after the bytes their connection has room for (Linux 6.17's
     /// multishot limit; off once the kernel refuses one).
     limited: bool,
+    /// The allocation of `send_all`'s message headers, kept between calls (as plain words: a
+    /// `msghdr` holds pointers, which would keep the worker from moving to its thread).
+    headers: Vec<HeaderWords>,
+}
+
+/// A `msghdr`'s size and alignment in plain words, for keeping the allocation of a header
+/// vector between calls with no header in it.
+type HeaderWords = [usize; 7];
+const _: () = assert!(
+    std::mem::size_of::<HeaderWords>() == std::mem::size_of::<libc::msghdr>()
+        && std::mem::align_of::<HeaderWords>() == std::mem::align_of::<libc::msghdr>()
+);
+
+/// An empty vector of `U` in `v`'s allocation: the standard library collects a mapped
+/// `vec::IntoIter` in place where the two types have one size and alignment (else this
+/// allocates anew). Lets a vector of borrows keep its capacity past the borrows.
+pub fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("cleared")).collect()
 }
 
 impl NetRing {
@@ -174,7 +193,15 @@ impl NetRing {
             Ok(()) => vec![false; files as usize],
             Err(_) => Vec::new(),
         };
-        Ok(NetRing { ring, installed, buffers: Some(buffers), eventfd, queued: 0, limited: true })
+        Ok(NetRing {
+            ring,
+            installed,
+            buffers: Some(buffers),
+            eventfd,
+            queued: 0,
+            limited: true,
+            headers: Vec::new(),
+        })
     }
 
     /// Enables the ring on the calling thread, its only submitter from then on.
@@ -304,24 +331,38 @@ impl NetRing {
     ) -> io::Result<()> {
         // The headers of the gathered sends, made before any is pushed (so none moves), kept
         // until every send is complete.
-        let headers: Vec<libc::msghdr> = sends
-            .iter()
-            .filter_map(|(_, payload, _, _)| match payload {
-                Payload::One(_) => None,
-                Payload::Gathered(slices) => Some(slices),
-            })
-            .map(|slices| libc::msghdr {
-                msg_name: std::ptr::null_mut(),
-                msg_namelen: 0,
-                // An `IoSlice` is an `iovec` (std guarantees the layout on Unix); the kernel
-                // only reads through it.
-                msg_iov: slices.as_ptr().cast::<libc::iovec>().cast_mut(),
-                msg_iovlen: slices.len(),
-                msg_control: std::ptr::null_mut(),
-                msg_controllen: 0,
-                msg_flags: 0,
-            })
-            .collect();
+        let mut headers: Vec<libc::msghdr> = recycle(std::mem::take(&mut self.headers));
+        headers.extend(
+            sends
+                .iter()
+                .filter_map(|(_, payload, _, _)| match payload {
+                    Payload::One(_) => None,
+                    Payload::Gathered(slices) => Some(slices),
+                })
+                .map(|slices| libc::msghdr {
+                    msg_name: std::ptr::null_mut(),
+                    msg_namelen: 0,
+                    // An `IoSlice` is an `iovec` (std guarantees the layout on Unix); the kernel
+                    // only reads through it.
+                    msg_iov: slices.as_ptr().cast::<libc::iovec>().cast_mut(),
+                    msg_iovlen: slices.len(),
+                    msg_control: std::ptr::null_mut(),
+                    msg_controllen: 0,
+                    msg_flags: 0,
+                }),
+        );
+        let sent = self.send_with(sends, &headers, into);
+        self.headers = recycle(headers);
+        sent
+    }
+
+    /// `send_all` with the gathered sends' headers made, one per `Payload::Gathered` in order.
+    fn send_with(
+        &mut self,
+        sends: &[(RawFd, Payload<'_>, usize, u32)],
+        headers: &[libc::msghdr],
+        into: &mut Vec<Completion>,
+    ) -> io::Result<()> {
         let mut gathered = headers.iter();
         for &(fd, payload, slot, generation) in sends {
             let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
@@ -404,6 +445,30 @@ mod tests {
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         (client, server)
+    }
+
+    #[test]
+    fn a_recycled_vector_keeps_its_allocation_across_types_of_one_layout() {
+        let mut headers: Vec<HeaderWords> = Vec::with_capacity(40);
+        headers.push([1; 7]);
+        let at = headers.as_ptr() as usize;
+        let mut real: Vec<libc::msghdr> = recycle(headers);
+        assert!(real.is_empty());
+        assert_eq!((real.as_ptr() as usize, real.capacity()), (at, 40));
+        real.push(libc::msghdr {
+            msg_name: std::ptr::null_mut(),
+            msg_namelen: 0,
+            msg_iov: std::ptr::null_mut(),
+            msg_iovlen: 0,
+            msg_control: std::ptr::null_mut(),
+            msg_controllen: 0,
+            msg_flags: 0,
+        });
+        let back: Vec<HeaderWords> = recycle(real);
+        assert_eq!((back.as_ptr() as usize, back.capacity(), back.len()), (at, 40, 0));
+        let bytes: &[u8] = b"borrowed";
+        let slices: Vec<io::IoSlice<'static>> = recycle(vec![io::IoSlice::new(bytes); 3]);
+        assert_eq!((slices.len(), slices.capacity()), (0, 3));
     }
 
     fn wait(ring: &mut NetRing, into: &mut Vec<Completion>) {

@@ -138,6 +138,11 @@ pub struct Worker {
     ring_sending: Vec<usize>,
     /// What each of a ring flush's sends offered (connection, bytes), reused.
     ring_offered: Vec<(usize, usize)>,
+    /// The allocations of a ring flush's gathered slices, their ranges and its sends, reused
+    /// (`session::ring::recycle`).
+    ring_slices: Vec<std::io::IoSlice<'static>>,
+    ring_ranges: Vec<std::ops::Range<usize>>,
+    ring_payloads: Vec<(i32, crate::session::ring::Payload<'static>, usize, u32)>,
 }
 
 impl Worker {
@@ -245,6 +250,9 @@ impl Worker {
             ring_sends: Vec::new(),
             ring_sending: Vec::new(),
             ring_offered: Vec::new(),
+            ring_slices: Vec::new(),
+            ring_ranges: Vec::new(),
+            ring_payloads: Vec::new(),
         })
     }
 

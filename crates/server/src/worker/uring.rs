@@ -4,7 +4,7 @@
 //! and a turn's sends leave together.
 
 use super::*;
-use crate::session::ring::{Completion, NetRing, Op, Payload};
+use crate::session::ring::{recycle, Completion, NetRing, Op, Payload};
 
 impl Worker {
     /// Takes the ring's completions: received bytes go to their connections' inputs (each
@@ -122,8 +122,9 @@ impl Worker {
         // Each connection's ready output: its reply buffer, or (when a shared value or a reply
         // waits behind it) slices gathered one after another in `flat`, a value left in the
         // log read in place.
-        let mut flat = Vec::new();
-        let mut gathered = Vec::new();
+        let mut flat: Vec<io::IoSlice<'_>> = recycle(std::mem::take(&mut self.ring_slices));
+        let mut gathered: Vec<std::ops::Range<usize>> = std::mem::take(&mut self.ring_ranges);
+        gathered.clear();
         for &index in sending {
             let Some(conn) = self.conns[index].as_ref() else { continue };
             if conn.output.unsent_in_buffer().is_none() {
@@ -133,15 +134,15 @@ impl Worker {
                 gathered.push(flat.len() - count..flat.len());
             }
         }
-        let mut gathered = gathered.into_iter();
-        // Sized once (a vector grown send by send reallocated several times a turn).
-        let mut sends: Vec<(i32, Payload<'_>, usize, u32)> = Vec::with_capacity(sending.len());
+        let mut ranges = gathered.drain(..);
+        // Vectors kept between turns (one grown send by send reallocated several times a turn).
+        let mut sends: Vec<(i32, Payload<'_>, usize, u32)> = recycle(std::mem::take(&mut self.ring_payloads));
         sends.extend(sending.iter().filter_map(|&index| {
             let conn = self.conns[index].as_ref()?;
             let payload = match conn.output.unsent_in_buffer() {
                 Some(bytes) => Payload::One(bytes),
                 // In the order they were gathered.
-                None => Payload::Gathered(&flat[gathered.next()?]),
+                None => Payload::Gathered(&flat[ranges.next()?]),
             };
             (!payload.is_empty()).then_some((conn.fd, payload, index, conn.generation))
         }));
@@ -150,8 +151,10 @@ impl Worker {
         let mut offered = std::mem::take(&mut self.ring_offered);
         offered.clear();
         offered.extend(sends.iter().map(|(_, payload, index, _)| (*index, payload.len())));
-        drop(sends);
-        drop(flat);
+        drop(ranges);
+        self.ring_ranges = gathered;
+        self.ring_payloads = recycle(sends);
+        self.ring_slices = recycle(flat);
         for completion in done.drain(..) {
             if completion.op != Op::Send {
                 self.net_completion(completion);
