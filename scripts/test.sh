@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server and redis-cli, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -31,6 +31,9 @@ command -v man >/dev/null 2>&1 || missing+=(man-db)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 # The guides' commands (docs/OPERATIONS.md) talk to the server with nc.
 command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
+# The Redis protocol's oracle and its command-line client.
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -39,6 +42,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # Debian starts the services it installs where it can; tests start their own on free ports.
     $SUDO service memcached stop >/dev/null 2>&1 || true
     $SUDO service nutcracker stop >/dev/null 2>&1 || true
+    $SUDO service redis-server stop >/dev/null 2>&1 || true
 fi
 # systemd-analyze checks the package's unit where the systemd package is installable.
 if ! command -v systemd-analyze >/dev/null 2>&1; then

@@ -16,6 +16,10 @@ impl<'r> Request<'r> {
         match self {
             Request::Meta(meta) => Some(meta.key_command(limits)),
             Request::Binary(binary) => binary.key_command(),
+            Request::Resp(frame) => match crate::resp::command::call(frame) {
+                crate::resp::command::Call::Key(command) => Some(command),
+                _ => None,
+            },
             _ => crate::text::key_command(self),
         }
     }
@@ -51,6 +55,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, .. } => {
                 crate::binary::reply::store((opcode, opaque, quiet), outcome, cas, mode, out);
             }
+            Answer::Resp(reply) => crate::resp::reply::store(reply, outcome, out),
         }
     }
 
@@ -63,6 +68,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, .. } => {
                 crate::binary::write_error(out, opcode, opaque, crate::binary::status::E2BIG);
             }
+            Answer::Resp(_) => out.extend_from_slice(crate::resp::reply::TOO_LARGE),
         }
     }
 
@@ -76,6 +82,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, .. } => {
                 crate::binary::reply::delete((opcode, opaque, quiet), outcome, out);
             }
+            Answer::Resp(_) => crate::resp::reply::delete(outcome, out),
         }
     }
 
@@ -89,6 +96,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, .. } => {
                 crate::binary::reply::arith((opcode, opaque, quiet), outcome, cas, out);
             }
+            Answer::Resp(_) => crate::resp::reply::arith(outcome, out),
         }
     }
 
@@ -96,7 +104,7 @@ impl Answer<'_> {
     #[inline]
     pub fn touch(&self, outcome: &Outcome, cas: u64, out: &mut Vec<u8>) {
         match *self {
-            Answer::Text { noreply: true, .. } | Answer::Meta(_) => {}
+            Answer::Text { noreply: true, .. } | Answer::Meta(_) | Answer::Resp(_) => {}
             Answer::Text { .. } => crate::text::reply::touch(outcome, out),
             Answer::Binary { opcode, opaque, .. } => {
                 crate::binary::reply::touch((opcode, opaque), outcome, cas, out)
@@ -121,13 +129,17 @@ impl Answer<'_> {
                 true
             }
             Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now_secs, out),
+            Answer::Resp(_) => {
+                crate::resp::reply::head(hit, out);
+                true
+            }
         }
     }
 
     /// What goes after a get's value (`\r\n` in the text protocol and meta's).
     #[inline(always)]
     pub fn tail(&self, out: &mut Vec<u8>) {
-        if let Answer::Text { .. } | Answer::Meta(_) = self {
+        if let Answer::Text { .. } | Answer::Meta(_) | Answer::Resp(_) = self {
             out.extend_from_slice(b"\r\n");
         }
     }
@@ -141,6 +153,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, with_key } => {
                 crate::binary::reply::miss((opcode, opaque, quiet, with_key), key, out);
             }
+            Answer::Resp(_) => out.extend_from_slice(crate::resp::reply::NULL),
         }
     }
 
@@ -155,8 +168,10 @@ impl Answer<'_> {
     /// me's reply: the item (its CAS and size as memcached counts it), or none.
     #[inline]
     pub fn inspect(&self, found: Option<(&Hit, u64, usize)>, now_secs: u32, out: &mut Vec<u8>) {
-        if let Answer::Meta(meta) = *self {
-            crate::meta::reply::inspect(meta, found, now_secs, out);
+        match *self {
+            Answer::Meta(meta) => crate::meta::reply::inspect(meta, found, now_secs, out),
+            Answer::Resp(_) => crate::resp::reply::exists(found.is_some(), out),
+            _ => {}
         }
     }
 }

@@ -174,13 +174,32 @@ pub enum Answer<'r> {
         /// A get's reply carries its key (GETK, GATK).
         with_key: bool,
     },
+    /// The Redis protocol: how the command's outcome is worded.
+    Resp(RespReply),
+}
+
+/// How a RESP command's outcome is worded ([`crate::resp::reply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RespReply {
+    /// GET: the value as a bulk string, a miss as the null bulk string.
+    Bulk,
+    /// SET: `+OK`, or the null bulk string when NX or XX kept it from storing.
+    Ok,
+    /// SETNX: `:1` stored, `:0` not.
+    StoredInteger,
+    /// DEL: how many keys went (0 or 1 here).
+    Deleted,
+    /// EXISTS: whether the key is there.
+    Exists,
+    /// INCR, INCRBY: the counter's new value.
+    Counter,
 }
 
 impl Answer<'_> {
     /// memcached shows text and binary commands to `stats detail` (its meta commands not).
     #[inline]
     pub fn records_detail(&self) -> bool {
-        !matches!(self, Answer::Meta(_))
+        matches!(self, Answer::Text { .. } | Answer::Binary { .. })
     }
 
     /// The name `watch deletions` gives a delete of this dialect (memcached logs none of
@@ -190,7 +209,7 @@ impl Answer<'_> {
         match self {
             Answer::Text { .. } => Some("delete"),
             Answer::Meta(_) => Some("md"),
-            Answer::Binary { .. } => None,
+            Answer::Binary { .. } | Answer::Resp(_) => None,
         }
     }
 

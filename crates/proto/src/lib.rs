@@ -20,6 +20,8 @@ pub mod native;
 pub mod number;
 pub mod packed;
 pub mod request;
+pub mod resp;
+pub mod resp_frame;
 pub mod response;
 pub mod text;
 pub mod tokens;

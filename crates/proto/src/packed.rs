@@ -25,6 +25,7 @@ enum PackedAnswer {
     Text { noreply: bool, with_cas: bool },
     Binary { opcode: u8, opaque: [u8; 4], quiet: bool, with_key: bool },
     Meta { command: MetaCommand, key_token: Span, flags_line: Span, options: MetaOptions, value_len: usize },
+    Resp(crate::command::RespReply),
 }
 
 impl Command<'_> {
@@ -52,6 +53,7 @@ impl Command<'_> {
             Answer::Binary { opcode, opaque, quiet, with_key } => {
                 PackedAnswer::Binary { opcode, opaque, quiet, with_key }
             }
+            Answer::Resp(reply) => PackedAnswer::Resp(reply),
             Answer::Meta(meta) => PackedAnswer::Meta {
                 command: meta.command,
                 key_token: put(meta.key_token),
@@ -92,6 +94,7 @@ impl Packed {
                 };
                 Answer::Meta(meta.insert(rebuilt))
             }
+            PackedAnswer::Resp(reply) => Answer::Resp(reply),
         };
         Command { key: at(self.key), op, answer }
     }

@@ -211,6 +211,11 @@ pub enum Request<'a> {
     },
     /// A binary-protocol request ([`crate::binary::parse`]).
     Binary(Binary<'a>),
+    /// A Redis protocol request (its listener's dialect): see [`crate::resp`].
+    Resp(crate::resp_frame::Frame<'a>),
+    /// A Redis protocol request whose framing is broken: the error is answered and the
+    /// connection closes, as redis-server closes it.
+    RespProtocolError(crate::resp_frame::ProtocolError),
 }
 
 /// The log streams `watch` names, as bits.

@@ -20,6 +20,8 @@ pub enum Dialect {
     Text,
     /// The binary protocol.
     Binary,
+    /// The Redis protocol (`qs_proto::resp`).
+    Resp,
 }
 
 impl Dialect {
@@ -28,6 +30,7 @@ impl Dialect {
     pub fn of(protocol: Protocol) -> Dialect {
         match protocol {
             Protocol::Binary => Dialect::Binary,
+            Protocol::Resp => Dialect::Resp,
             Protocol::Auto | Protocol::Ascii => Dialect::Text,
         }
     }
@@ -49,6 +52,7 @@ impl Dialect {
         match self {
             Dialect::Text => qs_proto::parse(bytes, limits),
             Dialect::Binary => qs_proto::binary::parse(bytes, limits),
+            Dialect::Resp => qs_proto::resp::parse(bytes, limits),
         }
     }
 }

@@ -422,12 +422,7 @@ fn settings(shared: &Shared, out: &mut Vec<u8>) {
     stat(out, "reqs_per_event", config.reqs_per_event);
     stat(out, "cas_enabled", yes(!config.disable_cas));
     stat(out, "tcp_backlog", config.backlog);
-    let protocol = match config.binding_protocol() {
-        crate::config::Protocol::Auto => "auto-negotiate",
-        crate::config::Protocol::Ascii => "ascii",
-        crate::config::Protocol::Binary => "binary",
-    };
-    stat(out, "binding_protocol", protocol);
+    stat(out, "binding_protocol", config.binding_protocol().binding_name());
     stat(out, "auth_enabled_sasl", yes(config.sasl));
     match &config.auth_file {
         Some(path) => stat(out, "auth_enabled_ascii", path.display()),

@@ -128,6 +128,7 @@ fn parse_spec(mut spec: &str) -> Result<Spec, String> {
         Some("ascii") => Some(Protocol::Ascii),
         Some("binary") => Some(Protocol::Binary),
         Some("negotiating") => Some(Protocol::Auto),
+        Some("resp") => Some(Protocol::Resp),
         Some("proxy") => return Err(format!("Server not built with proxy: \"{whole}\"")),
         Some(other) => return Err(format!("Invalid protocol spec: \"{other}\"")),
     };

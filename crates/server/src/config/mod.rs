@@ -196,6 +196,21 @@ pub enum Protocol {
     Ascii,
     /// Binary only.
     Binary,
+    /// The Redis protocol (RESP2), on a listener of its own only (`-l proto[resp]:...`).
+    #[value(skip)]
+    Resp,
+}
+
+impl Protocol {
+    /// Its name in `stats settings`' binding_protocol.
+    pub fn binding_name(self) -> &'static str {
+        match self {
+            Protocol::Auto => "auto-negotiate",
+            Protocol::Ascii => "ascii",
+            Protocol::Binary => "binary",
+            Protocol::Resp => "resp",
+        }
+    }
 }
 
 /// --pin.
@@ -663,6 +678,7 @@ impl Config {
                 Protocol::Auto => "negotiating",
                 Protocol::Ascii => "ascii",
                 Protocol::Binary => "binary",
+                Protocol::Resp => "resp",
             };
             let want = if self.sasl { "binary" } else { "ascii" };
             return Err(format!(

@@ -89,7 +89,7 @@ impl TooLarge {
         match answer {
             qs_proto::command::Answer::Meta(_) => TooLarge::Meta,
             qs_proto::command::Answer::Binary { .. } => TooLarge::Binary,
-            qs_proto::command::Answer::Text { .. } => TooLarge::Text,
+            qs_proto::command::Answer::Text { .. } | qs_proto::command::Answer::Resp(_) => TooLarge::Text,
         }
     }
 }

@@ -156,7 +156,9 @@ impl Engine {
             | Request::CacheDump { .. }
             | Request::DebugTime { .. }
             | Request::Shutdown { .. }
-            | Request::RefreshCerts { .. } => Reach::Here,
+            | Request::RefreshCerts { .. }
+            | Request::Resp(_)
+            | Request::RespProtocolError(_) => Reach::Here,
         }
     }
 

@@ -1,0 +1,144 @@
+//! The Redis protocol (RESP2), as redis-server 7.0 reads it (networking.c's
+//! `processMultibulkBuffer` and `processInlineBuffer`): a request is an array of bulk strings
+//! (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or an inline line (`PING\r\n`, as telnet sends it).
+//! [`parse`] checks a whole request's framing once and returns it as a [`Frame`] borrowing the
+//! buffer; its arguments are walked again, without checks, where it runs ([`Frame::args`]).
+//! A framing error is redis-server's `-ERR Protocol error: ...` reply, after which the
+//! connection closes, as redis-server closes it.
+//!
+//! Which commands a frame names, their arity and options: [`command`]. Replies: [`reply`].
+
+pub mod command;
+pub mod reply;
+#[cfg(test)]
+mod tests;
+
+use crate::resp_frame::{digits, find_cr, is_space, trim_start};
+pub use crate::resp_frame::{Args, Frame, ProtocolError};
+use crate::{Parsed, Request};
+
+/// Longest inline request, or multibulk or bulk count line, before the request is refused
+/// (redis-server's PROTO_INLINE_MAX_SIZE).
+pub const INLINE_BYTES_MAX: usize = 64 * 1024;
+/// Largest bulk string (redis-server's default proto-max-bulk-len, 512 MB).
+pub const BULK_BYTES_MAX: u64 = 512 * 1024 * 1024;
+/// Most arguments in one request (redis-server refuses a count over INT_MAX; a bound keeps
+/// the frame's walk finite).
+pub const ARGS_MAX: u64 = 1024 * 1024;
+
+/// What parsing found at the front of the buffer, besides a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// An empty line or a multibulk count of zero or less: redis-server skips it silently.
+    Empty,
+    /// Malformed: the connection closes after the reply.
+    Error(ProtocolError),
+}
+
+/// The RESP request at the front of `buf`: a [`Request::Resp`], a skipped empty request, or
+/// [`Request::RespProtocolError`] (whose `len` is the whole buffer: nothing after it is read).
+/// A bulk string longer than the item size limit (-I) is an invalid bulk length, as one
+/// over redis-server's proto-max-bulk-len is: its bytes are never buffered.
+pub fn parse<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
+    let bulk_max = BULK_BYTES_MAX.min(limits.item_bytes_max as u64);
+    let framed = if buf.first() == Some(&b'*') { multibulk(buf, bulk_max) } else { inline(buf) };
+    match framed {
+        None => Parsed::Incomplete,
+        Some((Ok(frame), len)) => Parsed::Request { request: Request::Resp(frame), len },
+        Some((Err(Framing::Empty), len)) => Parsed::Refused { reply: "", len, noreply: true },
+        Some((Err(Framing::Error(why)), _)) => {
+            Parsed::Request { request: Request::RespProtocolError(why), len: buf.len() }
+        }
+    }
+}
+
+type Framed<'a> = Option<(Result<Frame<'a>, Framing>, usize)>;
+
+/// `*<count>\r\n` then `count` bulk strings. As redis-server, a count line ends at its first
+/// `\r`, and the byte after it (the `\n`) and the two after a bulk string's data (its `\r\n`)
+/// are stepped over unread.
+fn multibulk(buf: &[u8], bulk_max: u64) -> Framed<'_> {
+    let Some(cr) = find_cr(buf) else {
+        return too_long(buf, "too big mbulk count string");
+    };
+    let count = match number(&buf[1..cr]) {
+        Some(count) if count <= ARGS_MAX as i64 => count,
+        _ => return Some((Err(Framing::Error(ProtocolError::Message("invalid multibulk length"))), 0)),
+    };
+    let start = cr + 2;
+    if count <= 0 {
+        return Some((Err(Framing::Empty), start));
+    }
+    let mut at = start;
+    for _ in 0..count {
+        let rest = &buf[at..];
+        let Some(cr) = find_cr(rest) else {
+            return too_long(rest, "too big bulk count string");
+        };
+        if rest[0] != b'$' {
+            return Some((Err(Framing::Error(ProtocolError::ExpectedDollar(rest[0]))), 0));
+        }
+        let len = match number(&rest[1..cr]) {
+            Some(len) if (0..=bulk_max as i64).contains(&len) => len as usize,
+            _ => return Some((Err(Framing::Error(ProtocolError::Message("invalid bulk length"))), 0)),
+        };
+        let end = cr + 2 + len + 2;
+        if rest.len() < end {
+            return None;
+        }
+        at += end;
+    }
+    let frame = Frame::new(&buf[start..at], count as usize, false);
+    Some((Ok(frame), at))
+}
+
+/// A line of words split on spaces (quotes as plain bytes: see the module's tests).
+fn inline(buf: &[u8]) -> Framed<'_> {
+    let Some(newline) = buf.iter().position(|&byte| byte == b'\n') else {
+        return too_long(buf, "too big inline request");
+    };
+    let line = &buf[..newline];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut words = 0;
+    let mut rest = trim_start(line);
+    while !rest.is_empty() {
+        words += 1;
+        let end = rest.iter().position(|&byte| is_space(byte)).unwrap_or(rest.len());
+        rest = trim_start(&rest[end..]);
+    }
+    if words == 0 {
+        return Some((Err(Framing::Empty), newline + 1));
+    }
+    if line.iter().any(|&byte| byte == b'"' || byte == b'\'') {
+        // sdssplitargs' quoting is not taken: a quoted inline request is refused rather than
+        // split otherwise than redis-server splits it.
+        return Some((
+            Err(Framing::Error(ProtocolError::Message("quoted inline requests are not supported"))),
+            0,
+        ));
+    }
+    Some((Ok(Frame::new(line, words, true)), newline + 1))
+}
+
+/// Incomplete, or (past redis-server's bound for a line) refused with `why`.
+fn too_long<'a>(buf: &[u8], why: &'static str) -> Framed<'a> {
+    if buf.len() > INLINE_BYTES_MAX {
+        Some((Err(Framing::Error(ProtocolError::Message(why))), 0))
+    } else {
+        None
+    }
+}
+
+/// A count line's number (between the marker and its `\r`), as redis-server's `string2ll`
+/// reads it: an optional `-`, then `0` alone or digits without a leading zero.
+fn number(text: &[u8]) -> Option<i64> {
+    let (negative, digits_part) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits_part.first() == Some(&b'0') && (negative || digits_part.len() > 1) {
+        return None;
+    }
+    let value = digits(digits_part)? as i64;
+    Some(if negative { -value } else { value })
+}

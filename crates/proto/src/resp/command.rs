@@ -1,0 +1,256 @@
+//! What a RESP frame asks, checked as redis-server 7.0 checks it (t_string.c, server.c): the
+//! command's arity first, then its options, each refusal worded as redis-server words it. A
+//! command on one key becomes the one vocabulary's [`Command`], answered in RESP
+//! ([`Answer::Resp`]); the connection's own commands are answered where they run.
+
+use super::Frame;
+pub use crate::command::RespReply as Reply;
+use crate::command::{Answer, Arith, Command, Delete, Get, Op, Store};
+use crate::StoreMode;
+
+/// What a frame asks.
+#[derive(Debug)]
+pub enum Call<'a> {
+    /// A command on one key.
+    Key(Command<'a>),
+    /// PING, with its optional message.
+    Ping(Option<&'a [u8]>),
+    /// ECHO.
+    Echo(&'a [u8]),
+    /// QUIT: `+OK`, then the connection closes.
+    Quit,
+    /// SELECT of database 0 (the only one).
+    Select,
+    /// Refused: the reply's text after `-`.
+    Error(Refusal<'a>),
+}
+
+/// Why a command is refused, worded as redis-server words it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal<'a> {
+    /// `ERR unknown command '<name>', with args beginning with: '<arg>' ...`.
+    Unknown(Frame<'a>),
+    /// `ERR wrong number of arguments for '<name>' command` (the name lower-cased).
+    Arity(&'static str),
+    /// `ERR syntax error`.
+    Syntax,
+    /// `ERR value is not an integer or out of range`.
+    NotInteger,
+    /// `ERR invalid expire time in '<name>' command`.
+    ExpireTime(&'static str),
+    /// `ERR DB index is out of range`.
+    DbIndex,
+    /// A form redis-server has that this server does not serve yet (the text after `ERR `).
+    Unsupported(&'static str),
+}
+
+/// Seconds memcached reads as relative (up to 30 days); more is a unix time.
+const RELATIVE_SECS_MAX: i64 = 60 * 60 * 24 * 30;
+
+/// What `frame` asks.
+pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let mut args = frame.args();
+    let name = args.next().unwrap_or_default();
+    let argc = frame.argc();
+    let Some(&(spelled, arity)) =
+        TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
+    else {
+        return Call::Error(Refusal::Unknown(*frame));
+    };
+    // redis-server's arity: exactly N, or at least -N.
+    let fits = if arity > 0 { argc == arity as usize } else { argc >= arity.unsigned_abs() as usize };
+    if !fits {
+        return Call::Error(Refusal::Arity(spelled));
+    }
+    // The arguments after the name (the arity is checked: the ones named are there).
+    let first =
+        [args.next().unwrap_or_default(), args.next().unwrap_or_default(), args.next().unwrap_or_default()];
+    match spelled {
+        "ping" => Call::Ping((argc > 1).then_some(first[0])),
+        "echo" => Call::Echo(first[0]),
+        "quit" => Call::Quit,
+        "select" => select(first[0]),
+        "get" => key(first[0], Op::Get(Get::default()), Reply::Bulk),
+        "set" => set(first, frame.args().skip(3)),
+        "setnx" => key(first[0], store(StoreMode::Add, first[1], 0), Reply::StoredInteger),
+        "setex" | "psetex" => setex(spelled, first),
+        "del" | "unlink" if argc > 2 => {
+            Call::Error(Refusal::Unsupported("DEL and UNLINK of several keys are not served yet"))
+        }
+        "del" | "unlink" => key(first[0], Op::Delete(Delete::default()), Reply::Deleted),
+        "exists" if argc > 2 => Call::Error(Refusal::Unsupported("EXISTS of several keys is not served yet")),
+        "exists" => key(first[0], Op::Inspect, Reply::Exists),
+        "incr" => incr(first[0], b"1"),
+        "incrby" => incr(first[0], first[1]),
+        _ => Call::Error(Refusal::Unsupported("DECR and DECRBY are not served yet (signed counters)")),
+    }
+}
+
+/// The commands served, as redis-server's command table names them, with its arity.
+const TABLE: &[(&str, i32)] = &[
+    ("ping", -1),
+    ("echo", 2),
+    ("quit", -1),
+    ("select", 2),
+    ("get", 2),
+    ("set", -3),
+    ("setnx", 3),
+    ("setex", 4),
+    ("psetex", 4),
+    ("del", -2),
+    ("unlink", -2),
+    ("exists", -2),
+    ("incr", 2),
+    ("incrby", 3),
+    ("decr", 2),
+    ("decrby", 3),
+];
+
+fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {
+    Call::Key(Command { key, op, answer: Answer::Resp(reply) })
+}
+
+fn store(mode: StoreMode, data: &[u8], exptime: i64) -> Op<'_> {
+    Op::Store(Store { mode, flags: 0, exptime, data, vivify: None, cas_in: None, drops_refused: false })
+}
+
+fn select(index: &[u8]) -> Call<'_> {
+    match integer(index) {
+        None => Call::Error(Refusal::NotInteger),
+        Some(0) => Call::Select,
+        Some(_) => Call::Error(Refusal::DbIndex),
+    }
+}
+
+/// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT ms-t|KEEPTTL], parsed as t_string.c's
+/// `parseExtendedStringArgumentsOrReply` does (each option once, exclusive ones refused).
+fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call<'a> {
+    let (mut mode, mut expiry) = (StoreMode::Set, None::<(&[u8], Unit)>);
+    let mut keep_ttl = false;
+    let mut options = options.peekable();
+    while let Some(option) = options.next() {
+        let next = options.peek().copied();
+        let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
+        if is("nx") && mode != StoreMode::Replace {
+            mode = StoreMode::Add;
+        } else if is("xx") && mode != StoreMode::Add {
+            mode = StoreMode::Replace;
+        } else if is("get") {
+            return Call::Error(Refusal::Unsupported("SET with GET is not served yet"));
+        } else if is("keepttl") && expiry.is_none() {
+            keep_ttl = true;
+        } else if let (Some(unit), Some(value), false) = (Unit::named(option), next, keep_ttl) {
+            // The same unit again replaces the first (redis-server checks the others only).
+            if expiry.is_some_and(|(_, before)| before != unit) {
+                return Call::Error(Refusal::Syntax);
+            }
+            expiry = Some((value, unit));
+            options.next();
+        } else {
+            return Call::Error(Refusal::Syntax);
+        }
+    }
+    if keep_ttl {
+        return Call::Error(Refusal::Unsupported("SET with KEEPTTL is not served yet"));
+    }
+    let exptime = match expiry {
+        None => 0,
+        Some((value, unit)) => match exptime(value, unit, "set") {
+            Ok(exptime) => exptime,
+            Err(refusal) => return Call::Error(refusal),
+        },
+    };
+    key(args[0], store(mode, args[1], exptime), Reply::Ok)
+}
+
+/// SETEX key seconds value, PSETEX key milliseconds value.
+fn setex<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
+    let unit = if name == "setex" { Unit::Seconds } else { Unit::Millis };
+    match exptime(args[1], unit, name) {
+        Ok(exptime) => key(args[0], store(StoreMode::Set, args[2], exptime), Reply::Ok),
+        Err(refusal) => Call::Error(refusal),
+    }
+}
+
+/// INCR and INCRBY: a missing key counts from 0 (created holding the increment).
+fn incr<'a>(key_bytes: &'a [u8], by: &[u8]) -> Call<'a> {
+    match integer(by) {
+        None => Call::Error(Refusal::NotInteger),
+        Some(delta) if delta < 0 => {
+            Call::Error(Refusal::Unsupported("a negative increment is not served yet (signed counters)"))
+        }
+        Some(delta) => {
+            let delta = delta as u64;
+            let arith = Arith { delta, create: Some((delta, 0)), ..Arith::default() };
+            key(key_bytes, Op::Arith(arith), Reply::Counter)
+        }
+    }
+}
+
+/// An expiry's unit and whether it is absolute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    Seconds,
+    Millis,
+    UnixSeconds,
+    UnixMillis,
+}
+
+impl Unit {
+    fn named(option: &[u8]) -> Option<Unit> {
+        [("ex", Unit::Seconds), ("px", Unit::Millis), ("exat", Unit::UnixSeconds), ("pxat", Unit::UnixMillis)]
+            .into_iter()
+            .find(|(name, _)| option.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, unit)| unit)
+    }
+}
+
+/// A Redis expiry as memcached's exptime: up to 30 days relative seconds, else a unix time;
+/// milliseconds round up to the next second (the store keeps seconds). One in the past is
+/// -1: memcached's already expired. The clock is read only for an absolute or long expiry.
+fn exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
+    let value = integer(value).ok_or(Refusal::NotInteger)?;
+    let too_long = matches!(unit, Unit::Seconds | Unit::UnixSeconds) && value > i64::MAX / 1000;
+    if value <= 0 || too_long {
+        return Err(Refusal::ExpireTime(name));
+    }
+    let ceil_secs = |millis: i64| millis / 1000 + i64::from(millis % 1000 != 0);
+    let now_unix = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.map_or(0, |since| since.as_secs() as i64)
+    };
+    let relative = match unit {
+        Unit::Seconds => value,
+        Unit::Millis => ceil_secs(value),
+        Unit::UnixSeconds => value - now_unix(),
+        Unit::UnixMillis => ceil_secs(value) - now_unix(),
+    };
+    Ok(if relative <= 0 {
+        -1
+    } else if relative <= RELATIVE_SECS_MAX {
+        relative
+    } else {
+        now_unix().saturating_add(relative)
+    })
+}
+
+/// A signed 64-bit integer as redis-server's `string2ll` reads it.
+pub fn integer(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || (digits[0] == b'0' && (negative || digits.len() > 1)) {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &byte in digits {
+        if !byte.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(byte - b'0');
+        value = value.checked_mul(10)?;
+        value = if negative { value.checked_sub(digit)? } else { value.checked_add(digit)? };
+    }
+    Some(value)
+}

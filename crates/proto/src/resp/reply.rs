@@ -1,0 +1,151 @@
+//! RESP2 replies as redis-server 7.0 writes them ([`crate::command::Answer::Resp`]).
+
+use super::command::{Refusal, Reply};
+use crate::response::{push_i64, push_u64};
+use qs_store::{Hit, Outcome};
+
+/// The null bulk string (a miss; a SET that NX or XX kept from storing).
+pub const NULL: &[u8] = b"$-1\r\n";
+/// `+OK`.
+pub const OK: &[u8] = b"+OK\r\n";
+/// `+PONG`.
+pub const PONG: &[u8] = b"+PONG\r\n";
+/// redis-server's answer when maxmemory leaves no room.
+pub const OOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+/// A value over the item size limit (-I); redis-server has no such limit.
+pub const TOO_LARGE: &[u8] = b"-ERR object too large for cache\r\n";
+/// A key over memcached's 250 bytes; redis-server has no such limit.
+pub const BAD_KEY: &[u8] = b"-ERR key is empty or longer than 250 bytes\r\n";
+/// `ERR value is not an integer or out of range`.
+pub const NOT_INTEGER: &[u8] = b"-ERR value is not an integer or out of range\r\n";
+
+/// An integer reply.
+pub fn integer(value: i64, out: &mut Vec<u8>) {
+    out.push(b':');
+    push_i64(out, value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A bulk string.
+pub fn bulk(bytes: &[u8], out: &mut Vec<u8>) {
+    bulk_head(bytes.len(), out);
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A bulk string's length line.
+#[inline(always)]
+pub fn bulk_head(len: usize, out: &mut Vec<u8>) {
+    out.push(b'$');
+    push_u64(out, len as u64);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// What a failed outcome says, if it is one of the store's refusals.
+fn refused(outcome: &Outcome) -> Option<&'static [u8]> {
+    match outcome {
+        Outcome::TooLarge => Some(TOO_LARGE),
+        Outcome::OutOfMemory => Some(OOM),
+        Outcome::BadKey => Some(BAD_KEY),
+        _ => None,
+    }
+}
+
+/// A store's reply.
+pub(crate) fn store(reply: Reply, outcome: &Outcome, out: &mut Vec<u8>) {
+    if let Some(text) = refused(outcome) {
+        return out.extend_from_slice(text);
+    }
+    let stored = matches!(outcome, Outcome::Stored { .. });
+    match (reply, stored) {
+        (Reply::StoredInteger, _) => integer(i64::from(stored), out),
+        (_, true) => out.extend_from_slice(OK),
+        (_, false) => out.extend_from_slice(NULL),
+    }
+}
+
+/// DEL's reply: how many keys went.
+pub(crate) fn delete(outcome: &Outcome, out: &mut Vec<u8>) {
+    match refused(outcome) {
+        Some(text) => out.extend_from_slice(text),
+        None => integer(i64::from(*outcome == Outcome::Deleted), out),
+    }
+}
+
+/// INCR's reply: the new value, or why not.
+pub(crate) fn arith(outcome: &Outcome, out: &mut Vec<u8>) {
+    match *outcome {
+        // A counter memcached took past Redis's signed range is not an integer to Redis.
+        Outcome::Counter { value, .. } => match i64::try_from(value) {
+            Ok(value) => integer(value, out),
+            Err(_) => out.extend_from_slice(b"-ERR increment or decrement would overflow\r\n"),
+        },
+        Outcome::NonNumeric => out.extend_from_slice(NOT_INTEGER),
+        ref other => out.extend_from_slice(refused(other).unwrap_or(NOT_INTEGER)),
+    }
+}
+
+/// What goes before a hit's value: the bulk string's length line.
+#[inline(always)]
+pub(crate) fn head(hit: &Hit, out: &mut Vec<u8>) {
+    bulk_head(hit.value_len, out);
+}
+
+/// EXISTS's reply.
+pub(crate) fn exists(found: bool, out: &mut Vec<u8>) {
+    integer(i64::from(found), out);
+}
+
+/// A refused command's reply.
+pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
+    match refusal {
+        Refusal::Unknown(frame) => unknown(frame, out),
+        Refusal::Arity(name) => {
+            out.extend_from_slice(b"-ERR wrong number of arguments for '");
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"' command\r\n");
+        }
+        Refusal::Syntax => out.extend_from_slice(b"-ERR syntax error\r\n"),
+        Refusal::NotInteger => out.extend_from_slice(NOT_INTEGER),
+        Refusal::ExpireTime(name) => {
+            out.extend_from_slice(b"-ERR invalid expire time in '");
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"' command\r\n");
+        }
+        Refusal::DbIndex => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
+        Refusal::Unsupported(text) => {
+            out.extend_from_slice(b"-ERR ");
+            out.extend_from_slice(text.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// redis-server's `unknown command '%.128s', with args beginning with: ` and each argument as
+/// `'%.*s' ` while fewer than 128 bytes are written (each cut to what is left of 128), with
+/// `\r` and `\n` turned into spaces.
+fn unknown(frame: &super::Frame<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    let mut args = frame.args();
+    let name = args.next().unwrap_or_default();
+    out.extend_from_slice(b"-ERR unknown command '");
+    out.extend_from_slice(&name[..name.len().min(128)]);
+    out.extend_from_slice(b"', with args beginning with: ");
+    let mut written = 0;
+    for arg in args {
+        if written >= 128 {
+            break;
+        }
+        let take = arg.len().min(128 - written);
+        out.push(b'\'');
+        out.extend_from_slice(&arg[..take]);
+        out.extend_from_slice(b"' ");
+        written += take + 3;
+    }
+    for byte in &mut out[start + 1..] {
+        if *byte == b'\r' || *byte == b'\n' {
+            *byte = b' ';
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}

@@ -1,0 +1,174 @@
+use super::command::{call, integer, Call, Reply};
+use super::*;
+use crate::command::{Answer, Op};
+use crate::StoreMode;
+use proptest::prelude::*;
+
+fn parse_default(bytes: &[u8]) -> Parsed<'_> {
+    parse(bytes, &crate::Limits::default())
+}
+
+fn frame_bytes(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+fn parsed_frame(bytes: &[u8]) -> (Frame<'_>, usize) {
+    match parse_default(bytes) {
+        Parsed::Request { request: Request::Resp(frame), len } => (frame, len),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn protocol_error(bytes: &[u8]) -> ProtocolError {
+    match parse_default(bytes) {
+        Parsed::Request { request: Request::RespProtocolError(error), len } => {
+            assert_eq!(len, bytes.len());
+            error
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_arguments_come_back_whole_and_every_prefix_is_incomplete(
+        args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..6)
+    ) {
+        let slices: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let bytes = frame_bytes(&slices);
+        let (frame, len) = parsed_frame(&bytes);
+        prop_assert_eq!(len, bytes.len());
+        prop_assert_eq!(frame.args().collect::<Vec<_>>(), slices);
+        for cut in 1..bytes.len() {
+            prop_assert!(matches!(parse_default(&bytes[..cut]), Parsed::Incomplete), "cut at {}", cut);
+        }
+    }
+}
+
+#[test]
+fn a_frame_ends_where_its_last_bulk_string_does() {
+    let mut bytes = frame_bytes(&[b"GET", b"k"]);
+    bytes.extend_from_slice(b"PING\r\n");
+    let (frame, len) = parsed_frame(&bytes);
+    assert_eq!(len, bytes.len() - 6);
+    assert_eq!(frame.argc(), 2);
+    assert_eq!(frame.arg(1), Some(&b"k"[..]));
+}
+
+#[test]
+fn inline_requests_split_on_spaces_and_empty_ones_are_skipped() {
+    let (frame, len) = parsed_frame(b"  SET  k\tv \r\nGET k\r\n");
+    assert_eq!(len, 13);
+    assert_eq!(frame.args().collect::<Vec<_>>(), [&b"SET"[..], b"k", b"v"]);
+    assert!(matches!(parse_default(b" \r\nPING\r\n"), Parsed::Refused { len: 3, noreply: true, .. }));
+    assert!(matches!(parse_default(b"*0\r\n"), Parsed::Refused { len: 4, .. }));
+    assert!(matches!(parse_default(b"*-1\r\n"), Parsed::Refused { len: 5, .. }));
+    assert!(matches!(parse_default(b"PING"), Parsed::Incomplete));
+}
+
+#[test]
+fn broken_framing_is_refused_as_redis_server_words_it() {
+    let message = |bytes: &[u8]| {
+        let mut out = Vec::new();
+        protocol_error(bytes).write(&mut out);
+        String::from_utf8(out).expect("ascii")
+    };
+    assert_eq!(message(b"*x\r\n"), "-ERR Protocol error: invalid multibulk length\r\n");
+    assert_eq!(message(b"*01\r\n"), "-ERR Protocol error: invalid multibulk length\r\n");
+    assert_eq!(message(b"*1\r\n+PING\r\n"), "-ERR Protocol error: expected '$', got '+'\r\n");
+    assert_eq!(message(b"*1\r\n$-1\r\n"), "-ERR Protocol error: invalid bulk length\r\n");
+    assert_eq!(message(b"*1\r\n$536870913\r\n"), "-ERR Protocol error: invalid bulk length\r\n");
+    // Past the item size limit (-I, 1 MiB here): refused at its length, never buffered.
+    assert_eq!(
+        message(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1048577\r\n"),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    let long = vec![b'a'; INLINE_BYTES_MAX + 1];
+    assert_eq!(message(&long), "-ERR Protocol error: too big inline request\r\n");
+    let mut count = b"*".to_vec();
+    count.extend(vec![b'1'; INLINE_BYTES_MAX + 1]);
+    assert_eq!(message(&count), "-ERR Protocol error: too big mbulk count string\r\n");
+}
+
+fn refusal(args: &[&[u8]]) -> String {
+    let bytes = frame_bytes(args);
+    let (frame, _) = parsed_frame(&bytes);
+    match call(&frame) {
+        Call::Error(refusal) => {
+            let mut out = Vec::new();
+            reply::refusal(&refusal, &mut out);
+            String::from_utf8(out).expect("ascii")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn arity_comes_before_options_and_names_the_command_in_lower_case() {
+    assert_eq!(refusal(&[b"GeT"]), "-ERR wrong number of arguments for 'get' command\r\n");
+    assert_eq!(refusal(&[b"SET", b"k"]), "-ERR wrong number of arguments for 'set' command\r\n");
+    assert_eq!(refusal(&[b"SET", b"k", b"v", b"EX"]), "-ERR syntax error\r\n");
+    assert_eq!(refusal(&[b"SET", b"k", b"v", b"EX", b"0"]), "-ERR invalid expire time in 'set' command\r\n");
+    assert_eq!(refusal(&[b"SETEX", b"k", b"0", b"v"]), "-ERR invalid expire time in 'setex' command\r\n");
+    assert_eq!(refusal(&[b"INCRBY", b"k", b"1.5"]), "-ERR value is not an integer or out of range\r\n");
+}
+
+#[test]
+fn an_unknown_commands_arguments_are_shown_up_to_128_bytes() {
+    assert_eq!(refusal(&[b"nope"]), "-ERR unknown command 'nope', with args beginning with: \r\n");
+    let long = vec![b'y'; 200];
+    assert_eq!(
+        refusal(&[b"nope", &long, b"z"]),
+        format!("-ERR unknown command 'nope', with args beginning with: '{}' \r\n", "y".repeat(128))
+    );
+    assert_eq!(
+        refusal(&[b"nope", b"a\r\nb"]),
+        "-ERR unknown command 'nope', with args beginning with: 'a  b' \r\n"
+    );
+}
+
+fn command_of(args: &[&[u8]]) -> (Op<'static>, Reply) {
+    let bytes: &'static [u8] = Box::leak(frame_bytes(args).into_boxed_slice());
+    let (frame, _) = parsed_frame(bytes);
+    match call(&frame) {
+        Call::Key(command) => match command.answer {
+            Answer::Resp(reply) => (command.op, reply),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn set_options_become_the_store_mode_and_exptime() {
+    let store = |args: &[&[u8]]| match command_of(args) {
+        (Op::Store(store), Reply::Ok) => (store.mode, store.exptime),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(store(&[b"SET", b"k", b"v"]), (StoreMode::Set, 0));
+    assert_eq!(store(&[b"set", b"k", b"v", b"nx", b"ex", b"10"]), (StoreMode::Add, 10));
+    assert_eq!(store(&[b"SET", b"k", b"v", b"XX", b"PX", b"1001"]), (StoreMode::Replace, 2));
+    assert_eq!(store(&[b"SET", b"k", b"v", b"EX", b"10", b"EX", b"20"]), (StoreMode::Set, 20));
+    // Past memcached's 30 days a relative expiry becomes a unix time.
+    let (_, exptime) = store(&[b"SET", b"k", b"v", b"EX", b"2592001"]);
+    assert!(exptime > 1_700_000_000, "{exptime}");
+    // An absolute time in the past: already expired.
+    assert_eq!(store(&[b"SET", b"k", b"v", b"EXAT", b"1000"]), (StoreMode::Set, -1));
+}
+
+#[test]
+fn integers_are_read_as_redis_servers_string2ll_reads_them() {
+    assert_eq!(integer(b"0"), Some(0));
+    assert_eq!(integer(b"-42"), Some(-42));
+    assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
+    assert_eq!(integer(b"-9223372036854775808"), Some(i64::MIN));
+    for refused in [&b""[..], b"-", b"-0", b"01", b"+1", b" 1", b"1 ", b"9223372036854775808", b"1e3"] {
+        assert_eq!(integer(refused), None, "{refused:?}");
+    }
+}

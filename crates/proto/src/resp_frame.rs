@@ -1,0 +1,126 @@
+//! A Redis protocol request's arguments as they lie in the read buffer, and its framing
+//! errors: the types the request vocabulary carries ([`crate::Request::Resp`]), apart from
+//! the parser ([`crate::resp`]) that makes them.
+
+/// A request's arguments as they lie in the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The bytes after the multibulk count line (every `$len\r\ndata\r\n`), or an inline
+    /// request's line without its line ending.
+    bytes: &'a [u8],
+    /// Arguments (at least one).
+    argc: usize,
+    /// An inline request: words split on spaces.
+    inline: bool,
+}
+
+impl<'a> Frame<'a> {
+    /// A frame whose framing the parser checked: `argc` arguments in `bytes`.
+    pub(crate) fn new(bytes: &'a [u8], argc: usize, inline: bool) -> Frame<'a> {
+        Frame { bytes, argc, inline }
+    }
+
+    /// How many arguments, the command's name included.
+    #[inline]
+    pub fn argc(&self) -> usize {
+        self.argc
+    }
+
+    /// The arguments in order, the command's name first.
+    #[inline]
+    pub fn args(&self) -> Args<'a> {
+        Args { rest: self.bytes, left: self.argc, inline: self.inline }
+    }
+
+    /// The argument at `index` (the name is 0).
+    pub fn arg(&self, index: usize) -> Option<&'a [u8]> {
+        self.args().nth(index)
+    }
+}
+
+/// A frame's arguments ([`Frame::args`]).
+#[derive(Clone, Debug)]
+pub struct Args<'a> {
+    rest: &'a [u8],
+    left: usize,
+    inline: bool,
+}
+
+impl<'a> Iterator for Args<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        if self.inline {
+            let rest = trim_start(self.rest);
+            let end = rest.iter().position(|&byte| is_space(byte)).unwrap_or(rest.len());
+            let (word, after) = rest.split_at(end);
+            self.rest = after;
+            return Some(word);
+        }
+        // Checked by `parse`: `$<len>\r?<len bytes>??`.
+        let cr = find_cr(self.rest)?;
+        let len = digits(&self.rest[1..cr])? as usize;
+        let data = &self.rest[cr + 2..cr + 2 + len];
+        self.rest = &self.rest[cr + 2 + len + 2..];
+        Some(data)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Args<'_> {}
+
+/// A framing error, worded as redis-server words it after `-ERR Protocol error: `.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// A fixed message.
+    Message(&'static str),
+    /// A bulk string's count line did not start with `$`: the byte it started with.
+    ExpectedDollar(u8),
+}
+
+impl ProtocolError {
+    /// The reply: `-ERR Protocol error: ...\r\n`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"-ERR Protocol error: ");
+        match *self {
+            ProtocolError::Message(text) => out.extend_from_slice(text.as_bytes()),
+            ProtocolError::ExpectedDollar(byte) => {
+                out.extend_from_slice(b"expected '$', got '");
+                out.push(byte);
+                out.push(b'\'');
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A run of decimal digits (at most 18: no overflow), or `None`.
+pub(crate) fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 18 {
+        return None;
+    }
+    bytes
+        .iter()
+        .try_fold(0u64, |value, &byte| byte.is_ascii_digit().then(|| value * 10 + u64::from(byte - b'0')))
+}
+
+/// Where a count line's `\r` is, once the byte after it has arrived too.
+pub(crate) fn find_cr(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&byte| byte == b'\r').filter(|&at| at + 1 < buf.len())
+}
+
+pub(crate) fn is_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\r' | b'\n' | b'\x0b' | b'\x0c')
+}
+
+pub(crate) fn trim_start(bytes: &[u8]) -> &[u8] {
+    let start = bytes.iter().position(|&byte| !is_space(byte)).unwrap_or(bytes.len());
+    &bytes[start..]
+}
