@@ -104,8 +104,9 @@ impl Answer<'_> {
     #[inline]
     pub fn touch(&self, outcome: &Outcome, cas: u64, out: &mut Vec<u8>) {
         match *self {
-            Answer::Text { noreply: true, .. } | Answer::Meta(_) | Answer::Resp(_) => {}
+            Answer::Text { noreply: true, .. } | Answer::Meta(_) => {}
             Answer::Text { .. } => crate::text::reply::touch(outcome, out),
+            Answer::Resp(_) => crate::resp::reply::touch(outcome, out),
             Answer::Binary { opcode, opaque, .. } => {
                 crate::binary::reply::touch((opcode, opaque), outcome, cas, out)
             }
@@ -170,7 +171,9 @@ impl Answer<'_> {
     pub fn inspect(&self, found: Option<(&Hit, u64, usize)>, now_secs: u32, out: &mut Vec<u8>) {
         match *self {
             Answer::Meta(meta) => crate::meta::reply::inspect(meta, found, now_secs, out),
-            Answer::Resp(_) => crate::resp::reply::exists(found.is_some(), out),
+            Answer::Resp(reply) => {
+                crate::resp::reply::inspect(reply, found.map(|(hit, _, _)| hit), now_secs, out)
+            }
             _ => {}
         }
     }

@@ -193,6 +193,12 @@ pub enum RespReply {
     Exists,
     /// INCR, INCRBY: the counter's new value.
     Counter,
+    /// EXPIRE and its kin: `:1` when the key was there, `:0` when not.
+    Expired,
+    /// TTL: seconds left, -1 for no expiry, -2 for no key.
+    Ttl,
+    /// PTTL: as TTL, in milliseconds (the store keeps seconds).
+    Pttl,
 }
 
 impl Answer<'_> {

@@ -116,20 +116,24 @@ fn call(client: &mut Client, request: &[u8]) -> Vec<u8> {
     reply
 }
 
-/// Each request to both servers, in order on one connection each: the replies must match.
+/// Each request to both servers, in order on one connection each: the replies must match,
+/// with one worker and with four (keys then live on other workers: sets are handed to their
+/// owner, reads made here).
 fn same_replies(requests: &[Vec<u8>]) {
-    let redis = Redis::start();
-    let (_server, port) = quicksilver(&[]);
-    let (mut theirs, mut ours) = (connect(redis.port), connect(port));
-    for request in requests {
-        let want = call(&mut theirs, request);
-        let got = call(&mut ours, request);
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(&want),
-            "request {:?}",
-            String::from_utf8_lossy(request)
-        );
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        for request in requests {
+            let want = call(&mut theirs, request);
+            let got = call(&mut ours, request);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "request {:?} with {workers} workers",
+                String::from_utf8_lossy(request)
+            );
+        }
     }
 }
 
@@ -189,6 +193,27 @@ fn strings_counters_and_the_connection_commands_answer_as_redis_server_does() {
         &["NOSUCH"],
         &["nosuch", "a", "b c", "d\r\ne"],
         &["FLUBBER", &"y".repeat(200), "z"],
+        &["SET", "m1", "one"],
+        &["SET", "m2", "two"],
+        &["MGET", "m1", "nope", "m2", "m1"],
+        &["MGET"],
+        &["EXISTS", "m1", "nope", "m2", "m1"],
+        &["TTL", "m1"],
+        &["PTTL", "m1"],
+        &["TTL", "nope"],
+        &["PTTL", "nope"],
+        &["EXPIRE", "m1", "100"],
+        &["TTL", "m1"],
+        &["EXPIRE", "nope", "100"],
+        &["EXPIRE", "m1", "x"],
+        &["EXPIRE", "m1"],
+        &["PEXPIRE", "m2", "50000"],
+        &["TTL", "m2"],
+        &["EXPIREAT", "m2", "4000000000"],
+        &["EXPIRE", "m2", "0"],
+        &["EXISTS", "m2"],
+        &["PEXPIREAT", "m1", "1000"],
+        &["GET", "m1"],
     ]
     .iter()
     .map(|args| frame(args))

@@ -21,6 +21,10 @@ pub enum Call<'a> {
     Quit,
     /// SELECT of database 0 (the only one).
     Select,
+    /// MGET: the keys are the frame's arguments after the name.
+    Mget(Frame<'a>),
+    /// EXISTS of several keys: how many are there (a key named twice counts twice).
+    ExistsMany(Frame<'a>),
     /// Refused: the reply's text after `-`.
     Error(Refusal<'a>),
 }
@@ -78,8 +82,12 @@ pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
             Call::Error(Refusal::Unsupported("DEL and UNLINK of several keys are not served yet"))
         }
         "del" | "unlink" => key(first[0], Op::Delete(Delete::default()), Reply::Deleted),
-        "exists" if argc > 2 => Call::Error(Refusal::Unsupported("EXISTS of several keys is not served yet")),
+        "exists" if argc > 2 => Call::ExistsMany(*frame),
         "exists" => key(first[0], Op::Inspect, Reply::Exists),
+        "mget" => Call::Mget(*frame),
+        "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
+        "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first, argc),
         "incr" => incr(first[0], b"1"),
         "incrby" => incr(first[0], first[1]),
         _ => Call::Error(Refusal::Unsupported("DECR and DECRBY are not served yet (signed counters)")),
@@ -100,6 +108,13 @@ const TABLE: &[(&str, i32)] = &[
     ("del", -2),
     ("unlink", -2),
     ("exists", -2),
+    ("mget", -2),
+    ("ttl", 2),
+    ("pttl", 2),
+    ("expire", -3),
+    ("pexpire", -3),
+    ("expireat", -3),
+    ("pexpireat", -3),
     ("incr", 2),
     ("incrby", 3),
     ("decr", 2),
@@ -168,6 +183,28 @@ fn setex<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
     let unit = if name == "setex" { Unit::Seconds } else { Unit::Millis };
     match exptime(args[1], unit, name) {
         Ok(exptime) => key(args[0], store(StoreMode::Set, args[2], exptime), Reply::Ok),
+        Err(refusal) => Call::Error(refusal),
+    }
+}
+
+/// EXPIRE key seconds, PEXPIRE key ms, EXPIREAT key unix-seconds, PEXPIREAT key unix-ms: a
+/// touch; a time not in the future expires the key at once (redis-server deletes it).
+fn expire<'a>(name: &'static str, args: [&'a [u8]; 3], argc: usize) -> Call<'a> {
+    if argc > 3 {
+        return Call::Error(Refusal::Unsupported("EXPIRE's NX, XX, GT and LT are not served yet"));
+    }
+    let unit = match name {
+        "expire" => Unit::Seconds,
+        "pexpire" => Unit::Millis,
+        "expireat" => Unit::UnixSeconds,
+        _ => Unit::UnixMillis,
+    };
+    let Some(value) = integer(args[1]) else {
+        return Call::Error(Refusal::NotInteger);
+    };
+    let exptime = if value <= 0 { Ok(-1) } else { exptime(args[1], unit, name) };
+    match exptime {
+        Ok(exptime) => key(args[0], Op::Touch { exptime, read: false }, Reply::Expired),
         Err(refusal) => Call::Error(refusal),
     }
 }

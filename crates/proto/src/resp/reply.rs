@@ -91,9 +91,30 @@ pub(crate) fn head(hit: &Hit, out: &mut Vec<u8>) {
     bulk_head(hit.value_len, out);
 }
 
-/// EXISTS's reply.
-pub(crate) fn exists(found: bool, out: &mut Vec<u8>) {
-    integer(i64::from(found), out);
+/// EXPIRE's reply: whether the key was there.
+pub(crate) fn touch(outcome: &Outcome, out: &mut Vec<u8>) {
+    match refused(outcome) {
+        Some(text) => out.extend_from_slice(text),
+        None => integer(i64::from(matches!(outcome, Outcome::Touched | Outcome::Hit(_))), out),
+    }
+}
+
+/// EXISTS, TTL and PTTL, from the item found (if any) at `now_secs`.
+pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now_secs: u32, out: &mut Vec<u8>) {
+    let left = |hit: &Hit| match hit.expiry {
+        qs_store::Expiry::NEVER => -1,
+        expiry => i64::from(expiry.0.saturating_sub(now_secs)),
+    };
+    let value = match (reply, found) {
+        (Reply::Ttl | Reply::Pttl, None) => -2,
+        (Reply::Ttl, Some(hit)) => left(hit),
+        (Reply::Pttl, Some(hit)) => match left(hit) {
+            -1 => -1,
+            secs => secs * 1000,
+        },
+        (_, found) => i64::from(found.is_some()),
+    };
+    integer(value, out);
 }
 
 /// A refused command's reply.

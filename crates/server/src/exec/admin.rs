@@ -110,7 +110,7 @@ impl Engine {
                 // reaches the engine came where it cannot stream (a UDP datagram).
                 out.extend_from_slice(b"ERROR metadump not allowed\r\n");
             }
-            Request::Resp(ref frame) => return resp_connection(frame, out),
+            Request::Resp(ref frame) => return self.resp_keyless(frame, out),
             Request::RespProtocolError(error) => {
                 error.write(out);
                 return Exec::Close;
@@ -119,23 +119,6 @@ impl Engine {
         }
         Exec::Done
     }
-}
-
-/// A Redis protocol command that names no key (PING, ECHO, QUIT, SELECT) or is refused.
-fn resp_connection(frame: &qs_proto::resp::Frame<'_>, out: &mut Vec<u8>) -> Exec {
-    use qs_proto::resp::{command::Call, reply};
-    match qs_proto::resp::command::call(frame) {
-        Call::Ping(None) => out.extend_from_slice(reply::PONG),
-        Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
-        Call::Select => out.extend_from_slice(reply::OK),
-        Call::Quit => {
-            out.extend_from_slice(reply::OK);
-            return Exec::Close;
-        }
-        Call::Error(refusal) => reply::refusal(&refusal, out),
-        Call::Key(_) => unreachable!("key commands run in Engine::execute"),
-    }
-    Exec::Done
 }
 
 impl Engine {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 mod admin;
 mod flash;
 mod get;
+mod resp;
 mod route;
 mod run;
 mod sample;

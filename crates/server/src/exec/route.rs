@@ -157,8 +157,15 @@ impl Engine {
             | Request::DebugTime { .. }
             | Request::Shutdown { .. }
             | Request::RefreshCerts { .. }
-            | Request::Resp(_)
             | Request::RespProtocolError(_) => Reach::Here,
+            // Reads of several keys: after the connection's replies pending elsewhere (CREW
+            // reads the keys here); anything else a RESP frame asks is answered here.
+            Request::Resp(ref frame) => match qs_proto::resp::command::call(frame) {
+                qs_proto::resp::command::Call::Mget(_) | qs_proto::resp::command::Call::ExistsMany(_) => {
+                    Reach::AfterPending
+                }
+                _ => Reach::Here,
+            },
         }
     }
 

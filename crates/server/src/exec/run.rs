@@ -135,7 +135,7 @@ impl Engine {
 
     /// me: the item as it stands, looked at without changing it (through the reader when
     /// there is one, else a plain get).
-    fn inspect(&mut self, key: Key<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
+    pub(super) fn inspect(&mut self, key: Key<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         let outcome = match self.shared.map.reader(key.partition) {
