@@ -40,6 +40,12 @@ pub enum Op<'r> {
     Delete(Delete),
     /// Increment or decrement a counter (incr decr, INCREMENT DECREMENT, ma).
     Arith(Arith),
+    /// A signed count (Redis's INCR, INCRBY, DECR, DECRBY): a missing counter counts from 0,
+    /// a result past the signed 64-bit range is refused.
+    Count {
+        /// Amount, signed.
+        by: i64,
+    },
     /// A new exptime (touch, TOUCH).
     Touch {
         /// The new exptime.

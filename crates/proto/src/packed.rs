@@ -45,6 +45,7 @@ impl Command<'_> {
             Op::TooLarge { drops } => (Op::TooLarge { drops }, (0, 0)),
             Op::Delete(delete) => (Op::Delete(delete), (0, 0)),
             Op::Arith(arith) => (Op::Arith(arith), (0, 0)),
+            Op::Count { by } => (Op::Count { by }, (0, 0)),
             Op::Touch { exptime, read } => (Op::Touch { exptime, read }, (0, 0)),
             Op::Inspect => (Op::Inspect, (0, 0)),
         };

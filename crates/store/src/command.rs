@@ -76,6 +76,13 @@ pub enum Command<'a> {
         /// Expected CAS, or 0 for any (meta `ma C`).
         cas: u64,
     },
+    /// Redis's INCRBY (and DECRBY as a negative `by`): the value must read as a signed 64-bit
+    /// integer (trailing spaces, which memcached's decr leaves, aside), and a result past that
+    /// range is [`Outcome::Overflow`]; the new value is stored exactly (no padding).
+    Count {
+        /// Amount, signed.
+        by: i64,
+    },
     /// Meta `md I`: mark the item stale with a new CAS instead of deleting it; with `cas`
     /// non-zero, only if the item's CAS matches (`md I C`).
     Invalidate {
@@ -249,6 +256,8 @@ pub enum Outcome {
     },
     /// incr/decr on a value that is not a decimal number.
     NonNumeric,
+    /// A signed count ([`Command::Count`]) whose result is past the 64-bit range.
+    Overflow,
     /// The item is larger than the item size limit or than half the partition's log.
     TooLarge,
     /// The key is empty or longer than 250 bytes.

@@ -195,6 +195,32 @@ impl Expiry {
     }
 }
 
+/// Parses a stored value as Redis's INCRBY does (`string2ll`), trailing spaces (memcached's
+/// decr pads a shorter number) aside. `None`: not a signed 64-bit integer.
+pub fn parse_signed_counter(value: &[u8]) -> Option<i64> {
+    let mut text = value;
+    while let [rest @ .., b' '] = text {
+        text = rest;
+    }
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    // Redis's string2ll: `0` alone or digits without a leading zero, no sign but `-`.
+    if digits.is_empty() || (digits[0] == b'0' && (negative || digits.len() > 1)) {
+        return None;
+    }
+    digits.iter().try_fold(0i64, |value, &byte| {
+        let digit = i64::from(byte.checked_sub(b'0').filter(|digit| *digit <= 9)?);
+        let value = value.checked_mul(10)?;
+        if negative {
+            value.checked_sub(digit)
+        } else {
+            value.checked_add(digit)
+        }
+    })
+}
+
 /// Parses a stored value as memcached's incr/decr do (`safe_strtoull`): optional leading white
 /// space, an optional sign, decimal digits that fit in 64 bits, then the end or white space.
 /// A minus sign is accepted only for zero. `None` means "non-numeric value".

@@ -5,7 +5,7 @@
 
 use super::Frame;
 pub use crate::command::RespReply as Reply;
-use crate::command::{Answer, Arith, Command, Delete, Get, Op, Store};
+use crate::command::{Answer, Command, Delete, Get, Op, Store};
 use crate::StoreMode;
 
 /// What a frame asks.
@@ -44,6 +44,8 @@ pub enum Refusal<'a> {
     ExpireTime(&'static str),
     /// `ERR DB index is out of range`.
     DbIndex,
+    /// `ERR decrement would overflow` (DECRBY of the smallest integer).
+    DecrementOverflow,
     /// A form redis-server has that this server does not serve yet (the text after `ERR `).
     Unsupported(&'static str),
 }
@@ -88,9 +90,10 @@ pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first, argc),
-        "incr" => incr(first[0], b"1"),
-        "incrby" => incr(first[0], first[1]),
-        _ => Call::Error(Refusal::Unsupported("DECR and DECRBY are not served yet (signed counters)")),
+        "incr" => key(first[0], Op::Count { by: 1 }, Reply::Counter),
+        "decr" => key(first[0], Op::Count { by: -1 }, Reply::Counter),
+        "incrby" => count(first[0], first[1], false),
+        _ => count(first[0], first[1], true),
     }
 }
 
@@ -209,18 +212,12 @@ fn expire<'a>(name: &'static str, args: [&'a [u8]; 3], argc: usize) -> Call<'a> 
     }
 }
 
-/// INCR and INCRBY: a missing key counts from 0 (created holding the increment).
-fn incr<'a>(key_bytes: &'a [u8], by: &[u8]) -> Call<'a> {
-    match integer(by) {
-        None => Call::Error(Refusal::NotInteger),
-        Some(delta) if delta < 0 => {
-            Call::Error(Refusal::Unsupported("a negative increment is not served yet (signed counters)"))
-        }
-        Some(delta) => {
-            let delta = delta as u64;
-            let arith = Arith { delta, create: Some((delta, 0)), ..Arith::default() };
-            key(key_bytes, Op::Arith(arith), Reply::Counter)
-        }
+/// INCRBY and DECRBY (`negate`): a missing key counts from 0.
+fn count<'a>(key_bytes: &'a [u8], by: &[u8], negate: bool) -> Call<'a> {
+    match (integer(by), negate) {
+        (None, _) => Call::Error(Refusal::NotInteger),
+        (Some(i64::MIN), true) => Call::Error(Refusal::DecrementOverflow),
+        (Some(by), negate) => key(key_bytes, Op::Count { by: if negate { -by } else { by } }, Reply::Counter),
     }
 }
 

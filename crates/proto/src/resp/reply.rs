@@ -72,14 +72,12 @@ pub(crate) fn delete(outcome: &Outcome, out: &mut Vec<u8>) {
     }
 }
 
-/// INCR's reply: the new value, or why not.
+/// INCR's and DECR's reply: the new value, or why not.
 pub(crate) fn arith(outcome: &Outcome, out: &mut Vec<u8>) {
     match *outcome {
-        // A counter memcached took past Redis's signed range is not an integer to Redis.
-        Outcome::Counter { value, .. } => match i64::try_from(value) {
-            Ok(value) => integer(value, out),
-            Err(_) => out.extend_from_slice(b"-ERR increment or decrement would overflow\r\n"),
-        },
+        // A signed count's value, as its bits (qs_store::Command::Count).
+        Outcome::Counter { value, .. } => integer(value as i64, out),
+        Outcome::Overflow => out.extend_from_slice(b"-ERR increment or decrement would overflow\r\n"),
         Outcome::NonNumeric => out.extend_from_slice(NOT_INTEGER),
         ref other => out.extend_from_slice(refused(other).unwrap_or(NOT_INTEGER)),
     }
@@ -134,6 +132,7 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(b"' command\r\n");
         }
         Refusal::DbIndex => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
+        Refusal::DecrementOverflow => out.extend_from_slice(b"-ERR decrement would overflow\r\n"),
         Refusal::Unsupported(text) => {
             out.extend_from_slice(b"-ERR ");
             out.extend_from_slice(text.as_bytes());

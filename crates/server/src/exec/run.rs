@@ -35,6 +35,7 @@ impl Engine {
                 answer.delete(&outcome, out);
             }
             Op::Arith(arith) => self.count(key, &arith, answer, out),
+            Op::Count { by } => self.count_signed(key, by, answer, out),
             Op::Touch { exptime, read } => self.touch(key, (exptime, read), answer, out),
             Op::Inspect => self.inspect(key, answer, out),
         }
@@ -110,6 +111,23 @@ impl Engine {
             cas = self.cas_out(own);
         }
         answer.arith((&outcome, created), cas, self.now_secs, out);
+    }
+
+    /// A signed count (the Redis protocol's INCRBY): a missing counter is created holding `by`.
+    fn count_signed(&mut self, key: Key<'_>, by: i64, answer: Answer<'_>, out: &mut Vec<u8>) {
+        self.log_lookup(&key);
+        let mut outcome = self.run(key, Command::Count { by }, &mut Vec::new());
+        if outcome == Outcome::NotFound {
+            let mut digits = itoa::Buffer::new();
+            let value = digits.format(by).as_bytes();
+            let expiry = Expiry::NEVER;
+            let store = Command::Store { mode: StoreMode::Add, value, flags: 0, expiry };
+            outcome = match self.run(key, store, &mut Vec::new()) {
+                Outcome::Stored { cas } => Outcome::Counter { value: by as u64, cas, expiry },
+                other => other,
+            };
+        }
+        answer.arith((&outcome, Created::No), 0, self.now_secs, out);
     }
 
     /// A new exptime; with `read`, the item is read as it is touched (its flags are replied).

@@ -601,6 +601,55 @@ impl Partition {
         }
     }
 
+    /// [`Command::Count`]: a signed counter, as Redis keeps one.
+    pub(super) fn count(&mut self, hash: KeyHash, key: &[u8], by: i64, now_secs: u32) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+            if by < 0 {
+                self.stats.decr_misses += 1;
+            } else {
+                self.stats.incr_misses += 1;
+            }
+            return Outcome::NotFound;
+        };
+        let header = found.header;
+        let old_len = header.word1.value_len();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let value_at = header.key_start() + header.word0.key_len();
+        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        let number = crate::item::parse_signed_counter(&scratch);
+        let Some(value) = number.map(|number| number.checked_add(by)) else {
+            self.scratch = scratch;
+            return Outcome::NonNumeric;
+        };
+        let Some(value) = value else {
+            self.scratch = scratch;
+            return Outcome::Overflow;
+        };
+        if by < 0 {
+            self.stats.decr_hits += 1;
+        } else {
+            self.stats.incr_hits += 1;
+        }
+        let mut digits = [0u8; 24];
+        scratch.clear();
+        if value < 0 {
+            scratch.push(b'-');
+        }
+        scratch.extend_from_slice(format_u64(value.unsigned_abs(), &mut digits));
+        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        if scratch.len() == old_len {
+            new_item.bits = header.word0.bits() & (BIT_FETCHED | BIT_STALE | BIT_WIN_SENT);
+        }
+        let expiry = new_item.expiry;
+        let outcome = self.put(hash, key, &scratch, new_item, Some(found));
+        self.scratch = scratch;
+        match outcome {
+            Outcome::Stored { cas } => Outcome::Counter { value: value as u64, cas, expiry },
+            other => other,
+        }
+    }
+
     pub(super) fn meta_get(
         &mut self,
         hash: KeyHash,

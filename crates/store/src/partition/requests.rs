@@ -44,6 +44,7 @@ impl Partition {
             Command::Arith { delta, decrement, cas } => {
                 self.arith(hash, key, delta, decrement, cas, now_secs)
             }
+            Command::Count { by } => self.count(hash, key, by, now_secs),
             Command::Invalidate { cas } => self.invalidate(hash, key, cas, now_secs),
             Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, &mut Append::new(out)),
         };

@@ -237,3 +237,29 @@ fn a_pinned_value_is_read_through_its_own_partition_only() {
     let value = pin(&mut partition, b"k");
     let _ = small(Access::Erew).value_bytes(&value);
 }
+
+#[test]
+fn a_signed_count_reads_and_writes_exact_signed_numbers_and_refuses_past_the_range() {
+    let mut partition = small(Access::Erew);
+    let mut count = |partition: &mut Partition, key: &[u8], by: i64| {
+        partition.execute(&Request::new(key, Command::Count { by }), 100, &mut Vec::new())
+    };
+    let value = |partition: &mut Partition, key: &[u8]| {
+        let mut out = Vec::new();
+        match partition.execute(&Request::new(key, Command::Get), 100, &mut out) {
+            Outcome::Hit(hit) => out[hit.value_start..].to_vec(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(count(&mut partition, b"n", 1), Outcome::NotFound);
+    set(&mut partition, b"n", b"10 ");
+    assert!(matches!(count(&mut partition, b"n", -15), Outcome::Counter { value, .. } if value as i64 == -5));
+    assert_eq!(value(&mut partition, b"n"), b"-5");
+    set(&mut partition, b"max", b"9223372036854775807");
+    assert_eq!(count(&mut partition, b"max", 1), Outcome::Overflow);
+    assert_eq!(value(&mut partition, b"max"), b"9223372036854775807");
+    for not_integer in [&b"abc"[..], b"", b"01", b"-0", b" 1", b"9223372036854775808"] {
+        set(&mut partition, b"x", not_integer);
+        assert_eq!(count(&mut partition, b"x", 1), Outcome::NonNumeric, "{not_integer:?}");
+    }
+}
