@@ -241,7 +241,7 @@ fn a_pinned_value_is_read_through_its_own_partition_only() {
 #[test]
 fn a_signed_count_reads_and_writes_exact_signed_numbers_and_refuses_past_the_range() {
     let mut partition = small(Access::Erew);
-    let mut count = |partition: &mut Partition, key: &[u8], by: i64| {
+    let count = |partition: &mut Partition, key: &[u8], by: i64| {
         partition.execute(&Request::new(key, Command::Count { by }), 100, &mut Vec::new())
     };
     let value = |partition: &mut Partition, key: &[u8]| {
