@@ -337,6 +337,22 @@ fn a_value_past_the_item_size_limit_is_refused_at_its_length_and_one_under_it_is
 }
 
 #[test]
+fn redis_py_runs_a_cache_workload() {
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/redis_py_cache.py");
+    let output = Command::new("/usr/bin/python3")
+        .args([script, &port.to_string()])
+        .output()
+        .expect("python3 with redis-py (scripts/test.sh installs python3-redis)");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
 fn quit_answers_ok_and_closes() {
     let (_server, port) = quicksilver(&[]);
     let mut client = connect(port);
