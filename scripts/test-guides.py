@@ -3,7 +3,7 @@
 
 Every ```sh block of docs/OPERATIONS.md runs under `bash -euo pipefail` in a scratch directory,
 with target/release (quicksilver, qs-bench) first on PATH and the ports it names (11211-11213,
-11300, 22122) moved to free ones. The HTML comment before a block says how:
+11300, 22122, 6379) moved to free ones. The HTML comment before a block says how:
 
 - `test: server` - a quicksilver (-m 64, one worker) is started on the block's 11211 first and
   stopped after;
@@ -37,7 +37,7 @@ ROOT = os.path.dirname(HERE)
 RELEASE = os.path.join(ROOT, "target", "release")
 QS = os.path.join(RELEASE, "quicksilver")
 GUIDE = os.path.join(ROOT, "docs", "OPERATIONS.md")
-PORTS = ["11211", "11212", "11213", "11300", "22122"]
+PORTS = ["11211", "11212", "11213", "11300", "22122", "6379"]
 FAILURES = []
 
 

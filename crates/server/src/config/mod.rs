@@ -24,8 +24,9 @@ pub struct Config {
     #[arg(short = 'p', long = "port", allow_negative_numbers = true)]
     pub port: Option<i32>,
     /// Interfaces to listen on, comma-separated or repeated, each `host`, `host:port`,
-    /// `[v6]:port` or `*`, optionally `proto[ascii|binary]:` first (memcached's -l;
-    /// quicksilver's default is loopback only).
+    /// `[v6]:port` or `*`, optionally `proto[ascii|binary|negotiating]:` first (memcached's -l;
+    /// quicksilver's default is loopback only), or `proto[resp]:` for a listener speaking the
+    /// Redis protocol (off unless named, e.g. `-l 127.0.0.1,proto[resp]:127.0.0.1:6379`).
     #[arg(short = 'l', long = "listen", default_value = "127.0.0.1", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub listen: Vec<String>,
     /// UDP port for memcached's UDP protocol (0 = off, the default: UDP replies can be used for
