@@ -55,7 +55,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, .. } => {
                 crate::binary::reply::store((opcode, opaque, quiet), outcome, cas, mode, out);
             }
-            Answer::Resp(reply) => crate::resp::reply::store(reply, outcome, out),
+            Answer::Resp(reply) => crate::resp::reply::store(reply, outcome, size, out),
         }
     }
 

@@ -205,6 +205,12 @@ pub enum RespReply {
     Ttl,
     /// PTTL: as TTL, in milliseconds (the store keeps seconds).
     Pttl,
+    /// STRLEN: the value's length, 0 for no key.
+    Strlen,
+    /// TYPE: `+string`, or `+none` for no key.
+    Type,
+    /// APPEND: the value's length once appended to (a missing key is created).
+    Appended,
 }
 
 impl Answer<'_> {
@@ -223,6 +229,13 @@ impl Answer<'_> {
             Answer::Meta(_) => Some("md"),
             Answer::Binary { .. } | Answer::Resp(_) => None,
         }
+    }
+
+    /// Whether the reply shows the stored item's size (meta's `s`, Redis's APPEND): after an
+    /// append it is looked up.
+    #[inline]
+    pub fn shows_stored_size(&self) -> bool {
+        self.reports(b's') || matches!(self, Answer::Resp(RespReply::Appended))
     }
 
     /// Whether the reply reports the return flag `letter` (meta only).

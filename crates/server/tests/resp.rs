@@ -138,12 +138,9 @@ fn same_replies(requests: &[Vec<u8>]) {
 }
 
 #[test]
-fn strings_counters_and_the_connection_commands_answer_as_redis_server_does() {
+fn strings_answer_as_redis_server_does() {
     let requests: Vec<Vec<u8>> = [
-        &["PING"][..],
-        &["ping", "hello there"],
-        &["ECHO", "x\r\ny"],
-        &["SET", "s1", "value one"],
+        &["SET", "s1", "value one"][..],
         &["GET", "s1"],
         &["get", "missing"],
         &["SET", "s1", "other", "NX"],
@@ -179,7 +176,17 @@ fn strings_counters_and_the_connection_commands_answer_as_redis_server_does() {
         &["DEL", "e2"],
         &["DEL", "e2"],
         &["UNLINK", "e1"],
-        &["INCR", "c1"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+}
+
+#[test]
+fn counters_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["INCR", "c1"][..],
         &["INCR", "c1"],
         &["INCRBY", "c1", "40"],
         &["INCRBY", "c1", "4x"],
@@ -206,12 +213,31 @@ fn strings_counters_and_the_connection_commands_answer_as_redis_server_does() {
         &["DECRBY", "d4", "x"],
         &["SET", "d5", "007"],
         &["INCR", "d5"],
-        &["SELECT", "0"],
-        &["SELECT", "1"],
-        &["SELECT", "x"],
-        &["NOSUCH"],
-        &["nosuch", "a", "b c", "d\r\ne"],
-        &["FLUBBER", &"y".repeat(200), "z"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+}
+
+#[test]
+fn keys_and_expiry_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["FLUSHALL"][..],
+        &["SET", "a1", "x"],
+        &["FLUSHDB", "SYNC"],
+        &["GET", "a1"],
+        &["FLUSHALL", "NOW"],
+        &["FLUSHALL", "ASYNC", "SYNC"],
+        &["DBSIZE", "x"],
+        &["APPEND", "ap", "hello"],
+        &["APPEND", "ap", " world"],
+        &["GET", "ap"],
+        &["STRLEN", "ap"],
+        &["STRLEN", "nope"],
+        &["TYPE", "ap"],
+        &["TYPE", "nope"],
+        &["APPEND", "ap"],
         &["SET", "m1", "one"],
         &["SET", "m2", "two"],
         &["MGET", "m1", "nope", "m2", "m1"],
@@ -233,6 +259,25 @@ fn strings_counters_and_the_connection_commands_answer_as_redis_server_does() {
         &["EXISTS", "m2"],
         &["PEXPIREAT", "m1", "1000"],
         &["GET", "m1"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+}
+
+#[test]
+fn the_connection_commands_and_refusals_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["PING"][..],
+        &["ping", "hello there"],
+        &["ECHO", "x\r\ny"],
+        &["SELECT", "0"],
+        &["SELECT", "1"],
+        &["SELECT", "x"],
+        &["NOSUCH"],
+        &["nosuch", "a", "b c", "d\r\ne"],
+        &["FLUBBER", &"y".repeat(200), "z"],
     ]
     .iter()
     .map(|args| frame(args))
@@ -334,6 +379,19 @@ fn a_value_past_the_item_size_limit_is_refused_at_its_length_and_one_under_it_is
     assert_eq!(reply, b"-ERR Protocol error: invalid bulk length\r\n");
     let mut again = connect(port);
     assert_eq!(call(&mut again, &frame(&["EXISTS", "big"])), b":1\r\n");
+}
+
+#[test]
+fn dbsize_counts_the_keys_as_memcacheds_curr_items_does() {
+    let (_server, port) = quicksilver(&["-t", "1"]);
+    let mut client = connect(port);
+    for key in ["a", "b", "c"] {
+        call(&mut client, &frame(&["SET", key, "v"]));
+    }
+    call(&mut client, &frame(&["SET", "a", "again"]));
+    assert_eq!(call(&mut client, &frame(&["DBSIZE"])), b":3\r\n");
+    call(&mut client, &frame(&["DEL", "b"]));
+    assert_eq!(call(&mut client, &frame(&["DBSIZE"])), b":2\r\n");
 }
 
 #[test]

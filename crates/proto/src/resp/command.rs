@@ -25,6 +25,10 @@ pub enum Call<'a> {
     Mget(Frame<'a>),
     /// EXISTS of several keys: how many are there (a key named twice counts twice).
     ExistsMany(Frame<'a>),
+    /// DBSIZE: how many keys.
+    DbSize,
+    /// FLUSHALL or FLUSHDB (SYNC or ASYNC alike): every key goes.
+    Flush,
     /// Refused: the reply's text after `-`.
     Error(Refusal<'a>),
 }
@@ -87,6 +91,11 @@ pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
         "exists" if argc > 2 => Call::ExistsMany(*frame),
         "exists" => key(first[0], Op::Inspect, Reply::Exists),
         "mget" => Call::Mget(*frame),
+        "strlen" => key(first[0], Op::Inspect, Reply::Strlen),
+        "type" => key(first[0], Op::Inspect, Reply::Type),
+        "append" => key(first[0], append(first[1]), Reply::Appended),
+        "dbsize" => Call::DbSize,
+        "flushall" | "flushdb" => flush(argc, first[0]),
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first, argc),
@@ -112,6 +121,12 @@ const TABLE: &[(&str, i32)] = &[
     ("unlink", -2),
     ("exists", -2),
     ("mget", -2),
+    ("strlen", 2),
+    ("type", 2),
+    ("append", 3),
+    ("dbsize", 1),
+    ("flushall", -1),
+    ("flushdb", -1),
     ("ttl", 2),
     ("pttl", 2),
     ("expire", -3),
@@ -130,6 +145,24 @@ fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {
 
 fn store(mode: StoreMode, data: &[u8], exptime: i64) -> Op<'_> {
     Op::Store(Store { mode, flags: 0, exptime, data, vivify: None, cas_in: None, drops_refused: false })
+}
+
+/// APPEND: memcached's append, creating a missing key (meta's N).
+fn append(data: &[u8]) -> Op<'_> {
+    match store(StoreMode::Append, data, 0) {
+        Op::Store(store) => Op::Store(Store { vivify: Some(0), ..store }),
+        other => other,
+    }
+}
+
+/// FLUSHALL and FLUSHDB take SYNC or ASYNC, nothing else.
+fn flush(argc: usize, option: &[u8]) -> Call<'_> {
+    let known = option.eq_ignore_ascii_case(b"sync") || option.eq_ignore_ascii_case(b"async");
+    match argc {
+        1 => Call::Flush,
+        2 if known => Call::Flush,
+        _ => Call::Error(Refusal::Syntax),
+    }
 }
 
 fn select(index: &[u8]) -> Call<'_> {

@@ -51,13 +51,14 @@ fn refused(outcome: &Outcome) -> Option<&'static [u8]> {
     }
 }
 
-/// A store's reply.
-pub(crate) fn store(reply: Reply, outcome: &Outcome, out: &mut Vec<u8>) {
+/// A store's reply; `size` is the value's length once stored (APPEND's answer).
+pub(crate) fn store(reply: Reply, outcome: &Outcome, size: usize, out: &mut Vec<u8>) {
     if let Some(text) = refused(outcome) {
         return out.extend_from_slice(text);
     }
     let stored = matches!(outcome, Outcome::Stored { .. });
     match (reply, stored) {
+        (Reply::Appended, _) => integer(size as i64, out),
         (Reply::StoredInteger, _) => integer(i64::from(stored), out),
         (_, true) => out.extend_from_slice(OK),
         (_, false) => out.extend_from_slice(NULL),
@@ -106,6 +107,10 @@ pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now_secs: u32, out: &mu
     let value = match (reply, found) {
         (Reply::Ttl | Reply::Pttl, None) => -2,
         (Reply::Ttl, Some(hit)) => left(hit),
+        (Reply::Type, found) => {
+            return out.extend_from_slice(if found.is_some() { b"+string\r\n" } else { b"+none\r\n" });
+        }
+        (Reply::Strlen, found) => found.map_or(0, |hit| hit.value_len as i64),
         (Reply::Pttl, Some(hit)) => match left(hit) {
             -1 => -1,
             secs => secs * 1000,

@@ -24,6 +24,11 @@ fn partition_figures(shared: &Shared, baseline: &StatsBaseline) -> Vec<Partition
         .collect()
 }
 
+/// Items held now (`curr_items`), as each worker last published them.
+pub fn current_items(shared: &Shared) -> u64 {
+    totals(shared).0.items
+}
+
 fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionStats>) {
     let baseline = shared.published.baseline();
     let per_partition = partition_figures(shared, &baseline);

@@ -381,6 +381,8 @@ impl Engine {
                 command: qs_proto::binary::Command::Flush { exptime, .. },
                 ..
             }) => self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), false),
+            // A RESP FLUSHALL or FLUSHDB, the only frames routed to every worker.
+            Request::Resp(_) => self.flush_local(0, false),
             _ => debug_assert!(false, "not a command for every worker: {request:?}"),
         }
     }

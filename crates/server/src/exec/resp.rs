@@ -21,6 +21,19 @@ impl Engine {
             Call::Error(refusal) => reply::refusal(&refusal, out),
             Call::Mget(frame) => self.resp_keys(&frame, true, out),
             Call::ExistsMany(frame) => self.resp_keys(&frame, false, out),
+            Call::DbSize => {
+                // This worker's figures as of now, the others' as of their last loop turn.
+                self.publish();
+                reply::integer(crate::admin::stats::current_items(&self.shared) as i64, out);
+            }
+            Call::Flush if self.shared.config.disable_flush_all => {
+                out.extend_from_slice(b"-ERR flush_all not allowed\r\n");
+            }
+            Call::Flush => {
+                // Routed to every worker: each empties its own partitions.
+                self.flush_local(0, true);
+                out.extend_from_slice(reply::OK);
+            }
             Call::Key(_) => unreachable!("key commands run in Engine::execute"),
         }
         Exec::Done

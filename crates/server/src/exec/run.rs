@@ -85,7 +85,7 @@ impl Engine {
                 }
                 shown.0 = self.cas_out(cas);
                 // `s` (memcached 1.6.21): the item's size once stored, appended data included.
-                if appending && answer.reports(b's') {
+                if appending && answer.shows_stored_size() {
                     shown.1 = self.look(key).map_or(shown.1, |(len, _)| len);
                 }
             }
