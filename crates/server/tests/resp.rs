@@ -9,7 +9,8 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A redis-server on a free port with one database (as quicksilver serves), stopped when dropped.
+/// A redis-server on a free port with one database and 64 MiB (as quicksilver serves), stopped
+/// when dropped.
 struct Redis {
     child: Child,
     port: u16,
@@ -32,6 +33,8 @@ impl Redis {
                     "--databases",
                     "1",
                 ])
+                // As quicksilver's defaults: 64 MiB, any key evicted.
+                .args(["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -286,6 +289,45 @@ fn the_connection_commands_and_refusals_answer_as_redis_server_does() {
 }
 
 #[test]
+fn handshakes_and_tool_commands_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["HELLO", "2", "x"][..],
+        &["HELLO", "two"],
+        &["AUTH", "secret"],
+        &["AUTH", "default", "anything"],
+        &["AUTH", "bob", "secret"],
+        &["CLIENT", "SETINFO", "LIB-NAME", "redis-py"],
+        &["CLIENT", "NOSUCH", "x"],
+        &["CLIENT", "NO-EVICT", "on"],
+        &["CLIENT", "NO-EVICT", "maybe"],
+        &["CLIENT", "ID", "x"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CONFIG", "GET", "MAXMEMORY-policy"],
+        &["config", "get", "save"],
+        &["CONFIG", "GET", "appendonly"],
+        &["CONFIG", "GET", "databases"],
+        &["CONFIG", "GET", "no-such-*"],
+        &["CONFIG", "GET"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests[1..]);
+    // HELLO names the connection's id, which differs between the two servers.
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&[]);
+    let mut replies = Vec::new();
+    for port in [redis.port, port] {
+        let mut client = connect(port);
+        let reply = String::from_utf8(call(&mut client, &frame(&["HELLO", "2"]))).expect("text");
+        let id =
+            reply.split("$2\r\nid\r\n:").nth(1).and_then(|rest| rest.split("\r\n").next()).expect("an id");
+        replies.push(reply.replacen(&format!(":{id}\r\n"), ":ID\r\n", 1));
+    }
+    assert_eq!(replies[1], replies[0]);
+}
+
+#[test]
 fn inline_requests_empty_lines_and_pipelines_answer_as_redis_server_does() {
     let mut pipeline = Vec::new();
     for i in 0..50 {
@@ -359,6 +401,7 @@ fn commands_out_of_scope_get_the_unknown_command_error_and_unserved_forms_say_so
         (frame(&["EXPIRE", "c", "10", "NX"]), "-ERR EXPIRE's NX, XX, GT and LT are not served yet\r\n"),
         (frame(&["DEL", "a", "b"]), "-ERR DEL and UNLINK of several keys are not served yet\r\n"),
         (frame(&["SET", "k", "v", "GET"]), "-ERR SET with GET is not served yet\r\n"),
+        (frame(&["HELLO", "3"]), "-NOPROTO sorry, this protocol version is not supported.\r\n"),
     ] {
         assert_eq!(String::from_utf8_lossy(&call(&mut client, &request)), error);
     }

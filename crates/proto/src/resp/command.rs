@@ -27,6 +27,19 @@ pub enum Call<'a> {
     ExistsMany(Frame<'a>),
     /// DBSIZE: how many keys.
     DbSize,
+    /// HELLO [2] (no AUTH, SETNAME): the server's description, in RESP2.
+    Hello,
+    /// CLIENT ID.
+    ClientId,
+    /// CONFIG GET of these patterns (the frame's arguments after `CONFIG GET`).
+    ConfigGet(Frame<'a>),
+    /// COMMAND COUNT: how many commands are served.
+    CommandCount,
+    /// A command accepted and answered `+OK` with nothing to do (CLIENT NO-EVICT, AUTH of the
+    /// default user).
+    Accepted,
+    /// A fixed reply (COMMAND DOCS: none yet).
+    Fixed(&'static [u8]),
     /// FLUSHALL or FLUSHDB (SYNC or ASYNC alike): every key goes.
     Flush,
     /// Refused: the reply's text after `-`.
@@ -52,6 +65,16 @@ pub enum Refusal<'a> {
     DecrementOverflow,
     /// A form redis-server has that this server does not serve yet (the text after `ERR `).
     Unsupported(&'static str),
+    /// `ERR <text>`, as redis-server words it.
+    Message(&'static str),
+    /// `NOPROTO sorry, this protocol version is not supported.`
+    NoProto,
+    /// `WRONGPASS invalid username-password pair or user is disabled.`
+    WrongPass,
+    /// `ERR unknown subcommand '<sub>'. Try <COMMAND> HELP.`
+    UnknownSubcommand(Frame<'a>),
+    /// `ERR wrong number of arguments for '<command>|<sub>' command`.
+    SubcommandArity(Frame<'a>),
 }
 
 /// Seconds memcached reads as relative (up to 30 days); more is a unix time.
@@ -96,6 +119,11 @@ pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
         "append" => key(first[0], append(first[1]), Reply::Appended),
         "dbsize" => Call::DbSize,
         "flushall" | "flushdb" => flush(argc, first[0]),
+        "hello" => hello(argc, first[0]),
+        "auth" => auth(argc, first),
+        "client" => client(frame, first[0], argc),
+        "config" => config(frame, first[0], argc),
+        "command" => command(first[0], argc),
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first, argc),
@@ -125,6 +153,11 @@ const TABLE: &[(&str, i32)] = &[
     ("type", 2),
     ("append", 3),
     ("dbsize", 1),
+    ("hello", -1),
+    ("auth", -2),
+    ("client", -2),
+    ("config", -2),
+    ("command", -1),
     ("flushall", -1),
     ("flushdb", -1),
     ("ttl", 2),
@@ -153,6 +186,73 @@ fn append(data: &[u8]) -> Op<'_> {
         Op::Store(store) => Op::Store(Store { vivify: Some(0), ..store }),
         other => other,
     }
+}
+
+/// HELLO: protocol 2 only (RESP3 is not served yet: clients fall back on this error).
+fn hello(argc: usize, version: &[u8]) -> Call<'_> {
+    if argc == 1 {
+        return Call::Hello;
+    }
+    match integer(version) {
+        None => Call::Error(Refusal::Message("Protocol version is not an integer or out of range")),
+        Some(2) if argc == 2 => Call::Hello,
+        Some(2) => Call::Error(Refusal::Unsupported("HELLO's AUTH and SETNAME are not served yet")),
+        Some(_) => Call::Error(Refusal::NoProto),
+    }
+}
+
+/// AUTH with no password configured (a RESP listener is refused with -S and -Y): as
+/// redis-server's default user without a password.
+fn auth<'a>(argc: usize, args: [&'a [u8]; 3]) -> Call<'a> {
+    match argc {
+        2 => Call::Error(Refusal::Message(
+            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        )),
+        3 if args[0] == b"default" => Call::Accepted,
+        3 => Call::Error(Refusal::WrongPass),
+        _ => Call::Error(Refusal::Syntax),
+    }
+}
+
+/// CLIENT's subcommands served: ID, and NO-EVICT accepted (as redis-server 7.0: SETINFO and
+/// NO-TOUCH came in 7.2 and are unknown subcommands, which clients ignore).
+fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
+    let switch = frame.arg(2).unwrap_or_default();
+    match argc {
+        2 if is("id") => Call::ClientId,
+        3 if is("no-evict")
+            && (switch.eq_ignore_ascii_case(b"on") || switch.eq_ignore_ascii_case(b"off")) =>
+        {
+            Call::Accepted
+        }
+        3 if is("no-evict") => Call::Error(Refusal::Syntax),
+        _ if is("id") || is("no-evict") => Call::Error(Refusal::SubcommandArity(*frame)),
+        _ => Call::Error(Refusal::UnknownSubcommand(*frame)),
+    }
+}
+
+/// CONFIG GET pattern...
+fn config<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    match (sub.eq_ignore_ascii_case(b"get"), argc) {
+        (true, 2) => Call::Error(Refusal::SubcommandArity(*frame)),
+        (true, _) => Call::ConfigGet(*frame),
+        (false, _) => Call::Error(Refusal::Unsupported("of CONFIG only GET is served yet")),
+    }
+}
+
+/// COMMAND COUNT, and COMMAND DOCS (no documents yet: clients then use their own tables).
+fn command(sub: &[u8], argc: usize) -> Call<'_> {
+    match argc {
+        2 if sub.eq_ignore_ascii_case(b"count") => Call::CommandCount,
+        _ if sub.eq_ignore_ascii_case(b"docs") => Call::Fixed(b"*0\r\n"),
+        _ => Call::Error(Refusal::Unsupported("of COMMAND only COUNT and DOCS are served yet")),
+    }
+}
+
+/// How many commands are served ([`TABLE`]).
+pub fn served_count() -> usize {
+    TABLE.len()
 }
 
 /// FLUSHALL and FLUSHDB take SYNC or ASYNC, nothing else.

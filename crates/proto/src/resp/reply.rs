@@ -138,10 +138,44 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
         }
         Refusal::DbIndex => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
         Refusal::DecrementOverflow => out.extend_from_slice(b"-ERR decrement would overflow\r\n"),
-        Refusal::Unsupported(text) => {
+        Refusal::Unsupported(text) | Refusal::Message(text) => {
             out.extend_from_slice(b"-ERR ");
             out.extend_from_slice(text.as_bytes());
             out.extend_from_slice(b"\r\n");
+        }
+        Refusal::NoProto => {
+            out.extend_from_slice(b"-NOPROTO sorry, this protocol version is not supported.\r\n")
+        }
+        Refusal::WrongPass => {
+            out.extend_from_slice(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+        }
+        Refusal::UnknownSubcommand(frame) => {
+            let (name, sub) = (frame.arg(0).unwrap_or_default(), frame.arg(1).unwrap_or_default());
+            let start = out.len();
+            out.extend_from_slice(b"-ERR unknown subcommand '");
+            out.extend_from_slice(&sub[..sub.len().min(128)]);
+            out.extend_from_slice(b"'. Try ");
+            out.extend(name.iter().map(u8::to_ascii_uppercase));
+            out.extend_from_slice(b" HELP.");
+            spaces_for_line_ends(&mut out[start + 1..]);
+            out.extend_from_slice(b"\r\n");
+        }
+        Refusal::SubcommandArity(frame) => {
+            let (name, sub) = (frame.arg(0).unwrap_or_default(), frame.arg(1).unwrap_or_default());
+            out.extend_from_slice(b"-ERR wrong number of arguments for '");
+            out.extend(name.iter().map(u8::to_ascii_lowercase));
+            out.push(b'|');
+            out.extend(sub.iter().map(u8::to_ascii_lowercase));
+            out.extend_from_slice(b"' command\r\n");
+        }
+    }
+}
+
+/// redis-server's error lines turn `\r` and `\n` into spaces.
+fn spaces_for_line_ends(text: &mut [u8]) {
+    for byte in text {
+        if *byte == b'\r' || *byte == b'\n' {
+            *byte = b' ';
         }
     }
 }
@@ -167,10 +201,6 @@ fn unknown(frame: &super::Frame<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(b"' ");
         written += take + 3;
     }
-    for byte in &mut out[start + 1..] {
-        if *byte == b'\r' || *byte == b'\n' {
-            *byte = b' ';
-        }
-    }
+    spaces_for_line_ends(&mut out[start + 1..]);
     out.extend_from_slice(b"\r\n");
 }

@@ -7,6 +7,68 @@ use qs_proto::command::{Answer, Get, RespReply};
 use qs_proto::resp::command::{call, Call};
 use qs_proto::resp::{reply, Frame};
 
+/// HELLO's description of the server, in RESP2 (a flat array of names and values). It names
+/// the Redis release whose protocol it answers as its version, as clients gate features on it.
+fn hello(id: i32, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"*14\r\n");
+    for (name, value) in [("server", "redis"), ("version", "7.0.15")] {
+        reply::bulk(name.as_bytes(), out);
+        reply::bulk(value.as_bytes(), out);
+    }
+    reply::bulk(b"proto", out);
+    reply::integer(2, out);
+    reply::bulk(b"id", out);
+    reply::integer(i64::from(id), out);
+    for (name, value) in [("mode", "standalone"), ("role", "master")] {
+        reply::bulk(name.as_bytes(), out);
+        reply::bulk(value.as_bytes(), out);
+    }
+    reply::bulk(b"modules", out);
+    out.extend_from_slice(b"*0\r\n");
+}
+
+/// redis-server's `stringmatch` without case for `*` and `?` (a bracket or backslash matches
+/// itself): one backtracking point, the last `*`, so time is at most pattern times name.
+fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&byte) if byte == b'?' || byte.eq_ignore_ascii_case(&name[n]) => (p, n) = (p + 1, n + 1),
+            _ => match star {
+                Some((star_p, star_n)) => {
+                    (p, n) = (star_p + 1, star_n + 1);
+                    star = Some((star_p, star_n + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&byte| byte == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    #[test]
+    fn globs_match_as_redis_servers_stringmatch_does_without_case() {
+        assert!(glob(b"maxmemory*", b"maxmemory-policy"));
+        assert!(glob(b"MAXMEMORY", b"maxmemory"));
+        assert!(glob(b"*", b""));
+        assert!(glob(b"m?xmem*y", b"maxmemory"));
+        assert!(!glob(b"maxmemory", b"maxmemory-policy"));
+        assert!(!glob(b"*z", b"save"));
+        // A long run of stars stays linear.
+        let stars = vec![b'*'; 10_000];
+        assert!(!glob(&[&stars[..], b"q"].concat(), b"maxmemory-policy"));
+    }
+}
+
 impl Engine {
     /// Runs a RESP frame that is not a single-key command.
     pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) -> Exec {
@@ -26,6 +88,12 @@ impl Engine {
                 self.publish();
                 reply::integer(crate::admin::stats::current_items(&self.shared) as i64, out);
             }
+            Call::Hello => hello(self.asking_fd, out),
+            Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
+            Call::ConfigGet(frame) => self.config_get(&frame, out),
+            Call::CommandCount => reply::integer(qs_proto::resp::command::served_count() as i64, out),
+            Call::Accepted => out.extend_from_slice(reply::OK),
+            Call::Fixed(text) => out.extend_from_slice(text),
             Call::Flush if self.shared.config.disable_flush_all => {
                 out.extend_from_slice(b"-ERR flush_all not allowed\r\n");
             }
@@ -37,6 +105,41 @@ impl Engine {
             Call::Key(_) => unreachable!("key commands run in Engine::execute"),
         }
         Exec::Done
+    }
+
+    /// CONFIG GET: the settings clients and tools ask for, as redis-server names them (each
+    /// pattern a glob, without case).
+    fn config_get(&self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+        let maxmemory = self.shared.memory.maxbytes().to_string();
+        let settings: [(&str, &str); 5] = [
+            ("maxmemory", &maxmemory),
+            // Every key may be evicted, the least useful first (S3-FIFO here).
+            ("maxmemory-policy", "allkeys-lru"),
+            ("save", ""),
+            ("appendonly", "no"),
+            ("databases", "1"),
+        ];
+        // A pattern without wildcards names one setting and is echoed as the client spelled
+        // it; a glob shows the names it matches (redis-server 7.0's CONFIG GET).
+        let mut shown: Vec<(&[u8], &str)> = Vec::new();
+        for pattern in frame.args().skip(2) {
+            let is_glob = pattern.iter().any(|byte| matches!(byte, b'*' | b'?' | b'['));
+            for &(name, value) in &settings {
+                let already = shown.iter().any(|(shown, _)| shown.eq_ignore_ascii_case(name.as_bytes()));
+                if is_glob && glob(pattern, name.as_bytes()) && !already {
+                    shown.push((name.as_bytes(), value));
+                } else if !is_glob && pattern.eq_ignore_ascii_case(name.as_bytes()) && !already {
+                    shown.push((pattern, value));
+                }
+            }
+        }
+        out.push(b'*');
+        qs_proto::response::push_u64(out, 2 * shown.len() as u64);
+        out.extend_from_slice(b"\r\n");
+        for (name, value) in shown {
+            reply::bulk(name, out);
+            reply::bulk(value.as_bytes(), out);
+        }
     }
 
     /// MGET (`values`: an array of each key's value or null) or EXISTS (how many are there)
