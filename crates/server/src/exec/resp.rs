@@ -51,24 +51,6 @@ fn glob(pattern: &[u8], name: &[u8]) -> bool {
     pattern[p.min(pattern.len())..].iter().all(|&byte| byte == b'*')
 }
 
-#[cfg(test)]
-mod tests {
-    use super::glob;
-
-    #[test]
-    fn globs_match_as_redis_servers_stringmatch_does_without_case() {
-        assert!(glob(b"maxmemory*", b"maxmemory-policy"));
-        assert!(glob(b"MAXMEMORY", b"maxmemory"));
-        assert!(glob(b"*", b""));
-        assert!(glob(b"m?xmem*y", b"maxmemory"));
-        assert!(!glob(b"maxmemory", b"maxmemory-policy"));
-        assert!(!glob(b"*z", b"save"));
-        // A long run of stars stays linear.
-        let stars = vec![b'*'; 10_000];
-        assert!(!glob(&[&stars[..], b"q"].concat(), b"maxmemory-policy"));
-    }
-}
-
 impl Engine {
     /// Runs a RESP frame that is not a single-key command.
     pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) -> Exec {
@@ -179,5 +161,23 @@ impl Engine {
         if !values {
             reply::integer(present, out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    #[test]
+    fn globs_match_as_redis_servers_stringmatch_does_without_case() {
+        assert!(glob(b"maxmemory*", b"maxmemory-policy"));
+        assert!(glob(b"MAXMEMORY", b"maxmemory"));
+        assert!(glob(b"*", b""));
+        assert!(glob(b"m?xmem*y", b"maxmemory"));
+        assert!(!glob(b"maxmemory", b"maxmemory-policy"));
+        assert!(!glob(b"*z", b"save"));
+        // A long run of stars stays linear.
+        let stars = vec![b'*'; 10_000];
+        assert!(!glob(&[&stars[..], b"q"].concat(), b"maxmemory-policy"));
     }
 }
