@@ -196,6 +196,91 @@ fn half_sent_binary_and_meta_values_are_bounded_the_same_way() {
     }
 }
 
+/// The Redis protocol's half-sent bulk strings are held to the same budget: past it a request is
+/// refused with redis-server's OOM error and its connection closed.
+#[test]
+fn half_sent_resp_values_are_bounded_the_same_way() {
+    let _measuring = measuring();
+    const LEN: usize = 1_000_000;
+    let body = vec![b'v'; LEN - 1];
+    let resp_port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let listen = format!("proto[resp]:127.0.0.1:{resp_port}");
+    let server = quicksilver(&["-t", "1", "-m", "8", "-U", "0", "-l", &listen]);
+    let head = |index: usize| format!("*3\r\n$3\r\nSET\r\n$4\r\nr{index:03}\r\n${LEN}\r\n").into_bytes();
+    let before = rss_bytes(server.pid());
+    let held = half_send_until_closed(resp_port, 150, &head, &body);
+    let grown = rss_bytes(server.pid()).saturating_sub(before);
+    assert!(grown <= budget(8, 1 << 20) + 8 * MIB, "RSS grew {grown}");
+    // memcached's clients are served beside them.
+    eprintln!("resp: well-behaved p99 beside the attack {:?}", well_behaved(server.port, 100));
+    let refused = stat(&mut server.connect(), "store_no_memory");
+    assert!(refused >= 140, "{refused} refused");
+    // A refused connection was told why, then closed.
+    let mut told = 0;
+    for mut stream in held {
+        stream.set_nonblocking(false).expect("blocking");
+        stream.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
+        if !reply.is_empty() {
+            assert_eq!(reply, qs_proto_oom(), "{}", String::from_utf8_lossy(&reply));
+            told += 1;
+        }
+    }
+    assert!(told >= 140, "{told} told");
+}
+
+/// As [`half_send`], but a connection the server closes (or resets) is done with at once.
+fn half_send_until_closed(
+    port: u16,
+    count: usize,
+    head: &dyn Fn(usize) -> Vec<u8>,
+    body: &[u8],
+) -> Vec<TcpStream> {
+    let mut streams: Vec<(TcpStream, usize, bool)> = (0..count)
+        .map(|index| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            stream.write_all(&head(index)).expect("head");
+            stream.set_nonblocking(true).expect("nonblocking");
+            (stream, 0, false)
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while streams.iter().any(|(_, done, closed)| !closed && *done < body.len()) && Instant::now() < deadline {
+        let mut progressed = false;
+        for (stream, done, closed) in
+            streams.iter_mut().filter(|(_, done, closed)| !closed && *done < body.len())
+        {
+            match stream.write(&body[*done..(*done + (256 << 10)).min(body.len())]) {
+                Ok(n) => {
+                    *done += n;
+                    progressed |= n > 0;
+                }
+                Err(error) if error.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => *closed = true,
+            }
+        }
+        if !progressed {
+            // A refused connection is closed only after the server has read this far: one
+            // that cannot send may be waiting for that.
+            let mut probe = [0u8; 1];
+            for (stream, _, closed) in streams.iter_mut().filter(|(_, _, closed)| !closed) {
+                if stream.peek(&mut probe).is_ok() {
+                    *closed = true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    streams.into_iter().map(|(stream, _, _)| stream).collect()
+}
+
+fn qs_proto_oom() -> &'static [u8] {
+    b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+}
+
 #[test]
 fn a_few_huge_half_sent_values_take_no_more_than_the_budget() {
     let _measuring = measuring();

@@ -17,12 +17,25 @@ pub(super) fn long_store(dialect: Dialect, pending: &[u8]) -> Option<usize> {
     if pending.len() < READ_BUFFER_BYTES / 2 {
         return None;
     }
+    if dialect == Dialect::Resp {
+        // Any long request: its first long argument's bytes are reserved.
+        return qs_proto::resp::arriving_len(pending).filter(|&len| len > READ_BUFFER_BYTES);
+    }
     match dialect.parse(pending, &HEADER_ONLY) {
         Parsed::Request { request, len } if len > READ_BUFFER_BYTES => {
             codec::oversized_store(&request, &HEADER_ONLY).map(|_| len)
         }
         _ => None,
     }
+}
+
+/// A long RESP request the budget has no room for: redis-server's answer when maxmemory is
+/// reached, and the connection closes (the rest of the request's arguments are not known, so
+/// its bytes cannot be skipped). All of `pending` is done with.
+pub(super) fn refuse_resp(pending: &[u8], engine: &mut Engine, output: &mut Output) -> usize {
+    engine.counters.store_no_memory += 1;
+    output.reply_buf().extend_from_slice(qs_proto::resp::reply::OOM);
+    pending.len()
 }
 
 /// Answers the store at the front of `pending` as refused for want of memory, as memcached

@@ -220,6 +220,10 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             // budget before they arrive, or it is refused and they are swallowed.
             if input.afford(len, turn.buffers) {
                 input.hold_frame(len, !on_ring);
+            } else if turn.dialect == Dialect::Resp {
+                *turn.executed = true;
+                consumed = budget::refuse_resp(input.pending(), turn.engine, turn.output);
+                turn.state.close();
             } else {
                 *turn.executed = true;
                 consumed = budget::refuse_store(
