@@ -108,10 +108,10 @@ else
     echo "SKIPPED: Miri is not installable on this machine (nightly toolchain unavailable)"
 fi
 
-step "fuzz the parsers (text, meta, binary, native, UDP framing), the auth gates, the config parsers and whole sessions against in-process servers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
+step "fuzz the parsers (text, meta, binary, native, UDP framing, RESP), the auth gates, the config parsers and whole sessions against in-process servers (cargo-fuzz, ${QS_FUZZ_SECONDS:=30} s each)"
 if command -v rustup >/dev/null 2>&1 && rustup run nightly rustc --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
-    for target in text meta binary native udp auth config session; do
+    for target in text meta binary native udp resp auth config session; do
         # New inputs go to a scratch directory; the committed seeds stay as they are.
         scratch=$(mktemp -d)
         status=0

@@ -1,0 +1,54 @@
+//! The Redis protocol's framing and command checks over arbitrary bytes: requests are parsed
+//! one after another as a connection would; every frame's arguments are walked and its
+//! command checked and answered. Invariants: a request never claims more bytes than it was
+//! given (a protocol error takes the rest), a frame has as many arguments as it says, each
+//! inside the buffer, and nothing panics.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use qs_proto::resp::{self, command, reply};
+use qs_proto::{Limits, Parsed, Request};
+
+fuzz_target!(|input: &[u8]| {
+    // A small item limit so the invalid bulk length past it is reached with small inputs.
+    let limits = Limits { item_bytes_max: 100 };
+    let mut rest = input;
+    while !rest.is_empty() {
+        let len = match resp::parse(rest, &limits) {
+            Parsed::Incomplete => {
+                // What is here does not yet frame a request: it says how long it is at least.
+                if let Some(at_least) = resp::arriving_len(rest) {
+                    assert!(at_least > rest.len(), "{at_least} for {} bytes", rest.len());
+                }
+                break;
+            }
+            Parsed::Close => unreachable!("RESP answers every framing error"),
+            Parsed::Refused { len, .. } => len,
+            Parsed::Request { request: Request::Resp(frame), len } => {
+                let range = rest.as_ptr_range();
+                let args: Vec<&[u8]> = frame.args().collect();
+                assert_eq!(args.len(), frame.argc());
+                for arg in &args {
+                    let inside = arg.is_empty() || range.contains(&arg.as_ptr());
+                    assert!(inside && arg.len() <= len, "an argument outside its frame");
+                }
+                let mut out = Vec::new();
+                if let command::Call::Error(refusal) = command::call(&frame) {
+                    reply::refusal(&refusal, &mut out);
+                    assert!(out.starts_with(b"-") && out.ends_with(b"\r\n"));
+                }
+                len
+            }
+            Parsed::Request { request: Request::RespProtocolError(error), len } => {
+                assert_eq!(len, rest.len(), "a protocol error ends the connection's input");
+                let mut out = Vec::new();
+                error.write(&mut out);
+                assert!(out.starts_with(b"-ERR Protocol error: "));
+                len
+            }
+            Parsed::Request { request, .. } => panic!("not a RESP request: {request:?}"),
+        };
+        assert!(len > 0 && len <= rest.len(), "claimed {len} of {} bytes", rest.len());
+        rest = &rest[len..];
+    }
+});
