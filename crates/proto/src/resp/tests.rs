@@ -176,7 +176,7 @@ fn integers_are_read_as_redis_servers_string2ll_reads_them() {
 #[test]
 fn a_request_arriving_says_how_long_it_is_at_least() {
     let mut bytes = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000\r\nvvv".to_vec();
-    assert_eq!(arriving_len(&bytes), Some(26 + 100_000 + 2));
+    assert_eq!(arriving_len(&bytes), Some(29 + 100_000 + 2));
     bytes.truncate(20);
     assert_eq!(arriving_len(&bytes), None, "the bulk's length is not here yet");
     assert_eq!(arriving_len(b"*1\r\n$4\r\nPING\r\n"), None, "whole");
