@@ -27,7 +27,7 @@ pub enum Call<'a> {
     ExistsMany(Frame<'a>),
     /// DBSIZE: how many keys.
     DbSize,
-    /// HELLO [2] (no AUTH, SETNAME): the server's description, in RESP2.
+    /// HELLO, or HELLO 2 (no AUTH, SETNAME): the server's description, in RESP2.
     Hello,
     /// CLIENT ID.
     ClientId,
@@ -250,7 +250,7 @@ fn command(sub: &[u8], argc: usize) -> Call<'_> {
     }
 }
 
-/// How many commands are served ([`TABLE`]).
+/// How many commands are served (the command table's length).
 pub fn served_count() -> usize {
     TABLE.len()
 }
