@@ -140,7 +140,6 @@ impl Engine {
             out.extend_from_slice(b"\r\n");
         }
         let mut present = 0;
-        let mut scratch = Vec::new();
         for key in keys {
             if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
                 // Never stored here: a miss.
@@ -153,9 +152,7 @@ impl Engine {
             if values {
                 self.get(key, &Get::default(), Answer::Resp(RespReply::Bulk), out);
             } else {
-                scratch.clear();
-                self.inspect(key, Answer::Resp(RespReply::Exists), &mut scratch);
-                present += i64::from(scratch.as_slice() == b":1\r\n");
+                present += i64::from(matches!(self.read_unchanged(key), Outcome::Hit(_)));
             }
         }
         if !values {

@@ -151,9 +151,9 @@ impl Engine {
         answer.touch(&outcome, cas, out);
     }
 
-    /// me: the item as it stands, looked at without changing it (through the reader when
-    /// there is one, else a plain get).
-    pub(super) fn inspect(&mut self, key: Key<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
+    /// The item as it stands, read without changing it (through the reader when there is
+    /// one, else a plain get); its value is left in the scratch buffer.
+    pub(super) fn read_unchanged(&mut self, key: Key<'_>) -> Outcome {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         let outcome = match self.shared.map.reader(key.partition) {
@@ -161,6 +161,13 @@ impl Engine {
             None => self.run(key, Command::Get, &mut value),
         };
         self.scratch = value;
+        outcome
+    }
+
+    /// me: the item as it stands, looked at without changing it (through the reader when
+    /// there is one, else a plain get).
+    fn inspect(&mut self, key: Key<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
+        let outcome = self.read_unchanged(key);
         let found = match &outcome {
             Outcome::Hit(hit) => Some((hit, self.cas_out(hit.cas), debug_size(key.len(), hit.value_len))),
             _ => None,

@@ -548,12 +548,7 @@ impl Partition {
         cas: u64,
         now_secs: u32,
     ) -> Outcome {
-        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
-            if decrement {
-                self.stats.decr_misses += 1;
-            } else {
-                self.stats.incr_misses += 1;
-            }
+        let Some(found) = self.counter(hash, key, decrement, now_secs) else {
             return Outcome::NotFound;
         };
         let header = found.header;
@@ -565,10 +560,7 @@ impl Partition {
         if cas != 0 && self.shared.cas_unique(found.header.word0.cas_seq()) != cas {
             return Outcome::Exists;
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let value_at = header.key_start() + header.word0.key_len();
-        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        let mut scratch = self.counter_value(&found);
         let Some(number) = parse_counter(&scratch) else {
             self.scratch = scratch;
             return Outcome::NonNumeric;
@@ -601,22 +593,37 @@ impl Partition {
         }
     }
 
-    /// [`Command::Count`]: a signed counter, as Redis keeps one.
-    pub(super) fn count(&mut self, hash: KeyHash, key: &[u8], by: i64, now_secs: u32) -> Outcome {
+    /// The counter `key` names, if there is one; a miss counts as an incr's or a decr's.
+    fn counter(&mut self, hash: KeyHash, key: &[u8], decrement: bool, now_secs: u32) -> Option<Found> {
         let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
-            if by < 0 {
+            if decrement {
                 self.stats.decr_misses += 1;
             } else {
                 self.stats.incr_misses += 1;
             }
+            return None;
+        };
+        Some(found)
+    }
+
+    /// A counter's value, read into the partition's scratch buffer (taken: the caller puts it
+    /// back).
+    fn counter_value(&mut self, found: &Found) -> Vec<u8> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let value_at = found.header.key_start() + found.header.word0.key_len();
+        self.shared.log.read_bytes(found.offset, value_at, found.header.word1.value_len(), &mut scratch);
+        scratch
+    }
+
+    /// [`Command::Count`]: a signed counter, as Redis keeps one.
+    pub(super) fn count(&mut self, hash: KeyHash, key: &[u8], by: i64, now_secs: u32) -> Outcome {
+        let Some(found) = self.counter(hash, key, by < 0, now_secs) else {
             return Outcome::NotFound;
         };
         let header = found.header;
         let old_len = header.word1.value_len();
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        let value_at = header.key_start() + header.word0.key_len();
-        self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
+        let mut scratch = self.counter_value(&found);
         let number = crate::item::parse_signed_counter(&scratch);
         let Some(value) = number.map(|number| number.checked_add(by)) else {
             self.scratch = scratch;
