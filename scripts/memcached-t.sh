@@ -92,16 +92,8 @@ fi
 if [ ! -f "$src/t/lib/MemcachedTest.pm" ]; then
     step "fetching memcached 1.6.18's source (Debian source package) into $cache"
     mkdir -p "$cache"
-    ours=/etc/apt/sources.list.d/quicksilver-deb-src.sources
-    if [ -f "$ours" ] || ! grep -rqsE '^(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-        # apt refuses two entries for one archive whose Signed-By differ: take the deb entry's.
-        signed=$(grep -hs -m1 '^Signed-By:' /etc/apt/sources.list.d/debian.sources || true)
-        printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: main\n%s\n' \
-            "$codename" "$codename" "$signed" | $SUDO tee "$ours" >/dev/null
-    fi
     command -v dpkg-source >/dev/null 2>&1 || need_dpkg_dev=1
-    $SUDO apt-get update -q >/dev/null
+    bash scripts/deb-src.sh
     if [ -n "${need_dpkg_dev:-}" ]; then
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q dpkg-dev >/dev/null
     fi

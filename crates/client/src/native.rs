@@ -447,7 +447,8 @@ impl<D: Datagrams> NativeClient<D> {
             let mut request = op.request();
             request.request_id = self.next_id;
             self.next_id = self.next_id.wrapping_add(1).max(1);
-            request.keyhash = xxhash_rust::xxh3::xxh3_64(request.key);
+            // The server's keyhash: a hash-tagged key's partition is its tag's.
+            request.keyhash = qs_store::KeyHash::of(request.key).0;
             if request.key.is_empty() || request.key.len() > wire::KEY_BYTES_MAX {
                 results[index] = Some(Err(Error::BadKey));
             } else if wire::HEADER_BYTES + request.encoded_len() > self.datagram_max() {

@@ -59,7 +59,8 @@ impl Conn {
 /// Which worker owns which partition, and how keys map to partitions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionMap {
-    /// A key's partition is its xxh3-64's top `partition_bits` bits.
+    /// A key's partition is its keyhash's top `partition_bits` bits (`qs_store::KeyHash`:
+    /// xxh3-64, a hash-tagged key's taken from its tag).
     pub partition_bits: u32,
     /// Owner worker of each partition.
     pub owners: Vec<usize>,
@@ -67,9 +68,7 @@ pub struct PartitionMap {
 
 impl PartitionMap {
     fn worker_of(&self, key: &[u8]) -> usize {
-        let hash = xxhash_rust::xxh3::xxh3_64(key);
-        let partition =
-            if self.partition_bits == 0 { 0 } else { (hash >> (64 - self.partition_bits)) as usize };
+        let partition = qs_store::KeyHash::of(key).partition(self.partition_bits);
         self.owners[partition]
     }
 }

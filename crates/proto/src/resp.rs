@@ -9,6 +9,7 @@
 //! Which commands a frame names, their arity and options: [`command`]. Replies: [`reply`].
 
 pub mod command;
+pub mod owned;
 pub mod reply;
 #[cfg(test)]
 mod tests;

@@ -398,13 +398,120 @@ fn commands_out_of_scope_get_the_unknown_command_error_and_unserved_forms_say_so
     // Forms of the commands served that this server does not serve yet are refused by name,
     // never answered wrongly.
     for (request, error) in [
-        (frame(&["EXPIRE", "c", "10", "NX"]), "-ERR EXPIRE's NX, XX, GT and LT are not served yet\r\n"),
-        (frame(&["DEL", "a", "b"]), "-ERR DEL and UNLINK of several keys are not served yet\r\n"),
-        (frame(&["SET", "k", "v", "GET"]), "-ERR SET with GET is not served yet\r\n"),
         (frame(&["HELLO", "3"]), "-NOPROTO sorry, this protocol version is not supported.\r\n"),
+        (frame(&["FUNCTION", "LIST"]), "-ERR functions are not served (no scripting)\r\n"),
     ] {
         assert_eq!(String::from_utf8_lossy(&call(&mut client, &request)), error);
     }
+}
+
+#[test]
+fn commands_that_read_then_write_a_key_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["SET", "k", "v1"][..],
+        &["GETDEL", "k"],
+        &["GETDEL", "k"],
+        &["GETSET", "k", "v2"],
+        &["GETSET", "k", "v3"],
+        &["SET", "k", "v4", "GET"],
+        &["SET", "nope", "v", "XX", "GET"],
+        &["SET", "k", "v5", "NX", "GET"],
+        &["SET", "fresh", "v", "NX", "GET"],
+        &["GET", "k"],
+        &["SET", "t", "v", "EX", "100"],
+        &["SET", "t", "w", "KEEPTTL"],
+        &["TTL", "t"],
+        &["SET", "t", "x", "KEEPTTL", "EX", "5"],
+        &["GETEX", "t", "PERSIST"],
+        &["TTL", "t"],
+        &["GETEX", "t", "EX", "50"],
+        &["TTL", "t"],
+        &["GETEX", "t", "EX", "0"],
+        &["GETEX", "t", "EX", "5", "PX", "5000"],
+        &["GETEX", "nope", "EX", "5"],
+        &["PERSIST", "t"],
+        &["PERSIST", "t"],
+        &["PERSIST", "nope"],
+        &["EXPIRE", "t", "100", "XX"],
+        &["EXPIRE", "t", "100", "NX"],
+        &["TTL", "t"],
+        &["EXPIRE", "t", "50", "GT"],
+        &["EXPIRE", "t", "200", "GT"],
+        &["TTL", "t"],
+        &["EXPIRE", "t", "300", "LT"],
+        &["EXPIRE", "t", "30", "LT", "XX"],
+        &["TTL", "t"],
+        &["EXPIRE", "t", "30", "NX", "XX"],
+        &["EXPIRE", "t", "30", "GT", "LT"],
+        &["EXPIRE", "t", "30", "YY"],
+        &["EXPIREAT", "t", "4000000000"],
+        &["EXPIRETIME", "t"],
+        &["PEXPIRETIME", "t"],
+        &["EXPIRETIME", "k"],
+        &["EXPIRETIME", "nope"],
+        &["EXPIRE", "t", "-1", "LT"],
+        &["EXISTS", "t"],
+        &["SET", "s", "Hello World"],
+        &["GETRANGE", "s", "0", "3"],
+        &["GETRANGE", "s", "-3", "-1"],
+        &["GETRANGE", "s", "5", "3"],
+        &["GETRANGE", "s", "x", "3"],
+        &["GETRANGE", "nope", "0", "-1"],
+        &["SUBSTR", "s", "0", "4"],
+        &["SETRANGE", "s", "6", "Redis"],
+        &["GET", "s"],
+        &["SETRANGE", "pad", "5", "x"],
+        &["GET", "pad"],
+        &["SETRANGE", "empty", "5", ""],
+        &["EXISTS", "empty"],
+        &["SETRANGE", "s", "-1", "x"],
+        &["SET", "f", "10.5"],
+        &["INCRBYFLOAT", "f", "0.25"],
+        &["INCRBYFLOAT", "f", "-5"],
+        &["INCRBYFLOAT", "f", "5.0e3"],
+        &["INCRBYFLOAT", "newf", "3"],
+        &["INCRBYFLOAT", "s", "1"],
+        &["INCRBYFLOAT", "f", "abc"],
+        &["INCRBYFLOAT", "f", "inf"],
+        &["MSET", "a", "1", "b", "2", "c", "3"],
+        &["MGET", "a", "b", "c"],
+        &["MSET", "a", "1", "b"],
+        &["DEL", "a", "b", "nope", "a"],
+        &["EXISTS", "a", "b", "c"],
+        &["UNLINK", "c", "c"],
+        &["MSETNX", "x{t}", "1", "y{t}", "2"],
+        &["MSETNX", "x{t}", "3", "z{t}", "4"],
+        &["MGET", "x{t}", "y{t}", "z{t}"],
+        &["DBSIZE"],
+        &["FLUSHALL"],
+        &["DBSIZE"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+}
+
+#[test]
+fn info_lists_redis_servers_sections_and_fields() {
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    let mut client = connect(port);
+    call(&mut client, &frame(&["SET", "a", "v"]));
+    call(&mut client, &frame(&["GET", "a"]));
+    call(&mut client, &frame(&["GET", "nope"]));
+    let info = String::from_utf8(call(&mut client, &frame(&["INFO"]))).expect("text");
+    for field in [
+        "# Server\r\nredis_version:7.0.15\r\n",
+        "\r\nconnected_clients:1\r\n",
+        "\r\nmaxmemory_policy:allkeys-lru\r\n",
+        "\r\nkeyspace_hits:1\r\n",
+        "\r\nkeyspace_misses:1\r\n",
+        "\r\n# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n",
+    ] {
+        assert!(info.contains(field), "{field:?} in {info}");
+    }
+    let cpu = String::from_utf8(call(&mut client, &frame(&["INFO", "cpu"]))).expect("text");
+    assert!(cpu.contains("# CPU\r\nused_cpu_sys:") && !cpu.contains("used_memory"), "{cpu}");
 }
 
 #[test]
@@ -425,7 +532,7 @@ fn a_value_past_the_item_size_limit_is_refused_at_its_length_and_one_under_it_is
 }
 
 #[test]
-fn dbsize_counts_the_keys_as_memcacheds_curr_items_does() {
+fn dbsize_counts_the_keys_as_memcacheds_curr_items_does_and_none_after_a_flush() {
     let (_server, port) = quicksilver(&["-t", "1"]);
     let mut client = connect(port);
     for key in ["a", "b", "c"] {
@@ -435,6 +542,8 @@ fn dbsize_counts_the_keys_as_memcacheds_curr_items_does() {
     assert_eq!(call(&mut client, &frame(&["DBSIZE"])), b":3\r\n");
     call(&mut client, &frame(&["DEL", "b"]));
     assert_eq!(call(&mut client, &frame(&["DBSIZE"])), b":2\r\n");
+    call(&mut client, &frame(&["FLUSHALL"]));
+    assert_eq!(call(&mut client, &frame(&["DBSIZE"])), b":0\r\n");
 }
 
 #[test]

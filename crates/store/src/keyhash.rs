@@ -18,15 +18,38 @@ pub const TAG_BITS: u32 = 16;
 /// A slot's tag with this bit set points at the flash tier, not the DRAM log.
 pub const FLASH_TAG: u16 = 0x8000;
 
+/// The most partition bits a server uses (4,096 partitions).
+pub const PARTITION_BITS_MAX: u32 = 12;
+/// The bits of a tagged key's hash taken from its tag's: the partition's, never a bucket's
+/// (buckets would need more than 2^36 of them to reach these bits).
+const TAGGED_BITS: u64 = !(u64::MAX >> PARTITION_BITS_MAX);
+
+/// A key's hash tag as Redis Cluster reads one: the bytes between its first `{` and the
+/// first `}` after it, if there are any.
+#[inline(always)]
+pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = memchr::memchr(b'{', key)?;
+    let rest = &key[open + 1..];
+    let close = memchr::memchr(b'}', rest)?;
+    (close > 0).then(|| &rest[..close])
+}
+
 /// A key's 64-bit hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KeyHash(pub u64);
 
 impl KeyHash {
-    /// Hashes `key` with xxh3-64.
+    /// Hashes `key` with xxh3-64; a key with a hash tag (Redis Cluster's `{...}`:
+    /// [`hash_tag`]) takes its top [`PARTITION_BITS_MAX`] bits from the tag's hash instead, so
+    /// keys sharing a tag share a partition (and a worker: a write of several of them runs on
+    /// one) while their buckets and tags stay the keys' own.
     #[inline(always)]
     pub fn of(key: &[u8]) -> KeyHash {
-        KeyHash(xxhash_rust::xxh3::xxh3_64(key))
+        let hash = xxhash_rust::xxh3::xxh3_64(key);
+        match hash_tag(key) {
+            None => KeyHash(hash),
+            Some(tag) => KeyHash(xxhash_rust::xxh3::xxh3_64(tag) & TAGGED_BITS | hash & !TAGGED_BITS),
+        }
     }
 
     /// The partition among `1 << partition_bits`.
@@ -71,6 +94,20 @@ mod tests {
         assert_eq!(KeyHash(0xFFFF_0000).tag(), 1, "tag 0 maps to 1");
         assert_eq!(KeyHash(0x8000).tag(), 1, "the flash bit is not a tag bit");
         assert_eq!(KeyHash(0xF00D).tag(), 0x700D);
+    }
+
+    #[test]
+    fn keys_sharing_a_hash_tag_share_their_partition_bits_only() {
+        assert_eq!(hash_tag(b"user:{42}:name"), Some(&b"42"[..]));
+        assert_eq!(hash_tag(b"{a}{b}"), Some(&b"a"[..]));
+        assert_eq!(hash_tag(b"a{}b{c}"), None, "an empty tag is no tag (Redis Cluster's rule)");
+        assert_eq!(hash_tag(b"a}b{c"), None);
+        assert_eq!(hash_tag(b"plain"), None);
+        let (one, two) = (KeyHash::of(b"x{t}"), KeyHash::of(b"y{t}"));
+        assert_eq!(one.partition(PARTITION_BITS_MAX), two.partition(PARTITION_BITS_MAX));
+        assert_eq!(one.partition(PARTITION_BITS_MAX), KeyHash::of(b"t").partition(PARTITION_BITS_MAX));
+        assert_ne!((one.bucket(usize::MAX >> 28), one.tag()), (two.bucket(usize::MAX >> 28), two.tag()));
+        assert_eq!(one.0 & !TAGGED_BITS, xxhash_rust::xxh3::xxh3_64(b"x{t}") & !TAGGED_BITS);
     }
 
     #[test]

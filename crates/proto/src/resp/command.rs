@@ -3,6 +3,7 @@
 //! command on one key becomes the one vocabulary's [`Command`], answered in RESP
 //! ([`Answer::Resp`]); the connection's own commands are answered where they run.
 
+use super::owned::{self, Owned};
 use super::Frame;
 pub use crate::command::RespReply as Reply;
 use crate::command::{Answer, Command, Delete, Get, Op, Store};
@@ -42,6 +43,21 @@ pub enum Call<'a> {
     Fixed(&'static [u8]),
     /// FLUSHALL or FLUSHDB (SYNC or ASYNC alike): every key goes.
     Flush,
+    /// A command on one key run at its owner as a few steps (read, then write).
+    Owned(Owned<'a>),
+    /// DEL or UNLINK of several keys: how many of them went.
+    DelMany(Frame<'a>),
+    /// MSET, or MSETNX (`nx`: none is stored if one is there): the frame's key-value pairs.
+    Mset {
+        /// The frame.
+        frame: Frame<'a>,
+        /// MSETNX.
+        nx: bool,
+    },
+    /// TIME: the unix time, seconds and microseconds.
+    Time,
+    /// INFO of these sections (the frame's arguments after the name; none: the default).
+    Info(Frame<'a>),
     /// Refused: the reply's text after `-`.
     Error(Refusal<'a>),
 }
@@ -71,6 +87,8 @@ pub enum Refusal<'a> {
     NoProto,
     /// `WRONGPASS invalid username-password pair or user is disabled.`
     WrongPass,
+    /// `ERR Unsupported option <option>` (EXPIRE's).
+    UnsupportedOption(&'a [u8]),
     /// `ERR unknown subcommand '<sub>'. Try <COMMAND> HELP.`
     UnknownSubcommand(Frame<'a>),
     /// `ERR wrong number of arguments for '<command>|<sub>' command`.
@@ -80,8 +98,8 @@ pub enum Refusal<'a> {
 /// Seconds memcached reads as relative (up to 30 days); more is a unix time.
 const RELATIVE_SECS_MAX: i64 = 60 * 60 * 24 * 30;
 
-/// What `frame` asks.
-pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
+/// What `frame` asks; `item_max` is the item size limit (-I), which bounds SETRANGE.
+pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
     let mut args = frame.args();
     let name = args.next().unwrap_or_default();
     let argc = frame.argc();
@@ -107,9 +125,7 @@ pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
         "set" => set(first, frame.args().skip(3)),
         "setnx" => key(first[0], store(StoreMode::Add, first[1], 0), Reply::StoredInteger),
         "setex" | "psetex" => setex(spelled, first),
-        "del" | "unlink" if argc > 2 => {
-            Call::Error(Refusal::Unsupported("DEL and UNLINK of several keys are not served yet"))
-        }
+        "del" | "unlink" if argc > 2 => Call::DelMany(*frame),
         "del" | "unlink" => key(first[0], Op::Delete(Delete::default()), Reply::Deleted),
         "exists" if argc > 2 => Call::ExistsMany(*frame),
         "exists" => key(first[0], Op::Inspect, Reply::Exists),
@@ -124,9 +140,25 @@ pub fn call<'a>(frame: &Frame<'a>) -> Call<'a> {
         "client" => client(frame, first[0], argc),
         "config" => config(frame, first[0], argc),
         "command" => command(first[0], argc),
+        "function" => function(frame, first[0], argc),
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
-        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first, argc),
+        "expire" | "pexpire" | "expireat" | "pexpireat" if argc > 3 => {
+            owned::expire_when(spelled, frame, Unit::of_expire(spelled))
+        }
+        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first),
+        "getdel" => owned::getdel(first[0]),
+        "getset" => owned::getset(first[0], first[1]),
+        "getex" => getex(first[0], frame),
+        "persist" => owned::persist(first[0]),
+        "expiretime" | "pexpiretime" => owned::expiretime(first[0], spelled == "pexpiretime"),
+        "getrange" | "substr" => owned::getrange(first[0], first[1], first[2]),
+        "setrange" => owned::setrange(first[0], first[1], frame.arg(3).unwrap_or_default(), item_max),
+        "incrbyfloat" => owned::incrbyfloat(first[0], first[1]),
+        "mset" | "msetnx" if argc % 2 == 0 => Call::Error(Refusal::Arity(spelled)),
+        "mset" | "msetnx" => Call::Mset { frame: *frame, nx: spelled == "msetnx" },
+        "time" => Call::Time,
+        "info" => Call::Info(*frame),
         "incr" => key(first[0], Op::Count { by: 1 }, Reply::Counter),
         "decr" => key(first[0], Op::Count { by: -1 }, Reply::Counter),
         "incrby" => count(first[0], first[1], false),
@@ -158,6 +190,7 @@ const TABLE: &[(&str, i32)] = &[
     ("client", -2),
     ("config", -2),
     ("command", -1),
+    ("function", -2),
     ("flushall", -1),
     ("flushdb", -1),
     ("ttl", 2),
@@ -170,6 +203,20 @@ const TABLE: &[(&str, i32)] = &[
     ("incrby", 3),
     ("decr", 2),
     ("decrby", 3),
+    ("getdel", 2),
+    ("getset", 3),
+    ("getex", -2),
+    ("persist", 2),
+    ("expiretime", 2),
+    ("pexpiretime", 2),
+    ("getrange", 4),
+    ("substr", 4),
+    ("setrange", 4),
+    ("incrbyfloat", 3),
+    ("mset", -3),
+    ("msetnx", -3),
+    ("time", 1),
+    ("info", -1),
 ];
 
 fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {
@@ -250,6 +297,21 @@ fn command(sub: &[u8], argc: usize) -> Call<'_> {
     }
 }
 
+/// FUNCTION FLUSH [ASYNC|SYNC]: there are no functions (scripting is not served), so there is
+/// nothing to flush; other subcommands are refused by name.
+fn function<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    if !sub.eq_ignore_ascii_case(b"flush") {
+        return Call::Error(Refusal::Unsupported("functions are not served (no scripting)"));
+    }
+    let mode = frame.arg(2).unwrap_or_default();
+    match argc {
+        2 => Call::Accepted,
+        3 if mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async") => Call::Accepted,
+        3 => Call::Error(Refusal::Message("FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        _ => Call::Error(Refusal::SubcommandArity(*frame)),
+    }
+}
+
 /// How many commands are served (the command table's length).
 pub fn served_count() -> usize {
     TABLE.len()
@@ -277,7 +339,7 @@ fn select(index: &[u8]) -> Call<'_> {
 /// `parseExtendedStringArgumentsOrReply` does (each option once, exclusive ones refused).
 fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call<'a> {
     let (mut mode, mut expiry) = (StoreMode::Set, None::<(&[u8], Unit)>);
-    let mut keep_ttl = false;
+    let (mut keep_ttl, mut get) = (false, false);
     let mut options = options.peekable();
     while let Some(option) = options.next() {
         let next = options.peek().copied();
@@ -287,7 +349,7 @@ fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call
         } else if is("xx") && mode != StoreMode::Add {
             mode = StoreMode::Replace;
         } else if is("get") {
-            return Call::Error(Refusal::Unsupported("SET with GET is not served yet"));
+            get = true;
         } else if is("keepttl") && expiry.is_none() {
             keep_ttl = true;
         } else if let (Some(unit), Some(value), false) = (Unit::named(option), next, keep_ttl) {
@@ -301,9 +363,6 @@ fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call
             return Call::Error(Refusal::Syntax);
         }
     }
-    if keep_ttl {
-        return Call::Error(Refusal::Unsupported("SET with KEEPTTL is not served yet"));
-    }
     let exptime = match expiry {
         None => 0,
         Some((value, unit)) => match exptime(value, unit, "set") {
@@ -311,7 +370,42 @@ fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call
             Err(refusal) => return Call::Error(refusal),
         },
     };
+    if keep_ttl || get {
+        let exptime = (!keep_ttl).then_some(exptime);
+        return owned::set_owned((args[0], args[1]), mode, exptime, get);
+    }
     key(args[0], store(mode, args[1], exptime), Reply::Ok)
+}
+
+/// GETEX key [EX s|PX ms|EXAT t|PXAT ms-t|PERSIST]: a get, touching when asked (PERSIST: no
+/// expiry); options as t_string.c's `parseExtendedStringArgumentsOrReply` reads GETEX's.
+fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
+    let mut options = frame.args().skip(2);
+    let mut expiry = None::<(&[u8], Unit)>;
+    let mut persist = false;
+    while let Some(option) = options.next() {
+        if option.eq_ignore_ascii_case(b"persist") && expiry.is_none() {
+            persist = true;
+            continue;
+        }
+        // The same unit again replaces the first, as in SET.
+        let (Some(unit), false) = (Unit::named(option), persist) else {
+            return Call::Error(Refusal::Syntax);
+        };
+        match options.next() {
+            Some(value) if !expiry.is_some_and(|(_, before)| before != unit) => expiry = Some((value, unit)),
+            _ => return Call::Error(Refusal::Syntax),
+        }
+    }
+    let touch = match (expiry, persist) {
+        (_, true) => Some(0),
+        (None, false) => None,
+        (Some((value, unit)), false) => match exptime(value, unit, "getex") {
+            Ok(exptime) => Some(exptime),
+            Err(refusal) => return Call::Error(refusal),
+        },
+    };
+    key(key_bytes, Op::Get(Get { touch, ..Get::default() }), Reply::Bulk)
 }
 
 /// SETEX key seconds value, PSETEX key milliseconds value.
@@ -325,16 +419,8 @@ fn setex<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
 
 /// EXPIRE key seconds, PEXPIRE key ms, EXPIREAT key unix-seconds, PEXPIREAT key unix-ms: a
 /// touch; a time not in the future expires the key at once (redis-server deletes it).
-fn expire<'a>(name: &'static str, args: [&'a [u8]; 3], argc: usize) -> Call<'a> {
-    if argc > 3 {
-        return Call::Error(Refusal::Unsupported("EXPIRE's NX, XX, GT and LT are not served yet"));
-    }
-    let unit = match name {
-        "expire" => Unit::Seconds,
-        "pexpire" => Unit::Millis,
-        "expireat" => Unit::UnixSeconds,
-        _ => Unit::UnixMillis,
-    };
+fn expire<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
+    let unit = Unit::of_expire(name);
     let Some(value) = integer(args[1]) else {
         return Call::Error(Refusal::NotInteger);
     };
@@ -356,7 +442,7 @@ fn count<'a>(key_bytes: &'a [u8], by: &[u8], negate: bool) -> Call<'a> {
 
 /// An expiry's unit and whether it is absolute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Unit {
+pub(super) enum Unit {
     Seconds,
     Millis,
     UnixSeconds,
@@ -364,6 +450,16 @@ enum Unit {
 }
 
 impl Unit {
+    /// EXPIRE's (seconds), PEXPIRE's, EXPIREAT's or PEXPIREAT's.
+    pub(super) fn of_expire(name: &str) -> Unit {
+        match name {
+            "expire" => Unit::Seconds,
+            "pexpire" => Unit::Millis,
+            "expireat" => Unit::UnixSeconds,
+            _ => Unit::UnixMillis,
+        }
+    }
+
     fn named(option: &[u8]) -> Option<Unit> {
         [("ex", Unit::Seconds), ("px", Unit::Millis), ("exat", Unit::UnixSeconds), ("pxat", Unit::UnixMillis)]
             .into_iter()
@@ -375,7 +471,7 @@ impl Unit {
 /// A Redis expiry as memcached's exptime: up to 30 days relative seconds, else a unix time;
 /// milliseconds round up to the next second (the store keeps seconds). One in the past is
 /// -1: memcached's already expired. The clock is read only for an absolute or long expiry.
-fn exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
+pub(super) fn exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
     let value = integer(value).ok_or(Refusal::NotInteger)?;
     let too_long = matches!(unit, Unit::Seconds | Unit::UnixSeconds) && value > i64::MAX / 1000;
     if value <= 0 || too_long {

@@ -42,7 +42,7 @@ pub fn bulk_head(len: usize, out: &mut Vec<u8>) {
 }
 
 /// What a failed outcome says, if it is one of the store's refusals.
-fn refused(outcome: &Outcome) -> Option<&'static [u8]> {
+pub fn refused(outcome: &Outcome) -> Option<&'static [u8]> {
     match outcome {
         Outcome::TooLarge => Some(TOO_LARGE),
         Outcome::OutOfMemory => Some(OOM),
@@ -52,7 +52,7 @@ fn refused(outcome: &Outcome) -> Option<&'static [u8]> {
 }
 
 /// A store's reply; `size` is the value's length once stored (APPEND's answer).
-pub(crate) fn store(reply: Reply, outcome: &Outcome, size: usize, out: &mut Vec<u8>) {
+pub fn store(reply: Reply, outcome: &Outcome, size: usize, out: &mut Vec<u8>) {
     if let Some(text) = refused(outcome) {
         return out.extend_from_slice(text);
     }
@@ -148,6 +148,13 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
         }
         Refusal::WrongPass => {
             out.extend_from_slice(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+        }
+        Refusal::UnsupportedOption(option) => {
+            let start = out.len();
+            out.extend_from_slice(b"-ERR Unsupported option ");
+            out.extend_from_slice(option);
+            spaces_for_line_ends(&mut out[start + 1..]);
+            out.extend_from_slice(b"\r\n");
         }
         Refusal::UnknownSubcommand(frame) => {
             let (name, sub) = (frame.arg(0).unwrap_or_default(), frame.arg(1).unwrap_or_default());

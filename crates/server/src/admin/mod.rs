@@ -1,5 +1,6 @@
 //! Commands that touch no key: `version`, `stats` in all its groups and `stats settings`.
 
+pub mod info;
 pub mod stats;
 
 /// The version we report: memcached's, whose behaviour we follow (clients pick features by

@@ -17,6 +17,8 @@ mod admin;
 mod flash;
 mod get;
 mod resp;
+mod resp_keys;
+mod resp_owned;
 mod route;
 mod run;
 mod sample;
@@ -381,8 +383,8 @@ impl Engine {
                 command: qs_proto::binary::Command::Flush { exptime, .. },
                 ..
             }) => self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), false),
-            // A RESP FLUSHALL or FLUSHDB, the only frames routed to every worker.
-            Request::Resp(_) => self.flush_local(0, false),
+            // A RESP FLUSHALL or FLUSHDB, or a write of several keys: this worker's part.
+            Request::Resp(ref frame) => self.resp_everywhere(frame),
             _ => debug_assert!(false, "not a command for every worker: {request:?}"),
         }
     }

@@ -27,6 +27,14 @@ fn hello(id: i32, out: &mut Vec<u8>) {
     out.extend_from_slice(b"*0\r\n");
 }
 
+/// TIME: the unix time as two bulk strings, seconds and microseconds.
+fn time(out: &mut Vec<u8>) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    out.extend_from_slice(b"*2\r\n");
+    reply::bulk(now.as_secs().to_string().as_bytes(), out);
+    reply::bulk(now.subsec_micros().to_string().as_bytes(), out);
+}
+
 /// redis-server's `stringmatch` without case for `*` and `?` (a bracket or backslash matches
 /// itself): one backtracking point, the last `*`, so time is at most pattern times name.
 fn glob(pattern: &[u8], name: &[u8]) -> bool {
@@ -54,7 +62,7 @@ fn glob(pattern: &[u8], name: &[u8]) -> bool {
 impl Engine {
     /// Runs a RESP frame that is not a single-key command.
     pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) -> Exec {
-        match call(frame) {
+        match call(frame, self.limits.item_bytes_max) {
             Call::Ping(None) => out.extend_from_slice(reply::PONG),
             Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
             Call::Select => out.extend_from_slice(reply::OK),
@@ -81,8 +89,21 @@ impl Engine {
             }
             Call::Flush => {
                 // Routed to every worker: each empties its own partitions.
-                self.flush_local(0, true);
+                self.flush_now(true);
                 out.extend_from_slice(reply::OK);
+            }
+            Call::Owned(owned) => self.resp_owned(&owned, out),
+            Call::DelMany(frame) => self.del_many(&frame, out),
+            Call::Mset { frame, nx: false } => self.mset(&frame, out),
+            Call::Mset { frame, nx: true } => self.msetnx(&frame, out),
+            Call::Time => time(out),
+            Call::Info(frame) => {
+                // This worker's figures as of now, the others' as of their last loop turn.
+                self.publish();
+                let sections: Vec<&[u8]> = frame.args().skip(1).collect();
+                let mut text = Vec::new();
+                crate::admin::info::write(&self.shared, &sections, &mut text);
+                reply::bulk(&text, out);
             }
             Call::Key(_) => unreachable!("key commands run in Engine::execute"),
         }

@@ -160,15 +160,7 @@ impl Engine {
             | Request::RespProtocolError(_) => Reach::Here,
             // Reads of several keys: after the connection's replies pending elsewhere (CREW
             // reads the keys here); anything else a RESP frame asks is answered here.
-            Request::Resp(ref frame) => match qs_proto::resp::command::call(frame) {
-                qs_proto::resp::command::Call::Mget(_)
-                | qs_proto::resp::command::Call::ExistsMany(_)
-                | qs_proto::resp::command::Call::DbSize => Reach::AfterPending,
-                // -F: refused where it arrives.
-                qs_proto::resp::command::Call::Flush if self.shared.config.disable_flush_all => Reach::Here,
-                qs_proto::resp::command::Call::Flush => Reach::Everywhere,
-                _ => Reach::Here,
-            },
+            Request::Resp(ref frame) => self.resp_reach(frame),
         }
     }
 

@@ -25,7 +25,9 @@ impl Engine {
         }
         match op {
             Op::Get(get) => return self.get(key, &get, answer, out),
-            Op::Store(store) => self.store(key, &store, answer, out),
+            Op::Store(store) => {
+                self.store(key, &store, answer, out);
+            }
             Op::TooLarge { drops } => {
                 self.refuse_too_large(TooLarge::answering(&answer), &key, drops);
                 answer.too_large(out);
@@ -51,7 +53,13 @@ impl Engine {
     /// A store of any dialect: counted, logged, its CAS made the store's (under -C, what
     /// memcached compares then), an append or prepend with meta N creating a missing item, a
     /// refusal for size or memory dropping the old value where memcached drops it.
-    fn store(&mut self, key: Key<'_>, store: &cmd::Store<'_>, answer: Answer<'_>, out: &mut Vec<u8>) {
+    pub(super) fn store(
+        &mut self,
+        key: Key<'_>,
+        store: &cmd::Store<'_>,
+        answer: Answer<'_>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
         self.counters.cmd_set += 1;
         if answer.records_detail() {
             self.shared.observers.detail.record_set(&key);
@@ -92,6 +100,7 @@ impl Engine {
             _ => {}
         }
         answer.store(&outcome, shown, out);
+        outcome
     }
 
     /// incr/decr of any dialect, with a missing counter created where the command says, and

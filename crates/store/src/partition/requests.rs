@@ -277,6 +277,22 @@ impl Partition {
         }
     }
 
+    /// After an immediate flush ([`Partition::flush_all`] with no delay), which left every item
+    /// to be found flushed: moves both rings' heads to their tails now, each record passed
+    /// counted reclaimed (none is an eviction), so the item count is exact at once (Redis's
+    /// FLUSHALL leaves DBSIZE at 0) and the memory is free. Store mode's items go as they are
+    /// found, as memcached's do.
+    pub fn drop_flushed(&mut self) {
+        if self.store.is_some() {
+            return;
+        }
+        while self.head < self.tail {
+            self.evict_head();
+        }
+        self.drop_small_ring();
+        self.publish_head();
+    }
+
     /// Scans up to `buckets` buckets for dangling slots (housekeeping; also done automatically,
     /// at the rate the offset width needs, as the tail advances).
     pub fn scan_buckets(&mut self, buckets: usize) {

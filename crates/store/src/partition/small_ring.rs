@@ -217,6 +217,13 @@ impl Partition {
         offset
     }
 
+    /// Moves the small ring's head to its tail (every item in it flushed: none is evicted).
+    pub(super) fn drop_small_ring(&mut self) {
+        while self.small.head < self.small.tail {
+            self.evict_small_head();
+        }
+    }
+
     /// Moves the small ring's head past one record: a live item leaves the cache (an eviction,
     /// its key to the ghost; a reclaim if it had expired).
     fn evict_small_head(&mut self) {

@@ -1,0 +1,201 @@
+//! Where a RESP frame runs, and the Redis protocol's writes of several keys (DEL and UNLINK of
+//! several, MSET, MSETNX) and FLUSHALL.
+//!
+//! A write of several keys runs where it arrives when this worker owns every key. Otherwise it
+//! goes to every worker ([`Reach::Everywhere`]), each writing the keys it owns, as flush_all
+//! does; the worker the client sent it to answers. DEL's count is read there, through CREW's
+//! readers, before any worker deletes (the other workers take their part after this turn), so
+//! it counts the keys as they stood; without CREW a key of another worker cannot be read there,
+//! and the write is refused. MSETNX must see every key before it stores any: it runs only when
+//! one worker owns all its keys, and is refused otherwise.
+
+use super::*;
+use qs_proto::command::{self as cmd, Answer, RespReply};
+use qs_proto::resp::command::{call, Call};
+use qs_proto::resp::{reply, Frame};
+
+/// The refusal of a write of several keys that this server cannot make at once.
+const SPREAD: &[u8] =
+    b"-ERR keys of other workers are written together only with --access crew (or one worker: -t 1)\r\n";
+/// MSETNX of keys that more than one worker owns.
+const MSETNX_SPREAD: &[u8] =
+    b"-ERR MSETNX of keys owned by more than one worker is not served (run with -t 1)\r\n";
+
+impl Engine {
+    /// Where a RESP frame runs ([`Engine::reach`]).
+    pub(super) fn resp_reach<'a>(&self, frame: &Frame<'a>) -> Reach<'a> {
+        match call(frame, self.limits.item_bytes_max) {
+            // Reads of several keys: after the connection's replies pending elsewhere (CREW
+            // reads the keys here).
+            Call::Mget(_) | Call::ExistsMany(_) | Call::DbSize | Call::Info(_) => Reach::AfterPending,
+            // -F: refused where it arrives.
+            Call::Flush if self.shared.config.disable_flush_all => Reach::Here,
+            Call::Flush => Reach::Everywhere,
+            Call::Owned(owned) => Reach::Key { key: owned.key, read_only: owned.read_only() },
+            Call::DelMany(frame) => self.spread_reach(frame.args().skip(1)),
+            Call::Mset { frame, nx: false } => self.spread_reach(frame.args().skip(1).step_by(2)),
+            Call::Mset { frame, nx: true } => match self.one_owner(frame.args().skip(1).step_by(2)) {
+                // The first key's owner owns them all: it runs there.
+                Some(_) => Reach::Key { key: frame.arg(1).unwrap_or_default(), read_only: false },
+                None => Reach::Here,
+            },
+            _ => Reach::Here,
+        }
+    }
+
+    /// A write of `keys`: here when this worker owns them all (or they cannot be written
+    /// together: refused here), else on every worker.
+    fn spread_reach<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Reach<'a> {
+        match self.one_owner(keys) {
+            Some(owner) if owner == self.worker => Reach::Here,
+            _ if self.crew => Reach::Everywhere,
+            _ => Reach::Here,
+        }
+    }
+
+    /// The worker owning every key of `keys`, if one does (keys too long for the store are
+    /// refused wherever they run).
+    fn one_owner<'a>(&self, mut keys: impl Iterator<Item = &'a [u8]>) -> Option<usize> {
+        let owner_of = |key: &[u8]| self.owner(self.locate(key).1);
+        let first = owner_of(keys.next()?);
+        keys.all(|key| owner_of(key) == first).then_some(first)
+    }
+
+    /// This worker's part of a RESP frame routed to every worker.
+    pub(super) fn resp_everywhere(&mut self, frame: &Frame<'_>) {
+        match call(frame, self.limits.item_bytes_max) {
+            Call::Flush => self.flush_now(false),
+            Call::DelMany(frame) => {
+                self.delete_owned(frame.args().skip(1));
+            }
+            Call::Mset { frame, nx: false } => self.mset_owned(&frame),
+            _ => debug_assert!(false, "not a frame for every worker: {frame:?}"),
+        }
+    }
+
+    /// FLUSHALL and FLUSHDB here: every item goes now, and its memory with it, so DBSIZE
+    /// counts 0 at once (memcached's flush_all leaves its items to be found flushed).
+    pub(super) fn flush_now(&mut self, asked_here: bool) {
+        self.flush_local(0, asked_here);
+        for partition in self.partitions.iter_mut().flatten() {
+            partition.drop_flushed();
+        }
+    }
+
+    /// DEL or UNLINK of several keys: how many of them went (a key named twice counts once).
+    pub(super) fn del_many(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+        let keys = frame.args().skip(1);
+        let spread =
+            keys.clone().any(|key| key.len() <= qs_proto::KEY_BYTES_MAX && !self.owns(self.locate(key).1));
+        if spread && !self.crew {
+            return out.extend_from_slice(SPREAD);
+        }
+        // Other workers' keys, as they stand before those workers delete them.
+        let mut others: Vec<&[u8]> = Vec::new();
+        let mut gone = 0;
+        for key in keys.clone() {
+            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX || others.contains(&key) {
+                continue;
+            }
+            let located = self.key(key, None);
+            if !self.owns(located.partition) {
+                others.push(key);
+                gone += i64::from(matches!(self.read_unchanged(located), Outcome::Hit(_)));
+            }
+        }
+        gone += self.delete_owned(keys);
+        reply::integer(gone, out);
+    }
+
+    /// Deletes the keys of `keys` this worker owns; how many went.
+    fn delete_owned<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>) -> i64 {
+        let mut gone = 0;
+        for key in keys {
+            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+                continue;
+            }
+            let key = self.key(key, None);
+            if self.owns(key.partition) {
+                let answer = Answer::Resp(RespReply::Deleted);
+                gone +=
+                    i64::from(self.delete_command(key, &cmd::Delete::default(), answer) == Outcome::Deleted);
+            }
+        }
+        gone
+    }
+
+    /// MSET: `+OK` once this worker's keys are stored (the others' are stored by their
+    /// owners before the connection's next request runs).
+    pub(super) fn mset(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+        let spread = frame
+            .args()
+            .skip(1)
+            .step_by(2)
+            .any(|key| key.len() <= qs_proto::KEY_BYTES_MAX && !self.owns(self.locate(key).1));
+        if spread && !self.crew {
+            return out.extend_from_slice(SPREAD);
+        }
+        if let Some(refusal) = self.mset_refusal(frame) {
+            return out.extend_from_slice(refusal);
+        }
+        self.mset_owned(frame);
+        out.extend_from_slice(reply::OK);
+    }
+
+    /// MSETNX (one worker owns every key: routing made sure, or it is refused): `:1` when no
+    /// key was there and all are stored, `:0` when one was and none is.
+    pub(super) fn msetnx(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+        let keys = frame.args().skip(1).step_by(2);
+        if self.one_owner(keys.clone()) != Some(self.worker) {
+            return out.extend_from_slice(MSETNX_SPREAD);
+        }
+        if let Some(refusal) = self.mset_refusal(frame) {
+            return out.extend_from_slice(refusal);
+        }
+        for key in keys {
+            if matches!(self.read_unchanged(self.key(key, None)), Outcome::Hit(_)) {
+                return reply::integer(0, out);
+            }
+        }
+        self.mset_owned(frame);
+        reply::integer(1, out);
+    }
+
+    /// Why none of MSET's pairs is stored: a key the store cannot hold or a value over the
+    /// item size limit (redis-server has neither limit).
+    fn mset_refusal(&self, frame: &Frame<'_>) -> Option<&'static [u8]> {
+        let mut pairs = frame.args().skip(1);
+        while let (Some(key), Some(value)) = (pairs.next(), pairs.next()) {
+            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+                return Some(reply::BAD_KEY);
+            }
+            if value.len() > self.limits.item_bytes_max {
+                return Some(reply::TOO_LARGE);
+            }
+        }
+        None
+    }
+
+    /// Stores the pairs of an MSET frame whose keys this worker owns.
+    fn mset_owned(&mut self, frame: &Frame<'_>) {
+        let mut pairs = frame.args().skip(1);
+        while let (Some(key), Some(value)) = (pairs.next(), pairs.next()) {
+            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+                continue;
+            }
+            let key = self.key(key, None);
+            if self.owns(key.partition) {
+                let store = cmd::Store {
+                    mode: qs_store::StoreMode::Set,
+                    flags: 0,
+                    exptime: 0,
+                    data: value,
+                    vivify: None,
+                    cas_in: None,
+                    drops_refused: false,
+                };
+                self.store(key, &store, Answer::Resp(RespReply::Ok), &mut Vec::new());
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The Redis protocol's commands that read a key and then write it, run at the key's owner
+//! ([`qs_proto::resp::owned`]): the current item is read as it stands, then stored, touched or
+//! deleted through the one executor. Only the owner writes its partitions, so no other write
+//! comes between the read and the write; a CREW reader sees the item before or after.
+
+use super::*;
+use qs_proto::command::{self as cmd, Answer, RespReply};
+use qs_proto::resp::owned::{format_float, Owned, Step, When};
+use qs_proto::resp::reply;
+
+/// The item as it stood: its value and expiry (0: never).
+struct Current {
+    value: Vec<u8>,
+    expiry: Expiry,
+}
+
+impl Engine {
+    /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
+    /// EXPIRETIME, which only read, may run at a CREW reader).
+    pub(super) fn resp_owned(&mut self, owned: &Owned<'_>, out: &mut Vec<u8>) {
+        let Owned { key, step } = *owned;
+        if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            return out.extend_from_slice(reply::BAD_KEY);
+        }
+        let key = self.key(key, None);
+        let current = self.current(key);
+        match step {
+            Step::GetDel => {
+                self.counters.cmd_get += 1;
+                if current.is_some() {
+                    let answer = Answer::Resp(RespReply::Deleted);
+                    self.delete_command(key, &cmd::Delete::default(), answer);
+                }
+                bulk_or_null(current.as_ref().map(|item| &item.value[..]), out);
+            }
+            Step::Set { value, mode, exptime, get } => {
+                let exptime = exptime.unwrap_or_else(|| keep(current.as_ref()));
+                let outcome = self.put(key, value, mode, exptime);
+                match (get, reply::refused(&outcome)) {
+                    (_, Some(text)) => out.extend_from_slice(text),
+                    (true, None) => bulk_or_null(current.as_ref().map(|item| &item.value[..]), out),
+                    (false, None) => reply::store(RespReply::Ok, &outcome, value.len(), out),
+                }
+            }
+            Step::Persist => {
+                let had = current.as_ref().is_some_and(|item| item.expiry != Expiry::NEVER);
+                if had {
+                    self.run(key, Command::SetExpiry { expiry: Expiry::NEVER }, &mut Vec::new());
+                }
+                reply::integer(i64::from(had), out);
+            }
+            Step::Expire { exptime, when } => self.expire_when(key, current.as_ref(), (exptime, when), out),
+            Step::ExpireTime { millis } => {
+                let at = match &current {
+                    None => -2,
+                    Some(item) if item.expiry == Expiry::NEVER => -1,
+                    Some(item) => i64::from(item.expiry.0) * if millis { 1000 } else { 1 },
+                };
+                reply::integer(at, out);
+            }
+            Step::GetRange { start, end } => {
+                let value = current.as_ref().map_or(&[][..], |item| &item.value[..]);
+                reply::bulk(range(value, start, end), out);
+            }
+            Step::SetRange { offset, value } => self.setrange(key, current, (offset, value), out),
+            Step::IncrByFloat(by) => self.incrbyfloat(key, current, by, out),
+        }
+    }
+
+    /// The key's item as it stands, if it is there.
+    fn current(&mut self, key: Key<'_>) -> Option<Current> {
+        match self.read_unchanged(key) {
+            Outcome::Hit(hit) => Some(Current { value: self.scratch.clone(), expiry: hit.expiry }),
+            _ => None,
+        }
+    }
+
+    /// A store of `value` with flags 0, counted and logged as any store.
+    fn put(&mut self, key: Key<'_>, value: &[u8], mode: StoreMode, exptime: i64) -> Outcome {
+        let store = cmd::Store {
+            mode,
+            flags: 0,
+            exptime,
+            data: value,
+            vivify: None,
+            cas_in: None,
+            drops_refused: false,
+        };
+        self.store(key, &store, Answer::Resp(RespReply::Ok), &mut Vec::new())
+    }
+
+    /// EXPIRE with NX, XX, GT or LT: `:1` when the key took the new expiry (one in the past
+    /// deletes it, as redis-server does).
+    fn expire_when(
+        &mut self,
+        key: Key<'_>,
+        current: Option<&Current>,
+        (exptime, when): (i64, When),
+        out: &mut Vec<u8>,
+    ) {
+        let Some(current) = current else {
+            return reply::integer(0, out);
+        };
+        let expiry = self.exptime(exptime);
+        if !when.allows(current.expiry.0, expiry.0) {
+            return reply::integer(0, out);
+        }
+        if expiry.is_expired(self.now_secs) {
+            self.delete_command(key, &cmd::Delete::default(), Answer::Resp(RespReply::Deleted));
+        } else {
+            self.counters.cmd_touch += 1;
+            self.run(key, Command::Touch { expiry }, &mut Vec::new());
+        }
+        reply::integer(1, out);
+    }
+
+    /// SETRANGE: the value with `value` written at `offset` (zero bytes up to it), its expiry
+    /// kept; an empty `value` changes nothing. The length after.
+    fn setrange(
+        &mut self,
+        key: Key<'_>,
+        current: Option<Current>,
+        (offset, value): (usize, &[u8]),
+        out: &mut Vec<u8>,
+    ) {
+        let exptime = keep(current.as_ref());
+        let mut bytes = current.map_or_else(Vec::new, |item| item.value);
+        if value.is_empty() {
+            return reply::integer(bytes.len() as i64, out);
+        }
+        let end = offset + value.len();
+        if bytes.len() < end {
+            bytes.resize(end, 0);
+        }
+        bytes[offset..end].copy_from_slice(value);
+        match reply::refused(&self.put(key, &bytes, StoreMode::Set, exptime)) {
+            Some(text) => out.extend_from_slice(text),
+            None => reply::integer(bytes.len() as i64, out),
+        }
+    }
+
+    /// INCRBYFLOAT: the value read as a float plus `by`, stored as redis-server writes it,
+    /// its expiry kept.
+    fn incrbyfloat(&mut self, key: Key<'_>, current: Option<Current>, by: f64, out: &mut Vec<u8>) {
+        let exptime = keep(current.as_ref());
+        let base = match &current {
+            None => 0.0,
+            Some(item) => match qs_proto::resp::owned::float(&item.value) {
+                Some(value) => value,
+                None => return out.extend_from_slice(b"-ERR value is not a valid float\r\n"),
+            },
+        };
+        let sum = base + by;
+        if !sum.is_finite() {
+            return out.extend_from_slice(b"-ERR increment would produce NaN or Infinity\r\n");
+        }
+        let mut text = Vec::with_capacity(24);
+        format_float(sum, &mut text);
+        match reply::refused(&self.put(key, &text, StoreMode::Set, exptime)) {
+            Some(refusal) => out.extend_from_slice(refusal),
+            None => reply::bulk(&text, out),
+        }
+    }
+}
+
+/// The exptime that keeps an item's expiry: its unix time (memcached reads one past 30 days
+/// as absolute), or 0 for none.
+fn keep(current: Option<&Current>) -> i64 {
+    current.map_or(0, |item| i64::from(item.expiry.0))
+}
+
+fn bulk_or_null(value: Option<&[u8]>, out: &mut Vec<u8>) {
+    match value {
+        Some(value) => reply::bulk(value, out),
+        None => out.extend_from_slice(reply::NULL),
+    }
+}
+
+/// GETRANGE's bytes of `value`, as t_string.c's getrangeCommand picks them: negative indexes
+/// count from the end, both ends inclusive, clamped to the value.
+fn range(value: &[u8], start: i64, end: i64) -> &[u8] {
+    let len = value.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return &[];
+    }
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let end = if end < 0 { (len + end).max(0) } else { end };
+    let end = end.min(len - 1);
+    if len == 0 || start > end {
+        return &[];
+    }
+    &value[start as usize..=end as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::range;
+
+    #[test]
+    fn ranges_are_picked_as_redis_picks_them() {
+        assert_eq!(range(b"Hello World", 0, 3), b"Hell");
+        assert_eq!(range(b"Hello World", 0, -1), b"Hello World");
+        assert_eq!(range(b"Hello World", -3, -1), b"rld");
+        assert_eq!(range(b"Hello World", 5, 3), b"");
+        assert_eq!(range(b"Hello World", 5, 5000), b" World");
+        assert_eq!(range(b"Hello World", -5000, 10000), b"Hello World");
+        assert_eq!(range(b"Hello World", -1, -5), b"");
+        assert_eq!(range(b"", 0, -1), b"");
+        assert_eq!(range(b"abc", 3, 3), b"");
+    }
+}
