@@ -9,12 +9,13 @@
 //! Which commands a frame names, their arity and options: [`command`]. Replies: [`reply`].
 
 pub mod command;
+pub mod glob;
 pub mod owned;
 pub mod reply;
 #[cfg(test)]
 mod tests;
 
-use crate::resp_frame::{digits, find_cr, is_space, trim_start};
+use crate::resp_frame::{digits, find_cr, inline_word};
 pub use crate::resp_frame::{Args, Frame, ProtocolError};
 use crate::{Parsed, Request};
 
@@ -116,7 +117,7 @@ fn multibulk(buf: &[u8], bulk_max: u64) -> Framed<'_> {
     Some((Ok(frame), at))
 }
 
-/// A line of words split on spaces (quotes as plain bytes: see the module's tests).
+/// A line of words ([`crate::resp_frame::inline_word`]).
 fn inline(buf: &[u8]) -> Framed<'_> {
     let Some(newline) = buf.iter().position(|&byte| byte == b'\n') else {
         return too_long(buf, "too big inline request");
@@ -124,22 +125,16 @@ fn inline(buf: &[u8]) -> Framed<'_> {
     let line = &buf[..newline];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut words = 0;
-    let mut rest = trim_start(line);
-    while !rest.is_empty() {
-        words += 1;
-        let end = rest.iter().position(|&byte| is_space(byte)).unwrap_or(rest.len());
-        rest = trim_start(&rest[end..]);
+    let mut rest = line;
+    loop {
+        match inline_word(rest) {
+            Ok(Some((_, after))) => (words, rest) = (words + 1, after),
+            Ok(None) => break,
+            Err(why) => return Some((Err(Framing::Error(ProtocolError::Message(why))), 0)),
+        }
     }
     if words == 0 {
         return Some((Err(Framing::Empty), newline + 1));
-    }
-    if line.iter().any(|&byte| byte == b'"' || byte == b'\'') {
-        // sdssplitargs' quoting is not taken: a quoted inline request is refused rather than
-        // split otherwise than redis-server splits it.
-        return Some((
-            Err(Framing::Error(ProtocolError::Message("quoted inline requests are not supported"))),
-            0,
-        ));
     }
     Some((Ok(Frame::new(line, words, true)), newline + 1))
 }

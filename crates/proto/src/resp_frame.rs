@@ -55,9 +55,8 @@ impl<'a> Iterator for Args<'a> {
         }
         self.left -= 1;
         if self.inline {
-            let rest = trim_start(self.rest);
-            let end = rest.iter().position(|&byte| is_space(byte)).unwrap_or(rest.len());
-            let (word, after) = rest.split_at(end);
+            // Checked by `parse`: every word reads.
+            let (word, after) = inline_word(self.rest).ok().flatten()?;
             self.rest = after;
             return Some(word);
         }
@@ -114,6 +113,37 @@ pub(crate) fn digits(bytes: &[u8]) -> Option<u64> {
 /// Where a count line's `\r` is, once the byte after it has arrived too.
 pub(crate) fn find_cr(buf: &[u8]) -> Option<usize> {
     buf.iter().position(|&byte| byte == b'\r').filter(|&at| at + 1 < buf.len())
+}
+
+/// A word and what follows it.
+pub(crate) type Split<'a> = (&'a [u8], &'a [u8]);
+
+/// The next word of an inline request and what follows it (`None`: no more words), split as
+/// redis-server's `sdssplitargs` splits: on spaces, a word in double or single quotes taken
+/// whole (its closing quote followed by a space or the end, else the quotes are unbalanced).
+/// Quoted words with backslash escapes, and quotes inside a word, are refused: their bytes
+/// would have to be rewritten, and a frame's arguments are the read buffer's own bytes.
+pub(crate) fn inline_word(rest: &[u8]) -> Result<Option<Split<'_>>, &'static str> {
+    let rest = trim_start(rest);
+    let Some(&first) = rest.first() else { return Ok(None) };
+    if first == b'"' || first == b'\'' {
+        let body = &rest[1..];
+        let close = body.iter().position(|&byte| byte == first || byte == b'\\');
+        return match close {
+            None => Err("unbalanced quotes in request"),
+            Some(at) if body[at] == b'\\' => Err("quoted inline requests with escapes are not supported"),
+            Some(at) if body.get(at + 1).is_some_and(|&byte| !is_space(byte)) => {
+                Err("unbalanced quotes in request")
+            }
+            Some(at) => Ok(Some((&body[..at], &body[at + 1..]))),
+        };
+    }
+    let end =
+        rest.iter().position(|&byte| is_space(byte) || byte == b'"' || byte == b'\'').unwrap_or(rest.len());
+    match rest.get(end) {
+        Some(b'"' | b'\'') => Err("quotes inside an inline word are not supported"),
+        _ => Ok(Some(rest.split_at(end))),
+    }
 }
 
 pub(crate) fn is_space(byte: u8) -> bool {

@@ -56,10 +56,29 @@ pub enum Call<'a> {
     },
     /// TIME: the unix time, seconds and microseconds.
     Time,
+    /// KEYS pattern: every key that matches.
+    Keys(&'a [u8]),
+    /// SCAN: some buckets' keys, and where to go on.
+    Scan(Scan<'a>),
+    /// RANDOMKEY: a key, or null in an empty cache.
+    RandomKey,
     /// INFO of these sections (the frame's arguments after the name; none: the default).
     Info(Frame<'a>),
     /// Refused: the reply's text after `-`.
     Error(Refusal<'a>),
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scan<'a> {
+    /// Where to start (0: the beginning).
+    pub cursor: u64,
+    /// MATCH: only keys that match.
+    pub pattern: Option<&'a [u8]>,
+    /// COUNT: how many buckets to walk (redis-server's hint; 10 by default).
+    pub count: usize,
+    /// TYPE: false when it names a type other than string (no key has one).
+    pub strings: bool,
 }
 
 /// Why a command is refused, worded as redis-server words it.
@@ -117,6 +136,7 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
     let first =
         [args.next().unwrap_or_default(), args.next().unwrap_or_default(), args.next().unwrap_or_default()];
     match spelled {
+        "ping" if argc > 2 => Call::Error(Refusal::Arity(spelled)),
         "ping" => Call::Ping((argc > 1).then_some(first[0])),
         "echo" => Call::Echo(first[0]),
         "quit" => Call::Quit,
@@ -159,6 +179,11 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         "mset" | "msetnx" => Call::Mset { frame: *frame, nx: spelled == "msetnx" },
         "time" => Call::Time,
         "info" => Call::Info(*frame),
+        "keys" => Call::Keys(first[0]),
+        "rename" | "renamenx" => owned::rename(first[0], first[1], spelled == "renamenx"),
+        "copy" => owned::copy(frame),
+        "scan" => scan(frame),
+        "randomkey" => Call::RandomKey,
         "incr" => key(first[0], Op::Count { by: 1 }, Reply::Counter),
         "decr" => key(first[0], Op::Count { by: -1 }, Reply::Counter),
         "incrby" => count(first[0], first[1], false),
@@ -217,6 +242,12 @@ const TABLE: &[(&str, i32)] = &[
     ("msetnx", -3),
     ("time", 1),
     ("info", -1),
+    ("keys", 2),
+    ("rename", 3),
+    ("renamenx", 3),
+    ("copy", -3),
+    ("scan", -2),
+    ("randomkey", 1),
 ];
 
 fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {
@@ -377,6 +408,36 @@ fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call
     key(args[0], store(mode, args[1], exptime), Reply::Ok)
 }
 
+/// SCAN's arguments, as db.c's `scanGenericCommand` reads them.
+fn scan<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let cursor = frame.arg(1).unwrap_or_default();
+    let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|text| text.parse::<u64>().ok()) else {
+        return Call::Error(Refusal::Message("invalid cursor"));
+    };
+    let mut scan = Scan { cursor, pattern: None, count: 10, strings: true };
+    let mut options = frame.args().skip(2);
+    while let Some(option) = options.next() {
+        let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
+        let Some(value) = options.next() else {
+            return Call::Error(Refusal::Syntax);
+        };
+        if is("count") {
+            match integer(value) {
+                None => return Call::Error(Refusal::NotInteger),
+                Some(count) if count < 1 => return Call::Error(Refusal::Syntax),
+                Some(count) => scan.count = count.min(1 << 20) as usize,
+            }
+        } else if is("match") {
+            scan.pattern = (value != b"*").then_some(value);
+        } else if is("type") {
+            scan.strings = value.eq_ignore_ascii_case(b"string");
+        } else {
+            return Call::Error(Refusal::Syntax);
+        }
+    }
+    Call::Scan(scan)
+}
+
 /// GETEX key [EX s|PX ms|EXAT t|PXAT ms-t|PERSIST]: a get, touching when asked (PERSIST: no
 /// expiry); options as t_string.c's `parseExtendedStringArgumentsOrReply` reads GETEX's.
 fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
@@ -420,15 +481,36 @@ fn setex<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
 /// EXPIRE key seconds, PEXPIRE key ms, EXPIREAT key unix-seconds, PEXPIREAT key unix-ms: a
 /// touch; a time not in the future expires the key at once (redis-server deletes it).
 fn expire<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
-    let unit = Unit::of_expire(name);
-    let Some(value) = integer(args[1]) else {
-        return Call::Error(Refusal::NotInteger);
-    };
-    let exptime = if value <= 0 { Ok(-1) } else { exptime(args[1], unit, name) };
-    match exptime {
+    match expire_exptime(args[1], Unit::of_expire(name), name) {
         Ok(exptime) => key(args[0], Op::Touch { exptime, read: false }, Reply::Expired),
         Err(refusal) => Call::Error(refusal),
     }
+}
+
+/// EXPIRE's time as memcached's exptime, checked as expire.c checks it: in milliseconds it
+/// must not overflow, a relative one once the clock is added; a time not in the future is -1
+/// (the key goes at once).
+pub(super) fn expire_exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
+    let value = integer(value).ok_or(Refusal::NotInteger)?;
+    let millis = match unit {
+        Unit::Seconds | Unit::UnixSeconds => value.checked_mul(1000).ok_or(Refusal::ExpireTime(name))?,
+        Unit::Millis | Unit::UnixMillis => value,
+    };
+    let now = now_millis();
+    let base = if matches!(unit, Unit::Seconds | Unit::Millis) { now } else { 0 };
+    let at = millis.checked_add(base).ok_or(Refusal::ExpireTime(name))?;
+    if at <= now {
+        return Ok(-1);
+    }
+    // Whole seconds from now, rounded up; past 30 days memcached reads a unix time.
+    let relative = (at - now + 999) / 1000;
+    Ok(if relative <= RELATIVE_SECS_MAX { relative } else { at / 1000 + i64::from(at % 1000 != 0) })
+}
+
+/// The unix time in milliseconds.
+fn now_millis() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |since| since.as_millis() as i64)
 }
 
 /// INCRBY and DECRBY (`negate`): a missing key counts from 0.

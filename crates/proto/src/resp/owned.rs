@@ -4,7 +4,7 @@
 //! checks them (t_string.c, expire.c), run by the server at the key's owner as a few steps of
 //! the one vocabulary. Only the owner writes a partition, so the steps are atomic there.
 
-use super::command::{exptime, integer, Call, Refusal, Unit};
+use super::command::{expire_exptime, integer, Call, Refusal, Unit};
 use super::Frame;
 use crate::StoreMode;
 
@@ -66,12 +66,34 @@ pub enum Step<'a> {
     },
     /// INCRBYFLOAT: the value read as a float plus this.
     IncrByFloat(f64),
+    /// RENAME (`nx`: RENAMENX) to this key: the value, flags and expiry move.
+    Rename {
+        /// The new name.
+        to: &'a [u8],
+        /// RENAMENX: only when the new name is free.
+        nx: bool,
+    },
+    /// COPY to this key (REPLACE: over a key already there).
+    Copy {
+        /// The copy's name.
+        to: &'a [u8],
+        /// REPLACE.
+        replace: bool,
+    },
 }
 
-impl Owned<'_> {
+impl<'a> Owned<'a> {
     /// Whether it only reads (a CREW reader may run it).
     pub fn read_only(&self) -> bool {
         matches!(self.step, Step::GetRange { .. } | Step::ExpireTime { .. })
+    }
+
+    /// The second key it writes (RENAME's and COPY's destination): one worker must own both.
+    pub fn other_key(&self) -> Option<&'a [u8]> {
+        match self.step {
+            Step::Rename { to, .. } | Step::Copy { to, .. } => Some(to),
+            _ => None,
+        }
     }
 }
 
@@ -156,11 +178,7 @@ pub(super) fn expire_when<'a>(name: &'static str, frame: &Frame<'a>, unit: Unit)
     if when.gt && when.lt {
         return Call::Error(Refusal::Message("GT and LT options at the same time are not compatible"));
     }
-    let Some(value) = integer(time) else {
-        return Call::Error(Refusal::NotInteger);
-    };
-    let exptime = if value <= 0 { Ok(-1) } else { exptime(time, unit, name) };
-    match exptime {
+    match expire_exptime(time, unit, name) {
         Ok(exptime) => owned(key, Step::Expire { exptime, when }),
         Err(refusal) => Call::Error(refusal),
     }
@@ -195,6 +213,37 @@ pub(super) fn incrbyfloat<'a>(key: &'a [u8], by: &[u8]) -> Call<'a> {
         Some(by) => owned(key, Step::IncrByFloat(by)),
         None => Call::Error(Refusal::Message("value is not a valid float")),
     }
+}
+
+/// RENAME key newkey, RENAMENX key newkey.
+pub(super) fn rename<'a>(key: &'a [u8], to: &'a [u8], nx: bool) -> Call<'a> {
+    owned(key, Step::Rename { to, nx })
+}
+
+/// COPY source destination [DB 0] [REPLACE], as db.c's copyCommand reads it (database 0 is
+/// the only one).
+pub(super) fn copy<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let (key, to) = (frame.arg(1).unwrap_or_default(), frame.arg(2).unwrap_or_default());
+    let mut replace = false;
+    let mut options = frame.args().skip(3);
+    while let Some(option) = options.next() {
+        if option.eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if option.eq_ignore_ascii_case(b"db") {
+            match options.next().map(integer) {
+                Some(Some(0)) => {}
+                Some(Some(_)) => return Call::Error(Refusal::DbIndex),
+                Some(None) => return Call::Error(Refusal::NotInteger),
+                None => return Call::Error(Refusal::Syntax),
+            }
+        } else {
+            return Call::Error(Refusal::Syntax);
+        }
+    }
+    if key == to {
+        return Call::Error(Refusal::Message("source and destination objects are the same"));
+    }
+    owned(key, Step::Copy { to, replace })
 }
 
 /// A float as redis-server's `string2ld` reads one: no spaces around it, not NaN, nothing

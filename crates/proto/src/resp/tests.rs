@@ -99,7 +99,7 @@ fn broken_framing_is_refused_as_redis_server_words_it() {
 fn refusal(args: &[&[u8]]) -> String {
     let bytes = frame_bytes(args);
     let (frame, _) = parsed_frame(&bytes);
-    match call(&frame) {
+    match call(&frame, 1 << 20) {
         Call::Error(refusal) => {
             let mut out = Vec::new();
             reply::refusal(&refusal, &mut out);
@@ -136,7 +136,7 @@ fn an_unknown_commands_arguments_are_shown_up_to_128_bytes() {
 fn command_of(args: &[&[u8]]) -> (Op<'static>, Reply) {
     let bytes: &'static [u8] = Box::leak(frame_bytes(args).into_boxed_slice());
     let (frame, _) = parsed_frame(bytes);
-    match call(&frame) {
+    match call(&frame, 1 << 20) {
         Call::Key(command) => match command.answer {
             Answer::Resp(reply) => (command.op, reply),
             other => panic!("{other:?}"),
@@ -181,4 +181,20 @@ fn a_request_arriving_says_how_long_it_is_at_least() {
     assert_eq!(arriving_len(&bytes), None, "the bulk's length is not here yet");
     assert_eq!(arriving_len(b"*1\r\n$4\r\nPING\r\n"), None, "whole");
     assert_eq!(arriving_len(b"PING"), None);
+}
+
+#[test]
+fn inline_words_in_quotes_are_taken_whole_and_unbalanced_quotes_are_refused() {
+    let (frame, _) = parsed_frame(b"SET k \"hello world\" 'it s'\r\n");
+    assert_eq!(frame.args().collect::<Vec<_>>(), [&b"SET"[..], b"k", b"hello world", b"it s"]);
+    let (frame, _) = parsed_frame(b"SET k \"\"\r\n");
+    assert_eq!(frame.arg(2), Some(&b""[..]));
+    for (line, why) in [
+        (&b"set \"\"\"test-key\"\"\" v\r\n"[..], "unbalanced quotes in request"),
+        (b"set \"open v\r\n", "unbalanced quotes in request"),
+        (b"set \"a\\nb\" v\r\n", "quoted inline requests with escapes are not supported"),
+        (b"set a\"b\" v\r\n", "quotes inside an inline word are not supported"),
+    ] {
+        assert_eq!(protocol_error(line), ProtocolError::Message(why), "{line:?}");
+    }
 }

@@ -19,6 +19,7 @@ mod get;
 mod resp;
 mod resp_keys;
 mod resp_owned;
+mod resp_scan;
 mod route;
 mod run;
 mod sample;

@@ -5,7 +5,7 @@
 use super::*;
 use qs_proto::command::{Answer, Get, RespReply};
 use qs_proto::resp::command::{call, Call};
-use qs_proto::resp::{reply, Frame};
+use qs_proto::resp::{glob, reply, Frame};
 
 /// HELLO's description of the server, in RESP2 (a flat array of names and values). It names
 /// the Redis release whose protocol it answers as its version, as clients gate features on it.
@@ -33,30 +33,6 @@ fn time(out: &mut Vec<u8>) {
     out.extend_from_slice(b"*2\r\n");
     reply::bulk(now.as_secs().to_string().as_bytes(), out);
     reply::bulk(now.subsec_micros().to_string().as_bytes(), out);
-}
-
-/// redis-server's `stringmatch` without case for `*` and `?` (a bracket or backslash matches
-/// itself): one backtracking point, the last `*`, so time is at most pattern times name.
-fn glob(pattern: &[u8], name: &[u8]) -> bool {
-    let (mut p, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p, n));
-                p += 1;
-            }
-            Some(&byte) if byte == b'?' || byte.eq_ignore_ascii_case(&name[n]) => (p, n) = (p + 1, n + 1),
-            _ => match star {
-                Some((star_p, star_n)) => {
-                    (p, n) = (star_p + 1, star_n + 1);
-                    star = Some((star_p, star_n + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p.min(pattern.len())..].iter().all(|&byte| byte == b'*')
 }
 
 impl Engine {
@@ -97,6 +73,9 @@ impl Engine {
             Call::Mset { frame, nx: false } => self.mset(&frame, out),
             Call::Mset { frame, nx: true } => self.msetnx(&frame, out),
             Call::Time => time(out),
+            Call::Keys(pattern) => self.resp_keys_matching(pattern, out),
+            Call::Scan(scan) => self.resp_scan(&scan, out),
+            Call::RandomKey => self.resp_random_key(out),
             Call::Info(frame) => {
                 // This worker's figures as of now, the others' as of their last loop turn.
                 self.publish();
@@ -129,7 +108,7 @@ impl Engine {
             let is_glob = pattern.iter().any(|byte| matches!(byte, b'*' | b'?' | b'['));
             for &(name, value) in &settings {
                 let already = shown.iter().any(|(shown, _)| shown.eq_ignore_ascii_case(name.as_bytes()));
-                if is_glob && glob(pattern, name.as_bytes()) && !already {
+                if is_glob && glob::matches(pattern, name.as_bytes(), true) && !already {
                     shown.push((name.as_bytes(), value));
                 } else if !is_glob && pattern.eq_ignore_ascii_case(name.as_bytes()) && !already {
                     shown.push((pattern, value));
@@ -179,23 +158,5 @@ impl Engine {
         if !values {
             reply::integer(present, out);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob;
-
-    #[test]
-    fn globs_match_as_redis_servers_stringmatch_does_without_case() {
-        assert!(glob(b"maxmemory*", b"maxmemory-policy"));
-        assert!(glob(b"MAXMEMORY", b"maxmemory"));
-        assert!(glob(b"*", b""));
-        assert!(glob(b"m?xmem*y", b"maxmemory"));
-        assert!(!glob(b"maxmemory", b"maxmemory-policy"));
-        assert!(!glob(b"*z", b"save"));
-        // A long run of stars stays linear.
-        let stars = vec![b'*'; 10_000];
-        assert!(!glob(&[&stars[..], b"q"].concat(), b"maxmemory-policy"));
     }
 }

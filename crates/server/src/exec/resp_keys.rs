@@ -27,11 +27,21 @@ impl Engine {
         match call(frame, self.limits.item_bytes_max) {
             // Reads of several keys: after the connection's replies pending elsewhere (CREW
             // reads the keys here).
-            Call::Mget(_) | Call::ExistsMany(_) | Call::DbSize | Call::Info(_) => Reach::AfterPending,
+            Call::Mget(_)
+            | Call::ExistsMany(_)
+            | Call::DbSize
+            | Call::Info(_)
+            | Call::Keys(_)
+            | Call::Scan(_)
+            | Call::RandomKey => Reach::AfterPending,
             // -F: refused where it arrives.
             Call::Flush if self.shared.config.disable_flush_all => Reach::Here,
             Call::Flush => Reach::Everywhere,
-            Call::Owned(owned) => Reach::Key { key: owned.key, read_only: owned.read_only() },
+            Call::Owned(owned) => match owned.other_key() {
+                // Both keys' owner runs it, or it is refused where it arrives.
+                Some(to) if self.one_owner([owned.key, to].into_iter()).is_none() => Reach::Here,
+                _ => Reach::Key { key: owned.key, read_only: owned.read_only() },
+            },
             Call::DelMany(frame) => self.spread_reach(frame.args().skip(1)),
             Call::Mset { frame, nx: false } => self.spread_reach(frame.args().skip(1).step_by(2)),
             Call::Mset { frame, nx: true } => match self.one_owner(frame.args().skip(1).step_by(2)) {

@@ -8,11 +8,15 @@ use qs_proto::command::{self as cmd, Answer, RespReply};
 use qs_proto::resp::owned::{format_float, Owned, Step, When};
 use qs_proto::resp::reply;
 
-/// The item as it stood: its value and expiry (0: never).
+/// The item as it stood: its value, flags and expiry (0: never).
 struct Current {
     value: Vec<u8>,
+    flags: u32,
     expiry: Expiry,
 }
+
+/// RENAME or COPY of keys that more than one worker owns.
+const SPREAD: &[u8] = b"-ERR RENAME and COPY of keys owned by more than one worker are not served (give both keys one hash tag, or run with -t 1)\r\n";
 
 impl Engine {
     /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
@@ -64,13 +68,86 @@ impl Engine {
             }
             Step::SetRange { offset, value } => self.setrange(key, current, (offset, value), out),
             Step::IncrByFloat(by) => self.incrbyfloat(key, current, by, out),
+            Step::Rename { to, nx } => self.rename(key, current, (to, nx), out),
+            Step::Copy { to, replace } => self.copy(current, (to, replace), out),
         }
+    }
+
+    /// The second key of RENAME or COPY, when this worker owns it too.
+    fn second_key<'k>(&self, to: &'k [u8], out: &mut Vec<u8>) -> Option<Key<'k>> {
+        if to.is_empty() || to.len() > qs_proto::KEY_BYTES_MAX {
+            out.extend_from_slice(reply::BAD_KEY);
+            return None;
+        }
+        let to = self.key(to, None);
+        if !self.owns(to.partition) {
+            out.extend_from_slice(SPREAD);
+            return None;
+        }
+        Some(to)
+    }
+
+    /// RENAME and RENAMENX: the item moves to `to` (flags and expiry with it).
+    fn rename(&mut self, key: Key<'_>, current: Option<Current>, (to, nx): (&[u8], bool), out: &mut Vec<u8>) {
+        let Some(to) = self.second_key(to, out) else { return };
+        if !self.owns(key.partition) {
+            return out.extend_from_slice(SPREAD);
+        }
+        let Some(current) = current else {
+            return out.extend_from_slice(b"-ERR no such key\r\n");
+        };
+        if key.bytes == to.bytes {
+            return out.extend_from_slice(if nx { b":0\r\n" } else { reply::OK });
+        }
+        if nx && self.current(to).is_some() {
+            return reply::integer(0, out);
+        }
+        let outcome = self.put_item(to, &current, StoreMode::Set);
+        if let Some(text) = reply::refused(&outcome) {
+            return out.extend_from_slice(text);
+        }
+        self.delete_command(key, &cmd::Delete::default(), Answer::Resp(RespReply::Deleted));
+        if nx {
+            reply::integer(1, out);
+        } else {
+            out.extend_from_slice(reply::OK);
+        }
+    }
+
+    /// COPY: `:1` when the item was copied to `to` (flags and expiry with it).
+    fn copy(&mut self, current: Option<Current>, (to, replace): (&[u8], bool), out: &mut Vec<u8>) {
+        let Some(to) = self.second_key(to, out) else { return };
+        let Some(current) = current else {
+            return reply::integer(0, out);
+        };
+        let mode = if replace { StoreMode::Set } else { StoreMode::Add };
+        let outcome = self.put_item(to, &current, mode);
+        match reply::refused(&outcome) {
+            Some(text) => out.extend_from_slice(text),
+            None => reply::integer(i64::from(matches!(outcome, Outcome::Stored { .. })), out),
+        }
+    }
+
+    /// Stores `item`'s value, flags and expiry under `key`.
+    fn put_item(&mut self, key: Key<'_>, item: &Current, mode: StoreMode) -> Outcome {
+        let store = cmd::Store {
+            mode,
+            flags: item.flags,
+            exptime: keep(Some(item)),
+            data: &item.value,
+            vivify: None,
+            cas_in: None,
+            drops_refused: false,
+        };
+        self.store(key, &store, Answer::Resp(RespReply::Ok), &mut Vec::new())
     }
 
     /// The key's item as it stands, if it is there.
     fn current(&mut self, key: Key<'_>) -> Option<Current> {
         match self.read_unchanged(key) {
-            Outcome::Hit(hit) => Some(Current { value: self.scratch.clone(), expiry: hit.expiry }),
+            Outcome::Hit(hit) => {
+                Some(Current { value: self.scratch.clone(), flags: hit.flags, expiry: hit.expiry })
+            }
             _ => None,
         }
     }
