@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quicksilver's test command (the README's): formatting, lints, every test (the hostile-client
-# suite among them), memcached's own t/ suite, docs, and the engine's
+# suite among them), memcached's own t/ suite, Redis's own tests/, docs, and the engine's
 # concurrency checks (Miri on the unsafe parts, loom on the CREW read/write protocol), and a short
 # fuzzing run of the protocol parsers.
 # Installs what it needs itself. Exits non-zero on any failure.
@@ -82,6 +82,10 @@ QS_T_TLS=1 QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
 
 step "memcached 1.6.45's t/ suite again, every file on the epoll backend"
 QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcached-t.sh
+
+step "Redis 7.0.15's own tests/ (its string, counter, expiry, keyspace, protocol, quit and INFO files) against quicksilver's RESP listener, on both I/O backends"
+QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-tests.sh
+QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-tests.sh
 
 step "the Debian package: built with cargo-deb, its contents and unit checked, unpacked, started from its config and from Debian's memcached.conf"
 bash scripts/package.sh

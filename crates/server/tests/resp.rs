@@ -18,6 +18,10 @@ struct Redis {
 
 impl Redis {
     fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Redis {
         for _attempt in 0..5 {
             let port = free_port();
             let child = Command::new("redis-server")
@@ -35,6 +39,7 @@ impl Redis {
                 ])
                 // As quicksilver's defaults: 64 MiB, any key evicted.
                 .args(["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -68,7 +73,9 @@ fn answers_ping(port: u16) -> bool {
             let mut client = Client::from_stream(stream);
             client.stream.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
             client.send(b"PING\r\n");
-            if client.read_until(b"\r\n") == b"+PONG\r\n" {
+            // A server with a password answers, refusing.
+            let reply = client.read_until(b"\r\n");
+            if reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH") {
                 return true;
             }
         }
@@ -598,13 +605,96 @@ fn one_store_behind_both_dialects() {
     );
 }
 
+/// Sends `request` and reads one reply of one line (a status, an error or an integer).
+fn one_line(client: &mut Client, request: &[u8]) -> String {
+    client.send(request);
+    String::from_utf8_lossy(&client.read_until(b"\r\n")).into_owned()
+}
+
 #[test]
-fn a_resp_listener_is_refused_where_authentication_is_on() {
-    let output = Command::new(env!("CARGO_BIN_EXE_quicksilver"))
-        .args(["-p", "0", "-U", "0", "-S", "-l", "proto[binary]:127.0.0.1,proto[resp]:127.0.0.1:1"])
-        .output()
-        .expect("run quicksilver");
-    assert!(!output.status.success());
-    let said = String::from_utf8_lossy(&output.stderr);
-    assert!(said.contains("speaks proto[resp]"), "{said}");
+fn with_a_password_nothing_runs_before_auth_as_with_redis_servers_requirepass() {
+    let dir = tempfile_dir();
+    let users = dir.join("users");
+    std::fs::write(&users, "default:s3cret\n").expect("write the users");
+    let redis = Redis::start_with(&["--requirepass", "s3cret"]);
+    let (_server, port) = quicksilver(&["-Y", users.to_str().expect("path")]);
+    let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+    for request in [
+        frame(&["GET", "k"]),
+        frame(&["SET", "k", "v"]),
+        frame(&["HSET", "h", "f", "v"]),
+        frame(&["GET"]),
+        frame(&["HELLO", "2"]),
+        frame(&["HELLO", "2", "AUTH", "default", "wrong"]),
+        frame(&["AUTH", "wrong"]),
+        frame(&["AUTH", "a", "b", "c"]),
+        b"PING\r\n".to_vec(),
+        frame(&["AUTH", "s3cret"]),
+        frame(&["SET", "k", "v"]),
+        frame(&["AUTH", "default", "wrong"]),
+        frame(&["AUTH", "default", "s3cret"]),
+    ] {
+        let want = one_line(&mut theirs, &request);
+        assert_eq!(one_line(&mut ours, &request), want, "{:?}", String::from_utf8_lossy(&request));
+    }
+    // A failed AUTH leaves an authenticated connection as it was.
+    assert_eq!(call(&mut ours, &frame(&["GET", "k"])), call(&mut theirs, &frame(&["GET", "k"])));
+    // HELLO with AUTH authenticates and answers the handshake.
+    let mut hello = connect(port);
+    let reply = call(&mut hello, &frame(&["HELLO", "2", "AUTH", "default", "s3cret"]));
+    assert!(reply.starts_with(b"*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), "{reply:?}");
+    assert_eq!(call(&mut hello, &frame(&["GET", "k"])), b"$1\r\nv\r\n");
+    // Before authentication a request may hold at most 10 arguments of 16 KiB each.
+    for (request, error) in [
+        (b"*11\r\n".to_vec(), "-ERR Protocol error: unauthenticated multibulk length\r\n"),
+        (b"*2\r\n$4\r\nAUTH\r\n$16385\r\n".to_vec(), "-ERR Protocol error: unauthenticated bulk length\r\n"),
+    ] {
+        for port in [redis.port, port] {
+            let mut stranger = connect(port);
+            stranger.send(&request);
+            let mut all = Vec::new();
+            stranger.stream.read_to_end(&mut all).expect("read to close");
+            assert_eq!(String::from_utf8_lossy(&all), error);
+        }
+    }
+}
+
+/// A fresh directory under the system's temporary one.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("qs-resp-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    dir
+}
+
+#[test]
+fn redis_cli_talks_to_a_resp_listener_over_tls() {
+    let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
+    let files = format!("ssl_chain_cert={certs}/server.pem,ssl_key={certs}/server.key");
+    let port = free_port();
+    let listen = format!("127.0.0.1,proto[resp]:127.0.0.1:{port}");
+    let probe = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let _server = ServerProcess::quicksilver_probed(&["-Z", "-o", &files, "-l", &listen], probe);
+    let cli = |args: &[&str]| {
+        let ca = format!("{certs}/ca.pem");
+        let mut all = vec!["--tls", "--cacert", &ca, "-p"];
+        let port = port.to_string();
+        all.push(&port);
+        all.extend_from_slice(args);
+        let output =
+            Command::new("redis-cli").args(&all).output().expect("redis-cli (scripts/test.sh installs it)");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cli(&["PING"]) != "PONG\n" {
+        assert!(Instant::now() < deadline, "no TLS listener");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(cli(&["SET", "greeting", "hello"]), "OK\n");
+    assert_eq!(cli(&["GET", "greeting"]), "hello\n");
+    // The same port refuses plaintext: nothing is answered in the clear.
+    let mut plain = connect(port);
+    plain.send(b"PING\r\n");
+    let mut got = Vec::new();
+    let _ = plain.stream.read_to_end(&mut got);
+    assert!(!got.starts_with(b"+PONG"), "{got:?}");
 }

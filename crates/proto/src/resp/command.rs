@@ -3,6 +3,7 @@
 //! command on one key becomes the one vocabulary's [`Command`], answered in RESP
 //! ([`Answer::Resp`]); the connection's own commands are answered where they run.
 
+use super::connection;
 use super::owned::{self, Owned};
 use super::Frame;
 pub use crate::command::RespReply as Reply;
@@ -28,8 +29,19 @@ pub enum Call<'a> {
     ExistsMany(Frame<'a>),
     /// DBSIZE: how many keys.
     DbSize,
-    /// HELLO, or HELLO 2 (no AUTH, SETNAME): the server's description, in RESP2.
-    Hello,
+    /// HELLO, or HELLO 2, with AUTH's user and password if given: the server's description,
+    /// in RESP2.
+    Hello {
+        /// AUTH user password.
+        auth: Option<(&'a [u8], &'a [u8])>,
+    },
+    /// AUTH [user] password.
+    Auth {
+        /// The user (none: the one user, or redis-server's `default`).
+        user: Option<&'a [u8]>,
+        /// The password.
+        password: &'a [u8],
+    },
     /// CLIENT ID.
     ClientId,
     /// CONFIG GET of these patterns (the frame's arguments after `CONFIG GET`).
@@ -104,10 +116,10 @@ pub enum Refusal<'a> {
     Message(&'static str),
     /// `NOPROTO sorry, this protocol version is not supported.`
     NoProto,
-    /// `WRONGPASS invalid username-password pair or user is disabled.`
-    WrongPass,
     /// `ERR Unsupported option <option>` (EXPIRE's).
     UnsupportedOption(&'a [u8]),
+    /// `ERR Syntax error in HELLO option '<option>'`.
+    HelloOption(&'a [u8]),
     /// `ERR unknown subcommand '<sub>'. Try <COMMAND> HELP.`
     UnknownSubcommand(Frame<'a>),
     /// `ERR wrong number of arguments for '<command>|<sub>' command`.
@@ -155,12 +167,12 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         "append" => key(first[0], append(first[1]), Reply::Appended),
         "dbsize" => Call::DbSize,
         "flushall" | "flushdb" => flush(argc, first[0]),
-        "hello" => hello(argc, first[0]),
-        "auth" => auth(argc, first),
-        "client" => client(frame, first[0], argc),
-        "config" => config(frame, first[0], argc),
-        "command" => command(first[0], argc),
-        "function" => function(frame, first[0], argc),
+        "hello" => connection::hello(frame),
+        "auth" => connection::auth(argc, first),
+        "client" => connection::client(frame, first[0], argc),
+        "config" => connection::config(frame, first[0], argc),
+        "command" => connection::command(first[0], argc),
+        "function" => connection::function(frame, first[0], argc),
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
         "expire" | "pexpire" | "expireat" | "pexpireat" if argc > 3 => {
@@ -263,83 +275,6 @@ fn append(data: &[u8]) -> Op<'_> {
     match store(StoreMode::Append, data, 0) {
         Op::Store(store) => Op::Store(Store { vivify: Some(0), ..store }),
         other => other,
-    }
-}
-
-/// HELLO: protocol 2 only (RESP3 is not served yet: clients fall back on this error).
-fn hello(argc: usize, version: &[u8]) -> Call<'_> {
-    if argc == 1 {
-        return Call::Hello;
-    }
-    match integer(version) {
-        None => Call::Error(Refusal::Message("Protocol version is not an integer or out of range")),
-        Some(2) if argc == 2 => Call::Hello,
-        Some(2) => Call::Error(Refusal::Unsupported("HELLO's AUTH and SETNAME are not served yet")),
-        Some(_) => Call::Error(Refusal::NoProto),
-    }
-}
-
-/// AUTH with no password configured (a RESP listener is refused with -S and -Y): as
-/// redis-server's default user without a password.
-fn auth<'a>(argc: usize, args: [&'a [u8]; 3]) -> Call<'a> {
-    match argc {
-        2 => Call::Error(Refusal::Message(
-            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        3 if args[0] == b"default" => Call::Accepted,
-        3 => Call::Error(Refusal::WrongPass),
-        _ => Call::Error(Refusal::Syntax),
-    }
-}
-
-/// CLIENT's subcommands served: ID, and NO-EVICT accepted (as redis-server 7.0: SETINFO and
-/// NO-TOUCH came in 7.2 and are unknown subcommands, which clients ignore).
-fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
-    let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
-    let switch = frame.arg(2).unwrap_or_default();
-    match argc {
-        2 if is("id") => Call::ClientId,
-        3 if is("no-evict")
-            && (switch.eq_ignore_ascii_case(b"on") || switch.eq_ignore_ascii_case(b"off")) =>
-        {
-            Call::Accepted
-        }
-        3 if is("no-evict") => Call::Error(Refusal::Syntax),
-        _ if is("id") || is("no-evict") => Call::Error(Refusal::SubcommandArity(*frame)),
-        _ => Call::Error(Refusal::UnknownSubcommand(*frame)),
-    }
-}
-
-/// CONFIG GET pattern...
-fn config<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
-    match (sub.eq_ignore_ascii_case(b"get"), argc) {
-        (true, 2) => Call::Error(Refusal::SubcommandArity(*frame)),
-        (true, _) => Call::ConfigGet(*frame),
-        (false, _) => Call::Error(Refusal::Unsupported("of CONFIG only GET is served yet")),
-    }
-}
-
-/// COMMAND COUNT, and COMMAND DOCS (no documents yet: clients then use their own tables).
-fn command(sub: &[u8], argc: usize) -> Call<'_> {
-    match argc {
-        2 if sub.eq_ignore_ascii_case(b"count") => Call::CommandCount,
-        _ if sub.eq_ignore_ascii_case(b"docs") => Call::Fixed(b"*0\r\n"),
-        _ => Call::Error(Refusal::Unsupported("of COMMAND only COUNT and DOCS are served yet")),
-    }
-}
-
-/// FUNCTION FLUSH [ASYNC|SYNC]: there are no functions (scripting is not served), so there is
-/// nothing to flush; other subcommands are refused by name.
-fn function<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
-    if !sub.eq_ignore_ascii_case(b"flush") {
-        return Call::Error(Refusal::Unsupported("functions are not served (no scripting)"));
-    }
-    let mode = frame.arg(2).unwrap_or_default();
-    match argc {
-        2 => Call::Accepted,
-        3 if mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async") => Call::Accepted,
-        3 => Call::Error(Refusal::Message("FUNCTION FLUSH only supports SYNC|ASYNC option")),
-        _ => Call::Error(Refusal::SubcommandArity(*frame)),
     }
 }
 

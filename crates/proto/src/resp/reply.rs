@@ -16,6 +16,14 @@ pub const OOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'
 pub const TOO_LARGE: &[u8] = b"-ERR object too large for cache\r\n";
 /// A key over memcached's 250 bytes; redis-server has no such limit.
 pub const BAD_KEY: &[u8] = b"-ERR key is empty or longer than 250 bytes\r\n";
+/// AUTH's refusal of a wrong user or password.
+pub const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+/// AUTH of a password where none is configured.
+pub const AUTH_WITHOUT_PASSWORD: &[u8] = b"-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n";
+/// A command before authentication.
+pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
+/// HELLO without AUTH before authentication.
+pub const NOAUTH_HELLO: &[u8] = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
 /// `ERR value is not an integer or out of range`.
 pub const NOT_INTEGER: &[u8] = b"-ERR value is not an integer or out of range\r\n";
 
@@ -120,6 +128,26 @@ pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now_secs: u32, out: &mu
     integer(value, out);
 }
 
+/// HELLO's description of the server, in RESP2 (a flat array of names and values). It names
+/// the Redis release whose protocol it answers as its version, as clients gate features on it.
+pub fn hello(id: i32, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"*14\r\n");
+    for (name, value) in [("server", "redis"), ("version", "7.0.15")] {
+        bulk(name.as_bytes(), out);
+        bulk(value.as_bytes(), out);
+    }
+    bulk(b"proto", out);
+    integer(2, out);
+    bulk(b"id", out);
+    integer(i64::from(id), out);
+    for (name, value) in [("mode", "standalone"), ("role", "master")] {
+        bulk(name.as_bytes(), out);
+        bulk(value.as_bytes(), out);
+    }
+    bulk(b"modules", out);
+    out.extend_from_slice(b"*0\r\n");
+}
+
 /// A refused command's reply.
 pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
     match refusal {
@@ -146,8 +174,13 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
         Refusal::NoProto => {
             out.extend_from_slice(b"-NOPROTO sorry, this protocol version is not supported.\r\n")
         }
-        Refusal::WrongPass => {
-            out.extend_from_slice(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+        Refusal::HelloOption(option) => {
+            let start = out.len();
+            out.extend_from_slice(b"-ERR Syntax error in HELLO option '");
+            out.extend_from_slice(option);
+            out.push(b'\'');
+            spaces_for_line_ends(&mut out[start + 1..]);
+            out.extend_from_slice(b"\r\n");
         }
         Refusal::UnsupportedOption(option) => {
             let start = out.len();

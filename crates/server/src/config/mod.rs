@@ -651,8 +651,8 @@ impl Config {
 
     /// Authentication covers every way in: each listener must speak the one dialect its
     /// server's mode authenticates (-S: binary, -Y: text), as memcached demands of -B (which it
-    /// checks, unlike each `-l proto[...]:` listener's own), and the transports without
-    /// authentication (UDP, the native ports) stay off.
+    /// checks, unlike each `-l proto[...]:` listener's own), or Redis's (whose AUTH checks the
+    /// same users); the transports without authentication (UDP, the native ports) stay off.
     fn check_auth(&self, plan: &crate::config::listen::Plan) -> Result<(), String> {
         if self.sasl && self.auth_file.is_some() {
             // memcached: -S makes the protocol binary, which -Y then refuses.
@@ -674,7 +674,9 @@ impl Config {
         if self.protocol.is_some_and(|protocol| protocol != speaks) {
             return Err(refusal.into());
         }
-        if let Some(endpoint) = plan.tcp.iter().find(|endpoint| endpoint.protocol != speaks) {
+        // A Redis listener authenticates with AUTH against the same users.
+        let gated = |protocol: Protocol| protocol == speaks || protocol == Protocol::Resp;
+        if let Some(endpoint) = plan.tcp.iter().find(|endpoint| !gated(endpoint.protocol)) {
             let name = match endpoint.protocol {
                 Protocol::Auto => "negotiating",
                 Protocol::Ascii => "ascii",

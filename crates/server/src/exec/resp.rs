@@ -7,26 +7,6 @@ use qs_proto::command::{Answer, Get, RespReply};
 use qs_proto::resp::command::{call, Call};
 use qs_proto::resp::{glob, reply, Frame};
 
-/// HELLO's description of the server, in RESP2 (a flat array of names and values). It names
-/// the Redis release whose protocol it answers as its version, as clients gate features on it.
-fn hello(id: i32, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"*14\r\n");
-    for (name, value) in [("server", "redis"), ("version", "7.0.15")] {
-        reply::bulk(name.as_bytes(), out);
-        reply::bulk(value.as_bytes(), out);
-    }
-    reply::bulk(b"proto", out);
-    reply::integer(2, out);
-    reply::bulk(b"id", out);
-    reply::integer(i64::from(id), out);
-    for (name, value) in [("mode", "standalone"), ("role", "master")] {
-        reply::bulk(name.as_bytes(), out);
-        reply::bulk(value.as_bytes(), out);
-    }
-    reply::bulk(b"modules", out);
-    out.extend_from_slice(b"*0\r\n");
-}
-
 /// TIME: the unix time as two bulk strings, seconds and microseconds.
 fn time(out: &mut Vec<u8>) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -54,7 +34,17 @@ impl Engine {
                 self.publish();
                 reply::integer(crate::admin::stats::current_items(&self.shared) as i64, out);
             }
-            Call::Hello => hello(self.asking_fd, out),
+            Call::Hello { auth: None } => reply::hello(self.asking_fd, out),
+            Call::Hello { auth: Some((user, password)) } => {
+                if self.resp_auth(Some(user), password, out) {
+                    reply::hello(self.asking_fd, out);
+                }
+            }
+            Call::Auth { user, password } => {
+                if self.resp_auth(user, password, out) {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
             Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
             Call::ConfigGet(frame) => self.config_get(&frame, out),
             Call::CommandCount => reply::integer(qs_proto::resp::command::served_count() as i64, out),
@@ -87,6 +77,33 @@ impl Engine {
             Call::Key(_) => unreachable!("key commands run in Engine::execute"),
         }
         Exec::Done
+    }
+
+    /// AUTH on a connection already admitted: true when it may go on (the reply is then the
+    /// caller's); else the refusal is written.
+    fn resp_auth(&mut self, user: Option<&[u8]>, password: &[u8], out: &mut Vec<u8>) -> bool {
+        use crate::session::auth::{resp_credentials, RespAuth};
+        match (resp_credentials(self.shared.auth_modes(), user, password), user) {
+            (RespAuth::Open, None) => {
+                out.extend_from_slice(reply::AUTH_WITHOUT_PASSWORD);
+                false
+            }
+            (RespAuth::Open, Some(b"default")) => true,
+            (RespAuth::Valid, _) => {
+                self.counters.auth_cmds += 1;
+                true
+            }
+            (RespAuth::Invalid, _) => {
+                self.counters.auth_cmds += 1;
+                self.counters.auth_errors += 1;
+                out.extend_from_slice(reply::WRONGPASS);
+                false
+            }
+            (RespAuth::Open, Some(_)) => {
+                out.extend_from_slice(reply::WRONGPASS);
+                false
+            }
+        }
     }
 
     /// CONFIG GET: the settings clients and tools ask for, as redis-server names them (each

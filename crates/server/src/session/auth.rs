@@ -64,6 +64,35 @@ impl Passwords {
     }
 }
 
+/// What an AUTH (or HELLO's AUTH) of the Redis protocol meets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RespAuth {
+    /// No users are configured (neither -S nor -Y): redis-server's default user, no password.
+    Open,
+    /// The user and password match an entry.
+    Valid,
+    /// They do not.
+    Invalid,
+}
+
+/// Checks a Redis AUTH against -Y's users, or else SASL's: `AUTH user password`, or `AUTH
+/// password` for the one user of a file that has one (else the user `default`).
+pub fn resp_credentials(modes: Modes<'_>, user: Option<&[u8]>, password: &[u8]) -> RespAuth {
+    let Some(passwords) = modes.ascii.or(modes.sasl) else {
+        return RespAuth::Open;
+    };
+    let user = match (user, passwords.entries.as_slice()) {
+        (Some(user), _) => user,
+        (None, [(only, _)]) => only,
+        (None, _) => b"default",
+    };
+    if passwords.check(user, password) {
+        RespAuth::Valid
+    } else {
+        RespAuth::Invalid
+    }
+}
+
 /// Compares in time that depends only on the lengths.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut difference = (a.len() != b.len()) as u8;
@@ -390,6 +419,22 @@ mod tests {
 
     fn passwords() -> Passwords {
         Passwords::parse(b"foo:bar\nbaaaz:quux\r\nempty:\n").unwrap()
+    }
+
+    #[test]
+    fn redis_auth_checks_the_users_of_either_mode_and_a_lone_users_password_alone() {
+        let (many, one) = (passwords(), Passwords::parse(b"alice:pw\n").unwrap());
+        let open = Modes { ascii: None, sasl: None };
+        assert_eq!(resp_credentials(open, None, b"x"), RespAuth::Open);
+        for modes in [Modes { ascii: Some(&many), sasl: None }, Modes { ascii: None, sasl: Some(&many) }] {
+            assert_eq!(resp_credentials(modes, Some(b"foo"), b"bar"), RespAuth::Valid);
+            assert_eq!(resp_credentials(modes, Some(b"foo"), b"quux"), RespAuth::Invalid);
+            // Several users: a password alone is the user `default`'s, which is not one.
+            assert_eq!(resp_credentials(modes, None, b"bar"), RespAuth::Invalid);
+        }
+        let lone = Modes { ascii: Some(&one), sasl: None };
+        assert_eq!(resp_credentials(lone, None, b"pw"), RespAuth::Valid);
+        assert_eq!(resp_credentials(lone, None, b"nope"), RespAuth::Invalid);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! is computing wait in segments, so responses leave in request order.
 
 pub mod auth;
+pub mod auth_resp;
 pub mod budget;
 mod buffers;
 pub mod dump;

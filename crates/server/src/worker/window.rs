@@ -411,20 +411,30 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
     use crate::session::auth::{admit, Admission, Phase};
     let modes = shared.auth_modes();
     let binary = dialect == Dialect::Binary;
-    let (admission, answered) = admit(
-        &mut conn.input,
-        &mut conn.state,
-        conn.eof,
-        binary,
-        modes,
-        &mut engine.counters,
-        conn.output.reply_buf(),
-    );
+    let (admission, answered) = if dialect == Dialect::Resp {
+        crate::session::auth_resp::admit_resp(
+            &mut conn.input,
+            (&mut conn.state, conn.eof),
+            (modes, conn.fd),
+            &mut engine.counters,
+            conn.output.reply_buf(),
+        )
+    } else {
+        admit(
+            &mut conn.input,
+            &mut conn.state,
+            conn.eof,
+            binary,
+            modes,
+            &mut engine.counters,
+            conn.output.reply_buf(),
+        )
+    };
     *executed |= answered;
     match admission {
         Admission::Parse => {
-            // A text connection's Parse is -Y's success (a binary one's, a frame the SASL
-            // gate is to see).
+            // A text or RESP connection's Parse is its authentication's success (a binary
+            // one's, a frame the SASL gate is to see).
             if !binary {
                 conn.phase = Phase::Authenticated;
             }

@@ -1,0 +1,95 @@
+//! The Redis protocol's connection and server commands (HELLO, AUTH, CLIENT, CONFIG, COMMAND,
+//! FUNCTION), checked as redis-server 7.0 checks them.
+
+use super::command::{integer, Call, Refusal};
+use super::Frame;
+
+/// HELLO [protover [AUTH user pass] [SETNAME name]], as networking.c's helloCommand reads it:
+/// protocol 2 only (RESP3 is not served yet: clients fall back on `-NOPROTO`).
+pub(super) fn hello<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let argc = frame.argc();
+    if argc >= 2 {
+        match integer(frame.arg(1).unwrap_or_default()) {
+            None => {
+                return Call::Error(Refusal::Message("Protocol version is not an integer or out of range"))
+            }
+            Some(2) => {}
+            Some(_) => return Call::Error(Refusal::NoProto),
+        }
+    }
+    let mut auth = None;
+    let mut options = frame.args().skip(2);
+    while let Some(option) = options.next() {
+        let more = options.len();
+        if option.eq_ignore_ascii_case(b"auth") && more >= 2 {
+            let (user, password) = (options.next().unwrap_or_default(), options.next().unwrap_or_default());
+            auth = Some((user, password));
+        } else if option.eq_ignore_ascii_case(b"setname") && more >= 1 {
+            return Call::Error(Refusal::Unsupported("HELLO's SETNAME is not served yet"));
+        } else {
+            return Call::Error(Refusal::HelloOption(option));
+        }
+    }
+    Call::Hello { auth }
+}
+
+/// AUTH [user] password: checked by the server against -Y's or SASL's users (with none, as
+/// redis-server's default user without a password).
+pub(super) fn auth<'a>(argc: usize, args: [&'a [u8]; 3]) -> Call<'a> {
+    match argc {
+        2 => Call::Auth { user: None, password: args[0] },
+        3 => Call::Auth { user: Some(args[0]), password: args[1] },
+        _ => Call::Error(Refusal::Syntax),
+    }
+}
+
+/// CLIENT's subcommands served: ID, and NO-EVICT accepted (as redis-server 7.0: SETINFO and
+/// NO-TOUCH came in 7.2 and are unknown subcommands, which clients ignore).
+pub(super) fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
+    let switch = frame.arg(2).unwrap_or_default();
+    match argc {
+        2 if is("id") => Call::ClientId,
+        3 if is("no-evict")
+            && (switch.eq_ignore_ascii_case(b"on") || switch.eq_ignore_ascii_case(b"off")) =>
+        {
+            Call::Accepted
+        }
+        3 if is("no-evict") => Call::Error(Refusal::Syntax),
+        _ if is("id") || is("no-evict") => Call::Error(Refusal::SubcommandArity(*frame)),
+        _ => Call::Error(Refusal::UnknownSubcommand(*frame)),
+    }
+}
+
+/// CONFIG GET pattern...
+pub(super) fn config<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    match (sub.eq_ignore_ascii_case(b"get"), argc) {
+        (true, 2) => Call::Error(Refusal::SubcommandArity(*frame)),
+        (true, _) => Call::ConfigGet(*frame),
+        (false, _) => Call::Error(Refusal::Unsupported("of CONFIG only GET is served yet")),
+    }
+}
+
+/// COMMAND COUNT, and COMMAND DOCS (no documents yet: clients then use their own tables).
+pub(super) fn command(sub: &[u8], argc: usize) -> Call<'_> {
+    match argc {
+        2 if sub.eq_ignore_ascii_case(b"count") => Call::CommandCount,
+        _ if sub.eq_ignore_ascii_case(b"docs") => Call::Fixed(b"*0\r\n"),
+        _ => Call::Error(Refusal::Unsupported("of COMMAND only COUNT and DOCS are served yet")),
+    }
+}
+
+/// FUNCTION FLUSH [ASYNC|SYNC]: there are no functions (scripting is not served), so there is
+/// nothing to flush; other subcommands are refused by name.
+pub(super) fn function<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    if !sub.eq_ignore_ascii_case(b"flush") {
+        return Call::Error(Refusal::Unsupported("functions are not served (no scripting)"));
+    }
+    let mode = frame.arg(2).unwrap_or_default();
+    match argc {
+        2 => Call::Accepted,
+        3 if mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async") => Call::Accepted,
+        3 => Call::Error(Refusal::Message("FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        _ => Call::Error(Refusal::SubcommandArity(*frame)),
+    }
+}
