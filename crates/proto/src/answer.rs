@@ -16,6 +16,7 @@ impl<'r> Request<'r> {
         match self {
             Request::Meta(meta) => Some(meta.key_command(limits)),
             Request::Binary(binary) => binary.key_command(),
+            Request::RespKey(command) => Some(*command),
             Request::Resp(frame) => match crate::resp::command::call(frame, limits.item_bytes_max) {
                 crate::resp::command::Call::Key(command) => Some(command),
                 _ => None,

@@ -122,10 +122,11 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
 /// a binary frame's key ([`binary::key_guess`]), else the text line's second word
 /// ([`tokens::key_guess`]).
 pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
-    if buf.first() == Some(&binary::REQUEST_MAGIC) {
-        return binary::key_guess(buf);
+    match buf.first() {
+        Some(&binary::REQUEST_MAGIC) => binary::key_guess(buf),
+        Some(b'*') => resp::key_guess(buf),
+        _ => tokens::key_guess(buf),
     }
-    tokens::key_guess(buf)
 }
 
 /// Where the first newline of `buf` is, and whether a NUL byte comes before it (memcached

@@ -211,8 +211,12 @@ pub enum Request<'a> {
     },
     /// A binary-protocol request ([`crate::binary::parse`]).
     Binary(Binary<'a>),
-    /// A Redis protocol request (its listener's dialect): see [`crate::resp`].
+    /// A Redis protocol request (its listener's dialect) that is not one command on one key:
+    /// see [`crate::resp`].
     Resp(crate::resp_frame::Frame<'a>),
+    /// A Redis protocol command on one key, read into the one vocabulary when it was parsed
+    /// (so it is located, prefetched, routed and run without reading its frame again).
+    RespKey(crate::command::Command<'a>),
     /// A Redis protocol request whose framing is broken: the error is answered and the
     /// connection closes, as redis-server closes it.
     RespProtocolError(crate::resp_frame::ProtocolError),

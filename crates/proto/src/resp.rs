@@ -38,7 +38,8 @@ pub enum Framing {
     Error(ProtocolError),
 }
 
-/// The RESP request at the front of `buf`: a [`Request::Resp`], a skipped empty request, or
+/// The RESP request at the front of `buf`: a [`Request::RespKey`] (a command on one key) or
+/// [`Request::Resp`], a skipped empty request, or
 /// [`Request::RespProtocolError`] (whose `len` is the whole buffer: nothing after it is read).
 /// A bulk string longer than the item size limit (-I) is an invalid bulk length, as one
 /// over redis-server's proto-max-bulk-len is: its bytes are never buffered.
@@ -47,12 +48,34 @@ pub fn parse<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
     let framed = if buf.first() == Some(&b'*') { multibulk(buf, bulk_max) } else { inline(buf) };
     match framed {
         None => Parsed::Incomplete,
-        Some((Ok(frame), len)) => Parsed::Request { request: Request::Resp(frame), len },
+        Some((Ok(frame), len)) => {
+            let request = match command::call(&frame, limits.item_bytes_max) {
+                command::Call::Key(command) => Request::RespKey(command),
+                _ => Request::Resp(frame),
+            };
+            Parsed::Request { request, len }
+        }
         Some((Err(Framing::Empty), len)) => Parsed::Refused { reply: "", len, noreply: true },
         Some((Err(Framing::Error(why)), _)) => {
             Parsed::Request { request: Request::RespProtocolError(why), len: buf.len() }
         }
     }
+}
+
+/// A RESP request's key, guessed before it is parsed (its second bulk string: the key of
+/// GET, SET and every command on one key), for the prefetch of a turn's first requests.
+pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
+    let bulk = |at: usize| -> Option<(&[u8], usize)> {
+        let rest = buf.get(at..)?;
+        let cr = rest.iter().take(12).position(|&byte| byte == b'\r')?;
+        let len = digits(rest.get(1..cr)?)? as usize;
+        let start = at + cr + 2;
+        Some((buf.get(start..start + len)?, start + len + 2))
+    };
+    let first = buf.iter().take(12).position(|&byte| byte == b'\n')? + 1;
+    let (_, next) = bulk(first)?;
+    let (key, _) = bulk(next)?;
+    (!key.is_empty() && key.len() <= crate::KEY_BYTES_MAX).then_some(key)
 }
 
 /// For a multibulk request not all here yet: how long it is at least, through the end of the

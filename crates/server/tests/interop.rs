@@ -136,50 +136,16 @@ fn pymemcache_whole_client_api() {
     assert!(output.status.success(), "{}{}", stdout(&output), String::from_utf8_lossy(&output.stderr));
 }
 
-/// A nutcracker process, stopped when dropped.
-struct Twemproxy(std::process::Child);
-
-impl Drop for Twemproxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
-}
-
-/// Starts nutcracker with ketama over `servers`; `None` if it exits (a port was taken).
-fn start_twemproxy(servers: &[ServerProcess], dir: &std::path::Path) -> Option<(Twemproxy, common::Client)> {
-    let (proxy_port, stats_port) = (free_port(), free_port());
-    let mut config = format!(
-        "quicksilver:\n  listen: 127.0.0.1:{proxy_port}\n  hash: md5\n  distribution: ketama\n  \
-         timeout: 4000\n  auto_eject_hosts: false\n  servers:\n"
-    );
-    for server in servers {
-        config.push_str(&format!("   - 127.0.0.1:{}:1\n", server.port));
-    }
-    let config_path = dir.join("nutcracker.yml");
-    std::fs::write(&config_path, config).expect("config");
-    let child = Command::new("nutcracker")
-        .args(["-c", config_path.to_str().expect("path"), "-s", &stats_port.to_string()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("cannot run nutcracker (scripts/test.sh installs it)");
-    let mut proxy = Twemproxy(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", proxy_port)) {
-            stream.set_read_timeout(Some(common::REPLY_TIMEOUT)).expect("timeout");
-            return Some((proxy, common::Client::from_stream(stream)));
-        }
-        if let Ok(Some(_)) = proxy.0.try_wait() {
-            return None;
-        }
-        assert!(Instant::now() < deadline, "nutcracker did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// nutcracker with ketama over `servers` (memcached's protocol), and a client connected to it.
+fn start_twemproxy(
+    servers: &[ServerProcess],
+    dir: &std::path::Path,
+) -> (common::twemproxy::Twemproxy, common::Client) {
+    let ports: Vec<u16> = servers.iter().map(|server| server.port).collect();
+    let proxy = common::twemproxy::start(&ports, false, dir);
+    let stream = std::net::TcpStream::connect(("127.0.0.1", proxy.port)).expect("connect to nutcracker");
+    stream.set_read_timeout(Some(common::REPLY_TIMEOUT)).expect("timeout");
+    (proxy, common::Client::from_stream(stream))
 }
 
 #[test]
@@ -187,10 +153,7 @@ fn twemproxy_with_ketama_spreads_keys_over_three_instances() {
     let servers: Vec<ServerProcess> = (0..3).map(|_| ServerProcess::quicksilver(&["-t", "1"])).collect();
     let dir = std::env::temp_dir().join(format!("qs-twemproxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    // Ports are picked free, then bound by nutcracker: retry if another test took one first.
-    let (_proxy, mut client) = (0..5)
-        .find_map(|_| start_twemproxy(&servers, &dir))
-        .expect("nutcracker did not start (scripts/test.sh installs it)");
+    let (_proxy, mut client) = start_twemproxy(&servers, &dir);
     const KEYS: usize = 600;
     for key in 0..KEYS {
         client.send(
@@ -307,9 +270,7 @@ fn ketama_places_keys_as_libmemcached_and_twemproxy_do_on_a_mixed_fleet() {
     // twemproxy's ketama (md5, weight 1 each) is the weighted flavour: same placement.
     let dir = std::env::temp_dir().join(format!("qs-twemproxy-mixed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let (_proxy, mut proxy) = (0..5)
-        .find_map(|_| start_twemproxy(&fleet, &dir))
-        .expect("nutcracker did not start (scripts/test.sh installs it)");
+    let (_proxy, mut proxy) = start_twemproxy(&fleet, &dir);
     let continuum = Continuum::new(&servers, Flavor::Weighted);
     for i in 0..KEYS {
         let key = format!("tw:{i}");

@@ -501,7 +501,8 @@ fn commands_that_read_then_write_a_key_answer_as_redis_server_does() {
 
 #[test]
 fn info_lists_redis_servers_sections_and_fields() {
-    let (_server, port) = quicksilver(&["-t", "2"]);
+    // One worker: another's figures would show as of its last loop turn.
+    let (_server, port) = quicksilver(&["-t", "1"]);
     let mut client = connect(port);
     call(&mut client, &frame(&["SET", "a", "v"]));
     call(&mut client, &frame(&["GET", "a"]));
@@ -697,4 +698,41 @@ fn redis_cli_talks_to_a_resp_listener_over_tls() {
     let mut got = Vec::new();
     let _ = plain.stream.read_to_end(&mut got);
     assert!(!got.starts_with(b"+PONG"), "{got:?}");
+}
+
+#[test]
+fn twemproxy_with_redis_true_spreads_keys_over_two_resp_listeners() {
+    let (servers, ports): (Vec<ServerProcess>, Vec<u16>) = (0..2).map(|_| quicksilver(&["-t", "2"])).unzip();
+    let dir = tempfile_dir();
+    let proxy = common::twemproxy::start(&ports, true, &dir);
+    let mut client = connect(proxy.port);
+    // nutcracker serves no ECHO (the marker `call` sends): each reply is read as expected.
+    let mut expect = |request: &[&str], reply: &[u8]| {
+        client.send(&frame(request));
+        assert_eq!(client.read_until(reply), reply, "{request:?}");
+    };
+    const KEYS: usize = 200;
+    for key in 0..KEYS {
+        expect(&["SET", &format!("user:{key}"), &format!("v{key}"), "EX", "600"], b"+OK\r\n");
+    }
+    // Each key is on exactly one instance, and both hold some.
+    let mut direct: Vec<Client> = ports.iter().map(|&port| connect(port)).collect();
+    let mut held = [0usize; 2];
+    for key in 0..KEYS {
+        let holders: Vec<usize> = (0..2)
+            .filter(|&at| call(&mut direct[at], &frame(&["EXISTS", &format!("user:{key}")])) == b":1\r\n")
+            .collect();
+        assert_eq!(holders.len(), 1, "user:{key} on {holders:?}");
+        held[holders[0]] += 1;
+    }
+    assert!(held.iter().all(|&count| count > KEYS / 5), "ketama spread: {held:?}");
+    // Through the proxy: MGET and DEL of several keys (nutcracker splits them by server),
+    // counters, TTLs.
+    expect(&["MGET", "user:1", "nope", "user:2"], b"*3\r\n$2\r\nv1\r\n$-1\r\n$2\r\nv2\r\n");
+    expect(&["DEL", "user:1", "user:2", "nope"], b":2\r\n");
+    expect(&["INCRBY", "hits", "5"], b":5\r\n");
+    expect(&["INCR", "hits"], b":6\r\n");
+    expect(&["TTL", "user:3"], b":600\r\n");
+    expect(&["GET", "user:3"], b"$2\r\nv3\r\n");
+    drop(servers);
 }

@@ -198,3 +198,12 @@ fn inline_words_in_quotes_are_taken_whole_and_unbalanced_quotes_are_refused() {
         assert_eq!(protocol_error(line), ProtocolError::Message(why), "{line:?}");
     }
 }
+
+#[test]
+fn a_key_is_guessed_from_the_second_bulk_string() {
+    assert_eq!(key_guess(&frame_bytes(&[b"GET", b"user:1"])), Some(&b"user:1"[..]));
+    assert_eq!(key_guess(&frame_bytes(&[b"SET", b"k", b"v"])), Some(&b"k"[..]));
+    assert_eq!(key_guess(&frame_bytes(&[b"PING"])), None);
+    assert_eq!(key_guess(b"*2\r\n$3\r\nGET\r\n$5\r\nus"), None, "not all here");
+    assert_eq!(key_guess(b"*2\r\n$x\r\n"), None);
+}

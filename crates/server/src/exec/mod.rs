@@ -566,6 +566,7 @@ fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
         // A base64 key is decoded into the request: the decoded key is the one located.
         Request::Meta(meta) => Some(meta.key()),
         Request::Binary(binary) => binary.command.key(),
+        Request::RespKey(command) => Some(command.key),
         _ => None,
     }
 }

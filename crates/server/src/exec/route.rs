@@ -157,7 +157,9 @@ impl Engine {
             | Request::DebugTime { .. }
             | Request::Shutdown { .. }
             | Request::RefreshCerts { .. }
-            | Request::RespProtocolError(_) => Reach::Here,
+            | Request::RespProtocolError(_)
+            // Its key is its command's (above).
+            | Request::RespKey(_) => Reach::Here,
             // Reads of several keys: after the connection's replies pending elsewhere (CREW
             // reads the keys here); anything else a RESP frame asks is answered here.
             Request::Resp(ref frame) => self.resp_reach(frame),

@@ -46,6 +46,13 @@ pub fn admit_resp(
                 return (Admission::Wait, answered);
             }
             Parsed::Request { request: Request::Resp(frame), len } => (frame, len),
+            // A command on one key: none runs before authentication.
+            Parsed::Request { request: Request::RespKey(_), len } => {
+                answered = true;
+                out.extend_from_slice(reply::NOAUTH);
+                input.consume(len);
+                continue;
+            }
             Parsed::Request { request: Request::RespProtocolError(why), .. } => {
                 why.write(out);
                 input.consume(input.end - input.start);

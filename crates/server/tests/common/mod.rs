@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod tls;
+pub mod twemproxy;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -27,7 +28,8 @@ pub struct ServerProcess {
     pub name: &'static str,
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
