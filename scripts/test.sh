@@ -35,6 +35,11 @@ command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 /usr/bin/python3 -c "import redis" >/dev/null 2>&1 || missing+=(python3-redis)
+# Redis clients in other languages (crates/server/tests/resp.rs): go-redis with the machine's Go
+# (its module from the Go module proxy), ioredis with Node.js (from the npm registry); Debian's
+# packages where the machine has neither.
+command -v go >/dev/null 2>&1 || missing+=(golang-go)
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -570,6 +570,54 @@ fn redis_py_runs_a_cache_workload() {
     );
 }
 
+/// Runs `program` with `args` in the interop directory `dir` against a quicksilver with two
+/// workers, then against one whose users file (-Y) asks for a password (the client's `AUTH`).
+fn client_workload(dir: &str, program: &str, args: &[&str]) {
+    let dir = format!("{}/tests/interop/{dir}", env!("CARGO_MANIFEST_DIR"));
+    let users = tempfile_dir().join("users");
+    std::fs::write(&users, "app:pw\n").expect("write the users");
+    let open = quicksilver(&["-t", "2"]);
+    let with_password = quicksilver(&["-t", "2", "-Y", users.to_str().expect("path")]);
+    for ((_server, port), password) in [(open, ""), (with_password, "pw")] {
+        let port = port.to_string();
+        let mut all: Vec<&str> = args.to_vec();
+        all.push(&port);
+        let output = Command::new(program)
+            .args(&all)
+            .current_dir(&dir)
+            .env("QS_PASSWORD", password)
+            .output()
+            .unwrap_or_else(|e| panic!("{program} (scripts/test.sh installs it): {e}"));
+        assert!(
+            output.status.success(),
+            "{program} {all:?} with password {password:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn go_redis_runs_a_cache_workload() {
+    // `go run` takes go-redis from the Go module proxy the first time (go.sum pins it).
+    client_workload("go_redis", "go", &["run", "."]);
+}
+
+#[test]
+fn ioredis_runs_a_cache_workload() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/ioredis");
+    if !std::path::Path::new(dir).join("node_modules/ioredis").exists() {
+        // npm ci takes the versions package-lock.json pins from the npm registry.
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(dir)
+            .status()
+            .expect("npm (Node.js)");
+        assert!(status.success(), "npm ci");
+    }
+    client_workload("ioredis", "node", &["cache.js"]);
+}
+
 #[test]
 fn quit_answers_ok_and_closes() {
     let (_server, port) = quicksilver(&[]);

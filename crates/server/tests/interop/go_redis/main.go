@@ -1,0 +1,82 @@
+// A cache workload through go-redis (github.com/redis/go-redis/v9) with its defaults: the
+// handshake it makes (HELLO 3, falling back to RESP2), SET with a TTL, GET, MGET, INCR, DEL,
+// EXPIRE, a pipeline, SCAN and, when QS_PASSWORD is set, AUTH. Exits non-zero on the first
+// reply that is not what a Redis server answers.
+//
+//	go run . 6379
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func check(what string, ok bool, got any) {
+	if !ok {
+		fmt.Fprintf(os.Stderr, "%s: got %v\n", what, got)
+		os.Exit(1)
+	}
+}
+
+func main() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + os.Args[1], Password: os.Getenv("QS_PASSWORD")})
+	defer client.Close()
+
+	check("PING", client.Ping(ctx).Val() == "PONG", client.Ping(ctx).Err())
+	check("SET EX", client.Set(ctx, "session:1", "alice", time.Minute).Err() == nil, nil)
+	got, err := client.Get(ctx, "session:1").Result()
+	check("GET", err == nil && got == "alice", got)
+	ttl := client.TTL(ctx, "session:1").Val()
+	check("TTL", ttl > 50*time.Second && ttl <= time.Minute, ttl)
+	_, err = client.Get(ctx, "missing").Result()
+	check("GET of a missing key", errors.Is(err, redis.Nil), err)
+
+	check("MSET", client.MSet(ctx, "a{u}", "1", "b{u}", "2").Err() == nil, nil)
+	values := client.MGet(ctx, "a{u}", "missing", "b{u}").Val()
+	check("MGET", len(values) == 3 && values[0] == "1" && values[1] == nil && values[2] == "2", values)
+
+	check("INCR", client.Incr(ctx, "counter").Val() == 1, nil)
+	check("INCRBY", client.IncrBy(ctx, "counter", 41).Val() == 42, nil)
+	check("DECR", client.Decr(ctx, "counter").Val() == 41, nil)
+
+	check("EXPIRE", client.Expire(ctx, "counter", time.Hour).Val(), nil)
+	check("PERSIST", client.Persist(ctx, "counter").Val(), nil)
+	check("DEL", client.Del(ctx, "a{u}", "b{u}", "missing").Val() == 2, nil)
+
+	pipe := client.Pipeline()
+	for i := 0; i < 100; i++ {
+		pipe.Set(ctx, fmt.Sprintf("page:%d", i), fmt.Sprintf("<p>%d</p>", i), 10*time.Minute)
+	}
+	gets := make([]*redis.StringCmd, 100)
+	for i := range gets {
+		gets[i] = pipe.Get(ctx, fmt.Sprintf("page:%d", i))
+	}
+	_, err = pipe.Exec(ctx)
+	check("pipeline", err == nil, err)
+	for i, cmd := range gets {
+		check("pipelined GET", cmd.Val() == fmt.Sprintf("<p>%d</p>", i), cmd.Val())
+	}
+
+	var seen []string
+	iter := client.Scan(ctx, 0, "page:*", 10).Iterator()
+	for iter.Next(ctx) {
+		seen = append(seen, iter.Val())
+	}
+	check("SCAN", iter.Err() == nil, iter.Err())
+	sort.Strings(seen)
+	unique := 0
+	for i := range seen {
+		if i == 0 || seen[i] != seen[i-1] {
+			unique++
+		}
+	}
+	check("SCAN saw every page", unique == 100, unique)
+	fmt.Println("go-redis: ok")
+}

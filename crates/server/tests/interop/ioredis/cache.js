@@ -1,0 +1,55 @@
+// A cache workload through ioredis with its defaults: its handshake (INFO when it connects),
+// SET with a TTL, GET, MGET, INCR, DEL, EXPIRE, a pipeline, SCAN (scanStream) and, when
+// QS_PASSWORD is set, AUTH. Exits non-zero on the first reply that is not what a Redis server
+// answers.
+//
+//   node cache.js 6379
+'use strict';
+const Redis = require('ioredis');
+
+function check(what, ok, got) {
+  if (!ok) {
+    console.error(`${what}: got ${JSON.stringify(got)}`);
+    process.exit(1);
+  }
+}
+
+async function main() {
+  const port = Number(process.argv[2]);
+  const redis = new Redis({ port, host: '127.0.0.1', password: process.env.QS_PASSWORD || undefined,
+    maxRetriesPerRequest: 1, retryStrategy: () => null });
+  check('PING', (await redis.ping()) === 'PONG');
+  check('SET EX', (await redis.set('session:1', 'alice', 'EX', 60)) === 'OK');
+  check('GET', (await redis.get('session:1')) === 'alice');
+  const ttl = await redis.ttl('session:1');
+  check('TTL', ttl > 50 && ttl <= 60, ttl);
+  check('GET of a missing key', (await redis.get('missing')) === null);
+  check('MSET', (await redis.mset('a{u}', '1', 'b{u}', '2')) === 'OK');
+  const values = await redis.mget('a{u}', 'missing', 'b{u}');
+  check('MGET', JSON.stringify(values) === JSON.stringify(['1', null, '2']), values);
+  check('INCR', (await redis.incr('counter')) === 1);
+  check('INCRBY', (await redis.incrby('counter', 41)) === 42);
+  check('INCRBYFLOAT', (await redis.incrbyfloat('counter', '0.5')) === '42.5');
+  check('EXPIRE', (await redis.expire('counter', 3600)) === 1);
+  check('DEL', (await redis.del('a{u}', 'b{u}', 'missing')) === 2);
+  const pipeline = redis.pipeline();
+  for (let i = 0; i < 100; i++) pipeline.set(`page:${i}`, `<p>${i}</p>`, 'EX', 600);
+  for (let i = 0; i < 100; i++) pipeline.get(`page:${i}`);
+  const results = await pipeline.exec();
+  results.slice(100).forEach(([err, value], i) => check('pipelined GET', !err && value === `<p>${i}</p>`, value));
+  const seen = new Set();
+  await new Promise((resolve, reject) => {
+    const stream = redis.scanStream({ match: 'page:*', count: 10 });
+    stream.on('data', (keys) => keys.forEach((key) => seen.add(key)));
+    stream.on('end', resolve);
+    stream.on('error', reject);
+  });
+  check('SCAN saw every page', seen.size === 100, seen.size);
+  await redis.quit();
+  console.log('ioredis: ok');
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
