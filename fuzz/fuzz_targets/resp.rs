@@ -12,6 +12,10 @@ use qs_proto::{Limits, Parsed, Request};
 fuzz_target!(|input: &[u8]| {
     // A small item limit so the invalid bulk length past it is reached with small inputs.
     let limits = Limits { item_bytes_max: 100 };
+    // The prefetch's guess reads inside the buffer, whatever it holds.
+    if let Some(key) = qs_proto::key_guess(input) {
+        assert!(input.as_ptr_range().contains(&key.as_ptr()) || key.is_empty());
+    }
     let mut rest = input;
     while !rest.is_empty() {
         let len = match resp::parse(rest, &limits) {
@@ -33,10 +37,17 @@ fuzz_target!(|input: &[u8]| {
                     assert!(inside && arg.len() <= len, "an argument outside its frame");
                 }
                 let mut out = Vec::new();
-                if let command::Call::Error(refusal) = command::call(&frame) {
+                if let command::Call::Error(refusal) = command::call(&frame, limits.item_bytes_max) {
                     reply::refusal(&refusal, &mut out);
                     assert!(out.starts_with(b"-") && out.ends_with(b"\r\n"));
                 }
+                len
+            }
+            Parsed::Request { request: Request::RespKey(command), len } => {
+                // A command on one key, read when it was parsed: its key lies in the frame.
+                let range = rest.as_ptr_range();
+                let key = command.key;
+                assert!(key.is_empty() || (range.contains(&key.as_ptr()) && key.len() <= len));
                 len
             }
             Parsed::Request { request: Request::RespProtocolError(error), len } => {
