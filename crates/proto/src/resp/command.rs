@@ -35,7 +35,7 @@ pub enum Call<'a> {
         /// AUTH user password.
         auth: Option<(&'a [u8], &'a [u8])>,
     },
-    /// AUTH [user] password.
+    /// AUTH `[user] password`.
     Auth {
         /// The user (none: the one user, or redis-server's `default`).
         user: Option<&'a [u8]>,

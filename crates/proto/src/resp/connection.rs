@@ -33,7 +33,7 @@ pub(super) fn hello<'a>(frame: &Frame<'a>) -> Call<'a> {
     Call::Hello { auth }
 }
 
-/// AUTH [user] password: checked by the server against -Y's or SASL's users (with none, as
+/// `AUTH [user] password`: checked by the server against -Y's or SASL's users (with none, as
 /// redis-server's default user without a password).
 pub(super) fn auth<'a>(argc: usize, args: [&'a [u8]; 3]) -> Call<'a> {
     match argc {
