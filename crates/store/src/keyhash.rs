@@ -1,5 +1,6 @@
 //! The keyhash: one 64-bit xxh3 hash of the key, computed once per request, whose disjoint bit
-//! ranges choose the partition, the bucket and the tag. This is the only place that says which
+//! ranges choose the partition, the bucket and the tag (a hash-tagged key's partition bits are
+//! its tag's: [`KeyHash::of`]). This is the only place that says which
 //! hash bits feed which decision.
 //!
 //! ```text

@@ -98,6 +98,9 @@ pub struct Recovered {
     /// Bytes of the window cut off at a record that failed its checks (0 after any clean or
     /// unclean stop of this server; not 0 means the file was changed behind its back).
     pub cut_bytes: u64,
+    /// Items with a `{...}` hash tag placed by a release before tags chose the partition: in
+    /// the wrong partition now, so dropped (counted, not indexed).
+    pub misplaced: u64,
 }
 
 /// A partition's state page, mapped from the memory file.

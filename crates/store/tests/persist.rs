@@ -197,3 +197,37 @@ fn garbage_past_the_tail_and_another_shape_are_never_served() {
     assert_eq!(recovered.items, 0);
     assert_eq!(get(&mut other, &key(1), NOW), None);
 }
+
+#[test]
+fn a_tagged_key_an_older_release_placed_by_its_whole_hash_is_dropped_and_the_rest_come_back() {
+    let log_bytes = 1 << 20;
+    // A tagged key whose whole-key hash and tag hash pick different halves (one partition bit).
+    let tagged = (0..)
+        .map(|n| format!("user:{n}:{{t{n}}}").into_bytes())
+        .find(|key| {
+            let whole = qs_store::KeyHash(xxhash_rust::xxh3::xxh3_64(key));
+            whole.partition(1) != qs_store::KeyHash::of(key).partition(1)
+        })
+        .expect("such a key");
+    let old_home = qs_store::KeyHash(xxhash_rust::xxh3::xxh3_64(&tagged)).partition(1);
+    let mut shape = config(log_bytes);
+    (shape.partition_bits, shape.partition_index) = (1, old_home as u16);
+    let home = |key: &[u8]| qs_store::KeyHash::of(key).partition(1) == old_home;
+    let plain: Vec<Vec<u8>> = (0..4000).map(key).filter(|key| home(key)).take(50).collect();
+    let (_temp, file) = TempFile::new("misplaced", segment_bytes(log_bytes));
+    let (mut partition, _) = open(shape, &file);
+    // As an older release stored it: placed by the whole key's hash, among keys placed alike.
+    set(&mut partition, &plain[0], b"before", NOW);
+    set(&mut partition, &tagged, b"tagged", NOW);
+    for key in &plain[1..] {
+        set(&mut partition, key, b"after", NOW);
+    }
+    drop(partition);
+    let (mut partition, recovered) = open(shape, &file);
+    assert_eq!((recovered.misplaced, recovered.cut_bytes, recovered.items), (1, 0, plain.len() as u64));
+    assert_eq!(get(&mut partition, &tagged, NOW), None, "the misplaced item does not answer");
+    for key in &plain {
+        assert!(get(&mut partition, key, NOW).is_some(), "{:?} came back", String::from_utf8_lossy(key));
+    }
+    partition.check_invariants();
+}

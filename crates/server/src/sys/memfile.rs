@@ -82,6 +82,13 @@ pub fn open(path: &Path, configs: &[qs_store::Config], flash_index: bool) -> Res
                 String::new()
             }
         );
+        if recovered.misplaced > 0 {
+            eprintln!(
+                "[restart] {}: {} items whose keys have a {{...}} hash tag were dropped: an older release placed them by the whole key",
+                path.display(),
+                recovered.misplaced
+            );
+        }
     }
     Ok(Opened { partitions, recovered, warm })
 }
@@ -249,6 +256,7 @@ fn open_partitions(
         recovered.bytes += taken.bytes;
         recovered.replaced += taken.replaced;
         recovered.cut_bytes += taken.cut_bytes;
+        recovered.misplaced += taken.misplaced;
         partitions.push(partition);
     }
     Ok((partitions, recovered))
