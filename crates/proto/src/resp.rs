@@ -9,7 +9,7 @@
 //! Which commands a frame names, their arity and options: [`command`]. Replies: [`reply`].
 
 pub mod command;
-mod connection;
+pub mod connection;
 pub mod glob;
 pub mod owned;
 pub mod reply;
@@ -44,9 +44,7 @@ pub enum Framing {
 /// A bulk string longer than the item size limit (-I) is an invalid bulk length, as one
 /// over redis-server's proto-max-bulk-len is: its bytes are never buffered.
 pub fn parse<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
-    let bulk_max = BULK_BYTES_MAX.min(limits.item_bytes_max as u64);
-    let framed = if buf.first() == Some(&b'*') { multibulk(buf, bulk_max) } else { inline(buf) };
-    match framed {
+    match frame_at(buf, BULK_BYTES_MAX.min(limits.item_bytes_max as u64)) {
         None => Parsed::Incomplete,
         Some((Ok(frame), len)) => {
             let request = match command::call(&frame, limits.item_bytes_max) {
@@ -102,6 +100,15 @@ pub fn arriving_len(buf: &[u8]) -> Option<usize> {
 }
 
 type Framed<'a> = Option<(Result<Frame<'a>, Framing>, usize)>;
+
+/// The frame at the front of `buf`, its bulk strings at most `bulk_max` bytes each.
+fn frame_at(buf: &[u8], bulk_max: u64) -> Framed<'_> {
+    if buf.first() == Some(&b'*') {
+        multibulk(buf, bulk_max)
+    } else {
+        inline(buf)
+    }
+}
 
 /// `*<count>\r\n` then `count` bulk strings. As redis-server, a count line ends at its first
 /// `\r`, and the byte after it (the `\n`) and the two after a bulk string's data (its `\r\n`)

@@ -315,6 +315,12 @@ fn handshakes_and_tool_commands_answer_as_redis_server_does() {
         &["CONFIG", "GET", "databases"],
         &["CONFIG", "GET", "no-such-*"],
         &["CONFIG", "GET"],
+        &["CONFIG", "SET", "maxmemory", "128mb"],
+        &["CONFIG", "SET", "maxmemory", "abc"],
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru", "save", ""],
+        &["CONFIG", "SET", "no-such-setting", "1"],
+        &["CONFIG", "SET", "maxmemory"],
+        &["CONFIG", "SET"],
     ]
     .iter()
     .map(|args| frame(args))

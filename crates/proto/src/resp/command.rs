@@ -46,6 +46,8 @@ pub enum Call<'a> {
     ClientId,
     /// CONFIG GET of these patterns (the frame's arguments after `CONFIG GET`).
     ConfigGet(Frame<'a>),
+    /// CONFIG SET of these names and values (the frame's arguments after `CONFIG SET`).
+    ConfigSet(Frame<'a>),
     /// COMMAND COUNT: how many commands are served.
     CommandCount,
     /// A command accepted and answered `+OK` with nothing to do (CLIENT NO-EVICT, AUTH of the

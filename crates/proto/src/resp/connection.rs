@@ -63,11 +63,33 @@ pub(super) fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a>
 
 /// CONFIG GET pattern...
 pub(super) fn config<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
-    match (sub.eq_ignore_ascii_case(b"get"), argc) {
-        (true, 2) => Call::Error(Refusal::SubcommandArity(*frame)),
-        (true, _) => Call::ConfigGet(*frame),
-        (false, _) => Call::Error(Refusal::Unsupported("of CONFIG only GET is served yet")),
+    let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
+    match argc {
+        2 if is("get") || is("set") => Call::Error(Refusal::SubcommandArity(*frame)),
+        _ if is("get") => Call::ConfigGet(*frame),
+        // Names and values in pairs.
+        _ if is("set") && argc % 2 == 1 => Call::Error(Refusal::SubcommandArity(*frame)),
+        _ if is("set") => Call::ConfigSet(*frame),
+        _ => Call::Error(Refusal::Unsupported("of CONFIG only GET and SET are served")),
     }
+}
+
+/// A memory size as redis-server's `memtoll` reads it: digits, then optionally b, k, kb, m, mb,
+/// g or gb (without case; k is 1,000 and kb 1,024).
+pub fn memory_bytes(text: &[u8]) -> Option<u64> {
+    let digits = text.iter().take_while(|byte| byte.is_ascii_digit()).count();
+    let number: u64 = std::str::from_utf8(&text[..digits]).ok()?.parse().ok()?;
+    let unit = match text[digits..].to_ascii_lowercase().as_slice() {
+        b"" | b"b" => 1,
+        b"k" => 1_000,
+        b"kb" => 1 << 10,
+        b"m" => 1_000_000,
+        b"mb" => 1 << 20,
+        b"g" => 1_000_000_000,
+        b"gb" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(unit)
 }
 
 /// COMMAND COUNT, and COMMAND DOCS (no documents yet: clients then use their own tables).

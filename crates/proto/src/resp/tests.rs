@@ -18,9 +18,11 @@ fn frame_bytes(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// The frame at the front of `bytes` (whatever it asks: [`parse`] reads a command on one key
+/// on into the one vocabulary).
 fn parsed_frame(bytes: &[u8]) -> (Frame<'_>, usize) {
-    match parse_default(bytes) {
-        Parsed::Request { request: Request::Resp(frame), len } => (frame, len),
+    match frame_at(bytes, BULK_BYTES_MAX) {
+        Some((Ok(frame), len)) => (frame, len),
         other => panic!("{other:?}"),
     }
 }
@@ -206,4 +208,19 @@ fn a_key_is_guessed_from_the_second_bulk_string() {
     assert_eq!(key_guess(&frame_bytes(&[b"PING"])), None);
     assert_eq!(key_guess(b"*2\r\n$3\r\nGET\r\n$5\r\nus"), None, "not all here");
     assert_eq!(key_guess(b"*2\r\n$x\r\n"), None);
+}
+
+#[test]
+fn a_command_on_one_key_is_read_into_the_one_vocabulary_when_parsed() {
+    let bytes = frame_bytes(&[b"GET", b"user:1"]);
+    match parse_default(&bytes) {
+        Parsed::Request { request: Request::RespKey(command), len } => {
+            assert_eq!((command.key, len), (&b"user:1"[..], bytes.len()));
+            assert!(matches!(command.op, Op::Get(_)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // What is not one command on one key stays a frame.
+    let bytes = frame_bytes(&[b"MGET", b"a", b"b"]);
+    assert!(matches!(parse_default(&bytes), Parsed::Request { request: Request::Resp(_), .. }));
 }

@@ -5,7 +5,7 @@
 use super::*;
 use qs_proto::command::{Answer, Get, RespReply};
 use qs_proto::resp::command::{call, Call};
-use qs_proto::resp::{glob, reply, Frame};
+use qs_proto::resp::{connection, glob, reply, Frame};
 
 /// TIME: the unix time as two bulk strings, seconds and microseconds.
 fn time(out: &mut Vec<u8>) {
@@ -47,6 +47,10 @@ impl Engine {
             }
             Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
             Call::ConfigGet(frame) => self.config_get(&frame, out),
+            Call::ConfigSet(frame) => match self.config_set(&frame, true) {
+                Ok(()) => out.extend_from_slice(reply::OK),
+                Err(error) => out.extend_from_slice(error.as_bytes()),
+            },
             Call::CommandCount => reply::integer(qs_proto::resp::command::served_count() as i64, out),
             Call::Accepted => out.extend_from_slice(reply::OK),
             Call::Fixed(text) => out.extend_from_slice(text),
@@ -77,6 +81,49 @@ impl Engine {
             Call::Key(_) => unreachable!("key commands run in Engine::execute"),
         }
         Exec::Done
+    }
+
+    /// CONFIG SET of the settings that mean something here: maxmemory (as `cache_memlimit`, in
+    /// whole megabytes up; each worker resizes its own partitions: routed to every worker),
+    /// and the values quicksilver has already (maxmemory-policy allkeys-lru, save "",
+    /// appendonly no). Every pair is checked before any is applied, as redis-server does.
+    pub(super) fn config_set(&mut self, frame: &Frame<'_>, asked_here: bool) -> Result<(), String> {
+        let failed = |name: &[u8], why: &str| {
+            let name = String::from_utf8_lossy(name);
+            format!("-ERR CONFIG SET failed (possibly related to argument '{name}') - {why}\r\n")
+        };
+        let mut megabytes = None;
+        let mut pairs = frame.args().skip(2);
+        while let (Some(name), Some(value)) = (pairs.next(), pairs.next()) {
+            let is = |setting: &str| name.eq_ignore_ascii_case(setting.as_bytes());
+            if is("maxmemory") {
+                let bytes = connection::memory_bytes(value)
+                    .ok_or_else(|| failed(name, "argument must be a memory value"))?;
+                megabytes = Some(u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+            } else if is("maxmemory-policy") && !value.eq_ignore_ascii_case(b"allkeys-lru") {
+                return Err(failed(name, "quicksilver evicts by S3-FIFO, as allkeys-lru reads"));
+            } else if (is("save") && !value.is_empty())
+                || (is("appendonly") && !value.eq_ignore_ascii_case(b"no"))
+            {
+                return Err(failed(
+                    name,
+                    "quicksilver keeps no snapshot or append-only file (its warm restart is -e)",
+                ));
+            } else if !(is("maxmemory-policy") || is("save") || is("appendonly")) {
+                let name = String::from_utf8_lossy(name);
+                return Err(format!(
+                    "-ERR Unknown option or number of arguments for CONFIG SET - '{name}'\r\n"
+                ));
+            }
+        }
+        if let Some(megabytes) = megabytes {
+            let said = self.cache_memlimit(megabytes, asked_here);
+            if said != b"OK\r\n" {
+                let why = String::from_utf8_lossy(said).trim_end().to_owned();
+                return Err(failed(b"maxmemory", &why));
+            }
+        }
+        Ok(())
     }
 
     /// AUTH on a connection already admitted: true when it may go on (the reply is then the

@@ -37,6 +37,8 @@ impl Engine {
             // -F: refused where it arrives.
             Call::Flush if self.shared.config.disable_flush_all => Reach::Here,
             Call::Flush => Reach::Everywhere,
+            // maxmemory: each worker resizes its own partitions.
+            Call::ConfigSet(_) => Reach::Everywhere,
             Call::Owned(owned) => match owned.other_key() {
                 // Both keys' owner runs it, or it is refused where it arrives.
                 Some(to) if self.one_owner([owned.key, to].into_iter()).is_none() => Reach::Here,
@@ -79,6 +81,9 @@ impl Engine {
                 self.delete_owned(frame.args().skip(1));
             }
             Call::Mset { frame, nx: false } => self.mset_owned(&frame),
+            Call::ConfigSet(frame) => {
+                let _ = self.config_set(&frame, false);
+            }
             _ => debug_assert!(false, "not a frame for every worker: {frame:?}"),
         }
     }
