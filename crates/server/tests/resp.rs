@@ -790,3 +790,32 @@ fn twemproxy_with_redis_true_spreads_keys_over_two_resp_listeners() {
     expect(&["GET", "user:3"], b"$2\r\nv3\r\n");
     drop(servers);
 }
+
+#[test]
+fn stats_and_watch_count_and_show_resp_commands_as_memcacheds() {
+    let (server, port) = quicksilver(&["-t", "1"]);
+    let mut watcher = connect(server.port);
+    watcher.send(b"watch fetchers mutations\r\n");
+    assert_eq!(watcher.read_until(b"\r\n"), b"OK\r\n");
+    let mut client = connect(port);
+    assert_eq!(call(&mut client, &frame(&["SET", "k", "v"])), b"+OK\r\n");
+    assert_eq!(call(&mut client, &frame(&["GET", "k"])), b"$1\r\nv\r\n");
+    assert_eq!(call(&mut client, &frame(&["GET", "nope"])), b"$-1\r\n");
+    assert_eq!(call(&mut client, &frame(&["DEL", "k"])), b":1\r\n");
+    let lines =
+        String::from_utf8_lossy(&watcher.read_until(b"type=item_get key=nope status=not_found")).into_owned();
+    assert!(lines.contains("type=item_store key=k status=stored cmd=set"), "{lines}");
+    assert!(lines.contains("type=item_get key=k status=found"), "{lines}");
+    let mut admin = connect(server.port);
+    admin.send(b"stats\r\n");
+    let stats = String::from_utf8_lossy(&admin.read_until(b"END\r\n")).into_owned();
+    for line in [
+        "STAT cmd_get 2\r\n",
+        "STAT cmd_set 1\r\n",
+        "STAT get_hits 1\r\n",
+        "STAT get_misses 1\r\n",
+        "STAT delete_hits 1\r\n",
+    ] {
+        assert!(stats.contains(line), "{line:?} in {stats}");
+    }
+}
