@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Adds Debian's source archive (a deb-src entry of its own, signed as the system's deb entry)
-# where apt has none, and updates apt's lists: `apt-get source` needs it.
+# Fetches a Debian source package into a directory of its own, once:
+#
+#     scripts/deb-src.sh PACKAGE DIRECTORY_PREFIX DESTINATION MARKER_FILE
+#
+# e.g. `scripts/deb-src.sh redis redis-7.0.15 ~/.cache/quicksilver/redis-7.0.15
+# tests/test_helper.tcl`. Adds Debian's source archive (a deb-src entry of its own, signed as
+# the system's deb entry) where apt has none, installs dpkg-dev where `dpkg-source` is missing,
+# unpacks the package, and moves the directory whose name starts with DIRECTORY_PREFIX to
+# DESTINATION; fails unless DESTINATION/MARKER_FILE is then there.
 set -euo pipefail
+package=$1 prefix=$2 destination=$3 marker=$4
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 ours=/etc/apt/sources.list.d/quicksilver-deb-src.sources
@@ -13,3 +21,18 @@ if [ -f "$ours" ] || ! grep -rqsE '^(deb-src|Types:.*deb-src)' /etc/apt/sources.
         "$codename" "$codename" "$signed" | $SUDO tee "$ours" >/dev/null
 fi
 $SUDO apt-get update -q >/dev/null
+if ! command -v dpkg-source >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q dpkg-dev >/dev/null
+fi
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+(cd "$scratch" && apt-get source -q "$package" >/dev/null 2>&1)
+found=$(find "$scratch" -maxdepth 1 -type d -name "$prefix*" | head -n 1)
+if [ -z "$found" ] || [ ! -f "$found/$marker" ]; then
+    echo "$prefix was not found in Debian's source package $package:" >&2
+    ls "$scratch" >&2
+    exit 1
+fi
+mkdir -p "$(dirname "$destination")"
+rm -rf "$destination"
+mv "$found" "$destination"

@@ -91,23 +91,7 @@ else
 fi
 if [ ! -f "$src/t/lib/MemcachedTest.pm" ]; then
     step "fetching memcached 1.6.18's source (Debian source package) into $cache"
-    mkdir -p "$cache"
-    command -v dpkg-source >/dev/null 2>&1 || need_dpkg_dev=1
-    bash scripts/deb-src.sh
-    if [ -n "${need_dpkg_dev:-}" ]; then
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q dpkg-dev >/dev/null
-    fi
-    scratch=$(mktemp -d)
-    (cd "$scratch" && apt-get source -q memcached >/dev/null 2>&1)
-    found=$(find "$scratch" -maxdepth 1 -type d -name 'memcached-1.6.18*' | head -n 1)
-    if [ -z "$found" ] || [ ! -f "$found/t/lib/MemcachedTest.pm" ]; then
-        echo "memcached 1.6.18's source was not found in Debian's source package:" >&2
-        ls "$scratch" >&2
-        exit 1
-    fi
-    rm -rf "$src"
-    mv "$found" "$src"
-    rm -rf "$scratch"
+    bash scripts/deb-src.sh memcached memcached-1.6.18 "$src" t/lib/MemcachedTest.pm
 fi
 
 QS_BIN=${QS_BIN:-$repo/target/release/quicksilver}

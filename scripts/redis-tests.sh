@@ -32,20 +32,7 @@ cache=${QS_CACHE:-$HOME/.cache/quicksilver}
 src="$cache/redis-7.0.15"
 if [ ! -f "$src/tests/test_helper.tcl" ]; then
     step "fetching Redis 7.0.15's source (Debian source package) into $cache"
-    mkdir -p "$cache"
-    bash scripts/deb-src.sh
-    command -v dpkg-source >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q dpkg-dev >/dev/null
-    scratch=$(mktemp -d)
-    (cd "$scratch" && apt-get source -q redis >/dev/null 2>&1)
-    found=$(find "$scratch" -maxdepth 1 -type d -name 'redis-7.0.15*' | head -n 1)
-    if [ -z "$found" ] || [ ! -f "$found/tests/test_helper.tcl" ]; then
-        echo "Redis 7.0.15's source was not found in Debian's source package:" >&2
-        ls "$scratch" >&2
-        exit 1
-    fi
-    rm -rf "$src"
-    mv "$found" "$src"
-    rm -rf "$scratch"
+    bash scripts/deb-src.sh redis redis-7.0.15 "$src" tests/test_helper.tcl
 fi
 if ! command -v tclsh >/dev/null 2>&1; then
     step "installing tcl (the suite's harness)"

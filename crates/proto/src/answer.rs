@@ -17,10 +17,8 @@ impl<'r> Request<'r> {
             Request::Meta(meta) => Some(meta.key_command(limits)),
             Request::Binary(binary) => binary.key_command(),
             Request::RespKey(command) => Some(*command),
-            Request::Resp(frame) => match crate::resp::command::call(frame, limits.item_bytes_max) {
-                crate::resp::command::Call::Key(command) => Some(command),
-                _ => None,
-            },
+            // Read when it was parsed: a frame left as one is not a command on one key.
+            Request::Resp(_) => None,
             _ => crate::text::key_command(self),
         }
     }

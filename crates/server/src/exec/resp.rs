@@ -78,7 +78,8 @@ impl Engine {
                 crate::admin::info::write(&self.shared, &sections, &mut text);
                 reply::bulk(&text, out);
             }
-            Call::Key(_) => unreachable!("key commands run in Engine::execute"),
+            // The parser makes these `Request::RespKey`; a frame built otherwise runs the same.
+            Call::Key(command) => return self.run_command(&command, (None, self.asking_fd), out),
         }
         Exec::Done
     }

@@ -200,16 +200,7 @@ impl Engine {
             }
             let key = self.key(key, None);
             if self.owns(key.partition) {
-                let store = cmd::Store {
-                    mode: qs_store::StoreMode::Set,
-                    flags: 0,
-                    exptime: 0,
-                    data: value,
-                    vivify: None,
-                    cas_in: None,
-                    drops_refused: false,
-                };
-                self.store(key, &store, Answer::Resp(RespReply::Ok), &mut Vec::new());
+                self.store_value(key, (value, 0), qs_store::StoreMode::Set, 0);
             }
         }
     }

@@ -130,16 +130,7 @@ impl Engine {
 
     /// Stores `item`'s value, flags and expiry under `key`.
     fn put_item(&mut self, key: Key<'_>, item: &Current, mode: StoreMode) -> Outcome {
-        let store = cmd::Store {
-            mode,
-            flags: item.flags,
-            exptime: keep(Some(item)),
-            data: &item.value,
-            vivify: None,
-            cas_in: None,
-            drops_refused: false,
-        };
-        self.store(key, &store, Answer::Resp(RespReply::Ok), &mut Vec::new())
+        self.store_value(key, (&item.value, item.flags), mode, keep(Some(item)))
     }
 
     /// The key's item as it stands, if it is there.
@@ -154,9 +145,21 @@ impl Engine {
 
     /// A store of `value` with flags 0, counted and logged as any store.
     fn put(&mut self, key: Key<'_>, value: &[u8], mode: StoreMode, exptime: i64) -> Outcome {
+        self.store_value(key, (value, 0), mode, exptime)
+    }
+
+    /// A store of `value` and its client `flags` for a Redis command (0 unless an item's own are kept),
+    /// through the one executor: counted and logged as any store.
+    pub(super) fn store_value(
+        &mut self,
+        key: Key<'_>,
+        (value, flags): (&[u8], u32),
+        mode: StoreMode,
+        exptime: i64,
+    ) -> Outcome {
         let store = cmd::Store {
             mode,
-            flags: 0,
+            flags,
             exptime,
             data: value,
             vivify: None,
