@@ -28,7 +28,8 @@ pub fn crawler_classes(classes: &[u8]) -> Option<bool> {
 }
 
 pub(crate) use crate::request::{BAD_FORMAT, ERROR};
-const BAD_DATA_CHUNK: &str = "CLIENT_ERROR bad data chunk\r\n";
+/// A data block not ended by `\r\n`.
+pub const BAD_DATA_CHUNK: &str = "CLIENT_ERROR bad data chunk\r\n";
 const INVALID_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument\r\n";
 const INVALID_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument\r\n";
 
@@ -279,6 +280,14 @@ fn store<'a>(
     }
     let data = &buf[line_len..line_len + value_len];
     done(Request::Store { mode, key, flags, exptime, data, noreply }, len)
+}
+
+/// The flags and exptime of a storage command's line (without its line ending), read as
+/// [`parse`] reads them: for a store whose data block is still arriving, which the parser,
+/// given only the line, returns as too large for an item of no bytes (`Request::TooLarge`).
+pub fn store_fields(line: &[u8]) -> Option<(u32, i32)> {
+    let tokens = Tokens::<SHORT>::split(line);
+    Some((strtoul(tokens.get(2))?, strtol(tokens.get(3))?))
 }
 
 fn parse_delete<'a, const N: usize>(tokens: &Tokens<'a, N>, line_len: usize) -> Parsed<'a> {

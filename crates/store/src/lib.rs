@@ -40,7 +40,7 @@ pub use crcw::SharedPartition;
 pub use item::{Expiry, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
 pub use partition::{
-    Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,
+    Arriving, Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,
 };
 pub use pinned::LogValue;
 pub use reader::{Gone, Reader};

@@ -14,6 +14,7 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 mod admin;
+mod arriving;
 mod flash;
 mod get;
 mod resp;

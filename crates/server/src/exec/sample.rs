@@ -49,6 +49,19 @@ impl Engine {
     /// Shows a command's key to `stats hotkeys` and `stats mrc`.
     #[inline(always)]
     pub(super) fn offer(&mut self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
+        use crate::observe::mrc::LiveMrc;
+        self.offer_access(hash, key, (LiveMrc::is_get(command), || LiveMrc::access_of(key, command)));
+    }
+
+    /// [`Engine::offer`] for an access already told apart: whether it is a get, and what it
+    /// is to the miss-ratio curve (asked only for a sampled key).
+    #[inline(always)]
+    pub(super) fn offer_access(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        (is_get, access): (bool, impl FnOnce() -> qs_store::mrc::Access),
+    ) {
         if self.hot_every != 0 {
             self.hot_countdown -= 1;
             if self.hot_countdown == 0 {
@@ -57,9 +70,9 @@ impl Engine {
             }
         }
         if self.mrc_threshold != 0 {
-            self.mrc_gets += u64::from(crate::observe::mrc::LiveMrc::is_get(command));
+            self.mrc_gets += u64::from(is_get);
             if qs_store::mrc::sample_hash(hash.0) < self.mrc_threshold {
-                self.mrc_batch.push((hash.0, crate::observe::mrc::LiveMrc::access_of(key, command)));
+                self.mrc_batch.push((hash.0, access()));
                 if self.mrc_batch.len() == MRC_BATCH_MAX {
                     self.shared.observers.mrc.record(&mut self.mrc_batch);
                 }

@@ -1,6 +1,7 @@
 //! A client connection: its read buffer and its ordered output. Replies that another worker
 //! is computing wait in segments, so responses leave in request order.
 
+mod arriving;
 pub mod auth;
 pub mod auth_resp;
 pub mod budget;
@@ -12,6 +13,7 @@ pub mod ring;
 mod state;
 pub mod tls;
 
+pub use arriving::Arriving;
 pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX, READ_BUFFER_BYTES};
 pub use listener::{Listener, Listening, Security};
 pub use output::{Output, Segment, SegmentPool, SEND_SLICES_MAX};
@@ -39,12 +41,15 @@ pub struct Input {
     /// Bytes taken from the client memory budget: the buffer may grow to a lent read buffer's
     /// size plus these without asking for more ([`budget`]).
     pub charged: usize,
+    /// A long set whose value goes into the log as it arrives ([`Arriving`]): the bytes read
+    /// go there until it has all of its value.
+    pub arriving: Option<Box<Arriving>>,
 }
 
 impl Input {
     /// An empty input that may grow to `limit` bytes; it holds no buffer until it reads.
     pub fn new(limit: usize) -> Input {
-        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit, lent: false, charged: 0 }
+        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit, lent: false, charged: 0, arriving: None }
     }
 
     /// The unparsed bytes.
@@ -473,6 +478,7 @@ mod tests {
             skip: 0,
             lent: false,
             charged,
+            arriving: None,
         };
         let peer = "127.0.0.1:1".parse().unwrap();
         let transport = Transport::Udp { peer, request_id: 0, socket: 0 };

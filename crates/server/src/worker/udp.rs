@@ -41,7 +41,16 @@ impl Worker {
             let mut conn = Conn::new(
                 Transport::Udp { peer, request_id: header.request_id, socket: which },
                 self.generations[index],
-                Input { limit: end, buf: payload, start: 0, end, skip: 0, lent: false, charged: 0 },
+                Input {
+                    limit: end,
+                    buf: payload,
+                    start: 0,
+                    end,
+                    skip: 0,
+                    lent: false,
+                    charged: 0,
+                    arriving: None,
+                },
                 Output::new(self.shared.map.workers()),
                 protocol,
             );

@@ -55,7 +55,16 @@ impl Worker {
         if let Some(id) = buffer {
             let bytes = net.take(id, result.max(0) as usize);
             self.engine.counters.bytes_read += bytes.len() as u64;
-            let appended = conn.input.append(bytes, &mut self.buffers);
+            let mut rest = bytes;
+            let input = &mut conn.input;
+            if let Some(arriving) =
+                input.arriving.as_mut().filter(|_| input.start == input.end && input.skip == 0)
+            {
+                // A set's value arriving into the log: copied there from the ring's buffer,
+                // not through the input.
+                rest = &bytes[self.engine.fill_arriving(arriving, bytes)..];
+            }
+            let appended = rest.is_empty() || input.append(rest, &mut self.buffers);
             net.give_back(id);
             if !appended {
                 // -o read_buf_mem_limit: no read buffer left for it; memcached closes it.

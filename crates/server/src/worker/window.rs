@@ -196,6 +196,14 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             *starved = true;
             return;
         }
+        if input.arriving.is_some() && !arrive(turn, input) {
+            // More of a value arriving into the log is to come (at the end of input, none).
+            if turn.eof {
+                turn.state.close();
+            }
+            *starved = true;
+            return;
+        }
         // The window borrows the read buffer: it lives in this block, dropped in place.
         let (mut consumed, stop, resume, long) = 'window: {
             let pending = input.pending();
@@ -216,9 +224,12 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             (consumed, stop, resume, None)
         };
         if let Some(len) = long {
-            // A store longer than a read buffer: its bytes come from the client memory
-            // budget before they arrive, or it is refused and they are swallowed.
-            if input.afford(len, turn.buffers) {
+            // A store longer than a read buffer: a set of a key owned here has its value
+            // received into the log; any other's bytes come from the client memory budget
+            // before they arrive, or it is refused and they are swallowed.
+            if let Some(line_len) = start_arriving(turn, input, len) {
+                consumed = line_len;
+            } else if input.afford(len, turn.buffers) {
                 input.hold_frame(len, !on_ring);
             } else if turn.dialect == Dialect::Resp {
                 *turn.executed = true;
@@ -244,6 +255,40 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             return;
         }
     }
+}
+
+/// Starts the long store at the front of `input` (its frame `len` bytes) as a set whose value
+/// goes into the log as it arrives, where it is a text `set` of a key this worker owns and its
+/// partition takes it: the length of its command line, done with. `None` for the ordinary path.
+fn start_arriving(turn: &mut Turn<'_, '_>, input: &mut Input, len: usize) -> Option<usize> {
+    if turn.dialect != Dialect::Text || turn.udp {
+        return None;
+    }
+    let pending = input.pending();
+    let Parsed::Request { request, .. } = turn.dialect.parse(pending, &budget::HEADER_ONLY) else {
+        return None;
+    };
+    let (arriving, line_len) = turn.engine.begin_arriving(&request, pending, len)?;
+    input.arriving = Some(arriving);
+    Some(line_len)
+}
+
+/// Feeds a set's value arriving into the log what the input holds of it: true once the set is
+/// done with (its value and the `\r\n` after it in, and answered), false while more is to come.
+fn arrive(turn: &mut Turn<'_, '_>, input: &mut Input) -> bool {
+    let Some(arriving) = input.arriving.as_mut() else { return true };
+    let taken = turn.engine.fill_arriving(arriving, &input.buf[input.start..input.end]);
+    let remaining = arriving.remaining();
+    input.consume(taken);
+    if remaining > 0 || input.end - input.start < 2 {
+        return false;
+    }
+    let ended = input.pending().starts_with(b"\r\n");
+    input.consume(2);
+    let arriving = input.arriving.take().expect("a value arriving");
+    turn.engine.finish_arriving(arriving, ended, turn.output.reply_buf());
+    *turn.executed = true;
+    true
 }
 
 /// A window with no complete request: a store longer than its buffer, whose bytes the budget

@@ -20,6 +20,7 @@ use crate::stats::PartitionStats;
 use crate::sync::{fence, Arc, AtomicU32, AtomicU64};
 use std::cell::Cell;
 
+mod arriving;
 mod cache_log;
 mod commands;
 mod flash_tier;
@@ -29,6 +30,7 @@ mod small_ring;
 mod store_mode;
 use store_mode::StoreState;
 mod upkeep;
+pub use arriving::Arriving;
 pub use flash_tier::{FlashCounters, FlashRead, Promoted, Resolved, FLASH_READ_BYTES};
 use std::sync::atomic::Ordering::{Relaxed, Release};
 
@@ -191,6 +193,8 @@ pub struct Partition {
     cas_mark: u64,
     /// Values left in the log for replies to send from there ([`pins`]).
     pins: crate::pinned::Pins,
+    /// Bytes of the records whose values are still arriving ([`arriving`]).
+    arriving: Arc<AtomicU64>,
 }
 
 /// An item evicted to make room, as `watch evictions` reports it.
@@ -350,6 +354,7 @@ impl Partition {
             flash: None,
             cas_mark: u64::MAX,
             pins: crate::pinned::Pins::default(),
+            arriving: Arc::new(AtomicU64::new(0)),
         };
         partition.small.main_free = partition.limit_bytes;
         partition.plan_growth();
