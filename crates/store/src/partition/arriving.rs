@@ -10,7 +10,9 @@
 //! the head, so no write ever lands in memory the log has handed to another item. Records in
 //! flight may take at most [`ARRIVING_SHARE`] of a partition's log, so clients that send half a
 //! value and stop cannot push out more of the cache than that; past it, a long set is read
-//! into the connection's input as before (where the client memory budget bounds it).
+//! into the connection's input as before (where the client memory budget bounds it). Records
+//! go to the main ring: S3-FIFO's small ring is a tenth of the log, which a few values in
+//! flight would lap before they are in.
 
 use super::*;
 use std::sync::atomic::Ordering::AcqRel;
@@ -103,14 +105,7 @@ impl Partition {
         }
         self.clock_secs = now_secs;
         self.keep_ahead(size);
-        let ring = match self.find(hash, key) {
-            Some(found) => self.ring_for_existing(found.offset, size),
-            None => self.ring_for_new(hash, size),
-        };
-        let offset = match ring {
-            Ring::Main => self.reserve(size),
-            Ring::Small => self.reserve_small(size),
-        };
+        let offset = self.reserve(size);
         let new_item = NewItem { cas_seq: 0, bits: BIT_DEAD, flags, expiry, last_access: now_secs };
         // Pinned values the record's memory held are copied out before any of it is written.
         self.before_writing(offset, size);
@@ -269,6 +264,34 @@ mod tests {
         }
         assert!(matches!(partition.finish_arriving(arriving, 100), Outcome::OutOfMemory));
         assert_eq!(get(&mut partition, b"slow"), None);
+    }
+
+    /// Records in flight up to their share all get linked under every policy: none goes to
+    /// S3-FIFO's small ring, which they would lap.
+    #[test]
+    fn records_in_flight_together_are_all_linked() {
+        for eviction in [Eviction::Lru, Eviction::Clock, Eviction::S3Fifo] {
+            let mut partition = partition(1 << 20, eviction);
+            let mut held: Vec<Arriving> =
+                (0..20).map_while(|i| begin(&mut partition, format!("h{i}").as_bytes(), 20_000)).collect();
+            let count = held.len();
+            assert!(count >= 10, "{count} in flight under {eviction:?}");
+            for arriving in &mut held {
+                assert!(partition.fill_arriving(arriving, &[b'v'; 20_000]));
+            }
+            for arriving in held {
+                assert!(
+                    matches!(partition.finish_arriving(arriving, 100), Outcome::Stored { .. }),
+                    "{eviction:?}"
+                );
+            }
+            for i in 0..count {
+                assert_eq!(
+                    get(&mut partition, format!("h{i}").as_bytes()).map(|(value, _)| value.len()),
+                    Some(20_000)
+                );
+            }
+        }
     }
 
     /// An abandoned record is never found, the head passes it without counting an eviction,
