@@ -283,7 +283,7 @@ fn store<'a>(
 }
 
 /// The flags and exptime of a storage command's line (without its line ending), read as
-/// [`parse`] reads them: for a store whose data block is still arriving, which the parser,
+/// the parser reads them: for a store whose data block is still arriving, which the parser,
 /// given only the line, returns as too large for an item of no bytes (`Request::TooLarge`).
 pub fn store_fields(line: &[u8]) -> Option<(u32, i32)> {
     let tokens = Tokens::<SHORT>::split(line);

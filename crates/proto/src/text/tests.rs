@@ -312,3 +312,11 @@ fn text_commands_become_the_one_vocabulary() {
     let gets = GetKind::Gats { exptime: 5 }.command(b"k");
     assert!(matches!(gets.answer, Answer::Text { with_cas: true, .. }) && !gets.op.read_only());
 }
+
+/// A long store's flags and exptime read from its line alone, as the parser reads them.
+#[test]
+fn a_store_line_gives_its_flags_and_exptime() {
+    assert_eq!(super::store_fields(b"set k 5 -1 100000"), Some((5, -1)));
+    assert_eq!(super::store_fields(b"set k 4294967295 0 9 noreply"), Some((u32::MAX, 0)));
+    assert_eq!(super::store_fields(b"set k x 0 9"), None);
+}

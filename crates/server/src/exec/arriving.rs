@@ -50,8 +50,8 @@ impl Engine {
 
     /// Ends the set once its value is in and the two bytes after it have arrived (`ended`:
     /// they were `\r\n`), appending its reply to `out`.
-    pub fn finish_arriving(&mut self, arriving: Box<Arriving>, ended: bool, out: &mut Vec<u8>) {
-        let Arriving { record, partition, exptime, noreply, lost } = *arriving;
+    pub fn finish_arriving(&mut self, arriving: Arriving, ended: bool, out: &mut Vec<u8>) {
+        let Arriving { record, partition, exptime, noreply, lost } = arriving;
         if !ended {
             // As the parser refuses a whole frame: nothing is stored, nothing counted.
             if !noreply {

@@ -286,7 +286,7 @@ fn arrive(turn: &mut Turn<'_, '_>, input: &mut Input) -> bool {
     let ended = input.pending().starts_with(b"\r\n");
     input.consume(2);
     let arriving = input.arriving.take().expect("a value arriving");
-    turn.engine.finish_arriving(arriving, ended, turn.output.reply_buf());
+    turn.engine.finish_arriving(*arriving, ended, turn.output.reply_buf());
     *turn.executed = true;
     true
 }
