@@ -145,12 +145,12 @@ impl Partition {
     /// Links the record, its value all in, as the key's item (replacing the one there, as a
     /// set does): `Stored`, or `OutOfMemory` when the log's head passed the record first.
     pub fn finish_arriving(&mut self, arriving: Arriving, now_secs: u32) -> Outcome {
-        debug_assert_eq!(arriving.remaining(), 0, "a value linked before all of it arrived");
         self.clock_secs = now_secs;
         self.stats.sets += 1;
         if !self.geometry.is_live(arriving.offset, self.heads()) {
             return Outcome::OutOfMemory;
         }
+        debug_assert_eq!(arriving.remaining(), 0, "a value linked before all of it arrived");
         let (hash, offset) = (arriving.hash, arriving.offset);
         let existing = match self.lookup(hash, &arriving.key, now_secs) {
             Lookup::Found(found) => Some(found),
