@@ -807,7 +807,8 @@ impl Config {
     /// is too small to give each a mebibyte (memcached runs with -m 2).
     pub fn partition_count(&self) -> usize {
         self.partitions.unwrap_or_else(|| {
-            let workers = self.workers().next_power_of_two();
+            // validate() refuses more than 256 workers; clamped here so a huge -t cannot overflow.
+            let workers = self.workers().min(1 << 12).next_power_of_two();
             let whole_mib = (self.memory_mib.max(1) as usize).min(1 << 20);
             let fitting = 1 << whole_mib.ilog2();
             (4 * workers).min(fitting).max(workers)
@@ -833,10 +834,10 @@ impl Config {
         self.check_item_size(&extended)?;
         self.check_tls(&extended, &plan)?;
         let workers = self.workers();
-        let partitions = self.partition_count();
         if workers > 256 {
             return Err("at most 256 worker threads".into());
         }
+        let partitions = self.partition_count();
         if !partitions.is_power_of_two() || partitions < workers || partitions > 4096 {
             return Err(format!(
                 "--partitions {partitions}: must be a power of two, at least the worker count ({workers}), at most 4096"
@@ -948,6 +949,9 @@ mod tests {
         assert!(bad.validate().is_err());
         let three = Config::parse_from(["quicksilver", "-t", "3"]);
         assert_eq!(three.partition_count(), 16);
+        // A -t past any machine is refused, not an overflow (found by the config fuzz target).
+        let huge = Config::parse_from(["quicksilver", "-t", "4444444444444444444444444444"]);
+        assert!(huge.validate().is_err());
         assert!(three.validate().is_ok());
     }
 }
