@@ -337,6 +337,54 @@ fn handshakes_and_tool_commands_answer_as_redis_server_does() {
 }
 
 #[test]
+fn client_names_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["CLIENT", "GETNAME"][..],
+        &["CLIENT", "SETNAME"],
+        &["CLIENT", "SETNAME", "a", "b"],
+        &["CLIENT", "SETNAME", "a b"],
+        &["CLIENT", "SETNAME", "caf\u{e9}"],
+        &["CLIENT", "SETNAME", "new\nline"],
+        &["CLIENT", "SETNAME", "cache-1"],
+        &["CLIENT", "GETNAME"],
+        &["client", "getname", "x"],
+        &["HELLO", "2", "SETNAME"],
+        &["HELLO", "2", "SETNAME", "x y"],
+        &["CLIENT", "GETNAME"],
+        &["CLIENT", "SETNAME", ""],
+        &["CLIENT", "GETNAME"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+    // HELLO's SETNAME names the connection (its reply holds the connection's id, which differs).
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    for port in [redis.port, port] {
+        let mut client = connect(port);
+        let reply = call(&mut client, &frame(&["HELLO", "2", "SETNAME", "web-7"]));
+        assert!(reply.starts_with(b"*14\r\n"), "{reply:?}");
+        assert_eq!(call(&mut client, &frame(&["CLIENT", "GETNAME"])), b"$5\r\nweb-7\r\n");
+    }
+    // A name is at most 1,024 bytes here (redis-server keeps any length).
+    let mut client = connect(port);
+    let long = "n".repeat(1025);
+    let reply = call(&mut client, &frame(&["CLIENT", "SETNAME", &long]));
+    assert_eq!(String::from_utf8_lossy(&reply), "-ERR Client names longer than 1024 bytes are not kept\r\n");
+    assert_eq!(call(&mut client, &frame(&["CLIENT", "SETNAME", &long[1..]])), b"+OK\r\n");
+    // A name goes with its connection: the next one (given the same descriptor) has none.
+    for _ in 0..3 {
+        let mut named = connect(port);
+        assert_eq!(call(&mut named, &frame(&["CLIENT", "SETNAME", "gone"])), b"+OK\r\n");
+        drop(named);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut next = connect(port);
+        assert_eq!(call(&mut next, &frame(&["CLIENT", "GETNAME"])), b"$-1\r\n");
+    }
+}
+
+#[test]
 fn inline_requests_empty_lines_and_pipelines_answer_as_redis_server_does() {
     let mut pipeline = Vec::new();
     for i in 0..50 {
@@ -677,6 +725,8 @@ fn with_a_password_nothing_runs_before_auth_as_with_redis_servers_requirepass() 
         frame(&["GET"]),
         frame(&["HELLO", "2"]),
         frame(&["HELLO", "2", "AUTH", "default", "wrong"]),
+        frame(&["HELLO", "2", "AUTH", "default", "wrong", "SETNAME", "x y"]),
+        frame(&["HELLO", "2", "SETNAME", "web"]),
         frame(&["AUTH", "wrong"]),
         frame(&["AUTH", "a", "b", "c"]),
         b"PING\r\n".to_vec(),
@@ -695,6 +745,21 @@ fn with_a_password_nothing_runs_before_auth_as_with_redis_servers_requirepass() 
     let reply = call(&mut hello, &frame(&["HELLO", "2", "AUTH", "default", "s3cret"]));
     assert!(reply.starts_with(b"*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n"), "{reply:?}");
     assert_eq!(call(&mut hello, &frame(&["GET", "k"])), b"$1\r\nv\r\n");
+    // HELLO's AUTH authenticates even where its SETNAME's name is then refused, as
+    // redis-server's; a good name is set.
+    for port in [redis.port, port] {
+        let mut client = connect(port);
+        let bad = ["HELLO", "2", "AUTH", "default", "s3cret", "SETNAME", "x y"];
+        assert_eq!(
+            String::from_utf8_lossy(&call(&mut client, &frame(&bad))),
+            "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+        );
+        assert_eq!(call(&mut client, &frame(&["GET", "k"])), b"$1\r\nv\r\n");
+        let mut named = connect(port);
+        let good = ["HELLO", "2", "AUTH", "default", "s3cret", "SETNAME", "api"];
+        assert!(call(&mut named, &frame(&good)).starts_with(b"*14\r\n"));
+        assert_eq!(call(&mut named, &frame(&["CLIENT", "GETNAME"])), b"$3\r\napi\r\n");
+    }
     // Before authentication a request may hold at most 10 arguments of 16 KiB each.
     for (request, error) in [
         (b"*11\r\n".to_vec(), "-ERR Protocol error: unauthenticated multibulk length\r\n"),

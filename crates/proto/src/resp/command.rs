@@ -34,6 +34,8 @@ pub enum Call<'a> {
     Hello {
         /// AUTH user password.
         auth: Option<(&'a [u8], &'a [u8])>,
+        /// SETNAME name: the connection's name, set once it has authenticated.
+        name: Option<&'a [u8]>,
     },
     /// AUTH `[user] password`.
     Auth {
@@ -44,6 +46,10 @@ pub enum Call<'a> {
     },
     /// CLIENT ID.
     ClientId,
+    /// CLIENT SETNAME name (an empty name clears it).
+    ClientSetName(&'a [u8]),
+    /// CLIENT GETNAME.
+    ClientGetName,
     /// CONFIG GET of these patterns (the frame's arguments after `CONFIG GET`).
     ConfigGet(Frame<'a>),
     /// CONFIG SET of these names and values (the frame's arguments after `CONFIG SET`).

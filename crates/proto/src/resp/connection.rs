@@ -17,7 +17,7 @@ pub(super) fn hello<'a>(frame: &Frame<'a>) -> Call<'a> {
             Some(_) => return Call::Error(Refusal::NoProto),
         }
     }
-    let mut auth = None;
+    let (mut auth, mut name) = (None, None);
     let mut options = frame.args().skip(2);
     while let Some(option) = options.next() {
         let more = options.len();
@@ -25,12 +25,18 @@ pub(super) fn hello<'a>(frame: &Frame<'a>) -> Call<'a> {
             let (user, password) = (options.next().unwrap_or_default(), options.next().unwrap_or_default());
             auth = Some((user, password));
         } else if option.eq_ignore_ascii_case(b"setname") && more >= 1 {
-            return Call::Error(Refusal::Unsupported("HELLO's SETNAME is not served yet"));
+            name = options.next();
         } else {
             return Call::Error(Refusal::HelloOption(option));
         }
     }
-    Call::Hello { auth }
+    Call::Hello { auth, name }
+}
+
+/// Whether `name` may name a connection: redis-server's rule, printable ASCII without spaces
+/// (an empty name clears the connection's name).
+pub fn client_name_valid(name: &[u8]) -> bool {
+    name.iter().all(|byte| (b'!'..=b'~').contains(byte))
 }
 
 /// `AUTH [user] password`: checked by the server against -Y's or SASL's users (with none, as
@@ -43,20 +49,25 @@ pub(super) fn auth<'a>(argc: usize, args: [&'a [u8]; 3]) -> Call<'a> {
     }
 }
 
-/// CLIENT's subcommands served: ID, and NO-EVICT accepted (as redis-server 7.0: SETINFO and
-/// NO-TOUCH came in 7.2 and are unknown subcommands, which clients ignore).
+/// CLIENT's subcommands served: ID, SETNAME and GETNAME, and NO-EVICT accepted (as
+/// redis-server 7.0: SETINFO and NO-TOUCH came in 7.2 and are unknown subcommands, which
+/// clients ignore).
 pub(super) fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
     let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
     let switch = frame.arg(2).unwrap_or_default();
     match argc {
         2 if is("id") => Call::ClientId,
+        2 if is("getname") => Call::ClientGetName,
+        3 if is("setname") => Call::ClientSetName(switch),
         3 if is("no-evict")
             && (switch.eq_ignore_ascii_case(b"on") || switch.eq_ignore_ascii_case(b"off")) =>
         {
             Call::Accepted
         }
         3 if is("no-evict") => Call::Error(Refusal::Syntax),
-        _ if is("id") || is("no-evict") => Call::Error(Refusal::SubcommandArity(*frame)),
+        _ if is("id") || is("no-evict") || is("getname") || is("setname") => {
+            Call::Error(Refusal::SubcommandArity(*frame))
+        }
         _ => Call::Error(Refusal::UnknownSubcommand(*frame)),
     }
 }

@@ -22,6 +22,10 @@ pub const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user
 pub const AUTH_WITHOUT_PASSWORD: &[u8] = b"-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?\r\n";
 /// A command before authentication.
 pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
+/// CLIENT SETNAME's (and HELLO's SETNAME's) refusal of a name with a space or a byte outside
+/// printable ASCII.
+pub const BAD_CLIENT_NAME: &[u8] =
+    b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n";
 /// HELLO without AUTH before authentication.
 pub const NOAUTH_HELLO: &[u8] = b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n";
 /// `ERR value is not an integer or out of range`.

@@ -224,3 +224,30 @@ fn a_command_on_one_key_is_read_into_the_one_vocabulary_when_parsed() {
     let bytes = frame_bytes(&[b"MGET", b"a", b"b"]);
     assert!(matches!(parse_default(&bytes), Parsed::Request { request: Request::Resp(_), .. }));
 }
+
+#[test]
+fn client_names_are_read_from_client_and_hello_and_checked_as_redis_server_checks_them() {
+    let bytes = frame_bytes(&[b"client", b"SetName", b"cache-1"]);
+    let (frame, _) = parsed_frame(&bytes);
+    assert!(matches!(call(&frame, 1 << 20), Call::ClientSetName(b"cache-1")));
+    let bytes = frame_bytes(&[b"CLIENT", b"GETNAME"]);
+    let (frame, _) = parsed_frame(&bytes);
+    assert!(matches!(call(&frame, 1 << 20), Call::ClientGetName));
+    let bytes = frame_bytes(&[b"HELLO", b"2", b"AUTH", b"u", b"p", b"SETNAME", b"web"]);
+    let (frame, _) = parsed_frame(&bytes);
+    assert!(matches!(call(&frame, 1 << 20), Call::Hello { auth: Some((b"u", b"p")), name: Some(b"web") }));
+    assert_eq!(
+        refusal(&[b"CLIENT", b"SETNAME"]),
+        "-ERR wrong number of arguments for 'client|setname' command\r\n"
+    );
+    assert_eq!(
+        refusal(&[b"CLIENT", b"GETNAME", b"x"]),
+        "-ERR wrong number of arguments for 'client|getname' command\r\n"
+    );
+    assert_eq!(refusal(&[b"HELLO", b"2", b"SETNAME"]), "-ERR Syntax error in HELLO option 'SETNAME'\r\n");
+    for (name, valid) in
+        [(&b"cache-1"[..], true), (b"", true), (b"a b", false), (b"a\nb", false), (b"caf\xc3\xa9", false)]
+    {
+        assert_eq!(connection::client_name_valid(name), valid, "{name:?}");
+    }
+}

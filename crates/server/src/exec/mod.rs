@@ -6,6 +6,7 @@
 
 use crate::observe::counters::WorkerCounters;
 use crate::observe::watch::{self, UriKey};
+use crate::session::names::{name_client, ClientNames};
 use crate::shared::Shared;
 use qs_proto::response as reply;
 use qs_proto::{GetKind, Request, ShutdownMode, StoreMode};
@@ -135,7 +136,6 @@ pub enum Exec {
 }
 
 pub use crate::admin::{VERSION, VERSION_REPLY};
-
 /// `-o front_cache`: sets and ways of a worker's front cache (qs-sim front: more than 4
 /// ways gains under half a point), and the largest reply it keeps.
 const FRONT_SETS: usize = 256;
@@ -179,6 +179,9 @@ pub struct Engine {
     scratch: Vec<u8>,
     /// This worker's counters.
     pub counters: WorkerCounters,
+    /// The names of this worker's RESP connections that set one (CLIENT SETNAME, HELLO's
+    /// SETNAME), by descriptor; a connection's goes when it closes (`forget_client`).
+    pub client_names: ClientNames,
     /// Per partition: reads served here for other owners (gets, hits).
     pub remote_reads: Vec<(u64, u64)>,
     /// Parser limits.
@@ -238,6 +241,7 @@ impl Engine {
             now_secs: crate::sys::now_secs(),
             scratch: Vec::new(),
             counters: WorkerCounters::default(),
+            client_names: ClientNames::default(),
             remote_reads: vec![(0, 0); count],
             limits,
             crew,

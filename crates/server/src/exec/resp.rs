@@ -34,9 +34,14 @@ impl Engine {
                 self.publish();
                 reply::integer(crate::admin::stats::current_items(&self.shared) as i64, out);
             }
-            Call::Hello { auth: None } => reply::hello(self.asking_fd, out),
-            Call::Hello { auth: Some((user, password)) } => {
-                if self.resp_auth(Some(user), password, out) {
+            Call::Hello { auth, name } => {
+                // As redis-server: authenticated first, then named.
+                let authenticated =
+                    auth.map_or(true, |(user, password)| self.resp_auth(Some(user), password, out));
+                let named = authenticated
+                    && name
+                        .map_or(true, |name| name_client(&mut self.client_names, self.asking_fd, name, out));
+                if named {
                     reply::hello(self.asking_fd, out);
                 }
             }
@@ -46,6 +51,15 @@ impl Engine {
                 }
             }
             Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
+            Call::ClientSetName(name) => {
+                if name_client(&mut self.client_names, self.asking_fd, name, out) {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Call::ClientGetName => match self.client_names.get(&self.asking_fd) {
+                Some(name) => reply::bulk(name, out),
+                None => out.extend_from_slice(reply::NULL),
+            },
             Call::ConfigGet(frame) => self.config_get(&frame, out),
             Call::ConfigSet(frame) => match self.config_set(&frame, true) {
                 Ok(()) => out.extend_from_slice(reply::OK),

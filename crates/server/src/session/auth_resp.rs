@@ -7,6 +7,7 @@
 //! at most 16 KiB, so a stranger holds almost nothing.
 
 use super::auth::{resp_credentials, Admission, Modes, RespAuth};
+use super::names::{name_client, ClientNames};
 use super::{Input, State};
 use crate::observe::counters::WorkerCounters;
 use qs_proto::resp::command::{call, Call, Refusal};
@@ -25,7 +26,7 @@ pub fn admit_resp(
     input: &mut Input,
     (state, eof): (&mut State, bool),
     (modes, fd): (Modes<'_>, i32),
-    counters: &mut WorkerCounters,
+    (counters, names): (&mut WorkerCounters, &mut ClientNames),
     out: &mut Vec<u8>,
 ) -> (Admission, bool) {
     let mut answered = false;
@@ -70,7 +71,7 @@ pub fn admit_resp(
             }
         };
         answered = true;
-        let step = gate(&frame, (modes, fd), counters, out);
+        let step = gate(&frame, (modes, fd), (counters, names), out);
         input.consume(len);
         match step {
             Step::Authenticated => return (Admission::Parse, true),
@@ -98,13 +99,13 @@ enum Step {
 fn gate(
     frame: &Frame<'_>,
     (modes, fd): (Modes<'_>, i32),
-    counters: &mut WorkerCounters,
+    (counters, names): (&mut WorkerCounters, &mut ClientNames),
     out: &mut Vec<u8>,
 ) -> Step {
     let (user, password, hello) = match call(frame, BULK_BYTES_MAX) {
-        Call::Auth { user, password } => (user, password, false),
-        Call::Hello { auth: Some((user, password)) } => (Some(user), password, true),
-        Call::Hello { auth: None } => {
+        Call::Auth { user, password } => (user, password, None),
+        Call::Hello { auth: Some((user, password)), name } => (Some(user), password, Some(name)),
+        Call::Hello { auth: None, .. } => {
             out.extend_from_slice(reply::NOAUTH_HELLO);
             return Step::Refused;
         }
@@ -134,10 +135,14 @@ fn gate(
         out.extend_from_slice(reply::WRONGPASS);
         return Step::Refused;
     }
-    if hello {
-        reply::hello(fd, out);
-    } else {
-        out.extend_from_slice(reply::OK);
+    match hello {
+        // As redis-server: authenticated even where the name is then refused.
+        Some(name) => {
+            if name.map_or(true, |name| name_client(names, fd, name, out)) {
+                reply::hello(fd, out);
+            }
+        }
+        None => out.extend_from_slice(reply::OK),
     }
     Step::Authenticated
 }

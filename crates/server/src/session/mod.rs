@@ -8,6 +8,7 @@ pub mod budget;
 mod buffers;
 pub mod dump;
 mod listener;
+pub mod names;
 mod output;
 pub mod ring;
 mod state;

@@ -206,6 +206,10 @@ impl Worker {
 
     pub(super) fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
+            if !self.engine.client_names.is_empty() {
+                // A RESP connection's name goes with it (its descriptor is reused).
+                self.engine.client_names.remove(&conn.fd);
+            }
             if let (true, Some(net)) = (conn.ring != RingIo::Off, self.net.as_mut()) {
                 // Its receive and any poll end (their last completions find no connection), and
                 // with them the ring's hold on the socket.

@@ -461,7 +461,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             &mut conn.input,
             (&mut conn.state, conn.eof),
             (modes, conn.fd),
-            &mut engine.counters,
+            (&mut engine.counters, &mut engine.client_names),
             conn.output.reply_buf(),
         )
     } else {
