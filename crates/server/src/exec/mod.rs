@@ -136,6 +136,7 @@ pub enum Exec {
 }
 
 pub use crate::admin::{VERSION, VERSION_REPLY};
+
 /// `-o front_cache`: sets and ways of a worker's front cache (qs-sim front: more than 4
 /// ways gains under half a point), and the largest reply it keeps.
 const FRONT_SETS: usize = 256;
@@ -180,7 +181,7 @@ pub struct Engine {
     /// This worker's counters.
     pub counters: WorkerCounters,
     /// The names of this worker's RESP connections that set one (CLIENT SETNAME, HELLO's
-    /// SETNAME), by descriptor; a connection's goes when it closes (`forget_client`).
+    /// SETNAME), by descriptor; a connection's goes when it closes (the worker's `close`).
     pub client_names: ClientNames,
     /// Per partition: reads served here for other owners (gets, hits).
     pub remote_reads: Vec<(u64, u64)>,
