@@ -7,8 +7,8 @@
 //!
 //! Where the kernel offers io_uring, each worker has its own ring ([`Uring`]) instead: reads
 //! are queued during the loop turn and submitted with one system call, a read the page cache
-//! holds completes in that call (no thread hop, no wake-up), and one the device must serve
-//! completes later and wakes the worker through an eventfd in its epoll set. The thread pool
+//! holds completes in that call (no thread hop), and one the device must serve completes
+//! later; either way an eventfd in the worker's epoll set says so. The thread pool
 //! is the fallback (`io_uring_setup` refused, as under some seccomp profiles).
 
 use std::fs::File;
@@ -143,9 +143,12 @@ impl Uring {
         }
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let eventfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        // Only completions after the submitting call signal (those of the page cache come
-        // back inside it and need no wake-up).
-        ring.submitter().register_eventfd_async(eventfd.as_raw_fd())?;
+        // Every completion signals, not only those of io-wq's threads (the `_async` kind):
+        // an O_DIRECT read completes from the device's interrupt through task work, which
+        // the kernel may run in any system call the worker makes between its last look at
+        // the ring and its epoll wait; only the eventfd then says the read is back. A read
+        // the page cache held signals too, and costs one more loop turn.
+        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(Uring { ring, eventfd, in_flight: 0, queued: 0 })
     }
 

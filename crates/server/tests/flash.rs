@@ -156,6 +156,30 @@ fn a_pipeline_across_flash_and_dram_answers_in_order_with_o_direct() {
     }
 }
 
+/// A read from an O_DIRECT file completes from the device's interrupt, not in a kernel
+/// thread: the worker must still hear of it at once, not at its next timer (it once slept
+/// 10-40 ms per such read in a debug build; each takes well under 1 ms).
+#[test]
+fn each_o_direct_read_wakes_its_worker() {
+    if !direct_io_works() {
+        return;
+    }
+    let file = FlashFile::new("wakes");
+    let server = server(&file, &["-o", "flash_direct"]);
+    let mut client = server.connect();
+    fill(&mut client, "key", 16_000);
+    let before = get_stat(&mut client, "get_extstore");
+    let start = std::time::Instant::now();
+    for n in 0..300 {
+        let key = n * 7;
+        let reply = client.call(format!("get key:{key}\r\n").as_bytes());
+        assert!(reply.ends_with(&value(key).iter().chain(b"\r\nEND\r\n").copied().collect::<Vec<u8>>()));
+    }
+    let took = start.elapsed();
+    assert!(get_stat(&mut client, "get_extstore") >= before + 250, "the gets read flash");
+    assert!(took < std::time::Duration::from_secs(3), "300 flash reads one by one took {took:?}");
+}
+
 fn commands_on_flash_items(extra: &[&str]) {
     let file = FlashFile::new(&format!("commands{}", extra.concat().replace(['=', ',', '-'], "")));
     // ext_item_size 0: small counters go to flash too.
