@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -36,10 +36,12 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 /usr/bin/python3 -c "import redis" >/dev/null 2>&1 || missing+=(python3-redis)
 # Redis clients in other languages (crates/server/tests/resp.rs): go-redis with the machine's Go
-# (its module from the Go module proxy), ioredis with Node.js (from the npm registry); Debian's
-# packages where the machine has neither.
+# (its module from the Go module proxy), ioredis with Node.js (from the npm registry), Jedis with
+# Java and Maven (from Maven Central); Debian's packages where the machine has none.
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+command -v java >/dev/null 2>&1 || missing+=(default-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -668,6 +668,54 @@ fn ioredis_runs_a_cache_workload() {
     client_workload("ioredis", "node", &["cache.js"]);
 }
 
+/// Jedis's class path, resolved by Maven from Maven Central the first time (pom.xml pins the
+/// versions) into `target/classpath.txt` of its directory.
+fn jedis_classpath() -> String {
+    // The two Jedis tests run side by side: one resolves, the other waits for it.
+    static RESOLVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _resolving = RESOLVING.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/jedis");
+    let file = std::path::Path::new(dir).join("target/classpath.txt");
+    if !file.exists() {
+        let status = Command::new("mvn")
+            .args(["-q", "-B", "dependency:build-classpath", "-Dmdep.outputFile=target/classpath.txt"])
+            .current_dir(dir)
+            .status()
+            .expect("mvn (scripts/test.sh installs Maven and a JDK)");
+        assert!(status.success(), "mvn dependency:build-classpath");
+    }
+    std::fs::read_to_string(file).expect("the class path")
+}
+
+#[test]
+fn jedis_runs_a_cache_workload() {
+    let classpath = jedis_classpath();
+    client_workload("jedis", "java", &["-cp", &classpath, "CacheWorkload.java"]);
+}
+
+#[test]
+fn jedis_runs_its_workload_over_tls() {
+    let classpath = jedis_classpath();
+    let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
+    let files = format!("ssl_chain_cert={certs}/server.pem,ssl_key={certs}/server.key");
+    let port = free_port();
+    let listen = format!("127.0.0.1,proto[resp]:127.0.0.1:{port}");
+    let probe = |port: u16| TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let _server = ServerProcess::quicksilver_probed(&["-Z", "-o", &files, "-l", &listen], probe);
+    let output = Command::new("java")
+        .args(["-cp", &classpath, "CacheWorkload.java", &port.to_string()])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/jedis"))
+        .env("QS_TLS_CA", format!("{certs}/ca.pem"))
+        .output()
+        .expect("java");
+    assert!(
+        output.status.success(),
+        "Jedis over TLS: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn quit_answers_ok_and_closes() {
     let (_server, port) = quicksilver(&[]);
