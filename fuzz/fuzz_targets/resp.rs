@@ -16,9 +16,12 @@ fuzz_target!(|input: &[u8]| {
     if let Some(key) = qs_proto::key_guess(input) {
         assert!(input.as_ptr_range().contains(&key.as_ptr()) || key.is_empty());
     }
+    // Odd lengths parse as a RESP3 connection would (after `HELLO 3`).
+    let parse: for<'a> fn(&'a [u8], &Limits) -> Parsed<'a> =
+        if input.len() % 2 == 1 { resp::parse3 } else { resp::parse };
     let mut rest = input;
     while !rest.is_empty() {
-        let len = match resp::parse(rest, &limits) {
+        let len = match parse(rest, &limits) {
             Parsed::Incomplete => {
                 // What is here does not yet frame a request: it says how long it is at least.
                 if let Some(at_least) = resp::arriving_len(rest) {

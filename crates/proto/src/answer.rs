@@ -153,7 +153,7 @@ impl Answer<'_> {
             Answer::Binary { opcode, opaque, quiet, with_key } => {
                 crate::binary::reply::miss((opcode, opaque, quiet, with_key), key, out);
             }
-            Answer::Resp(_) => out.extend_from_slice(crate::resp::reply::NULL),
+            Answer::Resp(reply) => out.extend_from_slice(crate::resp::reply::null_of(reply)),
         }
     }
 

@@ -189,8 +189,12 @@ pub enum Answer<'r> {
 pub enum RespReply {
     /// GET: the value as a bulk string, a miss as the null bulk string.
     Bulk,
+    /// GET on a RESP3 connection (`HELLO 3`): a miss is RESP3's null, `_`.
+    Bulk3,
     /// SET: `+OK`, or the null bulk string when NX or XX kept it from storing.
     Ok,
+    /// SET on a RESP3 connection: `+OK`, or `_`.
+    Ok3,
     /// SETNX: `:1` stored, `:0` not.
     StoredInteger,
     /// DEL: how many keys went (0 or 1 here).
@@ -211,6 +215,18 @@ pub enum RespReply {
     Type,
     /// APPEND: the value's length once appended to (a missing key is created).
     Appended,
+}
+
+impl RespReply {
+    /// This reply as a RESP3 connection words it: only a null differs, for the commands on
+    /// one key.
+    pub const fn resp3(self) -> RespReply {
+        match self {
+            RespReply::Bulk => RespReply::Bulk3,
+            RespReply::Ok => RespReply::Ok3,
+            other => other,
+        }
+    }
 }
 
 impl Answer<'_> {

@@ -44,11 +44,29 @@ pub enum Framing {
 /// A bulk string longer than the item size limit (-I) is an invalid bulk length, as one
 /// over redis-server's proto-max-bulk-len is: its bytes are never buffered.
 pub fn parse<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
+    parse_as(buf, limits, false)
+}
+
+/// As [`parse`], for a connection that speaks RESP3 (`HELLO 3`): the request's replies are
+/// RESP3's ([`crate::command::RespReply::resp3`], [`Frame::resp3`]).
+pub fn parse3<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
+    parse_as(buf, limits, true)
+}
+
+#[inline(always)]
+fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parsed<'a> {
     match frame_at(buf, BULK_BYTES_MAX.min(limits.item_bytes_max as u64)) {
         None => Parsed::Incomplete,
         Some((Ok(frame), len)) => {
             let request = match command::call(&frame, limits.item_bytes_max) {
+                command::Call::Key(mut command) if resp3 => {
+                    if let crate::command::Answer::Resp(reply) = command.answer {
+                        command.answer = crate::command::Answer::Resp(reply.resp3());
+                    }
+                    Request::RespKey(command)
+                }
                 command::Call::Key(command) => Request::RespKey(command),
+                _ if resp3 => Request::Resp(frame.in_resp3()),
                 _ => Request::Resp(frame),
             };
             Parsed::Request { request, len }

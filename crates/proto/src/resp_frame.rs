@@ -12,12 +12,26 @@ pub struct Frame<'a> {
     argc: usize,
     /// An inline request: words split on spaces.
     inline: bool,
+    /// It came from a connection that speaks RESP3 (`HELLO 3`): its replies are RESP3's.
+    resp3: bool,
 }
 
 impl<'a> Frame<'a> {
     /// A frame whose framing the parser checked: `argc` arguments in `bytes`.
     pub(crate) fn new(bytes: &'a [u8], argc: usize, inline: bool) -> Frame<'a> {
-        Frame { bytes, argc, inline }
+        Frame { bytes, argc, inline, resp3: false }
+    }
+
+    /// This frame, from a connection that speaks RESP3.
+    pub(crate) fn in_resp3(self) -> Frame<'a> {
+        Frame { resp3: true, ..self }
+    }
+
+    /// Whether its connection speaks RESP3 (`HELLO 3`): nulls, maps and INFO's text are
+    /// written as RESP3 writes them.
+    #[inline]
+    pub fn resp3(&self) -> bool {
+        self.resp3
     }
 
     /// How many arguments, the command's name included.

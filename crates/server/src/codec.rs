@@ -22,6 +22,8 @@ pub enum Dialect {
     Binary,
     /// The Redis protocol (`qs_proto::resp`).
     Resp,
+    /// The Redis protocol on a connection that said `HELLO 3`: RESP3's replies.
+    Resp3,
 }
 
 impl Dialect {
@@ -46,6 +48,20 @@ impl Dialect {
         }
     }
 
+    /// Either version of the Redis protocol.
+    #[inline]
+    pub fn is_resp(self) -> bool {
+        matches!(self, Dialect::Resp | Dialect::Resp3)
+    }
+
+    /// Whether the request may change how the connection's next requests are parsed: a RESP
+    /// `HELLO` (its protocol version). Its window ends with it.
+    #[inline]
+    pub fn switches_after(parsed: &Parsed<'_>) -> bool {
+        matches!(parsed, Parsed::Request { request: Request::Resp(frame), .. }
+            if frame.arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"hello")))
+    }
+
     /// Parses the request at the start of `bytes`.
     #[inline]
     pub fn parse<'a>(self, bytes: &'a [u8], limits: &qs_proto::Limits) -> Parsed<'a> {
@@ -53,6 +69,7 @@ impl Dialect {
             Dialect::Text => qs_proto::parse(bytes, limits),
             Dialect::Binary => qs_proto::binary::parse(bytes, limits),
             Dialect::Resp => qs_proto::resp::parse(bytes, limits),
+            Dialect::Resp3 => qs_proto::resp::parse3(bytes, limits),
         }
     }
 }

@@ -3,145 +3,12 @@
 
 mod common;
 
+use common::resp::{call, connect, frame, quicksilver, same_replies, Redis};
 use common::{free_port, Client, ServerProcess};
 use std::io::Read;
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A redis-server on a free port with one database and 64 MiB (as quicksilver serves), stopped
-/// when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        Redis::start_with(&[])
-    }
-
-    fn start_with(extra: &[&str]) -> Redis {
-        for _attempt in 0..5 {
-            let port = free_port();
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--databases",
-                    "1",
-                ])
-                // As quicksilver's defaults: 64 MiB, any key evicted.
-                .args(["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("redis-server (scripts/test.sh installs it)");
-            let mut redis = Redis { child, port };
-            if answers_ping(port) {
-                return redis;
-            }
-            let _ = redis.child.kill();
-        }
-        panic!("redis-server did not start");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn answers_ping(port: u16) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut client = Client::from_stream(stream);
-            client.stream.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
-            client.send(b"PING\r\n");
-            // A server with a password answers, refusing.
-            let reply = client.read_until(b"\r\n");
-            if reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH") {
-                return true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
-
-/// quicksilver with a RESP listener: the server and that listener's port.
-fn quicksilver(args: &[&str]) -> (ServerProcess, u16) {
-    for _attempt in 0..5 {
-        let port = free_port();
-        let listen = format!("127.0.0.1,proto[resp]:127.0.0.1:{port}");
-        let mut all = vec!["-l", &listen];
-        all.extend_from_slice(args);
-        let server = ServerProcess::quicksilver(&all);
-        if answers_ping(port) {
-            return (server, port);
-        }
-    }
-    panic!("quicksilver's RESP listener did not start");
-}
-
-fn connect(port: u16) -> Client {
-    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream.set_read_timeout(Some(common::REPLY_TIMEOUT)).expect("timeout");
-    Client::from_stream(stream)
-}
-
-/// A request written as redis-cli writes it: an array of bulk strings.
-fn frame(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-    }
-    out
-}
-
-const MARK: &[u8] = b"*2\r\n$4\r\nECHO\r\n$5\r\n@@@@@\r\n";
-const MARK_REPLY: &[u8] = b"$5\r\n@@@@@\r\n";
-
-/// Sends `request` then an ECHO marker; returns everything before the marker's reply.
-fn call(client: &mut Client, request: &[u8]) -> Vec<u8> {
-    client.send(request);
-    client.send(MARK);
-    let mut reply = client.read_until(MARK_REPLY);
-    reply.truncate(reply.len() - MARK_REPLY.len());
-    reply
-}
-
-/// Each request to both servers, in order on one connection each: the replies must match,
-/// with one worker and with four (keys then live on other workers: sets are handed to their
-/// owner, reads made here).
-fn same_replies(requests: &[Vec<u8>]) {
-    for workers in ["1", "4"] {
-        let redis = Redis::start();
-        let (_server, port) = quicksilver(&["-t", workers]);
-        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
-        for request in requests {
-            let want = call(&mut theirs, request);
-            let got = call(&mut ours, request);
-            assert_eq!(
-                String::from_utf8_lossy(&got),
-                String::from_utf8_lossy(&want),
-                "request {:?} with {workers} workers",
-                String::from_utf8_lossy(request)
-            );
-        }
-    }
-}
 
 #[test]
 fn strings_answer_as_redis_server_does() {
@@ -455,7 +322,7 @@ fn commands_out_of_scope_get_the_unknown_command_error_and_unserved_forms_say_so
     // Forms of the commands served that this server does not serve yet are refused by name,
     // never answered wrongly.
     for (request, error) in [
-        (frame(&["HELLO", "3"]), "-NOPROTO sorry, this protocol version is not supported.\r\n"),
+        (frame(&["HELLO", "4"]), "-NOPROTO sorry, this protocol version is not supported.\r\n"),
         (frame(&["FUNCTION", "LIST"]), "-ERR functions are not served (no scripting)\r\n"),
     ] {
         assert_eq!(String::from_utf8_lossy(&call(&mut client, &request)), error);
@@ -693,8 +560,9 @@ fn jedis_runs_a_cache_workload() {
     client_workload("jedis", "java", &["-cp", &classpath, "CacheWorkload.java"]);
 }
 
+/// Over TLS, and in RESP3 (Jedis's `HELLO 3`).
 #[test]
-fn jedis_runs_its_workload_over_tls() {
+fn jedis_runs_its_workload_over_tls_in_resp3() {
     let classpath = jedis_classpath();
     let certs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tls");
     let files = format!("ssl_chain_cert={certs}/server.pem,ssl_key={certs}/server.key");
@@ -706,11 +574,12 @@ fn jedis_runs_its_workload_over_tls() {
         .args(["-cp", &classpath, "CacheWorkload.java", &port.to_string()])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/jedis"))
         .env("QS_TLS_CA", format!("{certs}/ca.pem"))
+        .env("QS_PROTOCOL", "3")
         .output()
         .expect("java");
     assert!(
         output.status.success(),
-        "Jedis over TLS: {}{}",
+        "Jedis over TLS in RESP3: {}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );

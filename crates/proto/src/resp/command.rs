@@ -29,9 +29,11 @@ pub enum Call<'a> {
     ExistsMany(Frame<'a>),
     /// DBSIZE: how many keys.
     DbSize,
-    /// HELLO, or HELLO 2, with AUTH's user and password if given: the server's description,
-    /// in RESP2.
+    /// HELLO [2|3], with AUTH's user and password if given: the server's description, in the
+    /// protocol asked for (the connection speaks it from then on), else in the one it speaks.
     Hello {
+        /// The protocol asked for: 2 or 3.
+        proto: Option<u8>,
         /// AUTH user password.
         auth: Option<(&'a [u8], &'a [u8])>,
         /// SETNAME name: the connection's name, set once it has authenticated.
@@ -59,8 +61,8 @@ pub enum Call<'a> {
     /// A command accepted and answered `+OK` with nothing to do (CLIENT NO-EVICT, AUTH of the
     /// default user).
     Accepted,
-    /// A fixed reply (COMMAND DOCS: none yet).
-    Fixed(&'static [u8]),
+    /// COMMAND DOCS: no documents yet (an empty map; clients then use their own tables).
+    CommandDocs,
     /// FLUSHALL or FLUSHDB (SYNC or ASYNC alike): every key goes.
     Flush,
     /// A command on one key run at its owner as a few steps (read, then write).

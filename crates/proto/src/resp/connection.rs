@@ -5,15 +5,16 @@ use super::command::{integer, Call, Refusal};
 use super::Frame;
 
 /// HELLO [protover [AUTH user pass] [SETNAME name]], as networking.c's helloCommand reads it:
-/// protocol 2 only (RESP3 is not served yet: clients fall back on `-NOPROTO`).
+/// protocol 2 or 3.
 pub(super) fn hello<'a>(frame: &Frame<'a>) -> Call<'a> {
     let argc = frame.argc();
+    let mut proto = None;
     if argc >= 2 {
         match integer(frame.arg(1).unwrap_or_default()) {
             None => {
                 return Call::Error(Refusal::Message("Protocol version is not an integer or out of range"))
             }
-            Some(2) => {}
+            Some(version @ (2 | 3)) => proto = Some(version as u8),
             Some(_) => return Call::Error(Refusal::NoProto),
         }
     }
@@ -30,7 +31,7 @@ pub(super) fn hello<'a>(frame: &Frame<'a>) -> Call<'a> {
             return Call::Error(Refusal::HelloOption(option));
         }
     }
-    Call::Hello { auth, name }
+    Call::Hello { proto, auth, name }
 }
 
 /// Whether `name` may name a connection: redis-server's rule, printable ASCII without spaces
@@ -107,7 +108,7 @@ pub fn memory_bytes(text: &[u8]) -> Option<u64> {
 pub(super) fn command(sub: &[u8], argc: usize) -> Call<'_> {
     match argc {
         2 if sub.eq_ignore_ascii_case(b"count") => Call::CommandCount,
-        _ if sub.eq_ignore_ascii_case(b"docs") => Call::Fixed(b"*0\r\n"),
+        _ if sub.eq_ignore_ascii_case(b"docs") => Call::CommandDocs,
         _ => Call::Error(Refusal::Unsupported("of COMMAND only COUNT and DOCS are served yet")),
     }
 }

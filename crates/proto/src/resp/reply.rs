@@ -1,4 +1,4 @@
-//! RESP2 replies as redis-server 7.0 writes them ([`crate::command::Answer::Resp`]).
+//! RESP2 and RESP3 replies as redis-server 7.0 writes them ([`crate::command::Answer::Resp`]).
 
 use super::command::{Refusal, Reply};
 use crate::response::{push_i64, push_u64};
@@ -6,6 +6,47 @@ use qs_store::{Hit, Outcome};
 
 /// The null bulk string (a miss; a SET that NX or XX kept from storing).
 pub const NULL: &[u8] = b"$-1\r\n";
+/// RESP3's null, where RESP2 writes [`NULL`].
+pub const NULL3: &[u8] = b"_\r\n";
+
+/// The null of a connection that speaks RESP3 (`resp3`) or RESP2.
+pub const fn null(resp3: bool) -> &'static [u8] {
+    if resp3 {
+        NULL3
+    } else {
+        NULL
+    }
+}
+
+/// The null `reply` writes: `$-1` in RESP2, `_` in RESP3.
+pub const fn null_of(reply: Reply) -> &'static [u8] {
+    null(matches!(reply, Reply::Bulk3 | Reply::Ok3))
+}
+
+/// The head of a map of `pairs` names and values: RESP3's map, or RESP2's flat array of
+/// twice as many elements.
+pub fn map_head(pairs: usize, resp3: bool, out: &mut Vec<u8>) {
+    if resp3 {
+        out.push(b'%');
+        push_u64(out, pairs as u64);
+    } else {
+        out.push(b'*');
+        push_u64(out, 2 * pairs as u64);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Text for people (INFO): RESP3's verbatim string of format `txt`, or a RESP2 bulk string.
+pub fn text(text: &[u8], resp3: bool, out: &mut Vec<u8>) {
+    if !resp3 {
+        return bulk(text, out);
+    }
+    out.push(b'=');
+    push_u64(out, text.len() as u64 + 4);
+    out.extend_from_slice(b"\r\ntxt:");
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
 /// `+OK`.
 pub const OK: &[u8] = b"+OK\r\n";
 /// `+PONG`.
@@ -73,7 +114,7 @@ pub fn store(reply: Reply, outcome: &Outcome, size: usize, out: &mut Vec<u8>) {
         (Reply::Appended, _) => integer(size as i64, out),
         (Reply::StoredInteger, _) => integer(i64::from(stored), out),
         (_, true) => out.extend_from_slice(OK),
-        (_, false) => out.extend_from_slice(NULL),
+        (reply, false) => out.extend_from_slice(null_of(reply)),
     }
 }
 
@@ -132,16 +173,17 @@ pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now_secs: u32, out: &mu
     integer(value, out);
 }
 
-/// HELLO's description of the server, in RESP2 (a flat array of names and values). It names
-/// the Redis release whose protocol it answers as its version, as clients gate features on it.
-pub fn hello(id: i32, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"*14\r\n");
+/// HELLO's description of the server: a map in RESP3, a flat array of names and values in
+/// RESP2. It names the Redis release whose protocol it answers as its version, as clients
+/// gate features on it.
+pub fn hello(id: i32, resp3: bool, out: &mut Vec<u8>) {
+    map_head(7, resp3, out);
     for (name, value) in [("server", "redis"), ("version", "7.0.15")] {
         bulk(name.as_bytes(), out);
         bulk(value.as_bytes(), out);
     }
     bulk(b"proto", out);
-    integer(2, out);
+    integer(if resp3 { 3 } else { 2 }, out);
     bulk(b"id", out);
     integer(i64::from(id), out);
     for (name, value) in [("mode", "standalone"), ("role", "master")] {

@@ -235,7 +235,10 @@ fn client_names_are_read_from_client_and_hello_and_checked_as_redis_server_check
     assert!(matches!(call(&frame, 1 << 20), Call::ClientGetName));
     let bytes = frame_bytes(&[b"HELLO", b"2", b"AUTH", b"u", b"p", b"SETNAME", b"web"]);
     let (frame, _) = parsed_frame(&bytes);
-    assert!(matches!(call(&frame, 1 << 20), Call::Hello { auth: Some((b"u", b"p")), name: Some(b"web") }));
+    assert!(matches!(
+        call(&frame, 1 << 20),
+        Call::Hello { proto: Some(2), auth: Some((b"u", b"p")), name: Some(b"web") }
+    ));
     assert_eq!(
         refusal(&[b"CLIENT", b"SETNAME"]),
         "-ERR wrong number of arguments for 'client|setname' command\r\n"
@@ -250,4 +253,35 @@ fn client_names_are_read_from_client_and_hello_and_checked_as_redis_server_check
     {
         assert_eq!(connection::client_name_valid(name), valid, "{name:?}");
     }
+}
+
+#[test]
+fn a_resp3_connections_requests_answer_nulls_and_maps_as_resp3_does() {
+    let limits = crate::Limits { item_bytes_max: 1 << 20 };
+    let get = frame_bytes(&[b"GET", b"k"]);
+    let Parsed::Request { request: Request::RespKey(command), .. } = super::parse3(&get, &limits) else {
+        panic!("GET is a command on one key")
+    };
+    assert!(matches!(command.answer, Answer::Resp(Reply::Bulk3)));
+    let mut out = Vec::new();
+    command.answer.miss(b"k", &mut out);
+    assert_eq!(out, b"_\r\n");
+    let Parsed::Request { request: Request::RespKey(command), .. } = super::parse(&get, &limits) else {
+        panic!("GET is a command on one key")
+    };
+    assert!(matches!(command.answer, Answer::Resp(Reply::Bulk)));
+    let mget = frame_bytes(&[b"MGET", b"a", b"b"]);
+    let Parsed::Request { request: Request::Resp(frame), .. } = super::parse3(&mget, &limits) else {
+        panic!("MGET is a frame")
+    };
+    assert!(frame.resp3());
+    let hello = frame_bytes(&[b"HELLO", b"3"]);
+    let (frame, _) = parsed_frame(&hello);
+    assert!(matches!(call(&frame, 1 << 20), Call::Hello { proto: Some(3), auth: None, name: None }));
+    assert_eq!(refusal(&[b"HELLO", b"4"]), "-NOPROTO sorry, this protocol version is not supported.\r\n");
+    let mut out = Vec::new();
+    reply::map_head(2, true, &mut out);
+    reply::map_head(2, false, &mut out);
+    reply::text(b"# Keyspace\r\n", true, &mut out);
+    assert_eq!(out, b"%2\r\n*4\r\n=16\r\ntxt:# Keyspace\r\n\r\n");
 }

@@ -133,6 +133,8 @@ pub enum Exec {
     Close,
     /// Must run on this owner after all (a CREW read that found a stale item to win).
     Forward(usize),
+    /// HELLO 2 or 3: the connection speaks RESP3 (true) or RESP2 from its next request.
+    Resp3(bool),
 }
 
 pub use crate::admin::{VERSION, VERSION_REPLY};

@@ -18,6 +18,7 @@ fn time(out: &mut Vec<u8>) {
 impl Engine {
     /// Runs a RESP frame that is not a single-key command.
     pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) -> Exec {
+        let resp3 = frame.resp3();
         match call(frame, self.limits.item_bytes_max) {
             Call::Ping(None) => out.extend_from_slice(reply::PONG),
             Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
@@ -34,15 +35,17 @@ impl Engine {
                 self.publish();
                 reply::integer(crate::admin::stats::current_items(&self.shared) as i64, out);
             }
-            Call::Hello { auth, name } => {
-                // As redis-server: authenticated first, then named.
+            Call::Hello { proto, auth, name } => {
+                // As redis-server: authenticated first, then named, then the protocol switched.
                 let authenticated =
                     auth.map_or(true, |(user, password)| self.resp_auth(Some(user), password, out));
                 let named = authenticated
                     && name
                         .map_or(true, |name| name_client(&mut self.client_names, self.asking_fd, name, out));
                 if named {
-                    reply::hello(self.asking_fd, out);
+                    let speaks3 = proto.map_or(resp3, |proto| proto == 3);
+                    reply::hello(self.asking_fd, speaks3, out);
+                    return Exec::Resp3(speaks3);
                 }
             }
             Call::Auth { user, password } => {
@@ -58,7 +61,7 @@ impl Engine {
             }
             Call::ClientGetName => match self.client_names.get(&self.asking_fd) {
                 Some(name) => reply::bulk(name, out),
-                None => out.extend_from_slice(reply::NULL),
+                None => out.extend_from_slice(reply::null(resp3)),
             },
             Call::ConfigGet(frame) => self.config_get(&frame, out),
             Call::ConfigSet(frame) => match self.config_set(&frame, true) {
@@ -67,7 +70,7 @@ impl Engine {
             },
             Call::CommandCount => reply::integer(qs_proto::resp::command::served_count() as i64, out),
             Call::Accepted => out.extend_from_slice(reply::OK),
-            Call::Fixed(text) => out.extend_from_slice(text),
+            Call::CommandDocs => reply::map_head(0, resp3, out),
             Call::Flush if self.shared.config.disable_flush_all => {
                 out.extend_from_slice(b"-ERR flush_all not allowed\r\n");
             }
@@ -76,21 +79,21 @@ impl Engine {
                 self.flush_now(true);
                 out.extend_from_slice(reply::OK);
             }
-            Call::Owned(owned) => self.resp_owned(&owned, out),
+            Call::Owned(owned) => self.resp_owned(&owned, resp3, out),
             Call::DelMany(frame) => self.del_many(&frame, out),
             Call::Mset { frame, nx: false } => self.mset(&frame, out),
             Call::Mset { frame, nx: true } => self.msetnx(&frame, out),
             Call::Time => time(out),
             Call::Keys(pattern) => self.resp_keys_matching(pattern, out),
             Call::Scan(scan) => self.resp_scan(&scan, out),
-            Call::RandomKey => self.resp_random_key(out),
+            Call::RandomKey => self.resp_random_key(resp3, out),
             Call::Info(frame) => {
                 // This worker's figures as of now, the others' as of their last loop turn.
                 self.publish();
                 let sections: Vec<&[u8]> = frame.args().skip(1).collect();
                 let mut text = Vec::new();
                 crate::admin::info::write(&self.shared, &sections, &mut text);
-                reply::bulk(&text, out);
+                reply::text(&text, resp3, out);
             }
             // The parser makes these `Request::RespKey`; a frame built otherwise runs the same.
             Call::Key(command) => return self.run_command(&command, (None, self.asking_fd), out),
@@ -194,9 +197,7 @@ impl Engine {
                 }
             }
         }
-        out.push(b'*');
-        qs_proto::response::push_u64(out, 2 * shown.len() as u64);
-        out.extend_from_slice(b"\r\n");
+        reply::map_head(shown.len(), frame.resp3(), out);
         for (name, value) in shown {
             reply::bulk(name, out);
             reply::bulk(value.as_bytes(), out);
@@ -219,17 +220,18 @@ impl Engine {
             out.extend_from_slice(b"\r\n");
         }
         let mut present = 0;
+        let wording = if frame.resp3() { RespReply::Bulk3 } else { RespReply::Bulk };
         for key in keys {
             if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
                 // Never stored here: a miss.
                 if values {
-                    out.extend_from_slice(reply::NULL);
+                    out.extend_from_slice(reply::null_of(wording));
                 }
                 continue;
             }
             let key = self.key(key, None);
             if values {
-                self.get(key, &Get::default(), Answer::Resp(RespReply::Bulk), out);
+                self.get(key, &Get::default(), Answer::Resp(wording), out);
             } else {
                 present += i64::from(matches!(self.read_unchanged(key), Outcome::Hit(_)));
             }

@@ -21,7 +21,8 @@ const SPREAD: &[u8] = b"-ERR RENAME and COPY of keys owned by more than one work
 impl Engine {
     /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
     /// EXPIRETIME, which only read, may run at a CREW reader).
-    pub(super) fn resp_owned(&mut self, owned: &Owned<'_>, out: &mut Vec<u8>) {
+    /// `resp3`: the connection speaks RESP3 (its nulls are `_`).
+    pub(super) fn resp_owned(&mut self, owned: &Owned<'_>, resp3: bool, out: &mut Vec<u8>) {
         let Owned { key, step } = *owned;
         if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
             return out.extend_from_slice(reply::BAD_KEY);
@@ -35,15 +36,18 @@ impl Engine {
                     let answer = Answer::Resp(RespReply::Deleted);
                     self.delete_command(key, &cmd::Delete::default(), answer);
                 }
-                bulk_or_null(current.as_ref().map(|item| &item.value[..]), out);
+                bulk_or_null(current.as_ref().map(|item| &item.value[..]), resp3, out);
             }
             Step::Set { value, mode, exptime, get } => {
                 let exptime = exptime.unwrap_or_else(|| keep(current.as_ref()));
                 let outcome = self.put(key, value, mode, exptime);
                 match (get, reply::refused(&outcome)) {
                     (_, Some(text)) => out.extend_from_slice(text),
-                    (true, None) => bulk_or_null(current.as_ref().map(|item| &item.value[..]), out),
-                    (false, None) => reply::store(RespReply::Ok, &outcome, value.len(), out),
+                    (true, None) => bulk_or_null(current.as_ref().map(|item| &item.value[..]), resp3, out),
+                    (false, None) => {
+                        let wording = if resp3 { RespReply::Ok3 } else { RespReply::Ok };
+                        reply::store(wording, &outcome, value.len(), out);
+                    }
                 }
             }
             Step::Persist => {
@@ -249,10 +253,10 @@ fn keep(current: Option<&Current>) -> i64 {
     current.map_or(0, |item| i64::from(item.expiry.0))
 }
 
-fn bulk_or_null(value: Option<&[u8]>, out: &mut Vec<u8>) {
+fn bulk_or_null(value: Option<&[u8]>, resp3: bool, out: &mut Vec<u8>) {
     match value {
         Some(value) => reply::bulk(value, out),
-        None => out.extend_from_slice(reply::NULL),
+        None => out.extend_from_slice(reply::null(resp3)),
     }
 }
 

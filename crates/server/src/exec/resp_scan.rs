@@ -64,7 +64,7 @@ impl Engine {
 
     /// RANDOMKEY: the first key found from a random partition and bucket on (null when
     /// there is none).
-    pub(super) fn resp_random_key(&self, out: &mut Vec<u8>) {
+    pub(super) fn resp_random_key(&self, resp3: bool, out: &mut Vec<u8>) {
         let buckets = self.shared.memory.main_buckets();
         let total = buckets * self.partitions.len();
         let start = random_below(total);
@@ -85,7 +85,7 @@ impl Engine {
             }
             walked += chunk;
         }
-        out.extend_from_slice(reply::NULL);
+        out.extend_from_slice(reply::null(resp3));
     }
 }
 

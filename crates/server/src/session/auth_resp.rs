@@ -21,11 +21,12 @@ const BULK_BYTES_MAX: usize = 16384;
 
 /// Runs the requests at the front of the input of a RESP connection that has not
 /// authenticated: `Parse` once AUTH (or HELLO's AUTH) succeeded, what follows it then runs as
-/// any request; the bool says whether anything was answered.
+/// any request; the bool says whether anything was answered. `HELLO 3` with its AUTH sets
+/// `resp3` (the connection speaks RESP3 from then on).
 pub fn admit_resp(
     input: &mut Input,
     (state, eof): (&mut State, bool),
-    (modes, fd): (Modes<'_>, i32),
+    (modes, fd, resp3): (Modes<'_>, i32, &mut bool),
     (counters, names): (&mut WorkerCounters, &mut ClientNames),
     out: &mut Vec<u8>,
 ) -> (Admission, bool) {
@@ -71,7 +72,7 @@ pub fn admit_resp(
             }
         };
         answered = true;
-        let step = gate(&frame, (modes, fd), (counters, names), out);
+        let step = gate(&frame, (modes, fd, resp3), (counters, names), out);
         input.consume(len);
         match step {
             Step::Authenticated => return (Admission::Parse, true),
@@ -98,13 +99,15 @@ enum Step {
 /// Answers one request before authentication.
 fn gate(
     frame: &Frame<'_>,
-    (modes, fd): (Modes<'_>, i32),
+    (modes, fd, resp3): (Modes<'_>, i32, &mut bool),
     (counters, names): (&mut WorkerCounters, &mut ClientNames),
     out: &mut Vec<u8>,
 ) -> Step {
     let (user, password, hello) = match call(frame, BULK_BYTES_MAX) {
         Call::Auth { user, password } => (user, password, None),
-        Call::Hello { auth: Some((user, password)), name } => (Some(user), password, Some(name)),
+        Call::Hello { proto, auth: Some((user, password)), name } => {
+            (Some(user), password, Some((proto, name)))
+        }
         Call::Hello { auth: None, .. } => {
             out.extend_from_slice(reply::NOAUTH_HELLO);
             return Step::Refused;
@@ -137,9 +140,10 @@ fn gate(
     }
     match hello {
         // As redis-server: authenticated even where the name is then refused.
-        Some(name) => {
+        Some((proto, name)) => {
             if name.map_or(true, |name| name_client(names, fd, name, out)) {
-                reply::hello(fd, out);
+                *resp3 = proto == Some(3);
+                reply::hello(fd, *resp3, out);
             }
         }
         None => out.extend_from_slice(reply::OK),

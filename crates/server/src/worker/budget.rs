@@ -17,7 +17,7 @@ pub(super) fn long_store(dialect: Dialect, pending: &[u8]) -> Option<usize> {
     if pending.len() < READ_BUFFER_BYTES / 2 {
         return None;
     }
-    if dialect == Dialect::Resp {
+    if dialect.is_resp() {
         // Any long request: its first long argument's bytes are reserved.
         return qs_proto::resp::arriving_len(pending).filter(|&len| len > READ_BUFFER_BYTES);
     }

@@ -44,6 +44,8 @@ pub(super) struct Turn<'t, 'h> {
     pub watch: &'t mut Option<Arc<Sink>>,
     pub error: &'t mut bool,
     pub phase: &'t mut crate::session::auth::Phase,
+    /// The connection said `HELLO 3` (kept for its next turns; `dialect` follows it now).
+    pub resp3: &'t mut bool,
     pub eof: bool,
     /// The socket refused the connection's last write: its client is not reading.
     pub write_blocked: bool,
@@ -382,6 +384,11 @@ impl Turn<'_, '_> {
             Exec::Done => {}
             Exec::Close => self.state.close(),
             Exec::Forward(owner) => self.hand_over(owner, request, (&here[..len], located)),
+            Exec::Resp3(on) => {
+                // The window ended with the HELLO: what follows is parsed in the new version.
+                *self.resp3 = on;
+                self.dialect = if on { Dialect::Resp3 } else { Dialect::Resp };
+            }
         }
         Flow::Next(len)
     }

@@ -136,6 +136,7 @@ impl Worker {
             watch,
             error,
             phase,
+            resp3,
             ring,
             write_blocked,
             ..
@@ -161,6 +162,7 @@ impl Worker {
             watch,
             error,
             phase,
+            resp3,
             eof: *eof,
             write_blocked: *write_blocked,
             me: *me,
@@ -231,7 +233,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
                 consumed = line_len;
             } else if input.afford(len, turn.buffers) {
                 input.hold_frame(len, !on_ring);
-            } else if turn.dialect == Dialect::Resp {
+            } else if turn.dialect.is_resp() {
                 *turn.executed = true;
                 consumed = budget::refuse_resp(input.pending(), turn.engine, turn.output);
                 turn.state.close();
@@ -356,8 +358,9 @@ fn fill_window<'p>(
         if let Some(located) = located {
             engine.prefetch_bucket(located);
         }
+        let switches = Dialect::switches_after(&parsed);
         window.push((parsed, located));
-        if stalls || len >= pending.len() - ahead {
+        if stalls || switches || len >= pending.len() - ahead {
             break;
         }
         ahead += len;
@@ -449,18 +452,21 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             conn.protocol = Dialect::sniff(first);
         }
     }
-    let dialect = Dialect::of(conn.protocol);
+    let dialect = match Dialect::of(conn.protocol) {
+        Dialect::Resp if conn.resp3 => Dialect::Resp3,
+        dialect => dialect,
+    };
     if conn.phase.admitted() {
         return Some(dialect);
     }
     use crate::session::auth::{admit, Admission, Phase};
     let modes = shared.auth_modes();
     let binary = dialect == Dialect::Binary;
-    let (admission, answered) = if dialect == Dialect::Resp {
+    let (admission, answered) = if dialect.is_resp() {
         crate::session::auth_resp::admit_resp(
             &mut conn.input,
             (&mut conn.state, conn.eof),
-            (modes, conn.fd),
+            (modes, conn.fd, &mut conn.resp3),
             (&mut engine.counters, &mut engine.client_names),
             conn.output.reply_buf(),
         )
@@ -483,7 +489,8 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             if !binary {
                 conn.phase = Phase::Authenticated;
             }
-            Some(dialect)
+            // HELLO 3 with its AUTH: RESP3 from the next request.
+            Some(if conn.resp3 { Dialect::Resp3 } else { dialect })
         }
         Admission::Wait => {
             if conn.eof {

@@ -2,6 +2,7 @@
 //! port, wait until it answers (polling, never a fixed sleep), stop it by PID when dropped.
 #![allow(dead_code)]
 
+pub mod resp;
 pub mod tls;
 pub mod twemproxy;
 

@@ -1,5 +1,5 @@
 // A cache workload through go-redis (github.com/redis/go-redis/v9) with its defaults: the
-// handshake it makes (HELLO 3, falling back to RESP2), SET with a TTL, GET, MGET, INCR, DEL,
+// handshake it makes (HELLO 3: it speaks RESP3), SET with a TTL, GET, MGET, INCR, DEL,
 // EXPIRE, a pipeline, SCAN and, when QS_PASSWORD is set, AUTH. Exits non-zero on the first
 // reply that is not what a Redis server answers.
 //

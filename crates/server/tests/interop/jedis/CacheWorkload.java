@@ -1,7 +1,8 @@
 // A cache workload through Jedis (redis.clients:jedis 5, pom.xml) with its defaults: a pool
 // (JedisPooled), SET with a TTL, GET, MGET, INCR, DEL, EXPIRE, a pipeline, SCAN, the client's
 // errors, and AUTH when QS_PASSWORD is set; over TLS, trusting the CA in QS_TLS_CA, when that
-// is set. Exits non-zero on the first reply that is not what a Redis server answers.
+// is set; in RESP3 (HELLO 3) when QS_PROTOCOL is 3. Exits non-zero on the first reply that is
+// not what a Redis server answers.
 //
 //     java -cp "$(cat target/classpath.txt)" CacheWorkload.java 6379
 
@@ -20,6 +21,7 @@ import redis.clients.jedis.DefaultJedisClientConfig;
 import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.JedisPooled;
 import redis.clients.jedis.Pipeline;
+import redis.clients.jedis.RedisProtocol;
 import redis.clients.jedis.Response;
 import redis.clients.jedis.exceptions.JedisDataException;
 import redis.clients.jedis.params.ScanParams;
@@ -55,6 +57,9 @@ public class CacheWorkload {
         DefaultJedisClientConfig.Builder config = DefaultJedisClientConfig.builder().timeoutMillis(10_000);
         if (!password.isEmpty()) {
             config.password(password);
+        }
+        if ("3".equals(System.getenv("QS_PROTOCOL"))) {
+            config.protocol(RedisProtocol.RESP3);
         }
         if (!ca.isEmpty()) {
             // The server's certificate names localhost.

@@ -1,0 +1,159 @@
+//! RESP test helpers: redis-server beside quicksilver's RESP listener, requests written as
+//! redis-cli writes them, and replies read up to a marker.
+
+use super::{free_port, Client, ServerProcess};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A redis-server on a free port with one database and 64 MiB (as quicksilver serves), stopped
+/// when dropped.
+pub struct Redis {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Redis {
+        for _attempt in 0..5 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--databases",
+                    "1",
+                ])
+                // As quicksilver's defaults: 64 MiB, any key evicted.
+                .args(["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("redis-server (scripts/test.sh installs it)");
+            let mut redis = Redis { child, port };
+            if answers_ping(port) {
+                return redis;
+            }
+            let _ = redis.child.kill();
+        }
+        panic!("redis-server did not start");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn answers_ping(port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+            let mut client = Client::from_stream(stream);
+            client.stream.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+            client.send(b"PING\r\n");
+            // A server with a password answers, refusing.
+            let reply = client.read_until(b"\r\n");
+            if reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH") {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// quicksilver with a RESP listener: the server and that listener's port.
+pub fn quicksilver(args: &[&str]) -> (ServerProcess, u16) {
+    for _attempt in 0..5 {
+        let port = free_port();
+        let listen = format!("127.0.0.1,proto[resp]:127.0.0.1:{port}");
+        let mut all = vec!["-l", &listen];
+        all.extend_from_slice(args);
+        let server = ServerProcess::quicksilver(&all);
+        if answers_ping(port) {
+            return (server, port);
+        }
+    }
+    panic!("quicksilver's RESP listener did not start");
+}
+
+pub fn connect(port: u16) -> Client {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(super::REPLY_TIMEOUT)).expect("timeout");
+    Client::from_stream(stream)
+}
+
+/// A request written as redis-cli writes it: an array of bulk strings.
+pub fn frame(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+    }
+    out
+}
+
+pub const MARK: &[u8] = b"*2\r\n$4\r\nECHO\r\n$5\r\n@@@@@\r\n";
+pub const MARK_REPLY: &[u8] = b"$5\r\n@@@@@\r\n";
+
+/// Sends `request` then an ECHO marker; returns everything before the marker's reply.
+pub fn call(client: &mut Client, request: &[u8]) -> Vec<u8> {
+    client.send(request);
+    client.send(MARK);
+    let mut reply = client.read_until(MARK_REPLY);
+    reply.truncate(reply.len() - MARK_REPLY.len());
+    reply
+}
+
+/// Each request to both servers, in order on one connection each: the replies must match,
+/// with one worker and with four (keys then live on other workers: sets are handed to their
+/// owner, reads made here).
+pub fn same_replies(requests: &[Vec<u8>]) {
+    same_replies_after(None, requests);
+}
+
+/// As [`same_replies`], after `HELLO version` on each connection (its replies compared but
+/// for the connection's id) where one is given.
+pub fn same_replies_after(hello: Option<&str>, requests: &[Vec<u8>]) {
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        let hello = hello.map(|version| frame(&["HELLO", version]));
+        for request in hello.iter().chain(requests) {
+            let (mut want, mut got) = (call(&mut theirs, request), call(&mut ours, request));
+            if request.starts_with(b"*2\r\n$5\r\nHELLO") {
+                (want, got) = (without_id(&want), without_id(&got));
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "request {:?} with {workers} workers",
+                String::from_utf8_lossy(request)
+            );
+        }
+    }
+}
+
+/// HELLO's reply with its `id` (the connection's number, which differs between servers) cut
+/// out.
+pub fn without_id(reply: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(reply).into_owned();
+    let at = text.find("$2\r\nid\r\n:").expect("HELLO names the id");
+    let end = at + text[at..].find("\r\n$4\r\nmode").expect("then the mode");
+    format!("{}{}", &text[..at], &text[end..]).into_bytes()
+}
