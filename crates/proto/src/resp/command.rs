@@ -52,6 +52,18 @@ pub enum Call<'a> {
     ClientSetName(&'a [u8]),
     /// CLIENT GETNAME.
     ClientGetName,
+    /// CLIENT LIST [TYPE type | ID id...]: the connections picked, a line each.
+    ClientList(super::connection::Clients<'a>),
+    /// CLIENT INFO: the asking connection's line.
+    ClientInfo,
+    /// CLIENT KILL addr (`old_form`: `+OK` or `No such client`), or CLIENT KILL with filters
+    /// (how many went).
+    ClientKill {
+        /// Which connections.
+        clients: super::connection::Clients<'a>,
+        /// `CLIENT KILL ip:port`.
+        old_form: bool,
+    },
     /// CONFIG GET of these patterns (the frame's arguments after `CONFIG GET`).
     ConfigGet(Frame<'a>),
     /// CONFIG SET of these names and values (the frame's arguments after `CONFIG SET`).
@@ -134,6 +146,8 @@ pub enum Refusal<'a> {
     UnknownSubcommand(Frame<'a>),
     /// `ERR wrong number of arguments for '<command>|<sub>' command`.
     SubcommandArity(Frame<'a>),
+    /// `ERR Unknown client type '<type>'` (CLIENT LIST's and KILL's TYPE).
+    ClientType(&'a [u8]),
 }
 
 /// Seconds memcached reads as relative (up to 30 days); more is a unix time.

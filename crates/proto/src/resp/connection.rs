@@ -50,15 +50,105 @@ pub(super) fn auth<'a>(argc: usize, args: [&'a [u8]; 3]) -> Call<'a> {
     }
 }
 
-/// CLIENT's subcommands served: ID, SETNAME and GETNAME, and NO-EVICT accepted (as
-/// redis-server 7.0: SETINFO and NO-TOUCH came in 7.2 and are unknown subcommands, which
-/// clients ignore).
+/// Which connections CLIENT LIST or CLIENT KILL picks, by redis-server's filters (each given
+/// one must match).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Clients<'a> {
+    /// ID: these connections (LIST's, in this order; KILL's, one).
+    pub ids: Option<Vec<u64>>,
+    /// ADDR: the peer's `ip:port`.
+    pub addr: Option<&'a [u8]>,
+    /// LADDR: the `ip:port` it connected to.
+    pub laddr: Option<&'a [u8]>,
+    /// USER: connections of this user.
+    pub user: Option<&'a [u8]>,
+    /// TYPE master, replica (slave) or pubsub: no connection here is of those.
+    pub other_type: bool,
+    /// KILL's SKIPME (yes unless said, or in the old form): not the asking connection.
+    pub skip_me: bool,
+}
+
+/// A client type as redis-server's getClientTypeByName reads it: whether it is `normal`, or
+/// an error for a name it does not know.
+fn normal_type(name: &[u8]) -> Result<bool, Refusal<'_>> {
+    let known = ["normal", "slave", "replica", "pubsub", "master"];
+    match known.iter().position(|known| name.eq_ignore_ascii_case(known.as_bytes())) {
+        Some(at) => Ok(at == 0),
+        None => Err(Refusal::ClientType(name)),
+    }
+}
+
+/// CLIENT LIST [TYPE type | ID id...] (networking.c's clientCommand).
+fn client_list<'a>(frame: &Frame<'a>, argc: usize) -> Call<'a> {
+    let option = frame.arg(2).unwrap_or_default();
+    let mut clients = Clients::default();
+    if argc == 4 && option.eq_ignore_ascii_case(b"type") {
+        match normal_type(frame.arg(3).unwrap_or_default()) {
+            Ok(normal) => clients.other_type = !normal,
+            Err(refusal) => return Call::Error(refusal),
+        }
+    } else if argc > 3 && option.eq_ignore_ascii_case(b"id") {
+        let ids: Option<Vec<u64>> = frame.args().skip(3).map(|id| integer(id).map(|id| id as u64)).collect();
+        match ids {
+            Some(ids) => clients.ids = Some(ids),
+            None => return Call::Error(Refusal::Message("Invalid client ID")),
+        }
+    } else if argc != 2 {
+        return Call::Error(Refusal::Syntax);
+    }
+    Call::ClientList(clients)
+}
+
+/// CLIENT KILL ip:port, or CLIENT KILL with filter-value pairs.
+fn client_kill<'a>(frame: &Frame<'a>, argc: usize) -> Call<'a> {
+    if argc == 3 {
+        let clients = Clients { addr: frame.arg(2), ..Clients::default() };
+        return Call::ClientKill { clients, old_form: true };
+    }
+    let mut clients = Clients { skip_me: true, ..Clients::default() };
+    let mut args = frame.args().skip(2);
+    while let Some(option) = args.next() {
+        let Some(value) = args.next() else { return Call::Error(Refusal::Syntax) };
+        let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
+        if is("id") {
+            match integer(value) {
+                Some(id) if id > 0 => clients.ids = Some(vec![id as u64]),
+                _ => return Call::Error(Refusal::Message("client-id should be greater than 0")),
+            }
+        } else if is("type") {
+            match normal_type(value) {
+                Ok(normal) => clients.other_type = !normal,
+                Err(refusal) => return Call::Error(refusal),
+            }
+        } else if is("addr") {
+            clients.addr = Some(value);
+        } else if is("laddr") {
+            clients.laddr = Some(value);
+        } else if is("user") {
+            clients.user = Some(value);
+        } else if is("skipme") && value.eq_ignore_ascii_case(b"yes") {
+            clients.skip_me = true;
+        } else if is("skipme") && value.eq_ignore_ascii_case(b"no") {
+            clients.skip_me = false;
+        } else {
+            return Call::Error(Refusal::Syntax);
+        }
+    }
+    Call::ClientKill { clients, old_form: false }
+}
+
+/// CLIENT's subcommands served: ID, INFO, LIST, KILL, SETNAME and GETNAME, and NO-EVICT
+/// accepted (as redis-server 7.0: SETINFO and NO-TOUCH came in 7.2 and are unknown
+/// subcommands, which clients ignore).
 pub(super) fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
     let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
     let switch = frame.arg(2).unwrap_or_default();
     match argc {
         2 if is("id") => Call::ClientId,
         2 if is("getname") => Call::ClientGetName,
+        2 if is("info") => Call::ClientInfo,
+        _ if is("list") => client_list(frame, argc),
+        3.. if is("kill") => client_kill(frame, argc),
         3 if is("setname") => Call::ClientSetName(switch),
         3 if is("no-evict")
             && (switch.eq_ignore_ascii_case(b"on") || switch.eq_ignore_ascii_case(b"off")) =>
@@ -66,7 +156,7 @@ pub(super) fn client<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a>
             Call::Accepted
         }
         3 if is("no-evict") => Call::Error(Refusal::Syntax),
-        _ if is("id") || is("no-evict") || is("getname") || is("setname") => {
+        _ if is("id") || is("no-evict") || is("getname") || is("setname") || is("info") || is("kill") => {
             Call::Error(Refusal::SubcommandArity(*frame))
         }
         _ => Call::Error(Refusal::UnknownSubcommand(*frame)),

@@ -246,6 +246,14 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
             spaces_for_line_ends(&mut out[start + 1..]);
             out.extend_from_slice(b"\r\n");
         }
+        Refusal::ClientType(name) => {
+            let start = out.len();
+            out.extend_from_slice(b"-ERR Unknown client type '");
+            out.extend_from_slice(name);
+            out.push(b'\'');
+            spaces_for_line_ends(&mut out[start + 1..]);
+            out.extend_from_slice(b"\r\n");
+        }
         Refusal::SubcommandArity(frame) => {
             let (name, sub) = (frame.arg(0).unwrap_or_default(), frame.arg(1).unwrap_or_default());
             out.extend_from_slice(b"-ERR wrong number of arguments for '");

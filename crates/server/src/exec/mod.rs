@@ -6,7 +6,7 @@
 
 use crate::observe::counters::WorkerCounters;
 use crate::observe::watch::{self, UriKey};
-use crate::session::names::{name_client, ClientNames};
+use crate::session::names::name_client;
 use crate::shared::Shared;
 use qs_proto::response as reply;
 use qs_proto::{GetKind, Request, ShutdownMode, StoreMode};
@@ -182,9 +182,6 @@ pub struct Engine {
     scratch: Vec<u8>,
     /// This worker's counters.
     pub counters: WorkerCounters,
-    /// The names of this worker's RESP connections that set one (CLIENT SETNAME, HELLO's
-    /// SETNAME), by descriptor; a connection's goes when it closes (the worker's `close`).
-    pub client_names: ClientNames,
     /// Per partition: reads served here for other owners (gets, hits).
     pub remote_reads: Vec<(u64, u64)>,
     /// Parser limits.
@@ -244,7 +241,6 @@ impl Engine {
             now_secs: crate::sys::now_secs(),
             scratch: Vec::new(),
             counters: WorkerCounters::default(),
-            client_names: ClientNames::default(),
             remote_reads: vec![(0, 0); count],
             limits,
             crew,

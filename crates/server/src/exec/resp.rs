@@ -39,9 +39,9 @@ impl Engine {
                 // As redis-server: authenticated first, then named, then the protocol switched.
                 let authenticated =
                     auth.map_or(true, |(user, password)| self.resp_auth(Some(user), password, out));
-                let named = authenticated
-                    && name
-                        .map_or(true, |name| name_client(&mut self.client_names, self.asking_fd, name, out));
+                let info = self.shared.observers.registry.get(self.asking_fd);
+                let named =
+                    authenticated && name.map_or(true, |name| name_client(info.as_deref(), name, out));
                 if named {
                     let speaks3 = proto.map_or(resp3, |proto| proto == 3);
                     reply::hello(self.asking_fd, speaks3, out);
@@ -53,16 +53,12 @@ impl Engine {
                     out.extend_from_slice(reply::OK);
                 }
             }
-            Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
-            Call::ClientSetName(name) => {
-                if name_client(&mut self.client_names, self.asking_fd, name, out) {
-                    out.extend_from_slice(reply::OK);
-                }
-            }
-            Call::ClientGetName => match self.client_names.get(&self.asking_fd) {
-                Some(name) => reply::bulk(name, out),
-                None => out.extend_from_slice(reply::null(resp3)),
-            },
+            call @ (Call::ClientId
+            | Call::ClientSetName(_)
+            | Call::ClientGetName
+            | Call::ClientList(_)
+            | Call::ClientInfo
+            | Call::ClientKill { .. }) => return self.resp_client(call, resp3, out),
             Call::ConfigGet(frame) => self.config_get(&frame, out),
             Call::ConfigSet(frame) => match self.config_set(&frame, true) {
                 Ok(()) => out.extend_from_slice(reply::OK),
@@ -97,6 +93,49 @@ impl Engine {
             }
             // The parser makes these `Request::RespKey`; a frame built otherwise runs the same.
             Call::Key(command) => return self.run_command(&command, (None, self.asking_fd), out),
+        }
+        Exec::Done
+    }
+
+    /// CLIENT's subcommands: the connections are the registry's entries (names, protocol
+    /// versions), so any worker answers for all of them.
+    fn resp_client(&mut self, call: Call<'_>, resp3: bool, out: &mut Vec<u8>) -> Exec {
+        use crate::observe::clients;
+        let registry = &self.shared.observers.registry;
+        let asking = (self.now_secs, self.asking_fd);
+        match call {
+            Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
+            Call::ClientSetName(name) => {
+                if name_client(registry.get(self.asking_fd).as_deref(), name, out) {
+                    out.extend_from_slice(reply::OK);
+                }
+            }
+            Call::ClientGetName => match registry.get(self.asking_fd).map(|info| info.name()) {
+                Some(name) if !name.is_empty() => reply::bulk(&name, out),
+                _ => out.extend_from_slice(reply::null(resp3)),
+            },
+            Call::ClientList(clients) => {
+                reply::text(clients::list(registry, &clients, asking).as_bytes(), resp3, out)
+            }
+            Call::ClientInfo => reply::text(clients::info(registry, asking).as_bytes(), resp3, out),
+            Call::ClientKill { clients, old_form } => {
+                if clients.user.is_some_and(|user| user != b"default") {
+                    let user =
+                        String::from_utf8_lossy(clients.user.unwrap_or_default()).replace(['\r', '\n'], " ");
+                    out.extend_from_slice(format!("-ERR No such user '{user}'\r\n").as_bytes());
+                    return Exec::Done;
+                }
+                let (killed, itself) = clients::kill(registry, &clients, self.asking_fd);
+                match (old_form, killed) {
+                    (true, 0) => out.extend_from_slice(b"-ERR No such client\r\n"),
+                    (true, _) => out.extend_from_slice(reply::OK),
+                    (false, killed) => reply::integer(killed as i64, out),
+                }
+                if itself {
+                    return Exec::Close;
+                }
+            }
+            _ => unreachable!("resp_client is given CLIENT's subcommands"),
         }
         Exec::Done
     }

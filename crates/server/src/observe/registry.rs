@@ -71,6 +71,14 @@ pub struct Info {
     last_cmd_secs: AtomicU32,
     /// -Z: the common name of the client's certificate, once its handshake has finished.
     tls_peer_cn: std::sync::OnceLock<Box<str>>,
+    /// When it was opened or accepted (unix seconds): CLIENT LIST's age.
+    pub created_secs: u32,
+    /// A RESP connection's protocol version (2, or 3 after `HELLO 3`); 0 for memcached's.
+    resp: AtomicU8,
+    /// A RESP connection's name (CLIENT SETNAME; empty for none).
+    name: Mutex<Box<[u8]>>,
+    /// CLIENT KILL shut its socket down: it is leaving (its worker closes it on its next turn).
+    pub killed: std::sync::atomic::AtomicBool,
 }
 
 impl Info {
@@ -83,7 +91,36 @@ impl Info {
             state: AtomicU8::new(0),
             last_cmd_secs: AtomicU32::new(now_secs),
             tls_peer_cn: std::sync::OnceLock::new(),
+            created_secs: now_secs,
+            resp: AtomicU8::new(0),
+            name: Mutex::new(Box::default()),
+            killed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Records a RESP connection's protocol version (2 or 3).
+    pub fn set_resp(&self, version: u8) {
+        self.resp.store(version, Relaxed);
+    }
+
+    /// A RESP connection's protocol version; 0 for a connection of memcached's protocols.
+    pub fn resp(&self) -> u8 {
+        self.resp.load(Relaxed)
+    }
+
+    /// Names the connection (an empty name clears it).
+    pub fn set_name(&self, name: &[u8]) {
+        *self.name.lock().unwrap_or_else(|e| e.into_inner()) = name.into();
+    }
+
+    /// The connection's name (empty: none).
+    pub fn name(&self) -> Box<[u8]> {
+        self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Seconds since its last command at `now_secs`.
+    pub fn idle_secs(&self, now_secs: u32) -> u32 {
+        now_secs.saturating_sub(self.last_cmd_secs.load(Relaxed))
     }
 
     /// Records the common name of the client's TLS certificate (`stats conns` shows it).
@@ -153,6 +190,19 @@ impl Registry {
     /// Sockets registered (listeners, UDP sockets and client connections).
     pub fn count(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Socket `fd`'s entry.
+    pub fn get(&self, fd: i32) -> Option<Arc<Info>> {
+        self.lock().get(&fd).cloned()
+    }
+
+    /// Calls `each` with every socket by descriptor, the registry held: no socket listed is
+    /// closed meanwhile (a worker removes a socket before it closes it).
+    pub fn for_each(&self, mut each: impl FnMut(i32, &Info)) {
+        for (&fd, info) in self.lock().iter() {
+            each(fd, info);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, Arc<Info>>> {

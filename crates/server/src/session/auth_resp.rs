@@ -7,9 +7,10 @@
 //! at most 16 KiB, so a stranger holds almost nothing.
 
 use super::auth::{resp_credentials, Admission, Modes, RespAuth};
-use super::names::{name_client, ClientNames};
+use super::names::name_client;
 use super::{Input, State};
 use crate::observe::counters::WorkerCounters;
+use crate::observe::registry::Info;
 use qs_proto::resp::command::{call, Call, Refusal};
 use qs_proto::resp::{reply, Frame};
 use qs_proto::{Parsed, Request};
@@ -27,7 +28,7 @@ pub fn admit_resp(
     input: &mut Input,
     (state, eof): (&mut State, bool),
     (modes, fd, resp3): (Modes<'_>, i32, &mut bool),
-    (counters, names): (&mut WorkerCounters, &mut ClientNames),
+    (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> (Admission, bool) {
     let mut answered = false;
@@ -72,7 +73,7 @@ pub fn admit_resp(
             }
         };
         answered = true;
-        let step = gate(&frame, (modes, fd, resp3), (counters, names), out);
+        let step = gate(&frame, (modes, fd, resp3), (counters, info), out);
         input.consume(len);
         match step {
             Step::Authenticated => return (Admission::Parse, true),
@@ -100,7 +101,7 @@ enum Step {
 fn gate(
     frame: &Frame<'_>,
     (modes, fd, resp3): (Modes<'_>, i32, &mut bool),
-    (counters, names): (&mut WorkerCounters, &mut ClientNames),
+    (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> Step {
     let (user, password, hello) = match call(frame, BULK_BYTES_MAX) {
@@ -141,8 +142,11 @@ fn gate(
     match hello {
         // As redis-server: authenticated even where the name is then refused.
         Some((proto, name)) => {
-            if name.map_or(true, |name| name_client(names, fd, name, out)) {
+            if name.map_or(true, |name| name_client(info, name, out)) {
                 *resp3 = proto == Some(3);
+                if let Some(info) = info {
+                    info.set_resp(if *resp3 { 3 } else { 2 });
+                }
                 reply::hello(fd, *resp3, out);
             }
         }

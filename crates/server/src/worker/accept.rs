@@ -97,6 +97,10 @@ impl Worker {
         let fd = stream.fd();
         let local = stream.local_addr(&self.listeners[listener].addr);
         let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
+        if self.listeners[listener].protocol == crate::config::Protocol::Resp {
+            // A Redis client (CLIENT LIST lists it), speaking RESP2 until its HELLO 3.
+            info.set_resp(2);
+        }
         self.shared.observers.registry.add(fd, info.clone());
         if self.shared.observers.watchers.wants(crate::observe::watch::CONNEVENTS) {
             let (rip, rport, transport) = peer_text(&info.addr);
@@ -206,10 +210,6 @@ impl Worker {
 
     pub(super) fn close(&mut self, index: usize) {
         if let Some(mut conn) = self.conns[index].take() {
-            if !self.engine.client_names.is_empty() {
-                // A RESP connection's name goes with it (its descriptor is reused).
-                self.engine.client_names.remove(&conn.fd);
-            }
             if let (true, Some(net)) = (conn.ring != RingIo::Off, self.net.as_mut()) {
                 // Its receive and any poll end (their last completions find no connection), and
                 // with them the ring's hold on the socket.

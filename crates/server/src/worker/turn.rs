@@ -388,6 +388,9 @@ impl Turn<'_, '_> {
                 // The window ended with the HELLO: what follows is parsed in the new version.
                 *self.resp3 = on;
                 self.dialect = if on { Dialect::Resp3 } else { Dialect::Resp };
+                if let Some(info) = self.info {
+                    info.set_resp(if on { 3 } else { 2 });
+                }
             }
         }
         Flow::Next(len)

@@ -467,7 +467,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             &mut conn.input,
             (&mut conn.state, conn.eof),
             (modes, conn.fd, &mut conn.resp3),
-            (&mut engine.counters, &mut engine.client_names),
+            (&mut engine.counters, conn.info.as_deref()),
             conn.output.reply_buf(),
         )
     } else {

@@ -1,0 +1,123 @@
+//! CLIENT LIST, INFO and KILL on quicksilver's RESP listener against redis-server 7.0: the
+//! errors byte for byte, the lines field for field, and a kill ends the connection it names
+//! wherever its worker is.
+
+mod common;
+
+use common::resp::{call, connect, frame, quicksilver, same_replies, Redis};
+use common::Client;
+use std::io::Read;
+
+#[test]
+fn client_list_and_kill_forms_and_errors_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["CLIENT", "LIST", "ID", "x"][..],
+        &["CLIENT", "LIST", "FOO"],
+        &["CLIENT", "LIST", "TYPE"],
+        &["CLIENT", "LIST", "TYPE", "bogus"],
+        &["CLIENT", "LIST", "TYPE", "pubsub"],
+        &["CLIENT", "LIST", "TYPE", "master"],
+        &["CLIENT", "LIST", "ID", "99999", "99998"],
+        &["CLIENT", "INFO", "x"],
+        &["CLIENT", "KILL"],
+        &["CLIENT", "KILL", "ID", "x"],
+        &["CLIENT", "KILL", "ID", "0"],
+        &["CLIENT", "KILL", "ID"],
+        &["CLIENT", "KILL", "FOO", "bar"],
+        &["CLIENT", "KILL", "SKIPME", "maybe"],
+        &["CLIENT", "KILL", "1.2.3.4:5"],
+        &["CLIENT", "KILL", "ID", "99999"],
+        &["CLIENT", "KILL", "ADDR", "1.2.3.4:5", "SKIPME", "no"],
+        &["CLIENT", "KILL", "TYPE", "pubsub"],
+        &["CLIENT", "KILL", "TYPE", "bogus"],
+        &["CLIENT", "KILL", "USER", "nobody"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+}
+
+/// The `name=value` fields of a CLIENT LIST or INFO reply's first line, and the line.
+fn fields(reply: &[u8]) -> (Vec<String>, String) {
+    let text = String::from_utf8_lossy(reply).into_owned();
+    let body = text.split_once("\r\n").expect("a length line").1;
+    let body = body.strip_prefix("txt:").unwrap_or(body);
+    let line = body.lines().next().expect("a line").to_owned();
+    let names = line.split(' ').map(|field| field.split('=').next().unwrap_or_default().to_owned()).collect();
+    (names, line)
+}
+
+#[test]
+fn client_list_and_info_carry_redis_servers_fields_in_its_order() {
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&["-t", "4"]);
+    for version in ["2", "3"] {
+        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        for client in [&mut theirs, &mut ours] {
+            call(client, &frame(&["HELLO", version, "SETNAME", "web-1"]));
+        }
+        for request in [&["CLIENT", "INFO"][..], &["CLIENT", "LIST"]] {
+            let (want, _) = fields(&call(&mut theirs, &frame(request)));
+            let (got, got_line) = fields(&call(&mut ours, &frame(request)));
+            assert_eq!(got, want, "{request:?}: {got_line}");
+            assert_eq!(&got_line[..3], "id=");
+            for field in ["name=web-1 ", "flags=N db=0 ", "user=default redir=-1 "] {
+                assert!(got_line.contains(field), "{field} in {got_line}");
+            }
+            assert!(got_line.ends_with(&format!("resp={version}")), "{got_line}");
+        }
+    }
+}
+
+/// Waits for `client`'s connection to end (what it had been sent before is dropped).
+fn ended(client: &mut Client) -> bool {
+    let mut rest = Vec::new();
+    client.stream.read_to_end(&mut rest).is_ok()
+}
+
+#[test]
+fn client_kill_ends_the_connections_it_names_on_any_worker() {
+    let (_server, port) = quicksilver(&["-t", "4"]);
+    let mut admin = connect(port);
+    // Connections accepted by different workers.
+    let mut victims: Vec<Client> = (0..6).map(|_| connect(port)).collect();
+    let ids: Vec<String> = victims
+        .iter_mut()
+        .map(|victim| {
+            let reply = String::from_utf8(call(victim, &frame(&["CLIENT", "ID"]))).expect("text");
+            reply.trim_start_matches(':').trim_end().to_owned()
+        })
+        .collect();
+    let listed = String::from_utf8(call(&mut admin, &frame(&["CLIENT", "LIST"]))).expect("text");
+    for id in &ids {
+        assert!(listed.contains(&format!("id={id} addr=")), "{id} in {listed}");
+    }
+    for (victim, id) in victims.iter_mut().zip(&ids).take(3) {
+        assert_eq!(call(&mut admin, &frame(&["CLIENT", "KILL", "ID", id])), b":1\r\n");
+        assert!(ended(victim), "connection {id} still open");
+    }
+    // A connection killed is not listed, even before its worker has closed it.
+    let listed = String::from_utf8(call(&mut admin, &frame(&["CLIENT", "LIST"]))).expect("text");
+    for id in &ids[..3] {
+        assert!(!listed.contains(&format!("id={id} addr=")), "{id} in {listed}");
+    }
+    // The old form names a peer address and answers +OK.
+    let addr = {
+        let line = String::from_utf8(call(&mut victims[3], &frame(&["CLIENT", "INFO"]))).expect("text");
+        line.split(' ').find_map(|field| field.strip_prefix("addr=")).expect("addr").to_owned()
+    };
+    assert_eq!(call(&mut admin, &frame(&["CLIENT", "KILL", &addr])), b"+OK\r\n");
+    assert!(ended(&mut victims[3]));
+    assert_eq!(call(&mut admin, &frame(&["CLIENT", "KILL", &addr])), b"-ERR No such client\r\n");
+    // SKIPME yes (the default) spares the asking connection; every other goes.
+    assert_eq!(call(&mut admin, &frame(&["CLIENT", "KILL", "TYPE", "normal"])), b":2\r\n");
+    for victim in &mut victims[4..] {
+        assert!(ended(victim));
+    }
+    // SKIPME no: the asking connection is answered, then closed.
+    admin.send(&frame(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "no"]));
+    let mut rest = Vec::new();
+    admin.stream.read_to_end(&mut rest).expect("read to close");
+    assert_eq!(rest, b":1\r\n");
+}
