@@ -55,11 +55,12 @@ impl Dialect {
     }
 
     /// Whether the request may change how the connection's next requests are parsed: a RESP
-    /// `HELLO` (its protocol version). Its window ends with it.
+    /// `HELLO` (its protocol version) or `RESET` (that, and its authentication). Its window
+    /// ends with it.
     #[inline]
     pub fn switches_after(parsed: &Parsed<'_>) -> bool {
         matches!(parsed, Parsed::Request { request: Request::Resp(frame), .. }
-            if frame.arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"hello")))
+            if frame.arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"hello") || name.eq_ignore_ascii_case(b"reset")))
     }
 
     /// Parses the request at the start of `bytes`.

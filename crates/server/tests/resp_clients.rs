@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::resp::{call, connect, frame, quicksilver, same_replies, Redis};
+use common::resp::{call, connect, frame, quicksilver, same_replies, same_replies_after, Redis};
 use common::Client;
 use std::io::Read;
 
@@ -120,4 +120,69 @@ fn client_kill_ends_the_connections_it_names_on_any_worker() {
     let mut rest = Vec::new();
     admin.stream.read_to_end(&mut rest).expect("read to close");
     assert_eq!(rest, b":1\r\n");
+}
+
+#[test]
+fn reset_shutdown_and_debug_forms_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["CLIENT", "SETNAME", "web"][..],
+        &["RESET"],
+        &["CLIENT", "GETNAME"],
+        &["GET", "missing"],
+        &["RESET", "x"],
+        &["DEBUG"],
+        &["DEBUG", "FOO"],
+        &["DEBUG", "SLEEP", "1"],
+        &["SHUTDOWN", "FOO"],
+        &["SHUTDOWN", "ABORT"],
+        &["SHUTDOWN", "NOSAVE", "SAVE"],
+        &["SHUTDOWN", "NOW", "FORCE", "ABORT"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    // RESET after HELLO 3: RESP2's null again.
+    same_replies_after(Some("3"), &requests);
+    // Test suites wait on DEBUG SLEEP 0, which redis-server answers with DEBUG enabled.
+    let (_server, port) = quicksilver(&[]);
+    assert_eq!(call(&mut connect(port), &frame(&["DEBUG", "SLEEP", "0"])), b"+OK\r\n");
+}
+
+#[test]
+fn reset_asks_for_authentication_again_where_a_password_is_set() {
+    let dir = std::env::temp_dir().join(format!("qs-resp-reset-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("directory");
+    let users = dir.join("users");
+    std::fs::write(&users, "app:pw\n").expect("users");
+    let (_server, port) = quicksilver(&["-t", "2", "-Y", users.to_str().expect("path")]);
+    let mut client = connect(port);
+    // In one write: what follows RESET meets the gate.
+    let mut request = frame(&["AUTH", "app", "pw"]);
+    for args in
+        [&["SET", "k", "v"][..], &["RESET"], &["GET", "k"], &["RESET"], &["AUTH", "app", "pw"], &["GET", "k"]]
+    {
+        request.extend_from_slice(&frame(args));
+    }
+    client.send(&request);
+    let want = "+OK\r\n+OK\r\n+RESET\r\n-NOAUTH Authentication required.\r\n+RESET\r\n+OK\r\n$1\r\nv\r\n";
+    assert_eq!(String::from_utf8_lossy(&client.read_until(b"$1\r\nv\r\n")), want);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn shutdown_stops_the_server_under_memcacheds_dash_a_only() {
+    let (_server, port) = quicksilver(&[]);
+    let mut client = connect(port);
+    assert_eq!(
+        call(&mut client, &frame(&["SHUTDOWN"])),
+        b"-ERR shutdown not enabled (memcached's -A allows it)\r\n"
+    );
+    let (mut server, port) = quicksilver(&["-A"]);
+    let mut client = connect(port);
+    client.send(&frame(&["SHUTDOWN", "NOSAVE"]));
+    let mut rest = Vec::new();
+    client.stream.read_to_end(&mut rest).expect("read to close");
+    assert!(rest.is_empty(), "{rest:?}");
+    let status = server.wait_exit(std::time::Duration::from_secs(10));
+    assert!(status.is_some_and(|status| status.success()), "{status:?}");
 }

@@ -52,6 +52,12 @@ pub enum Call<'a> {
     ClientSetName(&'a [u8]),
     /// CLIENT GETNAME.
     ClientGetName,
+    /// RESET: the connection as it was accepted (RESP2, no name, authenticated again where a
+    /// password is asked for); `+RESET`.
+    Reset,
+    /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]: the server stops gracefully, where memcached's
+    /// `-A` allows it.
+    Shutdown,
     /// CLIENT LIST [TYPE type | ID id...]: the connections picked, a line each.
     ClientList(super::connection::Clients<'a>),
     /// CLIENT INFO: the asking connection's line.
@@ -176,6 +182,9 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         "ping" => Call::Ping((argc > 1).then_some(first[0])),
         "echo" => Call::Echo(first[0]),
         "quit" => Call::Quit,
+        "reset" => Call::Reset,
+        "debug" => connection::debug(frame),
+        "shutdown" => connection::shutdown(frame),
         "select" => select(first[0]),
         "get" => key(first[0], Op::Get(Get::default()), Reply::Bulk),
         "set" => set(first, frame.args().skip(3)),
@@ -232,6 +241,9 @@ const TABLE: &[(&str, i32)] = &[
     ("ping", -1),
     ("echo", 2),
     ("quit", -1),
+    ("reset", 1),
+    ("debug", -2),
+    ("shutdown", -1),
     ("select", 2),
     ("get", 2),
     ("set", -3),

@@ -217,3 +217,46 @@ pub(super) fn function<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'
         _ => Call::Error(Refusal::SubcommandArity(*frame)),
     }
 }
+
+/// redis-server 7.0's answer to DEBUG with its default `enable-debug-command no`.
+const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
+
+/// DEBUG: `DEBUG SLEEP 0`, which test suites send to wait for a server's pending work,
+/// answers `+OK` as a server with DEBUG enabled does; anything else is refused as
+/// redis-server refuses DEBUG by default.
+pub(super) fn debug<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let sub = frame.arg(1).unwrap_or_default();
+    let zero =
+        |arg: &[u8]| std::str::from_utf8(arg).ok().and_then(|text| text.parse::<f64>().ok()) == Some(0.0);
+    if frame.argc() == 3 && sub.eq_ignore_ascii_case(b"sleep") && zero(frame.arg(2).unwrap_or_default()) {
+        return Call::Accepted;
+    }
+    Call::Error(Refusal::Message(DEBUG_NOT_ALLOWED))
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], checked as server.c's shutdownCommand
+/// checks it (there is never a shutdown in progress to abort).
+pub(super) fn shutdown<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let (mut save, mut nosave, mut other, mut abort) = (false, false, false, false);
+    for option in frame.args().skip(1) {
+        let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
+        if is("nosave") {
+            nosave = true;
+        } else if is("save") {
+            save = true;
+        } else if is("now") || is("force") {
+            other = true;
+        } else if is("abort") {
+            abort = true;
+        } else {
+            return Call::Error(Refusal::Syntax);
+        }
+    }
+    if abort && (save || nosave || other) || save && nosave {
+        return Call::Error(Refusal::Syntax);
+    }
+    if abort {
+        return Call::Error(Refusal::Message("No shutdown in progress."));
+    }
+    Call::Shutdown
+}

@@ -49,6 +49,8 @@ pub fn text(text: &[u8], resp3: bool, out: &mut Vec<u8>) {
 }
 /// `+OK`.
 pub const OK: &[u8] = b"+OK\r\n";
+/// RESET's answer.
+pub const RESET: &[u8] = b"+RESET\r\n";
 /// `+PONG`.
 pub const PONG: &[u8] = b"+PONG\r\n";
 /// redis-server's answer when maxmemory leaves no room.

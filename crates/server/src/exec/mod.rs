@@ -135,6 +135,9 @@ pub enum Exec {
     Forward(usize),
     /// HELLO 2 or 3: the connection speaks RESP3 (true) or RESP2 from its next request.
     Resp3(bool),
+    /// RESET: the connection is as it was accepted (RESP2, no name, authenticated again where
+    /// a password is asked for) from its next request.
+    Reset,
 }
 
 pub use crate::admin::{VERSION, VERSION_REPLY};

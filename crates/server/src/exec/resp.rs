@@ -23,6 +23,18 @@ impl Engine {
             Call::Ping(None) => out.extend_from_slice(reply::PONG),
             Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
             Call::Select => out.extend_from_slice(reply::OK),
+            Call::Reset => {
+                out.extend_from_slice(reply::RESET);
+                return Exec::Reset;
+            }
+            Call::Shutdown if self.shared.config.enable_shutdown => {
+                // As memcached's `shutdown` under -A: the graceful stop of SIGTERM.
+                self.shared.request_stop();
+                return Exec::Close;
+            }
+            Call::Shutdown => {
+                out.extend_from_slice(b"-ERR shutdown not enabled (memcached's -A allows it)\r\n")
+            }
             Call::Quit => {
                 out.extend_from_slice(reply::OK);
                 return Exec::Close;

@@ -1,6 +1,6 @@
 //! The Redis protocol's gate before authentication (with -Y or -S, a `proto[resp]` listener's
 //! connections authenticate with AUTH against the same users): as redis-server 7.0 with a
-//! password, only AUTH, HELLO with AUTH and QUIT run; every other known command is answered
+//! password, only AUTH, HELLO with AUTH, QUIT and RESET run; every other known command is answered
 //! `-NOAUTH Authentication required.` and the connection stays (one with the wrong argument
 //! count gets that error first, as redis-server checks it first). What a connection may send
 //! before it has authenticated is bounded as redis-server bounds it: at most 10 arguments, each
@@ -116,6 +116,16 @@ fn gate(
         Call::Quit => {
             out.extend_from_slice(reply::OK);
             return Step::Quit;
+        }
+        Call::Reset => {
+            // As redis-server, which runs RESET unauthenticated: back to RESP2, no name.
+            *resp3 = false;
+            if let Some(info) = info {
+                info.set_resp(2);
+                info.set_name(b"");
+            }
+            out.extend_from_slice(reply::RESET);
+            return Step::Refused;
         }
         // As redis-server: a wrong argument count is refused as such before the
         // authentication check; AUTH's and HELLO's own errors too. (A command this server

@@ -392,6 +392,17 @@ impl Turn<'_, '_> {
                     info.set_resp(if on { 3 } else { 2 });
                 }
             }
+            Exec::Reset => {
+                *self.resp3 = false;
+                self.dialect = Dialect::Resp;
+                if let Some(info) = self.info {
+                    info.set_resp(2);
+                    info.set_name(b"");
+                }
+                // Where a password is asked for, what follows goes through the gate again
+                // (`windows` stops at the end of this window).
+                *self.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
+            }
         }
         Flow::Next(len)
     }

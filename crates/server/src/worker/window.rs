@@ -256,6 +256,12 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
         if stop {
             return;
         }
+        if !turn.phase.admitted() {
+            // RESET where a password is asked for: what follows goes through the gate, in
+            // the connection's next turn.
+            turn.retry.push(turn.index);
+            return;
+        }
     }
 }
 
