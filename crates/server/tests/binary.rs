@@ -9,26 +9,12 @@
 
 mod common;
 
+use common::rng::Rng;
 use common::{ServerProcess, UdpClient};
 use qs_proto::binary::{opcode, request_frame};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// One request: its frame, built once the server's last CAS is known.
 #[derive(Clone, Debug)]

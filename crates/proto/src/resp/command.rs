@@ -434,7 +434,11 @@ fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
         (None, false) => None,
         (Some((value, unit)), false) => match exptime(value, unit, "getex") {
             Ok(exptime) => Some(exptime),
-            Err(refusal) => return Call::Error(refusal),
+            Err(refusal) => {
+                let not_integer = refusal == Refusal::NotInteger;
+                let step = super::owned::Step::GetExRefused { not_integer };
+                return Call::Owned(super::owned::Owned { key: key_bytes, step });
+            }
         },
     };
     key(key_bytes, Op::Get(Get { touch, ..Get::default() }), Reply::Bulk)

@@ -36,6 +36,13 @@ pub enum Step<'a> {
     },
     /// PERSIST: the key's expiry goes; `:1` when it had one.
     Persist,
+    /// GETEX with an expiry redis-server refuses: as t_string.c's getexCommand, a missing key
+    /// answers null before the time is checked; a key there gets the refusal
+    /// (`not_integer`: not a number, else an invalid expire time).
+    GetExRefused {
+        /// The time is not an integer.
+        not_integer: bool,
+    },
     /// EXPIRE and its kin with a condition: the new expiry as memcached's exptime (-1: in
     /// the past, the key goes), set only when `when` allows.
     Expire {
@@ -85,7 +92,7 @@ pub enum Step<'a> {
 impl<'a> Owned<'a> {
     /// Whether it only reads (a CREW reader may run it).
     pub fn read_only(&self) -> bool {
-        matches!(self.step, Step::GetRange { .. } | Step::ExpireTime { .. })
+        matches!(self.step, Step::GetRange { .. } | Step::ExpireTime { .. } | Step::GetExRefused { .. })
     }
 
     /// The second key it writes (RENAME's and COPY's destination): one worker must own both.
@@ -261,12 +268,18 @@ pub fn float(text: &[u8]) -> Option<f64> {
 }
 
 /// A float as redis-server writes INCRBYFLOAT's result (`ld2string`'s human form: no exponent,
-/// no trailing zeros): the shortest digits that read back as the same double.
+/// no trailing zeros): a whole number in all its digits (as `%.17Lf` writes it), else the
+/// shortest digits that read back as the same double. redis-server adds in `long double`:
+/// where a sum needs more than a double's 53 bits, the last digits may differ.
 pub fn format_float(value: f64, out: &mut Vec<u8>) {
     use std::io::Write;
     if value == 0.0 {
         // Both zeros are "0".
         out.push(b'0');
+        return;
+    }
+    if value.fract() == 0.0 {
+        let _ = write!(out, "{value:.0}");
         return;
     }
     let _ = write!(out, "{value}");

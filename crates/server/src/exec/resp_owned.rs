@@ -50,6 +50,11 @@ impl Engine {
                     }
                 }
             }
+            Step::GetExRefused { not_integer } => match current {
+                None => out.extend_from_slice(reply::null(resp3)),
+                Some(_) if not_integer => out.extend_from_slice(reply::NOT_INTEGER),
+                Some(_) => out.extend_from_slice(b"-ERR invalid expire time in 'getex' command\r\n"),
+            },
             Step::Persist => {
                 let had = current.as_ref().is_some_and(|item| item.expiry != Expiry::NEVER);
                 if had {

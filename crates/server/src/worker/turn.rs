@@ -180,6 +180,12 @@ impl Turn<'_, '_> {
             }
             Route::AfterPending => {}
             Route::Forward(owner) => return self.forward(owner, request, located, &here[..len]),
+            // After the connection's requests waiting elsewhere: a RESP DEL of several keys
+            // counts the other workers' keys as they stand once those requests have run.
+            Route::Broadcast if self.output.pending_total > 0 => {
+                self.state.block(Wait::Replies);
+                return Flow::Stop;
+            }
             Route::SplitGet => return self.split_get(request, pending, here, len),
             Route::Broadcast => {
                 for owner in (0..self.hand.outgoing.len()).filter(|&owner| owner != self.me) {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod resp;
+pub mod rng;
 pub mod tls;
 pub mod twemproxy;
 

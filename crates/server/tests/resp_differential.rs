@@ -1,0 +1,260 @@
+//! Random RESP command streams, each sent to redis-server 7.0 and to quicksilver's RESP
+//! listener on one connection per stream, in pipelines written in random pieces (so requests
+//! arrive split across reads): the replies must match byte for byte after what cannot match is
+//! masked (a TTL read a second apart, HELLO's connection id). The streams come from a grammar
+//! of the string, counter, expiry and keyspace commands with valid and invalid arguments over a
+//! handful of keys, so commands meet each other's keys: an INCR of an appended value, a GETEX of
+//! a key RENAME moved, a SET KEEPTTL after EXPIRE. Half the streams speak RESP3 (`HELLO 3`).
+//!
+//! The keys share hash tags (`{a}1`, `{a}2`...), so the writes of several keys that quicksilver
+//! runs on one worker (MSETNX, RENAME, COPY) meet the same owner with four workers too.
+//! TTLs are whole seconds: expiry is kept in seconds (docs/COMPATIBILITY.md).
+//!
+//! `QS_RESP_DIFF_STREAMS` (default 120) and `QS_RESP_DIFF_SEED` widen or move the search; a
+//! failure prints the seed and the stream so far.
+
+mod common;
+
+use common::resp::{call, connect, frame, quicksilver, without_id, Redis};
+use common::rng::Rng;
+use common::Client;
+use std::io::Write;
+
+const GROUPS: &[&str] = &["{a}", "{b}"];
+const VALUES: &[&str] = &["v", "", "hello world", "10", "-7", "3.5", "9223372036854775807", "x\r\ny", "0"];
+const NUMBERS: &[&str] = &["1", "0", "-1", "42", "100", "abc", "9223372036854775807", "1.5", ""];
+const SECONDS: &[&str] = &["100", "1000", "5000", "0", "-1", "x", "86400"];
+
+fn key(rng: &mut Rng, group: &str) -> String {
+    format!("{group}{}", rng.below(4))
+}
+
+/// SET's options: one expiry form, NX or XX, GET, in a random order and sometimes doubled.
+fn set_options(rng: &mut Rng) -> Vec<String> {
+    let mut options = Vec::new();
+    let seconds = rng.pick(SECONDS).to_owned();
+    let whole_ms = seconds.parse::<i64>().map_or(seconds.clone(), |s| (s * 1000).to_string());
+    for _ in 0..rng.below(4) {
+        match rng.below(8) {
+            0 => options.extend(["EX".to_owned(), seconds.clone()]),
+            1 => options.extend(["PX".to_owned(), whole_ms.clone()]),
+            2 => options.push("KEEPTTL".to_owned()),
+            3 => options.push("NX".to_owned()),
+            4 => options.push("XX".to_owned()),
+            5 => options.push("GET".to_owned()),
+            6 => options.push("EX".to_owned()),
+            _ => options.push(rng.pick(&["FOO", "nx", "get"]).to_owned()),
+        }
+    }
+    options
+}
+
+/// One command, as its arguments.
+fn command(rng: &mut Rng) -> Vec<String> {
+    let group = rng.pick(GROUPS);
+    let k = key(rng, group);
+    let v = rng.pick(VALUES).to_owned();
+    let n = rng.pick(NUMBERS).to_owned();
+    let s = rng.pick(SECONDS).to_owned();
+    let other_group = rng.pick(GROUPS);
+    let words: Vec<String> = match rng.below(34) {
+        0..=3 => vec!["GET".into(), k],
+        4..=6 => {
+            let mut set = vec!["SET".into(), k, v];
+            set.extend(set_options(rng));
+            set
+        }
+        7 => vec!["SETNX".into(), k, v],
+        8 => vec!["SETEX".into(), k, s, v],
+        9 => vec!["GETSET".into(), k, v],
+        10 => vec!["GETDEL".into(), k],
+        11 => {
+            let option = rng.pick(&["EX", "PERSIST", "", "PX"]);
+            let mut getex = vec!["GETEX".into(), k];
+            match option {
+                "" => {}
+                "PERSIST" => getex.push(option.into()),
+                "PX" => getex.extend([option.into(), format!("{s}000")]),
+                _ => getex.extend([option.into(), s]),
+            }
+            getex
+        }
+        12 => vec!["MGET".into(), k, key(rng, group), key(rng, other_group)],
+        13 => vec!["MSET".into(), k, v, key(rng, other_group), n],
+        14 => vec!["MSETNX".into(), k, v, key(rng, group), n],
+        15 => vec!["APPEND".into(), k, v],
+        16 => vec!["STRLEN".into(), k],
+        17 => vec!["GETRANGE".into(), k, n, rng.pick(NUMBERS).into()],
+        18 => vec!["SETRANGE".into(), k, rng.pick(&["0", "2", "5", "-1", "x"]).into(), v],
+        19 => vec!["INCR".into(), k],
+        20 => vec!["DECR".into(), k],
+        21 => vec!["INCRBY".into(), k, n],
+        22 => vec!["DECRBY".into(), k, n],
+        // Keys of their own, and steps a double adds exactly: redis-server adds in `long
+        // double` (docs/COMPATIBILITY.md).
+        23 => {
+            let float_key = format!("{group}f");
+            vec![
+                "INCRBYFLOAT".into(),
+                float_key,
+                rng.pick(&["1.5", "-2", "0.25", "x", "1e3", "2.5e-1"]).into(),
+            ]
+        }
+        24 => vec!["DEL".into(), k, key(rng, other_group)],
+        25 => vec!["EXISTS".into(), k, key(rng, group)],
+        26 => vec!["TYPE".into(), k],
+        27 => {
+            let mut expire = vec![rng.pick(&["EXPIRE", "PEXPIRE"]).to_owned(), k];
+            let condition = rng.chance(40).then(|| rng.pick(&["NX", "XX", "GT", "LT", "BAD"]));
+            // A condition compares expiry times: redis-server's differ by the milliseconds
+            // between two commands where whole seconds tie, so conditional times are all
+            // different.
+            let s = if condition.is_some() { (200 + rng.below(1_000_000)).to_string() } else { s };
+            expire.push(if expire[0] == "PEXPIRE" { format!("{s}000") } else { s });
+            expire.extend(condition.map(String::from));
+            expire
+        }
+        28 => vec!["PERSIST".into(), k],
+        29 => vec!["TTL".into(), k],
+        30 => vec![rng.pick(&["RENAME", "RENAMENX"]).into(), k, key(rng, group)],
+        31 => {
+            let mut copy = vec!["COPY".into(), k, key(rng, group)];
+            if rng.chance(50) {
+                copy.push("REPLACE".into());
+            }
+            copy
+        }
+        32 => vec!["ECHO".into(), v],
+        _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH"]).into()],
+    };
+    words
+}
+
+/// A reply with what cannot match masked: TTL's positive answers (a second apart between the
+/// servers) read as one.
+fn normalize(request: &[String], reply: Vec<u8>) -> Vec<u8> {
+    if request[0] == "TTL" && reply.starts_with(b":") && !reply.starts_with(b":-") {
+        return b":<positive>\r\n".to_vec();
+    }
+    reply
+}
+
+/// Writes `bytes` in random pieces (each its own write, so the server may read a request in
+/// parts).
+fn send_in_pieces(client: &mut Client, bytes: &[u8], rng: &mut Rng) {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let take = if rng.chance(30) { 1 + rng.below(rest.len()) } else { rest.len() };
+        client.stream.write_all(&rest[..take]).expect("send");
+        client.stream.flush().expect("flush");
+        rest = &rest[take..];
+        if !rest.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Runs `steps` (each a pipeline of commands) on a new connection to `port`: every reply, in
+/// order, each masked.
+fn run(port: u16, resp3: bool, steps: &[Vec<Vec<String>>], seed: u64) -> Vec<Vec<u8>> {
+    let mut client = connect(port);
+    let mut replies = Vec::new();
+    if resp3 {
+        replies.push(without_id(&call(&mut client, &frame(&["HELLO", "3"]))));
+    }
+    let mut rng = Rng(seed);
+    for step in steps {
+        let mut bytes = Vec::new();
+        for request in step {
+            let words: Vec<&str> = request.iter().map(String::as_str).collect();
+            bytes.extend_from_slice(&frame(&words));
+        }
+        send_in_pieces(&mut client, &bytes, &mut rng);
+        // The step's replies, up to the marker `call` sends, one per request.
+        let all = call(&mut client, b"");
+        let split = split_replies(&all);
+        assert_eq!(split.len(), step.len(), "one reply per request: {:?}", String::from_utf8_lossy(&all));
+        replies.extend(step.iter().zip(split).map(|(request, reply)| normalize(request, reply)));
+    }
+    replies
+}
+
+/// The length of the RESP value at the front of `bytes`.
+fn value_len(bytes: &[u8]) -> usize {
+    let line_end = bytes.windows(2).position(|w| w == b"\r\n").expect("a whole line") + 2;
+    let number =
+        || -> i64 { std::str::from_utf8(&bytes[1..line_end - 2]).expect("text").parse().expect("a length") };
+    match bytes[0] {
+        b'$' | b'=' if number() < 0 => line_end,
+        b'$' | b'=' => line_end + number() as usize + 2,
+        b'*' | b'~' | b'>' | b'%' => {
+            let count = number().max(0) as usize * if bytes[0] == b'%' { 2 } else { 1 };
+            let mut at = line_end;
+            for _ in 0..count {
+                at += value_len(&bytes[at..]);
+            }
+            at
+        }
+        _ => line_end,
+    }
+}
+
+/// A pipeline's replies, each on its own.
+fn split_replies(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut replies = Vec::new();
+    while !bytes.is_empty() {
+        let len = value_len(bytes);
+        replies.push(bytes[..len].to_vec());
+        bytes = &bytes[len..];
+    }
+    replies
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn compare(workers: &str) {
+    let streams = env_number("QS_RESP_DIFF_STREAMS", 120);
+    let seed = env_number("QS_RESP_DIFF_SEED", 0x05ee_d0f2_ed15);
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&["-t", workers]);
+    for stream in 0..streams {
+        let stream_seed =
+            (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d)) | 1;
+        let mut rng = Rng(stream_seed);
+        let resp3 = rng.chance(50);
+        let steps: Vec<Vec<Vec<String>>> = (0..6 + rng.below(20))
+            .map(|_| {
+                // A third of the steps are pipelines of several commands in one write.
+                let count = if rng.chance(33) { 2 + rng.below(7) } else { 1 };
+                (0..count).map(|_| command(&mut rng)).collect()
+            })
+            .collect();
+        // Each stream starts from an empty keyspace on both.
+        for port in [redis.port, port] {
+            call(&mut connect(port), &frame(&["FLUSHALL"]));
+        }
+        let expected = run(redis.port, resp3, &steps, stream_seed);
+        let got = run(port, resp3, &steps, stream_seed);
+        if expected != got {
+            let at = expected.iter().zip(&got).position(|(e, g)| e != g).unwrap_or(0);
+            panic!(
+                "stream {stream} (seed {stream_seed:#x}, RESP3 {resp3}, {workers} workers) differs at reply {at}\n\
+                 steps: {steps:?}\n  redis-server: {:?}\n  quicksilver:  {:?}",
+                String::from_utf8_lossy(&expected[at]),
+                String::from_utf8_lossy(&got[at])
+            );
+        }
+    }
+}
+
+#[test]
+fn random_resp_streams_answer_as_redis_server_does_with_one_worker() {
+    compare("1");
+}
+
+#[test]
+fn random_resp_streams_answer_as_redis_server_does_with_four_workers() {
+    compare("4");
+}
