@@ -1,4 +1,4 @@
-//! The Redis protocol (RESP2), as redis-server 7.0 reads it (networking.c's
+//! The Redis protocol (RESP2 and RESP3), as redis-server 7.0 reads it (networking.c's
 //! `processMultibulkBuffer` and `processInlineBuffer`): a request is an array of bulk strings
 //! (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or an inline line (`PING\r\n`, as telnet sends it).
 //! [`parse`] checks a whole request's framing once and returns it as a [`Frame`] borrowing the

@@ -197,7 +197,7 @@ pub enum Protocol {
     Ascii,
     /// Binary only.
     Binary,
-    /// The Redis protocol (RESP2), on a listener of its own only (`-l proto[resp]:...`).
+    /// The Redis protocol (RESP2, and RESP3 after `HELLO 3`), on a listener of its own only (`-l proto[resp]:...`).
     #[value(skip)]
     Resp,
 }
