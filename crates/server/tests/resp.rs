@@ -791,3 +791,37 @@ fn stats_and_watch_count_and_show_resp_commands_as_memcacheds() {
         assert!(stats.contains(line), "{line:?} in {stats}");
     }
 }
+
+/// `stats hotkeys` and `stats mrc` (asked over memcached's protocol) see the keys of RESP
+/// commands, read on either worker.
+#[test]
+fn hot_keys_and_the_miss_ratio_curve_see_resp_keys() {
+    let (server, port) = quicksilver(&["-t", "2", "-o", "mrc_sample=1"]);
+    let mut admin = server.connect();
+    let ask = |admin: &mut Client, request: &str| {
+        admin.send(request.as_bytes());
+        String::from_utf8_lossy(&admin.read_until(b"\r\n")).into_owned()
+            + &String::from_utf8_lossy(&if request.contains(" on") || request.contains("reset") {
+                Vec::new()
+            } else {
+                admin.read_until(b"END\r\n")
+            })
+    };
+    assert_eq!(ask(&mut admin, "stats hotkeys on\r\n"), "OK\r\n");
+    assert_eq!(ask(&mut admin, "stats mrc reset\r\n"), "RESET\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let mut client = connect(port);
+    let mut request = Vec::new();
+    for n in 0..60 {
+        request.extend_from_slice(&frame(&["GET", "resp:hot"]));
+        request.extend_from_slice(&frame(&["GET", &format!("resp:cold{n}")]));
+    }
+    request.extend_from_slice(&frame(&["MGET", "resp:hot", "resp:hot"]));
+    call(&mut client, &request);
+    // Other workers publish within 50 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    let hot = ask(&mut admin, "stats hotkeys 1\r\n");
+    assert!(hot.starts_with("STAT hotkey_1 resp:hot count=62 "), "{hot}");
+    let mrc = ask(&mut admin, "stats mrc\r\n");
+    assert!(mrc.contains("STAT mrc_gets 122\r\n"), "{mrc}");
+}
