@@ -9,6 +9,7 @@
 //! Which commands a frame names, their arity and options: [`command`]. Replies: [`reply`].
 
 pub mod command;
+mod command_table;
 pub mod connection;
 pub mod glob;
 pub mod owned;

@@ -186,3 +186,43 @@ fn shutdown_stops_the_server_under_memcacheds_dash_a_only() {
     let status = server.wait_exit(std::time::Duration::from_secs(10));
     assert!(status.is_some_and(|status| status.success()), "{status:?}");
 }
+
+/// COMMAND and COMMAND INFO: every command served is described as redis-server 7.0 describes
+/// it (its flags, key positions, ACL categories, tips and key specs), in RESP2 and RESP3; the
+/// commands with subcommands list none here, as only some of theirs are served.
+#[test]
+fn command_info_describes_the_commands_served_as_redis_server_does() {
+    let served = call(&mut connect(quicksilver(&[]).1), &frame(&["COMMAND"]));
+    let count: usize = String::from_utf8_lossy(&served[1..served.iter().position(|&b| b == b'\r').unwrap()])
+        .parse()
+        .expect("a count");
+    let names: Vec<String> = String::from_utf8_lossy(&served)
+        .split("*10\r\n$")
+        .skip(1)
+        .map(|entry| entry.split("\r\n").nth(1).expect("a name").to_owned())
+        .collect();
+    assert_eq!(names.len(), count);
+    let with_subcommands = ["client", "config", "command", "function"];
+    let mut requests: Vec<Vec<u8>> = names
+        .iter()
+        .filter(|name| !with_subcommands.contains(&name.as_str()))
+        .map(|name| frame(&["COMMAND", "INFO", name]))
+        .collect();
+    for args in [
+        &["COMMAND", "INFO", "GET", "nosuch", "set"][..],
+        &["COMMAND", "COUNT", "x"],
+        &["COMMAND", "FOO"],
+        &["COMMAND", "COUNT"],
+    ] {
+        requests.push(frame(args));
+    }
+    let count_reply = requests.len() - 1;
+    let (without_count, count_request) = requests.split_at(count_reply);
+    same_replies_after(None, without_count);
+    same_replies_after(Some("3"), without_count);
+    // redis-server serves 240 commands; quicksilver counts those it serves.
+    assert_eq!(
+        call(&mut connect(quicksilver(&[]).1), &count_request[0]),
+        format!(":{count}\r\n").into_bytes()
+    );
+}

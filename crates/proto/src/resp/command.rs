@@ -76,6 +76,8 @@ pub enum Call<'a> {
     ConfigSet(Frame<'a>),
     /// COMMAND COUNT: how many commands are served.
     CommandCount,
+    /// COMMAND, or COMMAND INFO of the names after `COMMAND INFO` (none: every command).
+    CommandInfo(Option<Frame<'a>>),
     /// A command accepted and answered `+OK` with nothing to do (CLIENT NO-EVICT, AUTH of the
     /// default user).
     Accepted,
@@ -204,7 +206,7 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         "auth" => connection::auth(argc, first),
         "client" => connection::client(frame, first[0], argc),
         "config" => connection::config(frame, first[0], argc),
-        "command" => connection::command(first[0], argc),
+        "command" => connection::command(frame, first[0], argc),
         "function" => connection::function(frame, first[0], argc),
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),

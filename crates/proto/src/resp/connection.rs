@@ -194,12 +194,51 @@ pub fn memory_bytes(text: &[u8]) -> Option<u64> {
     number.checked_mul(unit)
 }
 
+/// COMMAND and COMMAND INFO (the served commands' entries, [`super::command_table`]),
 /// COMMAND COUNT, and COMMAND DOCS (no documents yet: clients then use their own tables).
-pub(super) fn command(sub: &[u8], argc: usize) -> Call<'_> {
+pub(super) fn command<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a> {
+    let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
     match argc {
-        2 if sub.eq_ignore_ascii_case(b"count") => Call::CommandCount,
-        _ if sub.eq_ignore_ascii_case(b"docs") => Call::CommandDocs,
-        _ => Call::Error(Refusal::Unsupported("of COMMAND only COUNT and DOCS are served yet")),
+        1 => Call::CommandInfo(None),
+        2 if is("count") => Call::CommandCount,
+        _ if is("count") => Call::Error(Refusal::SubcommandArity(*frame)),
+        2 if is("info") => Call::CommandInfo(None),
+        _ if is("info") => Call::CommandInfo(Some(*frame)),
+        _ if is("docs") => Call::CommandDocs,
+        _ if is("list") || is("getkeys") || is("getkeysandflags") || is("help") => {
+            Call::Error(Refusal::Unsupported("of COMMAND only INFO, COUNT and DOCS are served"))
+        }
+        _ => Call::Error(Refusal::UnknownSubcommand(*frame)),
+    }
+}
+
+/// COMMAND INFO's reply: the entries of the commands the frame names after `COMMAND INFO`
+/// (null for one not served), or of every command served.
+pub fn command_info(names: Option<&Frame<'_>>, resp3: bool, out: &mut Vec<u8>) {
+    let entry = |row: &(&str, &'static [u8], &'static [u8])| -> &'static [u8] {
+        if resp3 {
+            row.2
+        } else {
+            row.1
+        }
+    };
+    let Some(frame) = names else {
+        out.push(b'*');
+        crate::response::push_u64(out, super::command_table::INFO.len() as u64);
+        out.extend_from_slice(b"\r\n");
+        for row in super::command_table::INFO {
+            out.extend_from_slice(entry(row));
+        }
+        return;
+    };
+    out.push(b'*');
+    crate::response::push_u64(out, frame.argc() as u64 - 2);
+    out.extend_from_slice(b"\r\n");
+    for name in frame.args().skip(2) {
+        match super::command_table::INFO.iter().find(|row| name.eq_ignore_ascii_case(row.0.as_bytes())) {
+            Some(row) => out.extend_from_slice(entry(row)),
+            None => out.extend_from_slice(super::reply::null(resp3)),
+        }
     }
 }
 

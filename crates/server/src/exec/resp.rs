@@ -79,6 +79,7 @@ impl Engine {
             Call::CommandCount => reply::integer(qs_proto::resp::command::served_count() as i64, out),
             Call::Accepted => out.extend_from_slice(reply::OK),
             Call::CommandDocs => reply::map_head(0, resp3, out),
+            Call::CommandInfo(names) => connection::command_info(names.as_ref(), resp3, out),
             Call::Flush if self.shared.config.disable_flush_all => {
                 out.extend_from_slice(b"-ERR flush_all not allowed\r\n");
             }
