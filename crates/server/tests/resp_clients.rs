@@ -1,4 +1,5 @@
-//! CLIENT LIST, INFO and KILL on quicksilver's RESP listener against redis-server 7.0: the
+//! CLIENT LIST, INFO and KILL, RESET, SHUTDOWN, DEBUG, COMMAND, MEMORY and OBJECT on
+//! quicksilver's RESP listener against redis-server 7.0: the
 //! errors byte for byte, the lines field for field, and a kill ends the connection it names
 //! wherever its worker is.
 
@@ -202,7 +203,7 @@ fn command_info_describes_the_commands_served_as_redis_server_does() {
         .map(|entry| entry.split("\r\n").nth(1).expect("a name").to_owned())
         .collect();
     assert_eq!(names.len(), count);
-    let with_subcommands = ["client", "config", "command", "function"];
+    let with_subcommands = ["client", "config", "command", "function", "memory", "object"];
     let mut requests: Vec<Vec<u8>> = names
         .iter()
         .filter(|name| !with_subcommands.contains(&name.as_str()))
@@ -225,4 +226,41 @@ fn command_info_describes_the_commands_served_as_redis_server_does() {
         call(&mut connect(quicksilver(&[]).1), &count_request[0]),
         format!(":{count}\r\n").into_bytes()
     );
+}
+
+/// MEMORY USAGE and OBJECT IDLETIME / FREQ: checked, and answered for a key there or not, as
+/// redis-server answers them (MEMORY USAGE's figure is this server's own: its item's bytes).
+#[test]
+fn memory_usage_and_object_answer_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["SET", "mk", "hello"][..],
+        &["MEMORY", "USAGE", "nokey"],
+        &["MEMORY", "USAGE", "nokey", "SAMPLES", "5"],
+        &["MEMORY", "USAGE", "mk", "SAMPLES", "x"],
+        &["MEMORY", "USAGE", "mk", "SAMPLES", "-1"],
+        &["MEMORY", "USAGE", "mk", "SAMPLES"],
+        &["MEMORY", "USAGE", "mk", "FOO", "1"],
+        &["MEMORY", "USAGE"],
+        &["MEMORY", "FOO"],
+        &["MEMORY"],
+        &["OBJECT", "IDLETIME", "mk"],
+        &["OBJECT", "IDLETIME", "nokey"],
+        &["OBJECT", "FREQ", "mk"],
+        &["OBJECT", "FREQ", "nokey"],
+        &["OBJECT", "FOO", "mk"],
+        &["OBJECT", "IDLETIME"],
+        &["OBJECT", "IDLETIME", "mk", "x"],
+        &["OBJECT"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+    let (_server, port) = quicksilver(&[]);
+    let mut client = connect(port);
+    call(&mut client, &frame(&["SET", "mk", "hello"]));
+    // 16 bytes of header, then key and value in one word.
+    assert_eq!(call(&mut client, &frame(&["MEMORY", "USAGE", "mk"])), b":24\r\n");
+    call(&mut client, &frame(&["EXPIRE", "mk", "100"]));
+    assert_eq!(call(&mut client, &frame(&["MEMORY", "USAGE", "mk"])), b":32\r\n");
 }

@@ -215,6 +215,8 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         }
         "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first),
         "getdel" => owned::getdel(first[0]),
+        "memory" => owned::memory(frame),
+        "object" => owned::object(frame),
         "getset" => owned::getset(first[0], first[1]),
         "getex" => getex(first[0], frame),
         "persist" => owned::persist(first[0]),
@@ -244,6 +246,8 @@ const TABLE: &[(&str, i32)] = &[
     ("echo", 2),
     ("quit", -1),
     ("reset", 1),
+    ("memory", -2),
+    ("object", -2),
     ("debug", -2),
     ("shutdown", -1),
     ("select", 2),

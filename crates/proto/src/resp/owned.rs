@@ -1,6 +1,6 @@
 //! RESP commands on one key that read the key and then write it (GETDEL, GETSET, SET with GET
 //! or KEEPTTL, PERSIST, EXPIRE with NX XX GT LT, SETRANGE, INCRBYFLOAT), or read more of it
-//! than a get answers (GETRANGE, EXPIRETIME): parsed and checked here as redis-server 7.0
+//! than a get answers (GETRANGE, EXPIRETIME, MEMORY USAGE, OBJECT IDLETIME): parsed and checked here as redis-server 7.0
 //! checks them (t_string.c, expire.c), run by the server at the key's owner as a few steps of
 //! the one vocabulary. Only the owner writes a partition, so the steps are atomic there.
 
@@ -36,6 +36,12 @@ pub enum Step<'a> {
     },
     /// PERSIST: the key's expiry goes; `:1` when it had one.
     Persist,
+    /// MEMORY USAGE: the bytes the key's item takes in the log.
+    MemoryUsage,
+    /// OBJECT IDLETIME: seconds since the key was last read or written.
+    IdleTime,
+    /// OBJECT FREQ: refused for a key there, as redis-server refuses it under an LRU policy.
+    Freq,
     /// GETEX with an expiry redis-server refuses: as t_string.c's getexCommand, a missing key
     /// answers null before the time is checked; a key there gets the refusal
     /// (`not_integer`: not a number, else an invalid expire time).
@@ -92,7 +98,15 @@ pub enum Step<'a> {
 impl<'a> Owned<'a> {
     /// Whether it only reads (a CREW reader may run it).
     pub fn read_only(&self) -> bool {
-        matches!(self.step, Step::GetRange { .. } | Step::ExpireTime { .. } | Step::GetExRefused { .. })
+        matches!(
+            self.step,
+            Step::GetRange { .. }
+                | Step::ExpireTime { .. }
+                | Step::GetExRefused { .. }
+                | Step::MemoryUsage
+                | Step::IdleTime
+                | Step::Freq
+        )
     }
 
     /// The second key it writes (RENAME's and COPY's destination): one worker must own both.
@@ -251,6 +265,54 @@ pub(super) fn copy<'a>(frame: &Frame<'a>) -> Call<'a> {
         return Call::Error(Refusal::Message("source and destination objects are the same"));
     }
     owned(key, Step::Copy { to, replace })
+}
+
+/// MEMORY USAGE key [SAMPLES count], checked as object.c's memoryCommand checks it (the
+/// options before the key is looked up).
+pub(super) fn memory<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let sub = frame.arg(1).unwrap_or_default();
+    if !sub.eq_ignore_ascii_case(b"usage") {
+        let known = ["doctor", "stats", "malloc-stats", "purge", "help"];
+        if known.iter().any(|name| sub.eq_ignore_ascii_case(name.as_bytes())) {
+            return Call::Error(Refusal::Unsupported("of MEMORY only USAGE is served"));
+        }
+        return Call::Error(Refusal::UnknownSubcommand(*frame));
+    }
+    if frame.argc() < 3 {
+        return Call::Error(Refusal::SubcommandArity(*frame));
+    }
+    let mut options = frame.args().skip(3);
+    while let Some(option) = options.next() {
+        match (option.eq_ignore_ascii_case(b"samples"), options.next()) {
+            (true, Some(count)) => match integer(count) {
+                None => return Call::Error(Refusal::NotInteger),
+                Some(count) if count < 0 => return Call::Error(Refusal::Syntax),
+                Some(_) => {}
+            },
+            _ => return Call::Error(Refusal::Syntax),
+        }
+    }
+    owned(frame.arg(2).unwrap_or_default(), Step::MemoryUsage)
+}
+
+/// OBJECT IDLETIME key and OBJECT FREQ key (ENCODING and REFCOUNT name redis-server's
+/// internals, which do not exist here).
+pub(super) fn object<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let sub = frame.arg(1).unwrap_or_default();
+    let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
+    let step =
+        match () {
+            _ if is("idletime") => Step::IdleTime,
+            _ if is("freq") => Step::Freq,
+            _ if is("encoding") || is("refcount") || is("help") => return Call::Error(Refusal::Unsupported(
+                "of OBJECT only IDLETIME and FREQ are served (redis-server's encodings do not exist here)",
+            )),
+            _ => return Call::Error(Refusal::UnknownSubcommand(*frame)),
+        };
+    if frame.argc() != 3 {
+        return Call::Error(Refusal::SubcommandArity(*frame));
+    }
+    owned(frame.arg(2).unwrap_or_default(), step)
 }
 
 /// A float as redis-server's `string2ld` reads one: no spaces around it, not NaN, nothing

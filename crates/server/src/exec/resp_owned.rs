@@ -13,7 +13,13 @@ struct Current {
     value: Vec<u8>,
     flags: u32,
     expiry: Expiry,
+    /// Last read or written, unix seconds.
+    last_access: u32,
 }
+
+/// OBJECT FREQ's refusal, as redis-server's under an LRU policy (CONFIG GET maxmemory-policy
+/// answers allkeys-lru here).
+const LFU_NOT_SELECTED: &[u8] = b"-ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.\r\n";
 
 /// RENAME or COPY of keys that more than one worker owns.
 const SPREAD: &[u8] = b"-ERR RENAME and COPY of keys owned by more than one worker are not served (give both keys one hash tag, or run with -t 1)\r\n";
@@ -49,6 +55,9 @@ impl Engine {
                         reply::store(wording, &outcome, value.len(), out);
                     }
                 }
+            }
+            Step::MemoryUsage | Step::IdleTime | Step::Freq => {
+                self.describe(step, key.bytes.len(), current.as_ref(), resp3, out);
             }
             Step::GetExRefused { not_integer } => match current {
                 None => out.extend_from_slice(reply::null(resp3)),
@@ -146,9 +155,32 @@ impl Engine {
     fn current(&mut self, key: Key<'_>) -> Option<Current> {
         match self.read_unchanged(key) {
             Outcome::Hit(hit) => {
-                Some(Current { value: self.scratch.clone(), flags: hit.flags, expiry: hit.expiry })
+                let (flags, expiry, last_access) = (hit.flags, hit.expiry, hit.last_access_secs);
+                Some(Current { value: self.scratch.clone(), flags, expiry, last_access })
             }
             _ => None,
+        }
+    }
+
+    /// MEMORY USAGE (the bytes its item takes in the log: header, flags and expiry where set,
+    /// key and value to a whole word), OBJECT IDLETIME and OBJECT FREQ of a key (`current`, or
+    /// none: null).
+    fn describe(
+        &self,
+        step: Step<'_>,
+        key_len: usize,
+        current: Option<&Current>,
+        resp3: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let Some(item) = current else { return out.extend_from_slice(reply::null(resp3)) };
+        match step {
+            Step::MemoryUsage => {
+                let ext = item.flags != 0 || item.expiry != Expiry::NEVER;
+                reply::integer(qs_store::item::item_bytes(key_len, item.value.len(), ext) as i64, out);
+            }
+            Step::IdleTime => reply::integer(i64::from(self.now_secs.saturating_sub(item.last_access)), out),
+            _ => out.extend_from_slice(LFU_NOT_SELECTED),
         }
     }
 
