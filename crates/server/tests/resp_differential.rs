@@ -1,7 +1,7 @@
 //! Random RESP command streams, each sent to redis-server 7.0 and to quicksilver's RESP
 //! listener on one connection per stream, in pipelines written in random pieces (so requests
 //! arrive split across reads): the replies must match byte for byte after what cannot match is
-//! masked (a TTL read a second apart, HELLO's connection id). The streams come from a grammar
+//! masked (a TTL or idle time read a second apart, MEMORY USAGE's sizes, HELLO's connection id). The streams come from a grammar
 //! of the string, counter, expiry and keyspace commands with valid and invalid arguments over a
 //! handful of keys, so commands meet each other's keys: an INCR of an appended value, a GETEX of
 //! a key RENAME moved, a SET KEEPTTL after EXPIRE. Half the streams speak RESP3 (`HELLO 3`).
@@ -124,16 +124,23 @@ fn command(rng: &mut Rng) -> Vec<String> {
             }
             copy
         }
-        32 => vec!["ECHO".into(), v],
+        32 if rng.chance(50) => vec!["ECHO".into(), v],
+        32 => {
+            let (command, sub) = *[("MEMORY", "USAGE"), ("OBJECT", "IDLETIME"), ("OBJECT", "FREQ")]
+                .get(rng.below(3))
+                .expect("one of three");
+            vec![command.into(), sub.into(), k]
+        }
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH"]).into()],
     };
     words
 }
 
-/// A reply with what cannot match masked: TTL's positive answers (a second apart between the
-/// servers) read as one.
+/// A reply with what cannot match masked: TTL's and OBJECT IDLETIME's positive answers (a
+/// second apart between the servers) and MEMORY USAGE's (each server's own sizes) read as one.
 fn normalize(request: &[String], reply: Vec<u8>) -> Vec<u8> {
-    if request[0] == "TTL" && reply.starts_with(b":") && !reply.starts_with(b":-") {
+    let counted = ["TTL", "MEMORY", "OBJECT"].contains(&request[0].as_str());
+    if counted && reply.starts_with(b":") && !reply.starts_with(b":-") {
         return b":<positive>\r\n".to_vec();
     }
     reply
