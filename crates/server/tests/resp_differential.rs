@@ -1,10 +1,11 @@
 //! Random RESP command streams, each sent to redis-server 7.0 and to quicksilver's RESP
 //! listener on one connection per stream, in pipelines written in random pieces (so requests
 //! arrive split across reads): the replies must match byte for byte after what cannot match is
-//! masked (a TTL or idle time read a second apart, MEMORY USAGE's sizes, HELLO's connection id). The streams come from a grammar
-//! of the string, counter, expiry and keyspace commands with valid and invalid arguments over a
-//! handful of keys, so commands meet each other's keys: an INCR of an appended value, a GETEX of
-//! a key RENAME moved, a SET KEEPTTL after EXPIRE. Half the streams speak RESP3 (`HELLO 3`).
+//! masked (a TTL or idle time read a second apart, MEMORY USAGE's sizes, HELLO's connection
+//! id). The streams come from a grammar of the string, counter, expiry and keyspace commands
+//! with valid and invalid arguments over a handful of keys, so commands meet each other's
+//! keys: an INCR of an appended value, a GETEX of a key RENAME moved, a SET KEEPTTL after
+//! EXPIRE. Half the streams speak RESP3 (`HELLO 3`).
 //!
 //! The keys share hash tags (`{a}1`, `{a}2`...), so the writes of several keys that quicksilver
 //! runs on one worker (MSETNX, RENAME, COPY) meet the same owner with four workers too.
