@@ -54,8 +54,9 @@ pub fn parse3<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
     parse_as(buf, limits, true)
 }
 
+/// [`parse`] (`resp3` false) or [`parse3`].
 #[inline(always)]
-fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parsed<'a> {
+pub fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parsed<'a> {
     match frame_at(buf, BULK_BYTES_MAX.min(limits.item_bytes_max as u64)) {
         None => Parsed::Incomplete,
         Some((Ok(frame), len)) => {

@@ -69,8 +69,7 @@ impl Dialect {
         match self {
             Dialect::Text => qs_proto::parse(bytes, limits),
             Dialect::Binary => qs_proto::binary::parse(bytes, limits),
-            Dialect::Resp => qs_proto::resp::parse(bytes, limits),
-            Dialect::Resp3 => qs_proto::resp::parse3(bytes, limits),
+            Dialect::Resp | Dialect::Resp3 => qs_proto::resp::parse_as(bytes, limits, self == Dialect::Resp3),
         }
     }
 }

@@ -22,12 +22,12 @@ const BULK_BYTES_MAX: usize = 16384;
 
 /// Runs the requests at the front of the input of a RESP connection that has not
 /// authenticated: `Parse` once AUTH (or HELLO's AUTH) succeeded, what follows it then runs as
-/// any request; the bool says whether anything was answered. `HELLO 3` with its AUTH sets
-/// `resp3` (the connection speaks RESP3 from then on).
+/// any request; the bool says whether anything was answered. `HELLO 3` with its AUTH records
+/// in the connection's registry entry that it speaks RESP3 from then on.
 pub fn admit_resp(
     input: &mut Input,
     (state, eof): (&mut State, bool),
-    (modes, fd, resp3): (Modes<'_>, i32, &mut bool),
+    (modes, fd): (Modes<'_>, i32),
     (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> (Admission, bool) {
@@ -73,7 +73,7 @@ pub fn admit_resp(
             }
         };
         answered = true;
-        let step = gate(&frame, (modes, fd, resp3), (counters, info), out);
+        let step = gate(&frame, (modes, fd), (counters, info), out);
         input.consume(len);
         match step {
             Step::Authenticated => return (Admission::Parse, true),
@@ -100,7 +100,7 @@ enum Step {
 /// Answers one request before authentication.
 fn gate(
     frame: &Frame<'_>,
-    (modes, fd, resp3): (Modes<'_>, i32, &mut bool),
+    (modes, fd): (Modes<'_>, i32),
     (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> Step {
@@ -119,7 +119,6 @@ fn gate(
         }
         Call::Reset => {
             // As redis-server, which runs RESET unauthenticated: back to RESP2, no name.
-            *resp3 = false;
             if let Some(info) = info {
                 info.set_resp(2);
                 info.set_name(b"");
@@ -153,11 +152,11 @@ fn gate(
         // As redis-server: authenticated even where the name is then refused.
         Some((proto, name)) => {
             if name.map_or(true, |name| name_client(info, name, out)) {
-                *resp3 = proto == Some(3);
+                let resp3 = proto == Some(3);
                 if let Some(info) = info {
-                    info.set_resp(if *resp3 { 3 } else { 2 });
+                    info.set_resp(if resp3 { 3 } else { 2 });
                 }
-                reply::hello(fd, *resp3, out);
+                reply::hello(fd, resp3, out);
             }
         }
         None => out.extend_from_slice(reply::OK),

@@ -385,8 +385,6 @@ pub struct Conn {
     pub error: bool,
     /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).
     pub protocol: crate::config::Protocol,
-    /// A Redis protocol connection that said `HELLO 3`: it speaks RESP3.
-    pub resp3: bool,
     /// Where it stands with authentication ([`auth::Phase`]; `Open` without -S or -Y).
     pub phase: auth::Phase,
     /// `output.sent_total` when the client memory budget was last found spent: a connection
@@ -424,7 +422,6 @@ impl Conn {
             watch: None,
             error: false,
             protocol,
-            resp3: false,
             phase: auth::Phase::Open,
             sent_seen: 0,
         }

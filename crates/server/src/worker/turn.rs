@@ -44,8 +44,6 @@ pub(super) struct Turn<'t, 'h> {
     pub watch: &'t mut Option<Arc<Sink>>,
     pub error: &'t mut bool,
     pub phase: &'t mut crate::session::auth::Phase,
-    /// The connection said `HELLO 3` (kept for its next turns; `dialect` follows it now).
-    pub resp3: &'t mut bool,
     pub eof: bool,
     /// The socket refused the connection's last write: its client is not reading.
     pub write_blocked: bool,
@@ -391,15 +389,14 @@ impl Turn<'_, '_> {
             Exec::Close => self.state.close(),
             Exec::Forward(owner) => self.hand_over(owner, request, (&here[..len], located)),
             Exec::Resp3(on) => {
-                // The window ended with the HELLO: what follows is parsed in the new version.
-                *self.resp3 = on;
+                // The window ended with the HELLO: what follows is parsed in the new version (and
+                // in the connection's next turns, from its registry entry).
                 self.dialect = if on { Dialect::Resp3 } else { Dialect::Resp };
                 if let Some(info) = self.info {
                     info.set_resp(if on { 3 } else { 2 });
                 }
             }
             Exec::Reset => {
-                *self.resp3 = false;
                 self.dialect = Dialect::Resp;
                 if let Some(info) = self.info {
                     info.set_resp(2);

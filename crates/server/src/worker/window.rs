@@ -136,7 +136,6 @@ impl Worker {
             watch,
             error,
             phase,
-            resp3,
             ring,
             write_blocked,
             ..
@@ -162,7 +161,6 @@ impl Worker {
             watch,
             error,
             phase,
-            resp3,
             eof: *eof,
             write_blocked: *write_blocked,
             me: *me,
@@ -364,7 +362,7 @@ fn fill_window<'p>(
         if let Some(located) = located {
             engine.prefetch_bucket(located);
         }
-        let switches = Dialect::switches_after(&parsed);
+        let switches = dialect.is_resp() && Dialect::switches_after(&parsed);
         window.push((parsed, located));
         if stalls || switches || len >= pending.len() - ahead {
             break;
@@ -458,10 +456,10 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             conn.protocol = Dialect::sniff(first);
         }
     }
-    let dialect = match Dialect::of(conn.protocol) {
-        Dialect::Resp if conn.resp3 => Dialect::Resp3,
-        dialect => dialect,
-    };
+    let mut dialect = Dialect::of(conn.protocol);
+    if dialect == Dialect::Resp {
+        dialect = resp_version(conn);
+    }
     if conn.phase.admitted() {
         return Some(dialect);
     }
@@ -472,7 +470,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
         crate::session::auth_resp::admit_resp(
             &mut conn.input,
             (&mut conn.state, conn.eof),
-            (modes, conn.fd, &mut conn.resp3),
+            (modes, conn.fd),
             (&mut engine.counters, conn.info.as_deref()),
             conn.output.reply_buf(),
         )
@@ -496,7 +494,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
                 conn.phase = Phase::Authenticated;
             }
             // HELLO 3 with its AUTH: RESP3 from the next request.
-            Some(if conn.resp3 { Dialect::Resp3 } else { dialect })
+            Some(if dialect.is_resp() { resp_version(conn) } else { dialect })
         }
         Admission::Wait => {
             if conn.eof {
@@ -506,5 +504,16 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             None
         }
         Admission::Done => None,
+    }
+}
+
+/// A RESP connection's dialect: RESP3 once it said HELLO 3 (its registry entry keeps the
+/// version), else RESP2. Kept out of line: memcached's connections never ask.
+#[inline(never)]
+fn resp_version(conn: &Conn) -> Dialect {
+    if conn.info.as_ref().is_some_and(|info| info.resp() == 3) {
+        Dialect::Resp3
+    } else {
+        Dialect::Resp
     }
 }
