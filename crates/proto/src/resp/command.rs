@@ -55,7 +55,7 @@ pub enum Call<'a> {
     /// RESET: the connection as it was accepted (RESP2, no name, authenticated again where a
     /// password is asked for); `+RESET`.
     Reset,
-    /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]: the server stops gracefully, where memcached's
+    /// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]`: the server stops gracefully, where memcached's
     /// `-A` allows it.
     Shutdown,
     /// CLIENT LIST [TYPE type | ID id...]: the connections picked, a line each.
