@@ -57,7 +57,14 @@ pub fn parse3<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
 /// [`parse`] (`resp3` false) or [`parse3`].
 #[inline(always)]
 pub fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parsed<'a> {
-    match frame_at(buf, BULK_BYTES_MAX.min(limits.item_bytes_max as u64)) {
+    let bulk_max = BULK_BYTES_MAX.min(limits.item_bytes_max as u64);
+    if let Some((mut command, len)) = get_or_set(buf, bulk_max) {
+        if let (true, crate::command::Answer::Resp(reply)) = (resp3, command.answer) {
+            command.answer = crate::command::Answer::Resp(reply.resp3());
+        }
+        return Parsed::Request { request: Request::RespKey(command), len };
+    }
+    match frame_at(buf, bulk_max) {
         None => Parsed::Incomplete,
         Some((Ok(frame), len)) => {
             let request = match command::call(&frame, limits.item_bytes_max) {
@@ -120,6 +127,53 @@ pub fn arriving_len(buf: &[u8]) -> Option<usize> {
 }
 
 type Framed<'a> = Option<(Result<Frame<'a>, Framing>, usize)>;
+
+/// `GET key` and `SET key value` as clients write them (`*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n`),
+/// whole at the front of `buf`: the command that [`frame_at`] and [`command::call`] make of
+/// the same bytes, read in one pass without framing the request first and looking its name
+/// up. `None` for anything else (another command or form, a framing error, a request not all
+/// here), which the general path then reads.
+#[inline(always)]
+fn get_or_set(buf: &[u8], bulk_max: u64) -> Option<(crate::command::Command<'_>, usize)> {
+    let set = match buf.get(..13)? {
+        [b'*', b'2', b'\r', b'\n', b'$', b'3', b'\r', b'\n', name @ .., b'\r', b'\n']
+            if name.eq_ignore_ascii_case(b"get") =>
+        {
+            false
+        }
+        [b'*', b'3', b'\r', b'\n', b'$', b'3', b'\r', b'\n', name @ .., b'\r', b'\n']
+            if name.eq_ignore_ascii_case(b"set") =>
+        {
+            true
+        }
+        _ => return None,
+    };
+    let (key, at) = bulk_at(buf, 13, bulk_max)?;
+    let call = if set {
+        let (value, end) = bulk_at(buf, at, bulk_max)?;
+        (command::key(key, command::store(crate::StoreMode::Set, value, 0), command::Reply::Ok), end)
+    } else {
+        (command::key(key, crate::command::Op::Get(crate::command::Get::default()), command::Reply::Bulk), at)
+    };
+    match call {
+        (command::Call::Key(command), len) => Some((command, len)),
+        _ => None,
+    }
+}
+
+/// The bulk string at `at` of `buf` and where what follows it starts, where [`multibulk`]
+/// would read it the same way (else `None`).
+#[inline(always)]
+fn bulk_at(buf: &[u8], at: usize, bulk_max: u64) -> Option<(&[u8], usize)> {
+    let rest = buf.get(at..)?;
+    if rest.first() != Some(&b'$') {
+        return None;
+    }
+    let cr = find_cr(rest)?;
+    let len = number(&rest[1..cr]).filter(|&len| (0..=bulk_max as i64).contains(&len))? as usize;
+    let end = cr + 2 + len + 2;
+    (rest.len() >= end).then(|| (&rest[cr + 2..cr + 2 + len], at + end))
+}
 
 /// The frame at the front of `buf`, its bulk strings at most `bulk_max` bytes each.
 fn frame_at(buf: &[u8], bulk_max: u64) -> Framed<'_> {

@@ -166,6 +166,18 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
     let mut args = frame.args();
     let name = args.next().unwrap_or_default();
     let argc = frame.argc();
+    // GET key and SET key value, what a cache is asked most: straight to the commands the
+    // table's rows below make of them, without looking the name up among the others.
+    match argc {
+        2 if name.eq_ignore_ascii_case(b"get") => {
+            return key(args.next().unwrap_or_default(), Op::Get(Get::default()), Reply::Bulk);
+        }
+        3 if name.eq_ignore_ascii_case(b"set") => {
+            let (k, value) = (args.next().unwrap_or_default(), args.next().unwrap_or_default());
+            return key(k, store(StoreMode::Set, value, 0), Reply::Ok);
+        }
+        _ => {}
+    }
     let Some(&(spelled, arity)) =
         TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
     else {
@@ -304,11 +316,11 @@ const TABLE: &[(&str, i32)] = &[
     ("randomkey", 1),
 ];
 
-fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {
+pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {
     Call::Key(Command { key, op, answer: Answer::Resp(reply) })
 }
 
-fn store(mode: StoreMode, data: &[u8], exptime: i64) -> Op<'_> {
+pub(super) fn store(mode: StoreMode, data: &[u8], exptime: i64) -> Op<'_> {
     Op::Store(Store { mode, flags: 0, exptime, data, vivify: None, cas_in: None, drops_refused: false })
 }
 

@@ -285,3 +285,66 @@ fn a_resp3_connections_requests_answer_nulls_and_maps_as_resp3_does() {
     reply::text(b"# Keyspace\r\n", true, &mut out);
     assert_eq!(out, b"%2\r\n*4\r\n=16\r\ntxt:# Keyspace\r\n\r\n");
 }
+
+/// What the general path makes of `buf`: the command on one key framed at its front, and the
+/// request's length.
+fn framed_command(buf: &[u8], bulk_max: u64) -> Option<(String, usize)> {
+    match frame_at(buf, bulk_max) {
+        Some((Ok(frame), len)) => match call(&frame, 1 << 20) {
+            Call::Key(command) => Some((format!("{command:?}"), len)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+proptest! {
+    /// GET and SET as clients write them are read in one pass (`get_or_set`): whatever it
+    /// reads is what framing the request and looking its name up reads, for any case of the
+    /// name, any key and value, a request cut short anywhere, a byte changed anywhere, and
+    /// another request after it.
+    #[test]
+    fn get_and_set_read_in_one_pass_as_the_general_path_reads_them(
+        set in any::<bool>(),
+        upper in proptest::collection::vec(any::<bool>(), 3),
+        key in proptest::collection::vec(any::<u8>(), 0..20),
+        value in proptest::collection::vec(any::<u8>(), 0..40),
+        cut in any::<proptest::sample::Index>(),
+        changed in proptest::option::of((any::<proptest::sample::Index>(), any::<u8>())),
+        bulk_max in prop_oneof![Just(8u64), Just(1u64 << 20)],
+    ) {
+        let name: Vec<u8> = (if set { b"set" } else { b"get" })
+            .iter()
+            .zip(&upper)
+            .map(|(&byte, &up)| if up { byte.to_ascii_uppercase() } else { byte })
+            .collect();
+        let mut args: Vec<&[u8]> = vec![&name, &key];
+        if set {
+            args.push(&value);
+        }
+        let mut buf = frame_bytes(&args);
+        buf.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        if let Some((at, byte)) = changed {
+            let at = at.index(buf.len());
+            buf[at] = byte;
+        }
+        let buf = &buf[..cut.index(buf.len() + 1)];
+        if let Some((command, len)) = super::get_or_set(buf, bulk_max) {
+            prop_assert_eq!(Some((format!("{command:?}"), len)), framed_command(buf, bulk_max));
+        }
+    }
+}
+
+#[test]
+fn get_and_set_as_clients_write_them_are_read_in_one_pass() {
+    let get = frame_bytes(&[b"GET", b"key"]);
+    let (command, len) = super::get_or_set(&get, 1 << 20).expect("a GET");
+    assert_eq!((command.key, len), (&b"key"[..], get.len()));
+    let set = frame_bytes(&[b"set", b"k", b"value\r\n"]);
+    let (command, len) = super::get_or_set(&set, 1 << 20).expect("a SET");
+    assert_eq!((command.key, len), (&b"k"[..], set.len()));
+    // Other forms are the general path's.
+    assert!(super::get_or_set(&frame_bytes(&[b"SET", b"k", b"v", b"EX", b"10"]), 1 << 20).is_none());
+    assert!(super::get_or_set(&get[..get.len() - 1], 1 << 20).is_none());
+    assert!(super::get_or_set(b"GET key\r\n", 1 << 20).is_none());
+}
