@@ -93,10 +93,7 @@ fn info_is_verbatim_text_and_command_docs_an_empty_map_in_resp3() {
 
 #[test]
 fn hello_3_with_auth_before_authentication_switches_too() {
-    let dir = std::env::temp_dir().join(format!("qs-resp3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("directory");
-    let users = dir.join("users");
-    std::fs::write(&users, "app:pw\n").expect("users");
+    let users = common::resp::users_file("resp3");
     let (_server, port) = quicksilver(&["-Y", users.to_str().expect("path")]);
     let mut client: Client = connect(port);
     // Before authentication the marker `call` sends is refused too: read each reply whole.
@@ -107,5 +104,4 @@ fn hello_3_with_auth_before_authentication_switches_too() {
     assert!(hello.starts_with(b"%7\r\n") && hello.windows(4).any(|w| w == b":3\r\n"), "{hello:?}");
     assert_eq!(call(&mut client, &frame(&["GET", "k"])), b"_\r\n");
     assert_eq!(call(&mut client, &frame(&["CLIENT", "GETNAME"])), b"$3\r\nweb\r\n");
-    let _ = std::fs::remove_dir_all(dir);
 }

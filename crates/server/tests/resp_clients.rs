@@ -151,10 +151,7 @@ fn reset_shutdown_and_debug_forms_answer_as_redis_server_does() {
 
 #[test]
 fn reset_asks_for_authentication_again_where_a_password_is_set() {
-    let dir = std::env::temp_dir().join(format!("qs-resp-reset-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("directory");
-    let users = dir.join("users");
-    std::fs::write(&users, "app:pw\n").expect("users");
+    let users = common::resp::users_file("resp-reset");
     let (_server, port) = quicksilver(&["-t", "2", "-Y", users.to_str().expect("path")]);
     let mut client = connect(port);
     // In one write: what follows RESET meets the gate.
@@ -167,7 +164,6 @@ fn reset_asks_for_authentication_again_where_a_password_is_set() {
     client.send(&request);
     let want = "+OK\r\n+OK\r\n+RESET\r\n-NOAUTH Authentication required.\r\n+RESET\r\n+OK\r\n$1\r\nv\r\n";
     assert_eq!(String::from_utf8_lossy(&client.read_until(b"$1\r\nv\r\n")), want);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -222,14 +222,7 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
         Refusal::NoProto => {
             out.extend_from_slice(b"-NOPROTO sorry, this protocol version is not supported.\r\n")
         }
-        Refusal::HelloOption(option) => {
-            let start = out.len();
-            out.extend_from_slice(b"-ERR Syntax error in HELLO option '");
-            out.extend_from_slice(option);
-            out.push(b'\'');
-            spaces_for_line_ends(&mut out[start + 1..]);
-            out.extend_from_slice(b"\r\n");
-        }
+        Refusal::HelloOption(option) => quoted(b"Syntax error in HELLO option ", option, out),
         Refusal::UnsupportedOption(option) => {
             let start = out.len();
             out.extend_from_slice(b"-ERR Unsupported option ");
@@ -248,14 +241,7 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
             spaces_for_line_ends(&mut out[start + 1..]);
             out.extend_from_slice(b"\r\n");
         }
-        Refusal::ClientType(name) => {
-            let start = out.len();
-            out.extend_from_slice(b"-ERR Unknown client type '");
-            out.extend_from_slice(name);
-            out.push(b'\'');
-            spaces_for_line_ends(&mut out[start + 1..]);
-            out.extend_from_slice(b"\r\n");
-        }
+        Refusal::ClientType(name) => quoted(b"Unknown client type ", name, out),
         Refusal::SubcommandArity(frame) => {
             let (name, sub) = (frame.arg(0).unwrap_or_default(), frame.arg(1).unwrap_or_default());
             out.extend_from_slice(b"-ERR wrong number of arguments for '");
@@ -265,6 +251,18 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(b"' command\r\n");
         }
     }
+}
+
+/// `-ERR <text>'<quoted>'`, the client's bytes quoted as redis-server quotes them.
+fn quoted(text: &[u8], quoted: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(b"-ERR ");
+    out.extend_from_slice(text);
+    out.push(b'\'');
+    out.extend_from_slice(quoted);
+    out.push(b'\'');
+    spaces_for_line_ends(&mut out[start + 1..]);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// redis-server's error lines turn `\r` and `\n` into spaces.

@@ -157,3 +157,13 @@ pub fn without_id(reply: &[u8]) -> Vec<u8> {
     let end = at + text[at..].find("\r\n$4\r\nmode").expect("then the mode");
     format!("{}{}", &text[..at], &text[end..]).into_bytes()
 }
+
+/// A `-Y` users file with one user, `app` with password `pw`, in a temporary directory named
+/// after the test and the process.
+pub fn users_file(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("qs-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("directory");
+    let users = dir.join("users");
+    std::fs::write(&users, "app:pw\n").expect("users");
+    users
+}
