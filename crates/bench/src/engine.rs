@@ -4,12 +4,12 @@
 use crate::workload::{value_matches, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
 use qs_store::index::{BUCKET_BYTES, SLOTS_PER_BUCKET};
 use qs_store::{
-    Access, Command, Config, Eviction, Expiry, HugePages, Outcome, Partition, Request, StoreMode,
+    Access, Command, Config, Eviction, Expiry, HugePages, Now, Outcome, Partition, Request, StoreMode,
 };
 use std::time::Instant;
 
 /// The clock the benchmark hands the engine (no item expires, so any fixed time will do).
-const NOW_SECS: u32 = 1_700_000_000;
+const NOW: Now = Now::from_secs(1_700_000_000);
 
 /// Which store to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -182,7 +182,7 @@ impl Target {
 fn partition_for(args: &EngineArgs) -> Target {
     let (key_len, value_len) = args.dataset.sizes();
     let store_mode = args.mode == ModeArg::Store;
-    let item_bytes = qs_store::item::item_bytes(key_len, value_len, store_mode);
+    let item_bytes = qs_store::item::item_bytes(key_len, value_len, if store_mode { qs_store::item::STORE_EXT_BYTES } else { 0 });
     let data_bytes = args.keys as usize * item_bytes;
     // Store mode: the arena holds every item once in its tagged block (overwrites of the same
     // size stay in place), padded by up to a quarter to keep small items off an extra cache
@@ -229,7 +229,7 @@ fn run_qs<const K: usize, const V: usize>(args: &EngineArgs) -> EngineReport {
         (*partition.stats(), partition.page_kinds(), partition.index_bytes(), partition.slot_count())
     });
     let store_mode = args.mode == ModeArg::Store;
-    let item_bytes = qs_store::item::item_bytes(key_len, value_len, store_mode);
+    let item_bytes = qs_store::item::item_bytes(key_len, value_len, if store_mode { qs_store::item::STORE_EXT_BYTES } else { 0 });
     // Store mode: an item costs its whole tagged block, padding included.
     let item_bytes =
         if store_mode { stats.bytes as f64 / stats.items.max(1) as f64 } else { item_bytes as f64 };
@@ -335,10 +335,10 @@ impl<const K: usize, const V: usize> Batcher<K, V> {
         self.outcomes.clear();
         match partition {
             Target::Owned(partition) => {
-                partition.execute_batch(&requests, NOW_SECS, prefetch, &mut self.out, &mut self.outcomes)
+                partition.execute_batch(&requests, NOW, prefetch, &mut self.out, &mut self.outcomes)
             }
             Target::Shared(partition) => {
-                partition.execute_batch(&requests, NOW_SECS, &mut self.out, &mut self.outcomes)
+                partition.execute_batch(&requests, NOW, &mut self.out, &mut self.outcomes)
             }
         }
         self.spare = recycle(requests);

@@ -5,7 +5,7 @@
 
 use crate::command::{Answer, Command, Created};
 use crate::{Limits, Request, StoreMode};
-use qs_store::{Hit, Outcome};
+use qs_store::{Hit, Now, Outcome};
 
 impl<'r> Request<'r> {
     /// A single-key command in the one vocabulary ([`crate::command`]), whatever its dialect;
@@ -87,11 +87,11 @@ impl Answer<'_> {
 
     /// incr/decr's reply; `cas` is the counter's.
     #[inline]
-    pub fn arith(&self, (outcome, created): (&Outcome, Created), cas: u64, now_secs: u32, out: &mut Vec<u8>) {
+    pub fn arith(&self, (outcome, created): (&Outcome, Created), cas: u64, now: Now, out: &mut Vec<u8>) {
         match *self {
             Answer::Text { noreply: true, .. } => {}
             Answer::Text { .. } => crate::text::reply::arith(outcome, out),
-            Answer::Meta(meta) => crate::meta::reply::arith(meta, (outcome, created), cas, now_secs, out),
+            Answer::Meta(meta) => crate::meta::reply::arith(meta, (outcome, created), cas, now, out),
             Answer::Binary { opcode, opaque, quiet, .. } => {
                 crate::binary::reply::arith((opcode, opaque, quiet), outcome, cas, out);
             }
@@ -117,7 +117,7 @@ impl Answer<'_> {
     /// win token, a stale item). Whether the value follows it (a meta get without `v`, or
     /// whose `C` names the version the client has, sends none).
     #[inline(always)]
-    pub fn head(&self, key: &[u8], hit: &Hit, cas: u64, now_secs: u32, out: &mut Vec<u8>) -> bool {
+    pub fn head(&self, key: &[u8], hit: &Hit, cas: u64, now: Now, out: &mut Vec<u8>) -> bool {
         match *self {
             Answer::Text { with_cas, .. } => {
                 crate::text::reply::head(key, hit, with_cas.then_some(cas), out);
@@ -128,7 +128,7 @@ impl Answer<'_> {
                 crate::binary::reply::head((opcode, opaque), key, hit, cas, out);
                 true
             }
-            Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now_secs, out),
+            Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now, out),
             Answer::Resp(_) => {
                 crate::resp::reply::head(hit, out);
                 true
@@ -159,19 +159,19 @@ impl Answer<'_> {
 
     /// A meta get's miss that created an empty item (N) and won it.
     #[inline]
-    pub fn vivified(&self, cas: u64, now_secs: u32, out: &mut Vec<u8>) {
+    pub fn vivified(&self, cas: u64, now: Now, out: &mut Vec<u8>) {
         if let Answer::Meta(meta) = *self {
-            crate::meta::reply::vivified(meta, cas, now_secs, out);
+            crate::meta::reply::vivified(meta, cas, now, out);
         }
     }
 
     /// me's reply: the item (its CAS and size as memcached counts it), or none.
     #[inline]
-    pub fn inspect(&self, found: Option<(&Hit, u64, usize)>, now_secs: u32, out: &mut Vec<u8>) {
+    pub fn inspect(&self, found: Option<(&Hit, u64, usize)>, now: Now, out: &mut Vec<u8>) {
         match *self {
-            Answer::Meta(meta) => crate::meta::reply::inspect(meta, found, now_secs, out),
+            Answer::Meta(meta) => crate::meta::reply::inspect(meta, found, now, out),
             Answer::Resp(reply) => {
-                crate::resp::reply::inspect(reply, found.map(|(hit, _, _)| hit), now_secs, out)
+                crate::resp::reply::inspect(reply, found.map(|(hit, _, _)| hit), now, out)
             }
             _ => {}
         }

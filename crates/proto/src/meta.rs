@@ -266,6 +266,7 @@ impl<'r> Meta<'r> {
 }
 
 pub(crate) mod reply;
+pub use reply::ttl_secs;
 
 #[cfg(test)]
 mod tests;

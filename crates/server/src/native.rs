@@ -567,7 +567,7 @@ fn execute(
             let seen = (peer, request.request_id);
             let decrement = request.opcode == Opcode::Decr;
             let asked = (key, decrement, request.operand);
-            if let Some((status, value)) = dedupe.get(seen, asked, engine.now_secs) {
+            if let Some((status, value)) = dedupe.get(seen, asked, engine.now.secs()) {
                 engine.counters.native_duplicates += 1;
                 reply.push(spare, status, id, 0, value, b"");
                 return;
@@ -579,7 +579,7 @@ fn execute(
                 Outcome::OutOfMemory => (Status::OutOfMemory, 0),
                 _ => (Status::NotFound, 0),
             };
-            dedupe.insert(seen, asked, engine.now_secs, (status, value));
+            dedupe.insert(seen, asked, engine.now.secs(), (status, value));
             reply.push(spare, status, id, 0, value, b"");
         }
         Opcode::Touch => {

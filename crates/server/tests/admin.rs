@@ -270,7 +270,7 @@ fn stats_mrc_estimates_the_exact_lru_curve() {
         let u = (state >> 11) as f64 / (1u64 << 53) as f64;
         cumulative.partition_point(|&c| c < u).min(keys - 1)
     };
-    let item_bytes = |key: &str| qs_store::item::item_bytes(key.len(), value.len(), false) as u64;
+    let item_bytes = |key: &str| qs_store::item::item_bytes(key.len(), value.len(), 0) as u64;
     let keyhash = |key: &str| qs_store::KeyHash::of(key.as_bytes()).0;
     let mut exact = StackDistances::new();
     let mut distances = Vec::new();

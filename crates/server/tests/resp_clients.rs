@@ -257,6 +257,9 @@ fn memory_usage_and_object_answer_as_redis_server_does() {
     call(&mut client, &frame(&["SET", "mk", "hello"]));
     // 16 bytes of header, then key and value in one word.
     assert_eq!(call(&mut client, &frame(&["MEMORY", "USAGE", "mk"])), b":24\r\n");
-    call(&mut client, &frame(&["EXPIRE", "mk", "100"]));
+    // An expiry adds the extension word; one within a second, the precise word too.
+    call(&mut client, &frame(&["EXPIREAT", "mk", "4102444800"]));
     assert_eq!(call(&mut client, &frame(&["MEMORY", "USAGE", "mk"])), b":32\r\n");
+    call(&mut client, &frame(&["PEXPIREAT", "mk", "4102444800123"]));
+    assert_eq!(call(&mut client, &frame(&["MEMORY", "USAGE", "mk"])), b":40\r\n");
 }

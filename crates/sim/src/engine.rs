@@ -11,7 +11,7 @@
 
 use crate::stream::{Access, Op};
 use qs_store::index::{BUCKET_BYTES, SLOTS_PER_BUCKET};
-use qs_store::{Command, Config, Eviction, Expiry, KeyHash, Outcome, Partition, Request, StoreMode};
+use qs_store::{Command, Config, Eviction, Expiry, KeyHash, Now, Outcome, Partition, Request, StoreMode};
 
 /// How the engine is built.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +116,7 @@ impl EngineSim {
     /// time, waiting for the head.
     pub fn expired_share(&self) -> f64 {
         let held: u64 = self.partitions.iter().map(|partition| partition.stats().bytes).sum();
-        let gone: u64 = self.partitions.iter().map(|partition| partition.gone_bytes(self.now)).sum();
+        let gone: u64 = self.partitions.iter().map(|partition| partition.gone_bytes(Now::from_secs(self.now))).sum();
         gone as f64 / held.max(1) as f64
     }
 
@@ -153,9 +153,9 @@ impl EngineSim {
                 let expired_before = self.partitions[index].stats().get_expired;
                 let partition = &mut self.partitions[index];
                 let outcome = if self.flash {
-                    partition.execute_with_flash(&request, now, &mut self.out)
+                    partition.execute_with_flash(&request, Now::from_secs(now), &mut self.out)
                 } else {
-                    partition.run(&request, now, &mut self.out)
+                    partition.run(&request, Now::from_secs(now), &mut self.out)
                 };
                 match outcome {
                     Outcome::Hit(_) => self.tally.hits += 1,
@@ -173,9 +173,9 @@ impl EngineSim {
             Op::Delete => {
                 let request = Request { key, hash, command: Command::Delete { cas: 0 } };
                 if self.flash {
-                    self.partitions[index].execute_with_flash(&request, now, &mut self.out);
+                    self.partitions[index].execute_with_flash(&request, Now::from_secs(now), &mut self.out);
                 } else {
-                    self.partitions[index].run(&request, now, &mut self.out);
+                    self.partitions[index].run(&request, Now::from_secs(now), &mut self.out);
                 }
             }
         }
@@ -183,10 +183,10 @@ impl EngineSim {
 
     fn set(&mut self, index: usize, key: &[u8], hash: KeyHash, access: &Access, now: u32) {
         let size = (access.value_size as usize).min(self.value.len());
-        let expiry = if access.ttl == 0 { Expiry::NEVER } else { Expiry(now + access.ttl) };
+        let expiry = if access.ttl == 0 { Expiry::NEVER } else { Expiry::at_secs(now + access.ttl) };
         let command = Command::Store { mode: StoreMode::Set, value: &self.value[..size], flags: 0, expiry };
         let request = Request { key, hash, command };
-        self.partitions[index].run(&request, now, &mut self.out);
+        self.partitions[index].run(&request, Now::from_secs(now), &mut self.out);
     }
 
     /// The run so far.

@@ -7,6 +7,7 @@
 //! owner-only state (tail, statistics, CAS sequence) behind one lock, writers to different buckets
 //! of one partition serialise here. That is the cost CRCW is kept to show.
 
+use crate::item::Now;
 use crate::command::{Command, Outcome, Request};
 use crate::config::{Access, Config};
 use crate::partition::Partition;
@@ -37,10 +38,10 @@ impl SharedPartition {
     }
 
     /// Runs one request: a plain get lock-free, anything else under the lock.
-    pub fn execute(&self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+    pub fn execute(&self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         match request.command {
-            Command::Get => self.reader.get(request.hash, request.key, now_secs, out),
-            _ => self.lock().execute(request, now_secs, out),
+            Command::Get => self.reader.get(request.hash, request.key, now, out),
+            _ => self.lock().execute(request, now, out),
         }
     }
 
@@ -48,18 +49,18 @@ impl SharedPartition {
     pub fn execute_batch(
         &self,
         requests: &[Request<'_>],
-        now_secs: u32,
+        now: Now,
         out: &mut Vec<u8>,
         outcomes: &mut Vec<Outcome>,
     ) {
         for request in requests {
-            outcomes.push(self.execute(request, now_secs, out));
+            outcomes.push(self.execute(request, now, out));
         }
     }
 
     /// flush_all (see [`Partition::flush_all`]).
-    pub fn flush_all(&self, now_secs: u32, delay_secs: u32) {
-        self.lock().flush_all(now_secs, delay_secs, true);
+    pub fn flush_all(&self, now: Now, delay_secs: u32) {
+        self.lock().flush_all(now, delay_secs, true);
     }
 
     /// The writers' counters (lock-free gets are not counted here).

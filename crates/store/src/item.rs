@@ -2,28 +2,39 @@
 //! padded to whole words.
 //!
 //! ```text
-//! word 0  63      56 55      48 47                                              0
-//!        +----------+----------+-------------------------------------------------+
-//!        |   bits   | key len  |           CAS sequence (per partition)          |
-//!        +----------+----------+-------------------------------------------------+
+//! word 0  63      56 55      48  47  46                                          0
+//!        +----------+----------+---+---------------------------------------------+
+//!        |   bits   | key len  | P |         CAS sequence (per partition)        |
+//!        +----------+----------+---+---------------------------------------------+
 //! word 1  63                        32 31  28 27                                 0
 //!        +----------------------------+------+-----------------------------------+
 //!        |  last access (unix secs)   |slack |           value length            |
 //!        +----------------------------+------+-----------------------------------+
 //! ext     63                        32 31                                        0
 //! (if    +----------------------------+------------------------------------------+
-//!  EXT)  |  expiry (unix secs, 0=never)|            client flags                 |
+//!  EXT)  | expiry (unix secs, rounded |            client flags                 |
+//!        |   up; 0 = never)           |                                         |
 //!        +----------------------------+------------------------------------------+
+//! (if P) |        expiry (unix milliseconds, when not a whole second)            |
+//!        +-----------------------------------------------------------------------+
 //! then   key bytes, value bytes, zero padding to a word, `slack` spare words
 //! ```
 //! Flags and expiry are stored only when either is non-zero, so a tiny item (8-byte key, 8-byte
-//! value) takes 32 bytes: 16 of header and 16 of data. `slack` keeps the item's initial size
-//! after an in-place update that shrank it, so it may grow back in place.
+//! value) takes 32 bytes: 16 of header and 16 of data. An expiry that falls within a second
+//! (Redis's PX, PEXPIREAT, and any relative Redis TTL) adds the precise word `P` marks; the
+//! extension's whole seconds, rounded up, still tell the coarse readers (the crawler, the
+//! flash tier's index) when it goes. `slack` keeps the item's initial size after an in-place
+//! update that shrank it, so it may grow back in place.
 
 /// Bytes in the fixed header.
 pub const HEADER_BYTES: usize = 16;
 /// Bytes of the optional flags/expiry extension.
 pub const EXT_BYTES: usize = 8;
+/// Bytes of the optional precise expiry after the extension (word 0's `P`).
+pub const PRECISE_BYTES: usize = 8;
+/// Bytes after the header of every item in store mode, which keeps both words on each so a
+/// new expiry never moves one.
+pub const STORE_EXT_BYTES: usize = EXT_BYTES + PRECISE_BYTES;
 /// Longest key, as memcached.
 pub const KEY_BYTES_MAX: usize = 250;
 /// Longest value the header can describe.
@@ -31,10 +42,11 @@ pub const VALUE_BYTES_MAX: usize = (1 << VALUE_LEN_BITS) - 1;
 /// Most spare words an item keeps after shrinking in place.
 pub const SLACK_WORDS_MAX: usize = (1 << SLACK_BITS) - 1;
 /// Bits of the per-partition CAS sequence.
-pub const CAS_BITS: u32 = 48;
+pub const CAS_BITS: u32 = 47;
 
 const VALUE_LEN_BITS: u32 = 28;
 const SLACK_BITS: u32 = 4;
+const PRECISE_BIT: u64 = 1 << CAS_BITS;
 const CAS_MASK: u64 = (1 << CAS_BITS) - 1;
 
 /// Header bit: the item is superseded (overwritten, deleted, re-appended or dropped by the
@@ -96,6 +108,14 @@ impl Word0 {
     pub const fn has(self, bit: u8) -> bool {
         self.bits() & bit != 0
     }
+    /// Whether the precise expiry word follows the extension (`P`).
+    pub const fn precise(self) -> bool {
+        self.0 & PRECISE_BIT != 0
+    }
+    /// This word saying whether the precise expiry word follows the extension.
+    pub const fn with_precise(self, precise: bool) -> Word0 {
+        Word0(self.0 & !PRECISE_BIT | if precise { PRECISE_BIT } else { 0 })
+    }
     /// The clock policy's read count (0 to [`FREQ_MAX`]).
     pub const fn freq(self) -> u8 {
         (self.bits() & FREQ_BITS) >> FREQ_SHIFT
@@ -134,64 +154,159 @@ impl Word1 {
     }
 }
 
-/// The extension word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ext(pub u64);
+/// The extension: flags and expiry, in one word or, for an expiry within a second, two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Ext {
+    word: u64,
+    /// The expiry in unix milliseconds when it is not a whole second, else 0.
+    precise_ms: u64,
+}
 
 impl Ext {
+    /// No flags, no expiry: an item without the extension.
+    pub const NONE: Ext = Ext { word: 0, precise_ms: 0 };
+
     /// Packs the fields.
     pub const fn new(flags: u32, expiry: Expiry) -> Ext {
-        Ext(flags as u64 | (expiry.0 as u64) << 32)
+        let precise_ms = if expiry.0 % 1000 != 0 { expiry.0 } else { 0 };
+        Ext { word: flags as u64 | (expiry.secs() as u64) << 32, precise_ms }
+    }
+    /// The extension as read from the log: its word and, if word 1 says one follows, the
+    /// precise word (else 0).
+    pub const fn from_words(word: u64, precise_word: u64) -> Ext {
+        Ext { word, precise_ms: precise_word }
+    }
+    /// The extension word.
+    pub const fn word(self) -> u64 {
+        self.word
+    }
+    /// Whether the expiry needs the precise word.
+    pub const fn is_precise(self) -> bool {
+        self.precise_ms != 0
+    }
+    /// Bytes after the header: 0 for no flags and no expiry, else the extension word and the
+    /// precise word if the expiry needs it.
+    pub const fn bytes(self) -> usize {
+        if self.precise_ms != 0 {
+            EXT_BYTES + PRECISE_BYTES
+        } else if self.word != 0 {
+            EXT_BYTES
+        } else {
+            0
+        }
     }
     /// memcached client flags.
     pub const fn flags(self) -> u32 {
-        self.0 as u32
+        self.word as u32
     }
     /// Expiry.
     pub const fn expiry(self) -> Expiry {
-        Expiry((self.0 >> 32) as u32)
+        if self.precise_ms != 0 {
+            Expiry(self.precise_ms)
+        } else {
+            Expiry::at_secs((self.word >> 32) as u32)
+        }
     }
 }
 
-/// Bytes an item with these lengths occupies in the log, slack excluded.
+/// Bytes an item with these lengths occupies in the log, slack excluded; `ext_bytes` is
+/// [`Ext::bytes`].
 #[inline(always)]
-pub const fn item_bytes(key_len: usize, value_len: usize, ext: bool) -> usize {
-    HEADER_BYTES + if ext { EXT_BYTES } else { 0 } + (key_len + value_len).next_multiple_of(8)
+pub const fn item_bytes(key_len: usize, value_len: usize, ext_bytes: usize) -> usize {
+    HEADER_BYTES + ext_bytes + (key_len + value_len).next_multiple_of(8)
 }
 
-/// When an item stops answering: 0 = never, otherwise the unix second from which it is expired.
+/// Now, as the store reads it: one reading of the clock in unix seconds and milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    secs: u32,
+    ms: u64,
+}
+
+impl Now {
+    /// The start of unix second `secs`.
+    pub const fn from_secs(secs: u32) -> Now {
+        Now { secs, ms: secs as u64 * 1000 }
+    }
+    /// Unix millisecond `ms`.
+    pub const fn from_ms(ms: u64) -> Now {
+        let secs = ms / 1000;
+        Now { secs: if secs > u32::MAX as u64 { u32::MAX } else { secs as u32 }, ms }
+    }
+    /// Unix seconds.
+    #[inline(always)]
+    pub const fn secs(self) -> u32 {
+        self.secs
+    }
+    /// Unix milliseconds.
+    #[inline(always)]
+    pub const fn ms(self) -> u64 {
+        self.ms
+    }
+}
+
+/// When an item stops answering: 0 = never, otherwise the unix millisecond from which it is
+/// expired. memcached's expiries are whole seconds; Redis's may fall within one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord)]
-pub struct Expiry(pub u32);
+pub struct Expiry(u64);
 
 /// memcached's bound between relative and absolute exptimes: 30 days in seconds.
 pub const RELATIVE_EXPTIME_SECS_MAX: i64 = 60 * 60 * 24 * 30;
+/// From here up an exptime is a unix time in milliseconds: how Redis's deadlines reach the
+/// store. memcached's exptimes are 32-bit, so none is read this way.
+pub const MILLIS_EXPTIME_MIN: i64 = 1 << 32;
 
 impl Expiry {
     /// Never expires.
     pub const NEVER: Expiry = Expiry(0);
     /// Already expired at any `now` after 1970-01-01T00:00:01.
-    pub const PAST: Expiry = Expiry(1);
+    pub const PAST: Expiry = Expiry(1000);
+
+    /// Expires at the start of unix second `secs` (0: never).
+    pub const fn at_secs(secs: u32) -> Expiry {
+        Expiry(secs as u64 * 1000)
+    }
+    /// Expires at unix millisecond `ms` (0: never), no later than [`u32::MAX`] seconds.
+    pub const fn at_ms(ms: u64) -> Expiry {
+        Expiry(if ms > u32::MAX as u64 * 1000 { u32::MAX as u64 * 1000 } else { ms })
+    }
+    /// The unix second it expires at, rounded up (0: never).
+    pub const fn secs(self) -> u32 {
+        self.0.div_ceil(1000) as u32
+    }
+    /// The unix millisecond it expires at (0: never).
+    pub const fn ms(self) -> u64 {
+        self.0
+    }
 
     /// memcached's rules: 0 never; negative already expired; up to 30 days relative to now;
-    /// beyond that an absolute unix time (in the past: already expired).
-    pub fn from_exptime(exptime: i64, now_secs: u32) -> Expiry {
+    /// beyond that an absolute unix time (in the past: already expired); from
+    /// [`MILLIS_EXPTIME_MIN`] up, a unix time in milliseconds.
+    pub fn from_exptime(exptime: i64, now: Now) -> Expiry {
+        let now_secs = now.secs();
         if exptime == 0 {
             Expiry::NEVER
         } else if exptime < 0 {
             Expiry::PAST
+        } else if exptime >= MILLIS_EXPTIME_MIN {
+            if exptime as u64 <= now.ms() {
+                Expiry::PAST
+            } else {
+                Expiry::at_ms(exptime as u64)
+            }
         } else if exptime <= RELATIVE_EXPTIME_SECS_MAX {
-            Expiry(now_secs.saturating_add(exptime as u32))
+            Expiry::at_secs(now_secs.saturating_add(exptime as u32))
         } else if exptime <= now_secs as i64 {
             Expiry::PAST
         } else {
-            Expiry(exptime.min(u32::MAX as i64) as u32)
+            Expiry::at_secs(exptime.min(u32::MAX as i64) as u32)
         }
     }
 
-    /// Whether the item no longer answers at `now_secs`.
+    /// Whether the item no longer answers at `now`.
     #[inline(always)]
-    pub const fn is_expired(self, now_secs: u32) -> bool {
-        self.0 != 0 && self.0 <= now_secs
+    pub const fn is_expired(self, now: Now) -> bool {
+        self.0 != 0 && self.0 <= now.ms()
     }
 }
 
@@ -262,8 +377,12 @@ mod tests {
 
     #[test]
     fn header_words_round_trip() {
-        let word0 = Word0::new(0xFFFF_FFFF_FFFF, 250, BIT_EXT | BIT_FETCHED);
-        assert_eq!(word0.cas_seq(), 0xFFFF_FFFF_FFFF);
+        let word0 = Word0::new(0x7FFF_FFFF_FFFF, 250, BIT_EXT | BIT_FETCHED);
+        assert_eq!(word0.cas_seq(), 0x7FFF_FFFF_FFFF);
+        assert!(!word0.precise() && word0.with_precise(true).precise());
+        assert_eq!(word0.with_precise(true).with_cas_seq(5).cas_seq(), 5);
+        assert!(word0.with_precise(true).with_cas_seq(5).with_bit(BIT_DEAD).precise());
+        assert_eq!(word0.with_precise(true).key_len(), 250);
         assert_eq!(word0.key_len(), 250);
         assert!(word0.has(BIT_EXT) && word0.has(BIT_FETCHED) && !word0.has(BIT_DEAD));
         assert_eq!(word0.with_bit(BIT_DEAD).without_bit(BIT_DEAD), word0);
@@ -274,31 +393,64 @@ mod tests {
         assert_eq!(word1.slack_words(), SLACK_WORDS_MAX);
         assert_eq!(word1.last_access(), u32::MAX);
         assert_eq!(word1.with_last_access(3).value_len(), VALUE_BYTES_MAX);
-        let ext = Ext::new(0xDEAD_BEEF, Expiry(77));
-        assert_eq!((ext.flags(), ext.expiry()), (0xDEAD_BEEF, Expiry(77)));
+        let ext = Ext::new(0xDEAD_BEEF, Expiry::at_secs(77));
+        assert_eq!((ext.flags(), ext.expiry(), ext.bytes()), (0xDEAD_BEEF, Expiry::at_secs(77), EXT_BYTES));
         assert!(Word0::PAD.has(BIT_PAD));
     }
 
     #[test]
+    fn an_expiry_within_a_second_takes_the_precise_word() {
+        let ext = Ext::new(7, Expiry::at_ms(1_700_000_000_250));
+        assert!(ext.is_precise());
+        assert_eq!(ext.bytes(), EXT_BYTES + PRECISE_BYTES);
+        // The extension word keeps the second, rounded up, for the coarse readers.
+        assert_eq!(ext.word() >> 32, 1_700_000_001);
+        let read = Ext::from_words(ext.word(), 1_700_000_000_250);
+        assert_eq!((read.flags(), read.expiry()), (7, Expiry::at_ms(1_700_000_000_250)));
+        // A whole second needs no precise word; a precise word holding one reads the same.
+        let whole = Ext::new(0, Expiry::at_ms(1_700_000_001_000));
+        assert_eq!((whole.is_precise(), whole.bytes()), (false, EXT_BYTES));
+        assert_eq!(Ext::from_words(whole.word(), 1_700_000_001_000).expiry(), whole.expiry());
+        assert_eq!(Ext::from_words(whole.word(), 0).expiry(), whole.expiry());
+        assert_eq!(Ext::new(0, Expiry::NEVER).bytes(), 0);
+    }
+
+    #[test]
     fn tiny_item_is_32_bytes() {
-        assert_eq!(item_bytes(8, 8, false), 32);
-        assert_eq!(item_bytes(8, 8, true), 40);
-        assert_eq!(item_bytes(1, 0, false), 24);
-        assert_eq!(item_bytes(0, 0, false), 16);
+        assert_eq!(item_bytes(8, 8, 0), 32);
+        assert_eq!(item_bytes(8, 8, EXT_BYTES), 40);
+        assert_eq!(item_bytes(1, 0, 0), 24);
+        assert_eq!(item_bytes(0, 0, 0), 16);
     }
 
     #[test]
     fn exptime_follows_memcached() {
-        let now = 1_700_000_000;
+        let secs = 1_700_000_000;
+        let now = Now::from_secs(secs);
         assert_eq!(Expiry::from_exptime(0, now), Expiry::NEVER);
         assert!(Expiry::from_exptime(-1, now).is_expired(now));
-        assert_eq!(Expiry::from_exptime(10, now), Expiry(now + 10));
-        assert_eq!(Expiry::from_exptime(RELATIVE_EXPTIME_SECS_MAX, now).0, now + 2_592_000);
+        assert_eq!(Expiry::from_exptime(10, now), Expiry::at_secs(secs + 10));
+        assert_eq!(Expiry::from_exptime(RELATIVE_EXPTIME_SECS_MAX, now).secs(), secs + 2_592_000);
         assert_eq!(Expiry::from_exptime(RELATIVE_EXPTIME_SECS_MAX + 1, now), Expiry::PAST);
-        assert_eq!(Expiry::from_exptime(now as i64 + 5, now), Expiry(now + 5));
-        assert!(!Expiry(now + 1).is_expired(now));
-        assert!(Expiry(now + 1).is_expired(now + 1));
-        assert!(!Expiry::NEVER.is_expired(u32::MAX));
+        assert_eq!(Expiry::from_exptime(secs as i64 + 5, now), Expiry::at_secs(secs + 5));
+        assert!(!Expiry::at_secs(secs + 1).is_expired(now));
+        assert!(Expiry::at_secs(secs + 1).is_expired(Now::from_secs(secs + 1)));
+        // Late in a second, a whole-second expiry is still a second away.
+        assert!(!Expiry::at_secs(secs + 1).is_expired(Now::from_ms(u64::from(secs) * 1000 + 999)));
+        assert!(!Expiry::NEVER.is_expired(Now::from_secs(u32::MAX)));
+    }
+
+    #[test]
+    fn a_millisecond_exptime_expires_to_the_millisecond() {
+        let now = Now::from_ms(1_700_000_000_400);
+        let expiry = Expiry::from_exptime(1_700_000_000_500, now);
+        assert_eq!((expiry.ms(), expiry.secs()), (1_700_000_000_500, 1_700_000_001));
+        assert!(!expiry.is_expired(now));
+        assert!(!expiry.is_expired(Now::from_ms(1_700_000_000_499)));
+        assert!(expiry.is_expired(Now::from_ms(1_700_000_000_500)));
+        assert_eq!(Expiry::from_exptime(1_700_000_000_400, now), Expiry::PAST);
+        assert!(MILLIS_EXPTIME_MIN > i64::from(u32::MAX), "no memcached exptime reads as milliseconds");
+        assert_eq!(Expiry::at_ms(u64::MAX).secs(), u32::MAX);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A [`Partition`] is a circular log of items plus a lossy set-associative index over it, owned
 //! by one thread. Requests come in batches ([`Partition::execute_batch`]) and go through a
-//! prefetch pipeline (buckets, then items, then execution). Time is an argument (`now_secs`,
+//! prefetch pipeline (buckets, then items, then execution). Time is an argument (`now`,
 //! unix seconds); the crate reads no clock, does no I/O and starts no threads.
 //!
 //! Module map: [`keyhash`] (which hash bits do what), [`region`] (pages; the only `unsafe`),
@@ -14,6 +14,7 @@
 //! distances, exact and sampled: miss-ratio curves, for `stats mrc` and qs-sim).
 
 pub mod arena;
+pub mod clock;
 pub mod command;
 pub mod config;
 pub mod crcw;
@@ -37,7 +38,7 @@ pub mod words;
 pub use command::{deliver, Append, Command, Hit, MetaGet, Outcome, Request, StoreMode, ValueSink};
 pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
-pub use item::{Expiry, KEY_BYTES_MAX};
+pub use item::{Expiry, Now, KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
 pub use partition::{
     Arriving, Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,

@@ -7,7 +7,7 @@
 //! physical 0 (padded wrap, which keeps anonymous transparent huge pages usable). So a log may
 //! have any size (a partition's exact share of -m) at the cost of one lap's skip per wrap.
 
-use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_PAD, EXT_BYTES, HEADER_BYTES};
+use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_PAD, EXT_BYTES, HEADER_BYTES, PRECISE_BYTES};
 use crate::region::{prefetch, HugePages, PageKind, Region};
 use crate::sync::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -123,12 +123,21 @@ impl Header {
     /// Byte offset of the key from the item's start.
     #[inline(always)]
     pub fn key_start(&self) -> usize {
-        HEADER_BYTES + if self.word0.has(BIT_EXT) { EXT_BYTES } else { 0 }
+        HEADER_BYTES + self.ext_bytes()
+    }
+    /// Bytes of the extension and precise expiry words, as the header says they follow.
+    #[inline(always)]
+    pub fn ext_bytes(&self) -> usize {
+        match (self.word0.has(BIT_EXT), self.word0.precise()) {
+            (false, _) => 0,
+            (true, false) => EXT_BYTES,
+            (true, true) => EXT_BYTES + PRECISE_BYTES,
+        }
     }
     /// Bytes the item occupies, its slack included.
     #[inline(always)]
     pub fn capacity(&self) -> usize {
-        crate::item::item_bytes(self.word0.key_len(), self.word1.value_len(), self.word0.has(BIT_EXT))
+        crate::item::item_bytes(self.word0.key_len(), self.word1.value_len(), self.ext_bytes())
             + self.word1.slack_words() * 8
     }
 }
@@ -339,7 +348,13 @@ impl Log {
         let at = at / 8;
         let word0 = Word0(words[at].load(Relaxed));
         let word1 = Word1(words[(at + 1) & mask].load(Relaxed));
-        let ext = if word0.has(BIT_EXT) { Ext(words[(at + 2) & mask].load(Relaxed)) } else { Ext(0) };
+        let ext = match (word0.has(BIT_EXT), word0.precise()) {
+            (false, _) => Ext::NONE,
+            (true, false) => Ext::from_words(words[(at + 2) & mask].load(Relaxed), 0),
+            (true, true) => {
+                Ext::from_words(words[(at + 2) & mask].load(Relaxed), words[(at + 3) & mask].load(Relaxed))
+            }
+        };
         Header { word0, word1, ext }
     }
 
@@ -370,11 +385,16 @@ impl Log {
         words[at / 8 + 1].store(word1.0, Relaxed);
     }
 
-    /// Writes the extension word of the item at `offset` (which must have `BIT_EXT`).
+    /// Writes the extension of the item at `offset`, which must have `BIT_EXT`; `precise_slot`
+    /// says word 0 has the precise bit (then the precise word gets the expiry, whole second or
+    /// not), and without it `ext` must not be precise.
     #[inline(always)]
-    pub fn set_ext(&self, offset: u64, ext: Ext) {
+    pub fn set_ext(&self, offset: u64, ext: Ext, precise_slot: bool) {
         let (words, at, _) = self.locate(offset);
-        words[at / 8 + 2].store(ext.0, Relaxed);
+        words[at / 8 + 2].store(ext.word(), Relaxed);
+        if precise_slot {
+            words[at / 8 + 3].store(ext.expiry().ms(), Relaxed);
+        }
     }
 
     /// Writes a padding record at `offset`.

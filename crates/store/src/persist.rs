@@ -22,8 +22,9 @@ pub const STATE_BYTES: u64 = 4096;
 /// How far the state page's CAS mark runs ahead of the next CAS sequence.
 pub const CAS_MARK_STEP: u64 = 1 << 16;
 
-/// "QSPART01": the state page of a partition laid out as this version lays it out.
-const MAGIC: u64 = u64::from_le_bytes(*b"QSPART01");
+/// "QSPART02": the state page of a partition laid out as this version lays it out (02: items
+/// may carry the precise expiry word, flagged in word 0, whose CAS sequence has 47 bits).
+const MAGIC: u64 = u64::from_le_bytes(*b"QSPART02");
 
 // The state page's words.
 const W_MAGIC: usize = 0;

@@ -14,6 +14,7 @@
 //! reader retries. Otherwise the copy is exactly what the owner last published (that metadata
 //! aside).
 
+use crate::item::Now;
 use crate::command::{Append, Hit, Outcome, ValueSink};
 use crate::index::Slot;
 use crate::item::KEY_BYTES_MAX;
@@ -47,8 +48,8 @@ impl Reader {
 
     /// Looks `key` up; on a hit the value is appended to `out`. Never blocks the owner; retries
     /// while the owner changes the bucket. Does no LRU bookkeeping (the owner's reads do).
-    pub fn get(&self, hash: KeyHash, key: &[u8], now_secs: u32, out: &mut Vec<u8>) -> Outcome {
-        self.get_telling(hash, key, now_secs, out).0
+    pub fn get(&self, hash: KeyHash, key: &[u8], now: Now, out: &mut Vec<u8>) -> Outcome {
+        self.get_telling(hash, key, now, out).0
     }
 
     /// [`Reader::get`], also telling why a miss found the key's item unanswerable.
@@ -56,10 +57,10 @@ impl Reader {
         &self,
         hash: KeyHash,
         key: &[u8],
-        now_secs: u32,
+        now: Now,
         out: &mut Vec<u8>,
     ) -> (Outcome, Gone) {
-        self.read_telling(hash, key, now_secs, &mut Append::new(out))
+        self.read_telling(hash, key, now, &mut Append::new(out))
     }
 
     /// [`Reader::get_telling`] with the value handed to `sink` (told the item first, so a
@@ -68,7 +69,7 @@ impl Reader {
         &self,
         hash: KeyHash,
         key: &[u8],
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> (Outcome, Gone) {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
@@ -82,7 +83,7 @@ impl Reader {
             let bucket = index.bucket(shape.bucket(hash));
             let (before, head) = self.begin(bucket);
             let mut gone = Gone::No;
-            let found = self.read_once(bucket, hash.tag(), key, head, now_secs, sink, &mut gone);
+            let found = self.read_once(bucket, hash.tag(), key, head, now, sink, &mut gone);
             if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) || !index.still(shape) {
                 sink.undo();
                 crate::sync::spin_hint();
@@ -96,13 +97,13 @@ impl Reader {
         }
     }
 
-    /// Lists the items main buckets `buckets` point to that answer at `now_secs`, as
+    /// Lists the items main buckets `buckets` point to that answer at `now`, as
     /// [`crate::Partition::dump`] does, from any thread (memcached's `stats cachedump`): each
     /// bucket is copied optimistically and copied again if the owner changed it meanwhile.
     /// Store mode's chains are not followed (a dump of chained buckets lists their main
     /// bucket's slots only). A split while the dump runs may move a key from a bucket listed
     /// to one not yet listed, which then lists it again.
-    pub fn dump(&self, buckets: std::ops::Range<usize>, now_secs: u32, mut visit: impl FnMut(&Dumped<'_>)) {
+    pub fn dump(&self, buckets: std::ops::Range<usize>, now: Now, mut visit: impl FnMut(&Dumped<'_>)) {
         let index = &self.shared.index;
         let log = &self.shared.log;
         let geometry = log.geometry();
@@ -127,7 +128,7 @@ impl Reader {
                     {
                         continue;
                     }
-                    if self.shared.is_gone(&header, now_secs) {
+                    if self.shared.is_gone(&header, now) {
                         continue;
                     }
                     let start = keys.len();
@@ -225,7 +226,7 @@ impl Reader {
         tag: u16,
         key: &[u8],
         head: Heads,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
         gone: &mut Gone,
     ) -> Option<(u64, Option<Hit>)> {
@@ -237,7 +238,7 @@ impl Reader {
         // bounded (the version check then sends the reader round again).
         let mut hops = 0;
         loop {
-            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now_secs, sink, gone) {
+            if let Some(found) = self.scan_bucket(words, tag, key, head, geometry, now, sink, gone) {
                 return Some(found);
             }
             let last = Slot(words[crate::index::BUCKET_WORDS - 1].load(Relaxed));
@@ -263,7 +264,7 @@ impl Reader {
         key: &[u8],
         head: Heads,
         geometry: crate::log::LogGeometry,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
         gone: &mut Gone,
     ) -> Option<(u64, Option<Hit>)> {
@@ -282,8 +283,8 @@ impl Reader {
             if !log.bytes_equal(offset, header.key_start(), key) {
                 continue;
             }
-            if self.shared.is_gone(&header, now_secs) {
-                *gone = if self.shared.is_flushed(&header, now_secs) { Gone::Flushed } else { Gone::Expired };
+            if self.shared.is_gone(&header, now) {
+                *gone = if self.shared.is_flushed(&header, now) { Gone::Flushed } else { Gone::Expired };
                 return Some((offset, None));
             }
             let mut hit = header.hit(0, self.shared.cas_unique(header.word0.cas_seq()));

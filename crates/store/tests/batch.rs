@@ -54,7 +54,7 @@ proptest! {
         let requests: Vec<Request<'_>> = ops.iter().zip(&values).map(|(op, value)| match op {
             Op::Get(k) => Request::new(&keys[*k as usize], Command::Get),
             Op::Set(k, _, ttl) => Request::new(&keys[*k as usize], Command::Store {
-                mode: StoreMode::Set, value, flags: 0, expiry: Expiry::from_exptime(*ttl, NOW),
+                mode: StoreMode::Set, value, flags: 0, expiry: Expiry::from_exptime(*ttl, qs_store::Now::from_secs(NOW)),
             }),
             Op::Add(k, _) => Request::new(&keys[*k as usize], Command::Store {
                 mode: StoreMode::Add, value, flags: 9, expiry: Expiry::NEVER,
@@ -68,12 +68,12 @@ proptest! {
         let (mut start, mut sizes) = (0, batch_sizes.iter().cycle());
         while start < requests.len() {
             let end = (start + sizes.next().unwrap()).min(requests.len());
-            batched.execute_batch(&requests[start..end], NOW, prefetch, &mut batch_out, &mut batch_outcomes);
+            batched.execute_batch(&requests[start..end], qs_store::Now::from_secs(NOW), prefetch, &mut batch_out, &mut batch_outcomes);
             start = end;
         }
         let (mut single_out, mut single_outcomes) = (Vec::new(), Vec::new());
         for request in &requests {
-            single_outcomes.push(single.execute(request, NOW, &mut single_out));
+            single_outcomes.push(single.execute(request, qs_store::Now::from_secs(NOW), &mut single_out));
         }
         prop_assert_eq!(&batch_outcomes, &single_outcomes);
         prop_assert_eq!(&batch_out, &single_out);

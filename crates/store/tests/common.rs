@@ -14,7 +14,7 @@ pub fn partition(log_bytes: usize, bucket_count: usize, eviction: Eviction) -> P
 
 pub fn run(partition: &mut Partition, key: &[u8], command: Command<'_>, now: u32) -> (Outcome, Vec<u8>) {
     let mut out = Vec::new();
-    let outcome = partition.execute(&Request::new(key, command), now, &mut out);
+    let outcome = partition.execute(&Request::new(key, command), qs_store::Now::from_secs(now), &mut out);
     partition.check_invariants();
     (outcome, out)
 }
@@ -40,7 +40,7 @@ pub fn store_with(
     exptime: i64,
     now: u32,
 ) -> Outcome {
-    let expiry = Expiry::from_exptime(exptime, now);
+    let expiry = Expiry::from_exptime(exptime, qs_store::Now::from_secs(now));
     run(partition, key, Command::Store { mode, value, flags, expiry }, now).0
 }
 

@@ -114,13 +114,13 @@ impl Harness {
     }
 
     fn present(&self, key: u8) -> Option<&Entry> {
-        self.model.get(&key).filter(|entry| !entry.expiry.is_expired(self.now))
+        self.model.get(&key).filter(|entry| !entry.expiry.is_expired(qs_store::Now::from_secs(self.now)))
     }
 
     fn run(&mut self, key: u8, command: Command<'_>) -> (Outcome, Vec<u8>) {
         let mut out = Vec::new();
         let k = key_bytes(key);
-        let outcome = self.partition.execute(&Request::new(&k, command), self.now, &mut out);
+        let outcome = self.partition.execute(&Request::new(&k, command), qs_store::Now::from_secs(self.now), &mut out);
         self.partition.check_invariants();
         (outcome, out)
     }
@@ -140,7 +140,7 @@ impl Harness {
         let buckets = self.partition.main_buckets();
         // In two ranges, as the server walks a partition a chunk at a time.
         for range in [0..buckets / 2, buckets / 2..buckets] {
-            self.partition.dump(range, self.now, |item| {
+            self.partition.dump(range, qs_store::Now::from_secs(self.now), |item| {
                 let entry = (item.cas, item.expiry, item.value_len);
                 assert!(dumped.insert(item.key.to_vec(), entry).is_none(), "{:?} listed twice", item.key);
             });
@@ -148,7 +148,7 @@ impl Harness {
         if !self.partition.is_store_mode() {
             // Another thread's view (stats cachedump) lists the same.
             let mut read = HashMap::new();
-            self.partition.reader().dump(0..buckets, self.now, |item| {
+            self.partition.reader().dump(0..buckets, qs_store::Now::from_secs(self.now), |item| {
                 read.insert(item.key.to_vec(), (item.cas, item.expiry, item.value_len));
             });
             assert_eq!(read, dumped, "a reader's dump differs from the owner's");
@@ -203,7 +203,7 @@ impl Harness {
                 self.model.remove(&key);
             }
             Op::Touch { key, ttl } => {
-                let expiry = Expiry::from_exptime(ttl, self.now);
+                let expiry = Expiry::from_exptime(ttl, qs_store::Now::from_secs(self.now));
                 let expected = self.present(key).is_some();
                 match (self.run(key, Command::Touch { expiry }).0, expected) {
                     (Outcome::Touched, true) => self.model.get_mut(&key).unwrap().expiry = expiry,
@@ -215,7 +215,7 @@ impl Harness {
             Op::Get { key, touch } => self.get(key, touch),
             Op::Advance { secs } => self.now += secs,
             Op::Flush => {
-                self.partition.flush_all(self.now, 0, true);
+                self.partition.flush_all(qs_store::Now::from_secs(self.now), 0, true);
                 self.model.clear();
             }
             Op::Resize { permille } => {
@@ -239,7 +239,7 @@ impl Harness {
             [StoreMode::Set, StoreMode::Add, StoreMode::Replace, StoreMode::Append, StoreMode::Prepend]
                 [mode as usize];
         let data = self.value(key, len);
-        let expiry = Expiry::from_exptime(ttl, self.now);
+        let expiry = Expiry::from_exptime(ttl, qs_store::Now::from_secs(self.now));
         let current = self.present(key).cloned();
         let command = Command::Store { mode, value: &data, flags, expiry };
         let (outcome, _) = self.run(key, command);
@@ -266,7 +266,7 @@ impl Harness {
             }
             other => panic!("{mode:?}: {other:?} (model {current:?})"),
         };
-        let entry = match (mode, self.model.get(&key).filter(|e| !e.expiry.is_expired(self.now))) {
+        let entry = match (mode, self.model.get(&key).filter(|e| !e.expiry.is_expired(qs_store::Now::from_secs(self.now)))) {
             (StoreMode::Append, Some(old)) => {
                 Entry { value: [&old.value[..], &data].concat(), cas, ..old.clone() }
             }
@@ -330,7 +330,7 @@ impl Harness {
     }
 
     fn get(&mut self, key: u8, touch: Option<i64>) {
-        let expiry = touch.map(|ttl| Expiry::from_exptime(ttl, self.now));
+        let expiry = touch.map(|ttl| Expiry::from_exptime(ttl, qs_store::Now::from_secs(self.now)));
         let command = match expiry {
             Some(expiry) => Command::GetAndTouch { expiry },
             None => Command::Get,

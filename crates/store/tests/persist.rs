@@ -84,13 +84,13 @@ fn a_reopened_file_answers_every_item_with_its_flags_expiry_and_cas() {
         let mut out = Vec::new();
         let name = key(n);
         let request = qs_store::Request::new(&name, Command::Get);
-        match partition.execute(&request, NOW + 1, &mut out) {
+        match partition.execute(&request, qs_store::Now::from_secs(NOW + 1), &mut out) {
             Outcome::Hit(hit) => {
                 assert!(n % 5 != 1, "key {n} was deleted");
                 let expected = value(n, u64::from(n % 3 == 0));
                 assert_eq!(&out[hit.value_start..hit.value_start + hit.value_len], &expected[..]);
                 if n % 3 != 0 {
-                    assert_eq!((hit.flags, hit.cas, hit.expiry.0), (n as u32, cas[&n], NOW + 3600));
+                    assert_eq!((hit.flags, hit.cas, hit.expiry.secs()), (n as u32, cas[&n], NOW + 3600));
                 }
             }
             Outcome::Miss => assert!(n % 5 == 1, "key {n} lost"),
@@ -136,7 +136,7 @@ fn a_stop_at_any_request_keeps_every_answer_through_many_laps() {
             }
         }
         if request == 20_000 {
-            partition.flush_all(NOW, 0, false);
+            partition.flush_all(qs_store::Now::from_secs(NOW), 0, false);
         }
         if next() % 3000 == 0 {
             let (_copy, copy_file) = temp.snapshot(&format!("at{request}"));
@@ -147,11 +147,11 @@ fn a_stop_at_any_request_keeps_every_answer_through_many_laps() {
                 let mut out = Vec::new();
                 let name = key(n);
                 let request = qs_store::Request::new(&name, Command::Get);
-                let expected = partition.peek(request.hash, &name, NOW).map(|_| ());
+                let expected = partition.peek(request.hash, &name, qs_store::Now::from_secs(NOW)).map(|_| ());
                 let answer = get(&mut recovered, &name, NOW);
                 match (expected, answer) {
                     (Some(()), Some(got)) => {
-                        let want = match partition.execute(&request, NOW, &mut out) {
+                        let want = match partition.execute(&request, qs_store::Now::from_secs(NOW), &mut out) {
                             Outcome::Hit(hit) => {
                                 out[hit.value_start..hit.value_start + hit.value_len].to_vec()
                             }

@@ -35,7 +35,7 @@ fn add_replace_append_prepend() {
     let Outcome::Hit(hit) = outcome else { panic!("{outcome:?}") };
     assert_eq!(&out[hit.value_start..], b"<<mid>>");
     assert_eq!(hit.flags, 42, "append keeps flags");
-    assert_eq!(hit.expiry, Expiry(NOW + 100), "append keeps expiry");
+    assert_eq!(hit.expiry, Expiry::at_secs(NOW + 100), "append keeps expiry");
     assert!(matches!(store(&mut p, StoreMode::Replace, b"k", b"new", NOW), Outcome::Stored { .. }));
     assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"new"[..]));
 }
@@ -67,7 +67,7 @@ fn meta_cas_modes_compare_like_memcached() {
     let (Outcome::Hit(hit), out) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
     assert_eq!(&out[hit.value_start..], b"old");
     assert!(hit.stale);
-    assert_eq!((hit.flags, hit.expiry), (9, Expiry(NOW + 100)));
+    assert_eq!((hit.flags, hit.expiry), (9, Expiry::at_secs(NOW + 100)));
     assert!(matches!(
         store(&mut p, StoreMode::CasOrStale(hit.cas), b"k", b"fresh", NOW),
         Outcome::Stored { .. }
@@ -118,16 +118,16 @@ fn expiry_relative_absolute_negative() {
 #[test]
 fn touch_and_get_and_touch() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
-    let touch = |secs: i64| Command::Touch { expiry: Expiry::from_exptime(secs, NOW) };
+    let touch = |secs: i64| Command::Touch { expiry: Expiry::from_exptime(secs, qs_store::Now::from_secs(NOW)) };
     assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::NotFound);
     set(&mut p, b"k", b"v", NOW);
     assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::Touched, "adds an expiry to a plain item");
     assert!(get(&mut p, b"k", NOW + 9).is_some());
     assert!(get(&mut p, b"k", NOW + 10).is_none());
     set(&mut p, b"k", b"v", NOW);
-    let gat = Command::GetAndTouch { expiry: Expiry::from_exptime(5, NOW) };
+    let gat = Command::GetAndTouch { expiry: Expiry::from_exptime(5, qs_store::Now::from_secs(NOW)) };
     let (Outcome::Hit(hit), out) = run(&mut p, b"k", gat, NOW) else { panic!() };
-    assert_eq!((&out[..], hit.expiry), (&b"v"[..], Expiry(NOW + 5)));
+    assert_eq!((&out[..], hit.expiry), (&b"v"[..], Expiry::at_secs(NOW + 5)));
     assert_eq!(run(&mut p, b"k", touch(0), NOW).0, Outcome::Touched, "touch to never");
     assert!(get(&mut p, b"k", NOW + 1000).is_some());
 }
@@ -136,11 +136,11 @@ fn touch_and_get_and_touch() {
 fn flush_all_now_and_delayed() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     set(&mut p, b"a", b"1", NOW);
-    p.flush_all(NOW, 0, true);
+    p.flush_all(qs_store::Now::from_secs(NOW), 0, true);
     assert!(get(&mut p, b"a", NOW).is_none(), "immediate flush hides items of the same second");
     set(&mut p, b"b", b"2", NOW);
     assert!(get(&mut p, b"b", NOW).is_some(), "items stored after the flush answer");
-    p.flush_all(NOW + 10, 5, true);
+    p.flush_all(qs_store::Now::from_secs(NOW + 10), 5, true);
     set(&mut p, b"c", b"3", NOW + 12);
     // memcached sets oldest_live = flush time - 1 and applies it from that second on.
     assert!(get(&mut p, b"b", NOW + 13).is_some(), "before the delay ends, items answer");
@@ -170,7 +170,7 @@ fn incr_decr() {
     store_with(&mut p, StoreMode::Set, b"f", b"5", 7, 100, NOW);
     run(&mut p, b"f", arith(10, false), NOW);
     let (Outcome::Hit(hit), _) = run(&mut p, b"f", Command::Get, NOW) else { panic!() };
-    assert_eq!((hit.flags, hit.expiry), (7, Expiry(NOW + 100)), "incr keeps flags and expiry");
+    assert_eq!((hit.flags, hit.expiry), (7, Expiry::at_secs(NOW + 100)), "incr keeps flags and expiry");
 }
 
 #[test]
@@ -249,12 +249,12 @@ fn clock_keeps_what_was_read_and_evicts_what_was_not() {
 /// A set without the per-request invariant check of [`set`] (for long runs).
 fn fast_set(p: &mut qs_store::Partition, key: &[u8], value: &[u8], now: u32) {
     let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-    p.execute(&qs_store::Request::new(key, command), now, &mut Vec::new());
+    p.execute(&qs_store::Request::new(key, command), qs_store::Now::from_secs(now), &mut Vec::new());
 }
 
 /// A get without the per-request invariant check of [`get`]: whether it hit.
 fn fast_get(p: &mut qs_store::Partition, key: &[u8], now: u32) -> Option<()> {
-    matches!(p.execute(&qs_store::Request::new(key, Command::Get), now, &mut Vec::new()), Outcome::Hit(_))
+    matches!(p.execute(&qs_store::Request::new(key, Command::Get), qs_store::Now::from_secs(now), &mut Vec::new()), Outcome::Hit(_))
         .then_some(())
 }
 
@@ -539,11 +539,11 @@ fn meta_get_hands_the_win_token_once_for_a_stale_item() {
 #[test]
 fn meta_get_vivifies_a_miss_for_one_winner() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
-    let vivify = qs_store::MetaGet { vivify: Some(Expiry(NOW + 30)), ..Default::default() };
+    let vivify = qs_store::MetaGet { vivify: Some(Expiry::at_secs(NOW + 30)), ..Default::default() };
     assert!(matches!(meta_get(&mut p, b"k", vivify, NOW), Outcome::Vivified { .. }), "EN W");
     let (Outcome::Hit(stub), out) = run(&mut p, b"k", Command::MetaGet(vivify), NOW) else { panic!() };
     assert!(out.is_empty() && stub.value_len == 0 && stub.win_sent && !stub.won, "stub: empty, Z");
-    assert_eq!(stub.expiry, Expiry(NOW + 30));
+    assert_eq!(stub.expiry, Expiry::at_secs(NOW + 30));
     assert!(get(&mut p, b"k", NOW + 30).is_none(), "the stub expires with its TTL");
     let plain = qs_store::MetaGet::default();
     assert_eq!(meta_get(&mut p, b"absent", plain, NOW), Outcome::Miss, "without N a miss is a miss");
@@ -563,9 +563,9 @@ fn meta_get_recache_wins_once_when_ttl_runs_low() {
     set(&mut p, b"never", b"v", NOW);
     let Outcome::Hit(never) = meta_get(&mut p, b"never", recache, NOW) else { panic!() };
     assert!(!never.won, "an item without TTL never needs recaching");
-    let touch = qs_store::MetaGet { touch: Some(Expiry(NOW + 500)), ..Default::default() };
+    let touch = qs_store::MetaGet { touch: Some(Expiry::at_secs(NOW + 500)), ..Default::default() };
     let Outcome::Hit(touched) = meta_get(&mut p, b"never", touch, NOW) else { panic!() };
-    assert_eq!(touched.expiry, Expiry(NOW + 500), "T updates the TTL");
+    assert_eq!(touched.expiry, Expiry::at_secs(NOW + 500), "T updates the TTL");
 }
 
 #[test]
@@ -585,15 +585,15 @@ fn gone_bytes_are_the_expired_items_still_in_the_log() {
     let mut p = partition(1 << 16, 64, Eviction::Clock);
     assert!(matches!(store_with(&mut p, StoreMode::Set, b"short", b"v", 0, 10, NOW), Outcome::Stored { .. }));
     set(&mut p, b"long", b"v", NOW);
-    assert_eq!(p.gone_bytes(NOW + 5), 0);
+    assert_eq!(p.gone_bytes(qs_store::Now::from_secs(NOW + 5)), 0);
     let held = p.stats().bytes;
     // The expired one alone: its bytes, half of what the log holds (both items are alike but for
     // the expiry word).
-    let gone = p.gone_bytes(NOW + 11);
+    let gone = p.gone_bytes(qs_store::Now::from_secs(NOW + 11));
     assert!(gone > 0 && gone < held, "{gone} of {held}");
     // Deleted, it no longer counts (superseded, not waiting to expire).
     run(&mut p, b"short", Command::Delete { cas: 0 }, NOW + 5);
-    assert_eq!(p.gone_bytes(NOW + 11), 0);
+    assert_eq!(p.gone_bytes(qs_store::Now::from_secs(NOW + 11)), 0);
 }
 
 #[test]
@@ -625,7 +625,7 @@ fn live_share_after_a_fill_of_small_items(index_levels: u32, eviction: Eviction)
     for i in 0..60_000u32 {
         let key = format!("{i:08}");
         let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
-        p.execute(&qs_store::Request::new(key.as_bytes(), command), NOW, &mut Vec::new());
+        p.execute(&qs_store::Request::new(key.as_bytes(), command), qs_store::Now::from_secs(NOW), &mut Vec::new());
     }
     p.check_invariants();
     p.stats().bytes as f64 / (1 << 20) as f64
@@ -673,4 +673,55 @@ fn clock_gives_the_memory_of_expired_items_to_live_ones() {
     // A write keeps at most 64 and evicts the next: one in 65 of a run of keeps goes.
     assert!(with_ttl >= 200 - 200 / 65, "{with_ttl} unread items survived behind expired ones");
     assert!(without < 150, "{without} unread items survived without expiry to pay for them");
+}
+
+/// Redis's expiries fall within a second: the item carries the precise word and stops
+/// answering at its millisecond, through every path that moves or rewrites it.
+#[test]
+fn an_expiry_within_a_second_ends_at_its_millisecond() {
+    let mut p = partition(1 << 16, 64, Eviction::Lru);
+    let ms = |offset: u64| qs_store::Now::from_ms(u64::from(NOW) * 1000 + offset);
+    let at = |offset: u64| Expiry::at_ms(u64::from(NOW) * 1000 + offset);
+    let exec = |p: &mut qs_store::Partition, key: &[u8], command: Command<'_>, now| {
+        let mut out = Vec::new();
+        let outcome = p.execute(&qs_store::Request::new(key, command), now, &mut out);
+        p.check_invariants();
+        (outcome, out)
+    };
+    let set = Command::Store { mode: StoreMode::Set, value: b"v", flags: 5, expiry: at(1_250) };
+    assert!(matches!(exec(&mut p, b"k", set, ms(100)).0, Outcome::Stored { .. }));
+    let (Outcome::Hit(hit), _) = exec(&mut p, b"k", Command::Get, ms(1_249)) else { panic!("gone early") };
+    assert_eq!((hit.flags, hit.expiry, hit.expiry.secs()), (5, at(1_250), NOW + 2));
+    assert_eq!(exec(&mut p, b"k", Command::Get, ms(1_250)).0, Outcome::Miss);
+
+    // A whole-second item given a precise expiry moves (it has no room for the word); a
+    // precise one given a whole second keeps its place; flags stay, and so does the value.
+    set_with_flags(&mut p, b"w", 9, ms(0));
+    assert_eq!(exec(&mut p, b"w", Command::Touch { expiry: at(700) }, ms(0)).0, Outcome::Touched);
+    let (Outcome::Hit(hit), out) = exec(&mut p, b"w", Command::Get, ms(699)) else { panic!("gone early") };
+    assert_eq!((hit.flags, hit.expiry, &out[hit.value_start..]), (9, at(700), &b"w-value"[..]));
+    assert_eq!(exec(&mut p, b"w", Command::Touch { expiry: at(5_000) }, ms(699)).0, Outcome::Touched);
+    let (Outcome::Hit(hit), _) = exec(&mut p, b"w", Command::Get, ms(4_999)) else { panic!("gone early") };
+    assert_eq!((hit.flags, hit.expiry), (9, at(5_000)));
+    assert_eq!(exec(&mut p, b"w", Command::Touch { expiry: Expiry::NEVER }, ms(4_999)).0, Outcome::Touched);
+    let (Outcome::Hit(hit), _) = exec(&mut p, b"w", Command::Get, ms(900_000)) else { panic!("expired") };
+    assert_eq!(hit.expiry, Expiry::NEVER);
+
+    // Append and incr keep the millisecond.
+    let counter = Command::Store { mode: StoreMode::Set, value: b"41", flags: 0, expiry: at(3_003) };
+    exec(&mut p, b"n", counter, ms(0));
+    let incr = Command::Arith { delta: 1, decrement: false, cas: 0 };
+    assert!(matches!(exec(&mut p, b"n", incr, ms(3_002)).0, Outcome::Counter { .. }), "incr");
+    let append = Command::Store { mode: StoreMode::Append, value: b"!", flags: 0, expiry: Expiry::NEVER };
+    assert!(matches!(exec(&mut p, b"n", append, ms(3_002)).0, Outcome::Stored { .. }));
+    let (Outcome::Hit(hit), out) = exec(&mut p, b"n", Command::Get, ms(3_002)) else { panic!("gone early") };
+    assert_eq!((hit.expiry, &out[hit.value_start..]), (at(3_003), &b"42!"[..]));
+    assert_eq!(exec(&mut p, b"n", Command::Get, ms(3_003)).0, Outcome::Miss);
+}
+
+fn set_with_flags(p: &mut qs_store::Partition, key: &[u8], flags: u32, now: qs_store::Now) {
+    let value = [key, b"-value"].concat();
+    let command = Command::Store { mode: StoreMode::Set, value: &value, flags, expiry: Expiry::NEVER };
+    let outcome = p.execute(&qs_store::Request::new(key, command), now, &mut Vec::new());
+    assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
 }

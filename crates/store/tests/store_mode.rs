@@ -27,7 +27,7 @@ impl Rng {
 /// A get without the per-step structure walk.
 fn read(partition: &mut Partition, key: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    match partition.execute(&qs_store::Request::new(key, Command::Get), NOW, &mut out) {
+    match partition.execute(&qs_store::Request::new(key, Command::Get), qs_store::Now::from_secs(NOW), &mut out) {
         Outcome::Hit(hit) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
         _ => None,
     }
@@ -55,7 +55,7 @@ fn fill_until(
         let key = format!("{prefix}:{n}").into_bytes();
         let value = value_for(&key, size(rng));
         let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
-        match partition.execute(&qs_store::Request::new(&key, command), NOW, &mut Vec::new()) {
+        match partition.execute(&qs_store::Request::new(&key, command), qs_store::Now::from_secs(NOW), &mut Vec::new()) {
             Outcome::Stored { .. } => {
                 stored.push((key, value));
                 refusals = 0;
@@ -101,7 +101,7 @@ fn fill_free_half_and_refill_reuses_the_space() {
     for (key, value) in first {
         if rng.below(2) == 0 {
             let delete = qs_store::Request::new(&key, Command::Delete { cas: 0 });
-            assert_eq!(partition.execute(&delete, NOW, &mut Vec::new()), Outcome::Deleted);
+            assert_eq!(partition.execute(&delete, qs_store::Now::from_secs(NOW), &mut Vec::new()), Outcome::Deleted);
         } else {
             kept.push((key, value));
         }
@@ -128,7 +128,7 @@ fn fill_free_half_and_refill_reuses_the_space() {
 
     // Deleting everything coalesces the arena back into one block.
     for (key, _) in kept.iter().chain(&second) {
-        partition.execute(&qs_store::Request::new(key, Command::Delete { cas: 0 }), NOW, &mut Vec::new());
+        partition.execute(&qs_store::Request::new(key, Command::Delete { cas: 0 }), qs_store::Now::from_secs(NOW), &mut Vec::new());
     }
     partition.check_invariants();
     let empty = partition.arena_stats().unwrap();
@@ -161,7 +161,7 @@ fn touch_never_needs_memory() {
     let mut rng = Rng(9);
     let stored = fill(&mut partition, &mut rng, "t", |_| 100);
     for (key, _) in &stored {
-        let expiry = Expiry::from_exptime(100, NOW);
+        let expiry = Expiry::from_exptime(100, qs_store::Now::from_secs(NOW));
         assert_eq!(run(&mut partition, key, Command::Touch { expiry }, NOW).0, Outcome::Touched);
     }
 }
@@ -173,7 +173,7 @@ fn expired_items_are_reclaimed_and_their_space_reused() {
     for n in 0.. {
         let key = format!("e:{n}").into_bytes();
         let value = value_for(&key, 500);
-        let expiry = Expiry::from_exptime(2, NOW);
+        let expiry = Expiry::from_exptime(2, qs_store::Now::from_secs(NOW));
         let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry };
         match run(&mut partition, &key, command, NOW).0 {
             Outcome::Stored { .. } => filled += 1,
@@ -184,7 +184,7 @@ fn expired_items_are_reclaimed_and_their_space_reused() {
     assert!(filled > 400);
     // Three seconds later every item has expired; housekeeping frees them without reads.
     let later = NOW + 3;
-    partition.execute(&qs_store::Request::new(b"probe", Command::Get), later, &mut Vec::new());
+    partition.execute(&qs_store::Request::new(b"probe", Command::Get), qs_store::Now::from_secs(later), &mut Vec::new());
     partition.scan_buckets(128);
     partition.check_invariants();
     let stats = partition.arena_stats().unwrap();

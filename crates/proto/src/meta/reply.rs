@@ -4,25 +4,25 @@
 use crate::command::Created;
 use crate::response::{self as reply, meta_flags, MetaItem};
 use crate::Meta;
-use qs_store::{Expiry, Hit, Outcome};
+use qs_store::{Expiry, Hit, Now, Outcome};
 
 /// Remaining seconds of an expiry, -1 for none (`t`).
-pub fn ttl_secs(expiry: Expiry, now_secs: u32) -> i64 {
+pub fn ttl_secs(expiry: Expiry, now: Now) -> i64 {
     if expiry == Expiry::NEVER {
         -1
     } else {
-        (i64::from(expiry.0) - i64::from(now_secs)).max(0)
+        (i64::from(expiry.secs()) - i64::from(now.secs())).max(0)
     }
 }
 
 /// The expiry `t` reports: memcached applies N (only to an item this request `created`) and
 /// T in the order the request lists them, starting from `start`, and `t` reads it where the
 /// `t` flag stands.
-fn shown_expiry(meta: &Meta<'_>, start: Expiry, created: bool, now_secs: u32) -> Expiry {
+fn shown_expiry(meta: &Meta<'_>, start: Expiry, created: bool, now: Now) -> Expiry {
     let options = &meta.options;
     let mut expiry = start;
     let at =
-        |ttl: Option<i32>, expiry| ttl.map_or(expiry, |ttl| Expiry::from_exptime(i64::from(ttl), now_secs));
+        |ttl: Option<i32>, expiry| ttl.map_or(expiry, |ttl| Expiry::from_exptime(i64::from(ttl), now));
     for token in meta.flag_tokens() {
         match token[0] {
             b'N' if created => expiry = at(options.vivify, expiry),
@@ -76,7 +76,7 @@ pub(crate) fn arith(
     meta: &Meta<'_>,
     (outcome, created): (&Outcome, Created),
     cas: u64,
-    now_secs: u32,
+    now: Now,
     out: &mut Vec<u8>,
 ) {
     if created == Created::NoMemory {
@@ -97,7 +97,7 @@ pub(crate) fn arith(
     // A created counter already has its final expiry; `t` reads it where the flag stands.
     let created = created == Created::Yes;
     let start = if created { Expiry::NEVER } else { expiry };
-    let ttl_secs = ttl_secs(shown_expiry(meta, start, created, now_secs), now_secs);
+    let ttl_secs = ttl_secs(shown_expiry(meta, start, created, now), now);
     let mut digits = itoa::Buffer::new();
     let number = digits.format(value).as_bytes();
     let with_value = meta.options.has(b'v');
@@ -119,25 +119,25 @@ pub(crate) fn arith(
 /// mg's hit, what goes before its value: `VA <len>` (v, unless its `C` names the version the
 /// client has), else `HD`; the item's figures, then `Z` (a win token was already out), `X`
 /// (stale) and `W` (this request won). Whether the value follows (then `\r\n` after it).
-pub(crate) fn hit_head(meta: &Meta<'_>, hit: &Hit, cas: u64, now_secs: u32, out: &mut Vec<u8>) -> bool {
+pub(crate) fn hit_head(meta: &Meta<'_>, hit: &Hit, cas: u64, now: Now, out: &mut Vec<u8>) -> bool {
     let mut item = MetaItem {
         cas,
         flags: hit.flags,
         value_len: hit.value_len,
-        ttl_secs: ttl_secs(hit.expiry, now_secs),
-        idle_secs: now_secs.saturating_sub(hit.last_access_secs),
+        ttl_secs: ttl_secs(hit.expiry, now),
+        idle_secs: now.secs().saturating_sub(hit.last_access_secs),
         fetched_before: hit.fetched_before,
     };
     if meta.options.has(b't') && meta.options.ttl.is_some() {
         // `t` before `T` reads the expiry before the touch.
-        item.ttl_secs = ttl_secs(shown_expiry(meta, hit.expiry_before, false, now_secs), now_secs);
+        item.ttl_secs = ttl_secs(shown_expiry(meta, hit.expiry_before, false, now), now);
     }
     found_head(meta, &item, (hit.won, hit.stale, hit.win_sent), out)
 }
 
 /// mg N's miss, which created an empty item and won the right to fill it.
-pub(crate) fn vivified(meta: &Meta<'_>, cas: u64, now_secs: u32, out: &mut Vec<u8>) {
-    let ttl_secs = ttl_secs(shown_expiry(meta, Expiry::NEVER, true, now_secs), now_secs);
+pub(crate) fn vivified(meta: &Meta<'_>, cas: u64, now: Now, out: &mut Vec<u8>) {
+    let ttl_secs = ttl_secs(shown_expiry(meta, Expiry::NEVER, true, now), now);
     let item = MetaItem { cas, ttl_secs, ..MetaItem::default() };
     if found_head(meta, &item, (true, false, false), out) {
         out.extend_from_slice(b"\r\n");
@@ -178,16 +178,16 @@ pub(crate) fn miss(meta: &Meta<'_>, out: &mut Vec<u8>) {
 }
 
 /// me: memcached's debug line for the item (`size`: its bytes as memcached counts them), or `EN`.
-pub(crate) fn inspect(meta: &Meta<'_>, found: Option<(&Hit, u64, usize)>, now_secs: u32, out: &mut Vec<u8>) {
+pub(crate) fn inspect(meta: &Meta<'_>, found: Option<(&Hit, u64, usize)>, now: Now, out: &mut Vec<u8>) {
     let Some((hit, cas, size)) = found else {
         return out.extend_from_slice(b"EN\r\n");
     };
     out.extend_from_slice(b"ME ");
     out.extend_from_slice(meta.key_token);
     out.extend_from_slice(b" exp=");
-    reply::push_i64(out, ttl_secs(hit.expiry, now_secs));
+    reply::push_i64(out, ttl_secs(hit.expiry, now));
     out.extend_from_slice(b" la=");
-    reply::push_u64(out, u64::from(now_secs.saturating_sub(hit.last_access_secs)));
+    reply::push_u64(out, u64::from(now.secs().saturating_sub(hit.last_access_secs)));
     out.extend_from_slice(b" cas=");
     reply::push_u64(out, cas);
     out.extend_from_slice(if hit.fetched_before { b" fetch=yes" } else { b" fetch=no" });

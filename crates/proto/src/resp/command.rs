@@ -9,6 +9,7 @@ use super::Frame;
 pub use crate::command::RespReply as Reply;
 use crate::command::{Answer, Command, Delete, Get, Op, Store};
 use crate::StoreMode;
+use qs_store::item::MILLIS_EXPTIME_MIN;
 
 /// What a frame asks.
 #[derive(Debug)]
@@ -158,8 +159,6 @@ pub enum Refusal<'a> {
     ClientType(&'a [u8]),
 }
 
-/// Seconds memcached reads as relative (up to 30 days); more is a unix time.
-const RELATIVE_SECS_MAX: i64 = 60 * 60 * 24 * 30;
 
 /// What `frame` asks; `item_max` is the item size limit (-I), which bounds SETRANGE.
 pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
@@ -480,9 +479,10 @@ fn expire<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
     }
 }
 
-/// EXPIRE's time as memcached's exptime, checked as expire.c checks it: in milliseconds it
+/// EXPIRE's time as the store's exptime, checked as expire.c checks it: in milliseconds it
 /// must not overflow, a relative one once the clock is added; a time not in the future is -1
-/// (the key goes at once).
+/// (the key goes at once), any other the unix millisecond it expires at
+/// ([`qs_store::item::MILLIS_EXPTIME_MIN`] and up).
 pub(super) fn expire_exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
     let value = integer(value).ok_or(Refusal::NotInteger)?;
     let millis = match unit {
@@ -492,18 +492,12 @@ pub(super) fn expire_exptime(value: &[u8], unit: Unit, name: &'static str) -> Re
     let now = now_millis();
     let base = if matches!(unit, Unit::Seconds | Unit::Millis) { now } else { 0 };
     let at = millis.checked_add(base).ok_or(Refusal::ExpireTime(name))?;
-    if at <= now {
-        return Ok(-1);
-    }
-    // Whole seconds from now, rounded up; past 30 days memcached reads a unix time.
-    let relative = (at - now + 999) / 1000;
-    Ok(if relative <= RELATIVE_SECS_MAX { relative } else { at / 1000 + i64::from(at % 1000 != 0) })
+    Ok(if at <= now { -1 } else { at.max(MILLIS_EXPTIME_MIN) })
 }
 
-/// The unix time in milliseconds.
+/// The unix time in milliseconds, by the clock the store's expiries are compared with.
 fn now_millis() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since.map_or(0, |since| since.as_millis() as i64)
+    qs_store::clock::now().ms() as i64
 }
 
 /// INCRBY and DECRBY (`negate`): a missing key counts from 0.
@@ -543,33 +537,24 @@ impl Unit {
     }
 }
 
-/// A Redis expiry as memcached's exptime: up to 30 days relative seconds, else a unix time;
-/// milliseconds round up to the next second (the store keeps seconds). One in the past is
-/// -1: memcached's already expired. The clock is read only for an absolute or long expiry.
+/// A Redis expiry (SET's EX, PX, EXAT, PXAT; SETEX, PSETEX, GETEX) as the store's exptime:
+/// the unix millisecond it expires at ([`qs_store::item::MILLIS_EXPTIME_MIN`] and up), so it is
+/// kept to the millisecond, or -1 for one not in the future (memcached's already expired).
+/// Refused as redis-server refuses it: not above zero, or overflowing once in milliseconds
+/// and, for a relative one, once the clock is added.
 pub(super) fn exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
     let value = integer(value).ok_or(Refusal::NotInteger)?;
     let too_long = matches!(unit, Unit::Seconds | Unit::UnixSeconds) && value > i64::MAX / 1000;
     if value <= 0 || too_long {
         return Err(Refusal::ExpireTime(name));
     }
-    let ceil_secs = |millis: i64| millis / 1000 + i64::from(millis % 1000 != 0);
-    let now_unix = || {
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        since.map_or(0, |since| since.as_secs() as i64)
+    let millis = if matches!(unit, Unit::Seconds | Unit::UnixSeconds) { value * 1000 } else { value };
+    let now = now_millis();
+    let at = match unit {
+        Unit::Seconds | Unit::Millis => millis.checked_add(now).ok_or(Refusal::ExpireTime(name))?,
+        Unit::UnixSeconds | Unit::UnixMillis => millis,
     };
-    let relative = match unit {
-        Unit::Seconds => value,
-        Unit::Millis => ceil_secs(value),
-        Unit::UnixSeconds => value - now_unix(),
-        Unit::UnixMillis => ceil_secs(value) - now_unix(),
-    };
-    Ok(if relative <= 0 {
-        -1
-    } else if relative <= RELATIVE_SECS_MAX {
-        relative
-    } else {
-        now_unix().saturating_add(relative)
-    })
+    Ok(if at <= now { -1 } else { at.max(MILLIS_EXPTIME_MIN) })
 }
 
 /// A signed 64-bit integer as redis-server's `string2ll` reads it.

@@ -134,8 +134,8 @@ pub struct When {
 
 impl When {
     /// Whether a key expiring at `current` (0: never) may take `new` (0: never).
-    pub fn allows(self, current: u32, new: u32) -> bool {
-        let latest = |expiry: u32| if expiry == 0 { u64::MAX } else { u64::from(expiry) };
+    pub fn allows(self, current: u64, new: u64) -> bool {
+        let latest = |expiry: u64| if expiry == 0 { u64::MAX } else { expiry };
         !(self.nx && current != 0
             || self.xx && current == 0
             || self.gt && (current == 0 || latest(new) <= latest(current))

@@ -2,7 +2,7 @@
 
 use super::command::{Refusal, Reply};
 use crate::response::{push_i64, push_u64};
-use qs_store::{Hit, Outcome};
+use qs_store::{Hit, Now, Outcome};
 
 /// The null bulk string (a miss; a SET that NX or XX kept from storing).
 pub const NULL: &[u8] = b"$-1\r\n";
@@ -153,23 +153,24 @@ pub(crate) fn touch(outcome: &Outcome, out: &mut Vec<u8>) {
     }
 }
 
-/// EXISTS, TTL and PTTL, from the item found (if any) at `now_secs`.
-pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now_secs: u32, out: &mut Vec<u8>) {
+/// EXISTS, TTL and PTTL, from the item found (if any) at `now`.
+pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now: Now, out: &mut Vec<u8>) {
+    // Milliseconds left; TTL rounds them to the nearest second, as redis-server does.
     let left = |hit: &Hit| match hit.expiry {
         qs_store::Expiry::NEVER => -1,
-        expiry => i64::from(expiry.0.saturating_sub(now_secs)),
+        expiry => expiry.ms().saturating_sub(now.ms()) as i64,
     };
     let value = match (reply, found) {
         (Reply::Ttl | Reply::Pttl, None) => -2,
-        (Reply::Ttl, Some(hit)) => left(hit),
+        (Reply::Ttl, Some(hit)) => match left(hit) {
+            -1 => -1,
+            ms => (ms + 500) / 1000,
+        },
         (Reply::Type, found) => {
             return out.extend_from_slice(if found.is_some() { b"+string\r\n" } else { b"+none\r\n" });
         }
         (Reply::Strlen, found) => found.map_or(0, |hit| hit.value_len as i64),
-        (Reply::Pttl, Some(hit)) => match left(hit) {
-            -1 => -1,
-            secs => secs * 1000,
-        },
+        (Reply::Pttl, Some(hit)) => left(hit),
         (_, found) => i64::from(found.is_some()),
     };
     integer(value, out);

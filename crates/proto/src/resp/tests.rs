@@ -154,12 +154,25 @@ fn set_options_become_the_store_mode_and_exptime() {
         other => panic!("{other:?}"),
     };
     assert_eq!(store(&[b"SET", b"k", b"v"]), (StoreMode::Set, 0));
-    assert_eq!(store(&[b"set", b"k", b"v", b"nx", b"ex", b"10"]), (StoreMode::Add, 10));
-    assert_eq!(store(&[b"SET", b"k", b"v", b"XX", b"PX", b"1001"]), (StoreMode::Replace, 2));
-    assert_eq!(store(&[b"SET", b"k", b"v", b"EX", b"10", b"EX", b"20"]), (StoreMode::Set, 20));
-    // Past memcached's 30 days a relative expiry becomes a unix time.
-    let (_, exptime) = store(&[b"SET", b"k", b"v", b"EX", b"2592001"]);
-    assert!(exptime > 1_700_000_000, "{exptime}");
+    // Every expiry becomes the unix millisecond it ends at, which the store reads as one.
+    let now = || qs_store::clock::now().ms() as i64;
+    let within = |(mode, exptime): (StoreMode, i64), (want_mode, from, to): (StoreMode, i64, i64)| {
+        assert_eq!(mode, want_mode);
+        assert!((from..=to).contains(&exptime), "{exptime} not in {from}..={to}");
+        assert!(exptime >= qs_store::item::MILLIS_EXPTIME_MIN);
+    };
+    let before = now();
+    let nx = store(&[b"set", b"k", b"v", b"nx", b"ex", b"10"]);
+    let xx = store(&[b"SET", b"k", b"v", b"XX", b"PX", b"1001"]);
+    let last = store(&[b"SET", b"k", b"v", b"EX", b"10", b"EX", b"20"]);
+    let long = store(&[b"SET", b"k", b"v", b"EX", b"2592001"]);
+    let after = now();
+    within(nx, (StoreMode::Add, before + 10_000, after + 10_000));
+    within(xx, (StoreMode::Replace, before + 1_001, after + 1_001));
+    within(last, (StoreMode::Set, before + 20_000, after + 20_000));
+    within(long, (StoreMode::Set, before + 2_592_001_000, after + 2_592_001_000));
+    assert_eq!(store(&[b"SET", b"k", b"v", b"PXAT", b"4102444800123"]), (StoreMode::Set, 4_102_444_800_123));
+    assert_eq!(store(&[b"SET", b"k", b"v", b"EXAT", b"4102444800"]), (StoreMode::Set, 4_102_444_800_000));
     // An absolute time in the past: already expired.
     assert_eq!(store(&[b"SET", b"k", b"v", b"EXAT", b"1000"]), (StoreMode::Set, -1));
 }

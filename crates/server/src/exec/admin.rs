@@ -26,7 +26,7 @@ impl Engine {
                 self.turn_mrc();
             }
             Request::Stats { group: b"conns", .. } => {
-                self.shared.observers.registry.write_stats(self.asking_fd, self.now_secs, out);
+                self.shared.observers.registry.write_stats(self.asking_fd, self.now.secs(), out);
                 out.extend_from_slice(reply::END);
             }
             Request::SlabsReassign { classes } => {
@@ -48,7 +48,7 @@ impl Engine {
             Request::DebugTime { delta } => {
                 if self.shared.config.enable_debugtime {
                     crate::sys::shift_clock(delta);
-                    self.now_secs = crate::sys::now_secs();
+                    self.now = qs_store::clock::now();
                     out.extend_from_slice(reply::OK);
                 } else {
                     out.extend_from_slice(b"ERROR\r\n");
@@ -148,13 +148,13 @@ impl Engine {
         out: &mut Vec<u8>,
     ) {
         let Some(owned) = &self.partitions[partition] else { return };
-        owned.dump(buckets, self.now_secs, |item| {
+        owned.dump(buckets, self.now, |item| {
             if keys {
                 return reply::mgdump_line(out, item.key);
             }
             let line = reply::DumpItem {
                 key: item.key,
-                expires: (item.expiry != Expiry::NEVER).then_some(item.expiry.0),
+                expires: (item.expiry != Expiry::NEVER).then_some(item.expiry.secs()),
                 last_access: item.last_access_secs,
                 cas: self.cas_out(item.cas),
                 fetched: item.fetched,
@@ -221,7 +221,7 @@ impl Engine {
                 if (limit != 0 && shown >= limit) || out.len() - start > REPLY_BYTES_MAX - 600 {
                     return;
                 }
-                let expires = if item.expiry == Expiry::NEVER { 0 } else { item.expiry.0 };
+                let expires = if item.expiry == Expiry::NEVER { 0 } else { item.expiry.secs() };
                 out.extend_from_slice(b"ITEM ");
                 out.extend_from_slice(item.key);
                 let _ = write!(out, " [{} b; {} s]\r\n", item.value_len, expires);
@@ -229,8 +229,8 @@ impl Engine {
             };
             for (index, partition) in self.partitions.iter().enumerate() {
                 match (partition, self.shared.map.reader(index)) {
-                    (Some(owned), _) => owned.dump(buckets.clone(), self.now_secs, &mut line),
-                    (None, Some(reader)) => reader.dump(buckets.clone(), self.now_secs, &mut line),
+                    (Some(owned), _) => owned.dump(buckets.clone(), self.now, &mut line),
+                    (None, Some(reader)) => reader.dump(buckets.clone(), self.now, &mut line),
                     (None, None) => {}
                 }
             }

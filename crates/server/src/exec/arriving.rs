@@ -26,7 +26,7 @@ impl Engine {
         let value_len = len.checked_sub(line_len + 2)?;
         let key = self.key(key, None);
         let expiry = self.exptime(i64::from(exptime));
-        let now = self.now_secs;
+        let now = self.now;
         let partition = self.partitions[key.partition].as_mut()?;
         let record = partition.begin_arriving((key.hash, key.bytes), value_len, (flags, expiry), now)?;
         let arriving =
@@ -67,12 +67,13 @@ impl Engine {
         self.shared.observers.detail.record_set(&key);
         self.log_lookup(&key);
         let expiry = self.exptime(exptime);
-        let size = qs_store::item::item_bytes(key.len(), value_len, expiry != Expiry::NEVER) as u64;
+        let ext = qs_store::item::Ext::new(0, expiry).bytes();
+        let size = qs_store::item::item_bytes(key.len(), value_len, ext) as u64;
         self.offer_access(key.hash, &key, (false, || qs_store::mrc::Access::Set(size)));
         if let Some(epochs) = self.shared.front_epochs.get(partition) {
             epochs.bump(key.hash.0);
         }
-        let now = self.now_secs;
+        let now = self.now;
         let owner = self.partitions[partition].as_mut().expect("an owned partition");
         let outcome = if lost { Outcome::OutOfMemory } else { owner.finish_arriving(record, now) };
         if matches!(outcome, Outcome::OutOfMemory) {

@@ -53,7 +53,7 @@ impl Engine {
             return;
         }
         let Some(owned) = &self.partitions[partition] else { return };
-        if let Some(read) = owned.flash_probe(hash, key, self.now_secs) {
+        if let Some(read) = owned.flash_probe(hash, key, self.now) {
             keys.push(FlashKey { partition, hash, key: key.to_vec(), read, plain_get });
         }
     }
@@ -76,7 +76,7 @@ impl Engine {
         if !self.flash_on {
             return;
         }
-        let now = self.now_secs;
+        let now = self.now;
         let Some(owned) = self.partitions[partition].as_mut() else { return };
         let Some(mut read) = owned.flash_probe(hash, key, now) else { return };
         // A record longer than the first read asks for one more read of its whole length.
@@ -137,7 +137,7 @@ impl Engine {
         let (read, record) = self.flash_resolved[at].serve.take()?;
         let owned = self.partitions[partition].as_mut()?;
         let request = qs_store::Request { key, hash, command: Command::Get };
-        match owned.serve_from_flash(&request, read, &record, self.now_secs, out) {
+        match owned.serve_from_flash(&request, read, &record, self.now, out) {
             Some(Ok(outcome)) => Some(outcome),
             _ => None,
         }

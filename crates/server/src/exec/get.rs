@@ -13,7 +13,7 @@ use super::{watch, Engine, Exec, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::command::{self as cmd, Answer};
-use qs_store::{Command, Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, ValueSink};
+use qs_store::{Command, Expiry, Hit, KeyHash, LogValue, MetaGet, Now, Outcome, ValueSink};
 use std::sync::Arc;
 
 /// Where a large value went instead of the reply buffer.
@@ -39,7 +39,7 @@ pub(super) struct ReplySink<'a> {
     mark: usize,
     large: Large,
     /// The clock, for what a meta get's head reports.
-    now_secs: u32,
+    now: Now,
     /// The head said the value follows (a meta get may send none).
     value_follows: bool,
     /// The partition read, when it is this worker's own: a large value may be left in its
@@ -53,7 +53,7 @@ impl<'a> ReplySink<'a> {
         key: &'a [u8],
         answer: Answer<'a>,
         shared: &'a Shared,
-        (shares, now_secs): (&'a mut Shares, u32),
+        (shares, now): (&'a mut Shares, Now),
     ) -> ReplySink<'a> {
         let mark = out.len();
         ReplySink {
@@ -64,7 +64,7 @@ impl<'a> ReplySink<'a> {
             shares,
             mark,
             large: Large::No,
-            now_secs,
+            now,
             value_follows: false,
             owned: None,
         }
@@ -113,7 +113,7 @@ impl<'a> ReplySink<'a> {
     #[inline(always)]
     fn write_head(&mut self, hit: &Hit) -> bool {
         self.value_follows =
-            self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.now_secs, self.out);
+            self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.now, self.out);
         self.value_follows
     }
 }
@@ -243,7 +243,7 @@ impl Engine {
         out: &mut Vec<u8>,
     ) -> Option<Outcome> {
         let Key { bytes, hash, partition } = key;
-        let now = self.now_secs;
+        let now = self.now;
         let outcome = if self.partitions[partition].is_some() {
             let options = MetaGet {
                 touch: get.touch.map(|exptime| self.exptime(exptime)),
@@ -320,7 +320,7 @@ impl Engine {
                 epochs.bump(hash.0);
             }
         }
-        let now = self.now_secs;
+        let now = self.now;
         let shared = &*self.shared;
         let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now));
         if let Some(owned) = &mut self.partitions[partition] {
@@ -353,7 +353,7 @@ impl Engine {
         let outcome = self.read_flash(hash, partition, key, &mut value);
         if let Some(Outcome::Hit(hit)) = &outcome {
             let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
-            let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, self.now_secs));
+            let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, self.now));
             qs_store::deliver(&mut sink, &mut hit.clone(), bytes);
             sink.finish(&Outcome::Hit(*hit));
         }

@@ -10,7 +10,7 @@ use crate::session::names::name_client;
 use crate::shared::Shared;
 use qs_proto::response as reply;
 use qs_proto::{GetKind, Request, ShutdownMode, StoreMode};
-use qs_store::{Command, Expiry, KeyHash, Outcome, Partition};
+use qs_store::{Command, Expiry, KeyHash, Now, Outcome, Partition};
 use std::io::Write as _;
 use std::sync::Arc;
 
@@ -181,7 +181,7 @@ pub struct Engine {
     partitions: Vec<Option<Partition>>,
     shared: Arc<Shared>,
     /// The clock, read once per loop turn.
-    pub now_secs: u32,
+    pub now: Now,
     scratch: Vec<u8>,
     /// This worker's counters.
     pub counters: WorkerCounters,
@@ -241,7 +241,7 @@ impl Engine {
             worker,
             partitions,
             shared,
-            now_secs: crate::sys::now_secs(),
+            now: qs_store::clock::now(),
             scratch: Vec::new(),
             counters: WorkerCounters::default(),
             remote_reads: vec![(0, 0); count],
@@ -294,7 +294,7 @@ impl Engine {
     /// The value length and CAS of `key`'s item in a partition owned here, looked at without
     /// changing anything (a win token, the fetch mark): `None` for none.
     pub(super) fn look(&self, key: Key<'_>) -> Option<(usize, u64)> {
-        self.partitions[key.partition].as_ref()?.peek_cas(key.hash, key.bytes, self.now_secs)
+        self.partitions[key.partition].as_ref()?.peek_cas(key.hash, key.bytes, self.now)
     }
 
     /// `mode` with its expected CAS, if any, made the store's ([`Engine::cas_expected`]).
@@ -403,7 +403,7 @@ impl Engine {
         if asked_here {
             self.counters.cmd_flush += 1;
         }
-        let now = self.now_secs;
+        let now = self.now;
         for (partition, owned) in self.partitions.iter().enumerate() {
             if let (Some(_), Some(epochs)) = (owned, self.shared.front_epochs.get(partition)) {
                 epochs.bump_all();
@@ -413,7 +413,7 @@ impl Engine {
         let delay = match i64::from(delay) {
             d if d <= 0 => 0,
             d if d <= qs_store::item::RELATIVE_EXPTIME_SECS_MAX => d as u32,
-            at => (at as u32).saturating_sub(now),
+            at => (at as u32).saturating_sub(now.secs()),
         };
         let by_cas = !self.shared.config.disable_cas;
         for partition in self.partitions.iter_mut().flatten() {
@@ -437,7 +437,7 @@ impl Engine {
 
     /// memcached's exptime as an expiry, by this turn's clock.
     pub fn expiry(&self, exptime: i32) -> Expiry {
-        Expiry::from_exptime(exptime as i64, self.now_secs)
+        Expiry::from_exptime(exptime as i64, self.now)
     }
 
     /// Runs one command on `key`'s partition (owned here: routing made sure).
@@ -462,7 +462,7 @@ impl Engine {
             }
         }
         let request = qs_store::Request { key, hash, command };
-        let now = self.now_secs;
+        let now = self.now;
         match &mut self.partitions[partition] {
             Some(partition) => partition.run(&request, now, out),
             None => panic!("request for partition {partition} routed to worker {}", self.worker),
@@ -558,7 +558,7 @@ impl Engine {
 /// The `size=` that `me` and `lru_crawler metadump` report: the item's bytes in the log
 /// (header with its extension word, key and value), as memcached reports its item's.
 fn debug_size(key_len: usize, value_len: usize) -> usize {
-    qs_store::item::item_bytes(key_len, value_len, true)
+    qs_store::item::item_bytes(key_len, value_len, qs_store::item::EXT_BYTES)
 }
 
 /// The key of a request that names exactly one.
@@ -575,15 +575,6 @@ fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
         Request::Binary(binary) => binary.command.key(),
         Request::RespKey(command) => Some(command.key),
         _ => None,
-    }
-}
-
-/// Remaining seconds of an expiry, -1 for none (meta `t`).
-fn ttl_secs(expiry: Expiry, now_secs: u32) -> i64 {
-    if expiry == Expiry::NEVER {
-        -1
-    } else {
-        (expiry.0 as i64 - now_secs as i64).max(0)
     }
 }
 

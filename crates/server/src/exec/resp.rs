@@ -115,7 +115,7 @@ impl Engine {
     fn resp_client(&mut self, call: Call<'_>, resp3: bool, out: &mut Vec<u8>) -> Exec {
         use crate::observe::clients;
         let registry = &self.shared.observers.registry;
-        let asking = (self.now_secs, self.asking_fd);
+        let asking = (self.now.secs(), self.asking_fd);
         match call {
             Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
             Call::ClientSetName(name) => {

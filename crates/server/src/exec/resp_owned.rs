@@ -76,7 +76,9 @@ impl Engine {
                 let at = match &current {
                     None => -2,
                     Some(item) if item.expiry == Expiry::NEVER => -1,
-                    Some(item) => i64::from(item.expiry.0) * if millis { 1000 } else { 1 },
+                    // EXPIRETIME rounds to the nearest second, as redis-server does.
+                    Some(item) if millis => item.expiry.ms() as i64,
+                    Some(item) => (item.expiry.ms() as i64 + 500) / 1000,
                 };
                 reply::integer(at, out);
             }
@@ -176,10 +178,10 @@ impl Engine {
         let Some(item) = current else { return out.extend_from_slice(reply::null(resp3)) };
         match step {
             Step::MemoryUsage => {
-                let ext = item.flags != 0 || item.expiry != Expiry::NEVER;
+                let ext = qs_store::item::Ext::new(item.flags, item.expiry).bytes();
                 reply::integer(qs_store::item::item_bytes(key_len, item.value.len(), ext) as i64, out);
             }
-            Step::IdleTime => reply::integer(i64::from(self.now_secs.saturating_sub(item.last_access)), out),
+            Step::IdleTime => reply::integer(i64::from(self.now.secs().saturating_sub(item.last_access)), out),
             _ => out.extend_from_slice(LFU_NOT_SELECTED),
         }
     }
@@ -223,10 +225,10 @@ impl Engine {
             return reply::integer(0, out);
         };
         let expiry = self.exptime(exptime);
-        if !when.allows(current.expiry.0, expiry.0) {
+        if !when.allows(current.expiry.ms(), expiry.ms()) {
             return reply::integer(0, out);
         }
-        if expiry.is_expired(self.now_secs) {
+        if expiry.is_expired(self.now) {
             self.delete_command(key, &cmd::Delete::default(), Answer::Resp(RespReply::Deleted));
         } else {
             self.counters.cmd_touch += 1;
@@ -284,10 +286,10 @@ impl Engine {
     }
 }
 
-/// The exptime that keeps an item's expiry: its unix time (memcached reads one past 30 days
-/// as absolute), or 0 for none.
+/// The exptime that keeps an item's expiry: its unix time in milliseconds (which the store
+/// reads as one), or 0 for none.
 fn keep(current: Option<&Current>) -> i64 {
-    current.map_or(0, |item| i64::from(item.expiry.0))
+    current.map_or(0, |item| item.expiry.ms() as i64)
 }
 
 fn bulk_or_null(value: Option<&[u8]>, resp3: bool, out: &mut Vec<u8>) {

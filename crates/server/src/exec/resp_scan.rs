@@ -15,8 +15,8 @@ impl Engine {
     fn walk(&self, partition: usize, buckets: std::ops::Range<usize>, visit: &mut dyn FnMut(&[u8])) {
         let mut visit_item = |item: &qs_store::Dumped<'_>| visit(item.key);
         match (&self.partitions[partition], self.shared.map.reader(partition)) {
-            (Some(owned), _) => owned.dump(buckets, self.now_secs, &mut visit_item),
-            (None, Some(reader)) if self.crew => reader.dump(buckets, self.now_secs, &mut visit_item),
+            (Some(owned), _) => owned.dump(buckets, self.now, &mut visit_item),
+            (None, Some(reader)) if self.crew => reader.dump(buckets, self.now, &mut visit_item),
             _ => {}
         }
     }

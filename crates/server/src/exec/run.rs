@@ -47,7 +47,7 @@ impl Engine {
     /// memcached's exptime (the text protocol's signed one or the binary protocol's unsigned
     /// one) as an expiry, by this turn's clock.
     pub(super) fn exptime(&self, exptime: i64) -> Expiry {
-        Expiry::from_exptime(exptime, self.now_secs)
+        Expiry::from_exptime(exptime, self.now)
     }
 
     /// A store of any dialect: counted, logged, its CAS made the store's (under -C, what
@@ -119,7 +119,7 @@ impl Engine {
             }
             cas = self.cas_out(own);
         }
-        answer.arith((&outcome, created), cas, self.now_secs, out);
+        answer.arith((&outcome, created), cas, self.now, out);
     }
 
     /// A signed count (the Redis protocol's INCRBY): a missing counter is created holding `by`.
@@ -136,7 +136,7 @@ impl Engine {
                 other => other,
             };
         }
-        answer.arith((&outcome, Created::No), 0, self.now_secs, out);
+        answer.arith((&outcome, Created::No), 0, self.now, out);
     }
 
     /// A new exptime; with `read`, the item is read as it is touched (its flags are replied).
@@ -166,7 +166,7 @@ impl Engine {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         let outcome = match self.shared.map.reader(key.partition) {
-            Some(reader) => reader.get(key.hash, &key, self.now_secs, &mut value),
+            Some(reader) => reader.get(key.hash, &key, self.now, &mut value),
             None => self.run(key, Command::Get, &mut value),
         };
         self.scratch = value;
@@ -181,6 +181,6 @@ impl Engine {
             Outcome::Hit(hit) => Some((hit, self.cas_out(hit.cas), debug_size(key.len(), hit.value_len))),
             _ => None,
         };
-        answer.inspect(found, self.now_secs, out);
+        answer.inspect(found, self.now, out);
     }
 }

@@ -13,7 +13,7 @@ impl Engine {
         }
         let Key { bytes: key, hash, partition } = key;
         let front = self.front.as_mut().expect("checked");
-        let Some(reply) = front.get(hash.0, key, &self.shared.front_epochs[partition], self.now_secs) else {
+        let Some(reply) = front.get(hash.0, key, &self.shared.front_epochs[partition], self.now.secs()) else {
             return false;
         };
         out.extend_from_slice(reply);
@@ -31,7 +31,7 @@ impl Engine {
     /// `-o front_cache`, at the owner: what a handed-over plain `get` of `key` was answered
     /// under (the key's write epochs and this second), for the asking worker's front cache.
     pub fn front_tag(&self, key: Key<'_>) -> Option<(qs_store::front::Epoch, u32)> {
-        Some((self.shared.front_epochs.get(key.partition)?.read(key.hash.0), self.now_secs))
+        Some((self.shared.front_epochs.get(key.partition)?.read(key.hash.0), self.now.secs()))
     }
 
     /// `-o front_cache`: keeps the owner's reply to a plain `get` of `key`, tagged by
@@ -126,7 +126,7 @@ impl Engine {
         }
         let (hash, partition) = self.locate(key);
         if let Some(owned) = &self.partitions[partition] {
-            self.log_get(key, owned.peek(hash, key, self.now_secs));
+            self.log_get(key, owned.peek(hash, key, self.now));
         }
     }
 
@@ -137,7 +137,7 @@ impl Engine {
             return None;
         }
         let (hash, partition) = self.locate(key);
-        self.partitions[partition].as_ref()?.peek(hash, key, self.now_secs)
+        self.partitions[partition].as_ref()?.peek(hash, key, self.now)
     }
 
     /// `watch deletions`: memcached 1.6.20's line for an item `delete` or `md` (`command`)
@@ -182,13 +182,13 @@ impl Engine {
             qs_store::StoreMode::Prepend | qs_store::StoreMode::PrependCas(_) => "prepend",
             _ => "cas",
         };
-        let ttl = ttl_secs(expiry, self.now_secs).max(0);
+        let ttl = qs_proto::meta::ttl_secs(expiry, self.now).max(0);
         // An append or prepend that stored logs the joined item's size, as memcached does.
         let joined = matches!(command, "append" | "prepend") && matches!(outcome, Outcome::Stored { .. });
         let size = if joined {
             let (hash, partition) = self.locate(key);
             let peeked =
-                self.partitions[partition].as_ref().and_then(|owned| owned.peek(hash, key, self.now_secs));
+                self.partitions[partition].as_ref().and_then(|owned| owned.peek(hash, key, self.now));
             peeked.unwrap_or(size)
         } else {
             size
@@ -216,14 +216,14 @@ impl Engine {
         for partition in self.partitions.iter_mut().flatten() {
             partition.record_evictions(wanted);
             for item in partition.take_evictions() {
-                let ttl = ttl_secs(item.expiry, self.now_secs);
+                let ttl = qs_proto::meta::ttl_secs(item.expiry, self.now);
                 self.shared.log(
                     watch::EVICTIONS,
                     format_args!(
                         "type=eviction key={} fetch={} ttl={ttl} la={} clsid={} size={}",
                         UriKey(&item.key),
                         if item.fetched { "yes" } else { "no" },
-                        self.now_secs.saturating_sub(item.last_access_secs),
+                        self.now.secs().saturating_sub(item.last_access_secs),
                         watch::slab_class(item.key.len(), item.value_len),
                         item.value_len
                     ),

@@ -98,12 +98,15 @@ impl LiveMrc {
     pub fn access_of(key: &[u8], command: &Command<'_>) -> Access {
         match *command {
             _ if Self::is_get(command) => Access::Get,
-            Command::Store { mode, value, expiry, .. } => match mode {
+            Command::Store { mode, value, flags, expiry, .. } => match mode {
                 StoreMode::Append
                 | StoreMode::Prepend
                 | StoreMode::AppendCas(_)
                 | StoreMode::PrependCas(_) => Access::Touch,
-                _ => Access::Set(qs_store::item::item_bytes(key.len(), value.len(), expiry.0 != 0) as u64),
+                _ => {
+                    let ext = qs_store::item::Ext::new(flags, expiry).bytes();
+                    Access::Set(qs_store::item::item_bytes(key.len(), value.len(), ext) as u64)
+                }
             },
             Command::Delete { .. } => Access::Delete,
             _ => Access::Touch,
@@ -186,7 +189,7 @@ mod tests {
         // Every key sampled: 10 keys of 32 bytes in the log each (2-byte key, 8-byte value), read
         // round robin by two workers.
         let mrc = LiveMrc::new(2, 1);
-        let set = Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry(0) };
+        let set = Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry::NEVER };
         let mut gets = [0u64; 2];
         for round in 0..100 {
             for key in 0..10u8 {

@@ -7,7 +7,6 @@ pub mod memfile;
 pub use qs_net::{send_burst, Burst, BURST_MAX};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 /// Pins the calling thread to `core` (modulo the cores this process may use). Failing to pin
 /// is not fatal: the worker runs unpinned.
@@ -176,20 +175,14 @@ pub fn free_bytes(file: &std::fs::File) -> io::Result<u64> {
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
-/// Seconds `debugtime` has moved the clock by (0 unless the server runs with
-/// `--enable-debugtime`).
-static CLOCK_SHIFT_SECS: AtomicI64 = AtomicI64::new(0);
-
 /// Unix seconds now (as moved by `debugtime`).
 pub fn now_secs() -> u32 {
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    (now + CLOCK_SHIFT_SECS.load(Relaxed)).clamp(0, u32::MAX as i64) as u32
+    qs_store::clock::now().secs()
 }
 
 /// `debugtime`: moves the clock every worker reads by `delta` seconds.
 pub fn shift_clock(delta: i32) {
-    CLOCK_SHIFT_SECS.fetch_add(i64::from(delta), Relaxed);
+    qs_store::clock::shift(delta);
 }
 
 /// memcached's -r: raises the core-file limit to unlimited, or else to its hard limit. Returns

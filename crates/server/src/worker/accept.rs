@@ -67,7 +67,7 @@ impl Worker {
             // -Z: a TLS session around the socket (its handshake runs as it is read).
             let session = match (self.shared.credentials.tls(), stream) {
                 (Some(tls), crate::session::Stream::Tcp(socket)) => {
-                    tls.accept(socket, self.engine.now_secs, mutual).ok()
+                    tls.accept(socket, self.engine.now.secs(), mutual).ok()
                 }
                 _ => None,
             };
@@ -96,7 +96,7 @@ impl Worker {
         self.generations[index] = self.generations[index].wrapping_add(1);
         let fd = stream.fd();
         let local = stream.local_addr(&self.listeners[listener].addr);
-        let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now_secs));
+        let info = Arc::new(Info::new(registry::Kind::Client, peer, Some(local), self.engine.now.secs()));
         if self.listeners[listener].protocol == crate::config::Protocol::Resp {
             // A Redis client (CLIENT LIST lists it), speaking RESP2 until its HELLO 3.
             info.set_resp(2);
@@ -175,7 +175,7 @@ impl Worker {
         for index in 0..self.conns.len() {
             let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
                 Transport::Tcp(crate::session::Stream::Tls(session)) => {
-                    session.handshake_overdue(self.engine.now_secs)
+                    session.handshake_overdue(self.engine.now.secs())
                 }
                 _ => false,
             });
@@ -194,7 +194,7 @@ impl Worker {
     /// than `timeout_secs` while waiting for one (memcached's conn_timeout_thread), once a
     /// second.
     pub(super) fn kick_idle(&mut self, timeout_secs: u32) {
-        let since = self.engine.now_secs.saturating_sub(timeout_secs);
+        let since = self.engine.now.secs().saturating_sub(timeout_secs);
         for index in 0..self.conns.len() {
             let Some(conn) = self.conns[index].as_ref() else { continue };
             let idle = conn.watch.is_none()

@@ -363,7 +363,7 @@ impl FlashWaits {
 
     /// Resolves the read keys of wait `id`; false when some must be read again (longer).
     fn resolve(&mut self, id: usize, engine: &mut Engine, shared: &Shared) -> bool {
-        let now = engine.now_secs;
+        let now = engine.now;
         let wait = self.waits[id].as_mut().expect("a live wait");
         let mut again = false;
         for (number, key) in wait.keys.iter_mut().enumerate() {

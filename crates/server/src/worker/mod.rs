@@ -277,11 +277,11 @@ impl Worker {
         loop {
             let timeout = self.timeout();
             if flash_durable
-                && (timeout != Some(Duration::ZERO) || self.engine.now_secs != flash_written_secs)
+                && (timeout != Some(Duration::ZERO) || self.engine.now.secs() != flash_written_secs)
             {
                 // -e: before sleeping, and once a second under load, the flash page being
                 // filled goes to the file, so a crash loses no flash item older than that.
-                flash_written_secs = self.engine.now_secs;
+                flash_written_secs = self.engine.now.secs();
                 self.engine.flash_write_partial();
             }
             self.engine.turn_mrc();
@@ -292,7 +292,7 @@ impl Worker {
                 }
             }
             self.shared.wakeups.awake(self.index);
-            self.engine.now_secs = crate::sys::now_secs();
+            self.engine.now = qs_store::clock::now();
             // A wake-up with nothing to do is the publish the timeout asked for.
             self.engine.publish_hot(events.is_empty());
             // Starts (or stops) recording evictions before this turn's requests run.
@@ -415,8 +415,8 @@ impl Worker {
     /// deadlines.
     fn once_a_second(&mut self) {
         let idle_timeout = self.shared.extended.idle_timeout_secs;
-        if self.engine.now_secs != self.idle_scan_secs {
-            self.idle_scan_secs = self.engine.now_secs;
+        if self.engine.now.secs() != self.idle_scan_secs {
+            self.idle_scan_secs = self.engine.now.secs();
             if idle_timeout > 0 {
                 self.kick_idle(idle_timeout);
             }

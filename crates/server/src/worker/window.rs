@@ -218,7 +218,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
                 }
             }
             if let Some(info) = turn.info {
-                info.touch(turn.engine.now_secs);
+                info.touch(turn.engine.now.secs());
             }
             let (consumed, stop, resume) = run_window(turn, &window, pending, &mut ran_first);
             (consumed, stop, resume, None)

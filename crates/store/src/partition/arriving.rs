@@ -14,6 +14,7 @@
 //! go to the main ring: S3-FIFO's small ring is a tenth of the log, which a few values in
 //! flight would lap before they are in.
 
+use crate::item::Now;
 use super::*;
 use std::sync::atomic::Ordering::AcqRel;
 
@@ -89,13 +90,13 @@ impl Partition {
         (hash, key): (KeyHash, &[u8]),
         len: usize,
         (flags, expiry): (u32, Expiry),
-        now_secs: u32,
+        now: Now,
     ) -> Option<Arriving> {
         if self.store.is_some() || self.flash.is_some() || key.is_empty() || key.len() > KEY_BYTES_MAX {
             return None;
         }
-        let ext = flags != 0 || expiry != Expiry::NEVER;
-        let size = item::item_bytes(key.len(), len, ext);
+        let ext = Ext::new(flags, expiry);
+        let size = item::item_bytes(key.len(), len, ext.bytes());
         if len > VALUE_BYTES_MAX || size > self.item_bytes_max {
             return None;
         }
@@ -103,18 +104,18 @@ impl Partition {
         if self.arriving.load(Relaxed) + size as u64 > share {
             return None;
         }
-        self.clock_secs = now_secs;
+        self.clock = now;
         self.keep_ahead(size);
         let offset = self.reserve(size);
-        let new_item = NewItem { cas_seq: 0, bits: BIT_DEAD, flags, expiry, last_access: now_secs };
+        let new_item = NewItem { cas_seq: 0, bits: BIT_DEAD, flags, expiry, last_access: now.secs() };
         // Pinned values the record's memory held are copied out before any of it is written.
         self.before_writing(offset, size);
         // The header and key now; the value's words as it arrives.
         self.write_item(offset, key, &[], new_item, 0, false);
-        self.shared.log.set_word1(offset, Word1::new(len, 0, now_secs));
+        self.shared.log.set_word1(offset, Word1::new(len, 0, now.secs()));
         self.persist_window();
         self.arriving.fetch_add(size as u64, AcqRel);
-        let value_at = item::HEADER_BYTES + if ext { item::EXT_BYTES } else { 0 } + key.len();
+        let value_at = item::HEADER_BYTES + ext.bytes() + key.len();
         Some(Arriving {
             offset,
             value_at,
@@ -144,15 +145,15 @@ impl Partition {
 
     /// Links the record, its value all in, as the key's item (replacing the one there, as a
     /// set does): `Stored`, or `OutOfMemory` when the log's head passed the record first.
-    pub fn finish_arriving(&mut self, arriving: Arriving, now_secs: u32) -> Outcome {
-        self.clock_secs = now_secs;
+    pub fn finish_arriving(&mut self, arriving: Arriving, now: Now) -> Outcome {
+        self.clock = now;
         self.stats.sets += 1;
         if !self.geometry.is_live(arriving.offset, self.heads()) {
             return Outcome::OutOfMemory;
         }
         debug_assert_eq!(arriving.remaining(), 0, "a value linked before all of it arrived");
         let (hash, offset) = (arriving.hash, arriving.offset);
-        let existing = match self.lookup(hash, &arriving.key, now_secs) {
+        let existing = match self.lookup(hash, &arriving.key, now) {
             Lookup::Found(found) => Some(found),
             Lookup::Absent | Lookup::Gone { .. } => None,
         };
@@ -164,10 +165,11 @@ impl Partition {
             // A key written again is as popular as it was: the clock's count carries over.
             new_item.bits |= found.header.word0.bits() & item::FREQ_BITS;
         }
-        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
-        let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits };
+        let ext = new_item.ext();
+        let bits = if ext.bytes() > 0 { new_item.bits | BIT_EXT } else { new_item.bits };
         // Alive from here: one word, as a memory file's records change.
-        self.shared.log.set_word0(offset, Word0::new(new_item.cas_seq, arriving.key.len(), bits));
+        let word0 = Word0::new(new_item.cas_seq, arriving.key.len(), bits).with_precise(ext.is_precise());
+        self.shared.log.set_word0(offset, word0);
         self.stats.items += 1;
         self.stats.bytes += arriving.size as u64;
         let slot = Slot::new(hash.tag(), offset);
@@ -205,7 +207,7 @@ mod tests {
 
     fn get(partition: &mut Partition, key: &[u8]) -> Option<(Vec<u8>, u32)> {
         let mut out = Vec::new();
-        match partition.execute(&Request::new(key, Command::Get), 100, &mut out) {
+        match partition.execute(&Request::new(key, Command::Get), crate::Now::from_secs(100), &mut out) {
             Outcome::Hit(hit) => {
                 Some((out[hit.value_start..hit.value_start + hit.value_len].to_vec(), hit.flags))
             }
@@ -216,12 +218,12 @@ mod tests {
 
     fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
         let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-        let outcome = partition.execute(&Request::new(key, command), 100, &mut Vec::new());
+        let outcome = partition.execute(&Request::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
         assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
     }
 
     fn begin(partition: &mut Partition, key: &[u8], len: usize) -> Option<Arriving> {
-        partition.begin_arriving((KeyHash::of(key), key), len, (7, Expiry::NEVER), 100)
+        partition.begin_arriving((KeyHash::of(key), key), len, (7, Expiry::NEVER), crate::Now::from_secs(100))
     }
 
     /// The value arrives in uneven pieces (words split across fills); the old value answers
@@ -240,7 +242,7 @@ mod tests {
             }
             assert_eq!(arriving.remaining(), 0);
             let items = partition.stats().items;
-            assert!(matches!(partition.finish_arriving(arriving, 100), Outcome::Stored { .. }));
+            assert!(matches!(partition.finish_arriving(arriving, crate::Now::from_secs(100)), Outcome::Stored { .. }));
             assert_eq!(get(&mut partition, b"k"), Some((value, 7)), "{eviction:?}");
             assert_eq!(partition.stats().items, items, "one item replaced another");
             assert_eq!(partition.arriving.load(Relaxed), 0);
@@ -262,7 +264,7 @@ mod tests {
             let (value, _) = get(&mut partition, format!("k{round}").as_bytes()).expect("recent item");
             assert!(value.iter().all(|&byte| byte == round as u8), "item {round} overwritten");
         }
-        assert!(matches!(partition.finish_arriving(arriving, 100), Outcome::OutOfMemory));
+        assert!(matches!(partition.finish_arriving(arriving, crate::Now::from_secs(100)), Outcome::OutOfMemory));
         assert_eq!(get(&mut partition, b"slow"), None);
     }
 
@@ -281,7 +283,7 @@ mod tests {
             }
             for arriving in held {
                 assert!(
-                    matches!(partition.finish_arriving(arriving, 100), Outcome::Stored { .. }),
+                    matches!(partition.finish_arriving(arriving, crate::Now::from_secs(100)), Outcome::Stored { .. }),
                     "{eviction:?}"
                 );
             }
@@ -325,7 +327,7 @@ mod tests {
         config.store_mode = true;
         config.huge_pages = HugePages::Off;
         assert!(Partition::new(config)
-            .begin_arriving((KeyHash::of(b"k"), b"k"), 20_000, (0, Expiry::NEVER), 100)
+            .begin_arriving((KeyHash::of(b"k"), b"k"), 20_000, (0, Expiry::NEVER), crate::Now::from_secs(100))
             .is_none());
     }
 }

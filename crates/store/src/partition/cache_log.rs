@@ -120,7 +120,7 @@ impl Partition {
         let paid = unread && self.reclaim_credit >= header.capacity() as u64;
         if header.word0.has(BIT_DEAD)
             || (unread && !paid && !self.small_enough_to_keep(offset, header.capacity()))
-            || self.shared.is_gone(&header, self.clock_secs)
+            || self.shared.is_gone(&header, self.clock)
         {
             return false;
         }
@@ -145,7 +145,7 @@ impl Partition {
         }
         self.stats.items -= 1;
         self.stats.bytes -= header.capacity() as u64;
-        if self.shared.is_gone(header, self.clock_secs) {
+        if self.shared.is_gone(header, self.clock) {
             self.count_reclaimed(header);
             self.reclaim_credit = (self.reclaim_credit + header.capacity() as u64).min(self.credit_max());
             return false;

@@ -2,6 +2,7 @@
 //! spares), get and its after-read upkeep, the stores (set, add, replace, cas, append, prepend)
 //! and their placement, touch, delete, incr/decr and the meta get.
 
+use crate::item::Now;
 use super::*;
 
 impl Partition {
@@ -70,12 +71,12 @@ impl Partition {
 
     /// Finds a key that still answers; an expired or flushed one is removed on the way.
     #[inline(always)]
-    pub(super) fn lookup(&mut self, hash: KeyHash, key: &[u8], now_secs: u32) -> Lookup {
+    pub(super) fn lookup(&mut self, hash: KeyHash, key: &[u8], now: Now) -> Lookup {
         let Some(found) = self.find(hash, key) else { return Lookup::Absent };
-        if !self.shared.is_gone(&found.header, now_secs) {
+        if !self.shared.is_gone(&found.header, now) {
             return Lookup::Found(found);
         }
-        let expired = found.header.ext.expiry().is_expired(now_secs);
+        let expired = found.header.ext.expiry().is_expired(now);
         let version = self.begin_write(found.bucket);
         self.unlink(&found);
         self.retire(found.offset, &found.header);
@@ -93,10 +94,10 @@ impl Partition {
         key: &[u8],
         touch: Option<Expiry>,
         update: bool,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
-        self.get_winning(hash, key, (touch, update), now_secs, sink, |_| false)
+        self.get_winning(hash, key, (touch, update), now, sink, |_| false)
     }
 
     /// [`Partition::get`], and a win token claimed when `wins` says the hit wins one (meta's
@@ -108,12 +109,12 @@ impl Partition {
         hash: KeyHash,
         key: &[u8],
         (touch, update): (Option<Expiry>, bool),
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
         wins: impl FnOnce(&Hit) -> bool,
     ) -> Outcome {
         self.stats.gets += 1;
-        let mut found = match self.lookup(hash, key, now_secs) {
+        let mut found = match self.lookup(hash, key, now) {
             Lookup::Found(found) => found,
             Lookup::Absent => {
                 self.count_get_miss(touch.is_some());
@@ -134,9 +135,9 @@ impl Partition {
         if let Some(expiry) = touch {
             self.stats.touch_hits += 1;
             before = Some(found.header.ext.expiry());
-            found = self.set_expiry(found, expiry, now_secs);
+            found = self.set_expiry(found, expiry, now);
         }
-        self.answer_hit_winning(found, update, now_secs, sink, (before, wins))
+        self.answer_hit_winning(found, update, now, sink, (before, wins))
     }
 
     /// Copies a found item's value to `sink`, does the read's bookkeeping unless `update` is
@@ -146,10 +147,10 @@ impl Partition {
         &mut self,
         found: Found,
         update: bool,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
-        self.answer_hit_winning(found, update, now_secs, sink, (None, |_| false))
+        self.answer_hit_winning(found, update, now, sink, (None, |_| false))
     }
 
     /// [`Partition::answer_hit`] for a hit whose expiry before this request's touch was
@@ -159,7 +160,7 @@ impl Partition {
         &mut self,
         mut found: Found,
         update: bool,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
         (before, wins): (Option<Expiry>, impl FnOnce(&Hit) -> bool),
     ) -> Outcome {
@@ -188,7 +189,7 @@ impl Partition {
             self.shared.log.read_bytes(found.offset, value_at.0, value_at.1, buffer);
         }
         if update {
-            self.after_read(&found, now_secs);
+            self.after_read(&found, now);
         }
         Outcome::Hit(hit)
     }
@@ -202,7 +203,7 @@ impl Partition {
 
     /// Bookkeeping after a hit: fetched bit, last access, and the eviction policy's re-append.
     #[inline(always)]
-    pub(super) fn after_read(&mut self, found: &Found, now_secs: u32) {
+    pub(super) fn after_read(&mut self, found: &Found, now: Now) {
         let header = found.header;
         let age = self.age(found.offset);
         let reappend = match self.eviction {
@@ -212,11 +213,11 @@ impl Partition {
         };
         if reappend {
             self.stats.reappends += 1;
-            self.move_to_tail(found, header.word0.bits() | BIT_FETCHED, now_secs);
+            self.move_to_tail(found, header.word0.bits() | BIT_FETCHED, now.secs());
             return;
         }
         let fetched = header.word0.has(BIT_FETCHED);
-        let accessed = header.word1.last_access() == now_secs;
+        let accessed = header.word1.last_access() == now.secs();
         let counted = !self.eviction.counts_reads() || header.word0.freq() == item::FREQ_MAX;
         if fetched && accessed && counted {
             return;
@@ -226,7 +227,7 @@ impl Partition {
             let word0 = header.word0.with_bit(BIT_FETCHED).with_freq(header.word0.freq() + 1);
             self.shared.log.set_word0(found.offset, word0);
             if !accessed {
-                self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
+                self.shared.log.set_word1(found.offset, header.word1.with_last_access(now.secs()));
             }
             return;
         }
@@ -239,7 +240,7 @@ impl Partition {
             self.shared.log.set_word0(found.offset, header.word0.with_bit(BIT_FETCHED));
         }
         if !accessed {
-            self.shared.log.set_word1(found.offset, header.word1.with_last_access(now_secs));
+            self.shared.log.set_word1(found.offset, header.word1.with_last_access(now.secs()));
         }
     }
 
@@ -283,14 +284,14 @@ impl Partition {
         value: &[u8],
         flags: u32,
         expiry: Expiry,
-        now_secs: u32,
+        now: Now,
     ) -> Outcome {
         self.stats.sets += 1;
-        let existing = match self.lookup(hash, key, now_secs) {
+        let existing = match self.lookup(hash, key, now) {
             Lookup::Found(found) => Some(found),
             Lookup::Absent | Lookup::Gone { .. } => None,
         };
-        let mut new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
+        let mut new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now.secs() };
         match (mode, existing) {
             (StoreMode::Add, Some(_)) => return Outcome::NotStored,
             (
@@ -335,10 +336,10 @@ impl Partition {
         if let Some(found) = existing {
             match mode {
                 StoreMode::Append | StoreMode::AppendCas(_) => {
-                    return self.concatenate(hash, key, &found, value, true, now_secs);
+                    return self.concatenate(hash, key, &found, value, true, now);
                 }
                 StoreMode::Prepend | StoreMode::PrependCas(_) => {
-                    return self.concatenate(hash, key, &found, value, false, now_secs);
+                    return self.concatenate(hash, key, &found, value, false, now);
                 }
                 _ => {}
             }
@@ -353,7 +354,7 @@ impl Partition {
         found: &Found,
         data: &[u8],
         append: bool,
-        now_secs: u32,
+        now: Now,
     ) -> Outcome {
         let header = found.header;
         let old_len = header.word1.value_len();
@@ -380,7 +381,7 @@ impl Partition {
         if append {
             scratch.extend_from_slice(data);
         }
-        let new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        let new_item = NewItem::keeping_flags_and_expiry(&header, now);
         let outcome = self.put(hash, key, &scratch, new_item, Some(*found));
         self.scratch = scratch;
         outcome
@@ -401,8 +402,8 @@ impl Partition {
         if self.store.is_some() {
             return self.put_store(hash, key, value, new_item, existing);
         }
-        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
-        let size = item::item_bytes(key.len(), value.len(), ext);
+        let ext_bytes = new_item.ext().bytes();
+        let size = item::item_bytes(key.len(), value.len(), ext_bytes);
         if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
             self.stats.too_large += 1;
             return Outcome::TooLarge;
@@ -420,7 +421,7 @@ impl Partition {
             // after a crash, where an appended one is outside the window until whole.
             if size <= capacity && (capacity - size) / 8 <= SLACK_WORDS_MAX && self.persist.is_none() {
                 let version = self.begin_write(found.bucket);
-                let key_in_place = found.header.word0.has(BIT_EXT) == ext;
+                let key_in_place = found.header.ext_bytes() == ext_bytes;
                 self.write_item(found.offset, key, value, new_item, (capacity - size) / 8, key_in_place);
                 self.end_write(found.bucket, version);
                 return Outcome::Stored { cas };
@@ -446,7 +447,7 @@ impl Partition {
     }
 
     /// The first item of `bucket`'s chain that no longer answers.
-    pub(super) fn first_gone(&self, bucket: usize, now_secs: u32) -> Option<Found> {
+    pub(super) fn first_gone(&self, bucket: usize, now: Now) -> Option<Found> {
         let mut slot_bucket = bucket;
         loop {
             let words = self.shared.index.bucket(slot_bucket);
@@ -456,7 +457,7 @@ impl Partition {
                     continue;
                 }
                 let header = self.shared.log.header(slot.offset());
-                if self.shared.is_gone(&header, now_secs) {
+                if self.shared.is_gone(&header, now) {
                     let offset = slot.offset();
                     return Some(Found { bucket, slot_bucket, slot: slot_index, offset, header });
                 }
@@ -469,12 +470,12 @@ impl Partition {
         }
     }
 
-    pub(super) fn touch(&mut self, hash: KeyHash, key: &[u8], expiry: Expiry, now_secs: u32) -> Outcome {
-        match self.lookup(hash, key, now_secs) {
+    pub(super) fn touch(&mut self, hash: KeyHash, key: &[u8], expiry: Expiry, now: Now) -> Outcome {
+        match self.lookup(hash, key, now) {
             Lookup::Found(found) => {
                 self.stats.touch_hits += 1;
-                let found = self.set_expiry(found, expiry, now_secs);
-                self.after_read(&found, now_secs);
+                let found = self.set_expiry(found, expiry, now);
+                self.after_read(&found, now);
                 Outcome::Touched
             }
             Lookup::Absent | Lookup::Gone { .. } => {
@@ -484,16 +485,18 @@ impl Partition {
         }
     }
 
-    /// Gives an item a new expiry: in place when it has the extension word, else re-appended
-    /// with one. Returns where the item is now.
-    pub(super) fn set_expiry(&mut self, found: Found, expiry: Expiry, now_secs: u32) -> Found {
+    /// Gives an item a new expiry: in place when it has the words the expiry needs (the
+    /// extension word, and the precise word for one within a second), else re-appended with
+    /// them. Returns where the item is now.
+    pub(super) fn set_expiry(&mut self, found: Found, expiry: Expiry, now: Now) -> Found {
         let header = found.header;
-        if header.word0.has(BIT_EXT) {
+        let ext = Ext::new(header.ext.flags(), expiry);
+        let precise_slot = header.word0.precise();
+        if header.word0.has(BIT_EXT) && (precise_slot || !ext.is_precise()) {
             let version = self.begin_write(found.bucket);
-            self.shared.log.set_ext(found.offset, Ext::new(header.ext.flags(), expiry));
+            self.shared.log.set_ext(found.offset, ext, precise_slot);
             self.end_write(found.bucket, version);
-            let header = Header { ext: Ext::new(header.ext.flags(), expiry), ..header };
-            return Found { header, ..found };
+            return Found { header: Header { ext, ..header }, ..found };
         }
         if expiry == Expiry::NEVER {
             return found;
@@ -507,14 +510,14 @@ impl Partition {
         let new_item = NewItem {
             cas_seq: header.word0.cas_seq(),
             bits: header.word0.bits(),
-            flags: 0,
+            flags: header.ext.flags(),
             expiry,
-            last_access: now_secs,
+            last_access: now.secs(),
         };
         let version = self.begin_write(found.bucket);
         let tag = found_tag(self, &found);
         self.retire(found.offset, &header);
-        let ring = self.ring_for_existing(found.offset, item::item_bytes(key_len, value.len(), true));
+        let ring = self.ring_for_existing(found.offset, item::item_bytes(key_len, value.len(), self.ext_bytes(Ext::new(header.ext.flags(), expiry))));
         let offset = self.append(ring, key, value, new_item);
         self.set_slot(found.slot_bucket, found.slot, Slot::new(tag, offset));
         self.end_write(found.bucket, version);
@@ -523,8 +526,8 @@ impl Partition {
         Found { offset, header, ..found }
     }
 
-    pub(super) fn delete(&mut self, hash: KeyHash, key: &[u8], cas: u64, now_secs: u32) -> Outcome {
-        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+    pub(super) fn delete(&mut self, hash: KeyHash, key: &[u8], cas: u64, now: Now) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Outcome::NotFound;
         };
@@ -546,9 +549,9 @@ impl Partition {
         delta: u64,
         decrement: bool,
         cas: u64,
-        now_secs: u32,
+        now: Now,
     ) -> Outcome {
-        let Some(found) = self.counter(hash, key, decrement, now_secs) else {
+        let Some(found) = self.counter(hash, key, decrement, now) else {
             return Outcome::NotFound;
         };
         let header = found.header;
@@ -579,7 +582,7 @@ impl Partition {
         if text.len() < old_len {
             scratch.resize(old_len, b' ');
         }
-        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now);
         if text.len() <= old_len {
             // memcached rewrites a number that fits in place: the item keeps its marks (h, X, Z).
             new_item.bits = header.word0.bits() & (BIT_FETCHED | BIT_STALE | BIT_WIN_SENT);
@@ -594,8 +597,8 @@ impl Partition {
     }
 
     /// The counter `key` names, if there is one; a miss counts as an incr's or a decr's.
-    fn counter(&mut self, hash: KeyHash, key: &[u8], decrement: bool, now_secs: u32) -> Option<Found> {
-        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+    fn counter(&mut self, hash: KeyHash, key: &[u8], decrement: bool, now: Now) -> Option<Found> {
+        let Lookup::Found(found) = self.lookup(hash, key, now) else {
             if decrement {
                 self.stats.decr_misses += 1;
             } else {
@@ -617,8 +620,8 @@ impl Partition {
     }
 
     /// [`Command::Count`]: a signed counter, as Redis keeps one.
-    pub(super) fn count(&mut self, hash: KeyHash, key: &[u8], by: i64, now_secs: u32) -> Outcome {
-        let Some(found) = self.counter(hash, key, by < 0, now_secs) else {
+    pub(super) fn count(&mut self, hash: KeyHash, key: &[u8], by: i64, now: Now) -> Outcome {
+        let Some(found) = self.counter(hash, key, by < 0, now) else {
             return Outcome::NotFound;
         };
         let header = found.header;
@@ -644,7 +647,7 @@ impl Partition {
             scratch.push(b'-');
         }
         scratch.extend_from_slice(format_u64(value.unsigned_abs(), &mut digits));
-        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now_secs);
+        let mut new_item = NewItem::keeping_flags_and_expiry(&header, now);
         if scratch.len() == old_len {
             new_item.bits = header.word0.bits() & (BIT_FETCHED | BIT_STALE | BIT_WIN_SENT);
         }
@@ -662,19 +665,19 @@ impl Partition {
         hash: KeyHash,
         key: &[u8],
         options: MetaGet,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
         // A stale item, or one whose remaining TTL is below R's, wins its reader the right to
         // recache it, once (meta `W`; `Z` to the readers after).
         let wins = |hit: &Hit| {
             let expiry = if options.recache_before_touch { hit.expiry_before } else { hit.expiry };
-            let remaining = expiry.0.saturating_sub(now_secs);
+            let remaining = expiry.secs().saturating_sub(now.secs());
             let recache =
                 options.recache_below_secs.is_some_and(|below| expiry != Expiry::NEVER && remaining < below);
             (hit.stale || recache) && !hit.win_sent
         };
-        match self.get_winning(hash, key, (options.touch, !options.no_update), now_secs, sink, wins) {
+        match self.get_winning(hash, key, (options.touch, !options.no_update), now, sink, wins) {
             Outcome::Hit(hit) => Outcome::Hit(hit),
             Outcome::Miss => match options.vivify {
                 Some(expiry) => {
@@ -684,7 +687,7 @@ impl Partition {
                         bits: BIT_WIN_SENT | BIT_FETCHED,
                         flags: 0,
                         expiry,
-                        last_access: now_secs,
+                        last_access: now.secs(),
                     };
                     match self.put(hash, key, &[], stub, None) {
                         Outcome::Stored { cas } => Outcome::Vivified { cas },
@@ -697,8 +700,8 @@ impl Partition {
         }
     }
 
-    pub(super) fn invalidate(&mut self, hash: KeyHash, key: &[u8], cas: u64, now_secs: u32) -> Outcome {
-        let Lookup::Found(found) = self.lookup(hash, key, now_secs) else {
+    pub(super) fn invalidate(&mut self, hash: KeyHash, key: &[u8], cas: u64, now: Now) -> Outcome {
+        let Lookup::Found(found) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Outcome::NotFound;
         };

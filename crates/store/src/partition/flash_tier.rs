@@ -13,10 +13,11 @@
 //! bracket; the slot is re-pointed right after the command (`settle_flash`), and a lookup in
 //! between misses, as for any item mid-eviction.
 
+use crate::item::Now;
 use super::{NewItem, Partition};
 use crate::flash::{FlashLog, FlashStats};
 use crate::index::Slot;
-use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_FETCHED, EXT_BYTES, HEADER_BYTES};
+use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_FETCHED, EXT_BYTES, HEADER_BYTES, PRECISE_BYTES};
 use crate::keyhash::{KeyHash, FLASH_TAG};
 use crate::log::Header;
 use crate::{Command, Outcome, Request};
@@ -66,12 +67,15 @@ pub struct FlashRead {
 fn record_header(record: &[u8]) -> Header {
     let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
     let word0 = Word0(word(0));
-    let ext = if word0.has(BIT_EXT) && record.len() >= HEADER_BYTES + EXT_BYTES {
-        Ext(word(HEADER_BYTES))
+    let word1 = Word1(word(8));
+    let ext = if !word0.has(BIT_EXT) || record.len() < HEADER_BYTES + EXT_BYTES {
+        Ext::NONE
+    } else if word0.precise() && record.len() >= HEADER_BYTES + EXT_BYTES + PRECISE_BYTES {
+        Ext::from_words(word(HEADER_BYTES), word(HEADER_BYTES + EXT_BYTES))
     } else {
-        Ext(0)
+        Ext::from_words(word(HEADER_BYTES), 0)
     };
-    Header { word0, word1: Word1(word(8)), ext }
+    Header { word0, word1, ext }
 }
 
 /// Takes every flash slot out of an index left in a file (bucket, word) and empties the
@@ -263,10 +267,10 @@ impl Partition {
     /// Where `hash`'s key must be read from flash before a command on it runs: it is not in
     /// DRAM and a live flash slot has its tag. `None` without a flash tier (one branch).
     #[inline]
-    pub fn flash_probe(&self, hash: KeyHash, key: &[u8], now_secs: u32) -> Option<FlashRead> {
+    pub fn flash_probe(&self, hash: KeyHash, key: &[u8], now: Now) -> Option<FlashRead> {
         self.flash.as_ref()?;
         let read = self.flash_lookup(hash)?;
-        self.peek(hash, key, now_secs).is_none().then_some(read)
+        self.peek(hash, key, now).is_none().then_some(read)
     }
 
     /// Where the flash log's `len` bytes at `offset` are (`None`: gone).
@@ -293,17 +297,17 @@ impl Partition {
         key: &[u8],
         read: FlashRead,
         record: &[u8],
-        now_secs: u32,
+        now: Now,
         plain_get: bool,
     ) -> Resolved {
         if plain_get && !self.in_older_half(read.offset) {
-            return match self.check_record(hash, key, read, record, now_secs) {
+            return match self.check_record(hash, key, read, record, now) {
                 Checked::Valid { .. } => Resolved::Serve,
                 Checked::NeedBytes(len) => Resolved::NeedBytes(len),
                 Checked::Absent => Resolved::Done,
             };
         }
-        match self.promote(hash, key, read, record, now_secs) {
+        match self.promote(hash, key, read, record, now) {
             Promoted::NeedBytes(len) => Resolved::NeedBytes(len),
             Promoted::Done | Promoted::Absent => Resolved::Done,
         }
@@ -429,9 +433,9 @@ impl Partition {
         key: &[u8],
         read: FlashRead,
         record: &[u8],
-        now_secs: u32,
+        now: Now,
     ) -> Promoted {
-        let (bucket, slot, header) = match self.check_record(hash, key, read, record, now_secs) {
+        let (bucket, slot, header) = match self.check_record(hash, key, read, record, now) {
             Checked::Valid { bucket, slot, header } => (bucket, slot, header),
             Checked::Absent => return Promoted::Absent,
             Checked::NeedBytes(len) => return Promoted::NeedBytes(len),
@@ -470,9 +474,9 @@ impl Partition {
         key: &[u8],
         read: FlashRead,
         record: &[u8],
-        now_secs: u32,
+        now: Now,
     ) -> Checked {
-        let checked = self.check_record_inner(hash, key, read, record, now_secs);
+        let checked = self.check_record_inner(hash, key, read, record, now);
         if matches!(checked, Checked::Absent) {
             if let Some(tier) = self.flash.as_mut() {
                 tier.counters.misses += 1;
@@ -487,7 +491,7 @@ impl Partition {
         key: &[u8],
         read: FlashRead,
         record: &[u8],
-        now_secs: u32,
+        now: Now,
     ) -> Checked {
         let bucket = self.shape.bucket(hash);
         let flash = Slot::new(hash.tag() | FLASH_TAG, read.offset);
@@ -510,7 +514,7 @@ impl Partition {
         if key_len != key.len() || &record[key_start..key_start + key_len] != key {
             return Checked::Absent;
         }
-        if self.shared.is_gone(&header, now_secs) {
+        if self.shared.is_gone(&header, now) {
             // Expired or flushed: its flash slot goes, as a DRAM item's would.
             let version = self.begin_write(bucket);
             self.set_slot(bucket, slot, Slot::EMPTY);
@@ -535,10 +539,10 @@ impl Partition {
         request: &Request<'_>,
         read: FlashRead,
         record: &[u8],
-        now_secs: u32,
+        now: Now,
         out: &mut Vec<u8>,
     ) -> Option<Result<Outcome, usize>> {
-        let header = match self.check_record(request.hash, request.key, read, record, now_secs) {
+        let header = match self.check_record(request.hash, request.key, read, record, now) {
             Checked::Valid { header, .. } => header,
             Checked::NeedBytes(len) => return Some(Err(len)),
             Checked::Absent => return None,
@@ -572,9 +576,9 @@ impl Partition {
 
     /// [`Partition::execute`] that reads flash in place when the key may be there: for tests,
     /// simulations and tools; the server reads without blocking its worker.
-    pub fn execute_with_flash(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+    pub fn execute_with_flash(&mut self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         let plain_set = matches!(request.command, Command::Store { mode: crate::StoreMode::Set, .. });
-        if !plain_set && self.peek(request.hash, request.key, now_secs).is_none() {
+        if !plain_set && self.peek(request.hash, request.key, now).is_none() {
             if let Some(mut read) = self.flash_lookup(request.hash) {
                 let mut record = Vec::new();
                 loop {
@@ -584,7 +588,7 @@ impl Partition {
                         break;
                     }
                     if matches!(request.command, Command::Get) && !self.in_older_half(read.offset) {
-                        match self.serve_from_flash(request, read, &record, now_secs, out) {
+                        match self.serve_from_flash(request, read, &record, now, out) {
                             Some(Ok(outcome)) => return outcome,
                             Some(Err(len)) => {
                                 read.len = len;
@@ -593,14 +597,14 @@ impl Partition {
                             None => break,
                         }
                     }
-                    match self.promote(request.hash, request.key, read, &record, now_secs) {
+                    match self.promote(request.hash, request.key, read, &record, now) {
                         Promoted::NeedBytes(len) => read.len = len,
                         Promoted::Done | Promoted::Absent => break,
                     }
                 }
             }
         }
-        let outcome = self.execute(request, now_secs, out);
+        let outcome = self.execute(request, now, out);
         self.settle_flash();
         outcome
     }

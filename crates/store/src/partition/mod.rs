@@ -5,6 +5,7 @@
 //! (odd while changing) in CREW mode; EREW skips the brackets. The head only moves forward, and
 //! it is published (with a release fence) before the memory it frees is written again.
 
+use crate::item::Now;
 use crate::arena::{Arena, ArenaStats};
 use crate::command::{Append, Command, Hit, MetaGet, Outcome, Request, StoreMode, ValueSink};
 use crate::config::{Access, Config, Eviction};
@@ -68,9 +69,9 @@ impl Shared {
 
     /// Whether flush_all has made an item with this header stop answering.
     #[inline(always)]
-    pub(crate) fn is_flushed(&self, header: &Header, now_secs: u32) -> bool {
+    pub(crate) fn is_flushed(&self, header: &Header, now: Now) -> bool {
         let oldest_live = self.oldest_live.load(Relaxed);
-        if oldest_live == 0 || oldest_live > now_secs {
+        if oldest_live == 0 || oldest_live > now.secs() {
             return false;
         }
         let oldest_cas_seq = self.oldest_cas_seq.load(Relaxed);
@@ -80,8 +81,8 @@ impl Shared {
 
     /// Whether the item with this header no longer answers.
     #[inline(always)]
-    pub(crate) fn is_gone(&self, header: &Header, now_secs: u32) -> bool {
-        header.ext.expiry().is_expired(now_secs) || self.is_flushed(header, now_secs)
+    pub(crate) fn is_gone(&self, header: &Header, now: Now) -> bool {
+        header.ext.expiry().is_expired(now) || self.is_flushed(header, now)
     }
 }
 
@@ -166,8 +167,8 @@ pub struct Partition {
     scan_stride_bytes: u64,
     stats: PartitionStats,
     scratch: Vec<u8>,
-    /// The latest `now_secs` seen, used to tell expired from live items passed by the head.
-    clock_secs: u32,
+    /// The latest `now` seen, used to tell expired from live items passed by the head.
+    clock: Now,
     /// Store mode's allocator and spare buckets (`None` in cache mode).
     store: Option<StoreState>,
     /// Where pipeline stage 2 found each recent key's candidate slot, so that stage 3 looks
@@ -344,7 +345,7 @@ impl Partition {
             scan_stride_bytes,
             stats: PartitionStats::default(),
             scratch: Vec::new(),
-            clock_secs: 0,
+            clock: Now::from_secs(0),
             store,
             hints: (0..HINTS).map(|_| Cell::new(0)).collect(),
             evicted: None,
@@ -470,18 +471,18 @@ impl Partition {
         self.evicted.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    /// The value length of `key`'s item if it answers at `now_secs`, looked up without
+    /// The value length of `key`'s item if it answers at `now`, looked up without
     /// touching it or counting anything (memcached logs this lookup before a store).
-    pub fn peek(&self, hash: KeyHash, key: &[u8], now_secs: u32) -> Option<usize> {
+    pub fn peek(&self, hash: KeyHash, key: &[u8], now: Now) -> Option<usize> {
         let found = self.find(hash, key)?;
-        (!self.shared.is_gone(&found.header, now_secs)).then(|| found.header.word1.value_len())
+        (!self.shared.is_gone(&found.header, now)).then(|| found.header.word1.value_len())
     }
 
     /// As [`Partition::peek`], with the item's CAS: a look that changes nothing (no fetch
     /// mark, no win token, no LRU bump).
-    pub fn peek_cas(&self, hash: KeyHash, key: &[u8], now_secs: u32) -> Option<(usize, u64)> {
+    pub fn peek_cas(&self, hash: KeyHash, key: &[u8], now: Now) -> Option<(usize, u64)> {
         let found = self.find(hash, key)?;
-        (!self.shared.is_gone(&found.header, now_secs))
+        (!self.shared.is_gone(&found.header, now))
             .then(|| (found.header.word1.value_len(), self.shared.cas_unique(found.header.word0.cas_seq())))
     }
 
@@ -682,16 +683,16 @@ impl Partition {
         })
     }
 
-    /// Bytes of the log held at `now_secs` by items that no longer answer (expired or flushed)
+    /// Bytes of the log held at `now` by items that no longer answer (expired or flushed)
     /// and wait for the head to pass them: what a reclaim ahead of the head could give back.
     /// Walks the whole log (for simulations and tests, not the request path).
-    pub fn gone_bytes(&self, now_secs: u32) -> u64 {
+    pub fn gone_bytes(&self, now: Now) -> u64 {
         if self.store.is_some() {
             return 0;
         }
         self.records()
             .chain(self.small_records())
-            .filter(|(_, header)| !header.word0.has(BIT_DEAD) && self.shared.is_gone(header, now_secs))
+            .filter(|(_, header)| !header.word0.has(BIT_DEAD) && self.shared.is_gone(header, now))
             .map(|(_, header)| header.capacity() as u64)
             .sum()
     }
@@ -711,7 +712,7 @@ impl Partition {
         self.end_write(bucket, version);
         self.stats.items -= 1;
         self.stats.bytes -= header.capacity() as u64;
-        if self.shared.is_gone(header, self.clock_secs) {
+        if self.shared.is_gone(header, self.clock) {
             self.count_reclaimed(header);
         } else {
             self.count_eviction(offset, header);
@@ -757,9 +758,9 @@ impl Partition {
     }
 
     /// Lists, without touching them, the items that main buckets `buckets` (and in store mode
-    /// the spare buckets chained to them) point to and that still answer at `now_secs`: every
+    /// the spare buckets chained to them) point to and that still answer at `now`: every
     /// key a get would find there, once. For `lru_crawler metadump`, a range at a time.
-    pub fn dump(&self, buckets: std::ops::Range<usize>, now_secs: u32, mut visit: impl FnMut(&Dumped<'_>)) {
+    pub fn dump(&self, buckets: std::ops::Range<usize>, now: Now, mut visit: impl FnMut(&Dumped<'_>)) {
         let mut key = Vec::new();
         for bucket in buckets.start..buckets.end.min(self.main_buckets()) {
             let mut at = bucket;
@@ -775,7 +776,7 @@ impl Partition {
                         continue;
                     }
                     let header = self.shared.log.header(slot.offset());
-                    if self.shared.is_gone(&header, now_secs) {
+                    if self.shared.is_gone(&header, now) {
                         continue;
                     }
                     key.clear();
@@ -893,14 +894,20 @@ struct NewItem {
 }
 
 impl NewItem {
+    /// Its flags and expiry as the log keeps them.
+    #[inline(always)]
+    fn ext(&self) -> Ext {
+        Ext::new(self.flags, self.expiry)
+    }
+
     /// A new version of an item that keeps its flags and expiry (append, prepend, incr, decr).
-    fn keeping_flags_and_expiry(header: &Header, now_secs: u32) -> NewItem {
+    fn keeping_flags_and_expiry(header: &Header, now: Now) -> NewItem {
         NewItem {
             cas_seq: 0,
             bits: 0,
             flags: header.ext.flags(),
             expiry: header.ext.expiry(),
-            last_access: now_secs,
+            last_access: now.secs(),
         }
     }
 }

@@ -2,51 +2,50 @@
 //! prefetched first (`execute_batch`), the plain get and set fast paths, `flush_all` and the
 //! crawler's bucket scans.
 
+use crate::item::Now;
 use super::*;
 
 impl Partition {
     /// Runs one request. A hit's value is appended to `out`.
     #[inline]
-    pub fn execute(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+    pub fn execute(&mut self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
             return Outcome::BadKey;
         }
         let (hash, key) = (request.hash, request.key);
-        self.clock_secs = now_secs;
+        self.clock = now;
         match request.command {
             // Nothing appended: no room to make.
             Command::Get | Command::Delete { .. } | Command::Invalidate { .. } => {}
             // No more than the write will take: a keep or eviction too many is an item lost.
-            Command::Store { value, flags, expiry, .. } => self.keep_ahead(item::item_bytes(
-                key.len(),
-                value.len(),
-                flags != 0 || expiry != Expiry::NEVER,
-            )),
-            _ => self.keep_ahead(item::item_bytes(key.len(), 0, false)),
+            Command::Store { value, flags, expiry, .. } => {
+                self.keep_ahead(item::item_bytes(key.len(), value.len(), Ext::new(flags, expiry).bytes()))
+            }
+            _ => self.keep_ahead(item::item_bytes(key.len(), 0, 0)),
         }
         let outcome = match request.command {
-            Command::Get => self.get(hash, key, None, true, now_secs, &mut Append::new(out)),
+            Command::Get => self.get(hash, key, None, true, now, &mut Append::new(out)),
             Command::GetAndTouch { expiry } => {
-                self.get(hash, key, Some(expiry), true, now_secs, &mut Append::new(out))
+                self.get(hash, key, Some(expiry), true, now, &mut Append::new(out))
             }
-            Command::Touch { expiry } => self.touch(hash, key, expiry, now_secs),
-            Command::SetExpiry { expiry } => match self.lookup(hash, key, now_secs) {
+            Command::Touch { expiry } => self.touch(hash, key, expiry, now),
+            Command::SetExpiry { expiry } => match self.lookup(hash, key, now) {
                 Lookup::Found(found) => {
-                    self.set_expiry(found, expiry, now_secs);
+                    self.set_expiry(found, expiry, now);
                     Outcome::Touched
                 }
                 Lookup::Absent | Lookup::Gone { .. } => Outcome::NotFound,
             },
             Command::Store { mode, value, flags, expiry } => {
-                self.store(hash, key, mode, value, flags, expiry, now_secs)
+                self.store(hash, key, mode, value, flags, expiry, now)
             }
-            Command::Delete { cas } => self.delete(hash, key, cas, now_secs),
+            Command::Delete { cas } => self.delete(hash, key, cas, now),
             Command::Arith { delta, decrement, cas } => {
-                self.arith(hash, key, delta, decrement, cas, now_secs)
+                self.arith(hash, key, delta, decrement, cas, now)
             }
-            Command::Count { by } => self.count(hash, key, by, now_secs),
-            Command::Invalidate { cas } => self.invalidate(hash, key, cas, now_secs),
-            Command::MetaGet(options) => self.meta_get(hash, key, options, now_secs, &mut Append::new(out)),
+            Command::Count { by } => self.count(hash, key, by, now),
+            Command::Invalidate { cas } => self.invalidate(hash, key, cas, now),
+            Command::MetaGet(options) => self.meta_get(hash, key, options, now, &mut Append::new(out)),
         };
         self.scan_if_due();
         self.settle_if_pending();
@@ -58,7 +57,7 @@ impl Partition {
     pub fn execute_batch(
         &mut self,
         requests: &[Request<'_>],
-        now_secs: u32,
+        now: Now,
         prefetch: bool,
         out: &mut Vec<u8>,
         outcomes: &mut Vec<Outcome>,
@@ -68,7 +67,7 @@ impl Partition {
             self.prefetch_items(requests);
         }
         for request in requests {
-            outcomes.push(self.run(request, now_secs, out));
+            outcomes.push(self.run(request, now, out));
         }
     }
 
@@ -76,13 +75,13 @@ impl Partition {
     /// SET). For callers that build their own pipeline over several partitions with
     /// [`Partition::prefetch_bucket`] and [`Partition::prefetch_item`].
     #[inline(always)]
-    pub fn run(&mut self, request: &Request<'_>, now_secs: u32, out: &mut Vec<u8>) -> Outcome {
+    pub fn run(&mut self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         let outcome = match request.command {
-            Command::Get => self.plain_get(request.hash, request.key, now_secs, &mut Append::new(out)),
+            Command::Get => self.plain_get(request.hash, request.key, now, &mut Append::new(out)),
             Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
-                self.plain_set(request, value, flags, expiry, now_secs, out)
+                self.plain_set(request, value, flags, expiry, now, out)
             }
-            _ => return self.execute(request, now_secs, out),
+            _ => return self.execute(request, now, out),
         };
         self.settle_if_pending();
         outcome
@@ -131,7 +130,7 @@ impl Partition {
         &mut self,
         hash: KeyHash,
         key: &[u8],
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
@@ -142,16 +141,16 @@ impl Partition {
             self.count_get_miss(false);
             return Outcome::Miss;
         };
-        if self.shared.is_gone(&found.header, now_secs) {
+        if self.shared.is_gone(&found.header, now) {
             // As `execute` runs it: the item goes, and the crawler may be due.
-            self.clock_secs = now_secs;
-            let outcome = self.get(hash, key, None, true, now_secs, sink);
+            self.clock = now;
+            let outcome = self.get(hash, key, None, true, now, sink);
             self.scan_if_due();
             return outcome;
         }
         self.stats.gets += 1;
         self.stats.get_hits += 1;
-        self.answer_hit(found, true, now_secs, sink)
+        self.answer_hit(found, true, now, sink)
     }
 
     /// A meta get as [`Partition::run`] runs `Command::MetaGet`, its value handed to `sink`
@@ -163,15 +162,15 @@ impl Partition {
         hash: KeyHash,
         key: &[u8],
         options: MetaGet,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return Outcome::BadKey;
         }
-        self.clock_secs = now_secs;
-        self.keep_ahead(item::item_bytes(key.len(), 0, false));
-        let outcome = self.meta_get(hash, key, options, now_secs, sink);
+        self.clock = now;
+        self.keep_ahead(item::item_bytes(key.len(), 0, 0));
+        let outcome = self.meta_get(hash, key, options, now, sink);
         self.scan_if_due();
         self.settle_if_pending();
         outcome
@@ -186,16 +185,16 @@ impl Partition {
         hash: KeyHash,
         key: &[u8],
         touch: Option<Expiry>,
-        now_secs: u32,
+        now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
         let outcome = match touch {
-            None => self.plain_get(hash, key, now_secs, sink),
+            None => self.plain_get(hash, key, now, sink),
             Some(_) if key.is_empty() || key.len() > KEY_BYTES_MAX => return Outcome::BadKey,
             Some(expiry) => {
-                self.clock_secs = now_secs;
-                self.keep_ahead(item::item_bytes(key.len(), 0, false));
-                let outcome = self.get(hash, key, Some(expiry), true, now_secs, sink);
+                self.clock = now;
+                self.keep_ahead(item::item_bytes(key.len(), 0, 0));
+                let outcome = self.get(hash, key, Some(expiry), true, now, sink);
                 self.scan_if_due();
                 outcome
             }
@@ -213,25 +212,21 @@ impl Partition {
         value: &[u8],
         flags: u32,
         expiry: Expiry,
-        now_secs: u32,
+        now: Now,
         out: &mut Vec<u8>,
     ) -> Outcome {
         if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
-            return self.execute(request, now_secs, out);
+            return self.execute(request, now, out);
         }
-        self.clock_secs = now_secs;
-        self.keep_ahead(item::item_bytes(
-            request.key.len(),
-            value.len(),
-            flags != 0 || expiry != Expiry::NEVER,
-        ));
+        self.clock = now;
+        self.keep_ahead(item::item_bytes(request.key.len(), value.len(), Ext::new(flags, expiry).bytes()));
         let existing = self.find(request.hash, request.key);
-        if existing.is_some_and(|found| self.shared.is_gone(&found.header, now_secs)) {
-            return self.execute(request, now_secs, out);
+        if existing.is_some_and(|found| self.shared.is_gone(&found.header, now)) {
+            return self.execute(request, now, out);
         }
-        self.clock_secs = now_secs;
+        self.clock = now;
         self.stats.sets += 1;
-        let new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now_secs };
+        let new_item = NewItem { cas_seq: 0, bits: 0, flags, expiry, last_access: now.secs() };
         let outcome = self.put(request.hash, request.key, value, new_item, existing);
         self.scan_if_due();
         outcome
@@ -254,11 +249,12 @@ impl Partition {
     }
 
     /// flush_all: items stored or accessed before the flush time stop answering, from
-    /// `now_secs + delay_secs` on (memcached's rules, including its CAS cut-off for an
+    /// `now + delay_secs` on (memcached's rules, including its CAS cut-off for an
     /// immediate flush). Without `by_cas` (memcached's -C) the cut-off is the second alone:
     /// items stored in the flush's own second are flushed too, as memcached's are.
-    pub fn flush_all(&mut self, now_secs: u32, delay_secs: u32, by_cas: bool) {
-        let flush_at = if delay_secs > 0 { now_secs.saturating_add(delay_secs) } else { now_secs };
+    pub fn flush_all(&mut self, now: Now, delay_secs: u32, by_cas: bool) {
+        let now = now.secs();
+        let flush_at = if delay_secs > 0 { now.saturating_add(delay_secs) } else { now };
         if delay_secs == 0 {
             // Nothing in the main ring answers now: it fills again as a new one does.
             self.small.main_free = self.limit_bytes;
@@ -268,7 +264,7 @@ impl Partition {
         } else {
             let oldest_live = flush_at.saturating_sub(1).max(1);
             self.shared.oldest_live.store(oldest_live, Relaxed);
-            if oldest_live <= now_secs {
+            if oldest_live <= now {
                 self.shared.oldest_cas_seq.store(self.next_cas_seq, Relaxed);
             }
         }

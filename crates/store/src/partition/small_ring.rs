@@ -260,7 +260,7 @@ impl Partition {
             || self.small.main_free > 0
             || self.head == 0
             || self.small_enough_to_keep(offset, SMALL_MOVE_SIZE_FACTOR * header.capacity());
-        if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock_secs) {
+        if header.word0.has(BIT_DEAD) || !movable || self.shared.is_gone(&header, self.clock) {
             return None;
         }
         self.found_at(offset, header)

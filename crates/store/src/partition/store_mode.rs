@@ -17,8 +17,8 @@ pub(super) struct StoreState {
 impl Partition {
     /// Store mode's [`Partition::put`]: in place when the new item fits the old one's block;
     /// otherwise a new block is allocated first and the old one freed after, so a refused
-    /// write leaves the old version. Items always carry the flags/expiry word, so touch never
-    /// needs to move them. Out of arena space or spare buckets: [`Outcome::OutOfMemory`].
+    /// write leaves the old version. Items always carry the flags/expiry word and the precise
+    /// expiry word, so touch never needs to move them. Out of arena space or spare buckets: [`Outcome::OutOfMemory`].
     pub(super) fn put_store(
         &mut self,
         hash: KeyHash,
@@ -27,7 +27,7 @@ impl Partition {
         mut new_item: NewItem,
         existing: Option<Found>,
     ) -> Outcome {
-        let size = item::item_bytes(key.len(), value.len(), true);
+        let size = item::item_bytes(key.len(), value.len(), self.ext_bytes(new_item.ext()));
         if value.len() > VALUE_BYTES_MAX || size > self.item_bytes_max {
             self.stats.too_large += 1;
             return Outcome::TooLarge;
@@ -115,9 +115,9 @@ impl Partition {
     }
 
     pub(super) fn reclaim_bucket(&mut self, bucket: usize) {
-        let now_secs = self.clock_secs;
+        let now = self.clock;
         loop {
-            let Some(found) = self.first_gone(bucket, now_secs) else { return };
+            let Some(found) = self.first_gone(bucket, now) else { return };
             let version = self.begin_write(bucket);
             self.unlink(&found);
             self.retire(found.offset, &found.header);

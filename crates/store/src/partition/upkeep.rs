@@ -169,8 +169,7 @@ impl Partition {
     /// Appends a new item at the tail of `ring`, evicting at its head as needed; returns its
     /// offset.
     pub(super) fn append(&mut self, ring: Ring, key: &[u8], value: &[u8], new_item: NewItem) -> u64 {
-        let ext = new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
-        let size = item::item_bytes(key.len(), value.len(), ext);
+        let size = item::item_bytes(key.len(), value.len(), new_item.ext().bytes());
         let offset = match ring {
             Ring::Main => self.reserve(size),
             Ring::Small => self.reserve_small(size),
@@ -181,6 +180,17 @@ impl Partition {
         self.stats.items += 1;
         self.stats.bytes += size as u64;
         offset
+    }
+
+    /// Bytes an item with extension `ext` takes for it in this partition's log (a store keeps
+    /// the extension and precise words on every item, so a new expiry never moves one).
+    #[inline(always)]
+    pub(super) fn ext_bytes(&self, ext: Ext) -> usize {
+        if self.store.is_some() {
+            item::STORE_EXT_BYTES
+        } else {
+            ext.bytes()
+        }
     }
 
     /// Writes an item at `offset`. `key_in_place` says the same key already sits where this
@@ -196,17 +206,22 @@ impl Partition {
         slack_words: usize,
         key_in_place: bool,
     ) {
-        let ext = self.store.is_some() || new_item.flags != 0 || new_item.expiry != Expiry::NEVER;
-        let bits = if ext { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
-        let key_start = item::HEADER_BYTES + if ext { item::EXT_BYTES } else { 0 };
+        let ext = new_item.ext();
+        let ext_bytes = self.ext_bytes(ext);
+        let bits = if ext_bytes > 0 { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
+        let key_start = item::HEADER_BYTES + ext_bytes;
         let words = (key_start + key.len() + value.len()).div_ceil(8);
         self.before_writing(offset, words * 8);
         // The item's words, bounds-checked once (an item never straddles the end of memory).
         let item = self.shared.log.item_words(offset, words);
-        item[0].store(Word0::new(new_item.cas_seq, key.len(), bits).0, Relaxed);
+        let precise_slot = ext_bytes == item::EXT_BYTES + item::PRECISE_BYTES;
+        item[0].store(Word0::new(new_item.cas_seq, key.len(), bits).with_precise(precise_slot).0, Relaxed);
         item[1].store(Word1::new(value.len(), slack_words, new_item.last_access).0, Relaxed);
-        if ext {
-            item[2].store(Ext::new(new_item.flags, new_item.expiry).0, Relaxed);
+        if ext_bytes > 0 {
+            item[2].store(ext.word(), Relaxed);
+        }
+        if precise_slot {
+            item[3].store(ext.expiry().ms(), Relaxed);
         }
         if !key_in_place {
             crate::words::store_bytes(item, key_start, key);
