@@ -182,7 +182,11 @@ impl Target {
 fn partition_for(args: &EngineArgs) -> Target {
     let (key_len, value_len) = args.dataset.sizes();
     let store_mode = args.mode == ModeArg::Store;
-    let item_bytes = qs_store::item::item_bytes(key_len, value_len, if store_mode { qs_store::item::STORE_EXT_BYTES } else { 0 });
+    let item_bytes = qs_store::item::item_bytes(
+        key_len,
+        value_len,
+        if store_mode { qs_store::item::STORE_EXT_BYTES } else { 0 },
+    );
     let data_bytes = args.keys as usize * item_bytes;
     // Store mode: the arena holds every item once in its tagged block (overwrites of the same
     // size stay in place), padded by up to a quarter to keep small items off an extra cache
@@ -229,7 +233,11 @@ fn run_qs<const K: usize, const V: usize>(args: &EngineArgs) -> EngineReport {
         (*partition.stats(), partition.page_kinds(), partition.index_bytes(), partition.slot_count())
     });
     let store_mode = args.mode == ModeArg::Store;
-    let item_bytes = qs_store::item::item_bytes(key_len, value_len, if store_mode { qs_store::item::STORE_EXT_BYTES } else { 0 });
+    let item_bytes = qs_store::item::item_bytes(
+        key_len,
+        value_len,
+        if store_mode { qs_store::item::STORE_EXT_BYTES } else { 0 },
+    );
     // Store mode: an item costs its whole tagged block, padding included.
     let item_bytes =
         if store_mode { stats.bytes as f64 / stats.items.max(1) as f64 } else { item_bytes as f64 };

@@ -170,9 +170,7 @@ impl Answer<'_> {
     pub fn inspect(&self, found: Option<(&Hit, u64, usize)>, now: Now, out: &mut Vec<u8>) {
         match *self {
             Answer::Meta(meta) => crate::meta::reply::inspect(meta, found, now, out),
-            Answer::Resp(reply) => {
-                crate::resp::reply::inspect(reply, found.map(|(hit, _, _)| hit), now, out)
-            }
+            Answer::Resp(reply) => crate::resp::reply::inspect(reply, found.map(|(hit, _, _)| hit), now, out),
             _ => {}
         }
     }

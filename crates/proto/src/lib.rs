@@ -14,6 +14,7 @@
 pub mod answer;
 pub mod binary;
 pub mod check;
+pub mod clock;
 pub mod command;
 pub mod meta;
 pub mod native;

@@ -587,6 +587,67 @@ fn quit_answers_ok_and_closes() {
 }
 
 #[test]
+fn millisecond_expiry_answers_as_redis_server_does() {
+    let requests: Vec<Vec<u8>> = [
+        &["SET", "x", "v", "PXAT", "4102444800123"][..],
+        &["PEXPIRETIME", "x"],
+        &["EXPIRETIME", "x"],
+        &["PEXPIREAT", "x", "4102444800500"],
+        &["EXPIRETIME", "x"],
+        &["PEXPIREAT", "x", "4102444800499"],
+        &["EXPIRETIME", "x"],
+        &["EXPIREAT", "x", "4102444801"],
+        &["PEXPIRETIME", "x"],
+        &["GETEX", "x", "PXAT", "4102444802999"],
+        &["PEXPIRETIME", "x"],
+        &["SET", "y", "v", "KEEPTTL"],
+        &["SET", "x", "w", "KEEPTTL"],
+        &["PEXPIRETIME", "x"],
+        &["PEXPIREAT", "x", "4102444802998", "GT"],
+        &["PEXPIREAT", "x", "4102444803000", "GT"],
+        &["PEXPIRETIME", "x"],
+        &["PERSIST", "x"],
+        &["PEXPIRETIME", "x"],
+        &["SET", "x", "v", "PXAT", "1000"],
+        &["GET", "x"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    same_replies(&requests);
+}
+
+/// A key set for 100 ms answers before then and not after, on both servers, and memcached's
+/// protocols see the same item with its TTL rounded up to the second.
+#[test]
+fn a_sub_second_expiry_ends_at_its_millisecond() {
+    let redis = Redis::start();
+    let (server, port) = quicksilver(&[]);
+    for port in [redis.port, port] {
+        let mut client = connect(port);
+        let started = Instant::now();
+        assert_eq!(call(&mut client, &frame(&["PSETEX", "k", "300", "v"])), b"+OK\r\n");
+        assert_eq!(call(&mut client, &frame(&["GET", "k"])), b"$1\r\nv\r\n");
+        let pttl = String::from_utf8(call(&mut client, &frame(&["PTTL", "k"]))).unwrap();
+        let left: u64 = pttl.trim_start_matches(':').trim().parse().unwrap();
+        assert!(left <= 300 && left + started.elapsed().as_millis() as u64 >= 290, "PTTL {left}");
+        std::thread::sleep(
+            Duration::from_millis(300).saturating_sub(started.elapsed()) + Duration::from_millis(30),
+        );
+        assert_eq!(call(&mut client, &frame(&["GET", "k"])), b"$-1\r\n", "port {port}");
+    }
+    let mut resp = connect(port);
+    let mut text = server.connect();
+    call(&mut resp, &frame(&["SET", "both", "v", "PXAT", "4102444800123"]));
+    assert!(text.call(b"me both\r\n").starts_with(b"ME both exp="));
+    let line = String::from_utf8(text.call(b"mg both t\r\n")).unwrap();
+    let ttl: i64 = line.trim().trim_start_matches("HD t").parse().unwrap();
+    let want = 4_102_444_801
+        - std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((want - 1..=want).contains(&ttl), "mg t{ttl}, want about {want}");
+}
+
+#[test]
 fn one_store_behind_both_dialects() {
     let (server, port) = quicksilver(&[]);
     let mut resp = connect(port);

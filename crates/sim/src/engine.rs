@@ -116,7 +116,8 @@ impl EngineSim {
     /// time, waiting for the head.
     pub fn expired_share(&self) -> f64 {
         let held: u64 = self.partitions.iter().map(|partition| partition.stats().bytes).sum();
-        let gone: u64 = self.partitions.iter().map(|partition| partition.gone_bytes(Now::from_secs(self.now))).sum();
+        let gone: u64 =
+            self.partitions.iter().map(|partition| partition.gone_bytes(Now::from_secs(self.now))).sum();
         gone as f64 / held.max(1) as f64
     }
 

@@ -115,7 +115,11 @@ pub struct MrcReport {
 
 /// Bytes an access's item takes in the engine's log.
 pub fn item_bytes(access: &Access) -> u64 {
-    qs_store::item::item_bytes(access.key_size as usize, access.value_size as usize, if access.ttl != 0 { qs_store::item::EXT_BYTES } else { 0 }) as u64
+    qs_store::item::item_bytes(
+        access.key_size as usize,
+        access.value_size as usize,
+        if access.ttl != 0 { qs_store::item::EXT_BYTES } else { 0 },
+    ) as u64
 }
 
 /// Replays `stream` through every engine and returns the seconds spent replaying (not

@@ -7,9 +7,9 @@
 //! owner-only state (tail, statistics, CAS sequence) behind one lock, writers to different buckets
 //! of one partition serialise here. That is the cost CRCW is kept to show.
 
-use crate::item::Now;
 use crate::command::{Command, Outcome, Request};
 use crate::config::{Access, Config};
+use crate::item::Now;
 use crate::partition::Partition;
 use crate::reader::Reader;
 use crate::stats::PartitionStats;

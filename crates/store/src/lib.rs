@@ -2,8 +2,9 @@
 //!
 //! A [`Partition`] is a circular log of items plus a lossy set-associative index over it, owned
 //! by one thread. Requests come in batches ([`Partition::execute_batch`]) and go through a
-//! prefetch pipeline (buckets, then items, then execution). Time is an argument (`now`,
-//! unix seconds); the crate reads no clock, does no I/O and starts no threads.
+//! prefetch pipeline (buckets, then items, then execution). Time is an argument ([`Now`]:
+//! unix seconds and milliseconds from one reading); the crate reads no clock, does no I/O and
+//! starts no threads.
 //!
 //! Module map: [`keyhash`] (which hash bits do what), [`region`] (pages; the only `unsafe`),
 //! [`words`] (byte copies over shared atomic words), [`item`] (entry layout and memcached item
@@ -14,7 +15,6 @@
 //! distances, exact and sampled: miss-ratio curves, for `stats mrc` and qs-sim).
 
 pub mod arena;
-pub mod clock;
 pub mod command;
 pub mod config;
 pub mod crcw;

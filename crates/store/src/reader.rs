@@ -14,9 +14,9 @@
 //! reader retries. Otherwise the copy is exactly what the owner last published (that metadata
 //! aside).
 
-use crate::item::Now;
 use crate::command::{Append, Hit, Outcome, ValueSink};
 use crate::index::Slot;
+use crate::item::Now;
 use crate::item::KEY_BYTES_MAX;
 use crate::keyhash::KeyHash;
 use crate::log::Heads;
@@ -53,13 +53,7 @@ impl Reader {
     }
 
     /// [`Reader::get`], also telling why a miss found the key's item unanswerable.
-    pub fn get_telling(
-        &self,
-        hash: KeyHash,
-        key: &[u8],
-        now: Now,
-        out: &mut Vec<u8>,
-    ) -> (Outcome, Gone) {
+    pub fn get_telling(&self, hash: KeyHash, key: &[u8], now: Now, out: &mut Vec<u8>) -> (Outcome, Gone) {
         self.read_telling(hash, key, now, &mut Append::new(out))
     }
 

@@ -26,14 +26,20 @@ fn two_writers_and_readers_share_a_partition() {
                         expiry: Expiry::NEVER,
                     };
                     assert!(matches!(
-                        partition.execute(&Request::new(&key, command), qs_store::Now::from_secs(NOW), &mut out),
+                        partition.execute(
+                            &Request::new(&key, command),
+                            qs_store::Now::from_secs(NOW),
+                            &mut out
+                        ),
                         Outcome::Stored { .. }
                     ));
                     let other = [b'k', 1 - thread, (round % 50) as u8];
                     out.clear();
-                    if let Outcome::Hit(hit) =
-                        partition.execute(&Request::new(&other, Command::Get), qs_store::Now::from_secs(NOW), &mut out)
-                    {
+                    if let Outcome::Hit(hit) = partition.execute(
+                        &Request::new(&other, Command::Get),
+                        qs_store::Now::from_secs(NOW),
+                        &mut out,
+                    ) {
                         assert_eq!(&out[hit.value_start..hit.value_start + 3], &other[..], "foreign value");
                     }
                 }
@@ -48,7 +54,8 @@ fn two_writers_and_readers_share_a_partition() {
         for slot in 0..50u32 {
             let key = [b'k', thread, slot as u8];
             let mut out = Vec::new();
-            let Outcome::Hit(hit) = partition.execute(&Request::new(&key, Command::Get), qs_store::Now::from_secs(NOW), &mut out)
+            let Outcome::Hit(hit) =
+                partition.execute(&Request::new(&key, Command::Get), qs_store::Now::from_secs(NOW), &mut out)
             else {
                 panic!("lost {key:?}")
             };

@@ -101,7 +101,9 @@ fn stress(mut config: Config) -> Partition {
                     id = (id * 7 + 3) % KEYS;
                     let k = key(id);
                     out.clear();
-                    if let Outcome::Hit(hit) = reader.get(KeyHash::of(&k), &k, qs_store::Now::from_secs(NOW), &mut out) {
+                    if let Outcome::Hit(hit) =
+                        reader.get(KeyHash::of(&k), &k, qs_store::Now::from_secs(NOW), &mut out)
+                    {
                         let (got_id, version) =
                             decode(&out[hit.value_start..hit.value_start + hit.value_len]);
                         assert_eq!(got_id, id, "another key's value");

@@ -38,7 +38,8 @@ fn partition(dram: usize, flash: u64, file: Arc<File>) -> Partition {
 
 fn run(partition: &mut Partition, key: &[u8], command: Command<'_>, now: u32) -> (Outcome, Vec<u8>) {
     let mut out = Vec::new();
-    let outcome = partition.execute_with_flash(&Request::new(key, command), qs_store::Now::from_secs(now), &mut out);
+    let outcome =
+        partition.execute_with_flash(&Request::new(key, command), qs_store::Now::from_secs(now), &mut out);
     partition.check_invariants();
     (outcome, out)
 }
@@ -52,8 +53,12 @@ fn get(partition: &mut Partition, key: &[u8], now: u32) -> Option<Vec<u8>> {
 }
 
 fn set(partition: &mut Partition, key: &[u8], value: &[u8], exptime: i64, now: u32) -> u64 {
-    let command =
-        Command::Store { mode: StoreMode::Set, value, flags: 7, expiry: Expiry::from_exptime(exptime, qs_store::Now::from_secs(now)) };
+    let command = Command::Store {
+        mode: StoreMode::Set,
+        value,
+        flags: 7,
+        expiry: Expiry::from_exptime(exptime, qs_store::Now::from_secs(now)),
+    };
     match run(partition, key, command, now).0 {
         Outcome::Stored { cas } => cas,
         other => panic!("{other:?}"),
@@ -104,7 +109,12 @@ fn every_command_sees_a_flash_item_as_memcached_would() {
     for n in 0..1000u64 {
         set(&mut partition, format!("filler{n}").as_bytes(), &value(n, 0), 0, NOW);
     }
-    assert!(partition.peek(qs_store::KeyHash::of(b"counter"), b"counter", qs_store::Now::from_secs(NOW)).is_none(), "on flash");
+    assert!(
+        partition
+            .peek(qs_store::KeyHash::of(b"counter"), b"counter", qs_store::Now::from_secs(NOW))
+            .is_none(),
+        "on flash"
+    );
     let arith = Command::Arith { delta: 1, decrement: false, cas: 0 };
     let outcome = run(&mut partition, b"counter", arith, NOW).0;
     assert!(

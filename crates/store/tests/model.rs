@@ -120,7 +120,8 @@ impl Harness {
     fn run(&mut self, key: u8, command: Command<'_>) -> (Outcome, Vec<u8>) {
         let mut out = Vec::new();
         let k = key_bytes(key);
-        let outcome = self.partition.execute(&Request::new(&k, command), qs_store::Now::from_secs(self.now), &mut out);
+        let outcome =
+            self.partition.execute(&Request::new(&k, command), qs_store::Now::from_secs(self.now), &mut out);
         self.partition.check_invariants();
         (outcome, out)
     }
@@ -266,7 +267,10 @@ impl Harness {
             }
             other => panic!("{mode:?}: {other:?} (model {current:?})"),
         };
-        let entry = match (mode, self.model.get(&key).filter(|e| !e.expiry.is_expired(qs_store::Now::from_secs(self.now)))) {
+        let entry = match (
+            mode,
+            self.model.get(&key).filter(|e| !e.expiry.is_expired(qs_store::Now::from_secs(self.now))),
+        ) {
             (StoreMode::Append, Some(old)) => {
                 Entry { value: [&old.value[..], &data].concat(), cas, ..old.clone() }
             }

@@ -151,7 +151,8 @@ fn a_stop_at_any_request_keeps_every_answer_through_many_laps() {
                 let answer = get(&mut recovered, &name, NOW);
                 match (expected, answer) {
                     (Some(()), Some(got)) => {
-                        let want = match partition.execute(&request, qs_store::Now::from_secs(NOW), &mut out) {
+                        let want = match partition.execute(&request, qs_store::Now::from_secs(NOW), &mut out)
+                        {
                             Outcome::Hit(hit) => {
                                 out[hit.value_start..hit.value_start + hit.value_len].to_vec()
                             }

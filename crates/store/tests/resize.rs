@@ -124,9 +124,17 @@ fn s3fifo_shrinks_its_main_ring_then_turns_its_small_ring_off() {
                 flags: 0,
                 expiry: qs_store::Expiry::NEVER,
             };
-            p.execute(&qs_store::Request::new(&key(n), command), qs_store::Now::from_secs(NOW), &mut Vec::new());
+            p.execute(
+                &qs_store::Request::new(&key(n), command),
+                qs_store::Now::from_secs(NOW),
+                &mut Vec::new(),
+            );
             if n % 3 == 0 {
-                p.execute(&qs_store::Request::new(&key(n), qs_store::Command::Get), qs_store::Now::from_secs(NOW), &mut Vec::new());
+                p.execute(
+                    &qs_store::Request::new(&key(n), qs_store::Command::Get),
+                    qs_store::Now::from_secs(NOW),
+                    &mut Vec::new(),
+                );
             }
         }
         p.check_invariants();

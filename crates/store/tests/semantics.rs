@@ -118,7 +118,8 @@ fn expiry_relative_absolute_negative() {
 #[test]
 fn touch_and_get_and_touch() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
-    let touch = |secs: i64| Command::Touch { expiry: Expiry::from_exptime(secs, qs_store::Now::from_secs(NOW)) };
+    let touch =
+        |secs: i64| Command::Touch { expiry: Expiry::from_exptime(secs, qs_store::Now::from_secs(NOW)) };
     assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::NotFound);
     set(&mut p, b"k", b"v", NOW);
     assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::Touched, "adds an expiry to a plain item");
@@ -254,8 +255,11 @@ fn fast_set(p: &mut qs_store::Partition, key: &[u8], value: &[u8], now: u32) {
 
 /// A get without the per-request invariant check of [`get`]: whether it hit.
 fn fast_get(p: &mut qs_store::Partition, key: &[u8], now: u32) -> Option<()> {
-    matches!(p.execute(&qs_store::Request::new(key, Command::Get), qs_store::Now::from_secs(now), &mut Vec::new()), Outcome::Hit(_))
-        .then_some(())
+    matches!(
+        p.execute(&qs_store::Request::new(key, Command::Get), qs_store::Now::from_secs(now), &mut Vec::new()),
+        Outcome::Hit(_)
+    )
+    .then_some(())
 }
 
 #[test]
@@ -625,7 +629,11 @@ fn live_share_after_a_fill_of_small_items(index_levels: u32, eviction: Eviction)
     for i in 0..60_000u32 {
         let key = format!("{i:08}");
         let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
-        p.execute(&qs_store::Request::new(key.as_bytes(), command), qs_store::Now::from_secs(NOW), &mut Vec::new());
+        p.execute(
+            &qs_store::Request::new(key.as_bytes(), command),
+            qs_store::Now::from_secs(NOW),
+            &mut Vec::new(),
+        );
     }
     p.check_invariants();
     p.stats().bytes as f64 / (1 << 20) as f64

@@ -27,7 +27,11 @@ impl Rng {
 /// A get without the per-step structure walk.
 fn read(partition: &mut Partition, key: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    match partition.execute(&qs_store::Request::new(key, Command::Get), qs_store::Now::from_secs(NOW), &mut out) {
+    match partition.execute(
+        &qs_store::Request::new(key, Command::Get),
+        qs_store::Now::from_secs(NOW),
+        &mut out,
+    ) {
         Outcome::Hit(hit) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
         _ => None,
     }
@@ -55,7 +59,11 @@ fn fill_until(
         let key = format!("{prefix}:{n}").into_bytes();
         let value = value_for(&key, size(rng));
         let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
-        match partition.execute(&qs_store::Request::new(&key, command), qs_store::Now::from_secs(NOW), &mut Vec::new()) {
+        match partition.execute(
+            &qs_store::Request::new(&key, command),
+            qs_store::Now::from_secs(NOW),
+            &mut Vec::new(),
+        ) {
             Outcome::Stored { .. } => {
                 stored.push((key, value));
                 refusals = 0;
@@ -101,7 +109,10 @@ fn fill_free_half_and_refill_reuses_the_space() {
     for (key, value) in first {
         if rng.below(2) == 0 {
             let delete = qs_store::Request::new(&key, Command::Delete { cas: 0 });
-            assert_eq!(partition.execute(&delete, qs_store::Now::from_secs(NOW), &mut Vec::new()), Outcome::Deleted);
+            assert_eq!(
+                partition.execute(&delete, qs_store::Now::from_secs(NOW), &mut Vec::new()),
+                Outcome::Deleted
+            );
         } else {
             kept.push((key, value));
         }
@@ -128,7 +139,11 @@ fn fill_free_half_and_refill_reuses_the_space() {
 
     // Deleting everything coalesces the arena back into one block.
     for (key, _) in kept.iter().chain(&second) {
-        partition.execute(&qs_store::Request::new(key, Command::Delete { cas: 0 }), qs_store::Now::from_secs(NOW), &mut Vec::new());
+        partition.execute(
+            &qs_store::Request::new(key, Command::Delete { cas: 0 }),
+            qs_store::Now::from_secs(NOW),
+            &mut Vec::new(),
+        );
     }
     partition.check_invariants();
     let empty = partition.arena_stats().unwrap();
@@ -184,7 +199,11 @@ fn expired_items_are_reclaimed_and_their_space_reused() {
     assert!(filled > 400);
     // Three seconds later every item has expired; housekeeping frees them without reads.
     let later = NOW + 3;
-    partition.execute(&qs_store::Request::new(b"probe", Command::Get), qs_store::Now::from_secs(later), &mut Vec::new());
+    partition.execute(
+        &qs_store::Request::new(b"probe", Command::Get),
+        qs_store::Now::from_secs(later),
+        &mut Vec::new(),
+    );
     partition.scan_buckets(128);
     partition.check_invariants();
     let stats = partition.arena_stats().unwrap();

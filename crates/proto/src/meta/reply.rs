@@ -21,8 +21,7 @@ pub fn ttl_secs(expiry: Expiry, now: Now) -> i64 {
 fn shown_expiry(meta: &Meta<'_>, start: Expiry, created: bool, now: Now) -> Expiry {
     let options = &meta.options;
     let mut expiry = start;
-    let at =
-        |ttl: Option<i32>, expiry| ttl.map_or(expiry, |ttl| Expiry::from_exptime(i64::from(ttl), now));
+    let at = |ttl: Option<i32>, expiry| ttl.map_or(expiry, |ttl| Expiry::from_exptime(i64::from(ttl), now));
     for token in meta.flag_tokens() {
         match token[0] {
             b'N' if created => expiry = at(options.vivify, expiry),

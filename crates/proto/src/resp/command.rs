@@ -159,7 +159,6 @@ pub enum Refusal<'a> {
     ClientType(&'a [u8]),
 }
 
-
 /// What `frame` asks; `item_max` is the item size limit (-I), which bounds SETRANGE.
 pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
     let mut args = frame.args();
@@ -497,7 +496,7 @@ pub(super) fn expire_exptime(value: &[u8], unit: Unit, name: &'static str) -> Re
 
 /// The unix time in milliseconds, by the clock the store's expiries are compared with.
 fn now_millis() -> i64 {
-    qs_store::clock::now().ms() as i64
+    crate::clock::now().ms() as i64
 }
 
 /// INCRBY and DECRBY (`negate`): a missing key counts from 0.

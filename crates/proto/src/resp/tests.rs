@@ -155,7 +155,7 @@ fn set_options_become_the_store_mode_and_exptime() {
     };
     assert_eq!(store(&[b"SET", b"k", b"v"]), (StoreMode::Set, 0));
     // Every expiry becomes the unix millisecond it ends at, which the store reads as one.
-    let now = || qs_store::clock::now().ms() as i64;
+    let now = || crate::clock::now().ms() as i64;
     let within = |(mode, exptime): (StoreMode, i64), (want_mode, from, to): (StoreMode, i64, i64)| {
         assert_eq!(mode, want_mode);
         assert!((from..=to).contains(&exptime), "{exptime} not in {from}..={to}");

@@ -241,7 +241,7 @@ impl Engine {
             worker,
             partitions,
             shared,
-            now: qs_store::clock::now(),
+            now: qs_proto::clock::now(),
             scratch: Vec::new(),
             counters: WorkerCounters::default(),
             remote_reads: vec![(0, 0); count],

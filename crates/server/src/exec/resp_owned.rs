@@ -181,7 +181,9 @@ impl Engine {
                 let ext = qs_store::item::Ext::new(item.flags, item.expiry).bytes();
                 reply::integer(qs_store::item::item_bytes(key_len, item.value.len(), ext) as i64, out);
             }
-            Step::IdleTime => reply::integer(i64::from(self.now.secs().saturating_sub(item.last_access)), out),
+            Step::IdleTime => {
+                reply::integer(i64::from(self.now.secs().saturating_sub(item.last_access)), out)
+            }
             _ => out.extend_from_slice(LFU_NOT_SELECTED),
         }
     }

@@ -13,7 +13,8 @@ impl Engine {
         }
         let Key { bytes: key, hash, partition } = key;
         let front = self.front.as_mut().expect("checked");
-        let Some(reply) = front.get(hash.0, key, &self.shared.front_epochs[partition], self.now.secs()) else {
+        let Some(reply) = front.get(hash.0, key, &self.shared.front_epochs[partition], self.now.secs())
+        else {
             return false;
         };
         out.extend_from_slice(reply);

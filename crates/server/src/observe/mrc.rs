@@ -189,7 +189,8 @@ mod tests {
         // Every key sampled: 10 keys of 32 bytes in the log each (2-byte key, 8-byte value), read
         // round robin by two workers.
         let mrc = LiveMrc::new(2, 1);
-        let set = Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry::NEVER };
+        let set =
+            Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry::NEVER };
         let mut gets = [0u64; 2];
         for round in 0..100 {
             for key in 0..10u8 {

@@ -177,12 +177,12 @@ pub fn free_bytes(file: &std::fs::File) -> io::Result<u64> {
 
 /// Unix seconds now (as moved by `debugtime`).
 pub fn now_secs() -> u32 {
-    qs_store::clock::now().secs()
+    qs_proto::clock::now().secs()
 }
 
 /// `debugtime`: moves the clock every worker reads by `delta` seconds.
 pub fn shift_clock(delta: i32) {
-    qs_store::clock::shift(delta);
+    qs_proto::clock::shift(delta);
 }
 
 /// memcached's -r: raises the core-file limit to unlimited, or else to its hard limit. Returns

@@ -292,7 +292,7 @@ impl Worker {
                 }
             }
             self.shared.wakeups.awake(self.index);
-            self.engine.now = qs_store::clock::now();
+            self.engine.now = qs_proto::clock::now();
             // A wake-up with nothing to do is the publish the timeout asked for.
             self.engine.publish_hot(events.is_empty());
             // Starts (or stops) recording evictions before this turn's requests run.

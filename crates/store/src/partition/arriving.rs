@@ -14,8 +14,8 @@
 //! go to the main ring: S3-FIFO's small ring is a tenth of the log, which a few values in
 //! flight would lap before they are in.
 
-use crate::item::Now;
 use super::*;
+use crate::item::Now;
 use std::sync::atomic::Ordering::AcqRel;
 
 /// The share of a partition's log that values still arriving may take together (1/4).
@@ -218,7 +218,8 @@ mod tests {
 
     fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
         let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-        let outcome = partition.execute(&Request::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
+        let outcome =
+            partition.execute(&Request::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
         assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
     }
 
@@ -242,7 +243,10 @@ mod tests {
             }
             assert_eq!(arriving.remaining(), 0);
             let items = partition.stats().items;
-            assert!(matches!(partition.finish_arriving(arriving, crate::Now::from_secs(100)), Outcome::Stored { .. }));
+            assert!(matches!(
+                partition.finish_arriving(arriving, crate::Now::from_secs(100)),
+                Outcome::Stored { .. }
+            ));
             assert_eq!(get(&mut partition, b"k"), Some((value, 7)), "{eviction:?}");
             assert_eq!(partition.stats().items, items, "one item replaced another");
             assert_eq!(partition.arriving.load(Relaxed), 0);
@@ -264,7 +268,10 @@ mod tests {
             let (value, _) = get(&mut partition, format!("k{round}").as_bytes()).expect("recent item");
             assert!(value.iter().all(|&byte| byte == round as u8), "item {round} overwritten");
         }
-        assert!(matches!(partition.finish_arriving(arriving, crate::Now::from_secs(100)), Outcome::OutOfMemory));
+        assert!(matches!(
+            partition.finish_arriving(arriving, crate::Now::from_secs(100)),
+            Outcome::OutOfMemory
+        ));
         assert_eq!(get(&mut partition, b"slow"), None);
     }
 
@@ -283,7 +290,10 @@ mod tests {
             }
             for arriving in held {
                 assert!(
-                    matches!(partition.finish_arriving(arriving, crate::Now::from_secs(100)), Outcome::Stored { .. }),
+                    matches!(
+                        partition.finish_arriving(arriving, crate::Now::from_secs(100)),
+                        Outcome::Stored { .. }
+                    ),
                     "{eviction:?}"
                 );
             }

@@ -2,8 +2,8 @@
 //! spares), get and its after-read upkeep, the stores (set, add, replace, cas, append, prepend)
 //! and their placement, touch, delete, incr/decr and the meta get.
 
-use crate::item::Now;
 use super::*;
+use crate::item::Now;
 
 impl Partition {
     pub(super) fn key_of(&self, offset: u64, header: &Header) -> Vec<u8> {
@@ -517,7 +517,10 @@ impl Partition {
         let version = self.begin_write(found.bucket);
         let tag = found_tag(self, &found);
         self.retire(found.offset, &header);
-        let ring = self.ring_for_existing(found.offset, item::item_bytes(key_len, value.len(), self.ext_bytes(Ext::new(header.ext.flags(), expiry))));
+        let ring = self.ring_for_existing(
+            found.offset,
+            item::item_bytes(key_len, value.len(), self.ext_bytes(Ext::new(header.ext.flags(), expiry))),
+        );
         let offset = self.append(ring, key, value, new_item);
         self.set_slot(found.slot_bucket, found.slot, Slot::new(tag, offset));
         self.end_write(found.bucket, version);

@@ -13,10 +13,10 @@
 //! bracket; the slot is re-pointed right after the command (`settle_flash`), and a lookup in
 //! between misses, as for any item mid-eviction.
 
-use crate::item::Now;
 use super::{NewItem, Partition};
 use crate::flash::{FlashLog, FlashStats};
 use crate::index::Slot;
+use crate::item::Now;
 use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_FETCHED, EXT_BYTES, HEADER_BYTES, PRECISE_BYTES};
 use crate::keyhash::{KeyHash, FLASH_TAG};
 use crate::log::Header;

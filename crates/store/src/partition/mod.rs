@@ -5,11 +5,11 @@
 //! (odd while changing) in CREW mode; EREW skips the brackets. The head only moves forward, and
 //! it is published (with a release fence) before the memory it frees is written again.
 
-use crate::item::Now;
 use crate::arena::{Arena, ArenaStats};
 use crate::command::{Append, Command, Hit, MetaGet, Outcome, Request, StoreMode, ValueSink};
 use crate::config::{Access, Config, Eviction};
 use crate::index::{Index, Shape, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
+use crate::item::Now;
 use crate::item::{
     self, parse_counter, Expiry, Ext, Word0, Word1, BIT_DEAD, BIT_EXT, BIT_FETCHED, BIT_STALE, BIT_WIN_SENT,
     KEY_BYTES_MAX, SLACK_WORDS_MAX, VALUE_BYTES_MAX,

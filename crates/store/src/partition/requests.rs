@@ -2,8 +2,8 @@
 //! prefetched first (`execute_batch`), the plain get and set fast paths, `flush_all` and the
 //! crawler's bucket scans.
 
-use crate::item::Now;
 use super::*;
+use crate::item::Now;
 
 impl Partition {
     /// Runs one request. A hit's value is appended to `out`.
@@ -40,9 +40,7 @@ impl Partition {
                 self.store(hash, key, mode, value, flags, expiry, now)
             }
             Command::Delete { cas } => self.delete(hash, key, cas, now),
-            Command::Arith { delta, decrement, cas } => {
-                self.arith(hash, key, delta, decrement, cas, now)
-            }
+            Command::Arith { delta, decrement, cas } => self.arith(hash, key, delta, decrement, cas, now),
             Command::Count { by } => self.count(hash, key, by, now),
             Command::Invalidate { cas } => self.invalidate(hash, key, cas, now),
             Command::MetaGet(options) => self.meta_get(hash, key, options, now, &mut Append::new(out)),

@@ -53,7 +53,9 @@ fn miri_owner_and_reader_threads() {
         for round in 0..30 {
             out.clear();
             let key = [b'a' + (round % 3) as u8];
-            if let Outcome::Hit(hit) = reader.get(KeyHash::of(&key), &key, crate::Now::from_secs(100), &mut out) {
+            if let Outcome::Hit(hit) =
+                reader.get(KeyHash::of(&key), &key, crate::Now::from_secs(100), &mut out)
+            {
                 let value = &out[hit.value_start..];
                 assert!(value.iter().all(|&b| b == key[0]), "torn or foreign value {value:?}");
                 assert_eq!(hit.flags, 3);
@@ -100,7 +102,11 @@ fn stale_and_forged_hints_fall_back_to_the_scan() {
         partition.prefetch_item(KeyHash::of(key));
     }
     // Delete "a" and write "c": "c" may take "a"'s old slot while "a"'s hint still names it.
-    let deleted = partition.execute(&Request::new(b"a", Command::Delete { cas: 0 }), crate::Now::from_secs(100), &mut Vec::new());
+    let deleted = partition.execute(
+        &Request::new(b"a", Command::Delete { cas: 0 }),
+        crate::Now::from_secs(100),
+        &mut Vec::new(),
+    );
     assert_eq!(deleted, Outcome::Deleted);
     set(&mut partition, b"c", b"3");
     assert_eq!(get(&mut partition, b"a"), None);
@@ -154,7 +160,10 @@ fn miri_a_sink_writes_its_head_before_the_value_and_may_take_none() {
     set(&mut partition, b"k", b"value");
     let hash = KeyHash::of(b"k");
     let mut sink = HeadFirst { out: Vec::new(), skip: false, heads: 0, undos: 0 };
-    let Outcome::Hit(hit) = partition.read_value(hash, b"k", None, crate::Now::from_secs(100), &mut sink) else { panic!() };
+    let Outcome::Hit(hit) = partition.read_value(hash, b"k", None, crate::Now::from_secs(100), &mut sink)
+    else {
+        panic!()
+    };
     assert_eq!(sink.out, b"<3 5>value");
     assert_eq!((hit.value_start, hit.value_len), (5, 5));
     let reader = partition.reader();
@@ -163,11 +172,20 @@ fn miri_a_sink_writes_its_head_before_the_value_and_may_take_none() {
     assert!(matches!(outcome, Outcome::Hit(hit) if hit.value_len == 5 && hit.value_start == 0));
     assert_eq!((sink.out.as_slice(), sink.heads, sink.undos), (&b"<3 5>"[..], 1, 0));
     let mut sink = HeadFirst { out: Vec::new(), skip: false, heads: 0, undos: 0 };
-    assert_eq!(partition.read_value(KeyHash::of(b"x"), b"x", None, crate::Now::from_secs(100), &mut sink), Outcome::Miss);
+    assert_eq!(
+        partition.read_value(KeyHash::of(b"x"), b"x", None, crate::Now::from_secs(100), &mut sink),
+        Outcome::Miss
+    );
     assert_eq!((sink.heads, sink.out.len()), (0, 0), "a miss writes no head");
     let touch = Some(Expiry::from_exptime(400, crate::Now::from_secs(100)));
-    let Outcome::Hit(hit) = partition.read_value(hash, b"k", touch, crate::Now::from_secs(100), &mut sink) else { panic!() };
-    assert_eq!((hit.expiry, &sink.out[hit.value_start..]), (Expiry::from_exptime(400, crate::Now::from_secs(100)), &b"value"[..]));
+    let Outcome::Hit(hit) = partition.read_value(hash, b"k", touch, crate::Now::from_secs(100), &mut sink)
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (hit.expiry, &sink.out[hit.value_start..]),
+        (Expiry::from_exptime(400, crate::Now::from_secs(100)), &b"value"[..])
+    );
     partition.check_invariants();
 }
 
@@ -215,7 +233,11 @@ fn miri_a_pinned_value_is_read_in_place_and_rescued_before_its_memory_is_written
     for round in 0..8u8 {
         set(&mut partition, &[b'k', round], &[round; 40]);
     }
-    assert_eq!(partition.peek(KeyHash::of(b"big"), b"big", crate::Now::from_secs(100)), None, "the log did not wrap over it");
+    assert_eq!(
+        partition.peek(KeyHash::of(b"big"), b"big", crate::Now::from_secs(100)),
+        None,
+        "the log did not wrap over it"
+    );
     assert!(value.rescued());
     assert_eq!(partition.value_bytes(&value), &[7u8; 40][..]);
 
@@ -242,7 +264,11 @@ fn a_pinned_value_is_read_through_its_own_partition_only() {
 fn a_signed_count_reads_and_writes_exact_signed_numbers_and_refuses_past_the_range() {
     let mut partition = small(Access::Erew);
     let count = |partition: &mut Partition, key: &[u8], by: i64| {
-        partition.execute(&Request::new(key, Command::Count { by }), crate::Now::from_secs(100), &mut Vec::new())
+        partition.execute(
+            &Request::new(key, Command::Count { by }),
+            crate::Now::from_secs(100),
+            &mut Vec::new(),
+        )
     };
     let value = |partition: &mut Partition, key: &[u8]| {
         let mut out = Vec::new();

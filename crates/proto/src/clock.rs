@@ -1,7 +1,7 @@
 //! The wall clock every worker and codec reads, moved as a whole by `debugtime`
 //! (`--enable-debugtime`), so expiries and the times they are compared with agree.
 
-use crate::item::Now;
+use qs_store::Now;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 /// Seconds `debugtime` has moved the clock by (0 unless the server runs with
