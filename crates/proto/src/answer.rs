@@ -117,7 +117,7 @@ impl Answer<'_> {
     /// win token, a stale item). Whether the value follows it (a meta get without `v`, or
     /// whose `C` names the version the client has, sends none).
     #[inline(always)]
-    pub fn head(&self, key: &[u8], hit: &Hit, cas: u64, now: Now, out: &mut Vec<u8>) -> bool {
+    pub fn head(&self, key: &[u8], hit: &Hit, cas: u64, now_secs: u32, out: &mut Vec<u8>) -> bool {
         match *self {
             Answer::Text { with_cas, .. } => {
                 crate::text::reply::head(key, hit, with_cas.then_some(cas), out);
@@ -128,7 +128,7 @@ impl Answer<'_> {
                 crate::binary::reply::head((opcode, opaque), key, hit, cas, out);
                 true
             }
-            Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now, out),
+            Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now_secs, out),
             Answer::Resp(_) => {
                 crate::resp::reply::head(hit, out);
                 true

@@ -128,11 +128,8 @@ impl Header {
     /// Bytes of the extension and precise expiry words, as the header says they follow.
     #[inline(always)]
     pub fn ext_bytes(&self) -> usize {
-        match (self.word0.has(BIT_EXT), self.word0.precise()) {
-            (false, _) => 0,
-            (true, false) => EXT_BYTES,
-            (true, true) => EXT_BYTES + PRECISE_BYTES,
-        }
+        // P is set only with EXT.
+        usize::from(self.word0.has(BIT_EXT)) * EXT_BYTES + usize::from(self.word0.precise()) * PRECISE_BYTES
     }
     /// Bytes the item occupies, its slack included.
     #[inline(always)]
@@ -348,12 +345,11 @@ impl Log {
         let at = at / 8;
         let word0 = Word0(words[at].load(Relaxed));
         let word1 = Word1(words[(at + 1) & mask].load(Relaxed));
-        let ext = match (word0.has(BIT_EXT), word0.precise()) {
-            (false, _) => Ext::NONE,
-            (true, false) => Ext::from_words(words[(at + 2) & mask].load(Relaxed), 0),
-            (true, true) => {
-                Ext::from_words(words[(at + 2) & mask].load(Relaxed), words[(at + 3) & mask].load(Relaxed))
-            }
+        let ext = if word0.has(BIT_EXT) {
+            let precise = if word0.precise() { words[(at + 3) & mask].load(Relaxed) } else { 0 };
+            Ext::from_words(words[(at + 2) & mask].load(Relaxed), precise)
+        } else {
+            Ext::NONE
         };
         Header { word0, word1, ext }
     }

@@ -118,7 +118,10 @@ pub(crate) fn arith(
 /// mg's hit, what goes before its value: `VA <len>` (v, unless its `C` names the version the
 /// client has), else `HD`; the item's figures, then `Z` (a win token was already out), `X`
 /// (stale) and `W` (this request won). Whether the value follows (then `\r\n` after it).
-pub(crate) fn hit_head(meta: &Meta<'_>, hit: &Hit, cas: u64, now: Now, out: &mut Vec<u8>) -> bool {
+pub(crate) fn hit_head(meta: &Meta<'_>, hit: &Hit, cas: u64, now_secs: u32, out: &mut Vec<u8>) -> bool {
+    // A meta request's times are memcached's, whole seconds (the reading sink keeps only the
+    // second, which keeps it small enough to be moved without a call).
+    let now = Now::from_secs(now_secs);
     let mut item = MetaItem {
         cas,
         flags: hit.flags,

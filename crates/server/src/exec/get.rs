@@ -13,7 +13,7 @@ use super::{watch, Engine, Exec, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::command::{self as cmd, Answer};
-use qs_store::{Command, Expiry, Hit, KeyHash, LogValue, MetaGet, Now, Outcome, ValueSink};
+use qs_store::{Command, Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, ValueSink};
 use std::sync::Arc;
 
 /// Where a large value went instead of the reply buffer.
@@ -38,8 +38,8 @@ pub(super) struct ReplySink<'a> {
     /// Where this reply starts in `out` (an undone read goes back to it).
     mark: usize,
     large: Large,
-    /// The clock, for what a meta get's head reports.
-    now: Now,
+    /// The clock's second, for what a meta get's head reports.
+    now_secs: u32,
     /// The head said the value follows (a meta get may send none).
     value_follows: bool,
     /// The partition read, when it is this worker's own: a large value may be left in its
@@ -53,7 +53,7 @@ impl<'a> ReplySink<'a> {
         key: &'a [u8],
         answer: Answer<'a>,
         shared: &'a Shared,
-        (shares, now): (&'a mut Shares, Now),
+        (shares, now_secs): (&'a mut Shares, u32),
     ) -> ReplySink<'a> {
         let mark = out.len();
         ReplySink {
@@ -64,7 +64,7 @@ impl<'a> ReplySink<'a> {
             shares,
             mark,
             large: Large::No,
-            now,
+            now_secs,
             value_follows: false,
             owned: None,
         }
@@ -113,7 +113,7 @@ impl<'a> ReplySink<'a> {
     #[inline(always)]
     fn write_head(&mut self, hit: &Hit) -> bool {
         self.value_follows =
-            self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.now, self.out);
+            self.answer.head(self.key, hit, self.shared.cas_out(hit.cas), self.now_secs, self.out);
         self.value_follows
     }
 }
@@ -258,7 +258,7 @@ impl Engine {
                 epochs.bump(hash.0);
             }
             let shared = &*self.shared;
-            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now));
+            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now.secs()));
             sink.owned(partition);
             let owned = self.partitions[partition].as_mut().expect("owned");
             let outcome = owned.read_meta(hash, bytes, options, now, &mut sink);
@@ -270,7 +270,7 @@ impl Engine {
                 .map
                 .reader(partition)
                 .expect("a partition not owned here is read through its CREW reader");
-            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now));
+            let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now.secs()));
             let (outcome, gone) = reader.read_telling(hash, bytes, now, &mut sink);
             // The win token is the owner's to hand out, and the first fetch marks the item
             // fetched (meta `h`): both are writes, so the owner serves them (and shows the key
@@ -322,7 +322,7 @@ impl Engine {
         }
         let now = self.now;
         let shared = &*self.shared;
-        let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now));
+        let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now.secs()));
         if let Some(owned) = &mut self.partitions[partition] {
             sink.owned(partition);
             let outcome = owned.read_value(hash, key, touch, now, &mut sink);
@@ -353,7 +353,8 @@ impl Engine {
         let outcome = self.read_flash(hash, partition, key, &mut value);
         if let Some(Outcome::Hit(hit)) = &outcome {
             let bytes = &value[hit.value_start..hit.value_start + hit.value_len];
-            let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, self.now));
+            let mut sink =
+                ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, self.now.secs()));
             qs_store::deliver(&mut sink, &mut hit.clone(), bytes);
             sink.finish(&Outcome::Hit(*hit));
         }
