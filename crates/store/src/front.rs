@@ -11,8 +11,9 @@
 //! only while both still read the same. A read that finds them unchanged is linearized at that
 //! load: no write to the key had begun, so the cached reply is the current value; a write
 //! acknowledged before the read began has bumped them, and the read goes to the owner. An entry
-//! also lives only within the clock second it was filled in, so that an item's expiry (whole
-//! seconds) is never overrun. This module is not yet wired into the server (see
+//! also lives only within the clock second it was filled in, so that an item's expiry is never
+//! overrun (the owner does not tag a reply of an item that expires within that second: a
+//! Redis expiry may fall within one). This module is not yet wired into the server (see
 //! docs/ARCHITECTURE.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -31,8 +31,16 @@ impl Engine {
 
     /// `-o front_cache`, at the owner: what a handed-over plain `get` of `key` was answered
     /// under (the key's write epochs and this second), for the asking worker's front cache.
+    /// `None` (not cached) for an item that expires before this second ends: a front-cache
+    /// entry lives to the end of its second, and a Redis expiry may fall within one.
     pub fn front_tag(&self, key: Key<'_>) -> Option<(qs_store::front::Epoch, u32)> {
-        Some((self.shared.front_epochs.get(key.partition)?.read(key.hash.0), self.now.secs()))
+        let epochs = self.shared.front_epochs.get(key.partition)?;
+        let owned = self.partitions[key.partition].as_ref()?;
+        let second_ends = (u64::from(self.now.secs()) + 1) * 1000;
+        match owned.peek_expiry(key.hash, key.bytes, self.now) {
+            Some(expiry) if expiry != Expiry::NEVER && expiry.ms() < second_ends => None,
+            _ => Some((epochs.read(key.hash.0), self.now.secs())),
+        }
     }
 
     /// `-o front_cache`: keeps the owner's reply to a plain `get` of `key`, tagged by

@@ -486,6 +486,12 @@ impl Partition {
             .then(|| (found.header.word1.value_len(), self.shared.cas_unique(found.header.word0.cas_seq())))
     }
 
+    /// The expiry of `key`'s item if it answers at `now`, looked up as [`Partition::peek`].
+    pub fn peek_expiry(&self, hash: KeyHash, key: &[u8], now: Now) -> Option<Expiry> {
+        let found = self.find(hash, key)?;
+        (!self.shared.is_gone(&found.header, now)).then(|| found.header.ext.expiry())
+    }
+
     fn note_eviction(&mut self, offset: u64, header: &Header) {
         let Some(evicted) = self.evicted.as_mut() else { return };
         let mut key = Vec::new();
