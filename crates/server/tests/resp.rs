@@ -647,34 +647,6 @@ fn a_sub_second_expiry_ends_at_its_millisecond() {
     assert!((want - 1..=want).contains(&ttl), "mg t{ttl}, want about {want}");
 }
 
-/// `-o front_cache` under EREW: a worker's front cache keeps the owner's reply to the end of
-/// its second, so the owner does not tag one of an item that expires within that second (a
-/// Redis expiry may); every text get after the expiry misses, on both workers.
-#[test]
-fn the_front_cache_never_serves_an_item_past_its_millisecond_expiry() {
-    let (server, port) = quicksilver(&["-t", "2", "--access", "erew", "-o", "front_cache"]);
-    let mut resp = connect(port);
-    // 16 connections: SO_REUSEPORT puts some on the worker that does not own the key.
-    let mut readers: Vec<Client> = (0..16).map(|_| server.connect()).collect();
-    for round in 0..6u64 {
-        let unix_ms =
-            || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
-        let ends = unix_ms() as u64 + 150 + round * 70;
-        call(&mut resp, &frame(&["SET", "brief", "v", "PXAT", &ends.to_string()]));
-        while (unix_ms() as u64) + 5 < ends {
-            for reader in &mut readers {
-                reader.call(b"get brief\r\n");
-            }
-        }
-        while (unix_ms() as u64) <= ends + 2 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        for reader in &mut readers {
-            assert_eq!(reader.call(b"get brief\r\n"), b"END\r\n", "round {round}: served past its expiry");
-        }
-    }
-}
-
 #[test]
 fn one_store_behind_both_dialects() {
     let (server, port) = quicksilver(&[]);

@@ -266,6 +266,10 @@ pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], handed: &Handed<'_
         // Every key of a handed-over command is owned here, so nothing is handed on.
         (Task::Command(_), Handed::Command(command)) => {
             engine.run_command(command, (op.at, op.fd), responses);
+            if crate::exec::is_plain_resp_get(command) {
+                // Its packed bytes are the key: the asking worker's front cache may keep it.
+                op.front = engine.front_tag(engine.key(command.key, op.at));
+            }
         }
         (Task::Request(_), Handed::Request(request)) => {
             engine.execute(request, (op.at, op.fd), responses);

@@ -603,3 +603,11 @@ fn slabs_reassign(classes: Option<(i32, i32)>, largest: u32) -> &'static [u8] {
         b"NOSPARE source class has no spare pages\r\n"
     }
 }
+
+/// Whether `command` is RESP's GET of one key, read only (what the front cache may answer).
+#[inline(always)]
+pub fn is_plain_resp_get(command: &qs_proto::command::Command<'_>) -> bool {
+    use qs_proto::command::{Answer, Op, RespReply};
+    matches!(command.op, Op::Get(get) if get == qs_proto::command::Get::default())
+        && matches!(command.answer, Answer::Resp(RespReply::Bulk | RespReply::Bulk3))
+}

@@ -5,9 +5,11 @@
 use super::*;
 
 impl Engine {
-    /// `-o front_cache`: answers a plain `get` of `key` (another worker's) from this worker's
-    /// front cache when it holds a reply still valid; `false` otherwise (hand it over).
-    pub fn front_serve(&mut self, key: Key<'_>, out: &mut Vec<u8>) -> bool {
+    /// `-o front_cache`: answers a plain `get` of `key` (another worker's), or RESP's plain
+    /// GET (`resp`), from this worker's front cache when it holds a reply still valid;
+    /// `false` otherwise (hand it over). A reply kept in either protocol answers a RESP GET
+    /// (RESP shows no flags); a text `get` takes only a text one, which has the flags.
+    pub fn front_serve(&mut self, key: Key<'_>, resp: bool, out: &mut Vec<u8>) -> bool {
         if self.front.is_none() {
             return false;
         }
@@ -17,7 +19,14 @@ impl Engine {
         else {
             return false;
         };
-        out.extend_from_slice(reply);
+        match (resp, reply.starts_with(b"VALUE ")) {
+            (false, true) | (true, false) => out.extend_from_slice(reply),
+            (true, true) => {
+                let Some(value) = text_hit_value(reply) else { return false };
+                qs_proto::resp::reply::bulk(value, out);
+            }
+            (false, false) => return false,
+        }
         // Counted as a hit of a read served here, as a CREW read is.
         self.counters.cmd_get += 1;
         self.counters.remote_get_hits += 1;
@@ -43,10 +52,11 @@ impl Engine {
         }
     }
 
-    /// `-o front_cache`: keeps the owner's reply to a plain `get` of `key`, tagged by
-    /// [`Engine::front_tag`].
+    /// `-o front_cache`: keeps the owner's reply to a plain `get` (or RESP's GET) of `key`, a
+    /// hit, tagged by [`Engine::front_tag`].
     pub fn front_fill(&mut self, key: &[u8], reply: &[u8], tag: (qs_store::front::Epoch, u32)) {
-        if self.front.is_none() || reply.len() > FRONT_REPLY_BYTES_MAX || !reply.starts_with(b"VALUE ") {
+        let hit = reply.starts_with(b"VALUE ") || (reply.starts_with(b"$") && !reply.starts_with(b"$-"));
+        if self.front.is_none() || reply.len() > FRONT_REPLY_BYTES_MAX || !hit {
             return;
         }
         let hash = self.locate(key).0;
@@ -306,4 +316,13 @@ impl Engine {
         published.counters = self.counters;
         published.remote_reads.clone_from(&self.remote_reads);
     }
+}
+
+/// The value of a text `get`'s hit (`VALUE <key> <flags> <bytes>\r\n<data>\r\nEND\r\n`), as the
+/// front cache keeps it; `None` if it is not one.
+fn text_hit_value(reply: &[u8]) -> Option<&[u8]> {
+    let line_end = reply.windows(2).position(|pair| pair == b"\r\n")?;
+    let bytes = reply[..line_end].rsplit(|&byte| byte == b' ').next()?;
+    let len: usize = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+    reply.get(line_end + 2..line_end + 2 + len)
 }

@@ -283,16 +283,23 @@ impl Turn<'_, '_> {
         Some(Flow::Next(len))
     }
 
-    /// A request its key's owner runs: a plain get of one key may come from the front cache
-    /// (unless an earlier request of this connection waits on the owner), a get of one key
-    /// goes as that key alone, anything else as its bytes.
+    /// A request its key's owner runs: a plain get of one key (or RESP's GET) may come from
+    /// the front cache (unless an earlier request of this connection waits on the owner), a
+    /// get of one key goes as that key alone, anything else as its bytes.
     fn forward(&mut self, owner: usize, request: &Request<'_>, at: Option<Located>, bytes: &[u8]) -> Flow {
         let single = match *request {
             Request::Get { kind, keys } => qs_proto::tokens::single_word(keys).map(|key| (kind, key)),
             _ => None,
         };
-        if let (Some((GetKind::Get, key)), 0) = (single, self.output.pending[owner]) {
-            if self.engine.front_serve(self.engine.key(key, at), self.output.reply_buf()) {
+        let front = match (single, request) {
+            (Some((GetKind::Get, key)), _) => Some((key, false)),
+            (_, Request::RespKey(command)) if crate::exec::is_plain_resp_get(command) => {
+                Some((command.key, true))
+            }
+            _ => None,
+        };
+        if let (Some((key, resp)), 0) = (front, self.output.pending[owner]) {
+            if self.engine.front_serve(self.engine.key(key, at), resp, self.output.reply_buf()) {
                 *self.executed = true;
                 return Flow::Next(bytes.len());
             }
