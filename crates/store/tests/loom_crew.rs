@@ -13,7 +13,8 @@ const NOW: u32 = 1_700_000_000;
 
 fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
     let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-    let outcome = partition.execute(&Request::new(key, command), NOW, &mut Vec::new());
+    let outcome =
+        partition.execute(&Request::new(key, command), qs_store::Now::from_secs(NOW), &mut Vec::new());
     assert!(matches!(outcome, Outcome::Stored { .. }));
 }
 
@@ -34,7 +35,7 @@ fn reader_sees_old_new_or_nothing() {
         let reader = partition.reader();
         let thread = loom::thread::spawn(move || {
             let mut out = Vec::new();
-            match reader.get(KeyHash::of(b"k"), b"k", NOW, &mut out) {
+            match reader.get(KeyHash::of(b"k"), b"k", qs_store::Now::from_secs(NOW), &mut out) {
                 Outcome::Hit(hit) => {
                     let value = &out[hit.value_start..hit.value_start + hit.value_len];
                     assert!(value == b"old-value" || value == b"a-new-longer-value", "{value:?}");
@@ -61,7 +62,7 @@ fn reader_racing_the_owners_read_sees_the_value_and_either_metadata() {
         let reader = partition.reader();
         let thread = loom::thread::spawn(move || {
             let mut out = Vec::new();
-            match reader.get(KeyHash::of(b"k"), b"k", NOW + 1, &mut out) {
+            match reader.get(KeyHash::of(b"k"), b"k", qs_store::Now::from_secs(NOW + 1), &mut out) {
                 Outcome::Hit(hit) => {
                     assert_eq!(&out[hit.value_start..hit.value_start + hit.value_len], b"the-value");
                     assert!(hit.last_access_secs == NOW || hit.last_access_secs == NOW + 5, "{hit:?}");
@@ -69,7 +70,11 @@ fn reader_racing_the_owners_read_sees_the_value_and_either_metadata() {
                 other => panic!("{other:?}"),
             }
         });
-        let outcome = partition.execute(&Request::new(b"k", Command::Get), NOW + 5, &mut Vec::new());
+        let outcome = partition.execute(
+            &Request::new(b"k", Command::Get),
+            qs_store::Now::from_secs(NOW + 5),
+            &mut Vec::new(),
+        );
         assert!(matches!(outcome, Outcome::Hit(hit) if !hit.fetched_before && hit.last_access_secs == NOW));
         thread.join().unwrap();
     });
@@ -103,7 +108,7 @@ fn reader_racing_an_index_split_always_finds_the_key() {
         let key = moving.clone();
         let thread = loom::thread::spawn(move || {
             let mut out = Vec::new();
-            let outcome = reader.get(KeyHash::of(&key), &key, NOW, &mut out);
+            let outcome = reader.get(KeyHash::of(&key), &key, qs_store::Now::from_secs(NOW), &mut out);
             assert!(matches!(outcome, Outcome::Hit(_)), "a split made the reader miss: {outcome:?}");
         });
         // This write splits the bucket before it looks anything up.
