@@ -171,7 +171,7 @@ impl Ext {
         let precise_ms = if expiry.0 % 1000 != 0 { expiry.0 } else { 0 };
         Ext { word: flags as u64 | (expiry.secs() as u64) << 32, precise_ms }
     }
-    /// The extension as read from the log: its word and, if word 1 says one follows, the
+    /// The extension as read from the log: its word and, if word 0 says one follows, the
     /// precise word (else 0).
     pub const fn from_words(word: u64, precise_word: u64) -> Ext {
         Ext { word, precise_ms: precise_word }
