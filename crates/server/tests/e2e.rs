@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{rss_bytes, server_with_canary, set, stat, stats, Client, ServerProcess};
+use common::{reads_never_go_back, rss_bytes, server_with_canary, set, stat, stats, Client, ServerProcess};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -1235,41 +1235,15 @@ fn without_maxconns_fast_clients_wait_at_the_limit_then_get_served() {
 /// the front cache once nothing changes, and every one counts as a get hit.
 #[test]
 fn front_cache_never_serves_a_value_older_than_an_acknowledged_set() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
     let server = ServerProcess::quicksilver(&["-t", "2", "--access", "erew", "-o", "front_cache"]);
-    let acknowledged = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
     let mut writer = server.connect();
     set(&mut writer, "celebrity", b"0");
     // SO_REUSEPORT spreads connections over the workers at random: with 16 readers, the
     // chance that none lands on the worker that does not own the key is 2^-16 (with 4 it
     // was 1 in 16, and the front cache then had nothing to serve).
-    let readers: Vec<_> = (0..16)
-        .map(|_| {
-            let (acknowledged, done) = (acknowledged.clone(), done.clone());
-            let mut client = server.connect();
-            std::thread::spawn(move || {
-                let mut reads = 0u64;
-                while !done.load(Ordering::Acquire) {
-                    let floor = acknowledged.load(Ordering::Acquire);
-                    let value = get(&mut client, "celebrity").expect("the key is always there");
-                    let version: u64 = String::from_utf8(value).unwrap().parse().unwrap();
-                    assert!(version >= floor, "read version {version} after {floor} was acknowledged");
-                    reads += 1;
-                }
-                reads
-            })
-        })
-        .collect();
-    for version in 1..=3000u64 {
-        set(&mut writer, "celebrity", version.to_string().as_bytes());
-        acknowledged.store(version, Ordering::Release);
-    }
-    // Then nothing changes for a while: the other worker's readers are served from the front.
-    std::thread::sleep(Duration::from_millis(200));
-    done.store(true, Ordering::Release);
-    let reads: u64 = readers.into_iter().map(|reader| reader.join().unwrap()).sum();
+    let readers = (0..16).map(|_| server.connect()).collect();
+    let write = |version: u64| set(&mut writer, "celebrity", version.to_string().as_bytes());
+    let reads = reads_never_go_back(readers, |client| get(client, "celebrity"), (3000, write));
     assert!(reads > 1000, "{reads} reads");
     let mut client = server.connect();
     let (hits, gets) = (stat(&mut client, "get_hits"), stat(&mut client, "cmd_get"));

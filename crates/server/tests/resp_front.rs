@@ -5,9 +5,7 @@
 mod common;
 
 use common::resp::{call, connect, frame, quicksilver};
-use common::{stat, Client};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use common::{reads_never_go_back, stat, Client};
 use std::time::Duration;
 
 const FRONT: &[&str] = &["-t", "2", "--access", "erew", "-o", "front_cache"];
@@ -25,36 +23,15 @@ fn resp_get(client: &mut Client, key: &str) -> Option<Vec<u8>> {
 #[test]
 fn resp_gets_come_from_the_front_cache_and_never_older_than_an_acknowledged_set() {
     let (server, port) = quicksilver(FRONT);
-    let acknowledged = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
     let mut writer = connect(port);
     call(&mut writer, &frame(&["SET", "celebrity", "0"]));
     // SO_REUSEPORT spreads connections over the workers: some land on the one that does not
     // own the key.
-    let readers: Vec<_> = (0..16)
-        .map(|_| {
-            let (acknowledged, done) = (acknowledged.clone(), done.clone());
-            let mut client = connect(port);
-            std::thread::spawn(move || {
-                let mut reads = 0u64;
-                while !done.load(Ordering::Acquire) {
-                    let floor = acknowledged.load(Ordering::Acquire);
-                    let value = resp_get(&mut client, "celebrity").expect("the key is always there");
-                    let version: u64 = String::from_utf8(value).unwrap().parse().unwrap();
-                    assert!(version >= floor, "read version {version} after {floor} was acknowledged");
-                    reads += 1;
-                }
-                reads
-            })
-        })
-        .collect();
-    for version in 1..=2000u64 {
+    let readers = (0..16).map(|_| connect(port)).collect();
+    let write = |version: u64| {
         assert_eq!(call(&mut writer, &frame(&["SET", "celebrity", &version.to_string()])), b"+OK\r\n");
-        acknowledged.store(version, Ordering::Release);
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    done.store(true, Ordering::Release);
-    let reads: u64 = readers.into_iter().map(|reader| reader.join().unwrap()).sum();
+    };
+    let reads = reads_never_go_back(readers, |client| resp_get(client, "celebrity"), (2000, write));
     assert!(reads > 1000, "{reads} reads");
     let mut client = server.connect();
     let (hits, gets) = (stat(&mut client, "get_hits"), stat(&mut client, "cmd_get"));

@@ -739,3 +739,43 @@ pub fn stat_names_of_1_6_45(names: Vec<String>) -> Vec<String> {
     }
     out
 }
+
+/// Readers, one thread per client in `readers`, each reading the key's version (a decimal
+/// number) with `read` until `writes` has written versions 1 to `versions` (acknowledged one by
+/// one) and 200 ms more have passed; fails if a read returns a version older than one whose
+/// write was acknowledged before the read was sent. Returns the reads made.
+pub fn reads_never_go_back(
+    readers: Vec<Client>,
+    read: fn(&mut Client) -> Option<Vec<u8>>,
+    (versions, mut write): (u64, impl FnMut(u64)),
+) -> u64 {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = readers
+        .into_iter()
+        .map(|mut client| {
+            let (acknowledged, done) = (acknowledged.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    let floor = acknowledged.load(Ordering::Acquire);
+                    let value = read(&mut client).expect("the key is always there");
+                    let version: u64 = String::from_utf8(value).unwrap().parse().unwrap();
+                    assert!(version >= floor, "read version {version} after {floor} was acknowledged");
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    for version in 1..=versions {
+        write(version);
+        acknowledged.store(version, Ordering::Release);
+    }
+    // Then nothing changes for a while: the other worker's readers are served from the front.
+    std::thread::sleep(Duration::from_millis(200));
+    done.store(true, Ordering::Release);
+    threads.into_iter().map(|thread| thread.join().unwrap()).sum()
+}
