@@ -218,6 +218,8 @@ pub struct Server {
     shared: Arc<Shared>,
     gate: Arc<Gate>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// The admin HTTP listener (`-o metrics_port`, `-o metrics_listen`).
+    endpoint: Option<crate::admin::http::Endpoint>,
 }
 
 impl Server {
@@ -234,10 +236,15 @@ impl Server {
     pub fn start_held(config: Config) -> Result<Server, String> {
         let (config, extended) = settle(config)?;
         let credentials = Credentials::load(&config, &extended)?;
+        // Up before the memory file or flash tier loads, so /readyz can say it is loading.
+        let endpoint = start_endpoint(&config, &extended, &credentials)?;
         let partitions = build_partitions(&config, &extended)?;
         let workers = config.workers();
         let owner: Vec<usize> = (0..partitions.len()).map(|p| p % workers).collect();
         let shared = Arc::new(new_shared(&config, extended, &partitions, credentials));
+        if let Some(endpoint) = &endpoint {
+            endpoint.attach(shared.clone());
+        }
         let mut owned: Vec<Vec<Option<Partition>>> =
             (0..workers).map(|_| (0..partitions.len()).map(|_| None).collect()).collect();
         for (index, partition) in partitions.into_iter().enumerate() {
@@ -275,7 +282,7 @@ impl Server {
             flashio::FlashIo::start(&shared, shared.extended.ext_threads)
                 .map_err(|e| format!("flash reader threads: {e}"))?;
         }
-        Ok(Server { shared, threads, gate })
+        Ok(Server { shared, threads, gate, endpoint })
     }
 
     /// What the workers share (for tests of the admin commands, and the session fuzz target's
@@ -287,6 +294,14 @@ impl Server {
     /// Lets the workers serve (after [`Server::start_held`]).
     pub fn serve(&self) {
         self.gate.open();
+        if let Some(endpoint) = &self.endpoint {
+            endpoint.ready();
+        }
+    }
+
+    /// Where the admin HTTP listener listens, if one was asked for.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.endpoint.as_ref().map(crate::admin::http::Endpoint::addr)
     }
 
     /// Asks the workers to stop: no new connections; what was received is answered.
@@ -306,6 +321,17 @@ impl Server {
             let _ = thread.join();
         }
     }
+}
+
+/// Starts the admin HTTP listener where `-o metrics_port` or `-o metrics_listen` asks for one.
+fn start_endpoint(
+    config: &Config,
+    extended: &config::Extended,
+    credentials: &Credentials,
+) -> Result<Option<crate::admin::http::Endpoint>, String> {
+    let first_tcp = config.listen_plan()?.tcp.first().map(|endpoint| endpoint.addr);
+    let Some(addr) = extended.metrics.addr(first_tcp) else { return Ok(None) };
+    crate::admin::http::Endpoint::start(addr, credentials.tls().cloned()).map(Some)
 }
 
 /// Checks `config` and settles what follows from it: the extended options, the flash tier's
@@ -415,6 +441,10 @@ fn new_shared(
             mrc: mrc::LiveMrc::new(workers, extended.mrc_sample_one_in),
             registry: Default::default(),
             watchers: watch::Watchers::new(extended.watcher_logbuf_bytes),
+            latency: crate::observe::latency::Latency::new(
+                workers,
+                sys::ns_per_tick_q32(std::time::Duration::from_millis(10)),
+            ),
         },
         credentials,
         extended,

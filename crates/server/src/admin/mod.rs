@@ -1,6 +1,9 @@
 //! Commands that touch no key: `version`, `stats` in all its groups and `stats settings`.
 
+pub mod http;
 pub mod info;
+pub mod metrics;
+pub mod metrics_own;
 pub mod stats;
 
 /// The version we report: memcached's, whose behaviour we follow (clients pick features by

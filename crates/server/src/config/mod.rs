@@ -3,6 +3,7 @@
 mod args;
 pub mod file;
 pub mod listen;
+pub mod metrics;
 pub mod ssl;
 
 use args::*;
@@ -343,6 +344,8 @@ pub struct Extended {
     pub flash_direct: bool,
     /// The `ssl_*` options (used with -Z).
     pub ssl: ssl::Settings,
+    /// `metrics_port`, `metrics_listen`: the admin HTTP listener.
+    pub metrics: metrics::Settings,
     /// `-o io_backend`: how workers do their stream connections' I/O.
     pub io_backend: IoBackend,
     /// memcached's `-o hashpower=N` (12 to 32): the index holds at least 2^N slots in all, so
@@ -468,6 +471,7 @@ impl Default for Extended {
             flash_io_threads: false,
             flash_direct: false,
             ssl: ssl::Settings::default(),
+            metrics: metrics::Settings::default(),
             io_backend: IoBackend::Uring,
             hashpower: None,
             no_hashexpand: false,
@@ -537,7 +541,10 @@ impl Config {
                 Some((name, value)) => (name, Some(value)),
                 None => (option.as_str(), None),
             };
-            if extended.flash_option(name, value, option)? || extended.ssl_option(name, value)? {
+            if extended.flash_option(name, value, option)?
+                || extended.ssl_option(name, value)?
+                || extended.metrics.option(name, value)?
+            {
                 continue;
             }
             match name {

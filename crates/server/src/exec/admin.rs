@@ -335,7 +335,8 @@ impl Engine {
             group
         };
         match group {
-            b"" | b"reset" | b"settings" | b"items" | b"slabs" | b"sizes" | b"partitions" | b"arena" => {}
+            b"" | b"reset" | b"settings" | b"items" | b"slabs" | b"sizes" | b"partitions" | b"arena"
+            | b"latency" => {}
             _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
         }
         self.publish();

@@ -182,6 +182,9 @@ pub struct Engine {
     shared: Arc<Shared>,
     /// The clock, read once per loop turn.
     pub now: Now,
+    /// [`crate::sys::ticks`] read as the loop turn began: what this turn read arrived by then
+    /// (the latency histograms' read-to-reply span starts here).
+    pub turn_ticks: u64,
     scratch: Vec<u8>,
     /// This worker's counters.
     pub counters: WorkerCounters,
@@ -242,6 +245,7 @@ impl Engine {
             partitions,
             shared,
             now: qs_proto::clock::now(),
+            turn_ticks: crate::sys::ticks(),
             scratch: Vec::new(),
             counters: WorkerCounters::default(),
             remote_reads: vec![(0, 0); count],

@@ -6,6 +6,7 @@ pub mod clients;
 pub mod counters;
 pub mod detail;
 pub mod hotkeys;
+pub mod latency;
 pub mod mrc;
 pub mod registry;
 pub mod watch;

@@ -45,12 +45,25 @@ pub struct Input {
     /// A long set whose value goes into the log as it arrives ([`Arriving`]): the bytes read
     /// go there until it has all of its value.
     pub arriving: Option<Box<Arriving>>,
+    /// When the read that brought the first unparsed byte returned ([`crate::sys::ticks`]):
+    /// where the latency histograms' read-to-reply span starts.
+    pub since: u64,
 }
 
 impl Input {
     /// An empty input that may grow to `limit` bytes; it holds no buffer until it reads.
     pub fn new(limit: usize) -> Input {
-        Input { buf: Vec::new(), start: 0, end: 0, skip: 0, limit, lent: false, charged: 0, arriving: None }
+        Input {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            skip: 0,
+            limit,
+            lent: false,
+            charged: 0,
+            arriving: None,
+            since: 0,
+        }
     }
 
     /// The unparsed bytes.
@@ -480,6 +493,7 @@ mod tests {
             lent: false,
             charged,
             arriving: None,
+            since: 0,
         };
         let peer = "127.0.0.1:1".parse().unwrap();
         let transport = Transport::Udp { peer, request_id: 0, socket: 0 };

@@ -95,6 +95,11 @@ impl Context {
         self.sessions.new_sessions.load(Relaxed)
     }
 
+    /// The configuration a new plain `-l` connection takes (the admin HTTP listener's too).
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// A server-side TLS session for an accepted socket.
     /// `mutual`: an `mtls:` listener's, which requires the client's certificate.
     pub fn accept(&self, socket: mio::net::TcpStream, now_secs: u32, mutual: bool) -> io::Result<TlsStream> {

@@ -100,6 +100,8 @@ pub struct Observers {
     pub registry: crate::observe::registry::Registry,
     /// `watch` connections.
     pub watchers: crate::observe::watch::Watchers,
+    /// Each worker's latency histograms (`stats latency`, `/metrics`).
+    pub latency: crate::observe::latency::Latency,
 }
 
 /// Since when the server runs, and what `lru_crawler enable|disable` switched.

@@ -180,6 +180,43 @@ pub fn now_secs() -> u32 {
     qs_proto::clock::now().secs()
 }
 
+/// A reading of the CPU's time-stamp counter (one instruction, a few nanoseconds: the
+/// latency histograms read it twice a request); elsewhere, and under Miri, nanoseconds since
+/// the first call. [`ns_per_tick_q32`] converts.
+#[inline(always)]
+pub fn ticks() -> u64 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        // SAFETY: RDTSC reads a counter; it touches no memory and every x86-64 CPU has it.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        monotonic_ns()
+    }
+}
+
+/// Nanoseconds since the first call (the fallback clock, and the reference [`ticks`] is
+/// measured against).
+fn monotonic_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Nanoseconds per [`ticks`] tick, times 2^32: measured against the monotonic clock over
+/// `window` (once, at start). Linux keeps the time-stamp counter at one rate across cores
+/// and sleep states where the CPU says it is invariant (`constant_tsc`, `nonstop_tsc`).
+pub fn ns_per_tick_q32(window: std::time::Duration) -> u64 {
+    if cfg!(not(all(target_arch = "x86_64", not(miri)))) {
+        return 1 << 32;
+    }
+    let (ns0, ticks0) = (monotonic_ns(), ticks());
+    std::thread::sleep(window);
+    let (ns1, ticks1) = (monotonic_ns(), ticks());
+    let ticks = ticks1.saturating_sub(ticks0).max(1) as u128;
+    (((ns1.saturating_sub(ns0) as u128) << 32) / ticks).max(1) as u64
+}
+
 /// `debugtime`: moves the clock every worker reads by `delta` seconds.
 pub fn shift_clock(delta: i32) {
     qs_proto::clock::shift(delta);

@@ -293,6 +293,7 @@ impl Worker {
             }
             self.shared.wakeups.awake(self.index);
             self.engine.now = qs_proto::clock::now();
+            self.engine.turn_ticks = crate::sys::ticks();
             // A wake-up with nothing to do is the publish the timeout asked for.
             self.engine.publish_hot(events.is_empty());
             // Starts (or stops) recording evictions before this turn's requests run.
@@ -509,7 +510,7 @@ fn peer_text(addr: &Addr) -> (String, u16, &'static str) {
 /// this turn (the socket is drained, closed or failed, or the buffer is full).
 fn read_once(
     conn: &mut Conn,
-    counters: &mut WorkerCounters,
+    (counters, turn_ticks): (&mut WorkerCounters, u64),
     buffers: &mut Buffers,
     tls: Option<&crate::session::tls::Context>,
 ) -> bool {
@@ -523,6 +524,7 @@ fn read_once(
         // socket until they run (growing the buffer for them would only hold more).
         return false;
     }
+    let was_empty = conn.input.start == conn.input.end;
     let Some(spare) = conn.input.spare(buffers) else {
         // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
         conn.state.kill();
@@ -552,6 +554,9 @@ fn read_once(
             }
         }
         Ok(read) => {
+            if was_empty {
+                conn.input.since = turn_ticks;
+            }
             conn.input.end += read;
             counters.bytes_read += read as u64;
             if read < room && !conn.peer_closed {

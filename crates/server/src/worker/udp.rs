@@ -50,6 +50,7 @@ impl Worker {
                     lent: false,
                     charged: 0,
                     arriving: None,
+                    since: self.engine.turn_ticks,
                 },
                 Output::new(self.shared.map.workers()),
                 protocol,

@@ -57,6 +57,9 @@ impl Worker {
             self.engine.counters.bytes_read += bytes.len() as u64;
             let mut rest = bytes;
             let input = &mut conn.input;
+            if input.start == input.end {
+                input.since = self.engine.turn_ticks;
+            }
             if let Some(arriving) =
                 input.arriving.as_mut().filter(|_| input.start == input.end && input.skip == 0)
             {

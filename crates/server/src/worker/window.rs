@@ -5,6 +5,7 @@
 
 use super::turn::{Flow, Turn};
 use super::*;
+use crate::observe::latency::Family;
 
 impl Worker {
     /// Processes buffered requests and reads more until the socket is drained or the
@@ -24,7 +25,7 @@ impl Worker {
             if !conn.may_read()
                 || !read_once(
                     conn,
-                    &mut self.engine.counters,
+                    (&mut self.engine.counters, self.engine.turn_ticks),
                     &mut self.buffers,
                     self.shared.credentials.tls().map(|tls| &**tls),
                 )
@@ -67,7 +68,9 @@ impl Worker {
             let fresh = if conn.ring == RingIo::Off {
                 // Read only into an empty buffer, and fresh only if the read brought bytes.
                 let empty = conn.input.end == 0 && conn.may_read();
-                empty && read_once(conn, &mut engine.counters, buffers, tls) && conn.input.end > 0
+                empty
+                    && read_once(conn, (&mut engine.counters, engine.turn_ticks), buffers, tls)
+                    && conn.input.end > 0
             } else {
                 // Its bytes came in with the ring's completions.
                 conn.input.end != 0
@@ -220,7 +223,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             if let Some(info) = turn.info {
                 info.touch(turn.engine.now.secs());
             }
-            let (consumed, stop, resume) = run_window(turn, &window, pending, &mut ran_first);
+            let (consumed, stop, resume) = run_window(turn, &window, (pending, input.since), &mut ran_first);
             (consumed, stop, resume, None)
         };
         if let Some(len) = long {
@@ -384,10 +387,14 @@ fn fill_window<'p>(
 fn run_window(
     turn: &mut Turn<'_, '_>,
     window: &[(Parsed<'_>, Option<Located>)],
-    pending: &[u8],
+    (pending, read_at): (&[u8], u64),
     ran_first: &mut bool,
 ) -> (usize, bool, Option<codec::Resume>) {
     let flash_on = turn.engine.flash_on();
+    // The latency histograms: the window was parsed just now.
+    let latency = turn.shared.observers.latency.worker(turn.me);
+    let parsed_at = crate::sys::ticks();
+    let read_at = if read_at == 0 { parsed_at } else { read_at };
     let mut consumed = 0;
     // UDP: the reply of the request handled last, still to be marked as ended.
     let mut unmarked: Option<Option<Box<[u8]>>> = None;
@@ -413,7 +420,13 @@ fn run_window(
         if turn.udp {
             unmarked = Some(codec::last_get_key(parsed));
         }
-        match turn.step(parsed, *located, pending, &pending[consumed..]) {
+        let flow = turn.step(parsed, *located, pending, &pending[consumed..]);
+        // Timed when done with: a request stopped before it ran, part way (a get of several
+        // keys) or for flash runs again, and is timed then.
+        if let Flow::Next(_) | Flow::StopAll = flow {
+            latency.record(Family::of(parsed), read_at, parsed_at, crate::sys::ticks());
+        }
+        match flow {
             Flow::Next(len) => consumed += len,
             Flow::Stop => outcome.0 = true,
             Flow::StopAll => (consumed, outcome.0) = (pending.len(), true),

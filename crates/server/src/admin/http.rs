@@ -1,0 +1,311 @@
+//! The admin HTTP listener (`-o metrics_port=PORT` on -l's first address, or
+//! `-o metrics_listen=HOST:PORT`): `GET /metrics` (Prometheus or OpenMetrics text),
+//! `GET /healthz` (the process serves) and `GET /readyz` (it takes traffic: not while a
+//! memory file or a flash tier is being loaded); anything else is a 404.
+//!
+//! It runs on threads of its own, never on a worker's loop: a scrape formats thousands of
+//! lines, which on a worker would stall that worker's clients. One thread accepts; each
+//! connection gets a short-lived thread with a small stack that answers one request and
+//! closes. What they can cost is bounded: at most [`CONNECTIONS_MAX`] at once (more are closed
+//! at accept), a request head of at most [`HEAD_BYTES_MAX`], and [`DEADLINE`] for the whole
+//! exchange; a waiting one sleeps in a blocking read, costing no CPU.
+//!
+//! With -Z it speaks TLS with the server's certificate. Under -S or -Y, `/metrics` asks for
+//! HTTP Basic credentials of one of their users; `/healthz` and `/readyz` answer anyone, and
+//! say nothing but whether the server is up and ready.
+
+use crate::session::auth::Modes;
+use crate::session::tls;
+use crate::shared::Shared;
+use base64::Engine as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Connections served at once; more are closed as they are accepted.
+pub const CONNECTIONS_MAX: usize = 16;
+/// The largest request head read (line and headers).
+pub const HEAD_BYTES_MAX: usize = 8192;
+/// How long one connection may take, from accept to its reply written.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+/// A connection thread's stack.
+const STACK_BYTES: usize = 256 << 10;
+
+/// What the listener's threads share with the server.
+struct State {
+    /// The server's state, once its partitions are loaded.
+    shared: OnceLock<Arc<Shared>>,
+    /// Whether the workers take traffic.
+    ready: AtomicBool,
+    /// -Z's context.
+    tls: Option<Arc<tls::Context>>,
+    /// Connections being served now.
+    open: AtomicUsize,
+}
+
+/// The running admin listener.
+pub struct Endpoint {
+    state: Arc<State>,
+    addr: SocketAddr,
+}
+
+impl Endpoint {
+    /// Binds `addr` and starts accepting; `/readyz` says not ready until [`Endpoint::ready`].
+    pub fn start(addr: SocketAddr, tls: Option<Arc<tls::Context>>) -> Result<Endpoint, String> {
+        let listener =
+            TcpListener::bind(addr).map_err(|error| format!("metrics listener {addr}: {error}"))?;
+        let addr = listener.local_addr().map_err(|error| error.to_string())?;
+        let state = Arc::new(State {
+            shared: OnceLock::new(),
+            ready: AtomicBool::new(false),
+            tls,
+            open: AtomicUsize::new(0),
+        });
+        let accepting = state.clone();
+        std::thread::Builder::new()
+            .name("metrics-http".into())
+            .stack_size(STACK_BYTES)
+            .spawn(move || accept(listener, accepting))
+            .map_err(|error| format!("metrics listener thread: {error}"))?;
+        Ok(Endpoint { state, addr })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server's state, once its partitions are loaded: `/metrics` serves from then on.
+    pub fn attach(&self, shared: Arc<Shared>) {
+        let _ = self.state.shared.set(shared);
+    }
+
+    /// The workers take traffic: `/readyz` answers 200.
+    pub fn ready(&self) {
+        self.state.ready.store(true, Release);
+    }
+}
+
+/// Accepts connections until the process ends, each served on a thread of its own.
+fn accept(listener: TcpListener, state: Arc<State>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else {
+            // EMFILE and the like: wait a little rather than spin on a full descriptor table.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        if state.open.fetch_add(1, Relaxed) >= CONNECTIONS_MAX {
+            state.open.fetch_sub(1, Relaxed);
+            drop(stream);
+            continue;
+        }
+        let serving = state.clone();
+        let spawned = std::thread::Builder::new().name("metrics-conn".into()).stack_size(STACK_BYTES).spawn(
+            move || {
+                serve(stream, &serving);
+                serving.open.fetch_sub(1, Relaxed);
+            },
+        );
+        if spawned.is_err() {
+            state.open.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// Answers one request on `stream` (over TLS under -Z) and closes it.
+fn serve(stream: TcpStream, state: &State) {
+    let deadline = Instant::now() + DEADLINE;
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(DEADLINE));
+    match &state.tls {
+        None => exchange(stream.try_clone().ok(), stream, state, deadline),
+        Some(context) => {
+            let Ok(session) = rustls::ServerConnection::new(context.server_config()) else { return };
+            let socket = stream.try_clone().ok();
+            let mut tls = rustls::StreamOwned::new(session, stream);
+            exchange(socket, &mut tls, state, deadline);
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        }
+    }
+}
+
+/// Reads a request head from `io` within `deadline` (`socket` sets each read's timeout), and
+/// writes the reply.
+fn exchange(socket: Option<TcpStream>, mut io: impl Read + Write, state: &State, deadline: Instant) {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let reply = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        if let Some(socket) = &socket {
+            let _ = socket.set_read_timeout(Some(left));
+        }
+        let read = match io.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        head.extend_from_slice(&chunk[..read]);
+        if head.len() > HEAD_BYTES_MAX {
+            break Reply::text(431, "request head too large\n");
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => break answer(&request, state),
+            Ok(httparse::Status::Partial) => continue,
+            Err(_) => break Reply::text(400, "bad request\n"),
+        }
+    };
+    let _ = io.write_all(&reply.bytes());
+    let _ = io.flush();
+}
+
+/// An HTTP reply.
+struct Reply {
+    status: u16,
+    content_type: &'static str,
+    body: Vec<u8>,
+    head_only: bool,
+    extra: &'static str,
+}
+
+impl Reply {
+    fn text(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.as_bytes().to_vec(),
+            head_only: false,
+            extra: "",
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let reason = match self.status {
+            200 => "OK",
+            400 => "Bad Request",
+            401 => "Unauthorized",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            431 => "Request Header Fields Too Large",
+            _ => "Service Unavailable",
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n",
+            self.status,
+            self.content_type,
+            self.body.len(),
+            self.extra
+        )
+        .into_bytes();
+        if !self.head_only {
+            out.extend_from_slice(&self.body);
+        }
+        out
+    }
+}
+
+/// The reply to a parsed request.
+fn answer(request: &httparse::Request<'_, '_>, state: &State) -> Reply {
+    let method = request.method.unwrap_or("");
+    let path = request.path.unwrap_or("").split('?').next().unwrap_or("");
+    let mut reply = match (method, path) {
+        ("GET" | "HEAD", "/healthz") => Reply::text(200, "ok\n"),
+        ("GET" | "HEAD", "/readyz") => match state.ready.load(Acquire) {
+            true => Reply::text(200, "ready\n"),
+            false => Reply::text(503, "loading\n"),
+        },
+        ("GET" | "HEAD", "/metrics") => metrics(request, state),
+        (_, "/healthz" | "/readyz" | "/metrics") => {
+            let mut reply = Reply::text(405, "method not allowed\n");
+            reply.extra = "Allow: GET, HEAD\r\n";
+            reply
+        }
+        _ => Reply::text(404, "not found\n"),
+    };
+    reply.head_only = method == "HEAD";
+    reply
+}
+
+/// `/metrics`: the exposition the scraper accepts, once the server is loaded and the
+/// scraper has authenticated where the server asks for it.
+fn metrics(request: &httparse::Request<'_, '_>, state: &State) -> Reply {
+    let Some(shared) = state.shared.get() else {
+        return Reply::text(503, "loading\n");
+    };
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|header| header.name.eq_ignore_ascii_case(name))
+            .map(|header| String::from_utf8_lossy(header.value).into_owned())
+    };
+    if !authorized(shared.credentials.modes(), header("authorization").as_deref()) {
+        let mut reply = Reply::text(401, "unauthorized\n");
+        reply.extra = "WWW-Authenticate: Basic realm=\"quicksilver\"\r\n";
+        return reply;
+    }
+    let open_metrics = header("accept").is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let body = super::metrics::render(shared, state.ready.load(Acquire), open_metrics);
+    Reply {
+        status: 200,
+        content_type: if open_metrics { super::metrics::OPENMETRICS_TYPE } else { super::metrics::TEXT_TYPE },
+        body: body.into_bytes(),
+        head_only: false,
+        extra: "",
+    }
+}
+
+/// Whether `authorization` (the header's value) admits a scraper: always without -S and -Y,
+/// else HTTP Basic credentials of one of their users.
+fn authorized(modes: Modes<'_>, authorization: Option<&str>) -> bool {
+    if modes.ascii.is_none() && modes.sasl.is_none() {
+        return true;
+    }
+    let Some(encoded) = authorization.and_then(|value| value.trim().strip_prefix("Basic ")) else {
+        return false;
+    };
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
+        return false;
+    };
+    let Some(colon) = decoded.iter().position(|&byte| byte == b':') else { return false };
+    let (user, password) = (&decoded[..colon], &decoded[colon + 1..]);
+    modes.ascii.is_some_and(|passwords| passwords.check(user, password))
+        | modes.sasl.is_some_and(|passwords| passwords.check(user, password))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::auth::Passwords;
+
+    #[test]
+    fn basic_credentials_are_checked_against_the_users() {
+        let passwords = Passwords::parse(b"alice:secret\n").unwrap();
+        let open = Modes { ascii: None, sasl: None };
+        assert!(authorized(open, None));
+        let sasl = Modes { ascii: None, sasl: Some(&passwords) };
+        let basic = |text: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(text));
+        assert!(authorized(sasl, Some(&basic("alice:secret"))));
+        assert!(!authorized(sasl, Some(&basic("alice:wrong"))));
+        assert!(!authorized(sasl, Some(&basic("alicesecret"))));
+        assert!(!authorized(sasl, Some("Bearer x")));
+        assert!(!authorized(sasl, None));
+        let ascii = Modes { ascii: Some(&passwords), sasl: None };
+        assert!(authorized(ascii, Some(&basic("alice:secret"))));
+    }
+
+    #[test]
+    fn replies_carry_their_length_and_close() {
+        let reply = Reply::text(404, "not found\n");
+        let text = String::from_utf8(reply.bytes()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"), "{text}");
+        assert!(text.contains("Content-Length: 10\r\nConnection: close\r\n\r\nnot found\n"), "{text}");
+    }
+}

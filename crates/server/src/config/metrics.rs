@@ -1,0 +1,66 @@
+//! The admin HTTP listener's options: `-o metrics_port=PORT` (on -l's first address) and
+//! `-o metrics_listen=HOST:PORT` (an address of its own). Neither given: no listener.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+
+/// Where the admin HTTP listener binds, as the options say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `metrics_port`: the port, on the first TCP listener's address.
+    pub port: Option<u16>,
+    /// `metrics_listen`: an address of its own (wins over `metrics_port`).
+    pub listen: Option<SocketAddr>,
+}
+
+impl Settings {
+    /// Takes the option `name` if it is one of these: `Ok(true)`.
+    pub fn option(&mut self, name: &str, value: Option<&str>) -> Result<bool, String> {
+        match name {
+            "metrics_port" => {
+                let value = value.ok_or("Missing numeric argument for metrics_port")?;
+                self.port =
+                    Some(value.trim().parse::<u16>().map_err(|_| format!("metrics_port: bad port {value}"))?);
+            }
+            "metrics_listen" => {
+                let value = value.ok_or("Missing argument for metrics_listen (HOST:PORT)")?;
+                let addr = value
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+                    .ok_or_else(|| format!("metrics_listen: {value} is not HOST:PORT"))?;
+                self.listen = Some(addr);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The address to bind, given the first TCP listener's (`None`: no listener asked for).
+    pub fn addr(&self, first_tcp: Option<SocketAddr>) -> Option<SocketAddr> {
+        if let Some(addr) = self.listen {
+            return Some(addr);
+        }
+        let ip = first_tcp.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+        self.port.map(|port| SocketAddr::new(ip, port))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_port_follows_the_first_listener_and_an_address_of_its_own_wins() {
+        let mut settings = Settings::default();
+        assert_eq!(settings.addr(None), None);
+        assert!(settings.option("metrics_port", Some("9150")).unwrap());
+        let first: SocketAddr = "127.0.0.2:11211".parse().unwrap();
+        assert_eq!(settings.addr(Some(first)), Some("127.0.0.2:9150".parse().unwrap()));
+        assert_eq!(settings.addr(None), Some("0.0.0.0:9150".parse().unwrap()));
+        assert!(settings.option("metrics_listen", Some("127.0.0.1:9999")).unwrap());
+        assert_eq!(settings.addr(Some(first)), Some("127.0.0.1:9999".parse().unwrap()));
+        assert!(settings.option("metrics_port", Some("x")).is_err());
+        assert!(settings.option("metrics_listen", Some("nowhere")).is_err());
+        assert!(!settings.option("other", None).unwrap());
+    }
+}
