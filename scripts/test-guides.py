@@ -37,7 +37,7 @@ ROOT = os.path.dirname(HERE)
 RELEASE = os.path.join(ROOT, "target", "release")
 QS = os.path.join(RELEASE, "quicksilver")
 GUIDE = os.path.join(ROOT, "docs", "OPERATIONS.md")
-PORTS = ["11211", "11212", "11213", "11300", "22122", "22123", "6379", "6380", "6381"]
+PORTS = ["11211", "11212", "11213", "11300", "22122", "22123", "6379", "6380", "6381", "9150"]
 FAILURES = []
 
 

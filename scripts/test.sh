@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, Prometheus and PyYAML for the metrics, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -31,6 +31,7 @@ command -v man >/dev/null 2>&1 || missing+=(man-db)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 # The guides' commands (docs/OPERATIONS.md) talk to the server with nc.
 command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 # The Redis protocol's oracle and its command-line client.
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
@@ -42,6 +43,10 @@ command -v go >/dev/null 2>&1 || missing+=(golang-go)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v java >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
+# The metrics endpoint's judges (scripts/test-metrics.py): Prometheus and promtool, and PyYAML
+# for the Kubernetes example.
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+/usr/bin/python3 -c "import yaml" >/dev/null 2>&1 || missing+=(python3-yaml)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -51,6 +56,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO service memcached stop >/dev/null 2>&1 || true
     $SUDO service nutcracker stop >/dev/null 2>&1 || true
     $SUDO service redis-server stop >/dev/null 2>&1 || true
+    $SUDO service prometheus stop >/dev/null 2>&1 || true
+    $SUDO service prometheus-node-exporter stop >/dev/null 2>&1 || true
 fi
 # systemd-analyze checks the package's unit where the systemd package is installable.
 if ! command -v systemd-analyze >/dev/null 2>&1; then
@@ -93,6 +100,9 @@ QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/memcac
 step "Redis 7.0.15's own tests/ (its string, counter, expiry, keyspace, protocol, quit and INFO files) against quicksilver's RESP listener, on both I/O backends"
 QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-tests.sh
 QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-tests.sh
+
+step "the metrics endpoint's judges: memcached_exporter (built from its Go module) against memcached 1.6.18 and quicksilver, promtool, a real Prometheus, 10,000 connections, the Kubernetes example"
+/usr/bin/python3 scripts/test-metrics.py
 
 step "the Debian package: built with cargo-deb, its contents and unit checked, unpacked, started from its config and from Debian's memcached.conf"
 bash scripts/package.sh

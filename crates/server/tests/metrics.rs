@@ -320,3 +320,63 @@ fn a_port_in_use_is_refused_at_start() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("metrics listener"), "{output:?}");
 }
+
+#[test]
+fn every_protocol_is_timed_in_its_family() {
+    let port = free_port();
+    let listen = format!("metrics_listen=127.0.0.1:{port}");
+    let (server, resp_port) = common::resp::quicksilver(&["-o", &listen]);
+    wait_healthy(port);
+    let mut resp = common::resp::connect(resp_port);
+    for _ in 0..3 {
+        common::resp::call(&mut resp, &common::resp::frame(&["SET", "r", "v"]));
+    }
+    for _ in 0..4 {
+        common::resp::call(&mut resp, &common::resp::frame(&["GET", "r"]));
+    }
+    common::resp::call(&mut resp, &common::resp::frame(&["INCR", "n"]));
+    let mut client = server.connect();
+    client.call(b"ms m 1\r\nx\r\nmg m v\r\nmg m v\r\nma n2 N0\r\nmd m\r\n");
+    // A binary GET of a missing key.
+    let mut get = vec![0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    get.push(b'b');
+    let mut binary = server.connect();
+    binary.send(&get);
+    let mut reply = [0u8; 24];
+    binary.stream.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[0], 0x81);
+    let body = get_body(port);
+    let count = |family: &str| {
+        sample(&body, &format!("quicksilver_request_duration_seconds_count{{family=\"{family}\"}}"))
+    };
+    assert_eq!(count("redis_set"), Some(3.0), "{body}");
+    assert_eq!(count("redis_get"), Some(4.0));
+    // The helper's PINGs while the server started, then INCR.
+    assert!(count("redis_other") >= Some(1.0));
+    assert_eq!(count("meta_set"), Some(1.0));
+    assert_eq!(count("meta_get"), Some(2.0));
+    assert_eq!(count("meta_arith"), Some(1.0));
+    assert_eq!(count("meta_delete"), Some(1.0));
+    assert_eq!(count("binary"), Some(1.0));
+}
+
+fn get_body(port: u16) -> String {
+    get(port, "/metrics").body
+}
+
+#[test]
+fn the_flash_tier_shows_in_the_exporters_extstore_series() {
+    let dir = std::env::temp_dir().join(format!("qs-metrics-flash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ext = format!("ext_path={}:64m", dir.join("flash").display());
+    let (server, port) = with_metrics(&["-m", "64", "-o", &ext]);
+    let mut client = server.connect();
+    assert_eq!(client.call(b"set k 0 0 1\r\nx\r\n"), b"STORED\r\n");
+    let body = get_body(port);
+    assert_eq!(sample(&body, "memcached_extstore_bytes_limit"), Some(64.0 * 1024.0 * 1024.0), "{body}");
+    for name in ["memcached_extstore_objects_read_total", "memcached_extstore_bytes_written_total"] {
+        assert!(sample(&body, name).is_some(), "{name}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
