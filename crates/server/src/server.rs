@@ -238,10 +238,12 @@ impl Server {
         let credentials = Credentials::load(&config, &extended)?;
         // Up before the memory file or flash tier loads, so /readyz can say it is loading.
         let endpoint = start_endpoint(&config, &extended, &credentials)?;
-        let partitions = build_partitions(&config, &extended)?;
+        let (partitions, restart) = build_partitions(&config, &extended)?;
         let workers = config.workers();
         let owner: Vec<usize> = (0..partitions.len()).map(|p| p % workers).collect();
-        let shared = Arc::new(new_shared(&config, extended, &partitions, credentials));
+        let mut shared = new_shared(&config, extended, &partitions, credentials);
+        shared.restart = restart;
+        let shared = Arc::new(shared);
         if let Some(endpoint) = &endpoint {
             endpoint.attach(shared.clone());
         }
@@ -372,7 +374,12 @@ fn settle(config: Config) -> Result<(Config, config::Extended), String> {
 
 /// The partitions: each one's share of -m, from a memory file (-e) or new, with its flash
 /// tier attached.
-fn build_partitions(config: &Config, extended: &config::Extended) -> Result<Vec<Partition>, String> {
+fn build_partitions(
+    config: &Config,
+    extended: &config::Extended,
+) -> Result<(Vec<Partition>, crate::shared::Restart), String> {
+    let started = std::time::Instant::now();
+    let mut restart = crate::shared::Restart::default();
     let flash_on = !extended.ext_paths.is_empty();
     let partition_count = config.partition_count();
     let room_bytes = ((config.memory_max_bytes() / partition_count as u64) as usize) & !7;
@@ -387,13 +394,19 @@ fn build_partitions(config: &Config, extended: &config::Extended) -> Result<Vec<
         .collect();
     let configs = if flash_on { flash_index_sizing(configs, extended) } else { configs };
     let mut partitions: Vec<Partition> = match &config.memory_file {
-        Some(path) => memfile::open(path, &configs, flash_on)?.partitions,
+        Some(path) => {
+            let opened = memfile::open(path, &configs, flash_on)?;
+            (restart.warm, restart.items, restart.bytes) =
+                (opened.warm, opened.recovered.items, opened.recovered.bytes);
+            opened.partitions
+        }
         None => configs.into_iter().map(Partition::new).collect(),
     };
     if flash_on {
         attach_flash(&mut partitions, extended)?;
     }
-    Ok(partitions)
+    restart.load_secs = started.elapsed().as_secs_f64();
+    Ok((partitions, restart))
 }
 
 /// What every worker sees, as the partitions start.
@@ -452,6 +465,7 @@ fn new_shared(
             (config.memory_mib as usize).saturating_mul(1 << 20),
             config.item_bytes_max,
         ))),
+        restart: Default::default(),
         config: config.clone(),
     }
 }

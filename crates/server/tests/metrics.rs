@@ -249,6 +249,9 @@ fn readiness_waits_for_the_memory_file() {
     assert_eq!(seen, [503, 200], "not ready while loading, then ready");
     let body = get(port, "/metrics").body;
     assert_eq!(sample(&body, "memcached_current_items"), Some(150_000.0));
+    assert_eq!(sample(&body, "quicksilver_restart_warm"), Some(1.0));
+    assert_eq!(sample(&body, "quicksilver_restart_items"), Some(150_000.0));
+    assert!(sample(&body, "quicksilver_restart_load_seconds").is_some_and(|secs| secs > 0.0));
     drop(server);
 }
 

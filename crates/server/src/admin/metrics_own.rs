@@ -14,10 +14,40 @@ pub fn own(sink: &mut Sink<'_>, shared: &Shared, ready: bool) {
         &[],
         f64::from(u8::from(ready)),
     );
+    restart(sink, shared);
     store(sink, shared);
     workers(sink, shared);
     observers(sink, shared);
     connections(sink, shared);
+}
+
+/// What the start loaded: a warm restart's items, and how long loading took.
+fn restart(sink: &mut Sink<'_>, shared: &Shared) {
+    let restart = &shared.restart;
+    sink.gauge(
+        "quicksilver_restart_warm",
+        "Whether this start took its items back from a memory file (-e).",
+        &[],
+        f64::from(u8::from(restart.warm)),
+    );
+    sink.gauge(
+        "quicksilver_restart_items",
+        "Items this start took back from the memory file.",
+        &[],
+        restart.items as f64,
+    );
+    sink.gauge(
+        "quicksilver_restart_bytes",
+        "Bytes of the items this start took back from the memory file.",
+        &[],
+        restart.bytes as f64,
+    );
+    sink.gauge(
+        "quicksilver_restart_load_seconds",
+        "How long this start took to load its memory file and flash tier (not ready meanwhile).",
+        &[],
+        restart.load_secs,
+    );
 }
 
 /// The partitions' figures: evictions by reason, S3-FIFO's moves, expiry, memory.

@@ -72,6 +72,21 @@ pub struct Shared {
     pub front_epochs: Vec<qs_store::front::WriteEpochs>,
     /// What clients may make the server hold beyond their first buffers (session::budget).
     pub client_memory: std::sync::Arc<crate::session::budget::ClientMemory>,
+    /// What the start took back from a memory file (-e) and how long loading took.
+    pub restart: Restart,
+}
+
+/// The start's loading: a memory file's items taken back (-e) and the flash tier attached.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Restart {
+    /// A memory file laid out for this configuration was taken back (a warm restart).
+    pub warm: bool,
+    /// Items it held that are served again.
+    pub items: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Seconds the memory file and the flash tier took to load.
+    pub load_secs: f64,
 }
 
 /// The counters at the last `stats reset`; `stats` shows what accrued since.
