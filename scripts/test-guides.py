@@ -69,10 +69,29 @@ def blocks(path):
     return found
 
 
+def proxy_bin():
+    """A directory whose `memcached` is memcached 1.6.45 built with its proxy
+    (QS_MEMCACHED_PROXY, scripts/build-memcached-proxy.sh), for the scaling section's routes.lua
+    blocks; no other block runs memcached itself."""
+    proxy = os.environ.get("QS_MEMCACHED_PROXY")
+    if not proxy:
+        proxy = subprocess.run(["bash", os.path.join(HERE, "build-memcached-proxy.sh")], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    directory = tempfile.mkdtemp(prefix="qs-guide-proxy-")
+    os.symlink(proxy, os.path.join(directory, "memcached"))
+    return directory
+
+
+PROXY_BIN = None
+
+
 def environment():
+    global PROXY_BIN
+    if PROXY_BIN is None:
+        PROXY_BIN = proxy_bin()
     env = dict(os.environ)
     # The system's python3 (Debian's python3-pylibmc is the guide's client) before any other.
-    env["PATH"] = os.pathsep.join([RELEASE, "/usr/bin", env["PATH"]])
+    env["PATH"] = os.pathsep.join([RELEASE, PROXY_BIN, "/usr/bin", env["PATH"]])
     return env
 
 
@@ -84,7 +103,7 @@ def run_block(text, cwd, timeout=120):
 def stop_strays(ports):
     """Servers a failed block left behind, found by the ports on their command lines."""
     for port in ports.values():
-        subprocess.run(["pkill", "-f", rf"(quicksilver|nutcracker).*[ :]{port}\b"], capture_output=True)
+        subprocess.run(["pkill", "-f", rf"(quicksilver|nutcracker|memcached).*[ :]{port}\b"], capture_output=True)
 
 
 def run_guide():
@@ -106,6 +125,8 @@ def run_guide():
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
             scratch = tempfile.mkdtemp(prefix="qs-guide-")
+            # Readable by memcached's proxy, which runs as nobody (-u) and reads routes.lua here.
+            os.chmod(scratch, 0o755)
             ports = {port: str(free_port()) for port in PORTS}
         body = re.sub(r"\b(" + "|".join(PORTS) + r")\b", lambda m: ports[m.group(1)], text)
         server = None

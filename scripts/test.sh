@@ -47,6 +47,13 @@ command -v mvn >/dev/null 2>&1 || missing+=(maven)
 # for the Kubernetes example.
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 /usr/bin/python3 -c "import yaml" >/dev/null 2>&1 || missing+=(python3-yaml)
+# memcached 1.6.45's proxy, built from ../shared's source (scripts/build-memcached-proxy.sh).
+command -v autoreconf >/dev/null 2>&1 || missing+=(autoconf)
+command -v automake >/dev/null 2>&1 || missing+=(automake)
+[ -f /usr/include/event2/event.h ] || missing+=(libevent-dev)
+[ -f /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+# A virtual environment for PyPI's cluster-discovery client (crates/server/tests/discovery.rs).
+/usr/bin/python3 -c "import ensurepip" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -65,6 +72,16 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q systemd >/dev/null 2>&1 || true
 fi
+
+step "PyPI: elasticache-pyclient (ElastiCache's cluster discovery) in a virtual environment of the cache"
+venv=${XDG_CACHE_HOME:-$HOME/.cache}/quicksilver/venv-discovery
+[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+"$venv/bin/python" -c "import elasticache_pyclient" >/dev/null 2>&1 ||
+    "$venv/bin/pip" install -q elasticache-pyclient==2.1.2 python-memcached==1.62 uhashring==2.5
+
+step "memcached 1.6.45's built-in proxy (routelib), built once in the cache for crates/server/tests/proxy.rs"
+QS_MEMCACHED_PROXY=$(bash scripts/build-memcached-proxy.sh)
+export QS_MEMCACHED_PROXY
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

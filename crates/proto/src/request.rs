@@ -209,6 +209,12 @@ pub enum Request<'a> {
         /// No reply wanted.
         noreply: bool,
     },
+    /// ElastiCache's cluster discovery: `config get cluster` (the fleet's nodes and their
+    /// version), or quicksilver's `config reload cluster` (the fleet file read again).
+    Cluster {
+        /// `config reload cluster`.
+        reload: bool,
+    },
     /// A binary-protocol request ([`crate::binary::parse`]).
     Binary(Binary<'a>),
     /// A Redis protocol request (its listener's dialect) that is not one command on one key:

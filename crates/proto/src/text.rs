@@ -139,6 +139,11 @@ fn parse_tokens<'a, const N: usize>(
             done(Request::Shutdown { mode }, line_len)
         }
         b"refresh_certs" => done(Request::RefreshCerts { noreply }, line_len),
+        b"config" if n == 3 && tokens.get(2) == b"cluster" => match tokens.get(1) {
+            b"get" => done(Request::Cluster { reload: false }, line_len),
+            b"reload" => done(Request::Cluster { reload: true }, line_len),
+            _ => refuse(ERROR, line_len, noreply),
+        },
         _ if n > 1 && tokens.get(n - 1).starts_with(b"HTTP/") => Parsed::Close,
         _ => refuse(ERROR, line_len, noreply),
     }

@@ -102,24 +102,7 @@ fn main() {
     if let Some(background) = background {
         background.started();
     }
-    let stop = server.stopper();
-    // SIGUSR1: memcached's graceful stop before a restart with -e (any stop is one here).
-    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGUSR1])
-    {
-        Ok(signals) => signals,
-        Err(error) => {
-            eprintln!("quicksilver: cannot handle signals: {error}");
-            std::process::exit(1);
-        }
-    };
-    std::thread::spawn(move || {
-        if let Some(signal) = signals.forever().next() {
-            if verbose > 0 {
-                eprintln!("quicksilver: signal {signal}, stopping");
-            }
-            stop();
-        }
-    });
+    handle_signals(&server, verbose);
     server.wait();
     if let Some(path) = memory_file {
         if let Err(error) = qs_server::sys::memfile::write_meta(&path, qs_server::sys::now_secs()) {
@@ -129,4 +112,38 @@ fn main() {
             );
         }
     }
+}
+
+/// SIGTERM, SIGINT and SIGUSR1 (memcached's graceful stop before a restart with -e; any stop is
+/// one here) stop the server; SIGHUP reads cluster discovery's fleet file again (ignored without
+/// one, as memcached ignores it outside its proxy mode).
+fn handle_signals(server: &qs_server::Server, verbose: u8) {
+    let stop = server.stopper();
+    let shared = server.shared().clone();
+    let mut signals =
+        match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGUSR1, libc::SIGHUP])
+        {
+            Ok(signals) => signals,
+            Err(error) => {
+                eprintln!("quicksilver: cannot handle signals: {error}");
+                std::process::exit(1);
+            }
+        };
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if signal == libc::SIGHUP {
+                if shared.cluster.enabled() {
+                    if let Err(error) = shared.cluster.reload() {
+                        eprintln!("quicksilver: SIGHUP: {error}");
+                    }
+                }
+                continue;
+            }
+            if verbose > 0 {
+                eprintln!("quicksilver: signal {signal}, stopping");
+            }
+            stop();
+            break;
+        }
+    });
 }

@@ -241,8 +241,10 @@ impl Server {
         let (partitions, restart) = build_partitions(&config, &extended)?;
         let workers = config.workers();
         let owner: Vec<usize> = (0..partitions.len()).map(|p| p % workers).collect();
+        let cluster = crate::shared::cluster::Cluster::load(extended.admin.cluster_config.clone())?;
         let mut shared = new_shared(&config, extended, &partitions, credentials);
         shared.restart = restart;
+        shared.cluster = cluster;
         let shared = Arc::new(shared);
         if let Some(endpoint) = &endpoint {
             endpoint.attach(shared.clone());
@@ -332,7 +334,7 @@ fn start_endpoint(
     credentials: &Credentials,
 ) -> Result<Option<crate::admin::http::Endpoint>, String> {
     let first_tcp = config.listen_plan()?.tcp.first().map(|endpoint| endpoint.addr);
-    let Some(addr) = extended.metrics.addr(first_tcp) else { return Ok(None) };
+    let Some(addr) = extended.admin.addr(first_tcp) else { return Ok(None) };
     crate::admin::http::Endpoint::start(addr, credentials.tls().cloned()).map(Some)
 }
 
@@ -466,6 +468,7 @@ fn new_shared(
             config.item_bytes_max,
         ))),
         restart: Default::default(),
+        cluster: Default::default(),
         config: config.clone(),
     }
 }

@@ -297,6 +297,8 @@ fn under_tls_the_listener_speaks_tls() {
     assert_eq!(reply.status, 200);
     assert_eq!(sample(&reply.body, "memcached_up"), Some(1.0));
     assert!(reply.body.contains("quicksilver_tls_handshake_errors_total"));
+    // The probe's handshake on the data port, at least.
+    assert!(sample(&reply.body, "quicksilver_tls_handshakes_total") >= Some(1.0), "{}", reply.body);
     // Plaintext gets no answer.
     let plain = TcpStream::connect(("127.0.0.1", port)).unwrap();
     plain.set_read_timeout(Some(Duration::from_secs(15))).unwrap();

@@ -39,12 +39,18 @@ fn client_list_and_kill_forms_and_errors_answer_as_redis_server_does() {
     same_replies(&requests);
 }
 
-/// The `name=value` fields of a CLIENT LIST or INFO reply's first line, and the line.
+/// The `name=value` fields of a CLIENT LIST or INFO reply's line for the connection named
+/// `web-1` (CLIENT LIST may still list a connection another worker has not yet seen close),
+/// and the line.
 fn fields(reply: &[u8]) -> (Vec<String>, String) {
     let text = String::from_utf8_lossy(reply).into_owned();
     let body = text.split_once("\r\n").expect("a length line").1;
     let body = body.strip_prefix("txt:").unwrap_or(body);
-    let line = body.lines().next().expect("a line").to_owned();
+    let line = body
+        .lines()
+        .find(|line| line.contains(" name=web-1 "))
+        .expect("the named connection's line")
+        .to_owned();
     let names = line.split(' ').map(|field| field.split('=').next().unwrap_or_default().to_owned()).collect();
     (names, line)
 }

@@ -225,6 +225,12 @@ fn connections(sink: &mut Sink<'_>, shared: &Shared) {
     );
     if let Some(tls) = shared.credentials.tls() {
         sink.counter(
+            "quicksilver_tls_handshakes_total",
+            "TLS handshakes that finished.",
+            &[],
+            tls.handshakes.load(Relaxed) as f64,
+        );
+        sink.counter(
             "quicksilver_tls_handshake_errors_total",
             "TLS handshakes that failed.",
             &[],

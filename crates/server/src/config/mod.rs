@@ -1,9 +1,9 @@
 //! The command line, in memcached's spelling where it has one.
 
+pub mod admin;
 mod args;
 pub mod file;
 pub mod listen;
-pub mod metrics;
 pub mod ssl;
 
 use args::*;
@@ -344,8 +344,9 @@ pub struct Extended {
     pub flash_direct: bool,
     /// The `ssl_*` options (used with -Z).
     pub ssl: ssl::Settings,
-    /// `metrics_port`, `metrics_listen`: the admin HTTP listener.
-    pub metrics: metrics::Settings,
+    /// `metrics_port`, `metrics_listen`: the admin HTTP listener; `cluster_config`: the fleet
+    /// file of cluster discovery.
+    pub admin: admin::Settings,
     /// `-o io_backend`: how workers do their stream connections' I/O.
     pub io_backend: IoBackend,
     /// memcached's `-o hashpower=N` (12 to 32): the index holds at least 2^N slots in all, so
@@ -471,7 +472,7 @@ impl Default for Extended {
             flash_io_threads: false,
             flash_direct: false,
             ssl: ssl::Settings::default(),
-            metrics: metrics::Settings::default(),
+            admin: admin::Settings::default(),
             io_backend: IoBackend::Uring,
             hashpower: None,
             no_hashexpand: false,
@@ -543,7 +544,7 @@ impl Config {
             };
             if extended.flash_option(name, value, option)?
                 || extended.ssl_option(name, value)?
-                || extended.metrics.option(name, value)?
+                || extended.admin.option(name, value)?
             {
                 continue;
             }

@@ -59,6 +59,8 @@ impl Engine {
                 self.publish();
                 crate::admin::stats::write(&self.shared, group, out)
             }
+            // ElastiCache's discovery clients read the version as a plain release number.
+            Request::Version if self.shared.cluster.enabled() => out.extend_from_slice(b"VERSION 1.6.45\r\n"),
             Request::Version => out.extend_from_slice(VERSION_REPLY),
             Request::Verbosity { noreply } => {
                 if !noreply {
@@ -78,6 +80,7 @@ impl Engine {
                 });
             }
             Request::CrawlerPacing => out.extend_from_slice(reply::OK),
+            Request::Cluster { reload } => self.shared.cluster.answer(reload, out),
             Request::RefreshCerts { noreply } => {
                 let refreshed = match self.shared.credentials.tls() {
                     Some(tls) => tls.refresh(crate::sys::now_secs()),

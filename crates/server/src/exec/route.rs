@@ -157,6 +157,7 @@ impl Engine {
             | Request::DebugTime { .. }
             | Request::Shutdown { .. }
             | Request::RefreshCerts { .. }
+            | Request::Cluster { .. }
             | Request::RespProtocolError(_)
             // Its key is its command's (above).
             | Request::RespKey(_) => Reach::Here,

@@ -36,6 +36,8 @@ pub struct Context {
     sessions: Arc<SessionCache>,
     /// `ssl_handshake_errors`.
     pub handshake_errors: AtomicU64,
+    /// Handshakes that finished (`/metrics`: quicksilver_tls_handshakes_total).
+    pub handshakes: AtomicU64,
     /// `ssl_proto_errors` (memcached 1.6.45): sessions that broke after their handshake.
     pub proto_errors: AtomicU64,
     /// When the certificates were last loaded (the server's clock, seconds).
@@ -63,6 +65,7 @@ impl Context {
             mutual: RwLock::new(mutual),
             sessions,
             handshake_errors: AtomicU64::new(0),
+            handshakes: AtomicU64::new(0),
             proto_errors: AtomicU64::new(0),
             refreshed_secs: AtomicU32::new(now_secs),
         })

@@ -2,6 +2,7 @@
 //! handles. Written at start-up, then only through atomics and per-partition mutexes that the
 //! owner locks once per event-loop turn (never per request).
 
+pub mod cluster;
 mod connections;
 mod credentials;
 mod map;
@@ -74,6 +75,8 @@ pub struct Shared {
     pub client_memory: std::sync::Arc<crate::session::budget::ClientMemory>,
     /// What the start took back from a memory file (-e) and how long loading took.
     pub restart: Restart,
+    /// Cluster discovery (`-o cluster_config`): `config get cluster`.
+    pub cluster: cluster::Cluster,
 }
 
 /// The start's loading: a memory file's items taken back (-e) and the flash tier attached.

@@ -581,8 +581,9 @@ fn read_once(
             // memcached 1.6.45's `ssl_proto_errors`: TLS that broke after the handshake.
             tls.proto_errors.fetch_add(1, Relaxed);
         }
-        if let Some(Some(name)) = session.take_handshake() {
-            if let Some(info) = conn.info.as_ref() {
+        if let Some(peer) = session.take_handshake() {
+            tls.handshakes.fetch_add(1, Relaxed);
+            if let (Some(name), Some(info)) = (peer, conn.info.as_ref()) {
                 info.set_tls_peer_cn(name);
             }
         }

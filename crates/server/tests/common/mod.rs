@@ -264,6 +264,12 @@ impl ServerProcess {
         panic!("{name} did not start");
     }
 
+    /// Starts quicksilver with `args` on `port` (a restart where a client expects it); `None`
+    /// when it does not answer there.
+    pub fn quicksilver_on(port: u16, args: &[&str]) -> Option<ServerProcess> {
+        Self::spawn_at("quicksilver", env!("CARGO_BIN_EXE_quicksilver"), port, args)
+    }
+
     fn spawn_at(name: &'static str, program: &str, port: u16, args: &[&str]) -> Option<ServerProcess> {
         {
             let port_text = port.to_string();

@@ -1,15 +1,18 @@
-//! The admin HTTP listener's options: `-o metrics_port=PORT` (on -l's first address) and
-//! `-o metrics_listen=HOST:PORT` (an address of its own). Neither given: no listener.
+//! The admin plane's options: the HTTP listener's `-o metrics_port=PORT` (on -l's first
+//! address) and `-o metrics_listen=HOST:PORT` (an address of its own; neither given: no
+//! listener), and cluster discovery's fleet file, `-o cluster_config=FILE`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
-/// Where the admin HTTP listener binds, as the options say.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Where the admin HTTP listener binds, and the fleet file, as the options say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
     /// `metrics_port`: the port, on the first TCP listener's address.
     pub port: Option<u16>,
     /// `metrics_listen`: an address of its own (wins over `metrics_port`).
     pub listen: Option<SocketAddr>,
+    /// `cluster_config`: the fleet file `config get cluster` serves.
+    pub cluster_config: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -29,6 +32,12 @@ impl Settings {
                     .and_then(|mut addrs| addrs.next())
                     .ok_or_else(|| format!("metrics_listen: {value} is not HOST:PORT"))?;
                 self.listen = Some(addr);
+            }
+            "cluster_config" => {
+                let value = value
+                    .filter(|value| !value.is_empty())
+                    .ok_or("Missing argument for cluster_config (FILE)")?;
+                self.cluster_config = Some(value.into());
             }
             _ => return Ok(false),
         }
@@ -62,5 +71,8 @@ mod tests {
         assert!(settings.option("metrics_port", Some("x")).is_err());
         assert!(settings.option("metrics_listen", Some("nowhere")).is_err());
         assert!(!settings.option("other", None).unwrap());
+        assert!(settings.option("cluster_config", Some("/etc/fleet")).unwrap());
+        assert_eq!(settings.cluster_config.as_deref(), Some(std::path::Path::new("/etc/fleet")));
+        assert!(settings.option("cluster_config", None).is_err());
     }
 }
