@@ -135,7 +135,7 @@ mod tests {
             cluster.answer(reload, &mut out);
             String::from_utf8(out).unwrap()
         };
-        assert_eq!(answer(false), "CONFIG cluster 0 26\r\n1\n127.0.0.1|127.0.0.1|11211\n\r\nEND\r\n");
+        assert_eq!(answer(false), "CONFIG cluster 0 28\r\n1\n127.0.0.1|127.0.0.1|11211\n\r\nEND\r\n");
         assert_eq!(answer(true), "OK\r\n");
         assert!(answer(false).contains("\r\n1\n"));
         std::fs::write(&path, "127.0.0.1:11211\n127.0.0.1:11212\n").unwrap();
