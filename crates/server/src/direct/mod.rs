@@ -112,6 +112,8 @@ pub struct Batch {
     /// The packed commands of the ops whose task is `Task::Command`, by index.
     pub packed: Vec<Packed>,
     pub responses: Vec<u8>,
+    /// It holds a request for every worker (`Task::Everywhere`).
+    pub everywhere: bool,
 }
 
 /// Ring ends a worker holds, indexed by the other worker.
@@ -150,6 +152,7 @@ impl Batch {
             requests: touched(SPARE_BATCH_BYTES),
             packed: Vec::with_capacity(SPARE_BATCH_OPS),
             responses: touched(SPARE_BATCH_BYTES),
+            everywhere: false,
         }
     }
 }
@@ -193,6 +196,8 @@ pub struct Hand<'a> {
     pub fd: i32,
     /// Some owner's batch reached [`BATCH_BYTES_MAX`] this turn.
     pub full: bool,
+    /// A request for every worker was added to this turn's batches.
+    pub broadcast: &'a mut bool,
 }
 
 impl Hand<'_> {
@@ -206,7 +211,10 @@ impl Hand<'_> {
         output: &mut Output,
         engine: &mut Engine,
     ) {
+        let everywhere = matches!(task, Task::Everywhere(_));
+        *self.broadcast |= everywhere;
         self.add(owner, at, (output, engine), |batch| {
+            batch.everywhere |= everywhere;
             batch.requests.extend_from_slice(bytes);
             task
         });

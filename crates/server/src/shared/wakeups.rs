@@ -4,7 +4,7 @@
 
 use super::Padded;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::atomic::{fence, AtomicBool};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64};
 use std::sync::OnceLock;
 
 /// The workers' sleep flags, their wakers and the stop flag.
@@ -15,6 +15,8 @@ pub struct Wakeups {
     wakers: Vec<OnceLock<mio::Waker>>,
     /// Set by SIGTERM/SIGINT or `shutdown`: stop accepting, finish, exit.
     stop: AtomicBool,
+    /// Requests run on every worker (flush_all and its kin) handed over so far.
+    broadcasts: AtomicU64,
 }
 
 impl Wakeups {
@@ -24,7 +26,18 @@ impl Wakeups {
             sleeping: (0..workers).map(|_| Padded(AtomicBool::new(false))).collect(),
             wakers: (0..workers).map(|_| OnceLock::new()).collect(),
             stop: AtomicBool::new(false),
+            broadcasts: AtomicU64::new(0),
         }
+    }
+
+    /// A request for every worker (flush_all and its kin) is being handed over.
+    pub fn note_broadcast(&self) {
+        self.broadcasts.fetch_add(1, Relaxed);
+    }
+
+    /// How many requests for every worker have been handed over so far.
+    pub fn broadcasts(&self) -> u64 {
+        self.broadcasts.load(Relaxed)
     }
 
     /// Gives `worker` its waker (once, at start-up).

@@ -116,6 +116,16 @@ pub struct Worker {
     closed_since_shed: usize,
     /// `Connections::resumptions` as last seen (no_maxconns_fast: accept again when it moves).
     accept_resumed_seen: u64,
+    /// The count of requests for every worker last seen (`Wakeups::broadcasts`).
+    broadcasts_seen: u64,
+    /// This turn's batches hold a request for every worker (counted as they are pushed; the
+    /// replies wait until all of them are).
+    broadcast: bool,
+    /// The batches other workers handed over, popped before any of them runs.
+    popped: Vec<(usize, Batch)>,
+    /// How many of the connections queued this turn were queued before the replies that
+    /// came back were placed (see `Worker::before_broadcasts`).
+    work_from_events: usize,
     /// Keys located by `read_ahead`, for its item prefetch.
     ahead: Vec<Located>,
     input_limit: usize,
@@ -238,6 +248,10 @@ impl Worker {
             idle_scan_secs: 0,
             closed_since_shed: 0,
             accept_resumed_seen: 0,
+            broadcasts_seen: 0,
+            broadcast: false,
+            popped: Vec::new(),
+            work_from_events: 0,
             ahead: Vec::new(),
             input_limit,
             executed: false,
@@ -350,8 +364,8 @@ impl Worker {
         }
     }
 
-    /// One turn's work, in order: resumed accepts, UDP datagrams, native bursts, requests other
-    /// workers handed over, flash reads back, replies that came back, reads ahead, every
+    /// One turn's work, in order: resumed accepts, UDP datagrams, native bursts, replies that
+    /// came back, requests other workers handed over, flash reads back, reads ahead, every
     /// queued connection's window, then counters published before the replies leave, this
     /// turn's batches pushed, and one send per connection.
     fn turn(&mut self) {
@@ -371,9 +385,13 @@ impl Worker {
         if self.native.ready() && self.native.serve(&mut self.engine) {
             self.executed = true;
         }
+        // Replies before requests: a worker pushes its requests before its replies, so one
+        // it sent before a reply (a flush_all of another connection) runs before the
+        // connection that reply resumes goes on.
+        self.work_from_events = self.work.len();
+        self.place_replies();
         self.run_handed_over();
         self.finish_flash();
-        self.place_replies();
         self.read_ahead();
         while let Some(index) = self.work.pop() {
             self.service(index);

@@ -107,6 +107,7 @@ impl Worker {
             engine,
             outgoing,
             spare,
+            broadcast,
             inflight,
             index: me,
             executed,
@@ -145,7 +146,8 @@ impl Worker {
         } = conn;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
-        let mut hand = Hand { outgoing, spare, conn: index as u32, generation: *generation, fd: *fd, full };
+        let (conn, generation, fd) = (index as u32, *generation, *fd);
+        let mut hand = Hand { outgoing, spare, conn, generation, fd, full, broadcast };
         let udp = matches!(transport, Transport::Udp { .. });
         let mut turn = Turn {
             engine,
@@ -168,7 +170,7 @@ impl Worker {
             write_blocked: *write_blocked,
             me: *me,
             index,
-            generation: *generation,
+            generation,
             udp,
             dialect,
             reqs_per_event: if udp { u32::MAX } else { shared.config.reqs_per_event },
