@@ -7,7 +7,7 @@
 //! [`exec::Engine::route`] -> run here ([`exec`]) or hand over ([`direct`] rings) -> reply bytes
 //! in request order ([`session::Output`]) -> one send per connection per loop turn ([`worker`]).
 //! The components, bottom up: [`sys`], [`config`], [`observe`], [`session`], [`codec`],
-//! [`flashio`], [`shared`], [`admin`], [`exec`], [`direct`], [`native`], [`worker`], [`server`];
+//! [`flashio`], [`shared`], [`admin`], [`exec`], [`direct`], [`native`], [`worker`], [`warm`], [`server`];
 //! none imports one above it (scripts/check-layout.py).
 
 pub mod admin;
@@ -23,6 +23,7 @@ pub mod server;
 pub mod session;
 pub mod shared;
 pub mod sys;
+pub mod warm;
 pub mod worker;
 
 /// This build's version.

@@ -220,6 +220,8 @@ pub struct Server {
     threads: Vec<std::thread::JoinHandle<()>>,
     /// The admin HTTP listener (`-o metrics_port`, `-o metrics_listen`).
     endpoint: Option<crate::admin::http::Endpoint>,
+    /// Where `--warm-from` stores what it copies (see `Bound::text_addr`).
+    text_addr: Option<std::net::SocketAddr>,
 }
 
 impl Server {
@@ -286,7 +288,8 @@ impl Server {
             flashio::FlashIo::start(&shared, shared.extended.ext_threads)
                 .map_err(|e| format!("flash reader threads: {e}"))?;
         }
-        Ok(Server { shared, threads, gate, endpoint })
+        let text_addr = bound.text_addr;
+        Ok(Server { shared, threads, gate, endpoint, text_addr })
     }
 
     /// What the workers share (for tests of the admin commands, and the session fuzz target's
@@ -297,6 +300,10 @@ impl Server {
 
     /// Lets the workers serve (after [`Server::start_held`]).
     pub fn serve(&self) {
+        if self.shared.extended.admin.warm_from.is_some() {
+            // Before the workers serve, so /readyz never says ready before warming starts.
+            crate::warm::start(self.shared.clone(), self.text_addr);
+        }
         self.gate.open();
         if let Some(endpoint) = &self.endpoint {
             endpoint.ready();
@@ -469,6 +476,7 @@ fn new_shared(
         ))),
         restart: Default::default(),
         cluster: Default::default(),
+        warming: Default::default(),
         config: config.clone(),
     }
 }
@@ -483,6 +491,9 @@ struct Bound {
     unix: Option<std::os::unix::net::UnixListener>,
     /// The address a worker's own port (--worker-port-base) and native ports bind.
     interface: std::net::IpAddr,
+    /// The first plaintext listener speaking text and meta, where `--warm-from` stores what it
+    /// copies (an unspecified address as loopback).
+    text_addr: Option<std::net::SocketAddr>,
 }
 
 impl Bound {
@@ -502,6 +513,7 @@ impl Bound {
         // free port where the plan asks for one, and the others join it there.
         let mut tcp: Vec<Vec<conn::Listening>> = (0..workers).map(|_| Vec::new()).collect();
         let mut tcp_bound = Vec::new();
+        let mut text_addr = None;
         for endpoint in &plan.tcp {
             let mut addr = endpoint.addr;
             if addr.port() != 0 {
@@ -519,6 +531,10 @@ impl Bound {
                 ));
             }
             tcp_bound.push(addr);
+            let text = matches!(endpoint.protocol, config::Protocol::Auto | config::Protocol::Ascii);
+            if text && conn::Security::of(tls, endpoint.notls, endpoint.mtls) == conn::Security::Plain {
+                text_addr = text_addr.or(Some(loopback_if_unspecified(addr)));
+            }
         }
         let mut udp: Vec<Vec<mio::net::UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
         let mut udp_bound = Vec::new();
@@ -545,7 +561,7 @@ impl Bound {
                 }
             }
         }
-        Ok(Bound { tcp, udp, unix, interface: plan.interface() })
+        Ok(Bound { tcp, udp, unix, interface: plan.interface(), text_addr })
     }
 
     /// Worker `index`'s sockets: its listeners (TCP, the shared UNIX socket, its own port),
@@ -619,6 +635,19 @@ impl Gate {
 }
 
 /// A random 64-bit number (std's per-process hash keys, which come from the OS).
+/// `addr`, with loopback for an unspecified IP (a listener on every interface).
+fn loopback_if_unspecified(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            (std::net::Ipv4Addr::LOCALHOST, addr.port()).into()
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            (std::net::Ipv6Addr::LOCALHOST, addr.port()).into()
+        }
+        _ => addr,
+    }
+}
+
 fn random_u64() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())

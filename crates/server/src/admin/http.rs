@@ -1,7 +1,8 @@
 //! The admin HTTP listener (`-o metrics_port=PORT` on -l's first address, or
 //! `-o metrics_listen=HOST:PORT`): `GET /metrics` (Prometheus or OpenMetrics text),
 //! `GET /healthz` (the process serves) and `GET /readyz` (it takes traffic: not while a
-//! memory file or a flash tier is being loaded); anything else is a 404.
+//! memory file or a flash tier is being loaded, nor while `--warm-from` copies items); anything
+//! else is a 404.
 //!
 //! It runs on threads of its own, never on a worker's loop: a scrape formats thousands of
 //! lines, which on a worker would stall that worker's clients. One thread accepts; each
@@ -217,9 +218,10 @@ fn answer(request: &httparse::Request<'_, '_>, state: &State) -> Reply {
     let path = request.path.unwrap_or("").split('?').next().unwrap_or("");
     let mut reply = match (method, path) {
         ("GET" | "HEAD", "/healthz") => Reply::text(200, "ok\n"),
-        ("GET" | "HEAD", "/readyz") => match state.ready.load(Acquire) {
-            true => Reply::text(200, "ready\n"),
-            false => Reply::text(503, "loading\n"),
+        ("GET" | "HEAD", "/readyz") => match (state.ready.load(Acquire), warming(state)) {
+            (true, false) => Reply::text(200, "ready\n"),
+            (true, true) => Reply::text(503, "warming\n"),
+            (false, _) => Reply::text(503, "loading\n"),
         },
         ("GET" | "HEAD", "/metrics") => metrics(request, state),
         (_, "/healthz" | "/readyz" | "/metrics") => {
@@ -231,6 +233,12 @@ fn answer(request: &httparse::Request<'_, '_>, state: &State) -> Reply {
     };
     reply.head_only = method == "HEAD";
     reply
+}
+
+/// Whether the server still copies items from a live node (`--warm-from`): not ready yet,
+/// so a rolling replacement waits for this node to be warm before it replaces the next.
+fn warming(state: &State) -> bool {
+    state.shared.get().is_some_and(|shared| shared.warming.running())
 }
 
 /// `/metrics`: the exposition the scraper accepts, once the server is loaded and the
@@ -252,7 +260,8 @@ fn metrics(request: &httparse::Request<'_, '_>, state: &State) -> Reply {
         return reply;
     }
     let open_metrics = header("accept").is_some_and(|accept| accept.contains("application/openmetrics-text"));
-    let body = super::metrics::render(shared, state.ready.load(Acquire), open_metrics);
+    let ready = state.ready.load(Acquire) && !warming(state);
+    let body = super::metrics::render(shared, ready, open_metrics);
     Reply {
         status: 200,
         content_type: if open_metrics { super::metrics::OPENMETRICS_TYPE } else { super::metrics::TEXT_TYPE },

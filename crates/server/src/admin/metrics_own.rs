@@ -10,11 +10,12 @@ use std::sync::atomic::Ordering::Relaxed;
 pub fn own(sink: &mut Sink<'_>, shared: &Shared, ready: bool) {
     sink.gauge(
         "quicksilver_ready",
-        "Whether the server takes traffic (0 while a memory file or flash tier is being loaded).",
+        "Whether the server takes traffic (0 while a memory file or flash tier is being loaded, or --warm-from copies items).",
         &[],
         f64::from(u8::from(ready)),
     );
     restart(sink, shared);
+    warm(sink, shared);
     store(sink, shared);
     workers(sink, shared);
     observers(sink, shared);
@@ -47,6 +48,53 @@ fn restart(sink: &mut Sink<'_>, shared: &Shared) {
         "How long this start took to load its memory file and flash tier (not ready meanwhile).",
         &[],
         restart.load_secs,
+    );
+}
+
+/// Warming from a live node (`--warm-from`; all zero without it).
+fn warm(sink: &mut Sink<'_>, shared: &Shared) {
+    use crate::shared::warming::Phase;
+    let warming = &shared.warming;
+    let phase = warming.phase();
+    for state in [Phase::Off, Phase::Listing, Phase::Copying, Phase::Done, Phase::Failed] {
+        sink.gauge(
+            "quicksilver_warm_state",
+            "Where warming from a live node stands (--warm-from): 1 for the present state.",
+            &[("state", state.name())],
+            f64::from(u8::from(phase == state)),
+        );
+    }
+    let items = "The items chosen to warm from a live node, by outcome: copied here, already here (kept), gone at the source, or refused here.";
+    for (outcome, counter) in [
+        ("copied", &warming.copied),
+        ("present", &warming.present),
+        ("gone", &warming.gone),
+        ("refused", &warming.refused),
+    ] {
+        sink.counter(
+            "quicksilver_warm_items_total",
+            items,
+            &[("outcome", outcome)],
+            counter.load(Relaxed) as f64,
+        );
+    }
+    sink.counter(
+        "quicksilver_warm_bytes_total",
+        "Value bytes copied from a live node.",
+        &[],
+        warming.copied_bytes.load(Relaxed) as f64,
+    );
+    sink.gauge(
+        "quicksilver_warm_chosen_items",
+        "Items chosen to copy from a live node: its hottest that fit in this node's memory.",
+        &[],
+        warming.chosen.load(Relaxed) as f64,
+    );
+    sink.gauge(
+        "quicksilver_warm_seconds",
+        "How long warming from a live node has taken (so far, while it runs).",
+        &[],
+        warming.millis.load(Relaxed) as f64 / 1000.0,
     );
 }
 

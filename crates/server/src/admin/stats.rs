@@ -83,6 +83,7 @@ pub fn write(shared: &Shared, group: &[u8], out: &mut Vec<u8>) {
         b"items" => items(shared, out),
         b"sizes" => stat(out, "sizes_status", "disabled"),
         b"latency" => shared.observers.latency.write_stats(out),
+        b"warm" => shared.warming.write_stats(out),
         b"conns" | b"extstore" => {}
         b"reset" => {
             reset(shared);

@@ -187,6 +187,10 @@ pub struct Config {
     /// service wrapper does). Options on the command line win over the file's.
     #[arg(long = "config-file", value_name = "FILE")]
     pub config_file: Option<std::path::PathBuf>,
+    /// At start, copy the items a live node holds (memcached or quicksilver), hottest first,
+    /// while serving; /readyz and `stats warm` say when it is done (-o warm_rate=MB a second).
+    #[arg(long = "warm-from", value_name = "HOST:PORT", value_parser = |v: &str| admin::warm_source(Some(v)))]
+    pub warm_from: Option<String>,
 }
 
 /// -B: the protocol client connections speak.
@@ -623,6 +627,7 @@ impl Config {
                 _ => return Err(format!("Illegal suboption \"{option}\"")),
             }
         }
+        extended.admin.warm_from = self.warm_from.clone().or(extended.admin.warm_from);
         Ok(extended)
     }
 

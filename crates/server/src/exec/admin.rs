@@ -339,7 +339,7 @@ impl Engine {
         };
         match group {
             b"" | b"reset" | b"settings" | b"items" | b"slabs" | b"sizes" | b"partitions" | b"arena"
-            | b"latency" => {}
+            | b"latency" | b"warm" => {}
             _ => return bin::write_error(out, reply.opcode, reply.opaque, status::KEY_ENOENT),
         }
         self.publish();

@@ -53,6 +53,11 @@ impl Passwords {
         Some(Passwords { entries })
     }
 
+    /// The first user and password: what the server's own client (`--warm-from`) logs in with.
+    pub fn first(&self) -> Option<(&[u8], &[u8])> {
+        self.entries.first().map(|(user, password)| (&user[..], &password[..]))
+    }
+
     /// Whether `user` and `password` match an entry. Every entry is compared in full.
     pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
         let mut found = false;

@@ -10,6 +10,7 @@ mod memory;
 mod published;
 mod rings;
 mod wakeups;
+pub mod warming;
 
 use crate::config::Config;
 use crate::observe::counters::WorkerCounters;
@@ -77,6 +78,8 @@ pub struct Shared {
     pub restart: Restart,
     /// Cluster discovery (`-o cluster_config`): `config get cluster`.
     pub cluster: cluster::Cluster,
+    /// Warming from a live node (`--warm-from`): `stats warm`, `/readyz`.
+    pub warming: warming::Warming,
 }
 
 /// The start's loading: a memory file's items taken back (-e) and the flash tier attached.
