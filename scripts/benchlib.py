@@ -25,10 +25,11 @@ def rss_bytes(pid, field="VmRSS"):
     return 0
 
 
-def stats(port):
-    """`stats` of the server on 127.0.0.1:`port` (plaintext), as a dict of strings."""
+def stats(port, group=""):
+    """`stats` (or `stats GROUP`) of the server on 127.0.0.1:`port` (plaintext), as a dict of
+    strings."""
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
+        s.sendall(f"stats {group}".rstrip().encode() + b"\r\n")
         data = b""
         while not data.endswith(b"END\r\n"):
             data += s.recv(65536)

@@ -121,6 +121,9 @@ QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-
 step "the metrics endpoint's judges: memcached_exporter (built from its Go module) against memcached 1.6.18 and quicksilver, promtool, a real Prometheus, 10,000 connections, the Kubernetes example"
 /usr/bin/python3 scripts/test-metrics.py
 
+step "a replicated pair behind memcached's proxy losing a backend under load (kill -9, then a warm restart): no read lost, sets fail only while it is down (memtier through the proxy too where it is built)"
+PHASE_SECS=6 python3 scripts/bench-proxy-fault.py --check
+
 step "the Debian package: built with cargo-deb, its contents and unit checked, unpacked, started from its config and from Debian's memcached.conf"
 bash scripts/package.sh
 python3 scripts/test-package.py target/debian/quicksilver_*.deb

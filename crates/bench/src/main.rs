@@ -67,6 +67,16 @@ enum Subcommands {
         #[arg(long, default_value = "scaling.svg")]
         out: std::path::PathBuf,
     },
+    /// The hit-ratio plot of replacing a node: the fleet's hit ratio each second, a line per
+    /// mode, from the JSON `scripts/bench-warm.py --out` writes.
+    HitRatioPlot {
+        /// The report.
+        #[arg(long, default_value = "warm.json")]
+        input: std::path::PathBuf,
+        /// The SVG to write.
+        #[arg(long, default_value = "warm.svg")]
+        out: std::path::PathBuf,
+    },
     /// The probe's echo server (started by `probe`; prints its address, runs until killed).
     #[command(hide = true)]
     ProbeEcho {
@@ -94,6 +104,14 @@ fn main() {
             });
             if let Err(error) = drawn {
                 fail("scaling-plot", error);
+            }
+        }
+        Subcommands::HitRatioPlot { input, out } => {
+            let report = std::fs::read_to_string(&input)
+                .map_err(|error| error.to_string())
+                .and_then(|text| serde_json::from_str(&text).map_err(|error| error.to_string()));
+            if let Err(error) = report.and_then(|report: serde_json::Value| plot::hit_ratio(&out, &report)) {
+                fail("hit-ratio-plot", error);
             }
         }
         Subcommands::Compare(args) => match compare::run(&args) {

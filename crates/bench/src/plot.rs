@@ -426,3 +426,63 @@ mod scaling_tests {
         assert!(svg.contains("quicksilver") && svg.contains("<svg"));
     }
 }
+
+/// The fleet's hit ratio (%) each second while a node is replaced, a line per mode of a
+/// `scripts/bench-warm.py` report, with the moment of the replacement marked.
+pub fn hit_ratio(path: &Path, report: &serde_json::Value) -> Result<(), String> {
+    let runs = report["runs"].as_array().cloned().unwrap_or_default();
+    let lines: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .map(|run| {
+            let points = run["samples"].as_array().into_iter().flatten();
+            let points = points
+                .filter_map(|sample| Some((sample["t"].as_f64()?, sample["ratio"].as_f64()? * 100.0)))
+                .collect();
+            (run["mode"].as_str().unwrap_or("?").to_string(), points)
+        })
+        .collect();
+    let first = runs.first().cloned().unwrap_or_default();
+    let replaced = first["replaced_at"].as_f64().unwrap_or(0.0);
+    let max_x = lines.iter().flat_map(|(_, points)| points.iter()).map(|point| point.0).fold(1.0, f64::max);
+    let min_y = lines.iter().flat_map(|(_, points)| points.iter()).map(|point| point.1).fold(100.0, f64::min);
+    let min_y = (min_y - 5.0).clamp(0.0, 95.0).floor();
+    let title = format!(
+        "fleet hit ratio, one of 3 nodes replaced at {replaced:.0} s ({} keys, -m {} per node)",
+        first["keys"], first["memory_mb"]
+    );
+    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| error.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..max_x, min_y..100.5)
+        .map_err(|error| error.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("hit ratio")
+        .y_label_formatter(&|y| format!("{y:.0}%"))
+        .draw()
+        .map_err(|error| error.to_string())?;
+    chart
+        .draw_series(LineSeries::new([(replaced, min_y), (replaced, 100.5)], BLACK.mix(0.4).stroke_width(1)))
+        .map_err(|error| error.to_string())?;
+    for (index, (mode, points)) in lines.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+            .map_err(|error| error.to_string())?
+            .label(mode.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| error.to_string())?;
+    root.present().map_err(|error| error.to_string())
+}

@@ -228,3 +228,100 @@ fn zones_read_locally_and_fail_over_to_the_other_zone() {
     drop(near);
     assert_eq!(client.call(b"get k\r\n"), b"VALUE k 0 1\r\nv\r\nEND\r\n");
 }
+
+/// Sends `signal` to `server`'s process.
+fn signal(server: &ServerProcess, signal: i32) {
+    // SAFETY: kill has no memory preconditions; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(server.pid() as i32, signal) }, 0);
+}
+
+/// `request` through `client`, with how long its reply took.
+fn timed(client: &mut Client, request: &[u8]) -> (Vec<u8>, Duration) {
+    let started = Instant::now();
+    let reply = client.call(request);
+    (reply, started.elapsed())
+}
+
+/// A replicated pair whose first backend stops (SIGSTOP: it reads nothing, answers nothing)
+/// and then turns slow (stopped 300 ms of every 350): the proxy's read timeout (0.5 s here)
+/// fires, so every read is answered from the other backend within about a second and no
+/// client waits on the stopped one; a write reports the stopped one's failure as `route_allsync`
+/// does. What piles up meanwhile in the stopped backend's sockets (the proxy's requests, and a
+/// client of its own that pipelines 48 MB of sets too large to store) is read once it runs
+/// again within the client memory budget: its RSS grows by less than 16 MB, the connection
+/// stays in step, and the proxy takes the backend back.
+#[test]
+fn a_stopped_or_slow_backend_times_out_at_the_proxy_and_its_backlog_stays_bounded() {
+    let a = ServerProcess::quicksilver(&["-m", "64"]);
+    let b = ServerProcess::quicksilver(&["-m", "64"]);
+    let routes = format!("settings{{ backend_read_timeout = 0.5 }}\n{}", replicated(a.port, b.port));
+    let proxy = Proxy::start("stopped", &routes);
+    let mut client = proxy.connect();
+    for i in 0..100 {
+        assert_eq!(client.call(format!("set key:{i} 0 0 1\r\nv\r\n").as_bytes()), b"STORED\r\n");
+    }
+    let rss_before = common::rss_bytes(a.pid());
+    let mut direct = a.connect();
+    signal(&a, libc::SIGSTOP);
+    for i in 0..10 {
+        let (reply, took) = timed(&mut client, format!("get key:{i}\r\n").as_bytes());
+        assert_eq!(reply, format!("VALUE key:{i} 0 1\r\nv\r\nEND\r\n").into_bytes(), "get key:{i}");
+        assert!(took < Duration::from_secs(3), "get key:{i} waited {took:?} on the stopped backend");
+    }
+    let (reply, took) = timed(&mut client, b"set late 0 0 1\r\nx\r\n");
+    assert!(reply.starts_with(b"SERVER_ERROR"), "{}", String::from_utf8_lossy(&reply));
+    assert!(took < Duration::from_secs(3), "the write waited {took:?}");
+    // A client of its own pipelines 48 MB of sets too large to store at the stopped backend
+    // (the socket buffers take what they can; the rest waits in the writer thread).
+    let writer = std::thread::spawn(move || {
+        let value = vec![b'x'; 2 << 20];
+        for i in 0..24 {
+            let mut request = format!("set big:{i} 0 0 {} noreply\r\n", value.len()).into_bytes();
+            request.extend_from_slice(&value);
+            request.extend_from_slice(b"\r\n");
+            direct.send(&request);
+        }
+        direct
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // Slow: stopped 300 ms of every 350 for three seconds, reads still answered in time.
+    let slow = {
+        let pid = a.pid() as i32;
+        std::thread::spawn(move || {
+            for _ in 0..9 {
+                // SAFETY: as in `signal`.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: as in `signal`.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        })
+    };
+    let mut slowest = Duration::ZERO;
+    for i in 10..40 {
+        let (reply, took) = timed(&mut client, format!("get key:{i}\r\n").as_bytes());
+        assert_eq!(reply, format!("VALUE key:{i} 0 1\r\nv\r\nEND\r\n").into_bytes(), "get key:{i}");
+        assert!(took < Duration::from_secs(3), "get key:{i} waited {took:?} on the slow backend");
+        slowest = slowest.max(took);
+    }
+    slow.join().unwrap();
+    eprintln!("slow backend: the slowest read through the proxy took {slowest:?}");
+    let mut direct = writer.join().unwrap();
+    // Every one read to its end and refused (its error, if noreply lets one through, comes
+    // first), the connection in step.
+    let reply = direct.call(b"mg key:0 v\r\n");
+    assert!(reply.ends_with(b"VA 1\r\nv\r\n"), "{}", String::from_utf8_lossy(&reply));
+    let grown = common::rss_bytes(a.pid()).saturating_sub(rss_before);
+    eprintln!("stopped and slow backend: RSS grew {} KB after 48 MB of backlog", grown >> 10);
+    assert!(grown < 16 << 20, "48 MB of backlog grew the backend by {} MB", grown >> 20);
+    // Running again, the backend is taken back: writes reach both.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while client.call(b"set again 0 0 1\r\ny\r\n") != b"STORED\r\n" {
+        assert!(Instant::now() < deadline, "the proxy did not take the backend back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(a.connect().call(b"mg again v\r\n"), b"VA 1\r\ny\r\n");
+}

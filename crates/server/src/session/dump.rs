@@ -11,10 +11,16 @@
 use std::ops::Range;
 
 /// Main index buckets per chunk: at most 15 items each, so a chunk's lines stay well under
-/// a megabyte even with 250-byte keys that all need escaping.
-pub const CHUNK_BUCKETS: usize = 128;
+/// a megabyte even with 250-byte keys that all need escaping, and a chunk of ordinary items
+/// (about 20 KB of lines) takes the worker about a tenth of a millisecond.
+pub const CHUNK_BUCKETS: usize = 32;
 /// A dump waits for the client once this much of its output is unsent.
 pub const OUTPUT_AHEAD_BYTES: usize = 1 << 20;
+/// A dump lists at most this much in one loop turn (at least one chunk), then lets the
+/// worker's other connections run: listing a megabyte at once held them up 4-5 ms (a probe's
+/// p99 went from 0.14 to 6 ms while a million items were dumped; docs/BENCHMARKS.md,
+/// "Replacing a node").
+pub const TURN_BYTES: usize = 32 << 10;
 /// Chunks handed to owners and not yet answered, at most.
 pub const CHUNKS_IN_FLIGHT: u32 = 4;
 

@@ -24,8 +24,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Keys asked of the source per round trip (and stored here per round trip).
-const CHUNK_KEYS: usize = 64;
+/// Keys asked of the source per round trip (and stored here per round trip): few enough that
+/// a round costs the source little more than a client's request (16 KB of 1 KB values, some
+/// 25 µs; at 64 a probe's p99 on the source rose by 0.1 ms: docs/BENCHMARKS.md, "Replacing a
+/// node").
+const CHUNK_KEYS: usize = 16;
 /// How long connecting, or a read or write to either node, may stall before the warm gives up.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The share of this node's item memory (-m) the chosen items may fill: what the clients

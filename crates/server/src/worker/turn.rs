@@ -490,8 +490,10 @@ fn continue_dump(
 ) -> bool {
     let Some(cursor) = dump.as_mut() else { return true };
     let (partitions, buckets) = (engine.partition_count(), engine.main_buckets());
+    let held_before = output.held_bytes();
     loop {
         if output.held_bytes() >= crate::session::dump::OUTPUT_AHEAD_BYTES
+            || output.held_bytes() >= held_before + crate::session::dump::TURN_BYTES
             || output.pending_total >= crate::session::dump::CHUNKS_IN_FLIGHT
             || hand.full
         {
