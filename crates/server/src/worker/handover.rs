@@ -173,7 +173,7 @@ impl Worker {
         }
         for owner in 0..self.outgoing.len() {
             while let Some(batch) = self.unsent_replies[owner].pop_front() {
-                let Some(ring) = self.rings.reply_to[owner].as_mut() else { break };
+                let ring = self.rings.reply_to[owner].as_mut().expect("no ring to self");
                 match ring.push(batch) {
                     Ok(()) => self.engine.counters.wakeups += u64::from(self.shared.wake_if_sleeping(owner)),
                     Err(rtrb::PushError::Full(batch)) => {
