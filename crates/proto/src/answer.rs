@@ -71,6 +71,21 @@ impl Answer<'_> {
         }
     }
 
+    /// A key no item can have (empty, or over [`crate::KEY_BYTES_MAX`]): refused before any
+    /// partition is asked. Only the Redis protocol lets such a key through its parser (the
+    /// memcached dialects refuse it while parsing), but every dialect has its words for it.
+    #[inline]
+    pub fn bad_key(&self, out: &mut Vec<u8>) {
+        match *self {
+            Answer::Text { noreply: true, .. } => {}
+            Answer::Text { .. } | Answer::Meta(_) => out.extend_from_slice(crate::response::BAD_FORMAT),
+            Answer::Binary { opcode, opaque, .. } => {
+                crate::binary::write_error(out, opcode, opaque, crate::binary::status::EINVAL);
+            }
+            Answer::Resp(_) => out.extend_from_slice(crate::resp::reply::BAD_KEY),
+        }
+    }
+
     /// A delete's reply.
     #[inline]
     pub fn delete(&self, outcome: &Outcome, out: &mut Vec<u8>) {

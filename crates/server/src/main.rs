@@ -24,7 +24,20 @@ fn load_config() -> qs_server::config::Config {
     }
 }
 
+/// A panic anywhere takes the whole process down with a failure status (SIGABRT), after the
+/// usual report: a worker that died would leave its partitions' clients unanswered in a process
+/// that still looks alive, and an exit 0 would keep a service manager from restarting it (with
+/// -e, warm). docs/ARCHITECTURE.md, "Panics".
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
+}
+
 fn main() {
+    abort_on_panic();
     let mut config = load_config();
     if config.license {
         println!("{LICENSE}");

@@ -166,9 +166,10 @@ impl Ext {
     /// No flags, no expiry: an item without the extension.
     pub const NONE: Ext = Ext { word: 0, precise_ms: 0 };
 
-    /// Packs the fields.
+    /// Packs the fields. An expiry that is not a whole second, or is past what the word's
+    /// 32-bit seconds hold, is kept whole in the precise word.
     pub const fn new(flags: u32, expiry: Expiry) -> Ext {
-        let precise_ms = if expiry.0 % 1000 != 0 { expiry.0 } else { 0 };
+        let precise_ms = if expiry.0 % 1000 != 0 || expiry.0 > u32::MAX as u64 * 1000 { expiry.0 } else { 0 };
         Ext { word: flags as u64 | (expiry.secs() as u64) << 32, precise_ms }
     }
     /// The extension as read from the log: its word and, if word 0 says one follows, the
@@ -266,13 +267,20 @@ impl Expiry {
     pub const fn at_secs(secs: u32) -> Expiry {
         Expiry(secs as u64 * 1000)
     }
-    /// Expires at unix millisecond `ms` (0: never), no later than [`u32::MAX`] seconds.
+    /// Expires at unix millisecond `ms` (0: never): past 2106 too (Redis's EXPIREAT takes
+    /// any time), where the items's precise word keeps it ([`Ext::new`]).
     pub const fn at_ms(ms: u64) -> Expiry {
-        Expiry(if ms > u32::MAX as u64 * 1000 { u32::MAX as u64 * 1000 } else { ms })
+        Expiry(ms)
     }
-    /// The unix second it expires at, rounded up (0: never).
+    /// The unix second it expires at, rounded up (0: never), as memcached's 32-bit times hold
+    /// it: [`u32::MAX`] for any time after that second (February 2106).
     pub const fn secs(self) -> u32 {
-        self.0.div_ceil(1000) as u32
+        let secs = self.0.div_ceil(1000);
+        if secs > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            secs as u32
+        }
     }
     /// The unix millisecond it expires at (0: never).
     pub const fn ms(self) -> u64 {

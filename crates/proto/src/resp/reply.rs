@@ -113,7 +113,9 @@ pub fn store(reply: Reply, outcome: &Outcome, size: usize, out: &mut Vec<u8>) {
     }
     let stored = matches!(outcome, Outcome::Stored { .. });
     match (reply, stored) {
-        (Reply::Appended, _) => integer(size as i64, out),
+        // An append whose joined value would outgrow the item limit is refused unchanged.
+        (Reply::Appended, false) => out.extend_from_slice(TOO_LARGE),
+        (Reply::Appended, true) => integer(size as i64, out),
         (Reply::StoredInteger, _) => integer(i64::from(stored), out),
         (_, true) => out.extend_from_slice(OK),
         (reply, false) => out.extend_from_slice(null_of(reply)),

@@ -41,6 +41,8 @@ pub enum Route {
     Broadcast,
     /// Needs every earlier request of the connection finished first, then runs here.
     AfterPending,
+    /// Needs every earlier request of the connection finished first, then runs on this worker.
+    ForwardAfterPending(usize),
 }
 
 /// What routing needs of a request, whatever its dialect ([`Engine::reach`]).
@@ -64,6 +66,9 @@ pub enum Reach<'a> {
     Everywhere,
     /// Runs here once the connection's earlier requests are answered (stats, watch).
     AfterPending,
+    /// Runs at this key's owner once the connection's earlier requests are answered: a COPY
+    /// to a key another worker owns than its source's (read there through a CREW reader).
+    KeyAfterPending(&'a [u8]),
     /// Runs here: no key, or answered here whatever its key.
     Here,
 }

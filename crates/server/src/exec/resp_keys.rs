@@ -12,6 +12,7 @@
 use super::*;
 use qs_proto::command::{self as cmd, Answer, RespReply};
 use qs_proto::resp::command::{call, Call};
+use qs_proto::resp::owned::Step;
 use qs_proto::resp::{reply, Frame};
 
 /// The refusal of a write of several keys that this server cannot make at once.
@@ -40,8 +41,14 @@ impl Engine {
             // maxmemory: each worker resizes its own partitions.
             Call::ConfigSet(_) => Reach::Everywhere,
             Call::Owned(owned) => match owned.other_key() {
-                // Both keys' owner runs it, or it is refused where it arrives.
-                Some(to) if self.one_owner([owned.key, to].into_iter()).is_none() => Reach::Here,
+                // Both keys' owner runs it. Else a COPY runs at its target's owner, reading
+                // its source through a CREW reader once the connection's requests pending
+                // elsewhere are answered (so it sees the connection's own writes); anything
+                // else is refused where it arrives.
+                Some(to) if self.one_owner([owned.key, to].into_iter()).is_none() => match owned.step {
+                    Step::Copy { .. } if self.crew => Reach::KeyAfterPending(to),
+                    _ => Reach::Here,
+                },
                 _ => Reach::Key { key: owned.key, read_only: owned.read_only() },
             },
             Call::DelMany(frame) => self.spread_reach(frame.args().skip(1)),
@@ -49,7 +56,7 @@ impl Engine {
             Call::Mset { frame, nx: true } => match self.one_owner(frame.args().skip(1).step_by(2)) {
                 // The first key's owner owns them all: it runs there.
                 Some(_) => Reach::Key { key: frame.arg(1).unwrap_or_default(), read_only: false },
-                None => Reach::Here,
+                None => Reach::AfterPending,
             },
             _ => Reach::Here,
         }
@@ -61,7 +68,7 @@ impl Engine {
         match self.one_owner(keys) {
             Some(owner) if owner == self.worker => Reach::Here,
             _ if self.crew => Reach::Everywhere,
-            _ => Reach::Here,
+            _ => Reach::AfterPending,
         }
     }
 

@@ -34,6 +34,12 @@ impl Engine {
             return out.extend_from_slice(reply::BAD_KEY);
         }
         let key = self.key(key, None);
+        let readable =
+            self.owns(key.partition) || self.crew && self.shared.map.reader(key.partition).is_some();
+        if !readable {
+            // A RENAME or COPY of keys of several workers where its source cannot be read.
+            return out.extend_from_slice(SPREAD);
+        }
         let current = self.current(key);
         match step {
             Step::GetDel => {

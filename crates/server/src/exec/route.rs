@@ -187,6 +187,10 @@ impl Engine {
             Reach::Here => Route::Local,
             Reach::Everywhere => Route::Broadcast,
             Reach::AfterPending => Route::AfterPending,
+            Reach::KeyAfterPending(key) => match self.owner(self.locate(key).1) {
+                owner if owner == self.worker => Route::AfterPending,
+                owner => Route::ForwardAfterPending(owner),
+            },
             Reach::Keys { keys, read_only } => match at {
                 // A get of one key, located by the window: not hashed again.
                 Some((_, partition)) => self.route_one_key(self.owner(partition), read_only, pending),

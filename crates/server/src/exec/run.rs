@@ -19,6 +19,12 @@ impl Engine {
     ) -> Exec {
         self.asking_fd = fd;
         let KeyCommand { key, op, answer } = *command;
+        if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            // Refused before any partition is asked: such a key hashes to a partition that
+            // routing did not send it to (it is answered where it arrives).
+            answer.bad_key(out);
+            return Exec::Done;
+        }
         let key = self.key(key, at);
         if let (Answer::Meta(_), false) = (answer, matches!(op, Op::TooLarge { .. })) {
             self.counters.meta_cmds += 1;

@@ -177,6 +177,11 @@ impl Turn<'_, '_> {
                 return Flow::Stop;
             }
             Route::AfterPending => {}
+            Route::ForwardAfterPending(_) if self.output.pending_total > 0 => {
+                self.state.block(Wait::Replies);
+                return Flow::Stop;
+            }
+            Route::ForwardAfterPending(owner) => return self.forward(owner, request, located, &here[..len]),
             Route::Forward(owner) => return self.forward(owner, request, located, &here[..len]),
             // After the connection's requests waiting elsewhere: a RESP DEL of several keys
             // counts the other workers' keys as they stand once those requests have run.

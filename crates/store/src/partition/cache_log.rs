@@ -9,12 +9,22 @@ impl Partition {
     /// Makes room for `size` bytes at the tail (padding to the end of the lap if the item would
     /// straddle the end of memory) and returns the logical offset of the room.
     pub(super) fn reserve(&mut self, size: usize) -> u64 {
-        let padding = self.padding_before(size);
-        let need = padding + size as u64;
+        let mut padding = self.padding_before(size);
+        let mut need = padding + size as u64;
         // The live window spans at most one lap, so no two live bytes share a physical byte.
         if self.room() < need {
-            while self.room() < need {
+            // Never past the tail: what lies there is no record.
+            while self.room() < need && self.head < self.tail {
                 self.evict_head();
+            }
+            if self.room() < need {
+                // Empty, and still short: the item is larger than the memory before the tail,
+                // so padding to the lap's end and the item would span more than a lap. Both
+                // ends move to the next lap's start instead (nothing lies between to pad).
+                debug_assert_eq!(self.head, self.tail, "a log short of room with records in it");
+                self.tail += padding;
+                self.head = self.tail;
+                (padding, need) = (0, size as u64);
             }
             self.publish_head();
         }
@@ -43,7 +53,8 @@ impl Partition {
         if self.stats.items > self.grow_at_items {
             self.grow_index();
         }
-        if !self.eviction.counts_reads() || self.store.is_some() {
+        // Nothing is written for a write the partition refuses for its size.
+        if !self.eviction.counts_reads() || self.store.is_some() || size > self.item_bytes_max {
             return;
         }
         let (heads_before, tail_before) = (self.heads(), self.tail);
@@ -61,6 +72,7 @@ impl Partition {
     /// and [`KEEP_BYTES_PER_RESERVE`] bytes appended since the tail was at `tail_before`.
     pub(super) fn keep_main(&mut self, size: usize, keeps: &mut u32, tail_before: u64) {
         while *keeps > 0
+            && self.head < self.tail
             && self.room() < self.padding_before(size) + size as u64
             && self.tail - tail_before <= KEEP_BYTES_PER_RESERVE
         {

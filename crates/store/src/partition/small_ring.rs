@@ -196,11 +196,21 @@ impl Partition {
     /// [`Partition::reserve`] for the small ring: room for `size` bytes at its tail (plain
     /// evictions at its head where [`Partition::promote_ahead`] left too little); the offset.
     pub(super) fn reserve_small(&mut self, size: usize) -> u64 {
-        let padding = self.small_padding_before(size);
-        let need = padding + size as u64;
+        let mut padding = self.small_padding_before(size);
+        let mut need = padding + size as u64;
         if self.small_room() < need {
-            while self.small_room() < need {
+            // Never past the tail, as the main ring's [`Partition::reserve`].
+            while self.small_room() < need && self.small.head < self.small.tail {
                 self.evict_small_head();
+            }
+            if self.small_room() < need {
+                debug_assert_eq!(
+                    self.small.head, self.small.tail,
+                    "a small ring short of room with records in it"
+                );
+                self.small.tail += padding;
+                self.small.head = self.small.tail;
+                (padding, need) = (0, size as u64);
             }
             self.publish_head();
         }
@@ -276,6 +286,7 @@ impl Partition {
             return;
         }
         while *keeps > 0
+            && self.small.head < self.small.tail
             && self.small_room() < self.small_padding_before(size) + size as u64
             && self.tail - tail_before <= KEEP_BYTES_PER_RESERVE
         {

@@ -289,3 +289,45 @@ fn a_signed_count_reads_and_writes_exact_signed_numbers_and_refuses_past_the_ran
         assert_eq!(count(&mut partition, b"x", 1), Outcome::NonNumeric, "{not_integer:?}");
     }
 }
+
+/// Values near half a 2 MiB partition, under every eviction policy: a write over what the
+/// partition takes is refused without evicting anything, one that needs more than the memory
+/// left before the tail's position empties the log rather than walk its head past the tail,
+/// and every acknowledged write answers the next read whole.
+#[test]
+fn values_near_half_the_log_never_walk_the_head_past_the_tail() {
+    for eviction in [Eviction::S3Fifo, Eviction::Clock, Eviction::Fifo, Eviction::Lru] {
+        let mut config = Config::new(2 << 20, 64);
+        config.eviction = eviction;
+        config.huge_pages = HugePages::Off;
+        config.item_bytes_max = 1 << 20;
+        let mut partition = Partition::new(config);
+        let now = crate::Now::from_secs(100);
+        let mut out = Vec::new();
+        for (step, len) in [888_698, 984_869, 924_140, 399_821, 616_222, 925_446, 935_000, 1_000, 888_698]
+            .into_iter()
+            .enumerate()
+        {
+            let value = vec![step as u8; len];
+            let command =
+                Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
+            let key = [b'a'];
+            match partition.execute(&Request::new(&key, command), now, &mut out) {
+                // Looked at without a read, so the policies evict it rather than keep it.
+                Outcome::Stored { .. } => {
+                    assert_eq!(
+                        partition.peek(KeyHash::of(&key), &key, now),
+                        Some(len),
+                        "{eviction:?} step {step}"
+                    )
+                }
+                Outcome::TooLarge => {
+                    assert!(len > partition.item_bytes_max() - 64, "{eviction:?} step {step}")
+                }
+                other => panic!("{eviction:?} step {step}: {other:?}"),
+            }
+            assert!(partition.head <= partition.tail, "{eviction:?} step {step}: head past tail");
+            assert!(partition.small.head <= partition.small.tail, "{eviction:?} step {step}");
+        }
+    }
+}

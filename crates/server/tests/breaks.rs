@@ -1,0 +1,199 @@
+//! Inputs that once took a worker down or lost an acknowledged write (issue 74), each at one
+//! worker and at two, over the Redis listener and memcached's text protocol where the same path
+//! exists: the server answers every one with its reply or a clear error, keeps answering every
+//! client, and a write it acknowledged is there for the next read.
+
+mod common;
+
+use common::resp::{call, connect, frame, quicksilver, Redis};
+
+/// A RESP request of byte arguments.
+fn frame_bytes(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The server is alive and every worker answers: eight fresh connections (spread over the
+/// workers) each store and read a key of their own.
+fn every_worker_answers(port: u16) {
+    for n in 0..8 {
+        let mut client = connect(port);
+        let key = format!("alive{n}");
+        assert_eq!(call(&mut client, &frame(&["SET", &key, "v"])), b"+OK\r\n", "{key}");
+        assert_eq!(call(&mut client, &frame(&["GET", &key])), b"$1\r\nv\r\n", "{key}");
+    }
+}
+
+const BAD_KEY: &[u8] = b"-ERR key is empty or longer than 250 bytes\r\n";
+
+#[test]
+fn a_key_over_250_bytes_is_refused_wherever_it_arrives() {
+    let long = "k".repeat(251);
+    for threads in ["1", "2"] {
+        let (mut server, port) = quicksilver(&["-t", threads]);
+        // Eight connections, so some arrive on a worker that does not own the key's partition.
+        for _ in 0..8 {
+            let mut client = connect(port);
+            for args in [
+                &["SET", &long, "v"][..],
+                &["SETNX", &long, "v"],
+                &["INCR", &long],
+                &["INCRBY", &long, "2"],
+                &["DECRBY", &long, "2"],
+                &["APPEND", &long, "v"],
+                &["EXPIRE", &long, "10"],
+                &["DEL", &long],
+                &["GET", &long],
+                &["TTL", &long],
+            ] {
+                assert_eq!(call(&mut client, &frame(args)), BAD_KEY, "-t {threads}: {}", args[0]);
+            }
+            // The connection stays in step.
+            assert_eq!(call(&mut client, &frame(&["PING"])), b"+PONG\r\n");
+        }
+        every_worker_answers(port);
+        // memcached's protocols refuse it where they parse it.
+        let text_port = server.port;
+        let mut text =
+            common::Client::from_stream(std::net::TcpStream::connect(("127.0.0.1", text_port)).unwrap());
+        let reply = text.call(format!("set {long} 0 0 1\r\nv\r\n").as_bytes());
+        assert!(reply.starts_with(b"CLIENT_ERROR"), "{:?}", String::from_utf8_lossy(&reply));
+        assert!(server.wait_exit(std::time::Duration::ZERO).is_none(), "the server stopped");
+    }
+}
+
+/// The sizes that once walked a log's head past its tail: values close to half a 2 MiB
+/// partition, one over what it takes, and a SETRANGE that grows one.
+#[test]
+fn large_values_on_the_smallest_partitions_keep_every_acknowledged_write() {
+    for (memory, threads) in [("8", "1"), ("16", "2")] {
+        let (mut server, port) = quicksilver(&["-m", memory, "-t", threads]);
+        let mut client = connect(port);
+        let mut acknowledged: Option<usize> = None;
+        for (step, len) in
+            [888_698, 984_869, 0, 399_821, 616_222, 925_446, 924_140, 888_698].into_iter().enumerate()
+        {
+            let reply = if len == 0 {
+                call(&mut client, &frame_bytes(&[b"SETRANGE", b"a", b"924040", &[b'y'; 100]]))
+            } else {
+                call(&mut client, &frame_bytes(&[b"SET", b"a", &vec![b'x'; len]]))
+            };
+            let text = String::from_utf8_lossy(&reply).into_owned();
+            match reply.first() {
+                Some(b'+') => acknowledged = Some(len),
+                Some(b':') => acknowledged = Some(text[1..text.len() - 2].parse().unwrap()),
+                Some(b'-') => assert_eq!(text, "-ERR object too large for cache\r\n", "step {step}"),
+                _ => panic!("-m {memory} -t {threads}, step {step}: {text:?}"),
+            }
+            // The write just acknowledged answers the next read, whole.
+            let got = call(&mut client, &frame(&["STRLEN", "a"]));
+            if let Some(len) = acknowledged {
+                assert_eq!(got, format!(":{len}\r\n").as_bytes(), "-m {memory} -t {threads}, step {step}");
+            }
+        }
+        every_worker_answers(port);
+        // The same through memcached's text protocol.
+        let mut text =
+            common::Client::from_stream(std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap());
+        for len in [888_698usize, 984_869, 399_821, 925_446, 924_140] {
+            let mut request = format!("set t 0 0 {len}\r\n").into_bytes();
+            request.extend(std::iter::repeat(b'x').take(len));
+            request.extend_from_slice(b"\r\n");
+            let reply = text.call(&request);
+            if reply == b"STORED\r\n" {
+                let got = text.call(b"mg t s\r\n");
+                assert_eq!(got, format!("HD s{len}\r\n").as_bytes(), "-m {memory}: set of {len}");
+            } else {
+                assert_eq!(reply, b"SERVER_ERROR object too large for cache\r\n", "set of {len}");
+            }
+        }
+        assert!(server.wait_exit(std::time::Duration::ZERO).is_none(), "the server stopped");
+    }
+}
+
+#[test]
+fn an_append_past_the_item_limit_is_refused_and_changes_nothing() {
+    for threads in ["1", "2"] {
+        let (_server, port) = quicksilver(&["-t", threads]);
+        let mut client = connect(port);
+        let chunk = vec![b'x'; 65_536];
+        let mut len = 0;
+        loop {
+            let reply = call(&mut client, &frame_bytes(&[b"APPEND", b"grows", &chunk]));
+            if reply == b"-ERR object too large for cache\r\n" {
+                break;
+            }
+            len += chunk.len();
+            assert_eq!(reply, format!(":{len}\r\n").as_bytes());
+            assert!(len < 2 << 20, "no limit reached");
+        }
+        assert_eq!(call(&mut client, &frame(&["STRLEN", "grows"])), format!(":{len}\r\n").as_bytes());
+    }
+}
+
+/// A connection's later command sees its earlier writes, whichever workers own the keys: a
+/// COPY pipelined right after the SET of its source.
+#[test]
+fn a_copy_pipelined_after_a_set_sees_it() {
+    for args in [&["-t", "2"][..], &["-t", "4"], &["-t", "2", "--access", "erew"]] {
+        let (_server, port) = quicksilver(args);
+        let mut client = connect(port);
+        let erew = args.contains(&"erew");
+        for n in 0..40 {
+            let (from, to) = (format!("src{n}"), format!("dst{n}"));
+            let mut both = frame(&["SET", &from, "v"]);
+            both.extend(frame(&["COPY", &from, &to]));
+            let reply = call(&mut client, &both);
+            let copied = reply == b"+OK\r\n:1\r\n";
+            // Without CREW, keys of two workers are refused (and nothing else).
+            let refused = erew
+                && reply.starts_with(b"+OK\r\n-ERR RENAME and COPY of keys owned by more than one worker");
+            assert!(copied || refused, "{args:?}, pair {n}: {:?}", String::from_utf8_lossy(&reply));
+            if copied {
+                assert_eq!(call(&mut client, &frame(&["GET", &to])), b"$1\r\nv\r\n");
+            }
+        }
+        every_worker_answers(port);
+    }
+}
+
+/// Deadlines past 2106 (unix seconds over 2^32), as redis-server keeps them.
+#[test]
+fn times_past_2106_are_kept_as_redis_server_keeps_them() {
+    let requests: Vec<Vec<u8>> = [
+        &["SET", "a", "1"][..],
+        &["EXPIREAT", "a", "33177117420"],
+        &["EXPIRETIME", "a"],
+        &["PEXPIRETIME", "a"],
+        &["SET", "b", "1", "EXAT", "33177117420"],
+        &["EXPIRETIME", "b"],
+        &["PEXPIREAT", "b", "33177117420123"],
+        &["PEXPIRETIME", "b"],
+        &["GETEX", "a", "EXAT", "40000000000"],
+        &["EXPIRETIME", "a"],
+        &["EXPIREAT", "a", "9999999999999999"],
+        &["EXPIREAT", "a", "33177117421", "GT"],
+        &["EXPIRETIME", "a"],
+        &["PERSIST", "a"],
+        &["EXPIRETIME", "a"],
+    ]
+    .iter()
+    .map(|args| frame(args))
+    .collect();
+    common::resp::same_replies(&requests);
+    // TTL counts down from there (compared within a second of redis-server's).
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    let ttl = |port: u16| {
+        let mut client = connect(port);
+        call(&mut client, &frame(&["SET", "far", "1", "EXAT", "33177117420"]));
+        let reply = call(&mut client, &frame(&["TTL", "far"]));
+        String::from_utf8_lossy(&reply[1..reply.len() - 2]).parse::<i64>().unwrap()
+    };
+    assert!((ttl(port) - ttl(redis.port)).abs() <= 1);
+}
