@@ -23,8 +23,8 @@ for package in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}" >&2
-    $SUDO apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}" >/dev/null
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null
 fi
 
 mkdir -p "$cache"

@@ -20,9 +20,9 @@ if [ -f "$ours" ] || ! grep -rqsE '^(deb-src|Types:.*deb-src)' /etc/apt/sources.
     printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: main\n%s\n' \
         "$codename" "$codename" "$signed" | $SUDO tee "$ours" >/dev/null
 fi
-$SUDO apt-get update -q >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
 if ! command -v dpkg-source >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q dpkg-dev >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q dpkg-dev >/dev/null
 fi
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

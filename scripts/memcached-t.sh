@@ -135,8 +135,8 @@ chmod +x "$run/timedrun" "$run/memcached-debug"
 
 if ! perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1; then
     step "installing Perl's IO::Socket::SSL (memcached's TLS files use it)"
-    $SUDO apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q libio-socket-ssl-perl >/dev/null
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q libio-socket-ssl-perl >/dev/null
 fi
 
 files=("$@")

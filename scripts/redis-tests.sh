@@ -36,7 +36,7 @@ if [ ! -f "$src/tests/test_helper.tcl" ]; then
 fi
 if ! command -v tclsh >/dev/null 2>&1; then
     step "installing tcl (the suite's harness)"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q tcl >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q tcl >/dev/null
 fi
 
 QS_BIN=${QS_BIN:-$repo/target/release/quicksilver}

@@ -57,8 +57,10 @@ command -v automake >/dev/null 2>&1 || missing+=(automake)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}" >/dev/null
+    # Another apt-get or unattended-upgrades may hold the dpkg lock: wait for it (10 min)
+    # rather than fail at once.
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null
     # Debian starts the services it installs where it can; tests start their own on free ports.
     $SUDO service memcached stop >/dev/null 2>&1 || true
     $SUDO service nutcracker stop >/dev/null 2>&1 || true
@@ -70,7 +72,7 @@ fi
 if ! command -v systemd-analyze >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q systemd >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -q systemd >/dev/null 2>&1 || true
 fi
 
 step "PyPI: elasticache-pyclient (ElastiCache's cluster discovery) in a virtual environment of the cache"

@@ -66,6 +66,10 @@ pub fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parse
     }
     match frame_at(buf, bulk_max) {
         None => Parsed::Incomplete,
+        Some((Ok(frame), _)) if is_http(&frame) => Parsed::Request {
+            request: Request::RespProtocolError(ProtocolError::CrossProtocol),
+            len: buf.len(),
+        },
         Some((Ok(frame), len)) => {
             let request = match command::call(&frame, limits.item_bytes_max) {
                 command::Call::Key(mut command) if resp3 => {
@@ -242,6 +246,13 @@ fn inline(buf: &[u8]) -> Framed<'_> {
         return Some((Err(Framing::Empty), newline + 1));
     }
     Some((Ok(Frame::new(line, words, true)), newline + 1))
+}
+
+/// Whether `frame` is the first line or a header of an HTTP request (`POST ...`, `Host: ...`),
+/// as redis-server's `securityWarningCommand` tells them.
+fn is_http(frame: &Frame<'_>) -> bool {
+    let name = frame.args().next().unwrap_or_default();
+    name.eq_ignore_ascii_case(b"post") || name.eq_ignore_ascii_case(b"host:")
 }
 
 /// Incomplete, or (past redis-server's bound for a line) refused with `why`.

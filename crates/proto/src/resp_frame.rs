@@ -96,14 +96,23 @@ pub enum ProtocolError {
     Message(&'static str),
     /// A bulk string's count line did not start with `$`: the byte it started with.
     ExpectedDollar(u8),
+    /// A request named `POST` or `Host:`: an HTTP request (which a web page can make a browser
+    /// send to any port) rather than a client's. As redis-server's guard against
+    /// cross-protocol scripting: nothing is answered, and the connection closes before any
+    /// of it runs.
+    CrossProtocol,
 }
 
 impl ProtocolError {
     /// The reply: `-ERR Protocol error: ...\r\n`.
     pub fn write(&self, out: &mut Vec<u8>) {
+        if *self == ProtocolError::CrossProtocol {
+            return;
+        }
         out.extend_from_slice(b"-ERR Protocol error: ");
         match *self {
             ProtocolError::Message(text) => out.extend_from_slice(text.as_bytes()),
+            ProtocolError::CrossProtocol => {}
             ProtocolError::ExpectedDollar(byte) => {
                 out.extend_from_slice(b"expected '$', got '");
                 out.push(byte);

@@ -197,3 +197,36 @@ fn times_past_2106_are_kept_as_redis_server_keeps_them() {
     };
     assert!((ttl(port) - ttl(redis.port)).abs() <= 1);
 }
+
+/// An HTTP request to the Redis port (a web page can make a browser send one) runs none of
+/// its body: the connection closes at `POST` or `Host:` with nothing answered, as
+/// redis-server's cross-protocol guard closes it.
+#[test]
+fn an_http_request_to_the_redis_port_runs_nothing() {
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    let body = "*3\r\n$3\r\nSET\r\n$6\r\nxproto\r\n$5\r\npwned\r\n";
+    for request in [
+        format!("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+        format!("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n{body}"),
+    ] {
+        let mut replies = Vec::new();
+        for port in [redis.port, port] {
+            let mut client = connect(port);
+            client.send(request.as_bytes());
+            replies.push(client.read_to_close());
+            let mut check = connect(port);
+            assert_eq!(call(&mut check, &frame(&["EXISTS", "xproto"])), b":0\r\n", "{request:?}");
+        }
+        // At most the refusal of `GET /` (an HTTP GET's first line), from both: the reset at
+        // the close (the unread body is discarded) may drop even that.
+        let most = if request.starts_with("GET") {
+            &b"-ERR wrong number of arguments for 'get' command\r\n"[..]
+        } else {
+            b""
+        };
+        for reply in &replies {
+            assert!(most.starts_with(reply), "{request:?}: {:?}", String::from_utf8_lossy(reply));
+        }
+    }
+}

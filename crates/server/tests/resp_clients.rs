@@ -269,3 +269,31 @@ fn memory_usage_and_object_answer_as_redis_server_does() {
     call(&mut client, &frame(&["PEXPIREAT", "mk", "4102444800123"]));
     assert_eq!(call(&mut client, &frame(&["MEMORY", "USAGE", "mk"])), b":40\r\n");
 }
+
+/// A connection's id is never another's, even where its descriptor is reused: a stale CLIENT
+/// KILL ID finds nothing, and HELLO answers the same id as CLIENT ID.
+#[test]
+fn client_ids_are_never_reused() {
+    for threads in ["1", "2"] {
+        let (_server, port) = quicksilver(&["-t", threads]);
+        let mut admin = connect(port);
+        let id_of = |client: &mut Client| {
+            let reply = String::from_utf8(call(client, &frame(&["CLIENT", "ID"]))).expect("text");
+            reply.trim_start_matches(':').trim_end().parse::<u64>().expect("an id")
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut last = None;
+        for _ in 0..20 {
+            let mut client = connect(port);
+            let id = id_of(&mut client);
+            assert!(seen.insert(id), "id {id} given twice");
+            let hello = call(&mut client, &frame(&["HELLO", "2"]));
+            assert!(String::from_utf8_lossy(&hello).contains(&format!("$2\r\nid\r\n:{id}\r\n")));
+            last = Some((client, id));
+        }
+        let (mut newest, newest_id) = last.expect("a client");
+        let stale = *seen.iter().filter(|&&id| id != newest_id).min().expect("an old id");
+        assert_eq!(call(&mut admin, &frame(&["CLIENT", "KILL", "ID", &stale.to_string()])), b":0\r\n");
+        assert_eq!(id_of(&mut newest), newest_id, "the newest client still answers");
+    }
+}

@@ -181,7 +181,7 @@ pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now: Now, out: &mut Vec
 /// HELLO's description of the server: a map in RESP3, a flat array of names and values in
 /// RESP2. It names the Redis release whose protocol it answers as its version, as clients
 /// gate features on it.
-pub fn hello(id: i32, resp3: bool, out: &mut Vec<u8>) {
+pub fn hello(id: u64, resp3: bool, out: &mut Vec<u8>) {
     map_head(7, resp3, out);
     for (name, value) in [("server", "redis"), ("version", "7.0.15")] {
         bulk(name.as_bytes(), out);
@@ -190,7 +190,7 @@ pub fn hello(id: i32, resp3: bool, out: &mut Vec<u8>) {
     bulk(b"proto", out);
     integer(if resp3 { 3 } else { 2 }, out);
     bulk(b"id", out);
-    integer(i64::from(id), out);
+    integer(id as i64, out);
     for (name, value) in [("mode", "standalone"), ("role", "master")] {
         bulk(name.as_bytes(), out);
         bulk(value.as_bytes(), out);

@@ -56,7 +56,7 @@ impl Engine {
                     authenticated && name.map_or(true, |name| name_client(info.as_deref(), name, out));
                 if named {
                     let speaks3 = proto.map_or(resp3, |proto| proto == 3);
-                    reply::hello(self.asking_fd, speaks3, out);
+                    reply::hello(info.as_ref().map_or(0, |info| info.id), speaks3, out);
                     return Exec::Resp3(speaks3);
                 }
             }
@@ -117,7 +117,9 @@ impl Engine {
         let registry = &self.shared.observers.registry;
         let asking = (self.now.secs(), self.asking_fd);
         match call {
-            Call::ClientId => reply::integer(i64::from(self.asking_fd), out),
+            Call::ClientId => {
+                reply::integer(registry.get(self.asking_fd).map_or(0, |info| info.id) as i64, out)
+            }
             Call::ClientSetName(name) => {
                 if name_client(registry.get(self.asking_fd).as_deref(), name, out) {
                     out.extend_from_slice(reply::OK);

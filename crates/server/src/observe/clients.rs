@@ -1,6 +1,6 @@
 //! Redis's CLIENT LIST, CLIENT INFO and CLIENT KILL over the connection registry: the RESP
 //! listeners' connections, a line each in redis-server 7.0's fields, and killing by its
-//! filters. A connection's id is its descriptor (CLIENT ID's answer).
+//! filters. A connection's id is its registry entry's, never reused (CLIENT ID's answer).
 //!
 //! What a connection holds in its buffers is its worker's alone, so the memory fields
 //! (qbuf, argv-mem, obl, tot-mem...) are 0 here, and the last command is known only for the
@@ -34,7 +34,7 @@ fn picked(fd: i32, info: &Info, clients: &Clients<'_>, asking: i32) -> bool {
         && !info.killed.load(std::sync::atomic::Ordering::Relaxed)
         && !clients.other_type
         && !(clients.skip_me && fd == asking)
-        && clients.ids.as_ref().map_or(true, |ids| ids.contains(&(fd as u64)))
+        && clients.ids.as_ref().map_or(true, |ids| ids.contains(&info.id))
         && is_addr(clients.addr, Some(&info.addr))
         && is_addr(clients.laddr, info.local.as_ref())
         && clients.user.map_or(true, |user| user == b"default")
@@ -47,9 +47,10 @@ fn line(fd: i32, info: &Info, (now_secs, asking, command): (u32, i32, &str), out
     let cmd = if fd == asking { command } else { "NULL" };
     let _ = writeln!(
         out,
-        "id={fd} addr={} laddr={local} fd={fd} name={name} age={} idle={} flags=N db=0 sub=0 psub=0 \
+        "id={} addr={} laddr={local} fd={fd} name={name} age={} idle={} flags=N db=0 sub=0 psub=0 \
          ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
          tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={}",
+        info.id,
         redis_addr(&info.addr),
         now_secs.saturating_sub(info.created_secs),
         info.idle_secs(now_secs),
@@ -64,10 +65,17 @@ pub fn list(registry: &Registry, clients: &Clients<'_>, (now_secs, asking): (u32
     let at = (now_secs, asking, "client|list");
     match &clients.ids {
         Some(ids) => {
-            for &id in ids {
-                let Ok(fd) = i32::try_from(id) else { continue };
-                if let Some(info) = registry.get(fd).filter(|info| picked(fd, info, clients, asking)) {
-                    line(fd, &info, at, &mut text);
+            let mut by_id = std::collections::HashMap::new();
+            registry.for_each(|fd, info| {
+                if picked(fd, info, clients, asking) {
+                    let mut one = String::new();
+                    line(fd, info, at, &mut one);
+                    by_id.insert(info.id, one);
+                }
+            });
+            for id in ids {
+                if let Some(one) = by_id.remove(id) {
+                    text.push_str(&one);
                 }
             }
         }
@@ -128,8 +136,12 @@ mod tests {
     #[test]
     fn lists_resp_connections_in_redis_servers_fields_and_picks_by_its_filters() {
         let registry = Registry::default();
-        registry.add(7, resp_client("127.0.0.1:40000", 100));
+        let first = resp_client("127.0.0.1:40000", 100);
+        let first_id = first.id;
+        registry.add(7, first);
         let other = resp_client("127.0.0.1:40001", 90);
+        let other_id = other.id;
+        assert!(other_id > first_id, "ids are counted up");
         other.set_name(b"web");
         other.set_resp(3);
         registry.add(9, other);
@@ -140,25 +152,30 @@ mod tests {
         let all = list(&registry, &Clients::default(), (102, 7));
         let lines: Vec<&str> = all.lines().collect();
         assert_eq!(lines.len(), 2, "{all}");
-        assert!(lines[0].starts_with(
-            "id=7 addr=127.0.0.1:40000 laddr=127.0.0.1:6379 fd=7 name= age=2 idle=2 flags=N db=0"
-        ));
+        let expected = format!(
+            "id={first_id} addr=127.0.0.1:40000 laddr=127.0.0.1:6379 fd=7 name= age=2 idle=2 flags=N db=0"
+        );
+        assert!(lines[0].starts_with(&expected), "{}", lines[0]);
         assert!(lines[0].ends_with("cmd=client|list user=default redir=-1 resp=2"), "{}", lines[0]);
         assert!(
             lines[1].contains(" name=web age=12 ")
                 && lines[1].contains("cmd=NULL")
                 && lines[1].ends_with("resp=3")
         );
-        let by_id = Clients { ids: Some(vec![9, 4, 7]), ..Clients::default() };
+        let by_id = Clients { ids: Some(vec![other_id, other_id + 1000, first_id]), ..Clients::default() };
         let text = list(&registry, &by_id, (102, 7));
-        assert!(text.starts_with("id=9 ") && text.contains("\nid=7 ") && text.ends_with('\n'), "{text}");
+        let (first_line, other_line) = (format!("\nid={first_id} "), format!("id={other_id} "));
+        assert!(
+            text.starts_with(&other_line) && text.contains(&first_line) && text.ends_with('\n'),
+            "{text}"
+        );
         let by_addr = Clients { addr: Some(b"127.0.0.1:40001"), skip_me: true, ..Clients::default() };
         assert_eq!(list(&registry, &by_addr, (102, 7)).lines().count(), 1);
         let pubsub = Clients { other_type: true, ..Clients::default() };
         assert_eq!(list(&registry, &pubsub, (102, 7)), "");
         assert!(info(&registry, (102, 9)).contains("cmd=client|info"));
         // Only the asking connection picked: it is not shut down here, it closes after its reply.
-        let me = Clients { ids: Some(vec![7]), ..Clients::default() };
+        let me = Clients { ids: Some(vec![first_id]), ..Clients::default() };
         assert_eq!(kill(&registry, &me, 7), (1, true));
     }
 }

@@ -10,7 +10,11 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU32, AtomicU8};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+
+/// The next socket's id: counted from 1 for the life of the process, never reused (where a
+/// descriptor is reused as soon as its socket closes).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 use std::sync::{Arc, Mutex};
 
 /// A socket's address as memcached prints it.
@@ -61,6 +65,8 @@ impl State {
 /// One socket's entry; a client's is shared with its connection, which updates it.
 #[derive(Debug)]
 pub struct Info {
+    /// Its id, unique for the life of the process: Redis's CLIENT ID.
+    pub id: u64,
     /// Listener, UDP socket or client.
     pub kind: Kind,
     /// The peer's address (clients) or the socket's own (listeners and UDP sockets).
@@ -85,6 +91,7 @@ impl Info {
     /// A socket opened or accepted at `now_secs`.
     pub fn new(kind: Kind, addr: Addr, local: Option<Addr>, now_secs: u32) -> Info {
         Info {
+            id: NEXT_ID.fetch_add(1, Relaxed),
             kind,
             addr,
             local,

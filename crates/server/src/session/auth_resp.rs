@@ -27,7 +27,7 @@ const BULK_BYTES_MAX: usize = 16384;
 pub fn admit_resp(
     input: &mut Input,
     (state, eof): (&mut State, bool),
-    (modes, fd): (Modes<'_>, i32),
+    modes: Modes<'_>,
     (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> (Admission, bool) {
@@ -73,7 +73,7 @@ pub fn admit_resp(
             }
         };
         answered = true;
-        let step = gate(&frame, (modes, fd), (counters, info), out);
+        let step = gate(&frame, modes, (counters, info), out);
         input.consume(len);
         match step {
             Step::Authenticated => return (Admission::Parse, true),
@@ -100,7 +100,7 @@ enum Step {
 /// Answers one request before authentication.
 fn gate(
     frame: &Frame<'_>,
-    (modes, fd): (Modes<'_>, i32),
+    modes: Modes<'_>,
     (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> Step {
@@ -156,7 +156,7 @@ fn gate(
                 if let Some(info) = info {
                     info.set_resp(if resp3 { 3 } else { 2 });
                 }
-                reply::hello(fd, resp3, out);
+                reply::hello(info.map_or(0, |info| info.id), resp3, out);
             }
         }
         None => out.extend_from_slice(reply::OK),

@@ -409,6 +409,7 @@ impl Read for TlsStream {
                 }
                 Err(error) => return Err(error),
             }
+            let handshaking = self.session.is_handshaking();
             if let Err(error) = self.session.process_new_packets() {
                 if self.session.is_handshaking() {
                     self.failed = true;
@@ -416,6 +417,12 @@ impl Read for TlsStream {
                 // The alert rustls queued goes out if the socket takes it.
                 let _ = self.flush_records();
                 return Err(io::Error::new(io::ErrorKind::InvalidData, error));
+            }
+            if handshaking && !self.session.is_handshaking() {
+                // The client's last flight is acknowledged now, not by the delayed ACK: a
+                // client with Nagle on holds its first request until it is (40 ms), where
+                // memcached's OpenSSL sends session tickets that carry the ACK.
+                let _ = socket2::SockRef::from(&self.socket).set_quickack(true);
             }
             match self.flush_records() {
                 Ok(()) => {}

@@ -485,7 +485,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
         crate::session::auth_resp::admit_resp(
             &mut conn.input,
             (&mut conn.state, conn.eof),
-            (modes, conn.fd),
+            modes,
             (&mut engine.counters, conn.info.as_deref()),
             conn.output.reply_buf(),
         )
