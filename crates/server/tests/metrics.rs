@@ -174,13 +174,18 @@ fn scrapers_are_bounded_and_cost_nothing_while_they_wait() {
     // A head past its limit is refused.
     let big = format!("X-Big: {}\r\n", "a".repeat(9000));
     assert_eq!(http(port, "GET", "/metrics", &big).status, 431);
-    // Silent connections up to the limit; the next is closed at once.
-    let silent: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
-    let mut extra = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    extra.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Silent connections past the limit (16): each new one takes the place of the oldest
+    // silent one, so the first are closed, and health probes are answered all the while.
+    let mut silent: Vec<TcpStream> =
+        (0..40).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    for probe in 0..50 {
+        let path = if probe % 2 == 0 { "/healthz" } else { "/readyz" };
+        assert_eq!(get(port, path).status, 200, "probe {probe} among silent connections");
+    }
     let mut byte = [0u8; 1];
-    assert_eq!(extra.read(&mut byte).unwrap_or(0), 0, "a 17th connection is closed");
+    silent[0].set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(silent[0].read(&mut byte).unwrap_or(0), 0, "the oldest silent connection is closed");
+    let silent: Vec<TcpStream> = silent.split_off(24);
     // The waiting ones cost no CPU, and clients are served meanwhile.
     let before = common::cpu_ticks(server.pid());
     std::thread::sleep(Duration::from_millis(1000));

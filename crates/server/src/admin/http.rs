@@ -7,9 +7,12 @@
 //! It runs on threads of its own, never on a worker's loop: a scrape formats thousands of
 //! lines, which on a worker would stall that worker's clients. One thread accepts; each
 //! connection gets a short-lived thread with a small stack that answers one request and
-//! closes. What they can cost is bounded: at most [`CONNECTIONS_MAX`] at once (more are closed
-//! at accept), a request head of at most [`HEAD_BYTES_MAX`], and [`DEADLINE`] for the whole
-//! exchange; a waiting one sleeps in a blocking read, costing no CPU.
+//! closes. What they can cost is bounded: at most [`CONNECTIONS_MAX`] at once, a request head
+//! of at most [`HEAD_BYTES_MAX`], and [`DEADLINE`] for the whole exchange; a waiting one sleeps
+//! in a blocking read, costing no CPU. When all are taken, a new connection takes the place of
+//! the oldest that has not sent its request head yet (scrapers that connect and stay silent
+//! cannot lock `/healthz` and `/readyz` out); only when every one is busy answering is it
+//! closed at accept.
 //!
 //! With -Z it speaks TLS with the server's certificate. Under -S or -Y, `/metrics` asks for
 //! HTTP Basic credentials of one of their users; `/healthz` and `/readyz` answer anyone, and
@@ -23,7 +26,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Connections served at once; more are closed as they are accepted.
@@ -45,6 +48,31 @@ struct State {
     tls: Option<Arc<tls::Context>>,
     /// Connections being served now.
     open: AtomicUsize,
+    /// The connections still reading their request head, oldest first: the ones a new
+    /// connection may take the place of.
+    waiting: Mutex<std::collections::VecDeque<Waiting>>,
+}
+
+/// A connection still reading its request head.
+struct Waiting {
+    /// Its accept number.
+    id: u64,
+    /// Its socket, to shut down.
+    socket: TcpStream,
+}
+
+impl State {
+    /// Shuts down the oldest connection still waiting for its request head (its thread's read
+    /// ends, and it leaves); whether there was one.
+    fn evict_oldest_waiting(&self) -> bool {
+        let oldest = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        oldest.is_some_and(|waiting| waiting.socket.shutdown(std::net::Shutdown::Both).is_ok())
+    }
+
+    /// Connection `id` has its head (or has ended): no longer one to take the place of.
+    fn done_waiting(&self, id: u64) {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).retain(|waiting| waiting.id != id);
+    }
 }
 
 /// The running admin listener.
@@ -64,6 +92,7 @@ impl Endpoint {
             ready: AtomicBool::new(false),
             tls,
             open: AtomicUsize::new(0),
+            waiting: Default::default(),
         });
         let accepting = state.clone();
         std::thread::Builder::new()
@@ -92,42 +121,49 @@ impl Endpoint {
 
 /// Accepts connections until the process ends, each served on a thread of its own.
 fn accept(listener: TcpListener, state: Arc<State>) {
-    for stream in listener.incoming() {
+    for (id, stream) in (0u64..).zip(listener.incoming()) {
         let Ok(stream) = stream else {
             // EMFILE and the like: wait a little rather than spin on a full descriptor table.
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        if state.open.fetch_add(1, Relaxed) >= CONNECTIONS_MAX {
-            state.open.fetch_sub(1, Relaxed);
+        // Full: the new one takes the place of the oldest silent one (whose thread leaves at
+        // once), within twice the bound while that thread is leaving.
+        let full = state.open.load(Relaxed) >= CONNECTIONS_MAX;
+        if (full && !state.evict_oldest_waiting()) || state.open.load(Relaxed) >= 2 * CONNECTIONS_MAX {
             drop(stream);
             continue;
         }
+        let Ok(socket) = stream.try_clone() else { continue };
+        state.open.fetch_add(1, Relaxed);
+        state.waiting.lock().unwrap_or_else(|e| e.into_inner()).push_back(Waiting { id, socket });
         let serving = state.clone();
         let spawned = std::thread::Builder::new().name("metrics-conn".into()).stack_size(STACK_BYTES).spawn(
             move || {
-                serve(stream, &serving);
+                serve(stream, id, &serving);
+                serving.done_waiting(id);
                 serving.open.fetch_sub(1, Relaxed);
             },
         );
         if spawned.is_err() {
+            state.done_waiting(id);
             state.open.fetch_sub(1, Relaxed);
         }
     }
 }
 
 /// Answers one request on `stream` (over TLS under -Z) and closes it.
-fn serve(stream: TcpStream, state: &State) {
+fn serve(stream: TcpStream, id: u64, state: &State) {
     let deadline = Instant::now() + DEADLINE;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(DEADLINE));
     match &state.tls {
-        None => exchange(stream.try_clone().ok(), stream, state, deadline),
+        None => exchange(stream.try_clone().ok(), stream, (state, id), deadline),
         Some(context) => {
             let Ok(session) = rustls::ServerConnection::new(context.server_config()) else { return };
             let socket = stream.try_clone().ok();
             let mut tls = rustls::StreamOwned::new(session, stream);
-            exchange(socket, &mut tls, state, deadline);
+            exchange(socket, &mut tls, (state, id), deadline);
             tls.conn.send_close_notify();
             let _ = tls.flush();
         }
@@ -136,7 +172,12 @@ fn serve(stream: TcpStream, state: &State) {
 
 /// Reads a request head from `io` within `deadline` (`socket` sets each read's timeout), and
 /// writes the reply.
-fn exchange(socket: Option<TcpStream>, mut io: impl Read + Write, state: &State, deadline: Instant) {
+fn exchange(
+    socket: Option<TcpStream>,
+    mut io: impl Read + Write,
+    (state, id): (&State, u64),
+    deadline: Instant,
+) {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let reply = loop {
@@ -158,7 +199,10 @@ fn exchange(socket: Option<TcpStream>, mut io: impl Read + Write, state: &State,
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(&head) {
-            Ok(httparse::Status::Complete(_)) => break answer(&request, state),
+            Ok(httparse::Status::Complete(_)) => {
+                state.done_waiting(id);
+                break answer(&request, state);
+            }
             Ok(httparse::Status::Partial) => continue,
             Err(_) => break Reply::text(400, "bad request\n"),
         }
