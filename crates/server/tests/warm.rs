@@ -181,3 +181,96 @@ fn a_source_that_asks_for_a_login_gets_this_nodes_and_one_out_of_reach_leaves_it
     assert_eq!(client.call(b"set a 0 0 1\r\nb\r\n"), b"STORED\r\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fake source on a free port: answers `version`, then `metadump` with `dump`, then every
+/// `mg` with `reply` (the keys asked are not read: one round of 16 at most is sent).
+fn hostile_source(dump: Vec<u8>, reply: Vec<u8>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(2) {
+            let Ok(mut stream) = stream else { return };
+            let (dump, reply) = (dump.clone(), reply.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(read) = stream.read(&mut buf) {
+                    let text = &buf[..read];
+                    let answer: &[u8] = if read == 0 {
+                        return;
+                    } else if text.starts_with(b"version") {
+                        b"VERSION 1.6.45\r\n"
+                    } else if text.starts_with(b"lru_crawler") {
+                        &dump
+                    } else {
+                        &reply
+                    };
+                    if stream.write_all(answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A source is not trusted: a huge `VA`, a line without end, garbage for a metadump each end
+/// the warm as `failed` (or pass the item over) with this node's memory unchanged, and the
+/// node serves throughout.
+#[test]
+fn a_hostile_source_cannot_take_the_new_nodes_memory_or_lie_about_the_warm() {
+    let item = b"key=k exp=-1 la=1700000000 cas=1 fetch=no cls=1 size=70\r\nEND\r\n".to_vec();
+    let cases: [(Vec<u8>, Vec<u8>, &str); 4] = [
+        // A value far over the item limit, sent for real after its head: passed over.
+        (item.clone(), [&b"VA 1000000000000 f0 t-1\r\n"[..], &vec![b'x'; 1 << 20]].concat(), "failed"),
+        (item.clone(), b"VA 2000000000 f0 t-1\r\n".to_vec(), "failed"),
+        // A metadump line that never ends.
+        ([&b"key="[..], &vec![b'a'; 8 << 20]].concat(), Vec::new(), "failed"),
+        // Not a metadump.
+        (b"hello there\r\nEND\r\n".to_vec(), Vec::new(), "failed"),
+    ];
+    for (dump, reply, state) in cases {
+        let source = hostile_source(dump, reply);
+        let node = ServerProcess::quicksilver(&["-m", "8", "--warm-from", &format!("127.0.0.1:{source}")]);
+        let before = common::rss_bytes(node.pid());
+        let mut client = node.connect();
+        let warm = wait_warm_end(&mut client, Duration::from_secs(60));
+        assert_eq!(warm["warm_state"], state, "{warm:?}");
+        let grown = common::rss_bytes(node.pid()).saturating_sub(before);
+        assert!(grown < 64 << 20, "the node grew by {grown} bytes: {warm:?}");
+        assert_eq!(client.call(b"set a 0 0 1\r\nb\r\n"), b"STORED\r\n");
+    }
+}
+
+/// A key memcached holds that no meta command can name (200 bytes with spaces: over 250 once
+/// in base64) is passed over and counted; every other item is copied.
+#[test]
+fn a_key_no_meta_command_can_name_is_passed_over_and_the_rest_copied() {
+    let source = ServerProcess::memcached(&[]);
+    let mut writer = source.connect();
+    for n in 0..100 {
+        store(&mut writer, &format!("k{n}"), 0, 0, b"v");
+    }
+    // The binary protocol's SET of a key with spaces.
+    let key = vec![b' '; 200];
+    let mut packet = vec![0x80, 0x01, 0, key.len() as u8, 8, 0, 0, 0];
+    packet.extend_from_slice(&((8 + key.len() + 1) as u32).to_be_bytes());
+    packet.extend_from_slice(&[0; 12]);
+    packet.extend_from_slice(&[0; 8]);
+    packet.extend_from_slice(&key);
+    packet.push(b'v');
+    let mut binary = TcpStream::connect(("127.0.0.1", source.port)).unwrap();
+    binary.write_all(&packet).unwrap();
+    let mut header = [0u8; 24];
+    binary.read_exact(&mut header).unwrap();
+    assert_eq!(&header[6..8], &[0, 0], "memcached stored the key");
+    let node = ServerProcess::quicksilver(&["--warm-from", &format!("127.0.0.1:{}", source.port)]);
+    let mut client = node.connect();
+    let warm = wait_warm_end(&mut client, Duration::from_secs(30));
+    assert_eq!(
+        (warm["warm_state"].as_str(), warm["warm_copied_items"].as_str()),
+        ("done", "100"),
+        "{warm:?}"
+    );
+    assert_eq!(warm["warm_refused_items"], "1", "{warm:?}");
+}

@@ -76,6 +76,12 @@ fn push_key(out: &mut Vec<u8>, key: &[u8]) -> &'static [u8] {
     }
 }
 
+/// Whether a meta command can name `key`: as it is, or in base64 within 250 bytes.
+pub fn askable(key: &[u8]) -> bool {
+    let plain = key.len() <= qs_proto::KEY_BYTES_MAX && key.iter().all(|&byte| byte > b' ' && byte != 0x7f);
+    plain || key.len().div_ceil(3) * 4 <= qs_proto::KEY_BYTES_MAX
+}
+
 /// `mg <key> v f t`: the value, its flags and its remaining TTL.
 pub fn push_get(out: &mut Vec<u8>, key: &[u8]) {
     out.extend_from_slice(b"mg ");

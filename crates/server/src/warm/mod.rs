@@ -12,6 +12,12 @@
 //! 503 `warming` until it ends, so a rolling replacement waits for one node to be warm before
 //! replacing the next. A source that cannot be reached, listed or read ends the warm as
 //! `failed` (what was copied stays, and the node serves as a cold one would).
+//!
+//! The source is not trusted: a line is at most [`LINE_BYTES_MAX`], the listing keeps at most
+//! as many items as this node's memory could hold ([`listed_max`]), a value over this node's
+//! item limit is read past in small pieces and counted refused, and a key no meta command can
+//! name (over 250 bytes once in base64) is counted refused and passed over. Anything else the
+//! source sends that is not memcached's text ends the warm as `failed`.
 
 pub mod meta;
 
@@ -38,6 +44,17 @@ const FILL_PERCENT: u64 = 90;
 const EXPIRY_MARGIN_SECS: u32 = 2;
 /// How often a busy crawler (memcached's `BUSY`) is asked again, a second apart.
 const BUSY_RETRIES: u32 = 30;
+/// The longest line read from the source: a metadump line (a key of 250 bytes, each encoded
+/// as three, and its fields) or an `mg` reply's head, with room to spare.
+const LINE_BYTES_MAX: usize = 4096;
+/// The least an item costs in memcached's or quicksilver's memory (a header and a short key),
+/// which bounds how many items this node's memory could hold.
+const ITEM_BYTES_MIN: u64 = 48;
+
+/// The most items a listing keeps for a node of `memory_bytes`: no more could fit.
+fn listed_max(memory_bytes: u64) -> usize {
+    usize::try_from(memory_bytes / ITEM_BYTES_MIN).unwrap_or(usize::MAX).max(1024)
+}
 
 /// Starts warming from `--warm-from`'s node into this one's text listener at `target`
 /// (`None`: there is no plaintext one, and the warm fails at once).
@@ -90,7 +107,10 @@ fn run(shared: &Shared, source: &str, target: SocketAddr, started: Instant) -> R
     }
     let login = shared.credentials.modes().ascii.and_then(crate::session::auth::Passwords::first);
     let mut from = Node::source(source, login)?;
-    let mut items = from.list()?;
+    let mut items = from.list(listed_max(shared.config.memory_mib << 20))?;
+    let askable = items.len();
+    items.retain(|item| meta::askable(&item.key));
+    shared.warming.refused.fetch_add((askable - items.len()) as u64, Relaxed);
     let warming = &shared.warming;
     warming.listed.store(items.len() as u64, Relaxed);
     meta::hottest_first(&mut items);
@@ -115,6 +135,7 @@ fn copy(
 ) -> Result<(), String> {
     let warming = &shared.warming;
     let rate = shared.extended.admin.warm_rate;
+    let item_max = shared.memory.item_bytes_max();
     let copying = Instant::now();
     let (mut asks, mut stores) = (Vec::new(), Vec::new());
     let mut bytes = 0u64;
@@ -135,8 +156,13 @@ fn copy(
                 Head::Miss => drop(warming.gone.fetch_add(1, Relaxed)),
                 // Expiring as it is read: its value is passed over.
                 Head::Value { len, ttl: Some(0), .. } => {
-                    from.value_into(len, &mut Vec::new())?;
+                    from.pass_over(len)?;
                     warming.gone.fetch_add(1, Relaxed);
+                }
+                // More than this node takes: read past, never held.
+                Head::Value { len, .. } if len > item_max => {
+                    from.pass_over(len)?;
+                    warming.refused.fetch_add(1, Relaxed);
                 }
                 Head::Value { len, flags, ttl } => {
                     meta::push_add_line(&mut stores, &item.key, len, flags, (ttl, now));
@@ -221,8 +247,9 @@ impl Node {
         }
     }
 
-    /// Lists the node's live items (`lru_crawler metadump all`), waiting out a busy crawler.
-    fn list(&mut self) -> Result<Vec<Listed>, String> {
+    /// Lists the node's live items (`lru_crawler metadump all`), waiting out a busy crawler;
+    /// the hottest `most` of them, where it lists more (at most twice that are held).
+    fn list(&mut self, most: usize) -> Result<Vec<Listed>, String> {
         let now = crate::sys::now_secs();
         'ask: for _ in 0..BUSY_RETRIES {
             self.send(b"lru_crawler metadump all\r\n")?;
@@ -240,7 +267,14 @@ impl Node {
                 if first.ends_with(b"ERROR") {
                     return Err(format!("metadump refused: {}", String::from_utf8_lossy(line)));
                 }
+                if !line.starts_with(b"key=") {
+                    return Err(format!("not a metadump line: {:?}", String::from_utf8_lossy(line)));
+                }
                 items.extend(meta::dump_line(line, now, EXPIRY_MARGIN_SECS));
+                if items.len() >= 2 * most {
+                    meta::hottest_first(&mut items);
+                    items.truncate(most);
+                }
             }
         }
         Err("the source's crawler stayed busy".into())
@@ -250,17 +284,33 @@ impl Node {
         self.writer.write_all(bytes).map_err(|e| format!("write: {e}"))
     }
 
-    /// The next line, without its line end.
+    /// The next line, without its line end (at most [`LINE_BYTES_MAX`]).
     fn line(&mut self) -> Result<&[u8], String> {
         self.line.clear();
-        match self.reader.read_until(b'\n', &mut self.line) {
+        let mut limited = (&mut self.reader).take(LINE_BYTES_MAX as u64 + 1);
+        match limited.read_until(b'\n', &mut self.line) {
             Ok(0) => Err("the connection closed".into()),
+            Ok(_) if !self.line.ends_with(b"\n") && self.line.len() > LINE_BYTES_MAX => {
+                Err(format!("a line longer than {LINE_BYTES_MAX} bytes"))
+            }
+            Ok(_) if !self.line.ends_with(b"\n") => Err("the connection closed inside a line".into()),
             Ok(_) => Ok(self
                 .line
                 .strip_suffix(b"\n")
                 .map_or(&self.line[..], |line| line.strip_suffix(b"\r").unwrap_or(line))),
             Err(e) => Err(format!("read: {e}")),
         }
+    }
+
+    /// Reads past a value of `len` bytes and its `\r\n`, a piece at a time.
+    fn pass_over(&mut self, len: usize) -> Result<(), String> {
+        let want = len as u64 + 2;
+        let skipped = std::io::copy(&mut (&mut self.reader).take(want), &mut std::io::sink())
+            .map_err(|e| format!("read: {e}"))?;
+        if skipped < want {
+            return Err("the connection closed inside a value".into());
+        }
+        Ok(())
     }
 
     /// Reads a value of `len` bytes and its `\r\n`, appending both to `out`.
