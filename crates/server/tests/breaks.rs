@@ -230,3 +230,47 @@ fn an_http_request_to_the_redis_port_runs_nothing() {
         }
     }
 }
+
+/// SCAN's cursors in the time of the keys, not of -m: a few keys come back in one call
+/// however large the memory, and a full walk of many lists every key in about as many calls
+/// as redis-server's (COUNT keys a call).
+#[test]
+fn scan_costs_the_keys_not_the_memory() {
+    let scan_all = |port: u16| {
+        let mut client = connect(port);
+        let (mut cursor, mut calls, mut seen) = ("0".to_string(), 0, std::collections::HashSet::new());
+        loop {
+            let reply = call(&mut client, &frame(&["SCAN", &cursor, "COUNT", "10"]));
+            let text = String::from_utf8(reply).expect("text");
+            let lines: Vec<&str> = text.split("\r\n").collect();
+            // *2, $n, cursor, *k, then $len/key pairs.
+            cursor = lines[2].to_string();
+            seen.extend(
+                lines[4..].iter().skip(1).step_by(2).filter(|key| !key.is_empty()).map(|k| k.to_string()),
+            );
+            calls += 1;
+            if cursor == "0" {
+                return (seen, calls);
+            }
+        }
+    };
+    for (memory, threads) in [("64", "1"), ("1024", "2")] {
+        let (_server, port) = quicksilver(&["-m", memory, "-t", threads]);
+        let mut client = connect(port);
+        for key in ["a", "b", "c"] {
+            call(&mut client, &frame(&["SET", key, "v"]));
+        }
+        let (seen, calls) = scan_all(port);
+        assert_eq!((seen.len(), calls), (3, 1), "-m {memory} -t {threads}");
+        let mut pipeline = Vec::new();
+        for n in 0..3000 {
+            pipeline.extend(frame(&["SET", &format!("key:{n}"), "v"]));
+        }
+        client.send(&pipeline);
+        let replies = call(&mut client, &frame(&["DBSIZE"]));
+        assert!(replies.ends_with(b"+OK\r\n:3003\r\n"), "-m {memory}: DBSIZE after the sets");
+        let (seen, calls) = scan_all(port);
+        assert_eq!(seen.len(), 3003, "-m {memory} -t {threads}");
+        assert!(calls <= 3003 / 10 + 20, "-m {memory} -t {threads}: {calls} calls");
+    }
+}

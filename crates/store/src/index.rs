@@ -42,6 +42,9 @@ const _: () = assert!(SLOTS_PER_BUCKET + 1 == BUCKET_WORDS);
 /// the start (anonymous memory: address space only, until touched).
 pub const LEVELS_MAX: u32 = 3;
 
+/// Main buckets summed up by one bit of an index's occupancy summary ([`Index::mark`]).
+pub const GROUP_BUCKETS: usize = 64;
+
 /// Bits of a slot holding the offset.
 pub const OFFSET_BITS_MAX: u32 = 48;
 
@@ -172,6 +175,17 @@ pub struct Index {
     /// Doublings the memory has room for.
     levels_max: u32,
     spare_count: usize,
+    /// A bit per [`GROUP_BUCKETS`] main buckets (of the room), set once the owner has put a
+    /// slot in one of them (written by the owner only, never cleared): a walk of the keyspace
+    /// (SCAN) passes the groups whose bit is clear without reading their buckets, so a
+    /// sparse keyspace costs its keys, not the memory's buckets.
+    groups: Box<[AtomicU64]>,
+}
+
+/// An empty occupancy summary for `buckets` main buckets (all set with `full`).
+fn group_words(buckets: usize, full: bool) -> Box<[AtomicU64]> {
+    let words = buckets.div_ceil(GROUP_BUCKETS).div_ceil(64);
+    (0..words).map(|_| AtomicU64::new(if full { u64::MAX } else { 0 })).collect()
 }
 
 impl Index {
@@ -190,7 +204,8 @@ impl Index {
         let region = Region::with_room(bytes, (bucket_count << levels) * BUCKET_BYTES, huge_pages);
         let levels_max = if region.bytes() >= (bucket_count << levels) * BUCKET_BYTES { levels } else { 0 };
         let base = Shape::fixed(bucket_count);
-        Index { region, base, shape: AtomicU64::new(0), levels_max, spare_count }
+        let groups = group_words(bucket_count << levels_max, false);
+        Index { region, base, shape: AtomicU64::new(0), levels_max, spare_count, groups }
     }
 
     /// `bucket_count` main buckets (a power of two, no spares) mapped from `bytes_for(..)`
@@ -201,7 +216,9 @@ impl Index {
         assert!(bucket_count.is_power_of_two(), "bucket count must be a power of two");
         let region = Region::from_file(file, offset, Index::file_bytes(bucket_count))?;
         let base = Shape::fixed(bucket_count);
-        Ok(Index { region, base, shape: AtomicU64::new(0), levels_max: 0, spare_count: 0 })
+        // What the file holds is not known: every group may hold a slot.
+        let groups = group_words(bucket_count, true);
+        Ok(Index { region, base, shape: AtomicU64::new(0), levels_max: 0, spare_count: 0, groups })
     }
 
     /// Bytes a file holds for an index of `bucket_count` buckets (whole pages).
@@ -258,6 +275,37 @@ impl Index {
     pub fn bucket(&self, bucket: usize) -> &[AtomicU64] {
         let start = bucket * BUCKET_WORDS;
         &self.region.words()[start..start + BUCKET_WORDS]
+    }
+
+    /// Records that main bucket `bucket` holds a slot (the owner, as it puts one there; a
+    /// spare bucket's main bucket is marked when its chain is). A word of the summary that
+    /// stays in cache: a load and a compare where the bit is set already.
+    #[inline(always)]
+    pub fn mark(&self, bucket: usize) {
+        let group = bucket / GROUP_BUCKETS;
+        if let Some(word) = self.groups.get(group / 64) {
+            let (bits, bit) = (word.load(Relaxed), 1u64 << (group % 64));
+            if bits & bit == 0 {
+                word.store(bits | bit, Relaxed);
+            }
+        }
+    }
+
+    /// The first main bucket from `from` (before `end`) whose group has held a slot; `end`
+    /// when none has. Groups never marked are passed 64 at a time, a word each.
+    pub fn next_marked(&self, from: usize, end: usize) -> usize {
+        let mut group = from / GROUP_BUCKETS;
+        while group * GROUP_BUCKETS < end {
+            let Some(word) = self.groups.get(group / 64) else { return end };
+            let bits = word.load(Relaxed) >> (group % 64);
+            if bits == 0 {
+                group = (group / 64 + 1) * 64;
+                continue;
+            }
+            group += bits.trailing_zeros() as usize;
+            return (group * GROUP_BUCKETS).max(from).min(end);
+        }
+        end
     }
 
     /// Starts loading both cache lines of bucket `bucket`.
@@ -338,5 +386,21 @@ mod tests {
         }
         assert_eq!((index.bucket_count(), index.bytes()), (16, 16 * 128));
         assert_eq!(Index::growing(4, 1, 2, HugePages::Off).room_buckets(), 4, "spares: no growth");
+    }
+
+    #[test]
+    fn the_occupancy_summary_finds_every_marked_group_and_passes_the_rest() {
+        let index = Index::growing(1 << 14, 0, 2, HugePages::Off);
+        let end = index.room_buckets();
+        assert_eq!(index.next_marked(0, end), end, "nothing marked");
+        for bucket in [5, 64 * 70 + 3, end - 1] {
+            index.mark(bucket);
+        }
+        assert_eq!(index.next_marked(0, end), 0, "bucket 5's group starts at 0");
+        assert_eq!(index.next_marked(6, end), 6, "inside a marked group: where asked");
+        assert_eq!(index.next_marked(64, end), 64 * 70);
+        assert_eq!(index.next_marked(64 * 71, end), end - GROUP_BUCKETS);
+        assert_eq!(index.next_marked(64 * 71, 64 * 1000), 64 * 1000, "none before the end");
+        index.mark(end + 10_000);
     }
 }

@@ -91,6 +91,17 @@ impl Reader {
         }
     }
 
+    /// Main index buckets in use now (the owner may grow them).
+    pub fn main_buckets(&self) -> usize {
+        self.shared.index.bucket_count()
+    }
+
+    /// [`crate::Partition::next_occupied`], as the owner last left the index.
+    pub fn next_occupied(&self, from: usize) -> usize {
+        let index = &self.shared.index;
+        index.next_marked(from, index.bucket_count())
+    }
+
     /// Lists the items main buckets `buckets` point to that answer at `now`, as
     /// [`crate::Partition::dump`] does, from any thread (memcached's `stats cachedump`): each
     /// bucket is copied optimistically and copied again if the owner changed it meanwhile.

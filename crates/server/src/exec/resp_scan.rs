@@ -4,11 +4,21 @@
 //! `lru_crawler metadump` walks them. A SCAN cursor names the partition and bucket to go on
 //! from: keys there the whole time are listed at least once, whatever is written meanwhile
 //! (an index that grows splits a bucket into one at a higher number, which is walked later).
+//!
+//! A SCAN call costs its keys, not the memory: the buckets of groups that never held a slot
+//! (the index's occupancy summary) are passed without being read, and a call reads at most
+//! [`SCAN_BUCKETS_MIN`] or ten times COUNT buckets (redis-server reads up to ten times COUNT
+//! empty ones), stopping once it has seen COUNT keys. A few keys in a large memory come back
+//! in one call.
 
 use super::*;
 use qs_proto::resp::command::Scan;
 use qs_proto::resp::glob;
 use qs_proto::resp::reply;
+
+/// The fewest buckets a SCAN call may read (more with a COUNT over a tenth of it): a
+/// keyspace of a few keys spread over that many buckets' groups comes back in one call.
+const SCAN_BUCKETS_MIN: usize = 1024;
 
 impl Engine {
     /// Calls `visit` with each key held in buckets `buckets` of partition `partition`.
@@ -36,30 +46,44 @@ impl Engine {
         array(keys.iter().map(Vec::as_slice), keys.len(), out);
     }
 
-    /// SCAN: the keys of the next `count` buckets from the cursor, and the cursor after them
-    /// (0 once every partition is walked).
+    /// SCAN: the keys from the cursor on, bucket by bucket, until COUNT keys were seen or the
+    /// call's buckets are read; the cursor after them (0 once every partition is walked).
     pub(super) fn resp_scan(&self, scan: &Scan<'_>, out: &mut Vec<u8>) {
         let buckets = self.shared.memory.main_buckets() as u64;
         let total = buckets * self.partitions.len() as u64;
         let mut at = scan.cursor;
         let mut keys: Vec<Vec<u8>> = Vec::new();
-        let end = at.saturating_add(scan.count as u64).min(total);
-        while at < end {
+        let (mut seen, mut budget) = (0, (10 * scan.count).max(SCAN_BUCKETS_MIN));
+        while at < total && budget > 0 && seen < scan.count {
             let (partition, bucket) = ((at / buckets) as usize, (at % buckets) as usize);
-            // To the end of this partition's buckets at most.
-            let stop = end.min((partition as u64 + 1) * buckets);
-            let range = bucket..bucket + (stop - at) as usize;
-            self.walk(partition, range, &mut |key| {
+            let Some(next) = self.next_occupied(partition, bucket) else {
+                at = (partition as u64 + 1) * buckets;
+                continue;
+            };
+            self.walk(partition, next..next + 1, &mut |key| {
+                seen += 1;
                 if scan.strings && scan.pattern.map_or(true, |pattern| glob::matches(pattern, key, false)) {
                     keys.push(key.to_vec());
                 }
             });
-            at = stop;
+            budget -= 1;
+            at = partition as u64 * buckets + next as u64 + 1;
         }
         let next = if at >= total { 0 } else { at };
         out.extend_from_slice(b"*2\r\n");
         reply::bulk(next.to_string().as_bytes(), out);
         array(keys.iter().map(Vec::as_slice), keys.len(), out);
+    }
+
+    /// The first bucket from `bucket` of `partition` that may hold a key, as this worker
+    /// reads it (`None`: none does, or its keys are not seen here).
+    fn next_occupied(&self, partition: usize, bucket: usize) -> Option<usize> {
+        let (next, end) = match (&self.partitions[partition], self.shared.map.reader(partition)) {
+            (Some(owned), _) => (owned.next_occupied(bucket), owned.main_buckets()),
+            (None, Some(reader)) if self.crew => (reader.next_occupied(bucket), reader.main_buckets()),
+            _ => return None,
+        };
+        (next < end).then_some(next)
     }
 
     /// RANDOMKEY: the first key found from a random partition and bucket on (null when

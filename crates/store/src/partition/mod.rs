@@ -758,6 +758,13 @@ impl Partition {
         self.shared.index.room_buckets()
     }
 
+    /// The first main bucket from `from` that may hold a key (its group of
+    /// [`crate::index::GROUP_BUCKETS`] has held one); [`Partition::main_buckets`] when none
+    /// does. A walk of the keyspace passes the rest unread.
+    pub fn next_occupied(&self, from: usize) -> usize {
+        self.shared.index.next_marked(from, self.main_buckets())
+    }
+
     /// Main index buckets in use: [`Partition::dump`] walks `0..main_buckets()`.
     pub fn main_buckets(&self) -> usize {
         self.shape.buckets()

@@ -80,6 +80,7 @@ impl Partition {
     /// bucket when the chain is full. `false` when no spare bucket is left.
     pub(super) fn link_chained(&mut self, bucket: usize, slot: Slot) -> bool {
         let index = &self.shared.index;
+        index.mark(bucket);
         let mut at = bucket;
         loop {
             let words = index.bucket(at);

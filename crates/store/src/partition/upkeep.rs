@@ -37,6 +37,9 @@ impl Partition {
 
     #[inline(always)]
     pub(super) fn set_slot(&self, bucket: usize, slot: usize, value: Slot) {
+        if !value.is_empty() {
+            self.shared.index.mark(bucket);
+        }
         self.shared.index.bucket(bucket)[1 + slot].store(value.0, Relaxed);
     }
 
@@ -72,6 +75,7 @@ impl Partition {
     /// Puts a new slot in a bucket: an empty or dangling slot if there is one, else the slot of
     /// the oldest item, which is dropped (an index eviction).
     pub(super) fn link(&mut self, bucket: usize, slot: Slot) {
+        self.shared.index.mark(bucket);
         let words = self.shared.index.bucket(bucket);
         let mut oldest = (0, 0u64);
         for (slot_index, word) in words[1..].iter().enumerate() {
@@ -145,6 +149,7 @@ impl Partition {
         let from_version = self.begin_write(from);
         let to_version = self.begin_write(to);
         let index = &self.shared.index;
+        index.mark(to);
         let (source, target) = (index.bucket(from), index.bucket(to));
         let mut moved = 1;
         for word in &source[1..] {
