@@ -42,8 +42,10 @@ pub enum Framing {
 /// The RESP request at the front of `buf`: a [`Request::RespKey`] (a command on one key) or
 /// [`Request::Resp`], a skipped empty request, or
 /// [`Request::RespProtocolError`] (whose `len` is the whole buffer: nothing after it is read).
-/// A bulk string longer than the item size limit (-I) is an invalid bulk length, as one
-/// over redis-server's proto-max-bulk-len is: its bytes are never buffered.
+/// A request's bounds are redis-server's (a bulk string of at most proto-max-bulk-len, 512 MB;
+/// at most [`ARGS_MAX`] arguments), not the item size limit: a value over -I is framed (its
+/// bytes taken from the client memory budget, or the request refused for memory) and then
+/// refused as too large for the cache, with an error reply, the connection in step.
 pub fn parse<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
     parse_as(buf, limits, false)
 }
@@ -57,7 +59,7 @@ pub fn parse3<'a>(buf: &'a [u8], limits: &crate::Limits) -> Parsed<'a> {
 /// [`parse`] (`resp3` false) or [`parse3`].
 #[inline(always)]
 pub fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parsed<'a> {
-    let bulk_max = BULK_BYTES_MAX.min(limits.item_bytes_max as u64);
+    let bulk_max = BULK_BYTES_MAX;
     if let Some((mut command, len)) = get_or_set(buf, bulk_max) {
         if let (true, crate::command::Answer::Resp(reply)) = (resp3, command.answer) {
             command.answer = crate::command::Answer::Resp(reply.resp3());

@@ -274,3 +274,28 @@ fn scan_costs_the_keys_not_the_memory() {
         assert!(calls <= 3003 / 10 + 20, "-m {memory} -t {threads}: {calls} calls");
     }
 }
+
+/// A request's bounds are redis-server's, not the item limit: an MGET of 40,000 keys (a
+/// 1.1 MB request) is answered as redis-server answers it, and a SET of a value over -I is
+/// refused with an error, the connection in step.
+#[test]
+fn a_request_longer_than_the_item_limit_is_answered() {
+    let redis = Redis::start();
+    let keys: Vec<String> = (0..40_000).map(|n| format!("mget-key-{n:08}-of-forty-thousand")).collect();
+    let mut mget: Vec<&str> = vec!["MGET"];
+    mget.extend(keys.iter().map(String::as_str));
+    let mget = frame(&mget);
+    assert!(mget.len() > 1 << 20);
+    let mut theirs = connect(redis.port);
+    call(&mut theirs, &frame(&["SET", "mget-key-00000007-of-forty-thousand", "seven"]));
+    let want = call(&mut theirs, &mget);
+    for threads in ["1", "2"] {
+        let (_server, port) = quicksilver(&["-t", threads]);
+        let mut client = connect(port);
+        call(&mut client, &frame(&["SET", "mget-key-00000007-of-forty-thousand", "seven"]));
+        assert!(call(&mut client, &mget) == want, "-t {threads}: MGET of 40,000 keys");
+        let big = frame_bytes(&[b"SET", b"big", &vec![b'x'; 2 << 20]]);
+        assert_eq!(call(&mut client, &big), b"-ERR object too large for cache\r\n", "-t {threads}");
+        assert_eq!(call(&mut client, &frame(&["PING"])), b"+PONG\r\n");
+    }
+}

@@ -431,16 +431,21 @@ fn info_lists_redis_servers_sections_and_fields() {
 }
 
 #[test]
-fn a_value_past_the_item_size_limit_is_refused_at_its_length_and_one_under_it_is_stored() {
+fn a_value_past_the_item_size_limit_is_refused_with_an_error_and_one_under_it_is_stored() {
     let (_server, port) = quicksilver(&["-I", "1m"]);
     let mut client = connect(port);
     let value = "v".repeat(1_000_000);
     assert_eq!(call(&mut client, &frame(&["SET", "big", &value])), b"+OK\r\n");
     let mut reply = call(&mut client, &frame(&["GET", "big"]));
     assert!(reply.starts_with(b"$1000000\r\nvvv"));
-    reply.clear();
-    // The bulk length is refused before its bytes are read: an error, then the close.
-    client.send(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$2000000\r\n");
+    // Within redis-server's bounds the request is read, then refused: an error, the old value
+    // kept and the connection in step.
+    let value = "w".repeat(2_000_000);
+    assert_eq!(call(&mut client, &frame(&["SET", "big", &value])), b"-ERR object too large for cache\r\n");
+    assert_eq!(call(&mut client, &frame(&["STRLEN", "big"])), b":1000000\r\n");
+    // Past them, its length is refused before its bytes are read: an error, then the close.
+    client.send(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$536870913\r\n");
+    let mut reply = Vec::new();
     client.stream.read_to_end(&mut reply).expect("read to close");
     assert_eq!(reply, b"-ERR Protocol error: invalid bulk length\r\n");
     let mut again = connect(port);

@@ -112,7 +112,10 @@ impl Worker {
         let mut conn = Conn::new(
             Transport::Tcp(stream),
             self.generations[index],
-            Input::new(self.input_limit),
+            Input::new(match self.listeners[listener].protocol {
+                crate::config::Protocol::Resp => self.resp_input_limit,
+                _ => self.input_limit,
+            }),
             Output::new(self.shared.map.workers()),
             self.listeners[listener].protocol,
         );

@@ -55,6 +55,8 @@ const NATIVE_BASE: usize = 1 << 40;
 const UDP_DATAGRAMS_PER_TURN: usize = 64;
 /// Largest UDP datagram.
 const DATAGRAM_BYTES_MAX: usize = 65536;
+/// The longest RESP request read (redis-server's client-query-buffer-limit).
+const RESP_REQUEST_BYTES_MAX: usize = 1 << 30;
 /// The most flushes in a row that hold a connection's ready replies back while replies from
 /// other workers are outstanding (two workers, 50% GET, depth 16: one hold in a row left 1.8
 /// sends per client batch, four or more leave one; docs/benchmarks/HISTORY.md).
@@ -129,6 +131,8 @@ pub struct Worker {
     /// Keys located by `read_ahead`, for its item prefetch.
     ahead: Vec<Located>,
     input_limit: usize,
+    /// The same for a connection of a RESP listener.
+    resp_input_limit: usize,
     executed: bool,
     /// Buffers lent to connections while they have bytes in flight.
     buffers: Buffers,
@@ -221,6 +225,9 @@ impl Worker {
         let workers = shared.map.workers();
         let input_limit =
             shared.memory.item_bytes_max().max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
+        // A Redis request may be as long as redis-server's query buffer allows (1 GiB), within
+        // the client memory budget, which charges its bytes as they arrive.
+        let resp_input_limit = input_limit.max(shared.client_memory.limit().min(RESP_REQUEST_BYTES_MAX));
         let buffer_limit =
             Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.map.workers());
         let buffers = Buffers::with_budget(buffer_limit, shared.client_memory.clone());
@@ -254,6 +261,7 @@ impl Worker {
             work_from_events: 0,
             ahead: Vec::new(),
             input_limit,
+            resp_input_limit,
             executed: false,
             buffers,
             buffers_shown: Default::default(),
