@@ -26,9 +26,9 @@ use crate::{Parsed, Request};
 pub const INLINE_BYTES_MAX: usize = 64 * 1024;
 /// Largest bulk string (redis-server's default proto-max-bulk-len, 512 MB).
 pub const BULK_BYTES_MAX: u64 = 512 * 1024 * 1024;
-/// Most arguments in one request (redis-server refuses a count over INT_MAX; a bound keeps
-/// the frame's walk finite).
-pub const ARGS_MAX: u64 = 1024 * 1024;
+/// Most arguments in one request: redis-server's bound (INT_MAX). What so many arguments
+/// hold is bounded by the client memory budget as they arrive.
+pub const ARGS_MAX: u64 = i32::MAX as u64;
 
 /// What parsing found at the front of the buffer, besides a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +107,73 @@ pub fn key_guess(buf: &[u8]) -> Option<&[u8]> {
     let (_, next) = bulk(first)?;
     let (key, _) = bulk(next)?;
     (!key.is_empty() && key.len() <= crate::KEY_BYTES_MAX).then_some(key)
+}
+
+/// How far the framing of a multibulk request still arriving got ([`progress`]): where the
+/// first argument not all here starts, how many came before it, and how many there are
+/// (0: nothing walked yet). Offsets are from the request's first byte.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    at: usize,
+    args: u64,
+    count: u64,
+}
+
+impl Progress {
+    /// Whether a walk has started (else it starts at the request's first byte).
+    pub fn started(self) -> bool {
+        self.count > 0
+    }
+}
+
+/// What [`progress`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walked {
+    /// A multibulk request not all here: how far it got, and how long the request is at least
+    /// (through the end of the bulk string arriving now), where that is known.
+    Arriving { progress: Progress, at_least: Option<usize> },
+    /// Anything else: a request all here, another form, or broken framing ([`parse`] says).
+    Other,
+}
+
+/// Walks the multibulk request at the front of `buf` on from `from` (what the last call found
+/// for the same request, as it was then; [`Progress::default`] the first time), so a request
+/// of many arguments arriving a read at a time is walked once in all, not from its start on
+/// every read. The same checks as [`parse`]'s, which reads the request once it is all here.
+pub fn progress(buf: &[u8], from: Progress) -> Walked {
+    let mut progress = from;
+    if !progress.started() {
+        if buf.first() != Some(&b'*') {
+            return Walked::Other;
+        }
+        let Some(cr) = find_cr(buf) else { return Walked::Other };
+        match number(&buf[1..cr]) {
+            Some(count) if (1..=ARGS_MAX as i64).contains(&count) => {
+                progress = Progress { at: cr + 2, args: 0, count: count as u64 };
+            }
+            _ => return Walked::Other,
+        }
+    }
+    while progress.args < progress.count {
+        let Some(rest) = buf.get(progress.at..) else { return Walked::Other };
+        let Some(cr) = find_cr(rest) else {
+            return match rest.len() > INLINE_BYTES_MAX {
+                true => Walked::Other,
+                false => Walked::Arriving { progress, at_least: None },
+            };
+        };
+        let len = match (rest[0], number(&rest[1..cr])) {
+            (b'$', Some(len)) if (0..=BULK_BYTES_MAX as i64).contains(&len) => len as usize,
+            _ => return Walked::Other,
+        };
+        let end = cr + 2 + len + 2;
+        if rest.len() < end {
+            return Walked::Arriving { progress, at_least: Some(progress.at + end) };
+        }
+        progress.at += end;
+        progress.args += 1;
+    }
+    Walked::Other
 }
 
 /// For a multibulk request not all here yet: how long it is at least, through the end of the

@@ -359,3 +359,32 @@ fn get_and_set_as_clients_write_them_are_read_in_one_pass() {
     assert!(super::get_or_set(&get[..get.len() - 1], 1 << 20).is_none());
     assert!(super::get_or_set(b"GET key\r\n", 1 << 20).is_none());
 }
+
+/// A request of many arguments arriving a piece at a time is walked on from where the last
+/// walk stopped, and finds what a walk from its start finds.
+#[test]
+fn a_walk_goes_on_from_where_it_stopped() {
+    let args: Vec<Vec<u8>> = (0..500).map(|n| format!("key-{n}").into_bytes()).collect();
+    let mut all: Vec<&[u8]> = vec![b"DEL"];
+    all.extend(args.iter().map(Vec::as_slice));
+    let request = frame_bytes(&all);
+    let mut memo = Progress::default();
+    for cut in (1..request.len()).step_by(7) {
+        let (resumed, fresh) =
+            (progress(&request[..cut], memo), progress(&request[..cut], Progress::default()));
+        assert_eq!(resumed, fresh, "cut at {cut}");
+        match resumed {
+            Walked::Arriving { progress, at_least } => {
+                memo = progress;
+                assert_eq!(at_least.is_some(), arriving_len(&request[..cut]).is_some(), "cut at {cut}");
+                if let Some(len) = at_least {
+                    assert_eq!(Some(len), arriving_len(&request[..cut]), "cut at {cut}");
+                }
+            }
+            Walked::Other => assert!(cut < 3, "cut at {cut}: the count line not all here"),
+        }
+    }
+    assert_eq!(progress(&request, memo), Walked::Other, "all here");
+    assert_eq!(progress(b"PING\r\n", Progress::default()), Walked::Other);
+    assert_eq!(progress(b"*2\r\n+x\r\n", Progress::default()), Walked::Other, "broken framing");
+}

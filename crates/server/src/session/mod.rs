@@ -48,6 +48,10 @@ pub struct Input {
     /// When the read that brought the first unparsed byte returned ([`crate::sys::ticks`]):
     /// where the latency histograms' read-to-reply span starts.
     pub since: u64,
+    /// How far the framing of a RESP request still arriving at the front got: the next read
+    /// walks it on from there, not from its start ([`qs_proto::resp::progress`]). Reset
+    /// whenever the front moves.
+    pub frame: std::cell::Cell<qs_proto::resp::Progress>,
 }
 
 impl Input {
@@ -63,6 +67,7 @@ impl Input {
             charged: 0,
             arriving: None,
             since: 0,
+            frame: Default::default(),
         }
     }
 
@@ -73,6 +78,9 @@ impl Input {
 
     /// Marks `len` bytes parsed; what runs past the buffer is skipped as it arrives.
     pub fn consume(&mut self, len: usize) {
+        if len > 0 {
+            self.frame.set(Default::default());
+        }
         let available = self.end - self.start;
         if len <= available {
             self.start += len;

@@ -267,6 +267,10 @@ impl Node {
                 if first.ends_with(b"ERROR") {
                     return Err(format!("metadump refused: {}", String::from_utf8_lossy(line)));
                 }
+                // memcached 1.6.45 and quicksilver acknowledge the dump first.
+                if line == b"OK" {
+                    continue;
+                }
                 if !line.starts_with(b"key=") {
                     return Err(format!("not a metadump line: {:?}", String::from_utf8_lossy(line)));
                 }

@@ -17,10 +17,6 @@ pub(super) fn long_store(dialect: Dialect, pending: &[u8]) -> Option<usize> {
     if pending.len() < READ_BUFFER_BYTES / 2 {
         return None;
     }
-    if dialect.is_resp() {
-        // Any long request: its first long argument's bytes are reserved.
-        return qs_proto::resp::arriving_len(pending).filter(|&len| len > READ_BUFFER_BYTES);
-    }
     match dialect.parse(pending, &HEADER_ONLY) {
         Parsed::Request { request, len } if len > READ_BUFFER_BYTES => {
             codec::oversized_store(&request, &HEADER_ONLY).map(|_| len)

@@ -51,6 +51,7 @@ impl Worker {
                     charged: 0,
                     arriving: None,
                     since: self.engine.turn_ticks,
+                    frame: Default::default(),
                 },
                 Output::new(self.shared.map.workers()),
                 protocol,

@@ -212,6 +212,13 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
         // The window borrows the read buffer: it lives in this block, dropped in place.
         let (mut consumed, stop, resume, long) = 'window: {
             let pending = input.pending();
+            if turn.dialect.is_resp() && input.frame.get().started() && still_arriving(input) {
+                // The request at the front is still arriving: not parsed from its start again.
+                match ran_dry(turn, input, on_ring, starved) {
+                    Some(long) => break 'window (0, false, None, Some(long)),
+                    None => return,
+                }
+            }
             // Filled in place: a window returned by value is copied whole (16 entries) twice a
             // turn at depth 1 (callgrind: 650 instructions a request).
             let mut window = ArrayVec::new();
@@ -308,8 +315,12 @@ fn arrive(turn: &mut Turn<'_, '_>, input: &mut Input) -> bool {
 /// at the limit, and the parser would have refused a request this long).
 fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut bool) -> Option<usize> {
     let pending = input.pending();
-    let long =
-        budget::long_store(turn.dialect, pending).filter(|&len| len > READ_BUFFER_BYTES + input.charged);
+    let long = match turn.dialect.is_resp() {
+        // Walked on from where the last read's walk stopped (and left there for the next).
+        true => resp_arriving(input),
+        false => budget::long_store(turn.dialect, pending),
+    };
+    let long = long.filter(|&len| len > READ_BUFFER_BYTES + input.charged);
     if long.is_some() {
         return long;
     }
@@ -329,6 +340,31 @@ fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut 
         info.ran_dry(pending);
     }
     None
+}
+
+/// Whether the RESP request at the front of `input` is still arriving, walked on from where
+/// the last walk of it stopped (and how far it got kept for the next).
+fn still_arriving(input: &Input) -> bool {
+    match qs_proto::resp::progress(input.pending(), input.frame.get()) {
+        qs_proto::resp::Walked::Arriving { progress, .. } => {
+            input.frame.set(progress);
+            true
+        }
+        qs_proto::resp::Walked::Other => false,
+    }
+}
+
+/// [`budget::long_store`] for a RESP request still arriving at the front of `input`: how long
+/// it is at least, once half a read buffer of it waits; its walk kept in `input.frame`.
+fn resp_arriving(input: &Input) -> Option<usize> {
+    let pending = input.pending();
+    match qs_proto::resp::progress(pending, input.frame.get()) {
+        qs_proto::resp::Walked::Arriving { progress, at_least } => {
+            input.frame.set(progress);
+            at_least.filter(|&len| len > READ_BUFFER_BYTES && pending.len() >= READ_BUFFER_BYTES / 2)
+        }
+        qs_proto::resp::Walked::Other => None,
+    }
 }
 
 /// Fills `window` with the requests of one window, parsed from `pending`: each key hashed once and its bucket
