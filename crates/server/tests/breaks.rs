@@ -299,3 +299,23 @@ fn a_request_longer_than_the_item_limit_is_answered() {
         assert_eq!(call(&mut client, &frame(&["PING"])), b"+PONG\r\n");
     }
 }
+
+/// A request of many arguments that arrives a piece at a time (its walk goes on from where the
+/// last read's stopped) is answered as redis-server answers it, over more than 2^20 arguments.
+#[test]
+fn a_request_of_many_arguments_arriving_in_pieces_is_answered() {
+    let redis = Redis::start();
+    let keys: Vec<String> = (0..1_100_000).map(|n| format!("{n:07}")).collect();
+    let mut del: Vec<&str> = vec!["DEL"];
+    del.extend(keys.iter().map(String::as_str));
+    let del = frame(&del);
+    let (_server, port) = quicksilver(&["-m", "256", "-t", "2"]);
+    for port in [redis.port, port] {
+        let mut client = connect(port);
+        call(&mut client, &frame(&["MSET", "0000007", "a", "1099999", "b"]));
+        for piece in del.chunks(4096) {
+            client.send(piece);
+        }
+        assert_eq!(call(&mut client, &frame(&["PING"])), b":2\r\n+PONG\r\n", "port {port}");
+    }
+}
