@@ -120,6 +120,10 @@ step "Redis 7.0.15's own tests/ (its string, counter, expiry, keyspace, protocol
 QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-tests.sh
 QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-tests.sh
 
+step "stress: random command streams of both dialects (values up to the item limit, -m 8, -t 1 and -t 2) with a fixed seed and a random one: every request answered, no panic, every acknowledged write's next read answers it (scripts/stress.py)"
+/usr/bin/python3 scripts/stress.py --seed 74 --seconds "${QS_STRESS_SECONDS:=15}"
+/usr/bin/python3 scripts/stress.py --seconds "$QS_STRESS_SECONDS"
+
 step "the metrics endpoint's judges: memcached_exporter (built from its Go module) against memcached 1.6.18 and quicksilver, promtool, a real Prometheus, 10,000 connections, the Kubernetes example"
 /usr/bin/python3 scripts/test-metrics.py
 

@@ -1,10 +1,14 @@
-//! A real connection state machine over arbitrary bytes: three servers run in this process
-//! (no authentication with plain, `proto[ascii]`, `proto[binary]` and `proto[negotiating]`
-//! listeners; -Y; -S), and each input picks one listener, is sent over a real socket in pieces
+//! A real connection state machine over arbitrary bytes: three servers run in this process,
+//! each with two workers on the smallest partitions `-m 8` makes (2 MiB), so keys are handed
+//! between workers (no authentication with plain, `proto[ascii]`, `proto[binary]`,
+//! `proto[negotiating]` and `proto[resp]` listeners; -Y; -S). Each input picks one listener
+//! and, with its third byte, a large value (up to the item size limit) stored first in that
+//! listener's dialect under a key it picks; its bytes are sent over a real socket in pieces
 //! it picks, then the client closes its side and reads until the server closes. Invariants:
 //! no panic (a worker's panic aborts); nothing is served before authentication unless the
 //! auth file's credentials (foo, bar) were sent; the server closes the connection (its defined
-//! end); once it has, the client memory budget holds nothing for it.
+//! end); once it has, the client memory budget holds nothing for it; and every worker still
+//! answers (fresh connections to the text and RESP listeners, spread over the workers).
 #![no_main]
 
 use clap::Parser;
@@ -38,11 +42,12 @@ fn free_port() -> u16 {
 }
 
 fn start(mode: Mode, dir: &std::path::Path) -> Running {
-    let ports: Vec<u16> = (0..if mode == Mode::Open { 4 } else { 1 }).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..if mode == Mode::Open { 5 } else { 1 }).map(|_| free_port()).collect();
     let listen = match mode {
         Mode::Open => format!(
-            "127.0.0.1:{},proto[ascii]:127.0.0.1:{},proto[binary]:127.0.0.1:{},proto[negotiating]:127.0.0.1:{}",
-            ports[0], ports[1], ports[2], ports[3]
+            "127.0.0.1:{},proto[ascii]:127.0.0.1:{},proto[binary]:127.0.0.1:{},proto[negotiating]:127.0.0.1:{},\
+             proto[resp]:127.0.0.1:{}",
+            ports[0], ports[1], ports[2], ports[3], ports[4]
         ),
         _ => format!("127.0.0.1:{}", ports[0]),
     };
@@ -102,15 +107,56 @@ fn connections(running: &Running) -> String {
     )
 }
 
+/// The index of the Open server's RESP listener among its ports.
+const RESP_PORT: usize = 4;
+
+/// A store of `len` bytes under key `big<n>` (`n` picks the key, so its owner), in the
+/// dialect of listener `which` (its binary one gets none: its frames carry their own lengths,
+/// which the fuzzer writes).
+fn large_store(which: usize, n: u8, len: usize) -> Vec<u8> {
+    let key = format!("big{}", n % 16);
+    let mut out = match which {
+        RESP_PORT => format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${len}\r\n", key.len()).into_bytes(),
+        2 => return Vec::new(),
+        _ => format!("set {key} 0 0 {len}\r\n").into_bytes(),
+    };
+    out.resize(out.len() + len, b'v');
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Whether every worker still answers: fresh connections (spread over the workers) to the
+/// Open server's text and RESP listeners each get their reply.
+fn every_worker_answers(running: &Running) {
+    for n in 0..4 {
+        for (port, ask, want) in
+            [(running.ports[0], &b"version\r\n"[..], &b"VERSION"[..]), (running.ports[RESP_PORT], b"PING\r\n", b"+PONG")]
+        {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            stream.set_read_timeout(Some(END_WITHIN)).expect("timeout");
+            stream.write_all(ask).expect("ask");
+            let mut reply = vec![0u8; want.len()];
+            let answered = stream.read_exact(&mut reply).is_ok() && reply == want;
+            assert!(answered, "connection {n} to port {port} got no answer: {}", connections(running));
+        }
+    }
+}
+
 fuzz_target!(|input: &[u8]| {
-    let [pick, cut, data @ ..] = input else { return };
+    let [pick, cut, grow, data @ ..] = input else { return };
     let servers = servers();
     let running = &servers[usize::from(*pick) % 3];
-    let port = running.ports[usize::from(*pick / 3) % running.ports.len()];
+    let which = usize::from(*pick / 3) % running.ports.len();
+    let port = running.ports[which];
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream.set_read_timeout(Some(END_WITHIN)).expect("timeout");
     stream.set_write_timeout(Some(END_WITHIN)).expect("timeout");
     let _ = stream.set_nodelay(true);
+    // A value of up to the item size limit (-I, 1 MiB) first, on the Open server.
+    if *grow > 0 && running.mode == Mode::Open {
+        let len = (usize::from(*grow) * 4099).min((1 << 20) - 64);
+        let _ = stream.write_all(&large_store(which, *cut, len));
+    }
     let cut = usize::from(*cut).max(1);
     for piece in data.chunks(cut) {
         if stream.write_all(piece).is_err() {
@@ -143,4 +189,7 @@ fuzz_target!(|input: &[u8]| {
     // Closed: what it held is back in the budget (a worker releases before it closes).
     let used = running.server.shared().client_memory.used();
     assert_eq!(used, 0, "the client memory budget holds {used} bytes after the connection closed");
+    if running.mode == Mode::Open {
+        every_worker_answers(running);
+    }
 });

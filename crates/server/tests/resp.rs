@@ -436,7 +436,7 @@ fn a_value_past_the_item_size_limit_is_refused_with_an_error_and_one_under_it_is
     let mut client = connect(port);
     let value = "v".repeat(1_000_000);
     assert_eq!(call(&mut client, &frame(&["SET", "big", &value])), b"+OK\r\n");
-    let mut reply = call(&mut client, &frame(&["GET", "big"]));
+    let reply = call(&mut client, &frame(&["GET", "big"]));
     assert!(reply.starts_with(b"$1000000\r\nvvv"));
     // Within redis-server's bounds the request is read, then refused: an error, the old value
     // kept and the connection in step.

@@ -502,6 +502,7 @@ mod tests {
             charged,
             arriving: None,
             since: 0,
+            frame: Default::default(),
         };
         let peer = "127.0.0.1:1".parse().unwrap();
         let transport = Transport::Udp { peer, request_id: 0, socket: 0 };

@@ -13,8 +13,8 @@
 //! replacing the next. A source that cannot be reached, listed or read ends the warm as
 //! `failed` (what was copied stays, and the node serves as a cold one would).
 //!
-//! The source is not trusted: a line is at most [`LINE_BYTES_MAX`], the listing keeps at most
-//! as many items as this node's memory could hold ([`listed_max`]), a value over this node's
+//! The source is not trusted: a line is at most 4 KiB, the listing keeps at most
+//! as many items as this node's memory could hold, a value over this node's
 //! item limit is read past in small pieces and counted refused, and a key no meta command can
 //! name (over 250 bytes once in base64) is counted refused and passed over. Anything else the
 //! source sends that is not memcached's text ends the warm as `failed`.

@@ -223,11 +223,7 @@ impl Worker {
             }
         }
         let workers = shared.map.workers();
-        let input_limit =
-            shared.memory.item_bytes_max().max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
-        // A Redis request may be as long as redis-server's query buffer allows (1 GiB), within
-        // the client memory budget, which charges its bytes as they arrive.
-        let resp_input_limit = input_limit.max(shared.client_memory.limit().min(RESP_REQUEST_BYTES_MAX));
+        let (input_limit, resp_input_limit) = input_limits(&shared);
         let buffer_limit =
             Buffers::limit_per_worker(shared.extended.read_buf_mem_limit_bytes, shared.map.workers());
         let buffers = Buffers::with_budget(buffer_limit, shared.client_memory.clone());
@@ -679,6 +675,15 @@ impl Flush {
             self.queued.shrink_to_fit();
         }
     }
+}
+
+/// The longest a connection's unparsed input may grow: a memcached request's (the item limit
+/// and a command line), and a Redis request's, as long as redis-server's query buffer allows
+/// (1 GiB) within the client memory budget, which charges its bytes as they arrive.
+fn input_limits(shared: &Shared) -> (usize, usize) {
+    let input_limit =
+        shared.memory.item_bytes_max().max(qs_proto::GET_LINE_BYTES_MAX) + qs_proto::LINE_BYTES_MAX + 2;
+    (input_limit, input_limit.max(shared.client_memory.limit().min(RESP_REQUEST_BYTES_MAX)))
 }
 
 #[cfg(test)]
