@@ -176,29 +176,6 @@ pub fn progress(buf: &[u8], from: Progress) -> Walked {
     Walked::Other
 }
 
-/// For a multibulk request not all here yet: how long it is at least, through the end of the
-/// bulk string now arriving (its later arguments are not known yet); `None` when that is not
-/// known either, or the framing is broken (which [`parse`] then says).
-pub fn arriving_len(buf: &[u8]) -> Option<usize> {
-    if buf.first() != Some(&b'*') {
-        return None;
-    }
-    let cr = find_cr(buf)?;
-    let count = number(&buf[1..cr]).filter(|&count| (1..=ARGS_MAX as i64).contains(&count))?;
-    let mut at = cr + 2;
-    for _ in 0..count {
-        let rest = &buf[at..];
-        let cr = find_cr(rest).filter(|_| rest[0] == b'$')?;
-        let len = number(&rest[1..cr]).filter(|&len| (0..=BULK_BYTES_MAX as i64).contains(&len))?;
-        let end = cr + 2 + len as usize + 2;
-        if rest.len() < end {
-            return Some(at + end);
-        }
-        at += end;
-    }
-    None
-}
-
 type Framed<'a> = Option<(Result<Frame<'a>, Framing>, usize)>;
 
 /// `GET key` and `SET key value` as clients write them (`*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n`),
