@@ -24,8 +24,24 @@ fuzz_target!(|input: &[u8]| {
         let len = match parse(rest, &limits) {
             Parsed::Incomplete => {
                 // What is here does not yet frame a request: it says how long it is at least.
-                if let Some(at_least) = resp::arriving_len(rest) {
-                    assert!(at_least > rest.len(), "{at_least} for {} bytes", rest.len());
+                if let resp::Walked::Arriving { progress, at_least } =
+                    resp::progress(rest, resp::Progress::default())
+                {
+                    if let Some(at_least) = at_least {
+                        assert!(at_least > rest.len(), "{at_least} for {} bytes", rest.len());
+                    }
+                    // Walking on from a walk over the first half finds what one walk finds.
+                    let half = &rest[..rest.len() / 2];
+                    if let resp::Walked::Arriving { progress: first, .. } =
+                        resp::progress(half, resp::Progress::default())
+                    {
+                        match resp::progress(rest, first) {
+                            resp::Walked::Arriving { progress: again, .. } => {
+                                assert_eq!(again, progress, "walked on differs from one walk")
+                            }
+                            resp::Walked::Other => panic!("walked on, the request broke"),
+                        }
+                    }
                 }
                 break;
             }

@@ -150,6 +150,7 @@ pub(crate) fn rescued<'a>(pins: &Pins, value: &'a LogValue) -> Result<Option<&'a
 }
 
 /// Where an unrescued `value` lies: its item's offset, and its first byte within it and length.
+#[cfg(not(loom))]
 pub(crate) fn place(value: &LogValue) -> (u64, usize, usize) {
     (value.0.offset, value.0.start, value.0.len)
 }

@@ -186,6 +186,7 @@ pub struct Partition {
     /// until the flash tier is attached and decides whether they still hold.
     crash_flash_slots: Vec<(u64, u64)>,
     /// log2 of the partition count (a recovered key must hash to this partition).
+    #[cfg(not(loom))]
     partition_bits: u32,
     /// `-o ext_path`: where items leaving the DRAM head go ([`flash_tier`]).
     flash: Option<Box<flash_tier::FlashTier>>,
@@ -282,6 +283,7 @@ impl Partition {
             log_bytes: log_bytes as u64,
             offset_bits: config.offset_bits,
             partition_index: config.partition_index,
+            #[cfg(not(loom))]
             partition_bits: config.partition_bits,
         };
         let recovered = match state.window(&shape) {
@@ -351,6 +353,7 @@ impl Partition {
             evicted: None,
             persist: None,
             crash_flash_slots: Vec::new(),
+            #[cfg(not(loom))]
             partition_bits: config.partition_bits,
             flash: None,
             cas_mark: u64::MAX,

@@ -29,9 +29,9 @@ impl super::Partition {
             Ok(None) => {}
             Err(()) => panic!("a value pinned by another partition"),
         }
-        let (offset, start, len) = pinned::place(value);
         #[cfg(not(loom))]
         {
+            let (offset, start, len) = pinned::place(value);
             // SAFETY: the value is pinned and not rescued, so its bytes have not been written
             // since the read that pinned it (every write of the log checks the pins first and
             // rescues what it would overwrite), and nothing writes them while the slice lives:
