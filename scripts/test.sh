@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, Prometheus and PyYAML for the metrics, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, Prometheus and PyYAML for the metrics, valgrind for the instruction budget, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -24,6 +24,7 @@ command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
 /usr/bin/python3 -c "import bmemcached" >/dev/null 2>&1 || missing+=(python3-binary-memcached)
 /usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || missing+=(python3-pytest)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 perl -MIO::Socket::SSL -e 1 >/dev/null 2>&1 || missing+=(libio-socket-ssl-perl)
 # The package's build and tests: dpkg-shlibdeps, man, strace.
 command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
@@ -123,6 +124,9 @@ QS_IO_BACKEND=epoll QS_BIN="$PWD/target/release/quicksilver" bash scripts/redis-
 step "stress: random command streams of both dialects (values up to the item limit, -m 8, -t 1 and -t 2) with a fixed seed and a random one: every request answered, no panic, every acknowledged write's next read answers it (scripts/stress.py)"
 /usr/bin/python3 scripts/stress.py --seed 74 --seconds "${QS_STRESS_SECONDS:=15}"
 /usr/bin/python3 scripts/stress.py --seconds "$QS_STRESS_SECONDS"
+
+step "instructions per request under callgrind (text, RESP and binary at depth 16 and 1, 16 KiB values, sets handed to their owner) within docs/benchmarks/instructions.json's budgets (scripts/instructions.py --check)"
+/usr/bin/python3 scripts/instructions.py --check
 
 step "the metrics endpoint's judges: memcached_exporter (built from its Go module) against memcached 1.6.18 and quicksilver, promtool, a real Prometheus, 10,000 connections, the Kubernetes example"
 /usr/bin/python3 scripts/test-metrics.py
