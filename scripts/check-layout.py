@@ -42,6 +42,9 @@ ident = r"[A-Za-z_][A-Za-z0-9_]*"
 # A router of one dialect (rule 4): `route_keys` is the one router's rule for a text get's keys.
 DIALECT_ROUTER = re.compile(r"\bfn\s+route_(text|meta|binary|bin|ascii|resp|redis|native|udp|get)\b")
 # An executor of one dialect (rule 4): a keyed operation named for its dialect.
+# The crates that read no clock: time comes in (the store's `now`, the codecs' `Limits::now_ms`).
+CLOCKLESS_CRATES = ("proto", "store")
+CLOCK = re.compile(r"\b(?:SystemTime|Instant)::now\b|\bclock::now\b")
 DIALECTS = r"(?:text|meta|binary|bin|ascii|resp|redis)"
 DIALECT_EXECUTOR = re.compile(
     rf"\bfn\s+({DIALECTS}_(?:get|gets|set|store|delete|arith|incr|decr|touch|debug|fetch|read|write)"
@@ -243,9 +246,11 @@ def main_in(repo):
             failed |= long_parts(repo, files)
         if crate == "server":
             failed |= dialect_routers(repo, files)
+        if crate in CLOCKLESS_CRATES:
+            failed |= clocks(repo, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor; no clock in proto or store")
 
 
 def long_parts(repo, files):
@@ -287,6 +292,20 @@ def dialect_routers(repo, files):
         for found in DIALECT_EXECUTOR.finditer(text):
             failed = True
             print(f"{rel}: fn {found.group(1)}: one executor runs every dialect's command (Engine::run_command)")
+    return failed
+
+
+def clocks(repo, files):
+    """Prints each clock read in one crate that reads none; whether any was printed."""
+    failed = False
+    for path in sorted(files):
+        with open(path, encoding="utf-8") as source:
+            text = strip(source.read())
+        rel = os.path.relpath(path, repo).replace(os.sep, "/")
+        for found in CLOCK.finditer(text):
+            failed = True
+            line = text.count("\n", 0, found.start()) + 1
+            print(f"{rel}:{line}: {found.group(0)}: this crate reads no clock (the caller passes the time in)")
     return failed
 
 

@@ -120,6 +120,19 @@ class Rules(unittest.TestCase):
         self.assertIn("crates/server/src/exec/resp.rs: fn execute_binary", output)
         self.assertNotIn("run.rs", output)
 
+    def test_a_clock_in_proto_or_store_fails(self):
+        output, status = run({
+            "crates/proto/src/lib.rs": "mod a;\nfn f() { let t = std::time::SystemTime::now(); }\n",
+            "crates/proto/src/a.rs": "// Instant::now in a comment\nfn g() { crate::clock::now() }\n",
+            "crates/store/src/lib.rs": "fn h() { Instant::now() }\n",
+            "crates/server/src/main.rs": "fn main() { Instant::now(); }\n",
+        })
+        self.assertEqual(status, 1)
+        self.assertIn("crates/proto/src/lib.rs:2: SystemTime::now", output)
+        self.assertIn("crates/proto/src/a.rs:2: clock::now", output)
+        self.assertIn("crates/store/src/lib.rs:1: Instant::now", output)
+        self.assertNotIn("server", output)
+
     def test_a_clean_tree_passes(self):
         output, status = run({"crates/proto/src/lib.rs": "mod a;\n", "crates/proto/src/a.rs": "fn f() {}\n"})
         self.assertEqual(status, 0, output)

@@ -231,7 +231,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits { item_bytes_max: 150 }
+        Limits { item_bytes_max: 150, now_ms: 0 }
     }
 
     #[test]

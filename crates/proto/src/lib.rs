@@ -14,7 +14,6 @@
 pub mod answer;
 pub mod binary;
 pub mod check;
-pub mod clock;
 pub mod command;
 pub mod meta;
 pub mod native;
@@ -43,6 +42,9 @@ pub const GET_LINE_BYTES_MAX: usize = 1 << 20;
 pub struct Limits {
     /// A store whose data block alone exceeds this is refused before its data is read.
     pub item_bytes_max: usize,
+    /// The turn's time, in unix milliseconds: what a relative expiry (Redis's EX and PX)
+    /// counts from. The parsers read no clock; the executor sets this once per turn.
+    pub now_ms: u64,
 }
 
 /// memcached's item header on a 64-bit build with CAS on: what an item costs besides its key
@@ -62,7 +64,7 @@ impl Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { item_bytes_max: 1 << 20 }
+        Limits { item_bytes_max: 1 << 20, now_ms: 0 }
     }
 }
 

@@ -73,7 +73,7 @@ pub fn parse_as<'a>(buf: &'a [u8], limits: &crate::Limits, resp3: bool) -> Parse
             len: buf.len(),
         },
         Some((Ok(frame), len)) => {
-            let request = match command::call(&frame, limits.item_bytes_max) {
+            let request = match command::call(&frame, limits) {
                 command::Call::Key(mut command) if resp3 => {
                     if let crate::command::Answer::Resp(reply) = command.answer {
                         command.answer = crate::command::Answer::Resp(reply.resp3());

@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn oversized_stores_name_their_key_and_whether_the_old_value_goes() {
-        let limits = qs_proto::Limits { item_bytes_max: 1024 };
+        let limits = qs_proto::Limits { item_bytes_max: 1024, now_ms: 0 };
         let refused = |bytes: &[u8]| match qs_proto::parse(bytes, &limits) {
             Parsed::Request { request, .. } => {
                 oversized_store(&request, &limits).map(|(key, drop)| (key.to_vec(), drop))

@@ -126,7 +126,7 @@ fn malformed_frames_get_memcached_s_refusals() {
 
 #[test]
 fn a_value_over_the_item_limit_is_refused_before_it_arrives() {
-    let limits = Limits { item_bytes_max: 1024 };
+    let limits = Limits { item_bytes_max: 1024, now_ms: 0 };
     let mut buf = frame(opcode::SET, &set_extras(0, 0), b"big", &[b'x'; 2000]);
     buf.truncate(100);
     let Parsed::Request { request: Request::Binary(binary), len } = parse(&buf, &limits) else { panic!() };
@@ -195,7 +195,7 @@ proptest! {
         if let Some(first) = bytes.first_mut() {
             *first = REQUEST_MAGIC;
         }
-        match parse(&bytes, &Limits { item_bytes_max: 256 }) {
+        match parse(&bytes, &Limits { item_bytes_max: 256, now_ms: 0 }) {
             Parsed::Request { len, request } => {
                 // A request's bytes are in the buffer unless it is skipped.
                 let skipped = matches!(

@@ -159,8 +159,10 @@ pub enum Refusal<'a> {
     ClientType(&'a [u8]),
 }
 
-/// What `frame` asks; `item_max` is the item size limit (-I), which bounds SETRANGE.
-pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
+/// What `frame` asks, under `limits`: the item size limit (-I) bounds SETRANGE, and relative
+/// expiries count from the turn's time (no clock is read here).
+pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
+    let now = limits.now_ms as i64;
     let mut args = frame.args();
     let name = args.next().unwrap_or_default();
     let argc = frame.argc();
@@ -199,9 +201,9 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         "shutdown" => connection::shutdown(frame),
         "select" => select(first[0]),
         "get" => key(first[0], Op::Get(Get::default()), Reply::Bulk),
-        "set" => set(first, frame.args().skip(3)),
+        "set" => set(first, frame.args().skip(3), now),
         "setnx" => key(first[0], store(StoreMode::Add, first[1], 0), Reply::StoredInteger),
-        "setex" | "psetex" => setex(spelled, first),
+        "setex" | "psetex" => setex(spelled, first, now),
         "del" | "unlink" if argc > 2 => Call::DelMany(*frame),
         "del" | "unlink" => key(first[0], Op::Delete(Delete::default()), Reply::Deleted),
         "exists" if argc > 2 => Call::ExistsMany(*frame),
@@ -221,18 +223,20 @@ pub fn call<'a>(frame: &Frame<'a>, item_max: usize) -> Call<'a> {
         "ttl" => key(first[0], Op::Inspect, Reply::Ttl),
         "pttl" => key(first[0], Op::Inspect, Reply::Pttl),
         "expire" | "pexpire" | "expireat" | "pexpireat" if argc > 3 => {
-            owned::expire_when(spelled, frame, Unit::of_expire(spelled))
+            owned::expire_when(spelled, frame, Unit::of_expire(spelled), now)
         }
-        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first),
+        "expire" | "pexpire" | "expireat" | "pexpireat" => expire(spelled, first, now),
         "getdel" => owned::getdel(first[0]),
         "memory" => owned::memory(frame),
         "object" => owned::object(frame),
         "getset" => owned::getset(first[0], first[1]),
-        "getex" => getex(first[0], frame),
+        "getex" => getex(first[0], frame, now),
         "persist" => owned::persist(first[0]),
         "expiretime" | "pexpiretime" => owned::expiretime(first[0], spelled == "pexpiretime"),
         "getrange" | "substr" => owned::getrange(first[0], first[1], first[2]),
-        "setrange" => owned::setrange(first[0], first[1], frame.arg(3).unwrap_or_default(), item_max),
+        "setrange" => {
+            owned::setrange(first[0], first[1], frame.arg(3).unwrap_or_default(), limits.item_bytes_max)
+        }
         "incrbyfloat" => owned::incrbyfloat(first[0], first[1]),
         "mset" | "msetnx" if argc % 2 == 0 => Call::Error(Refusal::Arity(spelled)),
         "mset" | "msetnx" => Call::Mset { frame: *frame, nx: spelled == "msetnx" },
@@ -355,7 +359,7 @@ fn select(index: &[u8]) -> Call<'_> {
 
 /// SET key value [NX|XX] [GET] [EX s|PX ms|EXAT t|PXAT ms-t|KEEPTTL], parsed as t_string.c's
 /// `parseExtendedStringArgumentsOrReply` does (each option once, exclusive ones refused).
-fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call<'a> {
+fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>, now: i64) -> Call<'a> {
     let (mut mode, mut expiry) = (StoreMode::Set, None::<(&[u8], Unit)>);
     let (mut keep_ttl, mut get) = (false, false);
     let mut options = options.peekable();
@@ -383,7 +387,7 @@ fn set<'a>(args: [&'a [u8]; 3], options: impl Iterator<Item = &'a [u8]>) -> Call
     }
     let exptime = match expiry {
         None => 0,
-        Some((value, unit)) => match exptime(value, unit, "set") {
+        Some((value, unit)) => match exptime(value, unit, "set", now) {
             Ok(exptime) => exptime,
             Err(refusal) => return Call::Error(refusal),
         },
@@ -427,7 +431,7 @@ fn scan<'a>(frame: &Frame<'a>) -> Call<'a> {
 
 /// GETEX key [EX s|PX ms|EXAT t|PXAT ms-t|PERSIST]: a get, touching when asked (PERSIST: no
 /// expiry); options as t_string.c's `parseExtendedStringArgumentsOrReply` reads GETEX's.
-fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
+fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>, now: i64) -> Call<'a> {
     let mut options = frame.args().skip(2);
     let mut expiry = None::<(&[u8], Unit)>;
     let mut persist = false;
@@ -448,7 +452,7 @@ fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
     let touch = match (expiry, persist) {
         (_, true) => Some(0),
         (None, false) => None,
-        (Some((value, unit)), false) => match exptime(value, unit, "getex") {
+        (Some((value, unit)), false) => match exptime(value, unit, "getex", now) {
             Ok(exptime) => Some(exptime),
             Err(refusal) => {
                 let not_integer = refusal == Refusal::NotInteger;
@@ -461,9 +465,9 @@ fn getex<'a>(key_bytes: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
 }
 
 /// SETEX key seconds value, PSETEX key milliseconds value.
-fn setex<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
+fn setex<'a>(name: &'static str, args: [&'a [u8]; 3], now: i64) -> Call<'a> {
     let unit = if name == "setex" { Unit::Seconds } else { Unit::Millis };
-    match exptime(args[1], unit, name) {
+    match exptime(args[1], unit, name, now) {
         Ok(exptime) => key(args[0], store(StoreMode::Set, args[2], exptime), Reply::Ok),
         Err(refusal) => Call::Error(refusal),
     }
@@ -471,8 +475,8 @@ fn setex<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
 
 /// EXPIRE key seconds, PEXPIRE key ms, EXPIREAT key unix-seconds, PEXPIREAT key unix-ms: a
 /// touch; a time not in the future expires the key at once (redis-server deletes it).
-fn expire<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
-    match expire_exptime(args[1], Unit::of_expire(name), name) {
+fn expire<'a>(name: &'static str, args: [&'a [u8]; 3], now: i64) -> Call<'a> {
+    match expire_exptime(args[1], Unit::of_expire(name), name, now) {
         Ok(exptime) => key(args[0], Op::Touch { exptime, read: false }, Reply::Expired),
         Err(refusal) => Call::Error(refusal),
     }
@@ -481,22 +485,21 @@ fn expire<'a>(name: &'static str, args: [&'a [u8]; 3]) -> Call<'a> {
 /// EXPIRE's time as the store's exptime, checked as expire.c checks it: in milliseconds it
 /// must not overflow, a relative one once the clock is added; a time not in the future is -1
 /// (the key goes at once), any other the unix millisecond it expires at
-/// ([`qs_store::item::MILLIS_EXPTIME_MIN`] and up).
-pub(super) fn expire_exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
+/// ([`qs_store::item::MILLIS_EXPTIME_MIN`] and up). `now`: the turn's unix millisecond.
+pub(super) fn expire_exptime(
+    value: &[u8],
+    unit: Unit,
+    name: &'static str,
+    now: i64,
+) -> Result<i64, Refusal<'static>> {
     let value = integer(value).ok_or(Refusal::NotInteger)?;
     let millis = match unit {
         Unit::Seconds | Unit::UnixSeconds => value.checked_mul(1000).ok_or(Refusal::ExpireTime(name))?,
         Unit::Millis | Unit::UnixMillis => value,
     };
-    let now = now_millis();
     let base = if matches!(unit, Unit::Seconds | Unit::Millis) { now } else { 0 };
     let at = millis.checked_add(base).ok_or(Refusal::ExpireTime(name))?;
     Ok(if at <= now { -1 } else { at.max(MILLIS_EXPTIME_MIN) })
-}
-
-/// The unix time in milliseconds, by the clock the store's expiries are compared with.
-fn now_millis() -> i64 {
-    crate::clock::now().ms() as i64
 }
 
 /// INCRBY and DECRBY (`negate`): a missing key counts from 0.
@@ -540,15 +543,19 @@ impl Unit {
 /// the unix millisecond it expires at ([`qs_store::item::MILLIS_EXPTIME_MIN`] and up), so it is
 /// kept to the millisecond, or -1 for one not in the future (memcached's already expired).
 /// Refused as redis-server refuses it: not above zero, or overflowing once in milliseconds
-/// and, for a relative one, once the clock is added.
-pub(super) fn exptime(value: &[u8], unit: Unit, name: &'static str) -> Result<i64, Refusal<'static>> {
+/// and, for a relative one, once `now` (the turn's unix millisecond) is added.
+pub(super) fn exptime(
+    value: &[u8],
+    unit: Unit,
+    name: &'static str,
+    now: i64,
+) -> Result<i64, Refusal<'static>> {
     let value = integer(value).ok_or(Refusal::NotInteger)?;
     let too_long = matches!(unit, Unit::Seconds | Unit::UnixSeconds) && value > i64::MAX / 1000;
     if value <= 0 || too_long {
         return Err(Refusal::ExpireTime(name));
     }
     let millis = if matches!(unit, Unit::Seconds | Unit::UnixSeconds) { value * 1000 } else { value };
-    let now = now_millis();
     let at = match unit {
         Unit::Seconds | Unit::Millis => millis.checked_add(now).ok_or(Refusal::ExpireTime(name))?,
         Unit::UnixSeconds | Unit::UnixMillis => millis,

@@ -178,7 +178,7 @@ pub(super) fn expiretime(key: &[u8], millis: bool) -> Call<'_> {
 }
 
 /// EXPIRE key time NX|XX|GT|LT...: the options as expire.c reads them.
-pub(super) fn expire_when<'a>(name: &'static str, frame: &Frame<'a>, unit: Unit) -> Call<'a> {
+pub(super) fn expire_when<'a>(name: &'static str, frame: &Frame<'a>, unit: Unit, now: i64) -> Call<'a> {
     let (key, time) = (frame.arg(1).unwrap_or_default(), frame.arg(2).unwrap_or_default());
     let mut when = When::default();
     for option in frame.args().skip(3) {
@@ -199,7 +199,7 @@ pub(super) fn expire_when<'a>(name: &'static str, frame: &Frame<'a>, unit: Unit)
     if when.gt && when.lt {
         return Call::Error(Refusal::Message("GT and LT options at the same time are not compatible"));
     }
-    match expire_exptime(time, unit, name) {
+    match expire_exptime(time, unit, name, now) {
         Ok(exptime) => owned(key, Step::Expire { exptime, when }),
         Err(refusal) => Call::Error(refusal),
     }

@@ -4,6 +4,10 @@ use crate::command::{Answer, Op};
 use crate::StoreMode;
 use proptest::prelude::*;
 
+/// The turn's time the tests parse at (2025-12-02), in unix milliseconds.
+const NOW_MS: u64 = 1_764_633_600_000;
+const LIMITS: crate::Limits = crate::Limits { item_bytes_max: 1 << 20, now_ms: NOW_MS };
+
 fn parse_default(bytes: &[u8]) -> Parsed<'_> {
     parse(bytes, &crate::Limits::default())
 }
@@ -99,7 +103,7 @@ fn broken_framing_is_refused_as_redis_server_words_it() {
 fn refusal(args: &[&[u8]]) -> String {
     let bytes = frame_bytes(args);
     let (frame, _) = parsed_frame(&bytes);
-    match call(&frame, 1 << 20) {
+    match call(&frame, &LIMITS) {
         Call::Error(refusal) => {
             let mut out = Vec::new();
             reply::refusal(&refusal, &mut out);
@@ -136,7 +140,7 @@ fn an_unknown_commands_arguments_are_shown_up_to_128_bytes() {
 fn command_of(args: &[&[u8]]) -> (Op<'static>, Reply) {
     let bytes: &'static [u8] = Box::leak(frame_bytes(args).into_boxed_slice());
     let (frame, _) = parsed_frame(bytes);
-    match call(&frame, 1 << 20) {
+    match call(&frame, &LIMITS) {
         Call::Key(command) => match command.answer {
             Answer::Resp(reply) => (command.op, reply),
             other => panic!("{other:?}"),
@@ -153,7 +157,8 @@ fn set_options_become_the_store_mode_and_exptime() {
     };
     assert_eq!(store(&[b"SET", b"k", b"v"]), (StoreMode::Set, 0));
     // Every expiry becomes the unix millisecond it ends at, which the store reads as one.
-    let now = || crate::clock::now().ms() as i64;
+    // The turn's time, as the executor gives it: no clock is read.
+    let now = || NOW_MS as i64;
     let within = |(mode, exptime): (StoreMode, i64), (want_mode, from, to): (StoreMode, i64, i64)| {
         assert_eq!(mode, want_mode);
         assert!((from..=to).contains(&exptime), "{exptime} not in {from}..={to}");
@@ -244,14 +249,14 @@ fn a_command_on_one_key_is_read_into_the_one_vocabulary_when_parsed() {
 fn client_names_are_read_from_client_and_hello_and_checked_as_redis_server_checks_them() {
     let bytes = frame_bytes(&[b"client", b"SetName", b"cache-1"]);
     let (frame, _) = parsed_frame(&bytes);
-    assert!(matches!(call(&frame, 1 << 20), Call::ClientSetName(b"cache-1")));
+    assert!(matches!(call(&frame, &LIMITS), Call::ClientSetName(b"cache-1")));
     let bytes = frame_bytes(&[b"CLIENT", b"GETNAME"]);
     let (frame, _) = parsed_frame(&bytes);
-    assert!(matches!(call(&frame, 1 << 20), Call::ClientGetName));
+    assert!(matches!(call(&frame, &LIMITS), Call::ClientGetName));
     let bytes = frame_bytes(&[b"HELLO", b"2", b"AUTH", b"u", b"p", b"SETNAME", b"web"]);
     let (frame, _) = parsed_frame(&bytes);
     assert!(matches!(
-        call(&frame, 1 << 20),
+        call(&frame, &LIMITS),
         Call::Hello { proto: Some(2), auth: Some((b"u", b"p")), name: Some(b"web") }
     ));
     assert_eq!(
@@ -272,7 +277,7 @@ fn client_names_are_read_from_client_and_hello_and_checked_as_redis_server_check
 
 #[test]
 fn a_resp3_connections_requests_answer_nulls_and_maps_as_resp3_does() {
-    let limits = crate::Limits { item_bytes_max: 1 << 20 };
+    let limits = crate::Limits { item_bytes_max: 1 << 20, now_ms: 0 };
     let get = frame_bytes(&[b"GET", b"k"]);
     let Parsed::Request { request: Request::RespKey(command), .. } = super::parse3(&get, &limits) else {
         panic!("GET is a command on one key")
@@ -292,7 +297,7 @@ fn a_resp3_connections_requests_answer_nulls_and_maps_as_resp3_does() {
     assert!(frame.resp3());
     let hello = frame_bytes(&[b"HELLO", b"3"]);
     let (frame, _) = parsed_frame(&hello);
-    assert!(matches!(call(&frame, 1 << 20), Call::Hello { proto: Some(3), auth: None, name: None }));
+    assert!(matches!(call(&frame, &LIMITS), Call::Hello { proto: Some(3), auth: None, name: None }));
     assert_eq!(refusal(&[b"HELLO", b"4"]), "-NOPROTO sorry, this protocol version is not supported.\r\n");
     let mut out = Vec::new();
     reply::map_head(2, true, &mut out);
@@ -305,7 +310,7 @@ fn a_resp3_connections_requests_answer_nulls_and_maps_as_resp3_does() {
 /// request's length.
 fn framed_command(buf: &[u8], bulk_max: u64) -> Option<(String, usize)> {
     match frame_at(buf, bulk_max) {
-        Some((Ok(frame), len)) => match call(&frame, 1 << 20) {
+        Some((Ok(frame), len)) => match call(&frame, &LIMITS) {
             Call::Key(command) => Some((format!("{command:?}"), len)),
             _ => None,
         },

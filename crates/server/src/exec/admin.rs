@@ -48,7 +48,7 @@ impl Engine {
             Request::DebugTime { delta } => {
                 if self.shared.config.enable_debugtime {
                     crate::sys::shift_clock(delta);
-                    self.now = qs_proto::clock::now();
+                    self.set_now(crate::sys::clock::now());
                     out.extend_from_slice(reply::OK);
                 } else {
                     out.extend_from_slice(b"ERROR\r\n");

@@ -237,10 +237,18 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The turn's time: what every command of the turn runs at, and what the codecs count a
+    /// relative expiry from.
+    pub fn set_now(&mut self, now: Now) {
+        self.now = now;
+        self.limits.now_ms = now.ms();
+    }
+
     /// An engine for `worker` owning `partitions`.
     pub fn new(worker: usize, partitions: Vec<Option<Partition>>, shared: Arc<Shared>) -> Engine {
         let count = partitions.len();
-        let limits = qs_proto::Limits { item_bytes_max: shared.memory.item_bytes_max() };
+        let now = crate::sys::clock::now();
+        let limits = qs_proto::Limits { item_bytes_max: shared.memory.item_bytes_max(), now_ms: now.ms() };
         let crew = shared.map.crew();
         let flash_on = shared.published.flash_on();
         let front = (!shared.front_epochs.is_empty())
@@ -249,7 +257,7 @@ impl Engine {
             worker,
             partitions,
             shared,
-            now: qs_proto::clock::now(),
+            now,
             turn_ticks: crate::sys::ticks(),
             scratch: Vec::new(),
             counters: WorkerCounters::default(),

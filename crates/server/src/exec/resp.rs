@@ -19,7 +19,7 @@ impl Engine {
     /// Runs a RESP frame that is not a single-key command.
     pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) -> Exec {
         let resp3 = frame.resp3();
-        match call(frame, self.limits.item_bytes_max) {
+        match call(frame, &self.limits) {
             Call::Ping(None) => out.extend_from_slice(reply::PONG),
             Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
             Call::Select => out.extend_from_slice(reply::OK),

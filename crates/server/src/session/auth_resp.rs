@@ -40,7 +40,7 @@ pub fn admit_resp(
             state.close();
             return (Admission::Done, true);
         }
-        let limits = qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX };
+        let limits = qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX, now_ms: 0 };
         let (frame, len) = match qs_proto::resp::parse(pending, &limits) {
             Parsed::Incomplete => {
                 if eof {
@@ -104,44 +104,45 @@ fn gate(
     (counters, info): (&mut WorkerCounters, Option<&Info>),
     out: &mut Vec<u8>,
 ) -> Step {
-    let (user, password, hello) = match call(frame, BULK_BYTES_MAX) {
-        Call::Auth { user, password } => (user, password, None),
-        Call::Hello { proto, auth: Some((user, password)), name } => {
-            (Some(user), password, Some((proto, name)))
-        }
-        Call::Hello { auth: None, .. } => {
-            out.extend_from_slice(reply::NOAUTH_HELLO);
-            return Step::Refused;
-        }
-        Call::Quit => {
-            out.extend_from_slice(reply::OK);
-            return Step::Quit;
-        }
-        Call::Reset => {
-            // As redis-server, which runs RESET unauthenticated: back to RESP2, no name.
-            if let Some(info) = info {
-                info.set_resp(2);
-                info.set_name(b"");
+    let (user, password, hello) =
+        match call(frame, &qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX, now_ms: 0 }) {
+            Call::Auth { user, password } => (user, password, None),
+            Call::Hello { proto, auth: Some((user, password)), name } => {
+                (Some(user), password, Some((proto, name)))
             }
-            out.extend_from_slice(reply::RESET);
-            return Step::Refused;
-        }
-        // As redis-server: a wrong argument count is refused as such before the
-        // authentication check; AUTH's and HELLO's own errors too. (A command this server
-        // does not serve gets NOAUTH, as redis-server answers for every command it has.)
-        Call::Error(refusal @ Refusal::Arity(_)) => {
-            reply::refusal(&refusal, out);
-            return Step::Refused;
-        }
-        Call::Error(refusal) if is_auth_or_hello(frame) => {
-            reply::refusal(&refusal, out);
-            return Step::Refused;
-        }
-        _ => {
-            out.extend_from_slice(reply::NOAUTH);
-            return Step::Refused;
-        }
-    };
+            Call::Hello { auth: None, .. } => {
+                out.extend_from_slice(reply::NOAUTH_HELLO);
+                return Step::Refused;
+            }
+            Call::Quit => {
+                out.extend_from_slice(reply::OK);
+                return Step::Quit;
+            }
+            Call::Reset => {
+                // As redis-server, which runs RESET unauthenticated: back to RESP2, no name.
+                if let Some(info) = info {
+                    info.set_resp(2);
+                    info.set_name(b"");
+                }
+                out.extend_from_slice(reply::RESET);
+                return Step::Refused;
+            }
+            // As redis-server: a wrong argument count is refused as such before the
+            // authentication check; AUTH's and HELLO's own errors too. (A command this server
+            // does not serve gets NOAUTH, as redis-server answers for every command it has.)
+            Call::Error(refusal @ Refusal::Arity(_)) => {
+                reply::refusal(&refusal, out);
+                return Step::Refused;
+            }
+            Call::Error(refusal) if is_auth_or_hello(frame) => {
+                reply::refusal(&refusal, out);
+                return Step::Refused;
+            }
+            _ => {
+                out.extend_from_slice(reply::NOAUTH);
+                return Step::Refused;
+            }
+        };
     counters.auth_cmds += 1;
     if resp_credentials(modes, user, password) != RespAuth::Valid {
         counters.auth_errors += 1;

@@ -1,6 +1,7 @@
 //! The few operating-system calls the standard library and mio do not offer. Each `unsafe`
 //! block is one libc call on values this module owns.
 
+pub mod clock;
 pub mod daemon;
 pub mod memfile;
 
@@ -177,7 +178,7 @@ pub fn free_bytes(file: &std::fs::File) -> io::Result<u64> {
 
 /// Unix seconds now (as moved by `debugtime`).
 pub fn now_secs() -> u32 {
-    qs_proto::clock::now().secs()
+    crate::sys::clock::now().secs()
 }
 
 /// A reading of the CPU's time-stamp counter (one instruction, a few nanoseconds: the
@@ -219,7 +220,7 @@ pub fn ns_per_tick_q32(window: std::time::Duration) -> u64 {
 
 /// `debugtime`: moves the clock every worker reads by `delta` seconds.
 pub fn shift_clock(delta: i32) {
-    qs_proto::clock::shift(delta);
+    clock::shift(delta);
 }
 
 /// memcached's -r: raises the core-file limit to unlimited, or else to its hard limit. Returns

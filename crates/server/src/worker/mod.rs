@@ -310,7 +310,7 @@ impl Worker {
                 }
             }
             self.shared.wakeups.awake(self.index);
-            self.engine.now = qs_proto::clock::now();
+            self.engine.set_now(crate::sys::clock::now());
             self.engine.turn_ticks = crate::sys::ticks();
             // A wake-up with nothing to do is the publish the timeout asked for.
             self.engine.publish_hot(events.is_empty());

@@ -1,5 +1,6 @@
-//! The wall clock every worker and codec reads, moved as a whole by `debugtime`
-//! (`--enable-debugtime`), so expiries and the times they are compared with agree.
+//! The wall clock every worker reads once a turn (the codecs are given that time), moved as
+//! a whole by `debugtime` (`--enable-debugtime`), so expiries and the times they are compared
+//! with agree.
 
 use qs_store::Now;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
