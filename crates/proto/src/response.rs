@@ -194,6 +194,23 @@ pub fn meta_flags(out: &mut Vec<u8>, meta: &Meta<'_>, item: Option<&MetaItem>, l
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn value_lines_are_memcached_s(
+            key in proptest::collection::vec(33u8..127, 1..250),
+            flags: u32,
+            value_len in prop_oneof![0usize..1000, any::<usize>()],
+            cas: Option<u64>,
+        ) {
+            let mut out = b"before".to_vec();
+            value_line(&mut out, &key, flags, value_len, cas);
+            let key = String::from_utf8(key).unwrap();
+            let cas = cas.map_or(String::new(), |cas| format!(" {cas}"));
+            prop_assert_eq!(String::from_utf8(out).unwrap(), format!("beforeVALUE {key} {flags} {value_len}{cas}\r\n"));
+        }
+    }
 
     #[test]
     fn metadump_lines_are_memcached_s() {

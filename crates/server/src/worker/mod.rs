@@ -150,8 +150,8 @@ pub struct Worker {
     ring_sends: Vec<(usize, bool)>,
     /// Of those, the ones sending now, reused.
     ring_sending: Vec<usize>,
-    /// What each of a ring flush's sends offered (connection, bytes), reused.
-    ring_offered: Vec<(usize, usize)>,
+    /// What each of a ring flush's sends offered, in bytes, by connection slot (0: none), reused.
+    ring_offered: Vec<usize>,
     /// The allocations of a ring flush's gathered slices, their ranges and its sends, reused
     /// (`session::ring::recycle`).
     ring_slices: Vec<std::io::IoSlice<'static>>,

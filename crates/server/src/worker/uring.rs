@@ -159,10 +159,14 @@ impl Worker {
             (!payload.is_empty()).then_some((conn.fd, payload, index, conn.generation))
         }));
         let failed = net.send_all(&sends, &mut done).is_err();
-        // What each send offered: less taken means the socket is full.
+        // What each send offered, by connection slot: less taken means the socket is full.
         let mut offered = std::mem::take(&mut self.ring_offered);
-        offered.clear();
-        offered.extend(sends.iter().map(|(_, payload, index, _)| (*index, payload.len())));
+        if offered.len() < self.conns.len() {
+            offered.resize(self.conns.len(), 0);
+        }
+        for (_, payload, index, _) in &sends {
+            offered[*index] = payload.len();
+        }
         drop(ranges);
         self.ring_ranges = gathered;
         self.ring_payloads = recycle(sends);
@@ -177,9 +181,8 @@ impl Worker {
                 written if written > 0 => {
                     self.engine.counters.bytes_written += written as u64;
                     conn.output.advance(written as usize);
-                    let offer =
-                        offered.iter().find(|&&(index, _)| index == completion.slot).map(|&(_, len)| len);
-                    if offer.is_some_and(|len| (written as usize) < len) {
+                    let offer = offered.get(completion.slot).copied().unwrap_or(0);
+                    if (written as usize) < offer {
                         // A short send: the socket is full.
                         conn.write_blocked = true;
                     }
@@ -190,6 +193,10 @@ impl Worker {
             }
         }
         for &index in sending {
+            // Cleared for the next flush: a completion of no send of this one offers nothing.
+            if let Some(offer) = offered.get_mut(index) {
+                *offer = 0;
+            }
             let Some(conn) = self.conns[index].as_mut() else { continue };
             if conn.write_blocked && !conn.state.is_dead() {
                 // Told by the ring when the socket has room (epoll does not watch it).
