@@ -42,6 +42,24 @@ ident = r"[A-Za-z_][A-Za-z0-9_]*"
 # A router of one dialect (rule 4): `route_keys` is the one router's rule for a text get's keys.
 DIALECT_ROUTER = re.compile(r"\bfn\s+route_(text|meta|binary|bin|ascii|resp|redis|native|udp|get)\b")
 # An executor of one dialect (rule 4): a keyed operation named for its dialect.
+# The only files of each crate with `unsafe` code (each block small, behind a safe API, with a
+# SAFETY comment: clippy's undocumented_unsafe_blocks is denied). A crate not named has none.
+# A new file with `unsafe` joins this list deliberately, in review; one that no longer has any
+# leaves it.
+UNSAFE_FILES = {
+    "bench": ("src/probe.rs",),
+    "net": ("src/lib.rs", "src/uring.rs"),
+    "server": (
+        "src/flashio.rs",
+        "src/observe/clients.rs",
+        "src/session/ring.rs",
+        "src/sys/daemon.rs",
+        "src/sys/mod.rs",
+        "src/worker/flash.rs",
+    ),
+    "store": ("src/flash.rs", "src/log.rs", "src/partition/pins.rs", "src/region.rs"),
+}
+UNSAFE = re.compile(r"\bunsafe\b")
 # The crates that read no clock: time comes in (the store's `now`, the codecs' `Limits::now_ms`).
 CLOCKLESS_CRATES = ("proto", "store")
 CLOCK = re.compile(r"\b(?:SystemTime|Instant)::now\b|\bclock::now\b")
@@ -248,9 +266,10 @@ def main_in(repo):
             failed |= dialect_routers(repo, files)
         if crate in CLOCKLESS_CRATES:
             failed |= clocks(repo, files)
+        failed |= unsafe_outside_its_files(repo, crate, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor; no clock in proto or store")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor; no clock in proto or store; unsafe only in the listed files")
 
 
 def long_parts(repo, files):
@@ -292,6 +311,26 @@ def dialect_routers(repo, files):
         for found in DIALECT_EXECUTOR.finditer(text):
             failed = True
             print(f"{rel}: fn {found.group(1)}: one executor runs every dialect's command (Engine::run_command)")
+    return failed
+
+
+def unsafe_outside_its_files(repo, crate, files):
+    """Prints each file of `crate` with `unsafe` code that UNSAFE_FILES does not list, and
+    each listed file that has none; whether any was printed."""
+    failed = False
+    allowed = UNSAFE_FILES.get(crate, ())
+    for path in sorted(files):
+        with open(path, encoding="utf-8") as source:
+            text = strip(source.read())
+        rel = os.path.relpath(path, os.path.join(repo, "crates", crate)).replace(os.sep, "/")
+        has = UNSAFE.search(text) is not None
+        if has and rel not in allowed:
+            failed = True
+            line = text.count("\n", 0, UNSAFE.search(text).start()) + 1
+            print(f"crates/{crate}/{rel}:{line}: unsafe outside the files UNSAFE_FILES lists in scripts/check-layout.py")
+        elif rel in allowed and not has:
+            failed = True
+            print(f"crates/{crate}/{rel}: no unsafe code left: take it out of UNSAFE_FILES in scripts/check-layout.py")
     return failed
 
 

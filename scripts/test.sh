@@ -89,7 +89,7 @@ export QS_MEMCACHED_PROXY
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "layout: no import cycle between a crate's components; outside bench no file over 1,000 lines and no long-function allow (the script's own tests first)"
+step "layout: no import cycle between a crate's components; outside bench no file over 1,000 lines and no long-function allow; no clock read in proto or store; unsafe only in the files the script lists (the script's own tests first)"
 python3 -m unittest -q scripts/test_check_layout.py
 python3 scripts/check-layout.py
 

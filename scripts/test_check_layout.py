@@ -133,6 +133,19 @@ class Rules(unittest.TestCase):
         self.assertIn("crates/store/src/lib.rs:1: Instant::now", output)
         self.assertNotIn("server", output)
 
+    def test_unsafe_outside_the_listed_files_fails(self):
+        output, status = run({
+            "crates/proto/src/lib.rs": "mod a;\n// unsafe in a comment\n#![forbid(unsafe_code)]\n",
+            "crates/proto/src/a.rs": "fn f() {}\nfn g() { unsafe { h() } }\n",
+            "crates/net/src/lib.rs": "pub unsafe fn raw() {}\n",
+            "crates/net/src/uring.rs": "fn safe_now() {}\n",
+        })
+        self.assertEqual(status, 1)
+        self.assertIn("crates/proto/src/a.rs:2: unsafe outside", output)
+        self.assertNotIn("crates/proto/src/lib.rs", output)
+        self.assertNotIn("crates/net/src/lib.rs", output)
+        self.assertIn("crates/net/src/uring.rs: no unsafe code left", output)
+
     def test_a_clean_tree_passes(self):
         output, status = run({"crates/proto/src/lib.rs": "mod a;\n", "crates/proto/src/a.rs": "fn f() {}\n"})
         self.assertEqual(status, 0, output)
