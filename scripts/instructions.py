@@ -58,7 +58,7 @@ LOADS = {
 SPEAKS = {
     "quicksilver": {"text", "binary", "resp"},
     "memcached": {"text", "binary"},
-    "pogocache": {"text", "binary", "resp"},
+    "pogocache": {"text", "resp"},
     "segcache": {"text"},
     "redis": {"resp"},
 }
@@ -325,7 +325,7 @@ def find_binary(server):
         "pogocache": glob.glob(os.path.join(cache, "pogocache", "**", "pogocache"), recursive=True),
         "segcache": glob.glob(os.path.join(cache, "pelikan", "**", "pelikan_segcache_rs"), recursive=True),
     }[server]
-    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
 def measure(server, binary, loads, seed):
