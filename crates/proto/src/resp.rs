@@ -162,7 +162,8 @@ pub fn progress(buf: &[u8], from: Progress) -> Walked {
                 false => Walked::Arriving { progress, at_least: None },
             };
         };
-        let len = match (rest[0], number(&rest[1..cr])) {
+        // An argument's line that is empty (`\r` first) is refused, as any not `$<length>` is.
+        let len = match (rest[0], rest.get(1..cr).and_then(number)) {
             (b'$', Some(len)) if (0..=BULK_BYTES_MAX as i64).contains(&len) => len as usize,
             _ => return Walked::Other,
         };

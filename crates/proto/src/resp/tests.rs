@@ -394,4 +394,11 @@ fn a_walk_goes_on_from_where_it_stopped() {
     assert_eq!(progress(&request, memo), Walked::Other, "all here");
     assert_eq!(progress(b"PING\r\n", Progress::default()), Walked::Other);
     assert_eq!(progress(b"*2\r\n+x\r\n", Progress::default()), Walked::Other, "broken framing");
+    // An empty line where an argument's starts (the session fuzz target found its panic).
+    assert_eq!(progress(b"*2\r\n\r\n", Progress::default()), Walked::Other);
+    let Walked::Arriving { progress: first, .. } = progress(b"*2\r\n$3\r\nGET\r\n", Progress::default())
+    else {
+        panic!("the first argument walked, the second to come");
+    };
+    assert_eq!(progress(b"*2\r\n$3\r\nGET\r\n\r\nkey", first), Walked::Other, "walked on to an empty line");
 }
