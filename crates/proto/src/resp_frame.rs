@@ -115,7 +115,8 @@ impl ProtocolError {
             ProtocolError::CrossProtocol => {}
             ProtocolError::ExpectedDollar(byte) => {
                 out.extend_from_slice(b"expected '$', got '");
-                out.push(byte);
+                // As redis-server's addReplyErrorFormat: no line break inside an error line.
+                out.push(if matches!(byte, b'\r' | b'\n') { b' ' } else { byte });
                 out.push(b'\'');
             }
         }

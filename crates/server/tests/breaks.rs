@@ -319,3 +319,27 @@ fn a_request_of_many_arguments_arriving_in_pieces_is_answered() {
         assert_eq!(call(&mut client, &frame(&["PING"])), b":2\r\n+PONG\r\n", "port {port}");
     }
 }
+
+/// A request whose next argument's line is empty, arriving after the arguments before it (its
+/// walk resumed from where the last read's stopped: the session fuzz target's panic), is a
+/// protocol error as redis-server's, and every worker keeps answering.
+#[test]
+fn an_empty_argument_line_after_a_pause_is_a_protocol_error() {
+    let redis = Redis::start();
+    let mut expected = None;
+    for (port, threads) in [(redis.port, ""), (0, "1"), (0, "2")] {
+        let server = (port == 0).then(|| quicksilver(&["-t", threads]));
+        let port = server.as_ref().map_or(port, |(_, port)| *port);
+        let mut client = connect(port);
+        client.send(b"*2\r\n$3\r\nGET\r\n");
+        // Only so the rest likely comes in a read of its own (the test holds either way).
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        client.send(b"\r\nkey\r\n");
+        let reply = client.read_to_close();
+        assert!(reply.starts_with(b"-ERR Protocol error"), "{:?}", String::from_utf8_lossy(&reply));
+        assert_eq!(expected.get_or_insert_with(|| reply.clone()), &reply, "-t {threads}");
+        if server.is_some() {
+            every_worker_answers(port);
+        }
+    }
+}

@@ -88,6 +88,8 @@ fn broken_framing_is_refused_as_redis_server_words_it() {
     assert_eq!(message(b"*x\r\n"), "-ERR Protocol error: invalid multibulk length\r\n");
     assert_eq!(message(b"*01\r\n"), "-ERR Protocol error: invalid multibulk length\r\n");
     assert_eq!(message(b"*1\r\n+PING\r\n"), "-ERR Protocol error: expected '$', got '+'\r\n");
+    // A line break where the `$` goes is written as a space, as redis-server writes it.
+    assert_eq!(message(b"*1\r\n\r\nPING\r\n"), "-ERR Protocol error: expected '$', got ' '\r\n");
     assert_eq!(message(b"*1\r\n$-1\r\n"), "-ERR Protocol error: invalid bulk length\r\n");
     assert_eq!(message(b"*1\r\n$536870913\r\n"), "-ERR Protocol error: invalid bulk length\r\n");
     // Past the item size limit (-I, 1 MiB here) but within redis-server's bound: a request
