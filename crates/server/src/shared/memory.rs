@@ -23,8 +23,7 @@ pub struct Memory {
     store_mode: bool,
     /// Index bytes per partition.
     index_bytes: usize,
-    /// Largest item accepted (header, key and value): -I, or a partition's limit (half its
-    /// log) where that is less, so the parsers refuse what no partition could keep.
+    /// Largest item accepted (header, key and value).
     item_bytes_max: usize,
     /// Pages the logs and the index got (of partition 0).
     page_kinds: (PageKind, PageKind),
@@ -48,7 +47,7 @@ impl Memory {
             fixed: first.is_store_mode() || memory_file,
             store_mode: first.is_store_mode(),
             index_bytes: first.index_bytes(),
-            item_bytes_max: item_bytes_max.min(first.item_bytes_max()),
+            item_bytes_max,
             page_kinds: first.page_kinds(),
             main_buckets: first.room_buckets(),
         }
@@ -124,19 +123,5 @@ mod tests {
         assert_eq!((memory.log_bytes(), memory.maxbytes()), (2 << 20, 8 << 20));
         let fixed = Memory::of(&first, 4, 1 << 20, true);
         assert_eq!(fixed.per_partition(8), Err(Unadjustable), "a memory file's logs keep their size");
-    }
-
-    #[test]
-    fn the_parsers_refuse_what_no_partition_could_keep() {
-        let mut config = qs_store::Config::new(2 << 20, 256);
-        config.huge_pages = qs_store::HugePages::Off;
-        config.item_bytes_max = 4 << 20;
-        let first = Partition::new(config);
-        // -m 8 -I 4m at four partitions: half a log of 2 MiB or less is the most one keeps.
-        let memory = Memory::of(&first, 4, 4 << 20, false);
-        assert_eq!(memory.item_bytes_max(), first.item_bytes_max());
-        assert!(memory.item_bytes_max() <= 1 << 20);
-        let roomy = Memory::of(&first, 4, 512 << 10, false);
-        assert_eq!(roomy.item_bytes_max(), 512 << 10, "-I where it is less");
     }
 }
