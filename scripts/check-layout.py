@@ -298,13 +298,21 @@ def long_parts(repo, files):
     return failed
 
 
+def stripped_sources(repo, files):
+    """Each of `files` in order: its path from `repo` and its code without comments and literals."""
+    for path in sorted(files):
+        with open(path, encoding="utf-8") as source:
+            yield os.path.relpath(path, repo).replace(os.sep, "/"), strip(source.read())
+
+
+def line_of(text, at):
+    return text.count("\n", 0, at) + 1
+
+
 def dialect_routers(repo, files):
     """Prints each router of one dialect in the server crate; whether any was printed."""
     failed = False
-    for path in sorted(files):
-        with open(path, encoding="utf-8") as source:
-            text = strip(source.read())
-        rel = os.path.relpath(path, repo).replace(os.sep, "/")
+    for rel, text in stripped_sources(repo, files):
         for found in DIALECT_ROUTER.finditer(text):
             failed = True
             print(f"{rel}: fn route_{found.group(1)}: one router routes every dialect (Engine::route on a Reach)")
@@ -319,32 +327,25 @@ def unsafe_outside_its_files(repo, crate, files):
     each listed file that has none; whether any was printed."""
     failed = False
     allowed = UNSAFE_FILES.get(crate, ())
-    for path in sorted(files):
-        with open(path, encoding="utf-8") as source:
-            text = strip(source.read())
-        rel = os.path.relpath(path, os.path.join(repo, "crates", crate)).replace(os.sep, "/")
-        has = UNSAFE.search(text) is not None
-        if has and rel not in allowed:
+    for rel, text in stripped_sources(repo, files):
+        in_crate = rel.removeprefix(f"crates/{crate}/")
+        found = UNSAFE.search(text)
+        if found and in_crate not in allowed:
             failed = True
-            line = text.count("\n", 0, UNSAFE.search(text).start()) + 1
-            print(f"crates/{crate}/{rel}:{line}: unsafe outside the files UNSAFE_FILES lists in scripts/check-layout.py")
-        elif rel in allowed and not has:
+            print(f"{rel}:{line_of(text, found.start())}: unsafe outside the files UNSAFE_FILES lists in scripts/check-layout.py")
+        elif in_crate in allowed and not found:
             failed = True
-            print(f"crates/{crate}/{rel}: no unsafe code left: take it out of UNSAFE_FILES in scripts/check-layout.py")
+            print(f"{rel}: no unsafe code left: take it out of UNSAFE_FILES in scripts/check-layout.py")
     return failed
 
 
 def clocks(repo, files):
     """Prints each clock read in one crate that reads none; whether any was printed."""
     failed = False
-    for path in sorted(files):
-        with open(path, encoding="utf-8") as source:
-            text = strip(source.read())
-        rel = os.path.relpath(path, repo).replace(os.sep, "/")
+    for rel, text in stripped_sources(repo, files):
         for found in CLOCK.finditer(text):
             failed = True
-            line = text.count("\n", 0, found.start()) + 1
-            print(f"{rel}:{line}: {found.group(0)}: this crate reads no clock (the caller passes the time in)")
+            print(f"{rel}:{line_of(text, found.start())}: {found.group(0)}: this crate reads no clock (the caller passes the time in)")
     return failed
 
 

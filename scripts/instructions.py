@@ -175,18 +175,19 @@ def drive(port, protocol, batches_of):
     return answered
 
 
-def preload(port, load):
-    protocol, size, keys = LOADS[load][:3]
+def preload(port, load, protocol):
+    """Sets every key of `load` over `protocol`, from 8 connections, 64 sets a write."""
+    _, size, keys = LOADS[load][:3]
     value = b"x" * size
     per = -(-keys // 8)
 
     def batches(c):
         numbers = range(1 + c * per, min(keys, (c + 1) * per) + 1)
-        requests = [encode(protocol if protocol != "resp" else "text", "set", key(load, n), value) for n in numbers]
+        requests = [encode(protocol, "set", key(load, n), value) for n in numbers]
         for at in range(0, len(requests), 64):
             yield requests[at:at + 64]
 
-    drive(port, "text" if protocol == "resp" else protocol, [batches(c) for c in range(8)])
+    drive(port, protocol, [batches(c) for c in range(8)])
 
 
 def measured(port, load, seed):
@@ -278,9 +279,10 @@ def run_server(server, binary, loads, seed):
             protocol = LOADS[load][0]
             load_port = resp_port if protocol == "resp" and server in ("quicksilver", "redis") else port
             if server == "redis":
-                preload_resp(resp_port, load)
-            elif LOADS[load][2] and not any(LOADS[done][1:3] == LOADS[load][1:3] for done in results):
-                preload(port, load)
+                # redis-server speaks only RESP; the others take the keys over text or binary.
+                preload(resp_port, load, "resp")
+            elif not any(LOADS[done][1:3] == LOADS[load][1:3] for done in results):
+                preload(port, load, "text" if protocol == "resp" else protocol)
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
             before = set(glob.glob(path + ".*"))
             answered = measured(load_port, load, seed)
@@ -298,21 +300,6 @@ def run_server(server, binary, loads, seed):
             proc.wait()
         shutil.rmtree(out, ignore_errors=True)
     return results
-
-
-def preload_resp(port, load):
-    """Keys for redis-server, which speaks only RESP."""
-    _, size, keys = LOADS[load][:3]
-    value = b"x" * size
-
-    def batches(c):
-        per = -(-keys // 8)
-        numbers = range(1 + c * per, min(keys, (c + 1) * per) + 1)
-        requests = [encode("resp", "set", key(load, n), value) for n in numbers]
-        for at in range(0, len(requests), 64):
-            yield requests[at:at + 64]
-
-    drive(port, "resp", [batches(c) for c in range(8)])
 
 
 def find_binary(server):
