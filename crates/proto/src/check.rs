@@ -152,7 +152,10 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
         return Err(format!("{request:?} claims {len} bytes of a {}-byte buffer", buf.len()));
     }
     match request {
-        Request::Get { kind, keys } => {
+        Request::Get { kind, keys, single } => {
+            if *single && crate::tokens::single_word(keys) != Some(keys) {
+                return Err(format!("a get of one key whose keys are {keys:?}"));
+            }
             // gat/gats with no key answer END, as memcached does; get/gets need one.
             let keyless = matches!(kind, GetKind::Get | GetKind::Gets);
             if keyless && crate::tokens::words(keys).next().is_none() {

@@ -57,8 +57,11 @@ pub enum Request<'a> {
     Get {
         /// Which command.
         kind: GetKind,
-        /// The keys, as a line.
+        /// The keys, as a line; with `single`, the one key alone (no space around it).
         keys: &'a [u8],
+        /// The line names one key, and `keys` is it: the parser's one scan of the line found
+        /// it, so no later step scans the line again to ask.
+        single: bool,
     },
     /// set add replace append prepend cas.
     Store {

@@ -157,10 +157,26 @@ fn parse_get_fast(line: &[u8], line_len: usize) -> Option<Parsed<'_>> {
         (GetKind::Gets, line.strip_prefix(b"gets ")?)
     };
     // Like the tokenizer's count check: a get needs a key.
-    if keys.iter().all(|&byte| byte == b' ') {
+    let Some(request) = get_request(kind, keys) else {
         return Some(refuse(BAD_FORMAT, line_len, false));
+    };
+    Some(done(request, line_len))
+}
+
+/// The get of `keys` (the line after its command), with its one key found where it names one;
+/// `None` where it names none. One scan of the line.
+#[inline(always)]
+fn get_request(kind: GetKind, keys: &[u8]) -> Option<Request<'_>> {
+    if !keys.is_empty() && !crate::tokens::has_space(keys) {
+        return Some(Request::Get { kind, keys, single: true });
     }
-    Some(done(Request::Get { kind, keys }, line_len))
+    let start = keys.iter().position(|&byte| byte != b' ')?;
+    let rest = &keys[start..];
+    let end = rest.iter().position(|&byte| byte == b' ').unwrap_or(rest.len());
+    Some(match rest[end..].iter().all(|&byte| byte == b' ') {
+        true => Request::Get { kind, keys: &rest[..end], single: true },
+        false => Request::Get { kind, keys, single: false },
+    })
 }
 
 /// get family: the keys start after `key_index` tokens; the line must hold at least one key.
@@ -191,7 +207,9 @@ fn parse_get<'a, const N: usize>(
     // The keys are the rest of the line after the command (and exptime) tokens.
     let last_fixed = tokens.get(key_index - 1);
     let keys_start = last_fixed.as_ptr() as usize - line.as_ptr() as usize + last_fixed.len();
-    done(Request::Get { kind, keys: &line[keys_start..] }, line_len)
+    let keys = &line[keys_start..];
+    // gat and gats with no key answer END, as memcached's do.
+    done(get_request(kind, keys).unwrap_or(Request::Get { kind, keys, single: false }), line_len)
 }
 
 fn store_mode<const N: usize>(tokens: &Tokens<'_, N>) -> Option<StoreMode> {

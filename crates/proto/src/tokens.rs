@@ -77,6 +77,35 @@ impl<'a, const N: usize> Tokens<'a, N> {
     }
 }
 
+/// Whether `line` holds a space, asked eight bytes a step with no branch but the loop's (the
+/// last step the line's last eight bytes), as the keyhash asks a key for a brace: a get's
+/// line of one key, the common one, is a few dozen bytes with none.
+#[inline(always)]
+pub fn has_space(line: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const SPACES: u64 = u64::from_ne_bytes([b' '; 8]);
+    // Non-zero where these eight bytes hold a space (a zero byte, padding, is never one).
+    let spaces_in = |bytes: [u8; 8]| {
+        let word = u64::from_le_bytes(bytes) ^ SPACES;
+        word.wrapping_sub(ONES) & !word & HIGHS
+    };
+    let eight = |at: usize| -> [u8; 8] { line[at..at + 8].try_into().unwrap_or_default() };
+    if line.len() < 8 {
+        let mut word = [0u8; 8];
+        word[..line.len()].copy_from_slice(line);
+        return spaces_in(word) != 0;
+    }
+    let last = line.len() - 8;
+    let mut found = spaces_in(eight(last));
+    let mut at = 0;
+    while at < last {
+        found |= spaces_in(eight(at));
+        at += 8;
+    }
+    found != 0
+}
+
 /// The only token of `line`, if it has exactly one (the common single-key get), found
 /// without the iterator machinery of [`words`].
 pub fn single_word(line: &[u8]) -> Option<&[u8]> {
@@ -108,6 +137,21 @@ pub fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_space_is_found_wherever_it_is() {
+        for len in 0..40 {
+            let line = vec![b'k'; len];
+            assert!(!has_space(&line));
+            for at in 0..len {
+                let mut spaced = line.clone();
+                spaced[at] = b' ';
+                assert!(has_space(&spaced), "{len} {at}");
+            }
+        }
+        // Bytes that borrow into their neighbours: 0x21 is a space plus one, 0xa0 with its top bit.
+        assert!(!has_space(b"\x21\xa0\x21\xa0\x21\xa0\x21\xa0\x21"));
+    }
 
     #[test]
     fn a_single_word_is_found_only_when_alone() {

@@ -50,8 +50,9 @@ fn a_pipeline_parses_the_same_at_every_split_point() {
 #[test]
 fn requests_parse_to_what_they_say() {
     let cases: &[(&[u8], &str)] = &[
-        (b"get a  b\r\n", r#"Get { kind: Get, keys: [97, 32, 32, 98] }"#),
-        (b"gat 10 a\r\n", r#"Get { kind: Gat { exptime: 10 }, keys: [32, 97] }"#),
+        (b"get a  b\r\n", r#"Get { kind: Get, keys: [97, 32, 32, 98], single: false }"#),
+        (b"get  a \r\n", r#"Get { kind: Get, keys: [97], single: true }"#),
+        (b"gat 10 a\r\n", r#"Get { kind: Gat { exptime: 10 }, keys: [97], single: true }"#),
         // memcached 1.6.40: tokens past what a command reads are ignored.
         (b"delete k 1\r\n", r#"Delete { key: [107], noreply: false }"#),
         (b"incr k 1 2 3\r\n", r#"Arith { key: [107], delta: 1, decrement: false, noreply: false }"#),

@@ -77,7 +77,7 @@ impl Task {
                 Parsed::Request { request, .. } => Handed::Request(request),
                 other => panic!("handed-over request did not parse: {other:?}"),
             },
-            Task::Get { kind, .. } => Handed::Request(Request::Get { kind, keys: bytes }),
+            Task::Get { kind, .. } => Handed::Request(Request::Get { kind, keys: bytes, single: true }),
             Task::Drop => Handed::Request(Request::Delete { key: bytes, noreply: true }),
             Task::Chunk { .. } => Handed::Chunk,
         }

@@ -16,7 +16,7 @@ impl Engine {
         if !self.flash_on {
             return;
         }
-        if let Request::Get { kind, keys: line } = *request {
+        if let Request::Get { kind, keys: line, .. } = *request {
             let plain_get = matches!(kind, GetKind::Get | GetKind::Gets);
             qs_proto::tokens::words(line).for_each(|key| self.probe_key(key, plain_get, keys));
         } else if let Some(command) = request.key_command(&self.limits) {

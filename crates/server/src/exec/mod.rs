@@ -358,9 +358,9 @@ impl Engine {
     ) -> Exec {
         self.asking_fd = fd;
         match *request {
-            Request::Get { kind, keys } => {
-                if let Some(key) = qs_proto::tokens::single_word(keys) {
-                    if !self.get_one(kind, (self.key(key, at), fd), out) {
+            Request::Get { kind, keys, single } => {
+                if single {
+                    if !self.get_one(kind, (self.key(keys, at), fd), out) {
                         out.extend_from_slice(reply::BAD_FORMAT);
                         return Exec::Done;
                     }
@@ -581,7 +581,7 @@ fn debug_size(key_len: usize, value_len: usize) -> usize {
 /// The key of a request that names exactly one.
 fn single_key_of<'a>(request: &'a Request<'_>) -> Option<&'a [u8]> {
     match request {
-        Request::Get { keys, .. } => qs_proto::tokens::single_word(keys),
+        Request::Get { keys, single: true, .. } => Some(keys),
         Request::Store { key, .. }
         | Request::TooLarge { key, .. }
         | Request::Delete { key, .. }

@@ -118,7 +118,7 @@ impl Engine {
     #[inline(always)]
     pub fn reach<'a>(&self, request: &'a Request<'_>) -> Reach<'a> {
         use qs_proto::binary::Command as Bin;
-        if let Request::Get { kind, keys } = *request {
+        if let Request::Get { kind, keys, .. } = *request {
             return Reach::Keys { keys, read_only: kind.touch().is_none() };
         }
         if let Some(command) = request.key_command(&self.limits) {

@@ -293,7 +293,7 @@ impl Turn<'_, '_> {
     /// get of one key goes as that key alone, anything else as its bytes.
     fn forward(&mut self, owner: usize, request: &Request<'_>, at: Option<Located>, bytes: &[u8]) -> Flow {
         let single = match *request {
-            Request::Get { kind, keys } => qs_proto::tokens::single_word(keys).map(|key| (kind, key)),
+            Request::Get { kind, keys, single: true } => Some((kind, keys)),
             _ => None,
         };
         let front = match (single, request) {
@@ -330,7 +330,7 @@ impl Turn<'_, '_> {
     /// A get whose keys have several owners: each key run here or handed to its owner, in
     /// order, while the output has room; the rest waits for the client to read.
     fn split_get(&mut self, request: &Request<'_>, pending: &[u8], here: &[u8], len: usize) -> Flow {
-        let Request::Get { kind, keys } = *request else { unreachable!("split gets are gets") };
+        let Request::Get { kind, keys, .. } = *request else { unreachable!("split gets are gets") };
         if self.parks_for_flash(request) {
             return Flow::Flash;
         }
@@ -382,7 +382,7 @@ impl Turn<'_, '_> {
             return Flow::Flash;
         }
         *self.executed = true;
-        if let (&Request::Get { kind, keys }, None) = (request, located) {
+        if let (&Request::Get { kind, keys, .. }, None) = (request, located) {
             // Several keys' replies may outgrow the output bound: the get runs in pieces.
             let budget = self.reply_room();
             let rest = self.engine.get_many(kind, (keys, self.hand.fd), self.output.reply_buf(), budget);
