@@ -272,6 +272,15 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             turn.retry.push(turn.index);
             return;
         }
+        if input.start == input.end && input.skip == 0 && input.arriving.is_none() {
+            // Every byte read ran (at depth 1, every turn): the input ran dry, as the next
+            // window would find, told without building it.
+            if turn.output.pending_total == 0 {
+                turn.state.unblock(Wait::Replies);
+            }
+            dried(turn, input.pending(), starved);
+            return;
+        }
     }
 }
 
@@ -330,7 +339,14 @@ fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut 
         turn.engine.counters.conns_dropped += 1;
         return None;
     }
-    // The input ran dry: memcached would send what it holds now.
+    dried(turn, pending, starved);
+    None
+}
+
+/// The input ran dry with `pending` left (no whole request): memcached would send what it
+/// holds now; at the end of input the connection closes.
+#[inline(always)]
+fn dried(turn: &mut Turn<'_, '_>, pending: &[u8], starved: &mut bool) {
     *turn.stacked = false;
     if turn.eof {
         turn.state.close();
@@ -339,7 +355,6 @@ fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut 
     if let Some(info) = turn.info {
         info.ran_dry(pending);
     }
-    None
 }
 
 /// Whether the RESP request at the front of `input` is still arriving, walked on from where
