@@ -318,7 +318,7 @@ impl Buffers {
         self.budget.give(input.charged);
         input.charged = 0;
         output.out = Vec::new();
-        output.segments.clear();
+        output.clear_segments();
         output.spare = Vec::new();
         self.charge(output);
         self.settle(output);

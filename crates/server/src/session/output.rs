@@ -30,14 +30,30 @@ pub enum Segment {
     },
 }
 
+impl Segment {
+    /// The bytes it holds for sending.
+    fn held(&self) -> usize {
+        match self {
+            Segment::Ready(bytes) => bytes.len(),
+            Segment::Shared { value, sent } => value.len() - sent,
+            Segment::Waiting { .. } | Segment::Mark(_) => 0,
+        }
+    }
+}
+
 /// Output side.
 pub struct Output {
     /// Bytes ready to send; `out[sent..]` is unsent.
     pub out: Vec<u8>,
     /// Bytes of `out` already sent.
     pub sent: usize,
-    /// Replies after `out`, when some wait on other workers.
-    pub segments: VecDeque<Segment>,
+    /// Replies after `out`, when some wait on other workers: changed only through
+    /// [`Output::push_segment`] and [`Output::pop_segment`], which keep `held_behind`.
+    segments: VecDeque<Segment>,
+    /// Bytes the segments hold, but the last one's where it is ready (the one
+    /// [`Output::reply_buf`] grows in place): with it, [`Output::held_bytes`] needs no walk
+    /// of the segments (a window of large gets asks it before each request).
+    held_behind: usize,
     /// Forwarded requests waiting, per worker.
     pub pending: Vec<u32>,
     /// Forwarded requests waiting in all.
@@ -97,6 +113,7 @@ impl Output {
             out: Vec::new(),
             sent: 0,
             segments: VecDeque::new(),
+            held_behind: 0,
             pending: vec![0; workers],
             pending_total: 0,
             marks: Vec::new(),
@@ -120,6 +137,35 @@ impl Output {
         self.spare.pop().unwrap_or_else(|| pool.take())
     }
 
+    /// Puts `segment` behind the others: the one it follows, if ready, no longer grows.
+    #[inline(always)]
+    fn push_segment(&mut self, segment: Segment) {
+        if let Some(Segment::Ready(last)) = self.segments.back() {
+            self.held_behind += last.len();
+        }
+        if !matches!(segment, Segment::Ready(_)) {
+            self.held_behind += segment.held();
+        }
+        self.segments.push_back(segment);
+    }
+
+    /// Takes the front segment.
+    #[inline(always)]
+    fn pop_segment(&mut self) -> Option<Segment> {
+        let segment = self.segments.pop_front()?;
+        // A ready segment that was the last was not counted behind.
+        if !(self.segments.is_empty() && matches!(segment, Segment::Ready(_))) {
+            self.held_behind -= segment.held();
+        }
+        Some(segment)
+    }
+
+    /// Drops every segment (a closing connection's).
+    pub fn clear_segments(&mut self) {
+        self.segments.clear();
+        self.held_behind = 0;
+    }
+
     /// Where a reply computed here goes: behind everything before it.
     #[inline]
     pub fn reply_buf(&mut self) -> &mut Vec<u8> {
@@ -135,7 +181,7 @@ impl Output {
     fn reply_buf_behind(&mut self) -> &mut Vec<u8> {
         if !matches!(self.segments.back(), Some(Segment::Ready(_))) {
             let segment = self.spare_segment();
-            self.segments.push_back(Segment::Ready(segment));
+            self.push_segment(Segment::Ready(segment));
         }
         match self.segments.back_mut() {
             Some(Segment::Ready(bytes)) => bytes,
@@ -148,7 +194,7 @@ impl Output {
         if self.segments.is_empty() {
             self.marks.push((self.out.len(), last_key));
         } else {
-            self.segments.push_back(Segment::Mark(last_key));
+            self.push_segment(Segment::Mark(last_key));
         }
     }
 
@@ -156,7 +202,7 @@ impl Output {
     pub fn wait_for(&mut self, owner: usize) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.segments.push_back(Segment::Waiting { id, owner });
+        self.push_segment(Segment::Waiting { id, owner });
         self.pending[owner] += 1;
         self.pending_total += 1;
         id
@@ -177,11 +223,15 @@ impl Output {
         self.pending_total -= 1;
         if position == 0 {
             // The oldest reply (an owner answers in order, so nearly always): straight out.
-            self.segments.pop_front();
+            self.pop_segment();
             self.out.extend_from_slice(bytes);
         } else {
             let mut ready = self.spare_segment();
             ready.extend_from_slice(bytes);
+            // A waiting one held nothing; a ready one that is not the last is counted behind.
+            if position + 1 < self.segments.len() {
+                self.held_behind += ready.len();
+            }
             self.segments[position] = Segment::Ready(ready);
         }
         self.promote();
@@ -192,7 +242,7 @@ impl Output {
     /// waits (on another worker, or to be sent from its shared copy).
     fn promote(&mut self) {
         while matches!(self.segments.front(), Some(Segment::Ready(_) | Segment::Mark(_))) {
-            match self.segments.pop_front() {
+            match self.pop_segment() {
                 Some(Segment::Ready(mut bytes)) => {
                     self.out.extend_from_slice(&bytes);
                     // Small ones all (as many as there were replies behind shared values,
@@ -239,22 +289,22 @@ impl Output {
         if shared.len() == 1 {
             // One value (a get of one key): its tail is that segment, copied once.
             let (_, value) = shared.pop().expect("one value");
-            self.segments.push_back(Segment::Shared { value, sent: 0 });
+            self.push_segment(Segment::Shared { value, sent: 0 });
             if after.is_empty() {
                 self.spare.push(after);
             } else {
-                self.segments.push_back(Segment::Ready(after));
+                self.push_segment(Segment::Ready(after));
             }
             return;
         }
         let mut pieces = shared.drain(..).peekable();
         while let Some((at, value)) = pieces.next() {
-            self.segments.push_back(Segment::Shared { value, sent: 0 });
+            self.push_segment(Segment::Shared { value, sent: 0 });
             let to = pieces.peek().map_or(first + after.len(), |&(next, _)| next);
             if to > at {
                 let mut ready = self.segment_from(pool);
                 ready.extend_from_slice(&after[at - first..to - first]);
-                self.segments.push_back(Segment::Ready(ready));
+                self.push_segment(Segment::Ready(ready));
             }
         }
         after.clear();
@@ -280,18 +330,18 @@ impl Output {
     }
 
     /// [`Output::held_bytes`] with replies behind the reply buffer.
-    #[inline(never)]
+    #[inline]
     fn held_bytes_across(&self) -> usize {
-        let segments: usize = self
-            .segments
-            .iter()
-            .map(|segment| match segment {
-                Segment::Ready(bytes) => bytes.len(),
-                Segment::Shared { value, sent } => value.len() - sent,
-                Segment::Waiting { .. } | Segment::Mark(_) => 0,
-            })
-            .sum();
-        self.out.len() - self.sent + segments
+        let last = match self.segments.back() {
+            Some(Segment::Ready(bytes)) => bytes.len(),
+            _ => 0,
+        };
+        debug_assert_eq!(
+            self.held_behind + last,
+            self.segments.iter().map(Segment::held).sum::<usize>(),
+            "the segments' bytes counted as they change"
+        );
+        self.out.len() - self.sent + self.held_behind + last
     }
 
     /// Memory its buffers hold (what [`Buffers::charge`] charges).
@@ -416,9 +466,11 @@ impl Output {
             let taken = len.min(value.len() - *sent);
             *sent += taken;
             len -= taken;
-            if *sent == value.len() {
+            let done = *sent == value.len();
+            self.held_behind -= taken;
+            if done {
                 // The replies behind it move into `out`, which is empty now.
-                self.segments.pop_front();
+                self.pop_segment();
                 self.promote();
             }
         }
