@@ -64,6 +64,9 @@ UNSAFE = re.compile(r"\bunsafe\b")
 CLOCKLESS_CRATES = ("proto", "store")
 CLOCK = re.compile(r"\b(?:SystemTime|Instant)::now\b|\bclock::now\b")
 DIALECTS = r"(?:text|meta|binary|bin|ascii|resp|redis)"
+# An executor outside the executor's folder (rule 4): whatever runs a request is in exec/.
+EXECUTE_FN = re.compile(r"\bfn\s+execute\b")
+EXECUTOR_FOLDER = "crates/server/src/exec/"
 DIALECT_EXECUTOR = re.compile(
     rf"\bfn\s+({DIALECTS}_(?:get|gets|set|store|delete|arith|incr|decr|touch|debug|fetch|read|write)"
     rf"|(?:execute|exec|run)_{DIALECTS})\b"
@@ -269,7 +272,7 @@ def main_in(repo):
         failed |= unsafe_outside_its_files(repo, crate, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor; no clock in proto or store; unsafe only in the listed files")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor, in exec/; no clock in proto or store; unsafe only in the listed files")
 
 
 def long_parts(repo, files):
@@ -319,6 +322,10 @@ def dialect_routers(repo, files):
         for found in DIALECT_EXECUTOR.finditer(text):
             failed = True
             print(f"{rel}: fn {found.group(1)}: one executor runs every dialect's command (Engine::run_command)")
+        if not rel.startswith(EXECUTOR_FOLDER):
+            for found in EXECUTE_FN.finditer(text):
+                failed = True
+                print(f"{rel}:{line_of(text, found.start())}: fn execute outside exec/: requests run in the executor's folder")
     return failed
 
 

@@ -120,6 +120,18 @@ class Rules(unittest.TestCase):
         self.assertIn("crates/server/src/exec/resp.rs: fn execute_binary", output)
         self.assertNotIn("run.rs", output)
 
+    def test_an_execute_outside_exec_fails_in_the_server(self):
+        output, status = run({
+            "crates/server/src/main.rs": "mod exec;\nmod native;\n",
+            "crates/server/src/exec/mod.rs": "pub fn execute(&mut self) {}\n",
+            "crates/server/src/native.rs": "fn answer_request() {}\n\nfn execute(engine: &mut Engine) {}\n",
+            "crates/store/src/lib.rs": "pub fn execute() {}\n",
+        })
+        self.assertEqual(status, 1)
+        self.assertIn("crates/server/src/native.rs:3: fn execute outside exec/", output)
+        self.assertNotIn("exec/mod.rs", output)
+        self.assertNotIn("store", output)
+
     def test_a_clock_in_proto_or_store_fails(self):
         output, status = run({
             "crates/proto/src/lib.rs": "mod a;\nfn f() { let t = std::time::SystemTime::now(); }\n",

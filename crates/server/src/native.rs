@@ -16,7 +16,7 @@ use crate::observe::counters::WorkerCounters;
 use crate::shared::Shared;
 use crate::sys::Burst;
 use qs_proto::native::{self as wire, Directory, Header, Kind, Opcode, RequestMsg, Requests, Status};
-use qs_store::{Command, KeyHash, Outcome, StoreMode};
+use qs_store::KeyHash;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
@@ -436,12 +436,9 @@ impl Native {
             let (slot, hash, partition) = (pending.slot, pending.hash, pending.partition);
             let request = pending.request(self.burst.datagram(slot).0);
             let peer = self.replies[slot].peer.expect("a request datagram has a peer");
-            execute(
+            answer_request(
                 engine,
-                &request,
-                hash,
-                partition,
-                peer,
+                (&request, (hash, partition), peer),
                 &mut self.scratch,
                 &mut self.dedupe,
                 (&mut self.replies[slot], &mut self.spare),
@@ -497,101 +494,33 @@ fn merge(replies: &mut [Reply], senders: &mut Vec<(SocketAddr, usize)>, spare: &
     }
 }
 
-/// Runs one request on its (owned) partition and appends its response.
-#[allow(clippy::too_many_arguments)]
-fn execute(
+/// Runs one request on its (owned) partition (the executor's [`Engine::run_native`]) and
+/// appends its response; a retransmitted incr or decr is answered as it was the first time,
+/// not run again.
+fn answer_request(
     engine: &mut Engine,
-    request: &RequestMsg<'_>,
-    hash: KeyHash,
-    partition: usize,
-    peer: SocketAddr,
+    (request, located, peer): (&RequestMsg<'_>, (KeyHash, usize), SocketAddr),
     scratch: &mut Vec<u8>,
     dedupe: &mut Dedupe,
     (reply, spare): (&mut Reply, &mut Vec<Vec<u8>>),
 ) {
     let id = (request.opcode as u8, request.request_id);
-    let key = request.key;
-    // A key on flash comes back to DRAM first (a plain set replaces it: no read needed).
-    if engine.flash_on() && !(request.opcode == Opcode::Set && request.operand == 0) {
-        engine.flash_load_now(hash, partition, key);
-    }
-    let run = |engine: &mut Engine, command: Command<'_>, out: &mut Vec<u8>| {
-        engine.run_owned(hash, partition, key, command, out).expect("routed to the owner")
-    };
-    match request.opcode {
-        Opcode::Get => {
-            engine.counters.cmd_get += 1;
-            scratch.clear();
-            match run(engine, Command::Get, scratch) {
-                Outcome::Hit(hit) => {
-                    let value = &scratch[hit.value_start..hit.value_start + hit.value_len];
-                    reply.push(spare, Status::Ok, id, hit.flags, hit.cas, value);
-                }
-                _ => reply.push(spare, Status::NotFound, id, 0, 0, b""),
-            }
-        }
-        Opcode::Set | Opcode::Add | Opcode::Replace => {
-            engine.counters.cmd_set += 1;
-            let mode = match (request.opcode, request.operand) {
-                (Opcode::Add, _) => StoreMode::Add,
-                (_, 0) if request.opcode == Opcode::Set => StoreMode::Set,
-                (_, 0) => StoreMode::Replace,
-                (_, cas) => StoreMode::Cas(cas),
-            };
-            let expiry = engine.expiry(request.exptime);
-            let command = Command::Store { mode, value: request.value, flags: request.flags, expiry };
-            let (status, cas) = match run(engine, command, &mut Vec::new()) {
-                Outcome::Stored { cas } => (Status::Ok, cas),
-                Outcome::NotStored => (Status::NotStored, 0),
-                Outcome::Exists => (Status::Exists, 0),
-                Outcome::NotFound => (Status::NotFound, 0),
-                outcome @ (Outcome::TooLarge | Outcome::OutOfMemory) => {
-                    if mode == StoreMode::Set {
-                        engine.drop_refused(key);
-                    }
-                    (if outcome == Outcome::TooLarge { Status::TooLarge } else { Status::OutOfMemory }, 0)
-                }
-                _ => (Status::BadRequest, 0),
-            };
-            reply.push(spare, status, id, 0, cas, b"");
-        }
-        Opcode::Delete => {
-            let status = match run(engine, Command::Delete { cas: request.operand }, &mut Vec::new()) {
-                Outcome::Deleted => Status::Ok,
-                Outcome::Exists => Status::Exists,
-                _ => Status::NotFound,
-            };
-            reply.push(spare, status, id, 0, 0, b"");
-        }
-        Opcode::Incr | Opcode::Decr => {
-            let seen = (peer, request.request_id);
-            let decrement = request.opcode == Opcode::Decr;
-            let asked = (key, decrement, request.operand);
-            if let Some((status, value)) = dedupe.get(seen, asked, engine.now.secs()) {
-                engine.counters.native_duplicates += 1;
-                reply.push(spare, status, id, 0, value, b"");
-                return;
-            }
-            let command = Command::Arith { delta: request.operand, decrement, cas: 0 };
-            let (status, value) = match run(engine, command, &mut Vec::new()) {
-                Outcome::Counter { value, .. } => (Status::Ok, value),
-                Outcome::NonNumeric => (Status::NonNumeric, 0),
-                Outcome::OutOfMemory => (Status::OutOfMemory, 0),
-                _ => (Status::NotFound, 0),
-            };
-            dedupe.insert(seen, asked, engine.now.secs(), (status, value));
+    let counter = matches!(request.opcode, Opcode::Incr | Opcode::Decr);
+    let seen = (peer, request.request_id);
+    let asked = (request.key, request.opcode == Opcode::Decr, request.operand);
+    if counter {
+        if let Some((status, value)) = dedupe.get(seen, asked, engine.now.secs()) {
+            engine.counters.native_duplicates += 1;
             reply.push(spare, status, id, 0, value, b"");
-        }
-        Opcode::Touch => {
-            engine.counters.cmd_touch += 1;
-            let expiry = engine.expiry(request.exptime);
-            let status = match run(engine, Command::Touch { expiry }, &mut Vec::new()) {
-                Outcome::Touched => Status::Ok,
-                _ => Status::NotFound,
-            };
-            reply.push(spare, status, id, 0, 0, b"");
+            return;
         }
     }
+    let answer = engine.run_native(request, located, scratch);
+    if counter {
+        dedupe.insert(seen, asked, engine.now.secs(), (answer.status, answer.number));
+    }
+    let value = if answer.value.is_empty() { &b""[..] } else { &scratch[answer.value] };
+    reply.push(spare, answer.status, id, answer.flags, answer.number, value);
 }
 
 #[cfg(test)]

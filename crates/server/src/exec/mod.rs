@@ -18,6 +18,7 @@ mod admin;
 mod arriving;
 mod flash;
 mod get;
+mod native;
 mod resp;
 mod resp_keys;
 mod resp_owned;
