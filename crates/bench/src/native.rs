@@ -388,7 +388,7 @@ pub fn udp_echo_server(sockets: usize) -> io::Result<()> {
         .collect::<io::Result<_>>()?;
     println!("{}", addresses.join(" "));
     let mut events = mio::Events::with_capacity(64);
-    let mut burst = qs_server::sys::Burst::new(32, 65536);
+    let mut burst = qs_net::Burst::new(32, 65536);
     loop {
         let busy = bound.iter().any(|(_, ready)| *ready);
         poll.poll(&mut events, busy.then_some(Duration::ZERO))?;
@@ -412,7 +412,7 @@ pub fn udp_echo_server(sockets: usize) -> io::Result<()> {
                         Some((peer?, bytes))
                     })
                     .collect();
-                qs_server::sys::send_burst(socket.as_raw_fd(), &replies)?;
+                qs_net::send_burst(socket.as_raw_fd(), &replies)?;
             }
         }
     }
