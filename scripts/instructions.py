@@ -325,10 +325,22 @@ def measure(server, binary, loads, seed):
     return results
 
 
-def check(results):
+def check(results, remeasure):
+    """Fails where a load exceeds its budget by more than the tolerance. A load over it is
+    measured once more, on a server of its own, and the lower count judged: a request's share
+    of its turn's work depends on how many connections' requests the turn finds, which at
+    depth 1 moved one build's count by up to 15% between runs (4,054-4,673, text-32-p1) while a
+    real regression shows in both runs."""
     with open(BUDGETS) as f:
         budgets = json.load(f)
     tolerance = budgets["tolerance"]
+    limits = {load: entry["budget"] * (1 + tolerance) for load, entry in budgets["loads"].items()}
+    over = [load for load, measured_ in results.items() if load in limits and measured_ > limits[load]]
+    if over:
+        again = remeasure(over)
+        for load in over:
+            print(f"     {load}: {results[load]:,.0f} per request, over its budget: measured again, {again[load]:,.0f}")
+            results[load] = min(results[load], again[load])
     failed = []
     for load, measured_ in results.items():
         entry = budgets["loads"].get(load)
@@ -377,7 +389,8 @@ def main():
             cells = [f"{table[s][load]:,.0f}" if load in table[s] else "-" for s in table]
             print(f"| {load} | " + " | ".join(cells) + " |")
     if args.check:
-        check(table["quicksilver"])
+        binary = args.binary or find_binary("quicksilver")
+        check(table["quicksilver"], lambda over: measure("quicksilver", binary, over, args.seed))
 
 
 if __name__ == "__main__":
