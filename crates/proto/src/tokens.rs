@@ -77,33 +77,11 @@ impl<'a, const N: usize> Tokens<'a, N> {
     }
 }
 
-/// Whether `line` holds a space, asked eight bytes a step with no branch but the loop's (the
-/// last step the line's last eight bytes), as the keyhash asks a key for a brace: a get's
-/// line of one key, the common one, is a few dozen bytes with none.
+/// Whether `line` holds a space, asked a word at a time ([`qs_store::keyhash::holds_byte`]):
+/// a get's line of one key, the common one, is a few dozen bytes with none.
 #[inline(always)]
 pub fn has_space(line: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    const SPACES: u64 = u64::from_ne_bytes([b' '; 8]);
-    // Non-zero where these eight bytes hold a space (a zero byte, padding, is never one).
-    let spaces_in = |bytes: [u8; 8]| {
-        let word = u64::from_le_bytes(bytes) ^ SPACES;
-        word.wrapping_sub(ONES) & !word & HIGHS
-    };
-    let eight = |at: usize| -> [u8; 8] { line[at..at + 8].try_into().unwrap_or_default() };
-    if line.len() < 8 {
-        let mut word = [0u8; 8];
-        word[..line.len()].copy_from_slice(line);
-        return spaces_in(word) != 0;
-    }
-    let last = line.len() - 8;
-    let mut found = spaces_in(eight(last));
-    let mut at = 0;
-    while at < last {
-        found |= spaces_in(eight(at));
-        at += 8;
-    }
-    found != 0
+    qs_store::keyhash::holds_byte(line, b' ')
 }
 
 /// The only token of `line`, if it has exactly one (the common single-key get), found

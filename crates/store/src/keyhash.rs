@@ -37,45 +37,50 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
 
 /// Where the first `{` of `key` is. The whole key is looked at on every request (a key is at
 /// most 250 bytes, most are a few dozen, and most have no brace), so whether it has one is
-/// asked eight bytes a step with no branch but the loop's, the last step the key's last eight
-/// bytes; only a key that has one is searched byte by byte. (A library `memchr` spends more
-/// setting up than this spends on such a key.)
+/// asked by [`holds_byte`]; only a key that has one is searched byte by byte.
 #[inline(always)]
 fn find_open_brace(key: &[u8]) -> Option<usize> {
-    let found = if key.len() < 8 {
-        let mut word = [0u8; 8];
-        word[..key.len()].copy_from_slice(key);
-        braces_in(word)
-    } else {
-        let last = key.len() - 8;
-        let mut found = braces_in(eight(key, last));
-        let mut at = 0;
-        while at < last {
-            found |= braces_in(eight(key, at));
-            at += 8;
-        }
-        found
-    };
-    if found == 0 {
+    if !holds_byte(key, b'{') {
         return None;
     }
     key.iter().position(|&byte| byte == b'{')
 }
 
-/// The eight bytes of `key` from `at` (`at + 8 <= key.len()`).
+/// Whether `bytes` holds `byte` (not 0), asked eight bytes a step with no branch but the
+/// loop's, the last step the last eight bytes (a library `memchr` spends more setting up than
+/// this spends on a key or a short line). The codecs ask it too (a get's line for a space).
 #[inline(always)]
-fn eight(key: &[u8], at: usize) -> [u8; 8] {
-    key[at..at + 8].try_into().unwrap_or_default()
+pub fn holds_byte(bytes: &[u8], byte: u8) -> bool {
+    let found = if bytes.len() < 8 {
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        byte_in(word, byte)
+    } else {
+        let last = bytes.len() - 8;
+        let mut found = byte_in(eight(bytes, last), byte);
+        let mut at = 0;
+        while at < last {
+            found |= byte_in(eight(bytes, at), byte);
+            at += 8;
+        }
+        found
+    };
+    found != 0
 }
 
-/// Non-zero when these eight bytes hold a `{` (a zero byte, padding, is never one): the
-/// classic test for a zero byte, on the bytes XORed with `{`.
+/// The eight bytes of `bytes` from `at` (`at + 8 <= bytes.len()`).
 #[inline(always)]
-fn braces_in(bytes: [u8; 8]) -> u64 {
+fn eight(bytes: &[u8], at: usize) -> [u8; 8] {
+    bytes[at..at + 8].try_into().unwrap_or_default()
+}
+
+/// Non-zero when these eight bytes hold `byte` (a zero byte, padding, is never one): the
+/// classic test for a zero byte, on the bytes XORed with `byte`.
+#[inline(always)]
+fn byte_in(bytes: [u8; 8], byte: u8) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    const BRACES: u64 = ONES * b'{' as u64;
-    let word = u64::from_le_bytes(bytes) ^ BRACES;
+    let word = u64::from_le_bytes(bytes) ^ (ONES * byte as u64);
     word.wrapping_sub(ONES) & !word & HIGHS
 }
 
