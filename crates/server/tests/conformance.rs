@@ -327,13 +327,25 @@ fn compare_with_memcached(quicksilver_args: &[&str]) {
     let recorded = recorded();
     let mut failures = Vec::new();
     for case in CASES {
-        let expected = match recorded.get(case.name) {
-            Some(replies) => replies.clone(),
-            None => run_case(&memcached, case),
-        };
-        let got = run_case(&quicksilver, case);
-        if expected != got && !allowed.iter().any(|name| name == case.name) {
-            failures.push(format!("{}:\n  memcached:   {:?}\n  quicksilver: {:?}", case.name, expected, got));
+        if allowed.iter().any(|name| name == case.name) {
+            run_case(&quicksilver, case);
+            continue;
+        }
+        // A case that reads a TTL (`md y I T30` then `mg y t`) answers a second less when the
+        // wall clock's second turns between its set and its read, on either server; so a case
+        // that differs runs again on both, and fails only if it differs every time.
+        let mut last = (Vec::new(), Vec::new());
+        let differs_each_time = (0..3).all(|_| {
+            let expected = match recorded.get(case.name) {
+                Some(replies) => replies.clone(),
+                None => run_case(&memcached, case),
+            };
+            last = (expected, run_case(&quicksilver, case));
+            last.0 != last.1
+        });
+        if differs_each_time {
+            failures
+                .push(format!("{}:\n  memcached:   {:?}\n  quicksilver: {:?}", case.name, last.0, last.1));
         }
     }
     assert!(
