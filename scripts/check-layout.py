@@ -51,8 +51,8 @@ UNSAFE_FILES = {
     "net": ("src/lib.rs", "src/uring.rs"),
     "server": (
         "src/flashio.rs",
+        "src/net/ring.rs",
         "src/observe/clients.rs",
-        "src/session/ring.rs",
         "src/sys/daemon.rs",
         "src/sys/mod.rs",
         "src/worker/flash.rs",

@@ -18,6 +18,7 @@ pub mod direct;
 pub mod exec;
 pub mod flashio;
 pub mod native;
+pub mod net;
 pub mod observe;
 pub mod server;
 pub mod session;

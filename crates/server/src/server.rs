@@ -6,9 +6,9 @@ const FRONT_EPOCH_SLOTS: usize = 4096;
 
 use crate::config::listen;
 use crate::config::{self, AccessArg, Config, EvictionArg, HugePagesArg};
+use crate::net as conn;
 use crate::observe::{detail, hotkeys, mrc, watch};
 use crate::session::budget::ClientMemory;
-use crate::session::{self as conn};
 use crate::shared::Credentials;
 use crate::shared::Shared;
 use crate::sys::{self, memfile};

@@ -18,8 +18,8 @@
 //! HTTP Basic credentials of one of their users; `/healthz` and `/readyz` answer anyone, and
 //! say nothing but whether the server is up and ready.
 
+use crate::net::tls;
 use crate::session::auth::Modes;
-use crate::session::tls;
 use crate::shared::Shared;
 use base64::Engine as _;
 use std::io::{Read, Write};

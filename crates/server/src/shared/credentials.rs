@@ -2,7 +2,8 @@
 //! and TLS (-Z).
 
 use crate::config::{Config, Extended};
-use crate::session::{auth, tls};
+use crate::net::tls;
+use crate::session::auth;
 use crate::sys;
 use std::sync::Arc;
 

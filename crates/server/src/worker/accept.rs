@@ -12,7 +12,7 @@ impl Worker {
         let _turn = match self.listeners.get(listener).map(|listening| &listening.socket) {
             // Another worker is accepting from the shared socket: it takes this one too (it
             // accepts until none is left; one arriving later wakes both workers again).
-            Some(crate::session::Listener::Unix(_)) => match shared.connections.unix_turn() {
+            Some(crate::net::Listener::Unix(_)) => match shared.connections.unix_turn() {
                 Some(guard) => Some(guard),
                 None => return,
             },
@@ -60,13 +60,13 @@ impl Worker {
 
     /// Makes an accepted socket (its place under the limit taken) a connection of this worker:
     /// a TLS session around it on a -Z listener, registered, logged, queued to read.
-    fn admit(&mut self, listener: usize, mut stream: crate::session::Stream, peer: Addr) {
+    fn admit(&mut self, listener: usize, mut stream: crate::net::Stream, peer: Addr) {
         let security = self.listeners[listener].security;
-        let mutual = security == crate::session::Security::MutualTls;
-        if security != crate::session::Security::Plain {
+        let mutual = security == crate::net::Security::MutualTls;
+        if security != crate::net::Security::Plain {
             // -Z: a TLS session around the socket (its handshake runs as it is read).
             let session = match (self.shared.credentials.tls(), stream) {
-                (Some(tls), crate::session::Stream::Tcp(socket)) => {
+                (Some(tls), crate::net::Stream::Tcp(socket)) => {
                     tls.accept(socket, self.engine.now.secs(), mutual).ok()
                 }
                 _ => None,
@@ -76,13 +76,13 @@ impl Worker {
                 self.shared.connections.give_place();
                 return;
             };
-            stream = crate::session::Stream::Tls(Box::new(session));
+            stream = crate::net::Stream::Tls(Box::new(session));
         }
         self.shared.connections.accepted();
         let index = new_slot(&mut self.conns, &mut self.generations, &mut self.free);
         // On the ring a connection's bytes come from its receive and the ring tells of room to
         // write: epoll does not watch it.
-        let on_ring = self.net.is_some() && !matches!(stream, crate::session::Stream::Tls(_));
+        let on_ring = self.net.is_some() && !matches!(stream, crate::net::Stream::Tls(_));
         let interest = Interest::READABLE | Interest::WRITABLE;
         if !on_ring && self.poll.registry().register(&mut stream, Token(CONN_BASE + index), interest).is_err()
         {
@@ -177,7 +177,7 @@ impl Worker {
         let Some(tls) = self.shared.credentials.tls().cloned() else { return };
         for index in 0..self.conns.len() {
             let overdue = self.conns[index].as_ref().is_some_and(|conn| match &conn.transport {
-                Transport::Tcp(crate::session::Stream::Tls(session)) => {
+                Transport::Tcp(crate::net::Stream::Tls(session)) => {
                     session.handshake_overdue(self.engine.now.secs())
                 }
                 _ => false,
@@ -228,7 +228,7 @@ impl Worker {
                 self.free.push(index);
                 return;
             };
-            if let crate::session::Stream::Tls(session) = stream {
+            if let crate::net::Stream::Tls(session) = stream {
                 if !conn.state.is_dead() {
                     session.close();
                 }

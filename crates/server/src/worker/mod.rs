@@ -13,11 +13,11 @@ use crate::direct::{
     SPARE_BATCH_BYTES,
 };
 use crate::exec::{Engine, Exec, Located, Route};
+use crate::net::Transport;
 use crate::observe::counters::WorkerCounters;
 use crate::observe::registry::{self, Addr, Info};
 use crate::session::{
-    Buffers, Conn, Input, Output, RingIo, State, Transport, Wait, OUTPUT_BYTES_HIGH, READ_BUFFER_BYTES,
-    SEND_SLICES_MAX,
+    Buffers, Conn, Input, Output, RingIo, State, Wait, OUTPUT_BYTES_HIGH, READ_BUFFER_BYTES, SEND_SLICES_MAX,
 };
 use crate::shared::Shared;
 use arrayvec::ArrayVec;
@@ -77,7 +77,7 @@ const WINDOW: usize = 16;
 pub struct Sockets {
     /// TCP: the main ports (shared by every worker) and, with --worker-port-base, its own;
     /// each with the protocol its connections start in and whether they speak TLS (-Z).
-    pub listeners: Vec<crate::session::Listening>,
+    pub listeners: Vec<crate::net::Listening>,
     /// memcached's UDP port (-U), shared by every worker.
     pub udp: Vec<mio::net::UdpSocket>,
     /// The native ports of the partitions it owns.
@@ -89,7 +89,7 @@ pub struct Worker {
     index: usize,
     shared: Arc<Shared>,
     poll: Poll,
-    listeners: Vec<crate::session::Listening>,
+    listeners: Vec<crate::net::Listening>,
     /// memcached's UDP port (-U), bound by every worker.
     udp: Vec<mio::net::UdpSocket>,
     /// The UDP socket may have datagrams waiting.
@@ -143,9 +143,9 @@ pub struct Worker {
     /// Requests waiting for flash reads.
     flash: flash::FlashWaits,
     /// `-o io_backend=uring`: the stream connections' io_uring (`None` on epoll).
-    net: Option<crate::session::ring::NetRing>,
+    net: Option<crate::net::ring::NetRing>,
     /// Completions taken from `net`, reused.
-    net_done: Vec<crate::session::ring::Completion>,
+    net_done: Vec<crate::net::ring::Completion>,
     /// The ring's connections flushed this turn (and whether each has bytes to send), reused.
     ring_sends: Vec<(usize, bool)>,
     /// Of those, the ones sending now, reused.
@@ -153,10 +153,10 @@ pub struct Worker {
     /// What each of a ring flush's sends offered, in bytes, by connection slot (0: none), reused.
     ring_offered: Vec<usize>,
     /// The allocations of a ring flush's gathered slices, their ranges and its sends, reused
-    /// (`session::ring::recycle`).
+    /// (`net::ring::recycle`).
     ring_slices: Vec<std::io::IoSlice<'static>>,
     ring_ranges: Vec<std::ops::Range<usize>>,
-    ring_payloads: Vec<(i32, crate::session::ring::Payload<'static>, usize, u32)>,
+    ring_payloads: Vec<(i32, crate::net::ring::Payload<'static>, usize, u32)>,
 }
 
 impl Worker {
@@ -212,7 +212,7 @@ impl Worker {
             // A registered file per connection the worker may hold (every one, at worst; past
             // 65,536 the rest name their descriptors).
             let files = shared.config.max_connections.saturating_add(16).min(1 << 16);
-            match crate::session::ring::NetRing::new(files) {
+            match crate::net::ring::NetRing::new(files) {
                 Ok(ring) => {
                     let eventfd = ring.eventfd();
                     poll.registry().register(&mut mio::unix::SourceFd(&eventfd), NET, Interest::READABLE)?;
@@ -534,7 +534,7 @@ fn read_once(
     conn: &mut Conn,
     (counters, turn_ticks): (&mut WorkerCounters, u64),
     buffers: &mut Buffers,
-    tls: Option<&crate::session::tls::Context>,
+    tls: Option<&crate::net::tls::Context>,
 ) -> bool {
     if conn.ring != RingIo::Off {
         // Its bytes come from the worker's io_uring.
@@ -595,7 +595,7 @@ fn read_once(
             broken = error.kind() == io::ErrorKind::InvalidData;
         }
     }
-    if let (crate::session::Stream::Tls(session), Some(tls)) = (stream, tls) {
+    if let (crate::net::Stream::Tls(session), Some(tls)) = (stream, tls) {
         if session.take_handshake_failure() {
             tls.handshake_errors.fetch_add(1, Relaxed);
             conn.error = true;

@@ -1,10 +1,10 @@
 //! A worker's stream connections on its io_uring (`-o io_backend=uring`,
-//! [`crate::session::ring`]): receives land in the connections' inputs, each connection's
+//! [`crate::net::ring`]): receives land in the connections' inputs, each connection's
 //! receive is posted while it may take input and cancelled while its output holds it back,
 //! and a turn's sends leave together.
 
 use super::*;
-use crate::session::ring::{recycle, Completion, NetRing, Op, Payload};
+use crate::net::ring::{recycle, Completion, NetRing, Op, Payload};
 
 impl Worker {
     /// Takes the ring's completions: received bytes go to their connections' inputs (each

@@ -1,6 +1,13 @@
 //! The Redis protocol's commands that are not one command on one key: the connection's own
 //! (PING, ECHO, QUIT, SELECT), refusals, and the reads of several keys (MGET, EXISTS), each
-//! key read as a get or an inspect of the one vocabulary would read it.
+//! key read as a get or an inspect of the one vocabulary would read it. The rest of RESP's
+//! executor is beside it: commands over several keys and on every worker (keys.rs), the
+//! commands the owner runs on one key's value (owned.rs), KEYS, SCAN and RANDOMKEY
+//! (scan.rs).
+
+mod keys;
+mod owned;
+mod scan;
 
 use super::*;
 use qs_proto::command::{Answer, Get, RespReply};

@@ -28,7 +28,7 @@ impl Engine {
     /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
     /// EXPIRETIME, which only read, may run at a CREW reader).
     /// `resp3`: the connection speaks RESP3 (its nulls are `_`).
-    pub(super) fn resp_owned(&mut self, owned: &Owned<'_>, resp3: bool, out: &mut Vec<u8>) {
+    pub(in crate::exec) fn resp_owned(&mut self, owned: &Owned<'_>, resp3: bool, out: &mut Vec<u8>) {
         let Owned { key, step } = *owned;
         if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
             return out.extend_from_slice(reply::BAD_KEY);

@@ -48,7 +48,7 @@ impl Engine {
 
     /// SCAN: the keys from the cursor on, bucket by bucket, until COUNT keys were seen or the
     /// call's buckets are read; the cursor after them (0 once every partition is walked).
-    pub(super) fn resp_scan(&self, scan: &Scan<'_>, out: &mut Vec<u8>) {
+    pub(in crate::exec) fn resp_scan(&self, scan: &Scan<'_>, out: &mut Vec<u8>) {
         let buckets = self.shared.memory.main_buckets() as u64;
         let total = buckets * self.partitions.len() as u64;
         let mut at = scan.cursor;

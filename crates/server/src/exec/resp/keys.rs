@@ -24,7 +24,7 @@ const MSETNX_SPREAD: &[u8] =
 
 impl Engine {
     /// Where a RESP frame runs ([`Engine::reach`]).
-    pub(super) fn resp_reach<'a>(&self, frame: &Frame<'a>) -> Reach<'a> {
+    pub(in crate::exec) fn resp_reach<'a>(&self, frame: &Frame<'a>) -> Reach<'a> {
         match call(frame, &self.limits) {
             // Reads of several keys: after the connection's replies pending elsewhere (CREW
             // reads the keys here).
@@ -81,7 +81,7 @@ impl Engine {
     }
 
     /// This worker's part of a RESP frame routed to every worker.
-    pub(super) fn resp_everywhere(&mut self, frame: &Frame<'_>) {
+    pub(in crate::exec) fn resp_everywhere(&mut self, frame: &Frame<'_>) {
         match call(frame, &self.limits) {
             Call::Flush => self.flush_now(false),
             Call::DelMany(frame) => {
