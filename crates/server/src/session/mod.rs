@@ -222,18 +222,20 @@ impl Input {
     }
 }
 
-/// A connection.
+/// A connection: its socket and how the worker moves its bytes, its input and output, and its
+/// [`Session`], what it holds between them. A turn borrows the session, the output and the
+/// input as three parts.
 pub struct Conn {
     /// The socket.
     pub transport: Transport,
     /// Distinguishes this connection from earlier ones in the same slot.
     pub generation: u32,
+    /// Its socket's descriptor (a UDP request's: the UDP socket's).
+    pub fd: i32,
     /// Input.
     pub input: Input,
     /// Output.
     pub output: Output,
-    /// What the worker may do with it.
-    pub state: State,
     /// How its bytes move.
     pub ring: RingIo,
     /// The socket may have more to read.
@@ -248,6 +250,23 @@ pub struct Conn {
     /// Flushes in a row that held ready output back while replies from other workers were
     /// outstanding (at most `HOLD_FLUSHES_MAX`).
     pub held: u8,
+    /// `output.sent_total` when the client memory budget was last found spent: a connection
+    /// whose client has read nothing since is shed ([`budget`]).
+    pub sent_seen: u64,
+    /// What the conversation holds between its bytes.
+    pub session: Session,
+}
+
+/// What a connection's conversation holds between its bytes: what the worker may do with it,
+/// where it stands with authentication and its protocol, a dump or a watch it runs, and how
+/// its input ended.
+pub struct Session {
+    /// What the worker may do with it.
+    pub state: State,
+    /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).
+    pub protocol: crate::config::Protocol,
+    /// Where it stands with authentication ([`auth::Phase`]; `Open` without -S or -Y).
+    pub phase: auth::Phase,
     /// A running `lru_crawler metadump` (its request stays at the front of the input until
     /// the dump is complete).
     pub dump: Option<crate::session::dump::Cursor>,
@@ -260,21 +279,12 @@ pub struct Conn {
     /// Its buffered bytes do not yet form a request (or a refused data block is still
     /// arriving): it waits for the socket like an idle connection.
     pub starved: bool,
-    /// Its entry in `stats conns` (stream connections), which it keeps current.
-    pub info: Option<std::sync::Arc<crate::observe::registry::Info>>,
-    /// Its socket's descriptor (a UDP request's: the UDP socket's).
-    pub fd: i32,
-    /// A `watch` connection: the log lines waiting for it (what it sends is ignored).
-    pub watch: Option<std::sync::Arc<crate::observe::watch::Sink>>,
     /// Closed for a protocol error (`watch connevents` says `reason=error`).
     pub error: bool,
-    /// The protocol it speaks: `Auto` until its first byte decides (memcached's -B).
-    pub protocol: crate::config::Protocol,
-    /// Where it stands with authentication ([`auth::Phase`]; `Open` without -S or -Y).
-    pub phase: auth::Phase,
-    /// `output.sent_total` when the client memory budget was last found spent: a connection
-    /// whose client has read nothing since is shed ([`budget`]).
-    pub sent_seen: u64,
+    /// Its entry in `stats conns` (stream connections), which it keeps current.
+    pub info: Option<std::sync::Arc<crate::observe::registry::Info>>,
+    /// A `watch` connection: the log lines waiting for it (what it sends is ignored).
+    pub watch: Option<std::sync::Arc<crate::observe::watch::Sink>>,
 }
 
 impl Conn {
@@ -289,26 +299,28 @@ impl Conn {
         Conn {
             transport,
             generation,
+            fd: -1,
             input,
             output,
-            state: State::Open,
             ring: RingIo::Off,
             read_ready: false,
             peer_closed: false,
             write_blocked: false,
             queued: false,
             held: 0,
-            dump: None,
-            stacked: false,
-            eof: false,
-            starved: false,
-            info: None,
-            fd: -1,
-            watch: None,
-            error: false,
-            protocol,
-            phase: auth::Phase::Open,
             sent_seen: 0,
+            session: Session {
+                state: State::Open,
+                protocol,
+                phase: auth::Phase::Open,
+                dump: None,
+                stacked: false,
+                eof: false,
+                starved: false,
+                error: false,
+                info: None,
+                watch: None,
+            },
         }
     }
 
@@ -316,8 +328,8 @@ impl Conn {
     /// hold its requests back.
     pub fn may_read(&self) -> bool {
         self.read_ready
-            && self.state == State::Open
-            && !self.eof
+            && self.session.state == State::Open
+            && !self.session.eof
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
     }
 
@@ -325,8 +337,8 @@ impl Conn {
     /// take input (open, not at its end, its output under the bound) and its input has room
     /// ([`Conn::input_room`]) for a receive that may take up to `overshoot` bytes past it.
     pub fn wants_input(&self, overshoot: usize) -> bool {
-        self.state == State::Open
-            && !self.eof
+        self.session.state == State::Open
+            && !self.session.eof
             && self.output.held_bytes() <= OUTPUT_BYTES_HIGH
             && self.input_room(overshoot) > 0
     }
@@ -339,7 +351,7 @@ impl Conn {
     pub fn input_room(&self, overshoot: usize) -> usize {
         let pending = self.input.end - self.input.start;
         let below_limit = self.input.limit.saturating_sub(pending);
-        if self.starved {
+        if self.session.starved {
             let value = (buffers::READ_BUFFER_BYTES + self.input.charged).saturating_sub(pending);
             value.max(buffers::READ_BUFFER_BYTES).min(below_limit)
         } else {
@@ -371,7 +383,7 @@ mod tests {
         let peer = "127.0.0.1:1".parse().unwrap();
         let transport = Transport::Udp { peer, request_id: 0, socket: 0 };
         let mut conn = Conn::new(transport, 1, input, Output::new(1), crate::config::Protocol::Ascii);
-        conn.starved = starved;
+        conn.session.starved = starved;
         conn
     }
 

@@ -119,8 +119,8 @@ impl Worker {
             Output::new(self.shared.map.workers()),
             self.listeners[listener].protocol,
         );
-        conn.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
-        conn.info = Some(info);
+        conn.session.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
+        conn.session.info = Some(info);
         conn.fd = fd;
         conn.read_ready = !on_ring;
         if on_ring {
@@ -185,8 +185,8 @@ impl Worker {
             if overdue {
                 tls.handshake_errors.fetch_add(1, Relaxed);
                 if let Some(conn) = self.conns[index].as_mut() {
-                    conn.state.kill();
-                    conn.error = true;
+                    conn.session.state.kill();
+                    conn.session.error = true;
                 }
                 self.close(index);
             }
@@ -200,9 +200,9 @@ impl Worker {
         let since = self.engine.now.secs().saturating_sub(timeout_secs);
         for index in 0..self.conns.len() {
             let Some(conn) = self.conns[index].as_ref() else { continue };
-            let idle = conn.watch.is_none()
+            let idle = conn.session.watch.is_none()
                 && conn.output.pending_total == 0
-                && conn.info.as_ref().is_some_and(|info| info.idle_since(since));
+                && conn.session.info.as_ref().is_some_and(|info| info.idle_since(since));
             if idle {
                 self.engine.counters.idle_kicks += 1;
                 self.executed = true;
@@ -229,7 +229,7 @@ impl Worker {
                 return;
             };
             if let crate::net::Stream::Tls(session) = stream {
-                if !conn.state.is_dead() {
+                if !conn.session.state.is_dead() {
                     session.close();
                 }
             }
@@ -239,14 +239,14 @@ impl Worker {
             if !self.shared.extended.maxconns_fast {
                 self.shared.connection_closed();
             }
-            if let Some(sink) = conn.watch.take() {
+            if let Some(sink) = conn.session.watch.take() {
                 self.shared.observers.watchers.remove(&sink);
                 self.watching.retain(|&watcher| watcher != index);
             }
             if self.shared.observers.watchers.wants(crate::observe::watch::CONNEVENTS) {
-                if let Some(info) = conn.info.as_ref() {
+                if let Some(info) = conn.session.info.as_ref() {
                     let (rip, rport, transport) = peer_text(&info.addr);
-                    let reason = if conn.error {
+                    let reason = if conn.session.error {
                         "error"
                     } else if self.shared.wakeups.stopping() {
                         "shutdown"

@@ -465,7 +465,7 @@ impl Worker {
                     if conn.generation != generation {
                         continue;
                     }
-                    conn.state.unblock(crate::session::Wait::Flash);
+                    conn.session.state.unblock(crate::session::Wait::Flash);
                     self.engine.flash_resolved = resolved;
                     queue(&mut self.work, conn, index);
                     self.service(index);

@@ -421,7 +421,10 @@ impl Worker {
             }
         }
         for &index in &self.watching {
-            if self.conns[index].as_ref().and_then(|conn| conn.watch.as_ref()).is_some_and(|sink| sink.look())
+            if self.conns[index]
+                .as_ref()
+                .and_then(|conn| conn.session.watch.as_ref())
+                .is_some_and(|sink| sink.look())
             {
                 queue_flush(&mut self.flush, index);
             }
@@ -471,7 +474,7 @@ impl Worker {
             || self.watching.iter().any(|&index| {
                 self.conns[index]
                     .as_ref()
-                    .and_then(|conn| conn.watch.as_ref())
+                    .and_then(|conn| conn.session.watch.as_ref())
                     .is_some_and(|sink| sink.is_ready())
             });
         if rings_have_work {
@@ -503,7 +506,7 @@ impl Worker {
             if self.conns[index].is_some() {
                 self.service(index);
                 if let Some(conn) = self.conns[index].as_mut() {
-                    conn.state.close();
+                    conn.session.state.close();
                     queue_flush(&mut self.flush, index);
                 }
             }
@@ -541,7 +544,7 @@ fn read_once(
         return false;
     }
     let input = &conn.input;
-    if !input.buf.is_empty() && input.start == 0 && input.end == input.buf.len() && !conn.starved {
+    if !input.buf.is_empty() && input.start == 0 && input.end == input.buf.len() && !conn.session.starved {
         // Full of requests that wait on their replies being read: the rest stays in the
         // socket until they run (growing the buffer for them would only hold more).
         return false;
@@ -549,16 +552,16 @@ fn read_once(
     let was_empty = conn.input.start == conn.input.end;
     let Some(spare) = conn.input.spare(buffers) else {
         // -o read_buf_mem_limit: no read buffer left for it; memcached closes the connection.
-        conn.state.kill();
-        conn.error = true;
+        conn.session.state.kill();
+        conn.session.error = true;
         counters.read_buf_oom += 1;
         return false;
     };
     if spare.is_empty() {
         // A request larger than the buffer may grow: the parser would have refused it, so
         // this is garbage without a line end.
-        conn.state.kill();
-        conn.error = true;
+        conn.session.state.kill();
+        conn.session.error = true;
         counters.conns_dropped += 1;
         return false;
     }
@@ -570,9 +573,9 @@ fn read_once(
             // The client sent all it will: answer what it sent (a dump or a long get may
             // still be running), then close.
             conn.read_ready = false;
-            conn.eof = true;
-            if conn.input.start == conn.input.end && conn.dump.is_none() {
-                conn.state.close();
+            conn.session.eof = true;
+            if conn.input.start == conn.input.end && conn.session.dump.is_none() {
+                conn.session.state.close();
             }
         }
         Ok(read) => {
@@ -591,21 +594,21 @@ fn read_once(
         Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
         Err(error) => {
             conn.read_ready = false;
-            conn.state.kill();
+            conn.session.state.kill();
             broken = error.kind() == io::ErrorKind::InvalidData;
         }
     }
     if let (crate::net::Stream::Tls(session), Some(tls)) = (stream, tls) {
         if session.take_handshake_failure() {
             tls.handshake_errors.fetch_add(1, Relaxed);
-            conn.error = true;
+            conn.session.error = true;
         } else if broken {
             // memcached 1.6.45's `ssl_proto_errors`: TLS that broke after the handshake.
             tls.proto_errors.fetch_add(1, Relaxed);
         }
         if let Some(peer) = session.take_handshake() {
             tls.handshakes.fetch_add(1, Relaxed);
-            if let (Some(name), Some(info)) = (peer, conn.info.as_ref()) {
+            if let (Some(name), Some(info)) = (peer, conn.session.info.as_ref()) {
                 info.set_tls_peer_cn(name);
             }
         }

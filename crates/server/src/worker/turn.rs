@@ -5,8 +5,8 @@
 //! a [`Flow`] the window loop (window.rs) applies to its input.
 
 use super::*;
-use crate::observe::watch::Sink;
 use crate::session::dump::Cursor;
+use crate::session::Session;
 
 /// What the window loop does after one request.
 pub(super) enum Flow {
@@ -37,14 +37,7 @@ pub(super) struct Turn<'t, 'h> {
     /// Some request ran (or was answered) this turn.
     pub executed: &'t mut bool,
     pub output: &'t mut Output,
-    pub state: &'t mut State,
-    pub dump: &'t mut Option<Cursor>,
-    pub stacked: &'t mut bool,
-    pub info: &'t Option<Arc<Info>>,
-    pub watch: &'t mut Option<Arc<Sink>>,
-    pub error: &'t mut bool,
-    pub phase: &'t mut crate::session::auth::Phase,
-    pub eof: bool,
+    pub session: &'t mut Session,
     /// The socket refused the connection's last write: its client is not reading.
     pub write_blocked: bool,
     /// This worker, the connection's slot and generation.
@@ -71,20 +64,20 @@ impl Turn<'_, '_> {
         let over = held > crate::session::budget::OUTPUT_FREE_BYTES
             && (self.write_blocked || self.output.pending_total == 0)
             && self.buffers.budget().spent();
-        if self.state.is_ending() || held > OUTPUT_BYTES_HIGH || over {
+        if self.session.state.is_ending() || held > OUTPUT_BYTES_HIGH || over {
             return true;
         }
         if !self.udp && self.buffers.limited() && self.read_buf_limit_reached() {
             return true;
         }
-        if self.state.blocked(Wait::Replies) {
+        if self.session.state.blocked(Wait::Replies) {
             if self.output.pending_total > 0 {
                 return true;
             }
-            self.state.unblock(Wait::Replies);
+            self.session.state.unblock(Wait::Replies);
         }
         if self.output.pending_total >= PENDING_PER_CONN_MAX {
-            self.state.block(Wait::Replies);
+            self.session.state.block(Wait::Replies);
             return true;
         }
         if self.hand.full || self.served >= self.reqs_per_event {
@@ -93,7 +86,7 @@ impl Turn<'_, '_> {
                 self.engine.counters.conn_yields += 1;
             }
             self.retry.push(self.index);
-            self.state.block(Wait::Turn);
+            self.session.state.block(Wait::Turn);
             return true;
         }
         false
@@ -111,8 +104,8 @@ impl Turn<'_, '_> {
         if !holds && self.buffers.room() == 0 && self.output.capacity_bytes() == 0 {
             self.engine.counters.response_obj_oom += 1;
             *self.executed = true;
-            self.state.kill();
-            *self.error = true;
+            self.session.state.kill();
+            self.session.error = true;
             return true;
         }
         false
@@ -147,12 +140,12 @@ impl Turn<'_, '_> {
             Parsed::Refused { len, .. } | Parsed::Request { len, .. } => *len > here.len(),
             _ => false,
         };
-        *self.stacked = !flushes && !runs_past;
+        self.session.stacked = !flushes && !runs_past;
         let (request, len) = match parsed {
             Parsed::Incomplete => unreachable!("the window holds no incomplete request"),
             Parsed::Close => {
-                self.state.kill();
-                *self.error = true;
+                self.session.state.kill();
+                self.session.error = true;
                 self.engine.counters.conns_dropped += 1;
                 return Flow::Stop;
             }
@@ -173,12 +166,12 @@ impl Turn<'_, '_> {
         match self.engine.route(request, located, &self.output.pending) {
             Route::Local => {}
             Route::AfterPending if self.output.pending_total > 0 => {
-                self.state.block(Wait::Replies);
+                self.session.state.block(Wait::Replies);
                 return Flow::Stop;
             }
             Route::AfterPending => {}
             Route::ForwardAfterPending(_) if self.output.pending_total > 0 => {
-                self.state.block(Wait::Replies);
+                self.session.state.block(Wait::Replies);
                 return Flow::Stop;
             }
             Route::ForwardAfterPending(owner) => return self.forward(owner, request, located, &here[..len]),
@@ -186,7 +179,7 @@ impl Turn<'_, '_> {
             // After the connection's requests waiting elsewhere: a RESP DEL of several keys
             // counts the other workers' keys as they stand once those requests have run.
             Route::Broadcast if self.output.pending_total > 0 => {
-                self.state.block(Wait::Replies);
+                self.session.state.block(Wait::Replies);
                 return Flow::Stop;
             }
             Route::SplitGet => return self.split_get(request, pending, here, len),
@@ -195,7 +188,7 @@ impl Turn<'_, '_> {
                     let task = Task::Everywhere(self.dialect);
                     self.hand.over(owner, task, (&here[..len], None), self.output, self.engine);
                 }
-                self.state.block(Wait::Replies);
+                self.session.state.block(Wait::Replies);
             }
         }
         self.run_here(request, located, pending, here, len)
@@ -205,11 +198,18 @@ impl Turn<'_, '_> {
     /// up; the request stays until the dump is complete.
     fn metadump(&mut self, classes: &[u8], keys: bool, len: usize) -> Flow {
         *self.executed = true;
-        if self.dump.is_none() {
-            start_dump(classes, keys, *self.stacked, self.dump, self.output.reply_buf(), self.engine);
+        if self.session.dump.is_none() {
+            start_dump(
+                classes,
+                keys,
+                self.session.stacked,
+                &mut self.session.dump,
+                self.output.reply_buf(),
+                self.engine,
+            );
         }
-        *self.stacked = true;
-        if continue_dump(self.dump, self.output, self.hand, self.engine, self.me) {
+        self.session.stacked = true;
+        if continue_dump(&mut self.session.dump, self.output, self.hand, self.engine, self.me) {
             return Flow::Next(len);
         }
         // More to list once the client has read some: the request stays.
@@ -220,26 +220,26 @@ impl Turn<'_, '_> {
     fn start_watch(&mut self, streams: Option<u16>, len: usize) -> Flow {
         if self.output.pending_total > 0 {
             // Its earlier requests' replies come first.
-            self.state.block(Wait::Replies);
+            self.session.state.block(Wait::Replies);
             return Flow::Stop;
         }
         *self.executed = true;
         let refusal =
-            codec::watch_refusal(self.shared.config.disable_watch, *self.stacked, streams.is_none());
+            codec::watch_refusal(self.shared.config.disable_watch, self.session.stacked, streams.is_none());
         if let Some(refusal) = refusal {
             self.output.reply_buf().extend_from_slice(refusal);
             return Flow::Next(len);
         }
-        *self.watch = Some(self.shared.observers.watchers.add(streams.unwrap_or_default(), self.me));
+        self.session.watch = Some(self.shared.observers.watchers.add(streams.unwrap_or_default(), self.me));
         self.watching.push(self.index);
-        if let Some(info) = self.info {
+        if let Some(info) = &self.session.info {
             info.set_state(registry::State::Watch);
         }
         self.output.reply_buf().extend_from_slice(codec::WATCH_STARTED);
         // Whatever follows is ignored; an end of input read with it (no event will say so
         // again) ends the stream now.
-        if self.eof {
-            self.state.close();
+        if self.session.eof {
+            self.session.state.close();
         }
         Flow::StopAll
     }
@@ -247,7 +247,7 @@ impl Turn<'_, '_> {
     /// Under -S, a binary request before authentication is answered here (SASL's own
     /// commands, or a refusal).
     fn sasl(&mut self, request: &Request<'_>, len: usize) -> Option<Flow> {
-        if *self.phase == crate::session::auth::Phase::Open {
+        if self.session.phase == crate::session::auth::Phase::Open {
             return None;
         }
         let (Request::Binary(request), Some(passwords)) = (request, self.shared.credentials.sasl()) else {
@@ -256,7 +256,7 @@ impl Turn<'_, '_> {
         let reply = self.output.reply_buf();
         match crate::session::auth::sasl_gate(
             request,
-            self.phase,
+            &mut self.session.phase,
             passwords,
             &mut self.engine.counters,
             reply,
@@ -265,7 +265,7 @@ impl Turn<'_, '_> {
             crate::session::auth::Gate::Answered { close } => {
                 *self.executed = true;
                 if close {
-                    self.state.close();
+                    self.session.state.close();
                     return Some(Flow::Stop);
                 }
                 Some(Flow::Next(len))
@@ -398,25 +398,25 @@ impl Turn<'_, '_> {
         self.output.adopt(&mut shares.taken, &mut shares.segments);
         match executed_as {
             Exec::Done => {}
-            Exec::Close => self.state.close(),
+            Exec::Close => self.session.state.close(),
             Exec::Forward(owner) => self.hand_over(owner, request, (&here[..len], located)),
             Exec::Resp3(on) => {
                 // The window ended with the HELLO: what follows is parsed in the new version (and
                 // in the connection's next turns, from its registry entry).
                 self.dialect = if on { Dialect::Resp3 } else { Dialect::Resp };
-                if let Some(info) = self.info {
+                if let Some(info) = &self.session.info {
                     info.set_resp(if on { 3 } else { 2 });
                 }
             }
             Exec::Reset => {
                 self.dialect = Dialect::Resp;
-                if let Some(info) = self.info {
+                if let Some(info) = &self.session.info {
                     info.set_resp(2);
                     info.set_name(b"");
                 }
                 // Where a password is asked for, what follows goes through the gate again
                 // (`windows` stops at the end of this window).
-                *self.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
+                self.session.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
             }
         }
         Flow::Next(len)
@@ -447,7 +447,7 @@ impl Turn<'_, '_> {
         }
         let waiter = flash::Waiter::Local { conn: self.index, generation: self.generation };
         flash.start(waiter, self.engine, self.shared);
-        self.state.block(Wait::Flash);
+        self.session.state.block(Wait::Flash);
         true
     }
 }

@@ -69,7 +69,7 @@ impl Worker {
     pub(super) fn finish_udp(&mut self, index: usize) {
         let Some(conn) = self.conns[index].as_mut() else { return };
         let Transport::Udp { peer, request_id, socket } = conn.transport else { return };
-        if matches!(conn.state, State::Blocked(_)) || conn.output.pending_total > 0 {
+        if matches!(conn.session.state, State::Blocked(_)) || conn.output.pending_total > 0 {
             return;
         }
         if conn.output.held_bytes() > OUTPUT_BYTES_HIGH && conn.input.start < conn.input.end {

@@ -71,8 +71,8 @@ impl Worker {
             net.give_back(id);
             if !appended {
                 // -o read_buf_mem_limit: no read buffer left for it; memcached closes it.
-                conn.state.kill();
-                conn.error = true;
+                conn.session.state.kill();
+                conn.session.error = true;
                 self.engine.counters.read_buf_oom += 1;
             }
             queue(&mut self.work, conn, slot);
@@ -81,9 +81,9 @@ impl Worker {
         match result {
             0 => {
                 // The client sent all it will: answer what it sent, then close.
-                conn.eof = true;
-                if conn.input.start == conn.input.end && conn.dump.is_none() {
-                    conn.state.close();
+                conn.session.eof = true;
+                if conn.input.start == conn.input.end && conn.session.dump.is_none() {
+                    conn.session.state.close();
                 }
                 queue(&mut self.work, conn, slot);
             }
@@ -92,7 +92,7 @@ impl Worker {
             // A kernel without the multishot limit: posted again without one.
             _ if result == -libc::EINVAL && net.unlimit() => queue(&mut self.work, conn, slot),
             _ => {
-                conn.state.kill();
+                conn.session.state.kill();
                 queue(&mut self.work, conn, slot);
             }
         }
@@ -189,7 +189,7 @@ impl Worker {
                 }
                 error if error == -libc::EAGAIN => conn.write_blocked = true,
                 error if error == -libc::EINTR => {}
-                _ => conn.state.kill(),
+                _ => conn.session.state.kill(),
             }
         }
         for &index in sending {
@@ -198,11 +198,11 @@ impl Worker {
                 *offer = 0;
             }
             let Some(conn) = self.conns[index].as_mut() else { continue };
-            if conn.write_blocked && !conn.state.is_dead() {
+            if conn.write_blocked && !conn.session.state.is_dead() {
                 // Told by the ring when the socket has room (epoll does not watch it).
                 if let Some(net) = self.net.as_mut() {
                     if net.await_writable(conn.fd, index, conn.generation).is_err() {
-                        conn.state.kill();
+                        conn.session.state.kill();
                     }
                 }
             }
@@ -210,7 +210,7 @@ impl Worker {
         if failed {
             for &index in sending {
                 if let Some(conn) = self.conns[index].as_mut() {
-                    conn.state.kill();
+                    conn.session.state.kill();
                 }
             }
         }

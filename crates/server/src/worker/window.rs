@@ -39,7 +39,7 @@ impl Worker {
             }
             self.buffers.settle(&mut conn.output);
             // A connection dropped (a read_buf_oom among the reasons) shows in stats at once.
-            self.executed |= conn.state.is_dead();
+            self.executed |= conn.session.state.is_dead();
         }
         self.sync_receive(index);
         queue_flush(&mut self.flush, index);
@@ -119,31 +119,13 @@ impl Worker {
             ..
         } = self;
         let Some(conn) = conns[index].as_mut() else { return };
-        if conn.state.blocked(Wait::Flash) {
+        if conn.session.state.blocked(Wait::Flash) {
             return;
         }
-        conn.starved = false;
+        conn.session.starved = false;
         let Some(dialect) = admit(conn, shared, engine, executed) else { return };
-        conn.state.unblock(Wait::Turn);
-        let Conn {
-            input,
-            output,
-            state,
-            generation,
-            transport,
-            dump,
-            stacked,
-            eof,
-            starved,
-            info,
-            fd,
-            watch,
-            error,
-            phase,
-            ring,
-            write_blocked,
-            ..
-        } = conn;
+        conn.session.state.unblock(Wait::Turn);
+        let Conn { input, output, session, generation, transport, fd, ring, write_blocked, .. } = conn;
         let full = outgoing.iter().flatten().any(|batch| batch.requests.len() >= BATCH_BYTES_MAX)
             || inflight.iter().any(|&bytes| bytes >= INFLIGHT_BYTES_MAX);
         let (conn, generation, fd) = (index as u32, *generation, *fd);
@@ -159,14 +141,7 @@ impl Worker {
             flash,
             executed,
             output,
-            state,
-            dump,
-            stacked,
-            info,
-            watch,
-            error,
-            phase,
-            eof: *eof,
+            session,
             write_blocked: *write_blocked,
             me: *me,
             index,
@@ -176,7 +151,7 @@ impl Worker {
             reqs_per_event: if udp { u32::MAX } else { shared.config.reqs_per_event },
             served: 0,
         };
-        windows(&mut turn, input, *ring != RingIo::Off, starved);
+        windows(&mut turn, input, *ring != RingIo::Off);
     }
 }
 
@@ -184,29 +159,29 @@ impl Worker {
 /// consuming what they ran (and settling a long store's budget, or a get of several keys
 /// stopped part way).
 #[inline(always)]
-fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &mut bool) {
+fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool) {
     // The first request may be one that waited for flash: its resolved keys serve it only.
     let mut ran_first = !turn.engine.flash_on();
     loop {
         if turn.output.pending_total == 0 {
             // What it waited for has arrived (service reads again only once this clears).
-            turn.state.unblock(Wait::Replies);
+            turn.session.state.unblock(Wait::Replies);
         }
         if !input.apply_skip() {
             // A refused value still to swallow: at the end of input there is no more of
             // it, and the connection ends (memcached closes a swallowing connection at EOF).
-            if turn.eof {
-                turn.state.close();
+            if turn.session.eof {
+                turn.session.state.close();
             }
-            *starved = true;
+            turn.session.starved = true;
             return;
         }
         if input.arriving.is_some() && !arrive(turn, input) {
             // More of a value arriving into the log is to come (at the end of input, none).
-            if turn.eof {
-                turn.state.close();
+            if turn.session.eof {
+                turn.session.state.close();
             }
-            *starved = true;
+            turn.session.starved = true;
             return;
         }
         // The window borrows the read buffer: it lives in this block, dropped in place.
@@ -214,7 +189,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             let pending = input.pending();
             if turn.dialect.is_resp() && input.frame.get().started() && still_arriving(input) {
                 // The request at the front is still arriving: not parsed from its start again.
-                match ran_dry(turn, input, on_ring, starved) {
+                match ran_dry(turn, input, on_ring) {
                     Some(long) => break 'window (0, false, None, Some(long)),
                     None => return,
                 }
@@ -224,12 +199,12 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             let mut window = ArrayVec::new();
             fill_window(&mut window, pending, turn.dialect, turn.engine, turn.output);
             if window.is_empty() {
-                match ran_dry(turn, input, on_ring, starved) {
+                match ran_dry(turn, input, on_ring) {
                     Some(long) => break 'window (0, false, None, Some(long)),
                     None => return,
                 }
             }
-            if let Some(info) = turn.info {
+            if let Some(info) = &turn.session.info {
                 info.touch(turn.engine.now.secs());
             }
             let (consumed, stop, resume) = run_window(turn, &window, (pending, input.since), &mut ran_first);
@@ -246,7 +221,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             } else if turn.dialect.is_resp() {
                 *turn.executed = true;
                 consumed = budget::refuse_resp(input.pending(), turn.engine, turn.output);
-                turn.state.close();
+                turn.session.state.close();
             } else {
                 *turn.executed = true;
                 consumed = budget::refuse_store(
@@ -266,7 +241,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
         if stop {
             return;
         }
-        if !turn.phase.admitted() {
+        if !turn.session.phase.admitted() {
             // RESET where a password is asked for: what follows goes through the gate, in
             // the connection's next turn.
             turn.retry.push(turn.index);
@@ -276,9 +251,9 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool, starved: &
             // Every byte read ran (at depth 1, every turn): the input ran dry, as the next
             // window would find, told without building it.
             if turn.output.pending_total == 0 {
-                turn.state.unblock(Wait::Replies);
+                turn.session.state.unblock(Wait::Replies);
             }
-            dried(turn, input.pending(), starved);
+            dried(turn, input.pending());
             return;
         }
     }
@@ -322,7 +297,7 @@ fn arrive(turn: &mut Turn<'_, '_>, input: &mut Input) -> bool {
 /// settles next (its length); else the connection waits for more input (`None`), or is closed
 /// for garbage as long as its input limit without a line end (on the ring; epoll's read stops
 /// at the limit, and the parser would have refused a request this long).
-fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut bool) -> Option<usize> {
+fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool) -> Option<usize> {
     let pending = input.pending();
     let long = match turn.dialect.is_resp() {
         // Walked on from where the last read's walk stopped (and left there for the next).
@@ -334,25 +309,25 @@ fn ran_dry(turn: &mut Turn<'_, '_>, input: &Input, on_ring: bool, starved: &mut 
         return long;
     }
     if pending.len() >= input.limit && on_ring {
-        turn.state.kill();
-        *turn.error = true;
+        turn.session.state.kill();
+        turn.session.error = true;
         turn.engine.counters.conns_dropped += 1;
         return None;
     }
-    dried(turn, pending, starved);
+    dried(turn, pending);
     None
 }
 
 /// The input ran dry with `pending` left (no whole request): memcached would send what it
 /// holds now; at the end of input the connection closes.
 #[inline(always)]
-fn dried(turn: &mut Turn<'_, '_>, pending: &[u8], starved: &mut bool) {
-    *turn.stacked = false;
-    if turn.eof {
-        turn.state.close();
+fn dried(turn: &mut Turn<'_, '_>, pending: &[u8]) {
+    turn.session.stacked = false;
+    if turn.session.eof {
+        turn.session.state.close();
     }
-    *starved = true;
-    if let Some(info) = turn.info {
+    turn.session.starved = true;
+    if let Some(info) = &turn.session.info {
         info.ran_dry(pending);
     }
 }
@@ -508,25 +483,25 @@ fn run_window(
 /// be parsed now (a watcher, whose input is read only to see it close, is ignored here too).
 #[inline(always)]
 fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut bool) -> Option<Dialect> {
-    if conn.watch.is_some() {
+    if conn.session.watch.is_some() {
         // A watcher's input is read (to see it close) and ignored, as memcached ignores it.
         conn.input.consume(conn.input.end - conn.input.start);
-        if conn.eof {
-            conn.state.close();
+        if conn.session.eof {
+            conn.session.state.close();
         }
-        conn.starved = true;
+        conn.session.starved = true;
         return None;
     }
-    if conn.protocol == Protocol::Auto {
+    if conn.session.protocol == Protocol::Auto {
         if let Some(&first) = conn.input.pending().first() {
-            conn.protocol = Dialect::sniff(first);
+            conn.session.protocol = Dialect::sniff(first);
         }
     }
-    let mut dialect = Dialect::of(conn.protocol);
+    let mut dialect = Dialect::of(conn.session.protocol);
     if dialect == Dialect::Resp {
         dialect = resp_version(conn);
     }
-    if conn.phase.admitted() {
+    if conn.session.phase.admitted() {
         return Some(dialect);
     }
     use crate::session::auth::{admit, Admission, Phase};
@@ -535,16 +510,16 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
     let (admission, answered) = if dialect.is_resp() {
         crate::session::auth_resp::admit_resp(
             &mut conn.input,
-            (&mut conn.state, conn.eof),
+            (&mut conn.session.state, conn.session.eof),
             modes,
-            (&mut engine.counters, conn.info.as_deref()),
+            (&mut engine.counters, conn.session.info.as_deref()),
             conn.output.reply_buf(),
         )
     } else {
         admit(
             &mut conn.input,
-            &mut conn.state,
-            conn.eof,
+            &mut conn.session.state,
+            conn.session.eof,
             binary,
             modes,
             &mut engine.counters,
@@ -557,16 +532,16 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
             // A text or RESP connection's Parse is its authentication's success (a binary
             // one's, a frame the SASL gate is to see).
             if !binary {
-                conn.phase = Phase::Authenticated;
+                conn.session.phase = Phase::Authenticated;
             }
             // HELLO 3 with its AUTH: RESP3 from the next request.
             Some(if dialect.is_resp() { resp_version(conn) } else { dialect })
         }
         Admission::Wait => {
-            if conn.eof {
-                conn.state.close();
+            if conn.session.eof {
+                conn.session.state.close();
             }
-            conn.starved = true;
+            conn.session.starved = true;
             None
         }
         Admission::Done => None,
@@ -577,7 +552,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
 /// version), else RESP2. Kept out of line: memcached's connections never ask.
 #[inline(never)]
 fn resp_version(conn: &Conn) -> Dialect {
-    if conn.info.as_ref().is_some_and(|info| info.resp() == 3) {
+    if conn.session.info.as_ref().is_some_and(|info| info.resp() == 3) {
         Dialect::Resp3
     } else {
         Dialect::Resp

@@ -18,29 +18,31 @@ impl Worker {
             // back until they arrive, which queues the connection again. A client that keeps
             // sending keeps replies pending; after HOLD_FLUSHES_MAX held flushes in a row the
             // ready part goes anyway.
-            if conn.watch.is_some() {
+            if conn.session.watch.is_some() {
                 // New lines for a watcher: try the socket even if it last refused (epoll
                 // reports a UNIX socket writable only once it is three quarters empty), so
                 // its buffer holds what the socket can take, as memcached's logger does.
                 conn.write_blocked = false;
             }
-            let waiting =
-                conn.output.pending_total > 0 && conn.held < HOLD_FLUSHES_MAX && !conn.state.is_closing();
+            let waiting = conn.output.pending_total > 0
+                && conn.held < HOLD_FLUSHES_MAX
+                && !conn.session.state.is_closing();
             conn.held = if waiting { conn.held + 1 } else { 0 };
             // A refused value still arriving (skipped as it comes): as memcached, the answers go
             // once all of it is read. A client that stops writing the value at the first reply
             // would otherwise leave the rest to be taken as its next requests.
-            let hold = waiting || (conn.input.skip > 0 && !conn.state.is_ending());
+            let hold = waiting || (conn.input.skip > 0 && !conn.session.state.is_ending());
             if conn.ring != RingIo::Off {
-                if let Some(sink) = conn.watch.as_ref().filter(|_| !conn.output.has_unsent()) {
+                if let Some(sink) = conn.session.watch.as_ref().filter(|_| !conn.output.has_unsent()) {
                     let moved = sink.take(conn.output.reply_buf());
                     self.shared.observers.watchers.sent.fetch_add(moved as u64, Relaxed);
                 }
-                let send = !hold && !conn.state.is_dead() && !conn.write_blocked && conn.output.has_unsent();
+                let send =
+                    !hold && !conn.session.state.is_dead() && !conn.write_blocked && conn.output.has_unsent();
                 on_ring.push((index, send));
                 continue;
             }
-            while !hold && !conn.state.is_dead() && !conn.write_blocked {
+            while !hold && !conn.session.state.is_dead() && !conn.write_blocked {
                 if !conn.output.has_unsent() {
                     // TLS: records rustls still holds go out too.
                     match stream.flush() {
@@ -50,12 +52,12 @@ impl Worker {
                             break;
                         }
                         Err(_) => {
-                            conn.state.kill();
+                            conn.session.state.kill();
                             break;
                         }
                     }
                     // A watcher's lines move over once what it was sent before is gone.
-                    let Some(sink) = conn.watch.as_ref() else { break };
+                    let Some(sink) = conn.session.watch.as_ref() else { break };
                     let moved = sink.take(conn.output.reply_buf());
                     if moved == 0 {
                         break;
@@ -77,7 +79,7 @@ impl Worker {
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => conn.write_blocked = true,
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => conn.state.kill(),
+                    Err(_) => conn.session.state.kill(),
                 }
             }
             self.after_write(index);
@@ -105,9 +107,9 @@ impl Worker {
     /// Whether a ring connection whose socket took all it was offered has more ready to send.
     fn more_to_send(&self, index: usize) -> bool {
         let Some(conn) = self.conns[index].as_ref() else { return false };
-        conn.watch.is_none()
+        conn.session.watch.is_none()
             && !conn.write_blocked
-            && !conn.state.is_dead()
+            && !conn.session.state.is_dead()
             && conn.output.has_unsent()
             && conn.input.skip == 0
     }
@@ -115,8 +117,8 @@ impl Worker {
     /// For a ring watcher whose output all left: moves the lines logged since; whether any.
     fn watcher_refilled(&mut self, index: usize) -> bool {
         let Some(conn) = self.conns[index].as_mut() else { return false };
-        let Some(sink) = conn.watch.as_ref() else { return false };
-        if conn.write_blocked || conn.state.is_dead() || conn.output.has_unsent() {
+        let Some(sink) = conn.session.watch.as_ref() else { return false };
+        if conn.write_blocked || conn.session.state.is_dead() || conn.output.has_unsent() {
             return false;
         }
         let moved = sink.take(conn.output.reply_buf());
@@ -130,19 +132,19 @@ impl Worker {
         let Some(conn) = self.conns[index].as_mut() else { return };
         conn.output.lend_back(&mut self.buffers, &mut self.engine.shares.segments);
         self.buffers.settle(&mut conn.output);
-        let finished = conn.state.is_closing()
+        let finished = conn.session.state.is_closing()
             && conn.output.held_bytes() == 0
             && conn.output.pending_total == 0
             && !conn.write_blocked;
-        if conn.state.is_dead() || finished {
+        if conn.session.state.is_dead() || finished {
             self.close(index);
         } else if !conn.write_blocked
             && conn.output.held_bytes() <= OUTPUT_BYTES_HIGH
-            && !conn.state.blocked(Wait::Replies)
+            && !conn.session.state.blocked(Wait::Replies)
         {
             // Output drained below the limit: resume reading if it had stopped.
             // Unparsed bytes that form no request yet wait for the socket (no spinning).
-            if conn.read_ready || (conn.input.start < conn.input.end && !conn.starved) {
+            if conn.read_ready || (conn.input.start < conn.input.end && !conn.session.starved) {
                 queue(&mut self.work, conn, index);
             }
         }
