@@ -17,6 +17,8 @@
    dialect (`meta_get`, `binary_store`, `resp_set`, `execute_binary`, ...) beside
    `Engine::run_command`, which runs every dialect's command on a key
    (`qs_proto::command::Command`, crates/server/src/exec/run.rs).
+5. The server's components are `pub(crate)` in its lib.rs but the ones other crates name
+   (SERVER_PUBLIC_MODULES: its binary, the fuzz targets, the integration tests).
 
 Each rule's known debts are listed below (DEBTS) with the issue that pays them; a file listed
 there that no longer breaks its rule must leave the list.
@@ -67,6 +69,11 @@ DIALECTS = r"(?:text|meta|binary|bin|ascii|resp|redis)"
 # An executor outside the executor's folder (rule 4): whatever runs a request is in exec/.
 EXECUTE_FN = re.compile(r"\bfn\s+execute\b")
 EXECUTOR_FOLDER = "crates/server/src/exec/"
+# The server's components other crates may name (rule 5): what its binary, the fuzz targets and
+# the integration tests use. Every other one is `pub(crate) mod` in lib.rs, so its items are
+# the crate's own and the compiler reports the ones nothing uses.
+SERVER_PUBLIC_MODULES = ("config", "observe", "server", "session", "sys")
+PUBLIC_MOD = re.compile(r"^pub mod (" + ident + r");", re.M)
 DIALECT_EXECUTOR = re.compile(
     rf"\bfn\s+({DIALECTS}_(?:get|gets|set|store|delete|arith|incr|decr|touch|debug|fetch|read|write)"
     rf"|(?:execute|exec|run)_{DIALECTS})\b"
@@ -267,12 +274,13 @@ def main_in(repo):
             failed |= long_parts(repo, files)
         if crate == "server":
             failed |= dialect_routers(repo, files)
+            failed |= public_modules(src)
         if crate in CLOCKLESS_CRATES:
             failed |= clocks(repo, files)
         failed |= unsafe_outside_its_files(repo, crate, files)
     if failed:
         sys.exit(1)
-    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor, in exec/; no clock in proto or store; unsafe only in the listed files")
+    print("layout: no import cycle between components; no file over 1,000 lines and no long-function allow outside bench but the listed debts; one router, one executor, in exec/; no clock in proto or store; unsafe only in the listed files; the server's components pub(crate) but the listed ones")
 
 
 def long_parts(repo, files):
@@ -326,6 +334,22 @@ def dialect_routers(repo, files):
             for found in EXECUTE_FN.finditer(text):
                 failed = True
                 print(f"{rel}:{line_of(text, found.start())}: fn execute outside exec/: requests run in the executor's folder")
+    return failed
+
+
+def public_modules(src):
+    """Prints each `pub mod` of the server's lib.rs that SERVER_PUBLIC_MODULES does not list;
+    whether any was printed."""
+    failed = False
+    lib = os.path.join(src, "lib.rs")
+    if not os.path.exists(lib):
+        return False
+    with open(lib, encoding="utf-8") as source:
+        text = source.read()
+    for found in PUBLIC_MOD.finditer(text):
+        if found.group(1) not in SERVER_PUBLIC_MODULES:
+            failed = True
+            print(f"crates/server/src/lib.rs:{line_of(text, found.start())}: pub mod {found.group(1)}: make it pub(crate) (other crates use only {', '.join(SERVER_PUBLIC_MODULES)})")
     return failed
 
 

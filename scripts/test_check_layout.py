@@ -132,6 +132,22 @@ class Rules(unittest.TestCase):
         self.assertNotIn("exec/mod.rs", output)
         self.assertNotIn("store", output)
 
+    def test_a_public_server_component_not_listed_fails(self):
+        output, status = run({
+            "crates/server/src/lib.rs": "pub mod config;\npub(crate) mod exec;\npub mod worker;\nmod warm;\n",
+            "crates/server/src/config.rs": "",
+            "crates/server/src/exec.rs": "",
+            "crates/server/src/worker.rs": "",
+            "crates/server/src/warm.rs": "",
+            "crates/store/src/lib.rs": "pub mod partition;\n",
+            "crates/store/src/partition.rs": "",
+        })
+        self.assertEqual(status, 1)
+        self.assertIn("crates/server/src/lib.rs:3: pub mod worker: make it pub(crate)", output)
+        self.assertNotIn("config", output.split("make it")[0])
+        self.assertNotIn("exec", output)
+        self.assertNotIn("store", output)
+
     def test_a_clock_in_proto_or_store_fails(self):
         output, status = run({
             "crates/proto/src/lib.rs": "mod a;\nfn f() { let t = std::time::SystemTime::now(); }\n",

@@ -4,7 +4,8 @@
 use crate::workload::{value_matches, write_key, write_value, Dataset, Distribution, KeyChooser, Rng};
 use qs_store::index::{BUCKET_BYTES, SLOTS_PER_BUCKET};
 use qs_store::{
-    Access, Command, Config, Eviction, Expiry, HugePages, Now, Outcome, Partition, Request, StoreMode,
+    Access, Config, Eviction, Expiry, HugePages, Now, Outcome, Partition, PartitionCommand, PartitionRequest,
+    StoreMode,
 };
 use std::time::Instant;
 
@@ -285,7 +286,7 @@ struct Batcher<const K: usize, const V: usize> {
     values: Vec<[u8; V]>,
     numbers: Vec<u64>,
     gets: Vec<bool>,
-    spare: Vec<Request<'static>>,
+    spare: Vec<PartitionRequest<'static>>,
     out: Vec<u8>,
     outcomes: Vec<Outcome>,
     version: u32,
@@ -334,10 +335,10 @@ impl<const K: usize, const V: usize> Batcher<K, V> {
         {
             // Chosen by index, not by branch (see `fill`).
             let command = [
-                Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER },
-                Command::Get,
+                PartitionCommand::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER },
+                PartitionCommand::Get,
             ][usize::from(get)];
-            requests.push(Request::new(key, command));
+            requests.push(PartitionRequest::new(key, command));
         }
         self.out.clear();
         self.outcomes.clear();
@@ -374,7 +375,7 @@ impl<const K: usize, const V: usize> Batcher<K, V> {
 }
 
 /// Reuses a request vector's allocation for requests of another lifetime.
-fn recycle<'a>(mut requests: Vec<Request<'_>>) -> Vec<Request<'a>> {
+fn recycle<'a>(mut requests: Vec<PartitionRequest<'_>>) -> Vec<PartitionRequest<'a>> {
     requests.clear();
     requests.into_iter().map(|_| unreachable!("the vector is empty")).collect()
 }

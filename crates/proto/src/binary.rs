@@ -4,7 +4,7 @@
 //! [`parse`] reads one request frame from the front of a buffer into a
 //! [`Request::Binary`], borrowing key and value from the buffer, with
 //! memcached's checks in memcached's order: a body shorter than its key and extras
-//! ([`Command::Refuse`] with `UNKNOWN_COMMAND`, then close), a key over 250 bytes or extras and
+//! ([`BinaryCommand::Refuse`] with `UNKNOWN_COMMAND`, then close), a key over 250 bytes or extras and
 //! lengths an opcode does not take (`EINVAL`, then close), an unknown opcode (`UNKNOWN_COMMAND`,
 //! its body swallowed as memcached swallows it). [`Reply`] writes replies.
 //!
@@ -19,7 +19,7 @@
 //! ```
 
 use crate::command::{self, Answer, Op};
-pub use crate::request::{Binary, Command};
+pub use crate::request::{Binary, BinaryCommand};
 use crate::{Limits, Parsed, Request, StoreMode, KEY_BYTES_MAX};
 
 /// Bytes of a request or reply header.
@@ -194,14 +194,14 @@ struct Frame<'a> {
 
 impl<'a> Frame<'a> {
     #[inline(always)]
-    fn request(&self, command: Command<'a>, len: usize) -> Parsed<'a> {
+    fn request(&self, command: BinaryCommand<'a>, len: usize) -> Parsed<'a> {
         let Header { opcode, opaque, cas, .. } = self.header;
         Parsed::Request { request: Request::Binary(Binary { opcode, opaque, cas, command }), len }
     }
 
     #[inline(always)]
     fn refuse(&self, status: u16, close: bool, len: usize) -> Parsed<'a> {
-        self.request(Command::Refuse { status, close }, len)
+        self.request(BinaryCommand::Refuse { status, close }, len)
     }
 
     /// A frame whose lengths do not fit its command: refused, and the connection closed.
@@ -260,10 +260,10 @@ impl<'a> Frame<'a> {
             return self.invalid();
         }
         let command = match opcode {
-            opcode::VERSION => Command::Version,
-            opcode::NOOP => Command::Noop,
-            opcode::SASL_LIST_MECHS => Command::SaslListMechs,
-            _ => Command::Quit { quiet: self.quiet() },
+            opcode::VERSION => BinaryCommand::Version,
+            opcode::NOOP => BinaryCommand::Noop,
+            opcode::SASL_LIST_MECHS => BinaryCommand::SaslListMechs,
+            _ => BinaryCommand::Quit { quiet: self.quiet() },
         };
         self.request(command, self.fixed)
     }
@@ -276,13 +276,13 @@ impl<'a> Frame<'a> {
             if extras_len != 0 {
                 return self.invalid();
             }
-            return self.request(Command::Stat { group: self.key() }, self.fixed);
+            return self.request(BinaryCommand::Stat { group: self.key() }, self.fixed);
         }
         if key_len != 0 || body_len != extras_len || !(extras_len == 0 || extras_len == 4) {
             return self.invalid();
         }
         let exptime = if extras_len == 4 { be32(self.extras()) } else { 0 };
-        self.request(Command::Flush { exptime, quiet: self.quiet() }, self.fixed)
+        self.request(BinaryCommand::Flush { exptime, quiet: self.quiet() }, self.fixed)
     }
 
     /// SET, ADD and REPLACE: flags and expiry in the extras, a value.
@@ -298,7 +298,7 @@ impl<'a> Frame<'a> {
         let set = matches!(opcode, opcode::SET | opcode::SETQ);
         let key = self.key();
         if limits.too_large(key_len, self.value_len(), flags) {
-            return self.request(Command::TooLarge { key, set }, self.whole);
+            return self.request(BinaryCommand::TooLarge { key, set }, self.whole);
         }
         let Some(value) = self.value() else { return Parsed::Incomplete };
         let mode = match opcode {
@@ -307,7 +307,10 @@ impl<'a> Frame<'a> {
             opcode::ADD | opcode::ADDQ => StoreMode::Add,
             _ => StoreMode::Replace,
         };
-        self.request(Command::Store { mode, key, flags, exptime, value, quiet: self.quiet() }, self.whole)
+        self.request(
+            BinaryCommand::Store { mode, key, flags, exptime, value, quiet: self.quiet() },
+            self.whole,
+        )
     }
 
     /// APPEND and PREPEND: a value, no extras.
@@ -319,7 +322,7 @@ impl<'a> Frame<'a> {
         }
         let key = self.key();
         if limits.too_large(key_len, self.value_len(), 0) {
-            return self.request(Command::TooLarge { key, set: false }, self.whole);
+            return self.request(BinaryCommand::TooLarge { key, set: false }, self.whole);
         }
         let Some(value) = self.value() else { return Parsed::Incomplete };
         // A CAS makes it conditional on the item's (memcached's binary append and prepend).
@@ -330,7 +333,7 @@ impl<'a> Frame<'a> {
             (false, cas) => StoreMode::PrependCas(cas),
         };
         let quiet = self.quiet();
-        self.request(Command::Store { mode, key, flags: 0, exptime: 0, value, quiet }, self.whole)
+        self.request(BinaryCommand::Store { mode, key, flags: 0, exptime: 0, value, quiet }, self.whole)
     }
 
     /// GET, GETQ, GETK and GETKQ: a key alone.
@@ -341,7 +344,10 @@ impl<'a> Frame<'a> {
             return self.invalid();
         }
         let with_key = matches!(opcode, opcode::GETK | opcode::GETKQ);
-        self.request(Command::Get { key: self.key(), quiet: self.quiet(), with_key, touch: None }, self.fixed)
+        self.request(
+            BinaryCommand::Get { key: self.key(), quiet: self.quiet(), with_key, touch: None },
+            self.fixed,
+        )
     }
 
     /// TOUCH and the GAT family: an expiry in the extras.
@@ -354,10 +360,13 @@ impl<'a> Frame<'a> {
         let exptime = be32(self.extras());
         let key = self.key();
         if opcode == opcode::TOUCH {
-            return self.request(Command::Touch { key, exptime }, self.fixed);
+            return self.request(BinaryCommand::Touch { key, exptime }, self.fixed);
         }
         let with_key = matches!(opcode, opcode::GATK | opcode::GATKQ);
-        self.request(Command::Get { key, quiet: self.quiet(), with_key, touch: Some(exptime) }, self.fixed)
+        self.request(
+            BinaryCommand::Get { key, quiet: self.quiet(), with_key, touch: Some(exptime) },
+            self.fixed,
+        )
     }
 
     /// DELETE: a key alone.
@@ -367,7 +376,7 @@ impl<'a> Frame<'a> {
         if key_len == 0 || extras_len != 0 || body_len != key_len {
             return self.invalid();
         }
-        self.request(Command::Delete { key: self.key(), quiet: self.quiet() }, self.fixed)
+        self.request(BinaryCommand::Delete { key: self.key(), quiet: self.quiet() }, self.fixed)
     }
 
     /// INCREMENT and DECREMENT: delta, initial value and expiry in the extras.
@@ -378,7 +387,7 @@ impl<'a> Frame<'a> {
             return self.invalid();
         }
         let extras = self.extras();
-        let command = Command::Arith {
+        let command = BinaryCommand::Arith {
             key: self.key(),
             delta: be64(extras),
             initial: be64(&extras[8..]),
@@ -404,7 +413,7 @@ impl<'a> Frame<'a> {
         }
         let Some(data) = self.value() else { return Parsed::Incomplete };
         let step = opcode == opcode::SASL_STEP;
-        self.request(Command::SaslAuth { mechanism: self.key(), data, step }, self.whole)
+        self.request(BinaryCommand::SaslAuth { mechanism: self.key(), data, step }, self.whole)
     }
 }
 
@@ -491,13 +500,13 @@ impl<'r> Binary<'r> {
         let Binary { opcode, opaque, cas, command } = *self;
         let answer = |quiet, with_key| Answer::Binary { opcode, opaque, quiet, with_key };
         let (key, op, answer) = match command {
-            Command::Get { key, quiet, with_key, touch } => {
+            BinaryCommand::Get { key, quiet, with_key, touch } => {
                 (key, Op::Get(command::Get::touching(touch.map(i64::from))), answer(quiet, with_key))
             }
-            Command::Touch { key, exptime } => {
+            BinaryCommand::Touch { key, exptime } => {
                 (key, Op::Touch { exptime: i64::from(exptime), read: true }, answer(false, false))
             }
-            Command::Store { mode, key, flags, exptime, value, quiet } => {
+            BinaryCommand::Store { mode, key, flags, exptime, value, quiet } => {
                 let exptime = i64::from(exptime);
                 let drops_refused = mode == StoreMode::Set;
                 let store = command::Store {
@@ -511,12 +520,12 @@ impl<'r> Binary<'r> {
                 };
                 (key, Op::Store(store), answer(quiet, false))
             }
-            Command::TooLarge { key, set } => (key, Op::TooLarge { drops: set }, answer(false, false)),
-            Command::Delete { key, quiet } => {
+            BinaryCommand::TooLarge { key, set } => (key, Op::TooLarge { drops: set }, answer(false, false)),
+            BinaryCommand::Delete { key, quiet } => {
                 let delete = command::Delete { cas: (cas != 0).then_some(cas), ..command::Delete::default() };
                 (key, Op::Delete(delete), answer(quiet, false))
             }
-            Command::Arith { key, delta, initial, exptime, decrement, quiet } => {
+            BinaryCommand::Arith { key, delta, initial, exptime, decrement, quiet } => {
                 // An exptime of all ones: a miss creates nothing.
                 let create = (exptime != u32::MAX).then_some((initial, i64::from(exptime)));
                 let arith = command::Arith { delta, decrement, cas, create, ..command::Arith::default() };

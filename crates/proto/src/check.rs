@@ -143,7 +143,7 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
         Request::Binary(binary) => {
             matches!(
                 binary.command,
-                crate::binary::Command::TooLarge { .. } | crate::binary::Command::Refuse { .. }
+                crate::binary::BinaryCommand::TooLarge { .. } | crate::binary::BinaryCommand::Refuse { .. }
             )
         }
         _ => false,
@@ -183,7 +183,7 @@ fn check_request(request: &Request<'_>, len: usize, buf: &[u8], limits: &Limits)
 }
 
 fn check_binary(binary: &crate::binary::Binary<'_>, len: usize, limits: &Limits) -> Result<(), String> {
-    use crate::binary::{Command, HEADER_BYTES};
+    use crate::binary::{BinaryCommand, HEADER_BYTES};
     if len < HEADER_BYTES {
         return Err(format!("a binary request of {len} bytes"));
     }
@@ -194,10 +194,10 @@ fn check_binary(binary: &crate::binary::Binary<'_>, len: usize, limits: &Limits)
         }
     }
     match binary.command {
-        Command::Store { key, flags, value, .. } if limits.too_large(key.len(), value.len(), flags) => {
+        BinaryCommand::Store { key, flags, value, .. } if limits.too_large(key.len(), value.len(), flags) => {
             return Err(format!("binary store accepted a {}-byte value", value.len()));
         }
-        Command::SaslAuth { data, .. } if data.len() > limits.item_bytes_max => {
+        BinaryCommand::SaslAuth { data, .. } if data.len() > limits.item_bytes_max => {
             return Err(format!("SASL data of {} bytes", data.len()));
         }
         _ => {}

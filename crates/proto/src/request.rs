@@ -416,12 +416,12 @@ pub struct Binary<'a> {
     /// The CAS field.
     pub cas: u64,
     /// What is asked.
-    pub command: Command<'a>,
+    pub command: BinaryCommand<'a>,
 }
 
 /// What a binary request asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command<'a> {
+pub enum BinaryCommand<'a> {
     /// GET GETQ GETK GETKQ, and GAT GATQ GATK GATKQ (`touch` holds their new exptime).
     Get {
         /// The key.
@@ -529,16 +529,16 @@ pub enum Command<'a> {
     },
 }
 
-impl<'a> Command<'a> {
+impl<'a> BinaryCommand<'a> {
     /// The key the command works on, for commands with one.
     pub fn key(&self) -> Option<&'a [u8]> {
         match *self {
-            Command::Get { key, .. }
-            | Command::Touch { key, .. }
-            | Command::Store { key, .. }
-            | Command::TooLarge { key, .. }
-            | Command::Delete { key, .. }
-            | Command::Arith { key, .. } => Some(key),
+            BinaryCommand::Get { key, .. }
+            | BinaryCommand::Touch { key, .. }
+            | BinaryCommand::Store { key, .. }
+            | BinaryCommand::TooLarge { key, .. }
+            | BinaryCommand::Delete { key, .. }
+            | BinaryCommand::Arith { key, .. } => Some(key),
             _ => None,
         }
     }

@@ -81,7 +81,7 @@ pub fn oversized_store<'a>(request: &'a Request<'_>, limits: &qs_proto::Limits) 
     match request {
         Request::TooLarge { key, mode, .. } => Some((key, *mode == qs_proto::StoreMode::Set)),
         Request::Binary(qs_proto::binary::Binary {
-            command: qs_proto::binary::Command::TooLarge { key, set },
+            command: qs_proto::binary::BinaryCommand::TooLarge { key, set },
             ..
         }) => Some((key, *set)),
         Request::Meta(meta) if meta.too_large(limits) => Some((meta.key(), true)),

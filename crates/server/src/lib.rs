@@ -3,29 +3,30 @@
 //! TCP, UNIX sockets, TLS and UDP; MICA's request direction (CREW reads anywhere, writes handed
 //! to the owner over SPSC rings, or a port per worker for partition-aware clients).
 //!
-//! Data path: socket bytes -> [`session`] read buffer -> [`codec`] (one request type) ->
-//! [`exec::Engine::route`] -> run here ([`exec`]) or hand over ([`direct`] rings) -> reply bytes
-//! in request order ([`session::Output`]) -> one send per connection per loop turn ([`worker`]).
-//! The components, bottom up: [`sys`], [`config`], [`observe`], [`session`], [`codec`],
-//! [`flashio`], [`shared`], [`admin`], [`exec`], [`direct`], [`native`], [`worker`], [`warm`], [`server`];
-//! none imports one above it (scripts/check-layout.py).
+//! Data path: socket bytes -> `session` read buffer -> `codec` (one request type) ->
+//! `exec::Engine::route` -> run here (`exec`) or hand over (`direct` rings) -> reply bytes in
+//! request order ([`session::Output`]) -> one send per connection per loop turn (`worker`).
+//! The components, bottom up: [`sys`], [`config`], [`observe`], `net`, [`session`], `codec`,
+//! `flashio`, `shared`, `admin`, `exec`, `direct`, `native`, `worker`, `warm`, [`server`];
+//! none imports one above it (scripts/check-layout.py). Only the ones linked here are public:
+//! what the binary, the fuzz targets and the tests use; the rest are the crate's own.
 
-pub mod admin;
-pub mod cas;
-pub mod codec;
+pub(crate) mod admin;
+pub(crate) mod cas;
+pub(crate) mod codec;
 pub mod config;
-pub mod direct;
-pub mod exec;
-pub mod flashio;
-pub mod native;
-pub mod net;
+pub(crate) mod direct;
+pub(crate) mod exec;
+pub(crate) mod flashio;
+pub(crate) mod native;
+pub(crate) mod net;
 pub mod observe;
 pub mod server;
 pub mod session;
-pub mod shared;
+pub(crate) mod shared;
 pub mod sys;
-pub mod warm;
-pub mod worker;
+pub(crate) mod warm;
+pub(crate) mod worker;
 
 /// This build's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

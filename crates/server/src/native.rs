@@ -35,8 +35,6 @@ const DEDUPE_SECONDS: u32 = 5;
 
 /// One partition's native port.
 pub struct Port {
-    /// The partition it serves.
-    pub partition: usize,
     /// The socket (bound by this worker only).
     pub socket: mio::net::UdpSocket,
     /// Datagrams may be waiting.

@@ -605,7 +605,7 @@ impl Bound {
                 let port = config.native_port + partition as u16;
                 let socket = sys::udp_socket(SocketAddr::new(self.interface, port), false)
                     .map_err(|e| format!("failed to listen on native UDP port {port}: {e}"))?;
-                ports.push(native::Port { partition, socket, ready: true });
+                ports.push(native::Port { socket, ready: true });
             }
         }
         let native = native::Native::new(ports, shared.clone());

@@ -11,7 +11,9 @@
 
 use crate::stream::{Access, Op};
 use qs_store::index::{BUCKET_BYTES, SLOTS_PER_BUCKET};
-use qs_store::{Command, Config, Eviction, Expiry, KeyHash, Now, Outcome, Partition, Request, StoreMode};
+use qs_store::{
+    Config, Eviction, Expiry, KeyHash, Now, Outcome, Partition, PartitionCommand, PartitionRequest, StoreMode,
+};
 
 /// How the engine is built.
 #[derive(Clone, Copy, Debug)]
@@ -150,7 +152,7 @@ impl EngineSim {
             Op::Get => {
                 self.tally.gets += 1;
                 self.out.clear();
-                let request = Request { key, hash, command: Command::Get };
+                let request = PartitionRequest { key, hash, command: PartitionCommand::Get };
                 let expired_before = self.partitions[index].stats().get_expired;
                 let partition = &mut self.partitions[index];
                 let outcome = if self.flash {
@@ -172,7 +174,7 @@ impl EngineSim {
             }
             Op::Set => self.set(index, key, hash, access, now),
             Op::Delete => {
-                let request = Request { key, hash, command: Command::Delete { cas: 0 } };
+                let request = PartitionRequest { key, hash, command: PartitionCommand::Delete { cas: 0 } };
                 if self.flash {
                     self.partitions[index].execute_with_flash(&request, Now::from_secs(now), &mut self.out);
                 } else {
@@ -185,8 +187,9 @@ impl EngineSim {
     fn set(&mut self, index: usize, key: &[u8], hash: KeyHash, access: &Access, now: u32) {
         let size = (access.value_size as usize).min(self.value.len());
         let expiry = if access.ttl == 0 { Expiry::NEVER } else { Expiry::at_secs(now + access.ttl) };
-        let command = Command::Store { mode: StoreMode::Set, value: &self.value[..size], flags: 0, expiry };
-        let request = Request { key, hash, command };
+        let command =
+            PartitionCommand::Store { mode: StoreMode::Set, value: &self.value[..size], flags: 0, expiry };
+        let request = PartitionRequest { key, hash, command };
         self.partitions[index].run(&request, Now::from_secs(now), &mut self.out);
     }
 

@@ -32,7 +32,7 @@ pub enum StoreMode {
 
 /// One operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command<'a> {
+pub enum PartitionCommand<'a> {
     /// get / gets: the value is appended to the output buffer.
     Get,
     /// gat / gats: set a new expiry, then as `Get`.
@@ -96,7 +96,7 @@ pub enum Command<'a> {
     MetaGet(MetaGet),
 }
 
-/// Options of [`Command::MetaGet`].
+/// Options of [`PartitionCommand::MetaGet`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MetaGet {
     /// `T`: new expiry on a hit.
@@ -115,20 +115,20 @@ pub struct MetaGet {
 
 /// A request to a partition: the key, its hash (computed once by the caller) and the command.
 #[derive(Clone, Copy, Debug)]
-pub struct Request<'a> {
+pub struct PartitionRequest<'a> {
     /// The key (at most 250 bytes).
     pub key: &'a [u8],
     /// `KeyHash::of(key)`.
     pub hash: KeyHash,
     /// What to do.
-    pub command: Command<'a>,
+    pub command: PartitionCommand<'a>,
 }
 
-impl<'a> Request<'a> {
+impl<'a> PartitionRequest<'a> {
     /// A request for `key`, hashing it.
     #[inline]
-    pub fn new(key: &'a [u8], command: Command<'a>) -> Request<'a> {
-        Request { key, hash: KeyHash::of(key), command }
+    pub fn new(key: &'a [u8], command: PartitionCommand<'a>) -> PartitionRequest<'a> {
+        PartitionRequest { key, hash: KeyHash::of(key), command }
     }
 }
 
@@ -214,7 +214,7 @@ pub struct Hit {
     pub stale: bool,
     /// A win token had already been handed out for it (meta `Z`).
     pub win_sent: bool,
-    /// This request won the right to recache it (meta `W`; only from [`Command::MetaGet`]).
+    /// This request won the right to recache it (meta `W`; only from [`PartitionCommand::MetaGet`]).
     pub won: bool,
 }
 
@@ -256,7 +256,7 @@ pub enum Outcome {
     },
     /// incr/decr on a value that is not a decimal number.
     NonNumeric,
-    /// A signed count ([`Command::Count`]) whose result is past the 64-bit range.
+    /// A signed count ([`PartitionCommand::Count`]) whose result is past the 64-bit range.
     Overflow,
     /// The item is larger than the item size limit or than half the partition's log.
     TooLarge,

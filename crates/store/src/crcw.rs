@@ -7,7 +7,7 @@
 //! owner-only state (tail, statistics, CAS sequence) behind one lock, writers to different buckets
 //! of one partition serialise here. That is the cost CRCW is kept to show.
 
-use crate::command::{Command, Outcome, Request};
+use crate::command::{Outcome, PartitionCommand, PartitionRequest};
 use crate::config::{Access, Config};
 use crate::item::Now;
 use crate::partition::Partition;
@@ -38,9 +38,9 @@ impl SharedPartition {
     }
 
     /// Runs one request: a plain get lock-free, anything else under the lock.
-    pub fn execute(&self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
+    pub fn execute(&self, request: &PartitionRequest<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         match request.command {
-            Command::Get => self.reader.get(request.hash, request.key, now, out),
+            PartitionCommand::Get => self.reader.get(request.hash, request.key, now, out),
             _ => self.lock().execute(request, now, out),
         }
     }
@@ -48,7 +48,7 @@ impl SharedPartition {
     /// Runs requests in order, as [`SharedPartition::execute`] does each.
     pub fn execute_batch(
         &self,
-        requests: &[Request<'_>],
+        requests: &[PartitionRequest<'_>],
         now: Now,
         out: &mut Vec<u8>,
         outcomes: &mut Vec<Outcome>,

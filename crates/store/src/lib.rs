@@ -35,7 +35,9 @@ pub mod stats;
 mod sync;
 pub mod words;
 
-pub use command::{deliver, Append, Command, Hit, MetaGet, Outcome, Request, StoreMode, ValueSink};
+pub use command::{
+    deliver, Append, Hit, MetaGet, Outcome, PartitionCommand, PartitionRequest, StoreMode, ValueSink,
+};
 pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
 pub use item::{Expiry, Now, KEY_BYTES_MAX};

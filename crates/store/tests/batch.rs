@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use qs_store::{Command, Eviction, Expiry, Request, StoreMode};
+use qs_store::{Eviction, Expiry, PartitionCommand, PartitionRequest, StoreMode};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -51,17 +51,17 @@ proptest! {
             }
             _ => Vec::new(),
         }).collect();
-        let requests: Vec<Request<'_>> = ops.iter().zip(&values).map(|(op, value)| match op {
-            Op::Get(k) => Request::new(&keys[*k as usize], Command::Get),
-            Op::Set(k, _, ttl) => Request::new(&keys[*k as usize], Command::Store {
+        let requests: Vec<PartitionRequest<'_>> = ops.iter().zip(&values).map(|(op, value)| match op {
+            Op::Get(k) => PartitionRequest::new(&keys[*k as usize], PartitionCommand::Get),
+            Op::Set(k, _, ttl) => PartitionRequest::new(&keys[*k as usize], PartitionCommand::Store {
                 mode: StoreMode::Set, value, flags: 0, expiry: Expiry::from_exptime(*ttl, qs_store::Now::from_secs(NOW)),
             }),
-            Op::Add(k, _) => Request::new(&keys[*k as usize], Command::Store {
+            Op::Add(k, _) => PartitionRequest::new(&keys[*k as usize], PartitionCommand::Store {
                 mode: StoreMode::Add, value, flags: 9, expiry: Expiry::NEVER,
             }),
-            Op::Delete(k) => Request::new(&keys[*k as usize], Command::Delete { cas: 0 }),
-            Op::Incr(k) => Request::new(&keys[*k as usize], Command::Arith { delta: 1, decrement: false, cas: 0 }),
-            Op::LongKey => Request::new(&long_key, Command::Get),
+            Op::Delete(k) => PartitionRequest::new(&keys[*k as usize], PartitionCommand::Delete { cas: 0 }),
+            Op::Incr(k) => PartitionRequest::new(&keys[*k as usize], PartitionCommand::Arith { delta: 1, decrement: false, cas: 0 }),
+            Op::LongKey => PartitionRequest::new(&long_key, PartitionCommand::Get),
         }).collect();
 
         let (mut batch_out, mut batch_outcomes) = (Vec::new(), Vec::new());

@@ -1,7 +1,9 @@
 //! Helpers shared by the engine's integration tests.
 #![allow(dead_code)]
 
-use qs_store::{Command, Config, Eviction, Expiry, HugePages, Outcome, Partition, Request, StoreMode};
+use qs_store::{
+    Config, Eviction, Expiry, HugePages, Outcome, Partition, PartitionCommand, PartitionRequest, StoreMode,
+};
 
 pub const NOW: u32 = 1_700_000_000;
 
@@ -12,15 +14,21 @@ pub fn partition(log_bytes: usize, bucket_count: usize, eviction: Eviction) -> P
     Partition::new(config)
 }
 
-pub fn run(partition: &mut Partition, key: &[u8], command: Command<'_>, now: u32) -> (Outcome, Vec<u8>) {
+pub fn run(
+    partition: &mut Partition,
+    key: &[u8],
+    command: PartitionCommand<'_>,
+    now: u32,
+) -> (Outcome, Vec<u8>) {
     let mut out = Vec::new();
-    let outcome = partition.execute(&Request::new(key, command), qs_store::Now::from_secs(now), &mut out);
+    let outcome =
+        partition.execute(&PartitionRequest::new(key, command), qs_store::Now::from_secs(now), &mut out);
     partition.check_invariants();
     (outcome, out)
 }
 
 pub fn get(partition: &mut Partition, key: &[u8], now: u32) -> Option<Vec<u8>> {
-    match run(partition, key, Command::Get, now) {
+    match run(partition, key, PartitionCommand::Get, now) {
         (Outcome::Hit(hit), out) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
         (Outcome::Miss, _) => None,
         (other, _) => panic!("get answered {other:?}"),
@@ -41,7 +49,7 @@ pub fn store_with(
     now: u32,
 ) -> Outcome {
     let expiry = Expiry::from_exptime(exptime, qs_store::Now::from_secs(now));
-    run(partition, key, Command::Store { mode, value, flags, expiry }, now).0
+    run(partition, key, PartitionCommand::Store { mode, value, flags, expiry }, now).0
 }
 
 pub fn set(partition: &mut Partition, key: &[u8], value: &[u8], now: u32) -> u64 {

@@ -1,7 +1,9 @@
 //! CRCW: two threads write and read one partition; every key ends at its writer's last value and
 //! no read ever returns another key's value or torn bytes.
 
-use qs_store::{Command, Config, Expiry, HugePages, Outcome, Request, SharedPartition, StoreMode};
+use qs_store::{
+    Config, Expiry, HugePages, Outcome, PartitionCommand, PartitionRequest, SharedPartition, StoreMode,
+};
 use std::sync::Arc;
 
 const NOW: u32 = 1_700_000_000;
@@ -19,7 +21,7 @@ fn two_writers_and_readers_share_a_partition() {
                 for round in 0..5_000u32 {
                     let key = [b'k', thread, (round % 50) as u8];
                     let value = [&key[..], &round.to_le_bytes()].concat();
-                    let command = Command::Store {
+                    let command = PartitionCommand::Store {
                         mode: StoreMode::Set,
                         value: &value,
                         flags: 0,
@@ -27,7 +29,7 @@ fn two_writers_and_readers_share_a_partition() {
                     };
                     assert!(matches!(
                         partition.execute(
-                            &Request::new(&key, command),
+                            &PartitionRequest::new(&key, command),
                             qs_store::Now::from_secs(NOW),
                             &mut out
                         ),
@@ -36,7 +38,7 @@ fn two_writers_and_readers_share_a_partition() {
                     let other = [b'k', 1 - thread, (round % 50) as u8];
                     out.clear();
                     if let Outcome::Hit(hit) = partition.execute(
-                        &Request::new(&other, Command::Get),
+                        &PartitionRequest::new(&other, PartitionCommand::Get),
                         qs_store::Now::from_secs(NOW),
                         &mut out,
                     ) {
@@ -54,9 +56,11 @@ fn two_writers_and_readers_share_a_partition() {
         for slot in 0..50u32 {
             let key = [b'k', thread, slot as u8];
             let mut out = Vec::new();
-            let Outcome::Hit(hit) =
-                partition.execute(&Request::new(&key, Command::Get), qs_store::Now::from_secs(NOW), &mut out)
-            else {
+            let Outcome::Hit(hit) = partition.execute(
+                &PartitionRequest::new(&key, PartitionCommand::Get),
+                qs_store::Now::from_secs(NOW),
+                &mut out,
+            ) else {
                 panic!("lost {key:?}")
             };
             let last_round = 4_950 + slot;

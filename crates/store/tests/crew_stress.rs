@@ -4,7 +4,8 @@
 //! they saw before (no overwritten value coming back).
 
 use qs_store::{
-    Access, Command, Config, Eviction, Expiry, HugePages, KeyHash, Outcome, Partition, Request, StoreMode,
+    Access, Config, Eviction, Expiry, HugePages, KeyHash, Outcome, Partition, PartitionCommand,
+    PartitionRequest, StoreMode,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -126,12 +127,17 @@ fn stress(mut config: Config) -> Partition {
         let command_kind = state >> 28;
         let value = encode(id, version, (state >> 8) as usize % 300);
         let command = match command_kind {
-            0 => Command::Delete { cas: 0 },
-            1..=3 => Command::Get,
-            _ => Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER },
+            0 => PartitionCommand::Delete { cas: 0 },
+            1..=3 => PartitionCommand::Get,
+            _ => PartitionCommand::Store {
+                mode: StoreMode::Set,
+                value: &value,
+                flags: 0,
+                expiry: Expiry::NEVER,
+            },
         };
         out.clear();
-        partition.execute(&Request::new(&k, command), qs_store::Now::from_secs(NOW), &mut out);
+        partition.execute(&PartitionRequest::new(&k, command), qs_store::Now::from_secs(NOW), &mut out);
     }
     done.store(true, Ordering::Relaxed);
     for reader in readers {

@@ -6,7 +6,9 @@ mod common;
 
 use common::NOW;
 use qs_store::flash::FlashLog;
-use qs_store::{Command, Config, Expiry, HugePages, Outcome, Partition, Request, StoreMode};
+use qs_store::{
+    Config, Expiry, HugePages, Outcome, Partition, PartitionCommand, PartitionRequest, StoreMode,
+};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::sync::Arc;
@@ -36,16 +38,19 @@ fn partition(dram: usize, flash: u64, file: Arc<File>) -> Partition {
     partition
 }
 
-fn run(partition: &mut Partition, key: &[u8], command: Command<'_>, now: u32) -> (Outcome, Vec<u8>) {
+fn run(partition: &mut Partition, key: &[u8], command: PartitionCommand<'_>, now: u32) -> (Outcome, Vec<u8>) {
     let mut out = Vec::new();
-    let outcome =
-        partition.execute_with_flash(&Request::new(key, command), qs_store::Now::from_secs(now), &mut out);
+    let outcome = partition.execute_with_flash(
+        &PartitionRequest::new(key, command),
+        qs_store::Now::from_secs(now),
+        &mut out,
+    );
     partition.check_invariants();
     (outcome, out)
 }
 
 fn get(partition: &mut Partition, key: &[u8], now: u32) -> Option<Vec<u8>> {
-    match run(partition, key, Command::Get, now) {
+    match run(partition, key, PartitionCommand::Get, now) {
         (Outcome::Hit(hit), out) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
         (Outcome::Miss, _) => None,
         (other, _) => panic!("{other:?}"),
@@ -53,7 +58,7 @@ fn get(partition: &mut Partition, key: &[u8], now: u32) -> Option<Vec<u8>> {
 }
 
 fn set(partition: &mut Partition, key: &[u8], value: &[u8], exptime: i64, now: u32) -> u64 {
-    let command = Command::Store {
+    let command = PartitionCommand::Store {
         mode: StoreMode::Set,
         value,
         flags: 7,
@@ -85,7 +90,7 @@ fn items_pushed_out_of_dram_answer_from_flash_with_their_cas_and_flags() {
     let mut lost = 0;
     for n in 0..2000u64 {
         let key = format!("key{n}");
-        let (outcome, out) = run(&mut partition, key.as_bytes(), Command::Get, NOW);
+        let (outcome, out) = run(&mut partition, key.as_bytes(), PartitionCommand::Get, NOW);
         let Outcome::Hit(hit) = outcome else {
             lost += 1;
             continue;
@@ -115,21 +120,26 @@ fn every_command_sees_a_flash_item_as_memcached_would() {
             .is_none(),
         "on flash"
     );
-    let arith = Command::Arith { delta: 1, decrement: false, cas: 0 };
+    let arith = PartitionCommand::Arith { delta: 1, decrement: false, cas: 0 };
     let outcome = run(&mut partition, b"counter", arith, NOW).0;
     assert!(
         matches!(outcome, Outcome::Counter { value: 42, .. }),
         "{outcome:?} {:?}",
         partition.flash_stats()
     );
-    assert_eq!(run(&mut partition, b"doomed", Command::Delete { cas: 0 }, NOW).0, Outcome::Deleted);
+    assert_eq!(run(&mut partition, b"doomed", PartitionCommand::Delete { cas: 0 }, NOW).0, Outcome::Deleted);
     assert_eq!(get(&mut partition, b"doomed", NOW), None);
-    let cas_set =
-        Command::Store { mode: StoreMode::Cas(stored), value: b"v2", flags: 0, expiry: Expiry::NEVER };
+    let cas_set = PartitionCommand::Store {
+        mode: StoreMode::Cas(stored),
+        value: b"v2",
+        flags: 0,
+        expiry: Expiry::NEVER,
+    };
     assert!(matches!(run(&mut partition, b"casme", cas_set, NOW).0, Outcome::Stored { .. }));
     assert_eq!(get(&mut partition, b"casme", NOW).as_deref(), Some(&b"v2"[..]));
     assert_eq!(get(&mut partition, b"short", NOW + 11), None, "expired on flash");
-    let add = Command::Store { mode: StoreMode::Add, value: b"again", flags: 0, expiry: Expiry::NEVER };
+    let add =
+        PartitionCommand::Store { mode: StoreMode::Add, value: b"again", flags: 0, expiry: Expiry::NEVER };
     assert_eq!(run(&mut partition, b"filler3", add, NOW).0, Outcome::NotStored, "exists on flash");
 }
 
@@ -154,7 +164,7 @@ fn random_commands_never_answer_another_version_as_flash_wraps() {
                 model.insert(n, step);
             }
             6 => {
-                run(&mut partition, key.as_bytes(), Command::Delete { cas: 0 }, NOW);
+                run(&mut partition, key.as_bytes(), PartitionCommand::Delete { cas: 0 }, NOW);
                 model.remove(&n);
             }
             _ => match get(&mut partition, key.as_bytes(), NOW) {

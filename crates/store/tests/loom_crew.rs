@@ -6,15 +6,19 @@
 #![cfg(loom)]
 
 use qs_store::{
-    Access, Command, Config, Eviction, Expiry, HugePages, KeyHash, Outcome, Partition, Request, StoreMode,
+    Access, Config, Eviction, Expiry, HugePages, KeyHash, Outcome, Partition, PartitionCommand,
+    PartitionRequest, StoreMode,
 };
 
 const NOW: u32 = 1_700_000_000;
 
 fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
-    let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-    let outcome =
-        partition.execute(&Request::new(key, command), qs_store::Now::from_secs(NOW), &mut Vec::new());
+    let command = PartitionCommand::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
+    let outcome = partition.execute(
+        &PartitionRequest::new(key, command),
+        qs_store::Now::from_secs(NOW),
+        &mut Vec::new(),
+    );
     assert!(matches!(outcome, Outcome::Stored { .. }));
 }
 
@@ -71,7 +75,7 @@ fn reader_racing_the_owners_read_sees_the_value_and_either_metadata() {
             }
         });
         let outcome = partition.execute(
-            &Request::new(b"k", Command::Get),
+            &PartitionRequest::new(b"k", PartitionCommand::Get),
             qs_store::Now::from_secs(NOW + 5),
             &mut Vec::new(),
         );

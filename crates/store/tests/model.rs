@@ -9,7 +9,9 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use qs_store::{Command, Config, Eviction, Expiry, HugePages, Outcome, Partition, Request, StoreMode};
+use qs_store::{
+    Config, Eviction, Expiry, HugePages, Outcome, Partition, PartitionCommand, PartitionRequest, StoreMode,
+};
 use std::collections::HashMap;
 
 #[derive(Clone, Debug)]
@@ -117,11 +119,14 @@ impl Harness {
         self.model.get(&key).filter(|entry| !entry.expiry.is_expired(qs_store::Now::from_secs(self.now)))
     }
 
-    fn run(&mut self, key: u8, command: Command<'_>) -> (Outcome, Vec<u8>) {
+    fn run(&mut self, key: u8, command: PartitionCommand<'_>) -> (Outcome, Vec<u8>) {
         let mut out = Vec::new();
         let k = key_bytes(key);
-        let outcome =
-            self.partition.execute(&Request::new(&k, command), qs_store::Now::from_secs(self.now), &mut out);
+        let outcome = self.partition.execute(
+            &PartitionRequest::new(&k, command),
+            qs_store::Now::from_secs(self.now),
+            &mut out,
+        );
         self.partition.check_invariants();
         (outcome, out)
     }
@@ -184,7 +189,8 @@ impl Harness {
             Op::Number { key, value } => {
                 let text = value.to_string().into_bytes();
                 let expiry = Expiry::NEVER;
-                let command = Command::Store { mode: StoreMode::Set, value: &text, flags: 0, expiry };
+                let command =
+                    PartitionCommand::Store { mode: StoreMode::Set, value: &text, flags: 0, expiry };
                 let (outcome, _) = self.run(key, command);
                 if refused(&outcome, self) {
                     return;
@@ -195,7 +201,7 @@ impl Harness {
             Op::Arith { key, delta, decrement } => self.arith(key, delta, decrement),
             Op::Delete { key } => {
                 let expected = self.present(key).is_some();
-                let (outcome, _) = self.run(key, Command::Delete { cas: 0 });
+                let (outcome, _) = self.run(key, PartitionCommand::Delete { cas: 0 });
                 match (outcome, expected) {
                     (Outcome::Deleted, true) | (Outcome::NotFound, false) => {}
                     (Outcome::NotFound, true) => self.lost(key, "delete"),
@@ -206,7 +212,7 @@ impl Harness {
             Op::Touch { key, ttl } => {
                 let expiry = Expiry::from_exptime(ttl, qs_store::Now::from_secs(self.now));
                 let expected = self.present(key).is_some();
-                match (self.run(key, Command::Touch { expiry }).0, expected) {
+                match (self.run(key, PartitionCommand::Touch { expiry }).0, expected) {
                     (Outcome::Touched, true) => self.model.get_mut(&key).unwrap().expiry = expiry,
                     (Outcome::NotFound, false) => {}
                     (Outcome::NotFound, true) => self.lost(key, "touch"),
@@ -242,7 +248,7 @@ impl Harness {
         let data = self.value(key, len);
         let expiry = Expiry::from_exptime(ttl, qs_store::Now::from_secs(self.now));
         let current = self.present(key).cloned();
-        let command = Command::Store { mode, value: &data, flags, expiry };
+        let command = PartitionCommand::Store { mode, value: &data, flags, expiry };
         let (outcome, _) = self.run(key, command);
         if refused(&outcome, self) {
             return;
@@ -290,8 +296,12 @@ impl Harness {
             (Some(entry), false) => entry.cas ^ 0x10000,
             (None, _) => 12345 << 16,
         };
-        let command =
-            Command::Store { mode: StoreMode::Cas(token), value: &data, flags: 0, expiry: Expiry::NEVER };
+        let command = PartitionCommand::Store {
+            mode: StoreMode::Cas(token),
+            value: &data,
+            flags: 0,
+            expiry: Expiry::NEVER,
+        };
         match (self.run(key, command).0, &current) {
             (outcome, _) if refused(&outcome, self) => {}
             (Outcome::Stored { cas }, Some(_)) if right => {
@@ -306,7 +316,7 @@ impl Harness {
 
     fn arith(&mut self, key: u8, delta: u64, decrement: bool) {
         let current = self.present(key).cloned();
-        let (outcome, _) = self.run(key, Command::Arith { delta, decrement, cas: 0 });
+        let (outcome, _) = self.run(key, PartitionCommand::Arith { delta, decrement, cas: 0 });
         if refused(&outcome, self) {
             return;
         }
@@ -336,8 +346,8 @@ impl Harness {
     fn get(&mut self, key: u8, touch: Option<i64>) {
         let expiry = touch.map(|ttl| Expiry::from_exptime(ttl, qs_store::Now::from_secs(self.now)));
         let command = match expiry {
-            Some(expiry) => Command::GetAndTouch { expiry },
-            None => Command::Get,
+            Some(expiry) => PartitionCommand::GetAndTouch { expiry },
+            None => PartitionCommand::Get,
         };
         let current = self.present(key).cloned();
         let (outcome, out) = self.run(key, command);

@@ -6,7 +6,7 @@ mod common;
 
 use common::{get, run, set, store_with, NOW};
 use qs_store::persist::{segment_bytes, Recovered};
-use qs_store::{Command, Config, Eviction, HugePages, Outcome, Partition, StoreMode};
+use qs_store::{Config, Eviction, HugePages, Outcome, Partition, PartitionCommand, StoreMode};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
@@ -72,7 +72,7 @@ fn a_reopened_file_answers_every_item_with_its_flags_expiry_and_cas() {
         set(&mut partition, &key(n), &value(n, 1), NOW);
     }
     for n in (1..2000).step_by(5) {
-        run(&mut partition, &key(n), Command::Delete { cas: 0 }, NOW);
+        run(&mut partition, &key(n), PartitionCommand::Delete { cas: 0 }, NOW);
     }
     let items = partition.stats().items;
     drop(partition);
@@ -83,7 +83,7 @@ fn a_reopened_file_answers_every_item_with_its_flags_expiry_and_cas() {
     for n in 0..2000u64 {
         let mut out = Vec::new();
         let name = key(n);
-        let request = qs_store::Request::new(&name, Command::Get);
+        let request = qs_store::PartitionRequest::new(&name, PartitionCommand::Get);
         match partition.execute(&request, qs_store::Now::from_secs(NOW + 1), &mut out) {
             Outcome::Hit(hit) => {
                 assert!(n % 5 != 1, "key {n} was deleted");
@@ -126,7 +126,7 @@ fn a_stop_at_any_request_keeps_every_answer_through_many_laps() {
         let n = next() % keys;
         match next() % 10 {
             0 => {
-                run(&mut partition, &key(n), Command::Delete { cas: 0 }, NOW);
+                run(&mut partition, &key(n), PartitionCommand::Delete { cas: 0 }, NOW);
             }
             1..=4 => {
                 set(&mut partition, &key(n), &value(n, request), NOW);
@@ -146,7 +146,7 @@ fn a_stop_at_any_request_keeps_every_answer_through_many_laps() {
             for n in 0..keys {
                 let mut out = Vec::new();
                 let name = key(n);
-                let request = qs_store::Request::new(&name, Command::Get);
+                let request = qs_store::PartitionRequest::new(&name, PartitionCommand::Get);
                 let expected = partition.peek(request.hash, &name, qs_store::Now::from_secs(NOW)).map(|_| ());
                 let answer = get(&mut recovered, &name, NOW);
                 match (expected, answer) {

@@ -118,20 +118,20 @@ fn s3fifo_shrinks_its_main_ring_then_turns_its_small_ring_off() {
     let fill = |p: &mut Partition, from: usize| {
         for n in from..from + 9000 {
             let value = value(n);
-            let command = qs_store::Command::Store {
+            let command = qs_store::PartitionCommand::Store {
                 mode: qs_store::StoreMode::Set,
                 value: &value,
                 flags: 0,
                 expiry: qs_store::Expiry::NEVER,
             };
             p.execute(
-                &qs_store::Request::new(&key(n), command),
+                &qs_store::PartitionRequest::new(&key(n), command),
                 qs_store::Now::from_secs(NOW),
                 &mut Vec::new(),
             );
             if n % 3 == 0 {
                 p.execute(
-                    &qs_store::Request::new(&key(n), qs_store::Command::Get),
+                    &qs_store::PartitionRequest::new(&key(n), qs_store::PartitionCommand::Get),
                     qs_store::Now::from_secs(NOW),
                     &mut Vec::new(),
                 );

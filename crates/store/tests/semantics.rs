@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use qs_store::{Command, Eviction, Expiry, Outcome, StoreMode};
+use qs_store::{Eviction, Expiry, Outcome, PartitionCommand, StoreMode};
 
 #[test]
 fn set_get_overwrite_delete() {
@@ -15,8 +15,8 @@ fn set_get_overwrite_delete() {
     assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"a much longer second value"[..]));
     set(&mut p, b"k", b"", NOW);
     assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b""[..]));
-    assert_eq!(run(&mut p, b"k", Command::Delete { cas: 0 }, NOW).0, Outcome::Deleted);
-    assert_eq!(run(&mut p, b"k", Command::Delete { cas: 0 }, NOW).0, Outcome::NotFound);
+    assert_eq!(run(&mut p, b"k", PartitionCommand::Delete { cas: 0 }, NOW).0, Outcome::Deleted);
+    assert_eq!(run(&mut p, b"k", PartitionCommand::Delete { cas: 0 }, NOW).0, Outcome::NotFound);
     assert_eq!(get(&mut p, b"k", NOW), None);
     assert_eq!(p.stats().items, 0);
 }
@@ -31,7 +31,7 @@ fn add_replace_append_prepend() {
     assert_eq!(store(&mut p, StoreMode::Add, b"k", b"again", NOW), Outcome::NotStored);
     assert!(matches!(store(&mut p, StoreMode::Append, b"k", b">>", NOW), Outcome::Stored { .. }));
     assert!(matches!(store(&mut p, StoreMode::Prepend, b"k", b"<<", NOW), Outcome::Stored { .. }));
-    let (outcome, out) = run(&mut p, b"k", Command::Get, NOW);
+    let (outcome, out) = run(&mut p, b"k", PartitionCommand::Get, NOW);
     let Outcome::Hit(hit) = outcome else { panic!("{outcome:?}") };
     assert_eq!(&out[hit.value_start..], b"<<mid>>");
     assert_eq!(hit.flags, 42, "append keeps flags");
@@ -57,14 +57,14 @@ fn meta_cas_modes_compare_like_memcached() {
     assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"<mid>"[..]));
     // Set-to-invalid: a newer CAS than the item's is refused, an older one stores the value
     // marked stale with the item's expiry kept, the current one stores it plainly.
-    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", PartitionCommand::Get, NOW) else { panic!() };
     let current = hit.cas;
     assert_eq!(store(&mut p, StoreMode::CasOrStale(current + (1 << 20)), b"k", b"new", NOW), Outcome::Exists);
     assert!(matches!(
         store_with(&mut p, StoreMode::CasOrStale(first), b"k", b"old", 9, 5000, NOW),
         Outcome::Stored { .. }
     ));
-    let (Outcome::Hit(hit), out) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    let (Outcome::Hit(hit), out) = run(&mut p, b"k", PartitionCommand::Get, NOW) else { panic!() };
     assert_eq!(&out[hit.value_start..], b"old");
     assert!(hit.stale);
     assert_eq!((hit.flags, hit.expiry), (9, Expiry::at_secs(NOW + 100)));
@@ -72,7 +72,7 @@ fn meta_cas_modes_compare_like_memcached() {
         store(&mut p, StoreMode::CasOrStale(hit.cas), b"k", b"fresh", NOW),
         Outcome::Stored { .. }
     ));
-    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", PartitionCommand::Get, NOW) else { panic!() };
     assert!(!hit.stale);
 }
 
@@ -84,7 +84,7 @@ fn cas_rules() {
     let second = set(&mut p, b"other", b"v", NOW);
     assert_ne!(first, second, "CAS uniques are unique");
     // A read (which under LRU moves the item) keeps the CAS.
-    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", PartitionCommand::Get, NOW) else { panic!() };
     assert_eq!(hit.cas, first);
     assert_eq!(store(&mut p, StoreMode::Cas(first + 1), b"k", b"w", NOW), Outcome::Exists);
     let Outcome::Stored { cas: third } = store(&mut p, StoreMode::Cas(first), b"k", b"w", NOW) else {
@@ -94,8 +94,8 @@ fn cas_rules() {
     assert_eq!(store(&mut p, StoreMode::Cas(first), b"k", b"z", NOW), Outcome::Exists);
     assert_eq!(get(&mut p, b"k", NOW).as_deref(), Some(&b"w"[..]));
     assert_eq!((p.stats().cas_hits, p.stats().cas_badval, p.stats().cas_misses), (1, 2, 1));
-    assert_eq!(run(&mut p, b"k", Command::Delete { cas: first }, NOW).0, Outcome::Exists);
-    assert_eq!(run(&mut p, b"k", Command::Delete { cas: third }, NOW).0, Outcome::Deleted);
+    assert_eq!(run(&mut p, b"k", PartitionCommand::Delete { cas: first }, NOW).0, Outcome::Exists);
+    assert_eq!(run(&mut p, b"k", PartitionCommand::Delete { cas: third }, NOW).0, Outcome::Deleted);
 }
 
 #[test]
@@ -118,15 +118,17 @@ fn expiry_relative_absolute_negative() {
 #[test]
 fn touch_and_get_and_touch() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
-    let touch =
-        |secs: i64| Command::Touch { expiry: Expiry::from_exptime(secs, qs_store::Now::from_secs(NOW)) };
+    let touch = |secs: i64| PartitionCommand::Touch {
+        expiry: Expiry::from_exptime(secs, qs_store::Now::from_secs(NOW)),
+    };
     assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::NotFound);
     set(&mut p, b"k", b"v", NOW);
     assert_eq!(run(&mut p, b"k", touch(10), NOW).0, Outcome::Touched, "adds an expiry to a plain item");
     assert!(get(&mut p, b"k", NOW + 9).is_some());
     assert!(get(&mut p, b"k", NOW + 10).is_none());
     set(&mut p, b"k", b"v", NOW);
-    let gat = Command::GetAndTouch { expiry: Expiry::from_exptime(5, qs_store::Now::from_secs(NOW)) };
+    let gat =
+        PartitionCommand::GetAndTouch { expiry: Expiry::from_exptime(5, qs_store::Now::from_secs(NOW)) };
     let (Outcome::Hit(hit), out) = run(&mut p, b"k", gat, NOW) else { panic!() };
     assert_eq!((&out[..], hit.expiry), (&b"v"[..], Expiry::at_secs(NOW + 5)));
     assert_eq!(run(&mut p, b"k", touch(0), NOW).0, Outcome::Touched, "touch to never");
@@ -154,7 +156,7 @@ fn flush_all_now_and_delayed() {
 #[test]
 fn incr_decr() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
-    let arith = |delta, decrement| Command::Arith { delta, decrement, cas: 0 };
+    let arith = |delta, decrement| PartitionCommand::Arith { delta, decrement, cas: 0 };
     assert_eq!(run(&mut p, b"n", arith(1, false), NOW).0, Outcome::NotFound);
     set(&mut p, b"n", b"99", NOW);
     assert!(matches!(run(&mut p, b"n", arith(1, false), NOW).0, Outcome::Counter { value: 100, .. }));
@@ -170,7 +172,7 @@ fn incr_decr() {
     assert_eq!(run(&mut p, b"t", arith(1, false), NOW).0, Outcome::NonNumeric);
     store_with(&mut p, StoreMode::Set, b"f", b"5", 7, 100, NOW);
     run(&mut p, b"f", arith(10, false), NOW);
-    let (Outcome::Hit(hit), _) = run(&mut p, b"f", Command::Get, NOW) else { panic!() };
+    let (Outcome::Hit(hit), _) = run(&mut p, b"f", PartitionCommand::Get, NOW) else { panic!() };
     assert_eq!((hit.flags, hit.expiry), (7, Expiry::at_secs(NOW + 100)), "incr keeps flags and expiry");
 }
 
@@ -178,8 +180,8 @@ fn incr_decr() {
 fn limits_are_clean_outcomes() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     let long_key = [b'k'; 251];
-    assert_eq!(run(&mut p, &long_key, Command::Get, NOW).0, Outcome::BadKey);
-    assert_eq!(run(&mut p, b"", Command::Get, NOW).0, Outcome::BadKey);
+    assert_eq!(run(&mut p, &long_key, PartitionCommand::Get, NOW).0, Outcome::BadKey);
+    assert_eq!(run(&mut p, b"", PartitionCommand::Get, NOW).0, Outcome::BadKey);
     set(&mut p, &[b'k'; 250], b"ok", NOW);
     let big = vec![7u8; 40_000];
     assert_eq!(store(&mut p, StoreMode::Set, b"big", &big, NOW), Outcome::TooLarge, "over half the log");
@@ -249,14 +251,18 @@ fn clock_keeps_what_was_read_and_evicts_what_was_not() {
 
 /// A set without the per-request invariant check of [`set`] (for long runs).
 fn fast_set(p: &mut qs_store::Partition, key: &[u8], value: &[u8], now: u32) {
-    let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-    p.execute(&qs_store::Request::new(key, command), qs_store::Now::from_secs(now), &mut Vec::new());
+    let command = PartitionCommand::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
+    p.execute(&qs_store::PartitionRequest::new(key, command), qs_store::Now::from_secs(now), &mut Vec::new());
 }
 
 /// A get without the per-request invariant check of [`get`]: whether it hit.
 fn fast_get(p: &mut qs_store::Partition, key: &[u8], now: u32) -> Option<()> {
     matches!(
-        p.execute(&qs_store::Request::new(key, Command::Get), qs_store::Now::from_secs(now), &mut Vec::new()),
+        p.execute(
+            &qs_store::PartitionRequest::new(key, PartitionCommand::Get),
+            qs_store::Now::from_secs(now),
+            &mut Vec::new()
+        ),
         Outcome::Hit(_)
     )
     .then_some(())
@@ -392,12 +398,12 @@ fn clock_keeps_flags_expiry_and_cas_of_a_kept_item() {
         store_with(&mut p, StoreMode::Set, b"k", b"value", 7, 1000, NOW),
         Outcome::Stored { .. }
     ));
-    let (outcome, _) = run(&mut p, b"k", Command::Get, NOW);
+    let (outcome, _) = run(&mut p, b"k", PartitionCommand::Get, NOW);
     let Outcome::Hit(before) = outcome else { panic!("{outcome:?}") };
     for i in 0..60u32 {
         set(&mut p, format!("key{i}").as_bytes(), &[1; 40], NOW);
     }
-    let (outcome, out) = run(&mut p, b"k", Command::Get, NOW);
+    let (outcome, out) = run(&mut p, b"k", PartitionCommand::Get, NOW);
     let Outcome::Hit(after) = outcome else { panic!("{outcome:?}") };
     assert_eq!(&out[after.value_start..], b"value");
     assert_eq!((after.flags, after.expiry, after.cas), (before.flags, before.expiry, before.cas));
@@ -436,12 +442,12 @@ fn in_place_update_keeps_the_initial_size() {
 fn invalidate_marks_stale_with_a_new_cas() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     let cas = set(&mut p, b"k", b"v", NOW);
-    assert_eq!(run(&mut p, b"k", Command::Invalidate { cas: 0 }, NOW).0, Outcome::Deleted);
-    let (Outcome::Hit(hit), _) = run(&mut p, b"k", Command::Get, NOW) else { panic!() };
+    assert_eq!(run(&mut p, b"k", PartitionCommand::Invalidate { cas: 0 }, NOW).0, Outcome::Deleted);
+    let (Outcome::Hit(hit), _) = run(&mut p, b"k", PartitionCommand::Get, NOW) else { panic!() };
     assert!(hit.stale);
     assert_ne!(hit.cas, cas);
     assert!(!hit.fetched_before);
-    let (Outcome::Hit(again), _) = run(&mut p, b"k", Command::Get, NOW + 3) else { panic!() };
+    let (Outcome::Hit(again), _) = run(&mut p, b"k", PartitionCommand::Get, NOW + 3) else { panic!() };
     assert!(again.fetched_before);
     assert_eq!(again.last_access_secs, NOW);
 }
@@ -512,7 +518,7 @@ fn incr_on_a_long_value_parses_its_numeric_prefix() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     let old = b"120                 17/85/...";
     set(&mut p, b"n", old, NOW);
-    let arith = Command::Arith { delta: 1, decrement: false, cas: 0 };
+    let arith = PartitionCommand::Arith { delta: 1, decrement: false, cas: 0 };
     assert!(matches!(run(&mut p, b"n", arith, NOW).0, Outcome::Counter { value: 121, .. }));
     let mut expected = b"121".to_vec();
     expected.resize(old.len(), b' ');
@@ -520,7 +526,7 @@ fn incr_on_a_long_value_parses_its_numeric_prefix() {
 }
 
 fn meta_get(p: &mut qs_store::Partition, key: &[u8], options: qs_store::MetaGet, now: u32) -> Outcome {
-    run(p, key, Command::MetaGet(options), now).0
+    run(p, key, PartitionCommand::MetaGet(options), now).0
 }
 
 #[test]
@@ -530,7 +536,7 @@ fn meta_get_hands_the_win_token_once_for_a_stale_item() {
     let plain = qs_store::MetaGet::default();
     let Outcome::Hit(first) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
     assert!(!first.won && !first.win_sent && !first.stale, "a fresh item wins nothing");
-    run(&mut p, b"k", Command::Invalidate { cas: 0 }, NOW);
+    run(&mut p, b"k", PartitionCommand::Invalidate { cas: 0 }, NOW);
     let Outcome::Hit(winner) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
     assert!(winner.stale && winner.won && !winner.win_sent, "first reader of a stale item wins (X W)");
     let Outcome::Hit(later) = meta_get(&mut p, b"k", plain, NOW) else { panic!() };
@@ -545,7 +551,9 @@ fn meta_get_vivifies_a_miss_for_one_winner() {
     let mut p = partition(1 << 16, 64, Eviction::Fifo);
     let vivify = qs_store::MetaGet { vivify: Some(Expiry::at_secs(NOW + 30)), ..Default::default() };
     assert!(matches!(meta_get(&mut p, b"k", vivify, NOW), Outcome::Vivified { .. }), "EN W");
-    let (Outcome::Hit(stub), out) = run(&mut p, b"k", Command::MetaGet(vivify), NOW) else { panic!() };
+    let (Outcome::Hit(stub), out) = run(&mut p, b"k", PartitionCommand::MetaGet(vivify), NOW) else {
+        panic!()
+    };
     assert!(out.is_empty() && stub.value_len == 0 && stub.win_sent && !stub.won, "stub: empty, Z");
     assert_eq!(stub.expiry, Expiry::at_secs(NOW + 30));
     assert!(get(&mut p, b"k", NOW + 30).is_none(), "the stub expires with its TTL");
@@ -596,7 +604,7 @@ fn gone_bytes_are_the_expired_items_still_in_the_log() {
     let gone = p.gone_bytes(qs_store::Now::from_secs(NOW + 11));
     assert!(gone > 0 && gone < held, "{gone} of {held}");
     // Deleted, it no longer counts (superseded, not waiting to expire).
-    run(&mut p, b"short", Command::Delete { cas: 0 }, NOW + 5);
+    run(&mut p, b"short", PartitionCommand::Delete { cas: 0 }, NOW + 5);
     assert_eq!(p.gone_bytes(qs_store::Now::from_secs(NOW + 11)), 0);
 }
 
@@ -628,9 +636,10 @@ fn live_share_after_a_fill_of_small_items(index_levels: u32, eviction: Eviction)
     let value = [b'v'; 32];
     for i in 0..60_000u32 {
         let key = format!("{i:08}");
-        let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
+        let command =
+            PartitionCommand::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
         p.execute(
-            &qs_store::Request::new(key.as_bytes(), command),
+            &qs_store::PartitionRequest::new(key.as_bytes(), command),
             qs_store::Now::from_secs(NOW),
             &mut Vec::new(),
         );
@@ -690,46 +699,64 @@ fn an_expiry_within_a_second_ends_at_its_millisecond() {
     let mut p = partition(1 << 16, 64, Eviction::Lru);
     let ms = |offset: u64| qs_store::Now::from_ms(u64::from(NOW) * 1000 + offset);
     let at = |offset: u64| Expiry::at_ms(u64::from(NOW) * 1000 + offset);
-    let exec = |p: &mut qs_store::Partition, key: &[u8], command: Command<'_>, now| {
+    let exec = |p: &mut qs_store::Partition, key: &[u8], command: PartitionCommand<'_>, now| {
         let mut out = Vec::new();
-        let outcome = p.execute(&qs_store::Request::new(key, command), now, &mut out);
+        let outcome = p.execute(&qs_store::PartitionRequest::new(key, command), now, &mut out);
         p.check_invariants();
         (outcome, out)
     };
-    let set = Command::Store { mode: StoreMode::Set, value: b"v", flags: 5, expiry: at(1_250) };
+    let set = PartitionCommand::Store { mode: StoreMode::Set, value: b"v", flags: 5, expiry: at(1_250) };
     assert!(matches!(exec(&mut p, b"k", set, ms(100)).0, Outcome::Stored { .. }));
-    let (Outcome::Hit(hit), _) = exec(&mut p, b"k", Command::Get, ms(1_249)) else { panic!("gone early") };
+    let (Outcome::Hit(hit), _) = exec(&mut p, b"k", PartitionCommand::Get, ms(1_249)) else {
+        panic!("gone early")
+    };
     assert_eq!((hit.flags, hit.expiry, hit.expiry.secs()), (5, at(1_250), NOW + 2));
-    assert_eq!(exec(&mut p, b"k", Command::Get, ms(1_250)).0, Outcome::Miss);
+    assert_eq!(exec(&mut p, b"k", PartitionCommand::Get, ms(1_250)).0, Outcome::Miss);
 
     // A whole-second item given a precise expiry moves (it has no room for the word); a
     // precise one given a whole second keeps its place; flags stay, and so does the value.
     set_with_flags(&mut p, b"w", 9, ms(0));
-    assert_eq!(exec(&mut p, b"w", Command::Touch { expiry: at(700) }, ms(0)).0, Outcome::Touched);
-    let (Outcome::Hit(hit), out) = exec(&mut p, b"w", Command::Get, ms(699)) else { panic!("gone early") };
+    assert_eq!(exec(&mut p, b"w", PartitionCommand::Touch { expiry: at(700) }, ms(0)).0, Outcome::Touched);
+    let (Outcome::Hit(hit), out) = exec(&mut p, b"w", PartitionCommand::Get, ms(699)) else {
+        panic!("gone early")
+    };
     assert_eq!((hit.flags, hit.expiry, &out[hit.value_start..]), (9, at(700), &b"w-value"[..]));
-    assert_eq!(exec(&mut p, b"w", Command::Touch { expiry: at(5_000) }, ms(699)).0, Outcome::Touched);
-    let (Outcome::Hit(hit), _) = exec(&mut p, b"w", Command::Get, ms(4_999)) else { panic!("gone early") };
+    assert_eq!(
+        exec(&mut p, b"w", PartitionCommand::Touch { expiry: at(5_000) }, ms(699)).0,
+        Outcome::Touched
+    );
+    let (Outcome::Hit(hit), _) = exec(&mut p, b"w", PartitionCommand::Get, ms(4_999)) else {
+        panic!("gone early")
+    };
     assert_eq!((hit.flags, hit.expiry), (9, at(5_000)));
-    assert_eq!(exec(&mut p, b"w", Command::Touch { expiry: Expiry::NEVER }, ms(4_999)).0, Outcome::Touched);
-    let (Outcome::Hit(hit), _) = exec(&mut p, b"w", Command::Get, ms(900_000)) else { panic!("expired") };
+    assert_eq!(
+        exec(&mut p, b"w", PartitionCommand::Touch { expiry: Expiry::NEVER }, ms(4_999)).0,
+        Outcome::Touched
+    );
+    let (Outcome::Hit(hit), _) = exec(&mut p, b"w", PartitionCommand::Get, ms(900_000)) else {
+        panic!("expired")
+    };
     assert_eq!(hit.expiry, Expiry::NEVER);
 
     // Append and incr keep the millisecond.
-    let counter = Command::Store { mode: StoreMode::Set, value: b"41", flags: 0, expiry: at(3_003) };
+    let counter = PartitionCommand::Store { mode: StoreMode::Set, value: b"41", flags: 0, expiry: at(3_003) };
     exec(&mut p, b"n", counter, ms(0));
-    let incr = Command::Arith { delta: 1, decrement: false, cas: 0 };
+    let incr = PartitionCommand::Arith { delta: 1, decrement: false, cas: 0 };
     assert!(matches!(exec(&mut p, b"n", incr, ms(3_002)).0, Outcome::Counter { .. }), "incr");
-    let append = Command::Store { mode: StoreMode::Append, value: b"!", flags: 0, expiry: Expiry::NEVER };
+    let append =
+        PartitionCommand::Store { mode: StoreMode::Append, value: b"!", flags: 0, expiry: Expiry::NEVER };
     assert!(matches!(exec(&mut p, b"n", append, ms(3_002)).0, Outcome::Stored { .. }));
-    let (Outcome::Hit(hit), out) = exec(&mut p, b"n", Command::Get, ms(3_002)) else { panic!("gone early") };
+    let (Outcome::Hit(hit), out) = exec(&mut p, b"n", PartitionCommand::Get, ms(3_002)) else {
+        panic!("gone early")
+    };
     assert_eq!((hit.expiry, &out[hit.value_start..]), (at(3_003), &b"42!"[..]));
-    assert_eq!(exec(&mut p, b"n", Command::Get, ms(3_003)).0, Outcome::Miss);
+    assert_eq!(exec(&mut p, b"n", PartitionCommand::Get, ms(3_003)).0, Outcome::Miss);
 }
 
 fn set_with_flags(p: &mut qs_store::Partition, key: &[u8], flags: u32, now: qs_store::Now) {
     let value = [key, b"-value"].concat();
-    let command = Command::Store { mode: StoreMode::Set, value: &value, flags, expiry: Expiry::NEVER };
-    let outcome = p.execute(&qs_store::Request::new(key, command), now, &mut Vec::new());
+    let command =
+        PartitionCommand::Store { mode: StoreMode::Set, value: &value, flags, expiry: Expiry::NEVER };
+    let outcome = p.execute(&qs_store::PartitionRequest::new(key, command), now, &mut Vec::new());
     assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
 }

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use qs_store::{Command, Config, Expiry, HugePages, Outcome, Partition, StoreMode};
+use qs_store::{Config, Expiry, HugePages, Outcome, Partition, PartitionCommand, StoreMode};
 
 fn store_partition(arena_bytes: usize, buckets: usize) -> Partition {
     let mut config = Config::store(arena_bytes, buckets);
@@ -28,7 +28,7 @@ impl Rng {
 fn read(partition: &mut Partition, key: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     match partition.execute(
-        &qs_store::Request::new(key, Command::Get),
+        &qs_store::PartitionRequest::new(key, PartitionCommand::Get),
         qs_store::Now::from_secs(NOW),
         &mut out,
     ) {
@@ -58,9 +58,10 @@ fn fill_until(
     for n in 0.. {
         let key = format!("{prefix}:{n}").into_bytes();
         let value = value_for(&key, size(rng));
-        let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
+        let command =
+            PartitionCommand::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
         match partition.execute(
-            &qs_store::Request::new(&key, command),
+            &qs_store::PartitionRequest::new(&key, command),
             qs_store::Now::from_secs(NOW),
             &mut Vec::new(),
         ) {
@@ -108,7 +109,7 @@ fn fill_free_half_and_refill_reuses_the_space() {
     let mut kept = Vec::new();
     for (key, value) in first {
         if rng.below(2) == 0 {
-            let delete = qs_store::Request::new(&key, Command::Delete { cas: 0 });
+            let delete = qs_store::PartitionRequest::new(&key, PartitionCommand::Delete { cas: 0 });
             assert_eq!(
                 partition.execute(&delete, qs_store::Now::from_secs(NOW), &mut Vec::new()),
                 Outcome::Deleted
@@ -140,7 +141,7 @@ fn fill_free_half_and_refill_reuses_the_space() {
     // Deleting everything coalesces the arena back into one block.
     for (key, _) in kept.iter().chain(&second) {
         partition.execute(
-            &qs_store::Request::new(key, Command::Delete { cas: 0 }),
+            &qs_store::PartitionRequest::new(key, PartitionCommand::Delete { cas: 0 }),
             qs_store::Now::from_secs(NOW),
             &mut Vec::new(),
         );
@@ -177,7 +178,7 @@ fn touch_never_needs_memory() {
     let stored = fill(&mut partition, &mut rng, "t", |_| 100);
     for (key, _) in &stored {
         let expiry = Expiry::from_exptime(100, qs_store::Now::from_secs(NOW));
-        assert_eq!(run(&mut partition, key, Command::Touch { expiry }, NOW).0, Outcome::Touched);
+        assert_eq!(run(&mut partition, key, PartitionCommand::Touch { expiry }, NOW).0, Outcome::Touched);
     }
 }
 
@@ -189,7 +190,7 @@ fn expired_items_are_reclaimed_and_their_space_reused() {
         let key = format!("e:{n}").into_bytes();
         let value = value_for(&key, 500);
         let expiry = Expiry::from_exptime(2, qs_store::Now::from_secs(NOW));
-        let command = Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry };
+        let command = PartitionCommand::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry };
         match run(&mut partition, &key, command, NOW).0 {
             Outcome::Stored { .. } => filled += 1,
             Outcome::OutOfMemory => break,
@@ -200,7 +201,7 @@ fn expired_items_are_reclaimed_and_their_space_reused() {
     // Three seconds later every item has expired; housekeeping frees them without reads.
     let later = NOW + 3;
     partition.execute(
-        &qs_store::Request::new(b"probe", Command::Get),
+        &qs_store::PartitionRequest::new(b"probe", PartitionCommand::Get),
         qs_store::Now::from_secs(later),
         &mut Vec::new(),
     );

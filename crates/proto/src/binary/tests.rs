@@ -5,7 +5,7 @@ fn frame(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
     request_frame(opcode, 0xdead_beef, 0, extras, key, value)
 }
 
-fn command(buf: &[u8]) -> (Command<'_>, usize) {
+fn command(buf: &[u8]) -> (BinaryCommand<'_>, usize) {
     match parse(buf, &Limits::default()) {
         Parsed::Request { request: Request::Binary(binary), len } => {
             assert_eq!(binary.opaque, 0xdead_beef_u32.to_be_bytes());
@@ -22,16 +22,19 @@ fn set_extras(flags: u32, exptime: u32) -> Vec<u8> {
 #[test]
 fn every_opcode_parses_as_memcached_reads_it() {
     let buf = frame(opcode::GETKQ, &[], b"k", &[]);
-    assert_eq!(command(&buf), (Command::Get { key: b"k", quiet: true, with_key: true, touch: None }, 25));
+    assert_eq!(
+        command(&buf),
+        (BinaryCommand::Get { key: b"k", quiet: true, with_key: true, touch: None }, 25)
+    );
     let buf = frame(opcode::GATQ, &7u32.to_be_bytes(), b"key", &[]);
     assert_eq!(
         command(&buf),
-        (Command::Get { key: b"key", quiet: true, with_key: false, touch: Some(7) }, 31)
+        (BinaryCommand::Get { key: b"key", quiet: true, with_key: false, touch: Some(7) }, 31)
     );
     let buf = frame(opcode::TOUCH, &9u32.to_be_bytes(), b"key", &[]);
-    assert_eq!(command(&buf), (Command::Touch { key: b"key", exptime: 9 }, 31));
+    assert_eq!(command(&buf), (BinaryCommand::Touch { key: b"key", exptime: 9 }, 31));
     let buf = frame(opcode::SETQ, &set_extras(19, 5), b"x", b"value");
-    let store = Command::Store {
+    let store = BinaryCommand::Store {
         mode: StoreMode::Set,
         key: b"x",
         flags: 19,
@@ -41,7 +44,7 @@ fn every_opcode_parses_as_memcached_reads_it() {
     };
     assert_eq!(command(&buf), (store, buf.len()));
     let buf = frame(opcode::PREPEND, &[], b"x", b"pre");
-    let store = Command::Store {
+    let store = BinaryCommand::Store {
         mode: StoreMode::Prepend,
         key: b"x",
         flags: 0,
@@ -52,27 +55,39 @@ fn every_opcode_parses_as_memcached_reads_it() {
     assert_eq!(command(&buf), (store, buf.len()));
     let extras = [5u64.to_be_bytes().as_slice(), &7u64.to_be_bytes(), &u32::MAX.to_be_bytes()].concat();
     let buf = frame(opcode::DECREMENTQ, &extras, b"n", &[]);
-    let arith =
-        Command::Arith { key: b"n", delta: 5, initial: 7, exptime: u32::MAX, decrement: true, quiet: true };
+    let arith = BinaryCommand::Arith {
+        key: b"n",
+        delta: 5,
+        initial: 7,
+        exptime: u32::MAX,
+        decrement: true,
+        quiet: true,
+    };
     assert_eq!(command(&buf), (arith, buf.len()));
     assert_eq!(
         command(&frame(opcode::DELETEQ, &[], b"d", &[])).0,
-        Command::Delete { key: b"d", quiet: true }
+        BinaryCommand::Delete { key: b"d", quiet: true }
     );
     assert_eq!(
         command(&frame(opcode::FLUSHQ, &9u32.to_be_bytes(), &[], &[])).0,
-        Command::Flush { exptime: 9, quiet: true }
+        BinaryCommand::Flush { exptime: 9, quiet: true }
     );
-    assert_eq!(command(&frame(opcode::FLUSH, &[], &[], &[])).0, Command::Flush { exptime: 0, quiet: false });
-    assert_eq!(command(&frame(opcode::NOOP, &[], &[], &[])).0, Command::Noop);
-    assert_eq!(command(&frame(opcode::VERSION, &[], &[], &[])).0, Command::Version);
-    assert_eq!(command(&frame(opcode::QUITQ, &[], &[], &[])).0, Command::Quit { quiet: true });
-    assert_eq!(command(&frame(opcode::STAT, &[], b"settings", &[])).0, Command::Stat { group: b"settings" });
-    assert_eq!(command(&frame(opcode::SASL_LIST_MECHS, &[], &[], &[])).0, Command::SaslListMechs);
+    assert_eq!(
+        command(&frame(opcode::FLUSH, &[], &[], &[])).0,
+        BinaryCommand::Flush { exptime: 0, quiet: false }
+    );
+    assert_eq!(command(&frame(opcode::NOOP, &[], &[], &[])).0, BinaryCommand::Noop);
+    assert_eq!(command(&frame(opcode::VERSION, &[], &[], &[])).0, BinaryCommand::Version);
+    assert_eq!(command(&frame(opcode::QUITQ, &[], &[], &[])).0, BinaryCommand::Quit { quiet: true });
+    assert_eq!(
+        command(&frame(opcode::STAT, &[], b"settings", &[])).0,
+        BinaryCommand::Stat { group: b"settings" }
+    );
+    assert_eq!(command(&frame(opcode::SASL_LIST_MECHS, &[], &[], &[])).0, BinaryCommand::SaslListMechs);
     let buf = frame(opcode::SASL_AUTH, &[], b"PLAIN", b"\0user\0pass");
     assert_eq!(
         command(&buf).0,
-        Command::SaslAuth { mechanism: b"PLAIN", data: b"\0user\0pass", step: false }
+        BinaryCommand::SaslAuth { mechanism: b"PLAIN", data: b"\0user\0pass", step: false }
     );
 }
 
@@ -83,7 +98,7 @@ fn a_cas_makes_a_store_conditional() {
         panic!()
     };
     assert_eq!(binary.cas, 42);
-    assert!(matches!(binary.command, Command::Store { mode: StoreMode::Cas(42), .. }));
+    assert!(matches!(binary.command, BinaryCommand::Store { mode: StoreMode::Cas(42), .. }));
     // Append and prepend with a CAS are conditional on it too, in the store's own modes.
     for (code, mode) in
         [(opcode::APPENDQ, StoreMode::AppendCas(42)), (opcode::PREPEND, StoreMode::PrependCas(42))]
@@ -92,13 +107,16 @@ fn a_cas_makes_a_store_conditional() {
         let Parsed::Request { request: Request::Binary(binary), .. } = parse(&buf, &Limits::default()) else {
             panic!()
         };
-        assert!(matches!(binary.command, Command::Store { mode: found, .. } if found == mode), "{code:#x}");
+        assert!(
+            matches!(binary.command, BinaryCommand::Store { mode: found, .. } if found == mode),
+            "{code:#x}"
+        );
     }
 }
 
 #[test]
 fn malformed_frames_get_memcached_s_refusals() {
-    let refuse = |status, close| Command::Refuse { status, close };
+    let refuse = |status, close| BinaryCommand::Refuse { status, close };
     // Extras and lengths an opcode does not take: EINVAL, then close.
     assert_eq!(command(&frame(opcode::GET, &[0; 4], b"k", &[])).0, refuse(status::EINVAL, true));
     assert_eq!(command(&frame(opcode::GET, &[], &[], &[])).0, refuse(status::EINVAL, true));
@@ -130,7 +148,7 @@ fn a_value_over_the_item_limit_is_refused_before_it_arrives() {
     let mut buf = frame(opcode::SET, &set_extras(0, 0), b"big", &[b'x'; 2000]);
     buf.truncate(100);
     let Parsed::Request { request: Request::Binary(binary), len } = parse(&buf, &limits) else { panic!() };
-    assert_eq!(binary.command, Command::TooLarge { key: b"big", set: true });
+    assert_eq!(binary.command, BinaryCommand::TooLarge { key: b"big", set: true });
     assert_eq!(len, HEADER_BYTES + 8 + 3 + 2000);
 }
 
@@ -200,7 +218,7 @@ proptest! {
                 // A request's bytes are in the buffer unless it is skipped.
                 let skipped = matches!(
                     request,
-                    Request::Binary(Binary { command: Command::TooLarge { .. } | Command::Refuse { .. }, .. })
+                    Request::Binary(Binary { command: BinaryCommand::TooLarge { .. } | BinaryCommand::Refuse { .. }, .. })
                 );
                 prop_assert!(skipped || len <= bytes.len());
                 prop_assert!(len >= HEADER_BYTES);

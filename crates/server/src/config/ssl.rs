@@ -1,5 +1,5 @@
 //! The `-o ssl_*` options (`-Z`), as memcached reads them; the TLS itself is
-//! [`crate::net::tls`].
+//! `net::tls`.
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::codec::{BAD_CLASS, CRAWLER_DISABLED};
-use qs_proto::binary::{self as bin, status, Binary, Command as Bin, Reply};
+use qs_proto::binary::{self as bin, status, Binary, BinaryCommand as Bin, Reply};
 
 impl Engine {
     /// Runs a command that touches no key (`stats`, `version`, `shutdown`, the crawler and

@@ -136,7 +136,7 @@ impl Engine {
             .position(|resolved| resolved.hash == hash && resolved.serve.is_some())?;
         let (read, record) = self.flash_resolved[at].serve.take()?;
         let owned = self.partitions[partition].as_mut()?;
-        let request = qs_store::Request { key, hash, command: Command::Get };
+        let request = qs_store::PartitionRequest { key, hash, command: PartitionCommand::Get };
         match owned.serve_from_flash(&request, read, &record, self.now, out) {
             Some(Ok(outcome)) => Some(outcome),
             _ => None,

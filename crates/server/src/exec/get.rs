@@ -13,7 +13,7 @@ use super::{watch, Engine, Exec, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::command::{self as cmd, Answer};
-use qs_store::{Command, Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, ValueSink};
+use qs_store::{Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, PartitionCommand, ValueSink};
 use std::sync::Arc;
 
 /// Where a large value went instead of the reply buffer.
@@ -252,7 +252,7 @@ impl Engine {
                 recache_before_touch: get.recache_before_touch,
                 no_update: get.no_update,
             };
-            self.offer(hash, bytes, &Command::MetaGet(options));
+            self.offer(hash, bytes, &PartitionCommand::MetaGet(options));
             if let Some(epochs) = self.shared.front_epochs.get(partition) {
                 // It may touch or take a token: other workers' front caches stop serving it.
                 epochs.bump(hash.0);
@@ -284,7 +284,7 @@ impl Engine {
             }
             sink.finish(&outcome);
             self.count_remote(partition, &outcome, gone);
-            self.offer(hash, bytes, &Command::Get);
+            self.offer(hash, bytes, &PartitionCommand::Get);
             outcome
         };
         if let Outcome::Vivified { cas } = outcome {
@@ -306,7 +306,7 @@ impl Engine {
         out: &mut Vec<u8>,
     ) -> Outcome {
         let Key { bytes: key, hash, partition } = key;
-        let command = touch.map_or(Command::Get, |expiry| Command::GetAndTouch { expiry });
+        let command = touch.map_or(PartitionCommand::Get, |expiry| PartitionCommand::GetAndTouch { expiry });
         if self.flash_on && !self.flash_resolved.is_empty() && touch.is_none() {
             if let Some(outcome) = self.reply_from_flash(hash, partition, key, answer, out) {
                 self.offer(hash, key, &command);

@@ -10,7 +10,7 @@ use crate::session::names::name_client;
 use crate::shared::Shared;
 use qs_proto::response as reply;
 use qs_proto::{GetKind, Request, ShutdownMode, StoreMode};
-use qs_store::{Command, Expiry, KeyHash, Now, Outcome, Partition};
+use qs_store::{Expiry, KeyHash, Now, Outcome, Partition, PartitionCommand};
 use std::io::Write as _;
 use std::sync::Arc;
 
@@ -403,7 +403,7 @@ impl Engine {
                 self.cache_memlimit(megabytes, false);
             }
             Request::Binary(qs_proto::binary::Binary {
-                command: qs_proto::binary::Command::Flush { exptime, .. },
+                command: qs_proto::binary::BinaryCommand::Flush { exptime, .. },
                 ..
             }) => self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), false),
             // A RESP FLUSHALL or FLUSHDB, or a write of several keys: this worker's part.
@@ -443,7 +443,7 @@ impl Engine {
         hash: KeyHash,
         partition: usize,
         key: &[u8],
-        command: Command<'_>,
+        command: PartitionCommand<'_>,
         out: &mut Vec<u8>,
     ) -> Option<Outcome> {
         let owned = self.partitions.get(partition)?.is_some();
@@ -456,7 +456,7 @@ impl Engine {
     }
 
     /// Runs one command on `key`'s partition (owned here: routing made sure).
-    fn run(&mut self, key: Key<'_>, command: Command<'_>, out: &mut Vec<u8>) -> Outcome {
+    fn run(&mut self, key: Key<'_>, command: PartitionCommand<'_>, out: &mut Vec<u8>) -> Outcome {
         self.run_at(key.hash, key.partition, key.bytes, command, out)
     }
 
@@ -466,17 +466,17 @@ impl Engine {
         hash: KeyHash,
         partition: usize,
         key: &[u8],
-        command: Command<'_>,
+        command: PartitionCommand<'_>,
         out: &mut Vec<u8>,
     ) -> Outcome {
         self.offer(hash, key, &command);
         if let Some(epochs) = self.shared.front_epochs.get(partition) {
             // Before any change: other workers' front caches stop serving the key now.
-            if !matches!(command, Command::Get) {
+            if !matches!(command, PartitionCommand::Get) {
                 epochs.bump(hash.0);
             }
         }
-        let request = qs_store::Request { key, hash, command };
+        let request = qs_store::PartitionRequest { key, hash, command };
         let now = self.now;
         match &mut self.partitions[partition] {
             Some(partition) => partition.run(&request, now, out),
@@ -565,7 +565,7 @@ impl Engine {
     pub fn drop_refused(&mut self, key: &[u8]) {
         let key = self.key(key, None);
         if self.owns(key.partition) {
-            self.run(key, Command::Delete { cas: 0 }, &mut Vec::new());
+            self.run(key, PartitionCommand::Delete { cas: 0 }, &mut Vec::new());
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use super::Engine;
 use qs_proto::native::{Opcode, RequestMsg, Status};
-use qs_store::{Command, KeyHash, Outcome, StoreMode};
+use qs_store::{KeyHash, Outcome, PartitionCommand, StoreMode};
 
 /// What a native request answered: the reply's status, flags and number (a CAS, or a
 /// counter's value), and for a hit the value's bytes, at `value` in the buffer the request ran
@@ -42,14 +42,14 @@ impl Engine {
         if self.flash_on() && !(request.opcode == Opcode::Set && request.operand == 0) {
             self.flash_load_now(hash, partition, key);
         }
-        let mut run = |engine: &mut Engine, command: Command<'_>, out: &mut Vec<u8>| {
+        let mut run = |engine: &mut Engine, command: PartitionCommand<'_>, out: &mut Vec<u8>| {
             engine.run_owned(hash, partition, key, command, out).expect("routed to the owner")
         };
         match request.opcode {
             Opcode::Get => {
                 self.counters.cmd_get += 1;
                 out.clear();
-                match run(self, Command::Get, out) {
+                match run(self, PartitionCommand::Get, out) {
                     Outcome::Hit(hit) => NativeAnswer {
                         status: Status::Ok,
                         flags: hit.flags,
@@ -60,14 +60,16 @@ impl Engine {
                 }
             }
             Opcode::Set | Opcode::Add | Opcode::Replace => self.native_store(request, &mut run),
-            Opcode::Delete => match run(self, Command::Delete { cas: request.operand }, &mut Vec::new()) {
-                Outcome::Deleted => NativeAnswer::of(Status::Ok, 0),
-                Outcome::Exists => NativeAnswer::of(Status::Exists, 0),
-                _ => NativeAnswer::of(Status::NotFound, 0),
-            },
+            Opcode::Delete => {
+                match run(self, PartitionCommand::Delete { cas: request.operand }, &mut Vec::new()) {
+                    Outcome::Deleted => NativeAnswer::of(Status::Ok, 0),
+                    Outcome::Exists => NativeAnswer::of(Status::Exists, 0),
+                    _ => NativeAnswer::of(Status::NotFound, 0),
+                }
+            }
             Opcode::Incr | Opcode::Decr => {
                 let decrement = request.opcode == Opcode::Decr;
-                let command = Command::Arith { delta: request.operand, decrement, cas: 0 };
+                let command = PartitionCommand::Arith { delta: request.operand, decrement, cas: 0 };
                 match run(self, command, &mut Vec::new()) {
                     Outcome::Counter { value, .. } => NativeAnswer::of(Status::Ok, value),
                     Outcome::NonNumeric => NativeAnswer::of(Status::NonNumeric, 0),
@@ -78,7 +80,7 @@ impl Engine {
             Opcode::Touch => {
                 self.counters.cmd_touch += 1;
                 let expiry = self.expiry(request.exptime);
-                match run(self, Command::Touch { expiry }, &mut Vec::new()) {
+                match run(self, PartitionCommand::Touch { expiry }, &mut Vec::new()) {
                     Outcome::Touched => NativeAnswer::of(Status::Ok, 0),
                     _ => NativeAnswer::of(Status::NotFound, 0),
                 }
@@ -91,7 +93,7 @@ impl Engine {
     fn native_store(
         &mut self,
         request: &RequestMsg<'_>,
-        run: &mut impl FnMut(&mut Engine, Command<'_>, &mut Vec<u8>) -> Outcome,
+        run: &mut impl FnMut(&mut Engine, PartitionCommand<'_>, &mut Vec<u8>) -> Outcome,
     ) -> NativeAnswer {
         self.counters.cmd_set += 1;
         let mode = match (request.opcode, request.operand) {
@@ -101,7 +103,7 @@ impl Engine {
             (_, cas) => StoreMode::Cas(cas),
         };
         let expiry = self.expiry(request.exptime);
-        let command = Command::Store { mode, value: request.value, flags: request.flags, expiry };
+        let command = PartitionCommand::Store { mode, value: request.value, flags: request.flags, expiry };
         match run(self, command, &mut Vec::new()) {
             Outcome::Stored { cas } => NativeAnswer::of(Status::Ok, cas),
             Outcome::NotStored => NativeAnswer::of(Status::NotStored, 0),

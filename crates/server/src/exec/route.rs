@@ -117,7 +117,7 @@ impl Engine {
     /// requests touch which keys, and which only read (CREW serves those from any worker).
     #[inline(always)]
     pub fn reach<'a>(&self, request: &'a Request<'_>) -> Reach<'a> {
-        use qs_proto::binary::Command as Bin;
+        use qs_proto::binary::BinaryCommand as Bin;
         if let Request::Get { kind, keys, .. } = *request {
             return Reach::Keys { keys, read_only: kind.touch().is_none() };
         }

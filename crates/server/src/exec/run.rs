@@ -75,7 +75,8 @@ impl Engine {
         let mode = if self.shared.config.disable_cas { answer.mode_without_cas(mode) } else { mode };
         let (flags, data) = (store.flags, store.data);
         let mut expiry = self.exptime(store.exptime);
-        let mut outcome = self.run(key, Command::Store { mode, value: data, flags, expiry }, &mut Vec::new());
+        let mut outcome =
+            self.run(key, PartitionCommand::Store { mode, value: data, flags, expiry }, &mut Vec::new());
         let appending = matches!(
             mode,
             StoreMode::Append | StoreMode::Prepend | StoreMode::AppendCas(_) | StoreMode::PrependCas(_)
@@ -85,7 +86,7 @@ impl Engine {
             expiry = self.exptime(exptime);
             outcome = self.run(
                 key,
-                Command::Store { mode: StoreMode::Add, value: data, flags, expiry },
+                PartitionCommand::Store { mode: StoreMode::Add, value: data, flags, expiry },
                 &mut Vec::new(),
             );
         }
@@ -121,7 +122,7 @@ impl Engine {
             }
             if let (Some(exptime), Created::No) = (arith.exptime, created) {
                 let expiry = self.exptime(exptime);
-                self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
+                self.run(key, PartitionCommand::SetExpiry { expiry }, &mut Vec::new());
             }
             cas = self.cas_out(own);
         }
@@ -131,12 +132,12 @@ impl Engine {
     /// A signed count (the Redis protocol's INCRBY): a missing counter is created holding `by`.
     fn count_signed(&mut self, key: Key<'_>, by: i64, answer: Answer<'_>, out: &mut Vec<u8>) {
         self.log_lookup(&key);
-        let mut outcome = self.run(key, Command::Count { by }, &mut Vec::new());
+        let mut outcome = self.run(key, PartitionCommand::Count { by }, &mut Vec::new());
         if outcome == Outcome::NotFound {
             let mut digits = itoa::Buffer::new();
             let value = digits.format(by).as_bytes();
             let expiry = Expiry::NEVER;
-            let store = Command::Store { mode: StoreMode::Add, value, flags: 0, expiry };
+            let store = PartitionCommand::Store { mode: StoreMode::Add, value, flags: 0, expiry };
             outcome = match self.run(key, store, &mut Vec::new()) {
                 Outcome::Stored { cas } => Outcome::Counter { value: by as u64, cas, expiry },
                 other => other,
@@ -153,11 +154,11 @@ impl Engine {
         let outcome = if read {
             let mut value = std::mem::take(&mut self.scratch);
             value.clear();
-            let outcome = self.run(key, Command::GetAndTouch { expiry }, &mut value);
+            let outcome = self.run(key, PartitionCommand::GetAndTouch { expiry }, &mut value);
             self.scratch = value;
             outcome
         } else {
-            self.run(key, Command::Touch { expiry }, &mut Vec::new())
+            self.run(key, PartitionCommand::Touch { expiry }, &mut Vec::new())
         };
         let cas = match &outcome {
             Outcome::Hit(hit) => self.cas_out(hit.cas),
@@ -173,7 +174,7 @@ impl Engine {
         value.clear();
         let outcome = match self.shared.map.reader(key.partition) {
             Some(reader) => reader.get(key.hash, &key, self.now, &mut value),
-            None => self.run(key, Command::Get, &mut value),
+            None => self.run(key, PartitionCommand::Get, &mut value),
         };
         self.scratch = value;
         outcome

@@ -34,7 +34,7 @@ impl Engine {
         let counts = &mut self.remote_reads[partition];
         counts.0 += 1;
         counts.1 += 1;
-        self.offer(hash, key, &Command::Get);
+        self.offer(hash, key, &PartitionCommand::Get);
         true
     }
 
@@ -67,7 +67,7 @@ impl Engine {
 
     /// Shows a command's key to `stats hotkeys` and `stats mrc`.
     #[inline(always)]
-    pub(super) fn offer(&mut self, hash: KeyHash, key: &[u8], command: &Command<'_>) {
+    pub(super) fn offer(&mut self, hash: KeyHash, key: &[u8], command: &PartitionCommand<'_>) {
         use crate::observe::mrc::LiveMrc;
         self.offer_access(hash, key, (LiveMrc::is_get(command), || LiveMrc::access_of(key, command)));
     }

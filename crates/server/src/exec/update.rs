@@ -18,13 +18,13 @@ impl Engine {
     ) -> (Outcome, Created) {
         let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
         self.log_lookup(&key);
-        let outcome = self.run(key, Command::Arith { delta, decrement, cas }, &mut Vec::new());
+        let outcome = self.run(key, PartitionCommand::Arith { delta, decrement, cas }, &mut Vec::new());
         let (Outcome::NotFound, Some((initial, expiry))) = (outcome, create) else {
             return (outcome, Created::No);
         };
         let mut digits = itoa::Buffer::new();
         let value = digits.format(initial).as_bytes();
-        let store = Command::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
+        let store = PartitionCommand::Store { mode: qs_store::StoreMode::Add, value, flags: 0, expiry };
         match self.run(key, store, &mut Vec::new()) {
             Outcome::Stored { cas } => (Outcome::Counter { value: initial, cas, expiry }, Created::Yes),
             Outcome::OutOfMemory => (Outcome::OutOfMemory, Created::NoMemory),
@@ -38,7 +38,7 @@ impl Engine {
     pub(super) fn delete(&mut self, key: Key<'_>, cas: u64, logged_as: Option<&'static str>) -> Outcome {
         self.log_lookup(&key);
         let size = if logged_as.is_some() { self.peek_for_deletion(&key) } else { None };
-        let outcome = self.run(key, Command::Delete { cas }, &mut Vec::new());
+        let outcome = self.run(key, PartitionCommand::Delete { cas }, &mut Vec::new());
         if let (Outcome::Deleted, Some(command)) = (outcome, logged_as) {
             self.log_deleted(&key, size, command);
         }
@@ -72,10 +72,10 @@ impl Engine {
             return self.delete(key, cas, logged_as);
         }
         self.log_lookup(&key);
-        let outcome = self.run(key, Command::Invalidate { cas }, &mut Vec::new());
+        let outcome = self.run(key, PartitionCommand::Invalidate { cas }, &mut Vec::new());
         if let (Outcome::Deleted, Some(exptime)) = (outcome, delete.exptime) {
             let expiry = self.exptime(exptime);
-            self.run(key, Command::SetExpiry { expiry }, &mut Vec::new());
+            self.run(key, PartitionCommand::SetExpiry { expiry }, &mut Vec::new());
         }
         if let (Outcome::Deleted, Some(chosen)) = (outcome, delete.cas_in) {
             self.choose_cas(key, None, chosen);
@@ -99,12 +99,13 @@ impl Engine {
             return outcome;
         }
         let expiry = self.exptime(delete.exptime.unwrap_or(0));
-        let command = Command::Store { mode: StoreMode::Add, value: b"", flags: delete.flags, expiry };
+        let command =
+            PartitionCommand::Store { mode: StoreMode::Add, value: b"", flags: delete.flags, expiry };
         if let Outcome::Stored { cas: own } = self.run(key, command, &mut Vec::new()) {
             self.choose_cas(key, Some(own), delete.cas_in.unwrap_or(seen));
         }
         if delete.invalidate {
-            self.run(key, Command::Invalidate { cas: 0 }, &mut Vec::new());
+            self.run(key, PartitionCommand::Invalidate { cas: 0 }, &mut Vec::new());
             if let Some(chosen) = delete.cas_in {
                 self.choose_cas(key, None, chosen);
             }

@@ -4,7 +4,7 @@
 //! The handshake runs inside the worker's event loop like any other read: a connection's
 //! `Stream::Tls` feeds what the socket holds to rustls and writes rustls's answer back, never
 //! waiting. A handshake that does not finish within `ssl_handshake_timeout` seconds
-//! ([`HANDSHAKE_SECS`] unless set) is closed and counted
+//! ([`crate::config::ssl::HANDSHAKE_SECS`] unless set) is closed and counted
 //! (`ssl_handshake_errors`), as are handshakes that fail.
 //!
 //! What differs from memcached's OpenSSL build (docs/COMPATIBILITY.md): TLS 1.2 and 1.3 only
@@ -23,7 +23,7 @@ use std::sync::{Arc, RwLock};
 /// Sessions the server-side cache keeps (`-o ssl_session_cache`): OpenSSL's default size.
 const SESSION_CACHE_ENTRIES: usize = 20 * 1024;
 
-pub use crate::config::ssl::{Settings, HANDSHAKE_SECS, KEYFORMAT_ASN1, KEYFORMAT_PEM};
+pub use crate::config::ssl::{Settings, KEYFORMAT_ASN1, KEYFORMAT_PEM};
 
 /// The server's TLS state: the configuration new connections take (swapped by
 /// `refresh_certs`), and the figures `stats` shows.

@@ -24,7 +24,7 @@
 //! stores them). `stats mrc on|off|reset` starts, stops and forgets it.
 
 use qs_store::mrc::{Access, Shards};
-use qs_store::{Command, StoreMode};
+use qs_store::{PartitionCommand, StoreMode};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -76,8 +76,11 @@ impl LiveMrc {
 
     /// Whether `command` is a read (counted as a get of the curve).
     #[inline(always)]
-    pub fn is_get(command: &Command<'_>) -> bool {
-        matches!(command, Command::Get | Command::GetAndTouch { .. } | Command::MetaGet(_))
+    pub fn is_get(command: &PartitionCommand<'_>) -> bool {
+        matches!(
+            command,
+            PartitionCommand::Get | PartitionCommand::GetAndTouch { .. } | PartitionCommand::MetaGet(_)
+        )
     }
 
     /// Worker `worker`'s count of gets while sampling was on, since it started (published once
@@ -95,10 +98,10 @@ impl LiveMrc {
 
     /// What `command` does to the LRU stack of `stats mrc`.
     #[inline(always)]
-    pub fn access_of(key: &[u8], command: &Command<'_>) -> Access {
+    pub fn access_of(key: &[u8], command: &PartitionCommand<'_>) -> Access {
         match *command {
             _ if Self::is_get(command) => Access::Get,
-            Command::Store { mode, value, flags, expiry, .. } => match mode {
+            PartitionCommand::Store { mode, value, flags, expiry, .. } => match mode {
                 StoreMode::Append
                 | StoreMode::Prepend
                 | StoreMode::AppendCas(_)
@@ -108,7 +111,7 @@ impl LiveMrc {
                     Access::Set(qs_store::item::item_bytes(key.len(), value.len(), ext) as u64)
                 }
             },
-            Command::Delete { .. } => Access::Delete,
+            PartitionCommand::Delete { .. } => Access::Delete,
             _ => Access::Touch,
         }
     }
@@ -189,15 +192,19 @@ mod tests {
         // Every key sampled: 10 keys of 32 bytes in the log each (2-byte key, 8-byte value), read
         // round robin by two workers.
         let mrc = LiveMrc::new(2, 1);
-        let set =
-            Command::Store { mode: StoreMode::Set, value: b"12345678", flags: 0, expiry: Expiry::NEVER };
+        let set = PartitionCommand::Store {
+            mode: StoreMode::Set,
+            value: b"12345678",
+            flags: 0,
+            expiry: Expiry::NEVER,
+        };
         let mut gets = [0u64; 2];
         for round in 0..100 {
             for key in 0..10u8 {
                 let key = [b'k', key];
                 let hash = KeyHash::of(&key);
                 gets[round % 2] += 1;
-                let mut batch = vec![(hash.0, LiveMrc::access_of(&key, &Command::Get))];
+                let mut batch = vec![(hash.0, LiveMrc::access_of(&key, &PartitionCommand::Get))];
                 if round == 0 {
                     batch.push((hash.0, LiveMrc::access_of(&key, &set)));
                 }

@@ -6,7 +6,7 @@
 
 use crate::observe::counters::WorkerCounters;
 use crate::session::{Input, State};
-use qs_proto::binary::{self as bin, opcode, status, Binary, Command};
+use qs_proto::binary::{self as bin, opcode, status, Binary, BinaryCommand};
 
 /// Longest authentication token memcached 1.6.42 waits for (its `MAX_AUTH_REQ_LEN`).
 const AUTH_TOKEN_BYTES_MAX: usize = 16384;
@@ -309,11 +309,11 @@ pub fn sasl_gate(
 ) -> Gate {
     let Binary { opcode: code, opaque, .. } = *request;
     match request.command {
-        Command::SaslListMechs => {
+        BinaryCommand::SaslListMechs => {
             bin::write_simple(out, code, opaque, status::NO_ERROR, 0, b"PLAIN");
             Gate::Answered { close: false }
         }
-        Command::SaslAuth { mechanism, data, step } => {
+        BinaryCommand::SaslAuth { mechanism, data, step } => {
             // PLAIN is one step: authzid NUL user NUL password.
             let mut parts = data.splitn(3, |&byte| byte == 0);
             let (_, user, password) = (parts.next(), parts.next(), parts.next());
@@ -333,7 +333,7 @@ pub fn sasl_gate(
         }
         _ if phase.admitted() || code == opcode::VERSION => Gate::Pass,
         // memcached checks lengths before authentication: a malformed frame gets its own reply.
-        Command::Refuse { status: status::UNKNOWN_COMMAND, close: true } => Gate::Pass,
+        BinaryCommand::Refuse { status: status::UNKNOWN_COMMAND, close: true } => Gate::Pass,
         _ => {
             bin::write_error(out, code, opaque, status::AUTH_ERROR);
             Gate::Answered { close: true }

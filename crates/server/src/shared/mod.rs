@@ -18,7 +18,7 @@ pub use connections::Connections;
 pub use credentials::Credentials;
 pub use map::PartitionMap;
 pub use memory::Memory;
-pub use published::{FlashFigures, Published};
+pub use published::Published;
 use qs_store::PartitionStats;
 pub use rings::IoRings;
 use std::sync::atomic::AtomicBool;

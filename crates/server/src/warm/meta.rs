@@ -145,7 +145,7 @@ pub fn get_head(line: &[u8]) -> Result<Head, String> {
 
 /// What an `ms ... ME` reply line says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stored {
+pub enum StoreReply {
     /// `HD`: stored.
     Stored,
     /// `NS`: this node holds the key already (a client stored it since: theirs stays).
@@ -156,11 +156,11 @@ pub enum Stored {
 
 /// Parses an `ms` reply line (without its line end); any reply but these means the requests
 /// and replies are no longer in step, and the error says what came.
-pub fn store_reply(line: &[u8]) -> Result<Stored, String> {
+pub fn store_reply(line: &[u8]) -> Result<StoreReply, String> {
     match line {
-        b"HD" => Ok(Stored::Stored),
-        b"NS" => Ok(Stored::Present),
-        _ if line.starts_with(b"SERVER_ERROR ") => Ok(Stored::Refused),
+        b"HD" => Ok(StoreReply::Stored),
+        b"NS" => Ok(StoreReply::Present),
+        _ if line.starts_with(b"SERVER_ERROR ") => Ok(StoreReply::Refused),
         _ => Err(format!("unexpected reply to ms: {:?}", String::from_utf8_lossy(line))),
     }
 }
@@ -233,9 +233,9 @@ mod tests {
         assert_eq!(get_head(b"VA 0 t30 f0"), Ok(Head::Value { len: 0, flags: 0, ttl: Some(30) }));
         assert!(get_head(b"SERVER_ERROR out of memory").is_err());
         assert!(get_head(b"VA x f1").is_err());
-        assert_eq!(store_reply(b"HD"), Ok(Stored::Stored));
-        assert_eq!(store_reply(b"NS"), Ok(Stored::Present));
-        assert_eq!(store_reply(b"SERVER_ERROR out of memory storing object"), Ok(Stored::Refused));
+        assert_eq!(store_reply(b"HD"), Ok(StoreReply::Stored));
+        assert_eq!(store_reply(b"NS"), Ok(StoreReply::Present));
+        assert_eq!(store_reply(b"SERVER_ERROR out of memory storing object"), Ok(StoreReply::Refused));
         assert!(store_reply(b"CLIENT_ERROR bad command line format").is_err());
         assert!(store_reply(b"ERROR").is_err());
     }

@@ -23,7 +23,7 @@ pub mod meta;
 
 use crate::shared::warming::Phase;
 use crate::shared::Shared;
-use meta::{Head, Listed, Stored};
+use meta::{Head, Listed, StoreReply};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering::Relaxed;
@@ -176,9 +176,9 @@ fn copy(
         to.send(&stores)?;
         for _ in 0..sent {
             let counter = match meta::store_reply(to.line()?)? {
-                Stored::Stored => &warming.copied,
-                Stored::Present => &warming.present,
-                Stored::Refused => &warming.refused,
+                StoreReply::Stored => &warming.copied,
+                StoreReply::Present => &warming.present,
+                StoreReply::Refused => &warming.refused,
             };
             counter.fetch_add(1, Relaxed);
         }

@@ -207,7 +207,11 @@ mod tests {
 
     fn get(partition: &mut Partition, key: &[u8]) -> Option<(Vec<u8>, u32)> {
         let mut out = Vec::new();
-        match partition.execute(&Request::new(key, Command::Get), crate::Now::from_secs(100), &mut out) {
+        match partition.execute(
+            &PartitionRequest::new(key, PartitionCommand::Get),
+            crate::Now::from_secs(100),
+            &mut out,
+        ) {
             Outcome::Hit(hit) => {
                 Some((out[hit.value_start..hit.value_start + hit.value_len].to_vec(), hit.flags))
             }
@@ -217,9 +221,13 @@ mod tests {
     }
 
     fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
-        let command = Command::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-        let outcome =
-            partition.execute(&Request::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
+        let command =
+            PartitionCommand::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
+        let outcome = partition.execute(
+            &PartitionRequest::new(key, command),
+            crate::Now::from_secs(100),
+            &mut Vec::new(),
+        );
         assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
     }
 

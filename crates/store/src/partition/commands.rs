@@ -622,7 +622,7 @@ impl Partition {
         scratch
     }
 
-    /// [`Command::Count`]: a signed counter, as Redis keeps one.
+    /// [`PartitionCommand::Count`]: a signed counter, as Redis keeps one.
     pub(super) fn count(&mut self, hash: KeyHash, key: &[u8], by: i64, now: Now) -> Outcome {
         let Some(found) = self.counter(hash, key, by < 0, now) else {
             return Outcome::NotFound;

@@ -20,7 +20,7 @@ use crate::item::Now;
 use crate::item::{Ext, Word0, Word1, BIT_EXT, BIT_FETCHED, EXT_BYTES, HEADER_BYTES, PRECISE_BYTES};
 use crate::keyhash::{KeyHash, FLASH_TAG};
 use crate::log::Header;
-use crate::{Command, Outcome, Request};
+use crate::{Outcome, PartitionCommand, PartitionRequest};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Bytes read for a flash record when its size is not known yet (a device page).
@@ -536,7 +536,7 @@ impl Partition {
     /// `Some(Err(len))` to read `len` bytes first, `None` when the record is not the key's.
     pub fn serve_from_flash(
         &mut self,
-        request: &Request<'_>,
+        request: &PartitionRequest<'_>,
         read: FlashRead,
         record: &[u8],
         now: Now,
@@ -576,8 +576,14 @@ impl Partition {
 
     /// [`Partition::execute`] that reads flash in place when the key may be there: for tests,
     /// simulations and tools; the server reads without blocking its worker.
-    pub fn execute_with_flash(&mut self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
-        let plain_set = matches!(request.command, Command::Store { mode: crate::StoreMode::Set, .. });
+    pub fn execute_with_flash(
+        &mut self,
+        request: &PartitionRequest<'_>,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let plain_set =
+            matches!(request.command, PartitionCommand::Store { mode: crate::StoreMode::Set, .. });
         if !plain_set && self.peek(request.hash, request.key, now).is_none() {
             if let Some(mut read) = self.flash_lookup(request.hash) {
                 let mut record = Vec::new();
@@ -587,7 +593,7 @@ impl Partition {
                     if !tier.log.read(read.offset, read.len, &mut record) {
                         break;
                     }
-                    if matches!(request.command, Command::Get) && !self.in_older_half(read.offset) {
+                    if matches!(request.command, PartitionCommand::Get) && !self.in_older_half(read.offset) {
                         match self.serve_from_flash(request, read, &record, now, out) {
                             Some(Ok(outcome)) => return outcome,
                             Some(Err(len)) => {

@@ -6,7 +6,9 @@
 //! it is published (with a release fence) before the memory it frees is written again.
 
 use crate::arena::{Arena, ArenaStats};
-use crate::command::{Append, Command, Hit, MetaGet, Outcome, Request, StoreMode, ValueSink};
+use crate::command::{
+    Append, Hit, MetaGet, Outcome, PartitionCommand, PartitionRequest, StoreMode, ValueSink,
+};
 use crate::config::{Access, Config, Eviction};
 use crate::index::{Index, Shape, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
 use crate::item::Now;

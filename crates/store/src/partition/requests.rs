@@ -8,7 +8,7 @@ use crate::item::Now;
 impl Partition {
     /// Runs one request. A hit's value is appended to `out`.
     #[inline]
-    pub fn execute(&mut self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
+    pub fn execute(&mut self, request: &PartitionRequest<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
             return Outcome::BadKey;
         }
@@ -16,34 +16,39 @@ impl Partition {
         self.clock = now;
         match request.command {
             // Nothing appended: no room to make.
-            Command::Get | Command::Delete { .. } | Command::Invalidate { .. } => {}
+            PartitionCommand::Get | PartitionCommand::Delete { .. } | PartitionCommand::Invalidate { .. } => {
+            }
             // No more than the write will take: a keep or eviction too many is an item lost.
-            Command::Store { value, flags, expiry, .. } => {
+            PartitionCommand::Store { value, flags, expiry, .. } => {
                 self.keep_ahead(item::item_bytes(key.len(), value.len(), Ext::new(flags, expiry).bytes()))
             }
             _ => self.keep_ahead(item::item_bytes(key.len(), 0, 0)),
         }
         let outcome = match request.command {
-            Command::Get => self.get(hash, key, None, true, now, &mut Append::new(out)),
-            Command::GetAndTouch { expiry } => {
+            PartitionCommand::Get => self.get(hash, key, None, true, now, &mut Append::new(out)),
+            PartitionCommand::GetAndTouch { expiry } => {
                 self.get(hash, key, Some(expiry), true, now, &mut Append::new(out))
             }
-            Command::Touch { expiry } => self.touch(hash, key, expiry, now),
-            Command::SetExpiry { expiry } => match self.lookup(hash, key, now) {
+            PartitionCommand::Touch { expiry } => self.touch(hash, key, expiry, now),
+            PartitionCommand::SetExpiry { expiry } => match self.lookup(hash, key, now) {
                 Lookup::Found(found) => {
                     self.set_expiry(found, expiry, now);
                     Outcome::Touched
                 }
                 Lookup::Absent | Lookup::Gone { .. } => Outcome::NotFound,
             },
-            Command::Store { mode, value, flags, expiry } => {
+            PartitionCommand::Store { mode, value, flags, expiry } => {
                 self.store(hash, key, mode, value, flags, expiry, now)
             }
-            Command::Delete { cas } => self.delete(hash, key, cas, now),
-            Command::Arith { delta, decrement, cas } => self.arith(hash, key, delta, decrement, cas, now),
-            Command::Count { by } => self.count(hash, key, by, now),
-            Command::Invalidate { cas } => self.invalidate(hash, key, cas, now),
-            Command::MetaGet(options) => self.meta_get(hash, key, options, now, &mut Append::new(out)),
+            PartitionCommand::Delete { cas } => self.delete(hash, key, cas, now),
+            PartitionCommand::Arith { delta, decrement, cas } => {
+                self.arith(hash, key, delta, decrement, cas, now)
+            }
+            PartitionCommand::Count { by } => self.count(hash, key, by, now),
+            PartitionCommand::Invalidate { cas } => self.invalidate(hash, key, cas, now),
+            PartitionCommand::MetaGet(options) => {
+                self.meta_get(hash, key, options, now, &mut Append::new(out))
+            }
         };
         self.scan_if_due();
         self.settle_if_pending();
@@ -54,7 +59,7 @@ impl Partition {
     /// item, then execute in order. Results are pushed to `outcomes` in request order.
     pub fn execute_batch(
         &mut self,
-        requests: &[Request<'_>],
+        requests: &[PartitionRequest<'_>],
         now: Now,
         prefetch: bool,
         out: &mut Vec<u8>,
@@ -73,10 +78,10 @@ impl Partition {
     /// SET). For callers that build their own pipeline over several partitions with
     /// [`Partition::prefetch_bucket`] and [`Partition::prefetch_item`].
     #[inline(always)]
-    pub fn run(&mut self, request: &Request<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
+    pub fn run(&mut self, request: &PartitionRequest<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
         let outcome = match request.command {
-            Command::Get => self.plain_get(request.hash, request.key, now, &mut Append::new(out)),
-            Command::Store { mode: StoreMode::Set, value, flags, expiry } => {
+            PartitionCommand::Get => self.plain_get(request.hash, request.key, now, &mut Append::new(out)),
+            PartitionCommand::Store { mode: StoreMode::Set, value, flags, expiry } => {
                 self.plain_set(request, value, flags, expiry, now, out)
             }
             _ => return self.execute(request, now, out),
@@ -151,7 +156,7 @@ impl Partition {
         self.answer_hit(found, true, now, sink)
     }
 
-    /// A meta get as [`Partition::run`] runs `Command::MetaGet`, its value handed to `sink`
+    /// A meta get as [`Partition::run`] runs `PartitionCommand::MetaGet`, its value handed to `sink`
     /// once the hit is what the reply reports (a win token claimed first): the reply's head
     /// goes before the value, which is copied once.
     #[inline]
@@ -174,8 +179,8 @@ impl Partition {
         outcome
     }
 
-    /// A get (with `touch`, a get-and-touch) as [`Partition::run`] runs `Command::Get` and
-    /// `Command::GetAndTouch`, its value handed to `sink`: a reply's head goes before the
+    /// A get (with `touch`, a get-and-touch) as [`Partition::run`] runs `PartitionCommand::Get` and
+    /// `PartitionCommand::GetAndTouch`, its value handed to `sink`: a reply's head goes before the
     /// value, which is copied once, from the log to where the sink says.
     #[inline]
     pub fn read_value(
@@ -206,7 +211,7 @@ impl Partition {
     #[inline(always)]
     pub(super) fn plain_set(
         &mut self,
-        request: &Request<'_>,
+        request: &PartitionRequest<'_>,
         value: &[u8],
         flags: u32,
         expiry: Expiry,
@@ -232,7 +237,7 @@ impl Partition {
 
     /// Pipeline stage 1: start loading both lines of every request's bucket.
     #[inline(always)]
-    pub(super) fn prefetch_buckets(&self, requests: &[Request<'_>]) {
+    pub(super) fn prefetch_buckets(&self, requests: &[PartitionRequest<'_>]) {
         for request in requests {
             self.prefetch_bucket(request.hash);
         }
@@ -240,7 +245,7 @@ impl Partition {
 
     /// Pipeline stage 2: start loading the first line of each request's candidate item.
     #[inline(always)]
-    pub(super) fn prefetch_items(&self, requests: &[Request<'_>]) {
+    pub(super) fn prefetch_items(&self, requests: &[PartitionRequest<'_>]) {
         for request in requests {
             self.prefetch_item(request.hash);
         }

@@ -10,8 +10,9 @@ fn small(access: Access) -> Partition {
 }
 
 fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
-    let command = Command::Store { mode: StoreMode::Set, value, flags: 3, expiry: Expiry::NEVER };
-    let outcome = partition.execute(&Request::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
+    let command = PartitionCommand::Store { mode: StoreMode::Set, value, flags: 3, expiry: Expiry::NEVER };
+    let outcome =
+        partition.execute(&PartitionRequest::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
     assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
 }
 
@@ -83,7 +84,11 @@ fn miri_erew_writes_no_versions() {
 
 fn get(partition: &mut Partition, key: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    match partition.execute(&Request::new(key, Command::Get), crate::Now::from_secs(100), &mut out) {
+    match partition.execute(
+        &PartitionRequest::new(key, PartitionCommand::Get),
+        crate::Now::from_secs(100),
+        &mut out,
+    ) {
         Outcome::Hit(hit) => Some(out[hit.value_start..hit.value_start + hit.value_len].to_vec()),
         Outcome::Miss => None,
         other => panic!("{other:?}"),
@@ -103,7 +108,7 @@ fn stale_and_forged_hints_fall_back_to_the_scan() {
     }
     // Delete "a" and write "c": "c" may take "a"'s old slot while "a"'s hint still names it.
     let deleted = partition.execute(
-        &Request::new(b"a", Command::Delete { cas: 0 }),
+        &PartitionRequest::new(b"a", PartitionCommand::Delete { cas: 0 }),
         crate::Now::from_secs(100),
         &mut Vec::new(),
     );
@@ -265,14 +270,18 @@ fn a_signed_count_reads_and_writes_exact_signed_numbers_and_refuses_past_the_ran
     let mut partition = small(Access::Erew);
     let count = |partition: &mut Partition, key: &[u8], by: i64| {
         partition.execute(
-            &Request::new(key, Command::Count { by }),
+            &PartitionRequest::new(key, PartitionCommand::Count { by }),
             crate::Now::from_secs(100),
             &mut Vec::new(),
         )
     };
     let value = |partition: &mut Partition, key: &[u8]| {
         let mut out = Vec::new();
-        match partition.execute(&Request::new(key, Command::Get), crate::Now::from_secs(100), &mut out) {
+        match partition.execute(
+            &PartitionRequest::new(key, PartitionCommand::Get),
+            crate::Now::from_secs(100),
+            &mut out,
+        ) {
             Outcome::Hit(hit) => out[hit.value_start..].to_vec(),
             other => panic!("{other:?}"),
         }
@@ -309,10 +318,14 @@ fn values_near_half_the_log_never_walk_the_head_past_the_tail() {
             .enumerate()
         {
             let value = vec![step as u8; len];
-            let command =
-                Command::Store { mode: StoreMode::Set, value: &value, flags: 0, expiry: Expiry::NEVER };
+            let command = PartitionCommand::Store {
+                mode: StoreMode::Set,
+                value: &value,
+                flags: 0,
+                expiry: Expiry::NEVER,
+            };
             let key = [b'a'];
-            match partition.execute(&Request::new(&key, command), now, &mut out) {
+            match partition.execute(&PartitionRequest::new(&key, command), now, &mut out) {
                 // Looked at without a read, so the policies evict it rather than keep it.
                 Outcome::Stored { .. } => {
                     assert_eq!(

@@ -73,7 +73,7 @@ impl Engine {
             Step::Persist => {
                 let had = current.as_ref().is_some_and(|item| item.expiry != Expiry::NEVER);
                 if had {
-                    self.run(key, Command::SetExpiry { expiry: Expiry::NEVER }, &mut Vec::new());
+                    self.run(key, PartitionCommand::SetExpiry { expiry: Expiry::NEVER }, &mut Vec::new());
                 }
                 reply::integer(i64::from(had), out);
             }
@@ -240,7 +240,7 @@ impl Engine {
             self.delete_command(key, &cmd::Delete::default(), Answer::Resp(RespReply::Deleted));
         } else {
             self.counters.cmd_touch += 1;
-            self.run(key, Command::Touch { expiry }, &mut Vec::new());
+            self.run(key, PartitionCommand::Touch { expiry }, &mut Vec::new());
         }
         reply::integer(1, out);
     }
