@@ -1,9 +1,8 @@
 //! The dialects a connection speaks, at the edge of the worker: which one its first byte
-//! picks, parsing a dialect's bytes into the one request type ([`qs_proto::Request`]), and
-//! the answers the worker gives without running a request (a refused oversized store, the
-//! `watch` and `lru_crawler metadump` answers, a multi-key get resumed in pieces), each in
-//! the dialect that asked. The worker calls these and never looks at a protocol's bytes
-//! itself.
+//! picks, parsing a dialect's bytes into the one request type ([`qs_proto::Request`]), which
+//! stores are too large to read, and a multi-key get resumed in pieces. The worker calls these
+//! and never looks at a protocol's bytes itself; what it answers without running a request is
+//! worker/refusals.rs.
 //!
 //! Replies of requests that run are written by [`crate::exec`] straight into the output with
 //! the dialect's own encoders (`qs_proto::response`, `qs_proto::binary::write_*`): a value is
@@ -89,98 +88,14 @@ pub fn oversized_store<'a>(request: &'a Request<'_>, limits: &qs_proto::Limits) 
     }
 }
 
-/// Why a store is refused before its data block is read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Its value is over the item size limit (-I).
-    TooLarge,
-    /// The client memory budget (session::budget) has no room for its value now: memcached's
-    /// answer when it cannot allocate the item.
-    OutOfMemory,
-}
-
-/// The answer to a store refused before its data block is read, in its dialect (nothing for
-/// text's noreply).
-pub fn refuse_store(request: &Request<'_>, why: Refusal, out: &mut Vec<u8>) {
-    use qs_proto::binary::status;
-    let (code, text) = match why {
-        Refusal::TooLarge => (status::E2BIG, qs_proto::response::TOO_LARGE),
-        Refusal::OutOfMemory => (status::ENOMEM, qs_proto::response::OUT_OF_MEMORY),
-    };
-    match request {
-        Request::TooLarge { noreply: true, .. } => {}
-        Request::Binary(binary) => qs_proto::binary::write_error(out, binary.opcode, binary.opaque, code),
-        _ => out.extend_from_slice(text),
-    }
-}
-
 /// The end of a get's reply (text; binary gets have none).
 pub const END: &[u8] = qs_proto::response::END;
-
-/// Why `watch` is refused, as memcached words it; `None` when it starts.
-pub fn watch_refusal(disabled: bool, pipelined: bool, no_streams: bool) -> Option<&'static [u8]> {
-    if disabled {
-        Some(b"CLIENT_ERROR watch commands not allowed\r\n")
-    } else if pipelined {
-        Some(b"ERROR cannot pipeline other commands before watch\r\n")
-    } else if no_streams {
-        Some(b"ERROR\r\n")
-    } else {
-        None
-    }
-}
-
-/// `watch` started: what follows on the connection is log lines.
-pub const WATCH_STARTED: &[u8] = b"OK\r\n";
-
-/// What the server allows of `lru_crawler metadump` and `mgdump` now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DumpSwitches {
-    /// The crawler is on (`lru_crawler enable`, not `-o no_lru_crawler`).
-    pub crawler: bool,
-    /// Dumps are allowed (no -X).
-    pub dumping: bool,
-}
-
-/// A dump asked for: which, and whether requests were pipelined before it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DumpAsked {
-    /// `mgdump` (keys as `mg` lines) rather than `metadump`.
-    pub keys: bool,
-    /// Other requests came in the same read before it.
-    pub pipelined: bool,
-}
-
-/// Why a dump is refused, as memcached words it and in its order of checks; `None` when it
-/// may start.
-pub fn metadump_refusal(switches: DumpSwitches, asked: DumpAsked) -> Option<&'static [u8]> {
-    let DumpAsked { keys, pipelined } = asked;
-    if !switches.crawler {
-        Some(CRAWLER_DISABLED)
-    } else if !switches.dumping {
-        Some(if keys { b"ERROR key dump not allowed\r\n" } else { b"ERROR metadump not allowed\r\n" })
-    } else if pipelined {
-        Some(if keys {
-            b"ERROR cannot pipeline other commands before mgdump\r\n"
-        } else {
-            b"ERROR cannot pipeline other commands before metadump\r\n"
-        })
-    } else {
-        None
-    }
-}
 
 /// `lru_crawler` refused: the crawler is off (`-o no_lru_crawler`).
 pub const CRAWLER_DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled\r\n";
 
 /// A class list that names no class (see [`qs_proto::crawler_classes`]).
 pub const BAD_CLASS: &[u8] = b"BADCLASS invalid class id\r\n";
-
-/// memcached's reply when a UDP request's replies outgrow what is held for one connection.
-pub const UDP_REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR out of memory writing get response\r\n";
-
-/// memcached's reply when the connection limit is reached (then it closes the connection).
-pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 /// For a UDP reply's message split: a get's last key (its reply is split at VALUE blocks).
 pub fn last_get_key(parsed: &Parsed<'_>) -> Option<Box<[u8]>> {

@@ -31,4 +31,4 @@ pub(crate) mod worker;
 /// This build's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-pub use server::{partition_config, Server};
+pub use server::Server;

@@ -21,8 +21,13 @@ use std::sync::{Arc, Mutex};
 const EXPECTED_ITEM_BYTES: usize = 128;
 
 /// A partition's memory plan: its share of -m as log, and an index sized for items of
-/// `EXPECTED_ITEM_BYTES` (128).
-pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_store::Config {
+/// `EXPECTED_ITEM_BYTES` (128), by the `-o` settings parsed once at start.
+pub fn partition_config(
+    config: &Config,
+    extended: &config::Extended,
+    index: usize,
+    partitions: usize,
+) -> qs_store::Config {
     let budget_bytes = ((config.memory_mib << 20) / partitions as u64) as usize;
     let mut partition = if config.store_mode() {
         // Store mode: the whole share is arena (segregated fits need no power of two), and
@@ -43,13 +48,11 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         // table). Either way the index grows, as memcached's does, when the items the log
         // holds outnumber its slots (smaller items than expected), unless -o no_hashexpand
         // or a flash tier (whose index may live in a file) keeps it at this size.
-        let extended = config.extended().ok();
         let asked = extended
-            .as_ref()
-            .and_then(|extended| extended.hashpower)
+            .hashpower
             .map_or(0, |power| ((1usize << power) / partitions).div_ceil(15).max(1).next_power_of_two());
         let mut partition = qs_store::Config::new(log_bytes, buckets.max(asked));
-        if extended.is_some_and(|extended| extended.no_hashexpand || !extended.ext_paths.is_empty()) {
+        if extended.no_hashexpand || !extended.ext_paths.is_empty() {
             partition.index_levels = 0;
         }
         partition
@@ -67,7 +70,7 @@ pub fn partition_config(config: &Config, index: usize, partitions: usize) -> qs_
         EvictionArg::S3fifo => Eviction::S3Fifo,
     };
     // A flash tier takes what leaves the main ring's head: S3-FIFO runs as that ring's clock.
-    if config.extended().ok().is_some_and(|extended| !extended.ext_paths.is_empty()) {
+    if !extended.ext_paths.is_empty() {
         partition.eviction = partition.eviction.without_small_ring();
     }
     partition.huge_pages = match config.huge_pages {
@@ -348,9 +351,8 @@ fn start_endpoint(
 /// Checks `config` and settles what follows from it: the extended options, the flash tier's
 /// access mode, and a start-up line naming memcached's tuning options that have no effect here.
 fn settle(config: Config) -> Result<(Config, config::Extended), String> {
-    config.validate()?;
+    let mut extended = config.validate()?;
     let mut config = config;
-    let mut extended = config.extended()?;
     let flash_on = !extended.ext_paths.is_empty();
     if flash_on {
         if config.store_mode() {
@@ -394,7 +396,7 @@ fn build_partitions(
     let room_bytes = ((config.memory_max_bytes() / partition_count as u64) as usize) & !7;
     let configs: Vec<qs_store::Config> = (0..partition_count)
         .map(|p| {
-            let mut partition = partition_config(config, p, partition_count);
+            let mut partition = partition_config(config, extended, p, partition_count);
             // Address space for cache_memlimit to grow the log into (used only as it
             // fills; store mode's arena and a memory file's logs ignore it).
             partition.log_room_bytes = room_bytes;

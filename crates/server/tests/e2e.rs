@@ -1001,6 +1001,41 @@ fn watch_lines_are_memcached_lines() {
     }
 }
 
+/// A `watch mutations` line names the connection that sent the store (`cfd`), also for a set
+/// whose value went into the log as it arrived, finished after another connection's request
+/// ran on the same worker (the engine once kept the last caller's descriptor and logged it).
+#[test]
+fn a_watch_line_names_the_connection_whose_value_arrived() {
+    fn cfd_of(lines: &str, key: &str) -> Option<String> {
+        let line = lines.lines().find(|line| line.contains(&format!(" key={key} status=stored")))?;
+        line.split(' ').find_map(|field| field.strip_prefix("cfd=")).map(str::to_owned)
+    }
+    let server = ServerProcess::quicksilver(&["-t", "1", "-I", "2m"]);
+    let mut watcher = server.connect();
+    watcher.send(b"watch mutations\r\n");
+    assert_eq!(watcher.read_until(b"\r\n"), b"OK\r\n");
+    let (mut arriving, mut other) = (server.connect(), server.connect());
+    assert_eq!(arriving.call(b"set mine 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    assert_eq!(other.call(b"set theirs 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    // A value too long for the connection's input: received into the log as it comes.
+    let value = vec![b'v'; 1_000_000];
+    arriving.send(b"set big 0 0 1000000\r\n");
+    arriving.send(&value[..300_000]);
+    assert_eq!(other.call(b"set between 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    arriving.send(&value[300_000..]);
+    arriving.send(b"\r\n");
+    assert_eq!(arriving.read_until(b"\r\n"), b"STORED\r\n");
+    let mut lines = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cfd_of(&lines, "big").is_none() && Instant::now() < deadline {
+        lines.push_str(&String::from_utf8_lossy(&watcher.read_until(b"\n")));
+    }
+    let (mine, theirs) = (cfd_of(&lines, "mine"), cfd_of(&lines, "theirs"));
+    assert_ne!(mine, theirs, "{lines}");
+    assert_eq!(cfd_of(&lines, "between"), theirs, "{lines}");
+    assert_eq!(cfd_of(&lines, "big"), mine, "{lines}");
+}
+
 /// `watch` is refused with -W, and an unknown stream is an error, as memcached answers.
 #[test]
 fn watch_refusals_are_memcached_replies() {

@@ -828,8 +828,9 @@ impl Config {
         })
     }
 
-    /// Checks what clap cannot; the message is for the user.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks what clap cannot; the message is for the user. What it gives back is the `-o`
+    /// settings, parsed once here for whoever starts the server.
+    pub fn validate(&self) -> Result<Extended, String> {
         if self.memory_file.is_some() && self.store_mode() {
             return Err(
                 "-e: store mode keeps its items in an arena, not a log; a memory file holds logs only".into(),
@@ -870,7 +871,7 @@ impl Config {
                 self.memory_mib
             ));
         }
-        Ok(())
+        Ok(extended)
     }
 }
 

@@ -282,7 +282,7 @@ pub fn run_op(engine: &mut Engine, op: &mut Op, bytes: &[u8], handed: &Handed<'_
         (Task::Request(_), Handed::Request(request)) => {
             engine.execute(request, (op.at, op.fd), responses);
         }
-        (Task::Everywhere(_), Handed::Request(request)) => engine.run_everywhere(request),
+        (Task::Everywhere(_), Handed::Request(request)) => engine.run_everywhere(request, op.fd),
         (Task::Get { kind, end }, _) => {
             let key = engine.key(bytes, op.at);
             if !engine.get_one(kind, (key, op.fd), responses) {

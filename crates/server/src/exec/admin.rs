@@ -8,8 +8,8 @@ use qs_proto::binary::{self as bin, status, Binary, BinaryCommand as Bin, Reply}
 
 impl Engine {
     /// Runs a command that touches no key (`stats`, `version`, `shutdown`, the crawler and
-    /// slab commands...), appending its reply to `out`.
-    pub(super) fn admin(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Exec {
+    /// slab commands...) for the connection `fd`, appending its reply to `out`.
+    pub(super) fn admin(&mut self, request: &Request<'_>, fd: i32, out: &mut Vec<u8>) -> Exec {
         match *request {
             Request::Stats { group: b"detail", argument } => {
                 self.shared.observers.detail.command(argument, out)
@@ -26,7 +26,7 @@ impl Engine {
                 self.turn_mrc();
             }
             Request::Stats { group: b"conns", .. } => {
-                self.shared.observers.registry.write_stats(self.asking_fd, self.now.secs(), out);
+                self.shared.observers.registry.write_stats(fd, self.now.secs(), out);
                 out.extend_from_slice(reply::END);
             }
             Request::SlabsReassign { classes } => {
@@ -113,7 +113,7 @@ impl Engine {
                 // reaches the engine came where it cannot stream (a UDP datagram).
                 out.extend_from_slice(b"ERROR metadump not allowed\r\n");
             }
-            Request::Resp(ref frame) => return self.resp_keyless(frame, out),
+            Request::Resp(ref frame) => return self.resp_keyless(frame, fd, out),
             Request::RespProtocolError(error) => {
                 error.write(out);
                 return Exec::Close;

@@ -49,8 +49,8 @@ impl Engine {
     }
 
     /// Ends the set once its value is in and the two bytes after it have arrived (`ended`:
-    /// they were `\r\n`), appending its reply to `out`.
-    pub fn finish_arriving(&mut self, arriving: Arriving, ended: bool, out: &mut Vec<u8>) {
+    /// they were `\r\n`), for the connection `fd`, appending its reply to `out`.
+    pub fn finish_arriving(&mut self, arriving: Arriving, (ended, fd): (bool, i32), out: &mut Vec<u8>) {
         let Arriving { record, partition, exptime, noreply, lost } = arriving;
         if !ended {
             // As the parser refuses a whole frame: nothing is stored, nothing counted.
@@ -65,7 +65,7 @@ impl Engine {
         let value_len = record.len();
         self.counters.cmd_set += 1;
         self.shared.observers.detail.record_set(&key);
-        self.log_lookup(&key);
+        self.log_lookup(&key, fd);
         let expiry = self.exptime(exptime);
         let ext = qs_store::item::Ext::new(0, expiry).bytes();
         let size = qs_store::item::item_bytes(key.len(), value_len, ext) as u64;
@@ -81,7 +81,7 @@ impl Engine {
             self.counters.store_no_memory += 1;
             self.drop_refused(&key);
         }
-        self.log_store(&key, &outcome, qs_store::StoreMode::Set, expiry, value_len);
+        self.log_store(&key, (&outcome, qs_store::StoreMode::Set), expiry, value_len, fd);
         let cas = match outcome {
             Outcome::Stored { cas } => self.cas_out(cas),
             _ => 0,

@@ -179,13 +179,12 @@ impl Engine {
     /// One key of a text get, for the connection `fd`: its VALUE block (nothing on a miss).
     /// `false` for a key too long.
     pub fn get_one(&mut self, kind: qs_proto::GetKind, (key, fd): (Key<'_>, i32), out: &mut Vec<u8>) -> bool {
-        self.asking_fd = fd;
         if key.len() > qs_proto::KEY_BYTES_MAX {
             return false;
         }
         let command = kind.command(key.bytes);
         if let cmd::Op::Get(get) = command.op {
-            self.get(key, &get, command.answer, out);
+            self.get(key, &get, (command.answer, fd), out);
         }
         true
     }
@@ -193,12 +192,13 @@ impl Engine {
     /// A get of `key` in any dialect (with a touch, a get-and-touch; meta's N, R and u),
     /// its reply written to `out`: counts it, records it for `stats detail` (where memcached
     /// does) and `watch fetchers`. A CREW read that must be the owner's after all (a win token
-    /// to hand out, a first fetch to mark) is `Exec::Forward`ed, with nothing written.
+    /// to hand out, a first fetch to mark) is `Exec::Forward`ed, with nothing written. `fd`
+    /// is the asking connection's (`watch` lines).
     pub(super) fn get(
         &mut self,
         key: Key<'_>,
         get: &cmd::Get,
-        answer: Answer<'_>,
+        (answer, fd): (Answer<'_>, i32),
         out: &mut Vec<u8>,
     ) -> Exec {
         self.counters.cmd_get += 1;
@@ -223,7 +223,7 @@ impl Engine {
             self.shared.observers.detail.record_get(&key, size.is_some());
         }
         if self.shared.observers.watchers.wants(watch::FETCHERS) {
-            self.log_get(&key, size);
+            self.log_get(&key, size, fd);
         }
         if size.is_none() {
             answer.miss(&key, out);

@@ -150,8 +150,6 @@ pub use crate::admin::{VERSION, VERSION_REPLY};
 const FRONT_SETS: usize = 256;
 const FRONT_WAYS: usize = 4;
 const FRONT_REPLY_BYTES_MAX: usize = 2048;
-/// Sampled accesses a worker holds for `stats mrc` at most before handing them over.
-const MRC_BATCH_MAX: usize = 256;
 
 /// A key of a request whose record must come from flash before the request runs.
 #[derive(Clone, Debug)]
@@ -196,33 +194,12 @@ pub struct Engine {
     /// Parser limits.
     pub limits: qs_proto::Limits,
     crew: bool,
-    /// The descriptor of the connection whose request runs now (`stats conns`, `watch`
-    /// lines): each entry point (`execute`, `run_command`, `get_one`, `get_many`) takes it as
-    /// an argument and keeps it here for the run.
-    asking_fd: i32,
     /// The owned partitions record evicted items (someone watched evictions at the last look).
     recording_evictions: bool,
-    /// The keys this worker runs commands on, most frequent (`stats hotkeys`).
-    hot: qs_store::hot::TopKeys,
-    /// Counting keys (refreshed from [`crate::observe::hotkeys::HotKeys`] each loop turn).
-    hot_every: u32,
-    /// Requests until the next one counted (sampling), and the generator of the gaps.
-    hot_countdown: u32,
-    hot_rng: u64,
-    /// The reset generation `hot` counts since, when it was last published, with how many
-    /// accesses counted then, and loop turns since the clock was last looked at for it.
-    hot_generation: u64,
-    hot_published: std::time::Instant,
-    hot_published_accesses: u64,
-    hot_turns: u32,
+    /// Hot keys and the live miss-ratio curve's sample.
+    sampler: crate::observe::sampler::Sampler,
     /// `-o front_cache` under EREW: replies of other workers' keys (qs_store::front).
     front: Option<qs_store::front::FrontCache>,
-    /// `stats mrc`'s sampling threshold as of this loop turn (0: off).
-    mrc_threshold: u64,
-    /// Gets run while `stats mrc` sampled (published each loop turn).
-    mrc_gets: u64,
-    /// Sampled accesses not yet handed to `stats mrc` (each loop turn, or when full).
-    mrc_batch: Vec<(u64, qs_store::mrc::Access)>,
     /// `-o ext_path`: the partitions have flash tiers.
     flash_on: bool,
     /// The flash keys of the request about to run again, resolved (see [`FlashResolved`]);
@@ -262,20 +239,9 @@ impl Engine {
             remote_reads: vec![(0, 0); count],
             limits,
             crew,
-            asking_fd: -1,
             recording_evictions: false,
-            hot: qs_store::hot::TopKeys::new(crate::observe::hotkeys::WATCHED_PER_WORKER),
-            hot_every: 0,
-            hot_countdown: 1,
-            hot_rng: 0x9e37_79b9_7f4a_7c15 ^ worker as u64,
-            hot_generation: 0,
-            hot_published: std::time::Instant::now(),
-            hot_published_accesses: 0,
-            hot_turns: 0,
-            mrc_threshold: 0,
+            sampler: crate::observe::sampler::Sampler::new(worker),
             front,
-            mrc_gets: 0,
-            mrc_batch: Vec::with_capacity(MRC_BATCH_MAX),
             flash_on,
             flash_resolved: Vec::new(),
             shares: share::Shares::default(),
@@ -354,7 +320,6 @@ impl Engine {
         (at, fd): (Option<Located>, i32),
         out: &mut Vec<u8>,
     ) -> Exec {
-        self.asking_fd = fd;
         match *request {
             Request::Get { kind, keys, single } => {
                 if single {
@@ -387,7 +352,7 @@ impl Engine {
                 if let Some(command) = request.key_command(&self.limits) {
                     return self.run_command(&command, (at, fd), out);
                 }
-                return self.admin(request, out);
+                return self.admin(request, fd, out);
             }
         }
         Exec::Done
@@ -395,8 +360,9 @@ impl Engine {
 
     /// A command every worker runs on its own partitions (routed [`Route::Broadcast`]), run
     /// here for a client of another worker: its effect on the partitions owned here only. It
-    /// is counted, logged and answered by the worker the client sent it to.
-    pub fn run_everywhere(&mut self, request: &Request<'_>) {
+    /// is counted, logged and answered by the worker the client sent it to (`fd`, the
+    /// client's connection there, names it in `watch` lines).
+    pub fn run_everywhere(&mut self, request: &Request<'_>, fd: i32) {
         match *request {
             Request::FlushAll { delay, .. } => self.flush_local(delay, false),
             Request::CacheMemlimit { megabytes, .. } => {
@@ -407,7 +373,7 @@ impl Engine {
                 ..
             }) => self.flush_local(i32::try_from(exptime).unwrap_or(i32::MAX), false),
             // A RESP FLUSHALL or FLUSHDB, or a write of several keys: this worker's part.
-            Request::Resp(ref frame) => self.resp_everywhere(frame),
+            Request::Resp(ref frame) => self.resp_everywhere(frame, fd),
             _ => debug_assert!(false, "not a command for every worker: {request:?}"),
         }
     }
@@ -513,7 +479,6 @@ impl Engine {
         out: &mut Vec<u8>,
         budget: usize,
     ) -> Option<&'k [u8]> {
-        self.asking_fd = fd;
         // memcached drops the partial reply of a get with a key too long: check first.
         if qs_proto::tokens::words(keys).any(|key| key.len() > qs_proto::KEY_BYTES_MAX) {
             out.extend_from_slice(reply::BAD_FORMAT);

@@ -17,7 +17,6 @@ impl Engine {
         (at, fd): (Option<Located>, i32),
         out: &mut Vec<u8>,
     ) -> Exec {
-        self.asking_fd = fd;
         let KeyCommand { key, op, answer } = *command;
         if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
             // Refused before any partition is asked: such a key hashes to a partition that
@@ -30,21 +29,21 @@ impl Engine {
             self.counters.meta_cmds += 1;
         }
         match op {
-            Op::Get(get) => return self.get(key, &get, answer, out),
+            Op::Get(get) => return self.get(key, &get, (answer, fd), out),
             Op::Store(store) => {
-                self.store(key, &store, answer, out);
+                self.store(key, &store, (answer, fd), out);
             }
             Op::TooLarge { drops } => {
                 self.refuse_too_large(TooLarge::answering(&answer), &key, drops);
                 answer.too_large(out);
             }
             Op::Delete(delete) => {
-                let outcome = self.delete_command(key, &delete, answer);
+                let outcome = self.delete_command(key, &delete, (answer, fd));
                 answer.delete(&outcome, out);
             }
-            Op::Arith(arith) => self.count(key, &arith, answer, out),
-            Op::Count { by } => self.count_signed(key, by, answer, out),
-            Op::Touch { exptime, read } => self.touch(key, (exptime, read), answer, out),
+            Op::Arith(arith) => self.count(key, &arith, (answer, fd), out),
+            Op::Count { by } => self.count_signed(key, by, (answer, fd), out),
+            Op::Touch { exptime, read } => self.touch(key, (exptime, read), (answer, fd), out),
             Op::Inspect => self.inspect(key, answer, out),
         }
         Exec::Done
@@ -58,19 +57,20 @@ impl Engine {
 
     /// A store of any dialect: counted, logged, its CAS made the store's (under -C, what
     /// memcached compares then), an append or prepend with meta N creating a missing item, a
-    /// refusal for size or memory dropping the old value where memcached drops it.
+    /// refusal for size or memory dropping the old value where memcached drops it; for the
+    /// connection `fd` (`watch` lines).
     pub(super) fn store(
         &mut self,
         key: Key<'_>,
         store: &cmd::Store<'_>,
-        answer: Answer<'_>,
+        (answer, fd): (Answer<'_>, i32),
         out: &mut Vec<u8>,
     ) -> Outcome {
         self.counters.cmd_set += 1;
         if answer.records_detail() {
             self.shared.observers.detail.record_set(&key);
         }
-        self.log_lookup(&key);
+        self.log_lookup(&key, fd);
         let mode = self.mode_expected(key, store.mode);
         let mode = if self.shared.config.disable_cas { answer.mode_without_cas(mode) } else { mode };
         let (flags, data) = (store.flags, store.data);
@@ -90,7 +90,7 @@ impl Engine {
                 &mut Vec::new(),
             );
         }
-        self.log_store(&key, &outcome, mode, expiry, data.len());
+        self.log_store(&key, (&outcome, mode), expiry, data.len(), fd);
         let mut shown = (0, data.len(), mode);
         match outcome {
             Outcome::TooLarge | Outcome::OutOfMemory if store.drops_refused => self.drop_refused(&key),
@@ -112,9 +112,15 @@ impl Engine {
 
     /// incr/decr of any dialect, with a missing counter created where the command says, and
     /// meta's E and T applied to the counter.
-    fn count(&mut self, key: Key<'_>, arith: &cmd::Arith, answer: Answer<'_>, out: &mut Vec<u8>) {
+    fn count(
+        &mut self,
+        key: Key<'_>,
+        arith: &cmd::Arith,
+        (answer, fd): (Answer<'_>, i32),
+        out: &mut Vec<u8>,
+    ) {
         let create = arith.create.map(|(initial, exptime)| (initial, self.exptime(exptime)));
-        let (outcome, created) = self.arith(key, (arith.delta, arith.decrement), arith.cas, create);
+        let (outcome, created) = self.arith(key, (arith.delta, arith.decrement), arith.cas, create, fd);
         let mut cas = 0;
         if let Outcome::Counter { cas: own, .. } = outcome {
             if let Some(chosen) = arith.cas_in {
@@ -130,8 +136,8 @@ impl Engine {
     }
 
     /// A signed count (the Redis protocol's INCRBY): a missing counter is created holding `by`.
-    fn count_signed(&mut self, key: Key<'_>, by: i64, answer: Answer<'_>, out: &mut Vec<u8>) {
-        self.log_lookup(&key);
+    fn count_signed(&mut self, key: Key<'_>, by: i64, (answer, fd): (Answer<'_>, i32), out: &mut Vec<u8>) {
+        self.log_lookup(&key, fd);
         let mut outcome = self.run(key, PartitionCommand::Count { by }, &mut Vec::new());
         if outcome == Outcome::NotFound {
             let mut digits = itoa::Buffer::new();
@@ -147,10 +153,16 @@ impl Engine {
     }
 
     /// A new exptime; with `read`, the item is read as it is touched (its flags are replied).
-    fn touch(&mut self, key: Key<'_>, (exptime, read): (i64, bool), answer: Answer<'_>, out: &mut Vec<u8>) {
+    fn touch(
+        &mut self,
+        key: Key<'_>,
+        (exptime, read): (i64, bool),
+        (answer, fd): (Answer<'_>, i32),
+        out: &mut Vec<u8>,
+    ) {
         self.counters.cmd_touch += 1;
         let expiry = self.exptime(exptime);
-        self.log_lookup(&key);
+        self.log_lookup(&key, fd);
         let outcome = if read {
             let mut value = std::mem::take(&mut self.scratch);
             value.clear();

@@ -1,6 +1,6 @@
 //! What the request path records besides its reply: the front cache (`-o front_cache`), hot
-//! keys (`stats hotkeys`), the live miss-ratio sample (`stats mrc`), `watch` lines, and the
-//! counters published once per loop turn.
+//! keys and the live miss-ratio sample (handed to the worker's `observe::sampler::Sampler`),
+//! `watch` lines, and the counters published once per loop turn.
 
 use super::*;
 
@@ -79,50 +79,20 @@ impl Engine {
         &mut self,
         hash: KeyHash,
         key: &[u8],
-        (is_get, access): (bool, impl FnOnce() -> qs_store::mrc::Access),
+        access: (bool, impl FnOnce() -> qs_store::mrc::Access),
     ) {
-        if self.hot_every != 0 {
-            self.hot_countdown -= 1;
-            if self.hot_countdown == 0 {
-                self.hot_countdown = self.hot_gap();
-                self.hot.offer(hash, key);
-            }
-        }
-        if self.mrc_threshold != 0 {
-            self.mrc_gets += u64::from(is_get);
-            if qs_store::mrc::sample_hash(hash.0) < self.mrc_threshold {
-                self.mrc_batch.push((hash.0, access()));
-                if self.mrc_batch.len() == MRC_BATCH_MAX {
-                    self.shared.observers.mrc.record(&mut self.mrc_batch);
-                }
-            }
-        }
-    }
-
-    /// Requests until the next counted one: 1 when every request is counted, else uniform in
-    /// 1..2N (mean N), so that no periodic pattern of requests aliases with the sampling.
-    #[inline(never)]
-    pub(super) fn hot_gap(&mut self) -> u32 {
-        if self.hot_every <= 1 {
-            return 1;
-        }
-        // xorshift64
-        self.hot_rng ^= self.hot_rng << 13;
-        self.hot_rng ^= self.hot_rng >> 7;
-        self.hot_rng ^= self.hot_rng << 17;
-        1 + (self.hot_rng % u64::from(2 * self.hot_every - 1)) as u32
+        self.sampler.offer(&self.shared.observers.mrc, hash, key, access);
     }
 
     /// Once per loop turn, before the worker waits: hands `stats mrc` this worker's sampled
-    /// accesses and count of gets, and picks up its threshold (on, off, lowered).
+    /// accesses and count of gets, and picks up its threshold.
     pub fn turn_mrc(&mut self) {
-        self.shared.observers.mrc.record(&mut self.mrc_batch);
-        self.shared.observers.mrc.publish_gets(self.worker, self.mrc_gets);
-        self.mrc_threshold = self.shared.observers.mrc.threshold();
+        self.sampler.turn_mrc(&self.shared.observers.mrc);
     }
 
-    /// `watch fetchers`: a lookup of `key` that found a value of `size` bytes, or nothing.
-    pub(super) fn log_get(&self, key: &[u8], size: Option<usize>) {
+    /// `watch fetchers`: a lookup of `key` for the connection `fd` that found a value of
+    /// `size` bytes, or nothing.
+    pub(super) fn log_get(&self, key: &[u8], size: Option<usize>, fd: i32) {
         let status = if size.is_some() { "found" } else { "not_found" };
         self.shared.log(
             watch::FETCHERS,
@@ -130,7 +100,7 @@ impl Engine {
                 "type=item_get key={} status={status} clsid={} cfd={} size={}",
                 UriKey(key),
                 size.map_or(0, |size| watch::slab_class(key.len(), size)),
-                self.asking_fd,
+                fd,
                 size.unwrap_or(0)
             ),
         );
@@ -138,14 +108,14 @@ impl Engine {
 
     /// `watch fetchers`: memcached logs the lookup a store, delete, incr/decr or touch makes
     /// of the key's current item; so does this (a look that changes nothing, only while
-    /// someone watches).
-    pub(super) fn log_lookup(&self, key: &[u8]) {
+    /// someone watches), for the connection `fd`.
+    pub(super) fn log_lookup(&self, key: &[u8], fd: i32) {
         if !self.shared.observers.watchers.wants(watch::FETCHERS) || key.len() > qs_proto::KEY_BYTES_MAX {
             return;
         }
         let (hash, partition) = self.locate(key);
         if let Some(owned) = &self.partitions[partition] {
-            self.log_get(key, owned.peek(hash, key, self.now));
+            self.log_get(key, owned.peek(hash, key, self.now), fd);
         }
     }
 
@@ -173,14 +143,15 @@ impl Engine {
         );
     }
 
-    /// `watch mutations`: a store's outcome, as memcached's `item_store` line.
+    /// `watch mutations`: a store's outcome, as memcached's `item_store` line, for the
+    /// connection `fd`.
     pub(super) fn log_store(
         &self,
         key: &[u8],
-        outcome: &Outcome,
-        mode: qs_store::StoreMode,
+        (outcome, mode): (&Outcome, qs_store::StoreMode),
         expiry: Expiry,
         size: usize,
+        fd: i32,
     ) {
         if !self.shared.observers.watchers.wants(watch::MUTATIONS) {
             return;
@@ -218,7 +189,7 @@ impl Engine {
                 "type=item_store key={} status={status} cmd={command} ttl={ttl} clsid={} cfd={} size={size}",
                 UriKey(key),
                 watch::slab_class(key.len(), size),
-                self.asking_fd
+                fd
             ),
         );
     }
@@ -251,47 +222,15 @@ impl Engine {
         }
     }
 
-    /// Whether keys were counted since the last publish (the worker then wakes within
-    /// [`crate::observe::hotkeys::PUBLISH_EVERY`] to publish them even if it has nothing else to do).
+    /// Whether keys were counted since the last publish ([`crate::observe::sampler::Sampler::hot_dirty`]).
     pub fn hot_dirty(&self) -> bool {
-        self.hot.accesses() != self.hot_published_accesses
+        self.sampler.hot_dirty()
     }
 
-    /// Once per loop turn (`now`: at once): publishes this worker's hot keys when they changed
-    /// and the last publish is older than [`crate::observe::hotkeys::PUBLISH_EVERY`], and picks up
-    /// `stats hotkeys on|off|sample|reset`. The clock is looked at every 16th turn while busy.
-    /// Sampled counts are published scaled up by the sampling rate.
+    /// Once per loop turn (`now`: at once): publishes this worker's hot keys when due
+    /// ([`crate::observe::sampler::Sampler::publish_hot`]).
     pub fn publish_hot(&mut self, now: bool) {
-        self.hot_turns = self.hot_turns.wrapping_add(1);
-        if !now && self.hot_turns % 16 != 0 && self.hot_every == self.shared.observers.hotkeys.every() {
-            return;
-        }
-        let every = self.shared.observers.hotkeys.every();
-        if self.hot_every != every {
-            self.hot_every = every;
-            self.hot_countdown = self.hot_gap();
-        }
-        let generation = self.shared.observers.hotkeys.generation();
-        if generation != self.hot_generation {
-            self.hot_generation = generation;
-            self.hot.clear();
-            self.hot_published_accesses = 0;
-            return;
-        }
-        if !self.hot_dirty()
-            || !(now || self.hot_published.elapsed() >= crate::observe::hotkeys::PUBLISH_EVERY)
-        {
-            return;
-        }
-        self.hot_published = std::time::Instant::now();
-        self.hot_published_accesses = self.hot.accesses();
-        let scale = u64::from(self.hot_every.max(1));
-        let mut top = self.hot.top();
-        for hot in &mut top {
-            hot.count *= scale;
-            hot.error *= scale;
-        }
-        self.shared.observers.hotkeys.publish(self.worker, top);
+        self.sampler.publish_hot(&self.shared.observers.hotkeys, now);
     }
 
     /// Publishes this worker's partition figures and counters for `stats`.

@@ -15,9 +15,10 @@ impl Engine {
         (delta, decrement): (u64, bool),
         cas: u64,
         create: Option<(u64, Expiry)>,
+        fd: i32,
     ) -> (Outcome, Created) {
         let cas = if cas == 0 { 0 } else { self.cas_expected(key, cas) };
-        self.log_lookup(&key);
+        self.log_lookup(&key, fd);
         let outcome = self.run(key, PartitionCommand::Arith { delta, decrement, cas }, &mut Vec::new());
         let (Outcome::NotFound, Some((initial, expiry))) = (outcome, create) else {
             return (outcome, Created::No);
@@ -35,8 +36,13 @@ impl Engine {
     /// A delete of `key` for every dialect, compared with `cas` (the store's: 0 for none):
     /// shown to `watch fetchers` as a lookup, and, when `logged_as` names the command (text
     /// `delete`, meta `md`; memcached logs no binary delete), to `watch deletions`.
-    pub(super) fn delete(&mut self, key: Key<'_>, cas: u64, logged_as: Option<&'static str>) -> Outcome {
-        self.log_lookup(&key);
+    pub(super) fn delete(
+        &mut self,
+        key: Key<'_>,
+        cas: u64,
+        (logged_as, fd): (Option<&'static str>, i32),
+    ) -> Outcome {
+        self.log_lookup(&key, fd);
         let size = if logged_as.is_some() { self.peek_for_deletion(&key) } else { None };
         let outcome = self.run(key, PartitionCommand::Delete { cas }, &mut Vec::new());
         if let (Outcome::Deleted, Some(command)) = (outcome, logged_as) {
@@ -52,7 +58,7 @@ impl Engine {
         &mut self,
         key: Key<'_>,
         delete: &cmd::Delete,
-        answer: Answer<'_>,
+        (answer, fd): (Answer<'_>, i32),
     ) -> Outcome {
         if answer.records_detail() {
             self.shared.observers.detail.record_delete(&key);
@@ -66,12 +72,12 @@ impl Engine {
         // An invalidation leaves the item: no deletion to log.
         let logged_as = if delete.invalidate { None } else { answer.deletion_logged_as() };
         if delete.keep_item {
-            return self.empty(key, delete, cas, logged_as);
+            return self.empty(key, delete, cas, (logged_as, fd));
         }
         if !delete.invalidate {
-            return self.delete(key, cas, logged_as);
+            return self.delete(key, cas, (logged_as, fd));
         }
-        self.log_lookup(&key);
+        self.log_lookup(&key, fd);
         let outcome = self.run(key, PartitionCommand::Invalidate { cas }, &mut Vec::new());
         if let (Outcome::Deleted, Some(exptime)) = (outcome, delete.exptime) {
             let expiry = self.exptime(exptime);
@@ -91,10 +97,10 @@ impl Engine {
         key: Key<'_>,
         delete: &cmd::Delete,
         cas: u64,
-        logged_as: Option<&'static str>,
+        logged: (Option<&'static str>, i32),
     ) -> Outcome {
         let seen = self.look(key).map_or(0, |(_, cas)| self.cas_out(cas));
-        let outcome = self.delete(key, cas, logged_as);
+        let outcome = self.delete(key, cas, logged);
         if outcome != Outcome::Deleted {
             return outcome;
         }

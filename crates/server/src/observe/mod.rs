@@ -9,4 +9,5 @@ pub mod hotkeys;
 pub mod latency;
 pub mod mrc;
 pub mod registry;
+pub mod sampler;
 pub mod watch;

@@ -51,7 +51,7 @@ impl Worker {
             if open >= self.shared.config.max_connections as u64 {
                 self.shared.connections.give_place();
                 self.shared.connections.rejected();
-                let _ = stream.write(codec::TOO_MANY_CONNECTIONS);
+                let _ = stream.write(refusals::TOO_MANY_CONNECTIONS);
                 continue;
             }
             self.admit(listener, stream, peer);

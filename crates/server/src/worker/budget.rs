@@ -61,6 +61,6 @@ pub(super) fn refuse_store(
             hand.over(owner, Task::Drop, (key, None), output, engine);
         }
     }
-    codec::refuse_store(&request, codec::Refusal::OutOfMemory, output.reply_buf());
+    refusals::refuse_store(&request, refusals::Refusal::OutOfMemory, output.reply_buf());
     len
 }

@@ -472,12 +472,12 @@ impl Worker {
                     self.engine.flash_forget();
                 }
                 Waiter::Handed { from, held } => {
-                    let mut batch = self.spare.pop().unwrap_or_default();
+                    let mut batch = self.handover.spare.pop().unwrap_or_default();
                     self.engine.flash_resolved = resolved;
                     self.run_late(&mut batch, &held);
                     self.engine.flash_forget();
                     self.run_held_behind(from, held.op, &mut batch);
-                    self.unsent_replies[from].push_back(batch);
+                    self.handover.unsent_replies[from].push_back(batch);
                 }
             }
         }

@@ -18,13 +18,14 @@ impl Worker {
     /// one worker sends after a flush's reply came back from another runs after that flush,
     /// though the two came on different rings.
     pub(super) fn run_handed_over(&mut self) {
-        let mut popped = std::mem::take(&mut self.popped);
+        let mut popped = std::mem::take(&mut self.handover.popped);
         self.pop_handed_over(&mut popped);
         let broadcasts = self.shared.wakeups.broadcasts();
         let everywhere_first = !popped.is_empty()
-            && (broadcasts != self.broadcasts_seen || popped.iter().any(|(_, batch)| batch.everywhere));
+            && (broadcasts != self.handover.broadcasts_seen
+                || popped.iter().any(|(_, batch)| batch.everywhere));
         if everywhere_first {
-            self.broadcasts_seen = broadcasts;
+            self.handover.broadcasts_seen = broadcasts;
             self.pop_handed_over(&mut popped);
             self.before_broadcasts();
             for (from, batch) in &mut popped {
@@ -34,9 +35,9 @@ impl Worker {
         let pass = if everywhere_first { Pass::Rest } else { Pass::All };
         for (from, mut batch) in popped.drain(..) {
             self.run_batch(from, &mut batch, pass);
-            self.unsent_replies[from].push_back(batch);
+            self.handover.unsent_replies[from].push_back(batch);
         }
-        self.popped = popped;
+        self.handover.popped = popped;
     }
 
     /// Pops every batch the other workers' rings hold, in each ring's order.
@@ -127,8 +128,8 @@ impl Worker {
                     debug_assert!(placed, "a reply for a request that was not waiting");
                     queue(&mut self.work, conn, index);
                 }
-                self.inflight[from] -= batch.requests.len();
-                if self.spare.len() < SPARE_BATCHES_MAX {
+                self.handover.inflight[from] -= batch.requests.len();
+                if self.handover.spare.len() < SPARE_BATCHES_MAX {
                     batch.ops.clear();
                     batch.requests.clear();
                     batch.packed.clear();
@@ -136,7 +137,7 @@ impl Worker {
                     batch.responses.clear();
                     batch.requests.shrink_to(SPARE_BATCH_BYTES);
                     batch.responses.shrink_to(SPARE_BATCH_BYTES);
-                    self.spare.push(batch);
+                    self.handover.spare.push(batch);
                 }
             }
         }
@@ -147,37 +148,37 @@ impl Worker {
     /// before its batches are pushed, so a worker that pops one sees the count; and the
     /// replies wait until all of them are pushed (see [`Worker::run_handed_over`]).
     pub(super) fn send_outgoing(&mut self) {
-        if self.broadcast {
+        if self.handover.broadcast {
             self.shared.wakeups.note_broadcast();
         }
-        for owner in 0..self.outgoing.len() {
-            if let Some(batch) = self.outgoing[owner].take() {
+        for owner in 0..self.handover.outgoing.len() {
+            if let Some(batch) = self.handover.outgoing[owner].take() {
                 let ring = self.rings.to[owner].as_mut().expect("no ring to self");
                 let bytes = batch.requests.len();
                 match ring.push(batch) {
                     Ok(()) => {
-                        self.inflight[owner] += bytes;
+                        self.handover.inflight[owner] += bytes;
                         self.engine.counters.forward_batches += 1;
                         self.engine.counters.wakeups += u64::from(self.shared.wake_if_sleeping(owner));
                     }
-                    Err(rtrb::PushError::Full(batch)) => self.outgoing[owner] = Some(batch),
+                    Err(rtrb::PushError::Full(batch)) => self.handover.outgoing[owner] = Some(batch),
                 }
             }
         }
-        if self.broadcast {
-            if self.outgoing.iter().any(Option::is_some) {
+        if self.handover.broadcast {
+            if self.handover.outgoing.iter().any(Option::is_some) {
                 // A ring is full: counted again as its batch goes next turn.
                 return;
             }
-            self.broadcast = false;
+            self.handover.broadcast = false;
         }
-        for owner in 0..self.outgoing.len() {
-            while let Some(batch) = self.unsent_replies[owner].pop_front() {
+        for owner in 0..self.handover.outgoing.len() {
+            while let Some(batch) = self.handover.unsent_replies[owner].pop_front() {
                 let ring = self.rings.reply_to[owner].as_mut().expect("no ring to self");
                 match ring.push(batch) {
                     Ok(()) => self.engine.counters.wakeups += u64::from(self.shared.wake_if_sleeping(owner)),
                     Err(rtrb::PushError::Full(batch)) => {
-                        self.unsent_replies[owner].push_front(batch);
+                        self.handover.unsent_replies[owner].push_front(batch);
                         break;
                     }
                 }

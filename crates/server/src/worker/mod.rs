@@ -34,6 +34,7 @@ mod accept;
 mod budget;
 mod flash;
 mod handover;
+mod refusals;
 mod turn;
 mod udp;
 mod uring;
@@ -90,12 +91,8 @@ pub struct Worker {
     shared: Arc<Shared>,
     poll: Poll,
     listeners: Vec<crate::net::Listening>,
-    /// memcached's UDP port (-U), bound by every worker.
-    udp: Vec<mio::net::UdpSocket>,
-    /// The UDP socket may have datagrams waiting.
-    udp_ready: u64,
-    /// Receive buffer for one datagram, and the send buffer for one reply datagram.
-    udp_buf: Vec<u8>,
+    /// memcached's UDP port (-U).
+    udp: Udp,
     /// The native protocol's ports of this worker's partitions.
     native: crate::native::Native,
     conns: Vec<Option<Conn>>,
@@ -103,11 +100,8 @@ pub struct Worker {
     free: Vec<usize>,
     engine: Engine,
     rings: Rings,
-    outgoing: Vec<Option<Batch>>,
-    unsent_replies: Vec<VecDeque<Batch>>,
-    spare: Vec<Batch>,
-    /// Per owner: request bytes handed over and not yet answered.
-    inflight: Vec<usize>,
+    /// Requests handed to other workers and their replies.
+    handover: HandOver,
     work: Vec<usize>,
     flush: Flush,
     /// Connections that stopped because a batch was full: serviced again next turn.
@@ -118,13 +112,6 @@ pub struct Worker {
     closed_since_shed: usize,
     /// `Connections::resumptions` as last seen (no_maxconns_fast: accept again when it moves).
     accept_resumed_seen: u64,
-    /// The count of requests for every worker last seen (`Wakeups::broadcasts`).
-    broadcasts_seen: u64,
-    /// This turn's batches hold a request for every worker (counted as they are pushed; the
-    /// replies wait until all of them are).
-    broadcast: bool,
-    /// The batches other workers handed over, popped before any of them runs.
-    popped: Vec<(usize, Batch)>,
     /// How many of the connections queued this turn were queued before the replies that
     /// came back were placed (see `Worker::before_broadcasts`).
     work_from_events: usize,
@@ -144,19 +131,52 @@ pub struct Worker {
     flash: flash::FlashWaits,
     /// `-o io_backend=uring`: the stream connections' io_uring (`None` on epoll).
     net: Option<crate::net::ring::NetRing>,
-    /// Completions taken from `net`, reused.
-    net_done: Vec<crate::net::ring::Completion>,
-    /// The ring's connections flushed this turn (and whether each has bytes to send), reused.
-    ring_sends: Vec<(usize, bool)>,
-    /// Of those, the ones sending now, reused.
-    ring_sending: Vec<usize>,
-    /// What each of a ring flush's sends offered, in bytes, by connection slot (0: none), reused.
-    ring_offered: Vec<usize>,
-    /// The allocations of a ring flush's gathered slices, their ranges and its sends, reused
+    /// What a turn's work on `net` reuses.
+    ring: RingScratch,
+}
+
+/// A worker's UDP sockets (memcached's -U, bound by every worker).
+struct Udp {
+    sockets: Vec<mio::net::UdpSocket>,
+    /// Which sockets may have datagrams waiting, a bit each.
+    ready: u64,
+    /// Receive buffer for one datagram, and the send buffer for one reply datagram.
+    buf: Vec<u8>,
+}
+
+/// A worker's side of the hand-over: the batch it fills for each owner, the replies that
+/// wait for room in a ring, what is in flight, and the batches other workers handed it.
+struct HandOver {
+    outgoing: Vec<Option<Batch>>,
+    unsent_replies: Vec<VecDeque<Batch>>,
+    spare: Vec<Batch>,
+    /// Per owner: request bytes handed over and not yet answered.
+    inflight: Vec<usize>,
+    /// The batches other workers handed over, popped before any of them runs.
+    popped: Vec<(usize, Batch)>,
+    /// This turn's batches hold a request for every worker (counted as they are pushed; the
+    /// replies wait until all of them are).
+    broadcast: bool,
+    /// The count of requests for every worker last seen (`Wakeups::broadcasts`).
+    broadcasts_seen: u64,
+}
+
+/// What a turn's io_uring work reuses, so that it allocates nothing once warm.
+#[derive(Default)]
+struct RingScratch {
+    /// Completions taken from the ring.
+    done: Vec<crate::net::ring::Completion>,
+    /// The ring's connections flushed this turn (and whether each has bytes to send).
+    sends: Vec<(usize, bool)>,
+    /// Of those, the ones sending now.
+    sending: Vec<usize>,
+    /// What each of a flush's sends offered, in bytes, by connection slot (0: none).
+    offered: Vec<usize>,
+    /// The allocations of a flush's gathered slices, their ranges and its sends
     /// (`net::ring::recycle`).
-    ring_slices: Vec<std::io::IoSlice<'static>>,
-    ring_ranges: Vec<std::ops::Range<usize>>,
-    ring_payloads: Vec<(i32, crate::net::ring::Payload<'static>, usize, u32)>,
+    slices: Vec<std::io::IoSlice<'static>>,
+    ranges: Vec<std::ops::Range<usize>>,
+    payloads: Vec<(i32, crate::net::ring::Payload<'static>, usize, u32)>,
 }
 
 impl Worker {
@@ -232,28 +252,32 @@ impl Worker {
             shared,
             poll,
             listeners,
-            udp_ready: if udp.len() >= 64 { u64::MAX } else { (1u64 << udp.len()) - 1 },
-            udp,
-            udp_buf: vec![0; DATAGRAM_BYTES_MAX],
+            udp: Udp {
+                ready: if udp.len() >= 64 { u64::MAX } else { (1u64 << udp.len()) - 1 },
+                sockets: udp,
+                buf: vec![0; DATAGRAM_BYTES_MAX],
+            },
             native,
             conns: Vec::new(),
             generations: Vec::new(),
             free: Vec::new(),
             engine,
             rings,
-            outgoing: (0..workers).map(|_| None).collect(),
-            unsent_replies: (0..workers).map(|_| VecDeque::new()).collect(),
-            spare: Vec::new(),
-            inflight: vec![0; workers],
+            handover: HandOver {
+                outgoing: (0..workers).map(|_| None).collect(),
+                unsent_replies: (0..workers).map(|_| VecDeque::new()).collect(),
+                spare: Vec::new(),
+                inflight: vec![0; workers],
+                popped: Vec::new(),
+                broadcast: false,
+                broadcasts_seen: 0,
+            },
             work: Vec::new(),
             flush: Flush::default(),
             retry: Vec::new(),
             idle_scan_secs: 0,
             closed_since_shed: 0,
             accept_resumed_seen: 0,
-            broadcasts_seen: 0,
-            broadcast: false,
-            popped: Vec::new(),
             work_from_events: 0,
             ahead: Vec::new(),
             input_limit,
@@ -264,13 +288,7 @@ impl Worker {
             watching: Vec::new(),
             flash,
             net,
-            net_done: Vec::new(),
-            ring_sends: Vec::new(),
-            ring_sending: Vec::new(),
-            ring_offered: Vec::new(),
-            ring_slices: Vec::new(),
-            ring_ranges: Vec::new(),
-            ring_payloads: Vec::new(),
+            ring: RingScratch::default(),
         })
     }
 
@@ -279,7 +297,7 @@ impl Worker {
     /// and once a second closes idle connections and overdue handshakes.
     pub fn run(mut self) {
         self.buffers.prefill();
-        self.spare.extend((0..SPARE_BATCHES_MAX).map(|_| Batch::prefilled()));
+        self.handover.spare.extend((0..SPARE_BATCHES_MAX).map(|_| Batch::prefilled()));
         if let Some(net) = self.net.as_mut() {
             if let Err(error) = net.enable() {
                 uring_refused(&self.shared, &error);
@@ -343,7 +361,7 @@ impl Worker {
                     }
                 }
                 Token(token) if (UDP_BASE..UDP_BASE + UDP_SOCKETS_MAX).contains(&token) => {
-                    self.udp_ready |= 1 << (token - UDP_BASE);
+                    self.udp.ready |= 1 << (token - UDP_BASE);
                 }
                 Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
                 Token(token) if token >= NATIVE_BASE => {
@@ -382,7 +400,7 @@ impl Worker {
                 self.accept(listener);
             }
         }
-        if self.udp_ready != 0 {
+        if self.udp.ready != 0 {
             self.receive_udp();
         }
         self.net_completions();
@@ -457,10 +475,10 @@ impl Worker {
         let busy = !self.work.is_empty()
             || self.flash.has_work()
             || self.net.as_mut().is_some_and(|net| net.has_completions())
-            || self.udp_ready != 0
+            || self.udp.ready != 0
             || self.native.ready()
-            || self.outgoing.iter().any(Option::is_some)
-            || self.unsent_replies.iter().any(|queue| !queue.is_empty());
+            || self.handover.outgoing.iter().any(Option::is_some)
+            || self.handover.unsent_replies.iter().any(|queue| !queue.is_empty());
         if busy {
             return Some(Duration::ZERO);
         }
@@ -493,11 +511,11 @@ impl Worker {
             self.shared.observers.registry.remove(listener.socket.fd());
             let _ = self.poll.registry().deregister(&mut listener.socket);
         }
-        for socket in &mut self.udp {
+        for socket in &mut self.udp.sockets {
             // Kept for sending the replies of datagrams already received.
             let _ = self.poll.registry().deregister(socket);
         }
-        self.udp_ready = 0;
+        self.udp.ready = 0;
         for port in &mut self.native.ports {
             let _ = self.poll.registry().deregister(&mut port.socket);
             port.ready = false;

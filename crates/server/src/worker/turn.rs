@@ -224,8 +224,11 @@ impl Turn<'_, '_> {
             return Flow::Stop;
         }
         *self.executed = true;
-        let refusal =
-            codec::watch_refusal(self.shared.config.disable_watch, self.session.stacked, streams.is_none());
+        let refusal = refusals::watch_refusal(
+            self.shared.config.disable_watch,
+            self.session.stacked,
+            streams.is_none(),
+        );
         if let Some(refusal) = refusal {
             self.output.reply_buf().extend_from_slice(refusal);
             return Flow::Next(len);
@@ -235,7 +238,7 @@ impl Turn<'_, '_> {
         if let Some(info) = &self.session.info {
             info.set_state(registry::State::Watch);
         }
-        self.output.reply_buf().extend_from_slice(codec::WATCH_STARTED);
+        self.output.reply_buf().extend_from_slice(refusals::WATCH_STARTED);
         // Whatever follows is ignored; an end of input read with it (no event will say so
         // again) ends the stream now.
         if self.session.eof {
@@ -284,7 +287,7 @@ impl Turn<'_, '_> {
         if drops && owner != self.me {
             self.hand.over(owner, Task::Drop, (key, None), self.output, self.engine);
         }
-        codec::refuse_store(request, codec::Refusal::TooLarge, self.output.reply_buf());
+        refusals::refuse_store(request, refusals::Refusal::TooLarge, self.output.reply_buf());
         Some(Flow::Next(len))
     }
 
@@ -463,8 +466,10 @@ fn start_dump(
     engine: &Engine,
 ) {
     let switches =
-        codec::DumpSwitches { crawler: engine.crawler_enabled(), dumping: !engine.dumping_disabled() };
-    if let Some(refusal) = codec::metadump_refusal(switches, codec::DumpAsked { keys, pipelined: stacked }) {
+        refusals::DumpSwitches { crawler: engine.crawler_enabled(), dumping: !engine.dumping_disabled() };
+    if let Some(refusal) =
+        refusals::metadump_refusal(switches, refusals::DumpAsked { keys, pipelined: stacked })
+    {
         out.extend_from_slice(refusal);
         return;
     }

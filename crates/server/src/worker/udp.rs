@@ -8,25 +8,25 @@ impl Worker {
     /// of its own whose input is the datagram's requests, run like any other connection's.
     pub(super) fn receive_udp(&mut self) {
         for _ in 0..UDP_DATAGRAMS_PER_TURN {
-            if self.udp_ready == 0 {
+            if self.udp.ready == 0 {
                 return;
             }
-            let which = self.udp_ready.trailing_zeros() as usize;
-            let Some(socket) = self.udp.get(which) else {
-                self.udp_ready = 0;
+            let which = self.udp.ready.trailing_zeros() as usize;
+            let Some(socket) = self.udp.sockets.get(which) else {
+                self.udp.ready = 0;
                 return;
             };
-            let (len, peer) = match socket.recv_from(&mut self.udp_buf) {
+            let (len, peer) = match socket.recv_from(&mut self.udp.buf) {
                 Ok(received) => received,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     // WouldBlock: drained (edge-triggered epoll reports what arrives next).
-                    self.udp_ready &= !(1 << which);
+                    self.udp.ready &= !(1 << which);
                     continue;
                 }
             };
             self.engine.counters.bytes_read += len as u64;
-            let datagram = &self.udp_buf[..len];
+            let datagram = &self.udp.buf[..len];
             // memcached serves single-datagram requests and ignores anything else.
             let Some(header) = qs_proto::udp::FrameHeader::parse(datagram) else { continue };
             if !header.is_single_request() || len == qs_proto::udp::HEADER_BYTES {
@@ -74,7 +74,7 @@ impl Worker {
         }
         if conn.output.held_bytes() > OUTPUT_BYTES_HIGH && conn.input.start < conn.input.end {
             // Processing stopped at the output limit; what is left of the datagram is dropped.
-            conn.output.reply_buf().extend_from_slice(codec::UDP_REPLY_TOO_LARGE);
+            conn.output.reply_buf().extend_from_slice(refusals::UDP_REPLY_TOO_LARGE);
             conn.output.mark(None);
         }
         let output = &conn.output;
@@ -85,7 +85,7 @@ impl Worker {
             start = *end;
         }
         messages.extend(qs_proto::udp::Messages::new(&output.out[start..], None));
-        if let Some(socket) = self.udp.get(socket) {
+        if let Some(socket) = self.udp.sockets.get(socket) {
             for message in messages {
                 let Some((count, chunks)) = qs_proto::udp::datagrams(message) else { continue };
                 for (sequence, chunk) in chunks.enumerate() {
@@ -95,16 +95,16 @@ impl Worker {
                         count,
                         reserved: 0,
                     };
-                    self.udp_buf.clear();
-                    self.udp_buf.extend_from_slice(&header.to_bytes());
-                    self.udp_buf.extend_from_slice(chunk);
+                    self.udp.buf.clear();
+                    self.udp.buf.extend_from_slice(&header.to_bytes());
+                    self.udp.buf.extend_from_slice(chunk);
                     // A full socket buffer drops the datagram: UDP clients retry.
-                    if socket.send_to(&self.udp_buf, peer).is_ok() {
-                        self.engine.counters.bytes_written += self.udp_buf.len() as u64;
+                    if socket.send_to(&self.udp.buf, peer).is_ok() {
+                        self.engine.counters.bytes_written += self.udp.buf.len() as u64;
                     }
                 }
             }
-            self.udp_buf.resize(DATAGRAM_BYTES_MAX, 0);
+            self.udp.buf.resize(DATAGRAM_BYTES_MAX, 0);
         }
         self.close(index);
     }

@@ -16,12 +16,12 @@ impl Worker {
             // Task work queued since the wait: running it posts its completions.
             let _ = net.run_work();
         }
-        let mut done = std::mem::take(&mut self.net_done);
+        let mut done = std::mem::take(&mut self.ring.done);
         net.reap(&mut done);
         for completion in done.drain(..) {
             self.net_completion(completion);
         }
-        self.net_done = done;
+        self.ring.done = done;
     }
 
     /// One completion other than a send's (sends are taken in `write_all`).
@@ -130,12 +130,12 @@ impl Worker {
             return;
         }
         let Some(net) = self.net.as_mut() else { return };
-        let mut done = std::mem::take(&mut self.net_done);
+        let mut done = std::mem::take(&mut self.ring.done);
         // Each connection's ready output: its reply buffer, or (when a shared value or a reply
         // waits behind it) slices gathered one after another in `flat`, a value left in the
         // log read in place.
-        let mut flat: Vec<io::IoSlice<'_>> = recycle(std::mem::take(&mut self.ring_slices));
-        let mut gathered: Vec<std::ops::Range<usize>> = std::mem::take(&mut self.ring_ranges);
+        let mut flat: Vec<io::IoSlice<'_>> = recycle(std::mem::take(&mut self.ring.slices));
+        let mut gathered: Vec<std::ops::Range<usize>> = std::mem::take(&mut self.ring.ranges);
         gathered.clear();
         for &index in sending {
             let Some(conn) = self.conns[index].as_ref() else { continue };
@@ -148,7 +148,7 @@ impl Worker {
         }
         let mut ranges = gathered.drain(..);
         // Vectors kept between turns (one grown send by send reallocated several times a turn).
-        let mut sends: Vec<(i32, Payload<'_>, usize, u32)> = recycle(std::mem::take(&mut self.ring_payloads));
+        let mut sends: Vec<(i32, Payload<'_>, usize, u32)> = recycle(std::mem::take(&mut self.ring.payloads));
         sends.extend(sending.iter().filter_map(|&index| {
             let conn = self.conns[index].as_ref()?;
             let payload = match conn.output.unsent_in_buffer() {
@@ -160,7 +160,7 @@ impl Worker {
         }));
         let failed = net.send_all(&sends, &mut done).is_err();
         // What each send offered, by connection slot: less taken means the socket is full.
-        let mut offered = std::mem::take(&mut self.ring_offered);
+        let mut offered = std::mem::take(&mut self.ring.offered);
         if offered.len() < self.conns.len() {
             offered.resize(self.conns.len(), 0);
         }
@@ -168,9 +168,9 @@ impl Worker {
             offered[*index] = payload.len();
         }
         drop(ranges);
-        self.ring_ranges = gathered;
-        self.ring_payloads = recycle(sends);
-        self.ring_slices = recycle(flat);
+        self.ring.ranges = gathered;
+        self.ring.payloads = recycle(sends);
+        self.ring.slices = recycle(flat);
         for completion in done.drain(..) {
             if completion.op != Op::Send {
                 self.net_completion(completion);
@@ -214,7 +214,7 @@ impl Worker {
                 }
             }
         }
-        self.net_done = done;
-        self.ring_offered = offered;
+        self.ring.done = done;
+        self.ring.offered = offered;
     }
 }

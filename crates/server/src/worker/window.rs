@@ -105,10 +105,7 @@ impl Worker {
         let Worker {
             conns,
             engine,
-            outgoing,
-            spare,
-            broadcast,
-            inflight,
+            handover: HandOver { outgoing, spare, broadcast, inflight, .. },
             index: me,
             executed,
             retry,
@@ -288,7 +285,7 @@ fn arrive(turn: &mut Turn<'_, '_>, input: &mut Input) -> bool {
     let ended = input.pending().starts_with(b"\r\n");
     input.consume(2);
     let arriving = input.arriving.take().expect("a value arriving");
-    turn.engine.finish_arriving(*arriving, ended, turn.output.reply_buf());
+    turn.engine.finish_arriving(*arriving, (ended, turn.hand.fd), turn.output.reply_buf());
     *turn.executed = true;
     true
 }

@@ -6,7 +6,7 @@ use super::*;
 impl Worker {
     /// Writes every connection's ready output with one send each; closes finished ones.
     pub(super) fn write_all(&mut self) {
-        let mut on_ring = std::mem::take(&mut self.ring_sends);
+        let mut on_ring = std::mem::take(&mut self.ring.sends);
         while let Some(index) = self.flush.pop() {
             let Some(conn) = self.conns[index].as_mut() else { continue };
             let Transport::Tcp(stream) = &mut conn.transport else {
@@ -85,7 +85,7 @@ impl Worker {
             self.after_write(index);
         }
         // The ring's connections: every send in one system call, then each as above.
-        let mut sending = std::mem::take(&mut self.ring_sending);
+        let mut sending = std::mem::take(&mut self.ring.sending);
         sending.clear();
         sending.extend(on_ring.iter().filter(|(_, send)| *send).map(|&(index, _)| index));
         while !sending.is_empty() {
@@ -99,8 +99,8 @@ impl Worker {
             self.after_write(index);
             self.sync_receive(index);
         }
-        self.ring_sends = on_ring;
-        self.ring_sending = sending;
+        self.ring.sends = on_ring;
+        self.ring.sending = sending;
         // Connections queued by the flush run next turn (poll returns at once).
     }
 

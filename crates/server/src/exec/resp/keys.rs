@@ -80,14 +80,15 @@ impl Engine {
         keys.all(|key| owner_of(key) == first).then_some(first)
     }
 
-    /// This worker's part of a RESP frame routed to every worker.
-    pub(in crate::exec) fn resp_everywhere(&mut self, frame: &Frame<'_>) {
+    /// This worker's part of a RESP frame routed to every worker, for the connection `fd`
+    /// (another worker's).
+    pub(in crate::exec) fn resp_everywhere(&mut self, frame: &Frame<'_>, fd: i32) {
         match call(frame, &self.limits) {
             Call::Flush => self.flush_now(false),
             Call::DelMany(frame) => {
-                self.delete_owned(frame.args().skip(1));
+                self.delete_owned(frame.args().skip(1), fd);
             }
-            Call::Mset { frame, nx: false } => self.mset_owned(&frame),
+            Call::Mset { frame, nx: false } => self.mset_owned(&frame, fd),
             Call::ConfigSet(frame) => {
                 let _ = self.config_set(&frame, false);
             }
@@ -105,7 +106,7 @@ impl Engine {
     }
 
     /// DEL or UNLINK of several keys: how many of them went (a key named twice counts once).
-    pub(super) fn del_many(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+    pub(super) fn del_many(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) {
         let keys = frame.args().skip(1);
         let spread =
             keys.clone().any(|key| key.len() <= qs_proto::KEY_BYTES_MAX && !self.owns(self.locate(key).1));
@@ -125,12 +126,12 @@ impl Engine {
                 gone += i64::from(matches!(self.read_unchanged(located), Outcome::Hit(_)));
             }
         }
-        gone += self.delete_owned(keys);
+        gone += self.delete_owned(keys, fd);
         reply::integer(gone, out);
     }
 
     /// Deletes the keys of `keys` this worker owns; how many went.
-    fn delete_owned<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>) -> i64 {
+    fn delete_owned<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>, fd: i32) -> i64 {
         let mut gone = 0;
         for key in keys {
             if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
@@ -139,8 +140,9 @@ impl Engine {
             let key = self.key(key, None);
             if self.owns(key.partition) {
                 let answer = Answer::Resp(RespReply::Deleted);
-                gone +=
-                    i64::from(self.delete_command(key, &cmd::Delete::default(), answer) == Outcome::Deleted);
+                gone += i64::from(
+                    self.delete_command(key, &cmd::Delete::default(), (answer, fd)) == Outcome::Deleted,
+                );
             }
         }
         gone
@@ -148,7 +150,7 @@ impl Engine {
 
     /// MSET: `+OK` once this worker's keys are stored (the others' are stored by their
     /// owners before the connection's next request runs).
-    pub(super) fn mset(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+    pub(super) fn mset(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) {
         let spread = frame
             .args()
             .skip(1)
@@ -160,13 +162,13 @@ impl Engine {
         if let Some(refusal) = self.mset_refusal(frame) {
             return out.extend_from_slice(refusal);
         }
-        self.mset_owned(frame);
+        self.mset_owned(frame, fd);
         out.extend_from_slice(reply::OK);
     }
 
     /// MSETNX (one worker owns every key: routing made sure, or it is refused): `:1` when no
     /// key was there and all are stored, `:0` when one was and none is.
-    pub(super) fn msetnx(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) {
+    pub(super) fn msetnx(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) {
         let keys = frame.args().skip(1).step_by(2);
         if self.one_owner(keys.clone()) != Some(self.worker) {
             return out.extend_from_slice(MSETNX_SPREAD);
@@ -179,7 +181,7 @@ impl Engine {
                 return reply::integer(0, out);
             }
         }
-        self.mset_owned(frame);
+        self.mset_owned(frame, fd);
         reply::integer(1, out);
     }
 
@@ -199,7 +201,7 @@ impl Engine {
     }
 
     /// Stores the pairs of an MSET frame whose keys this worker owns.
-    fn mset_owned(&mut self, frame: &Frame<'_>) {
+    fn mset_owned(&mut self, frame: &Frame<'_>, fd: i32) {
         let mut pairs = frame.args().skip(1);
         while let (Some(key), Some(value)) = (pairs.next(), pairs.next()) {
             if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
@@ -207,7 +209,7 @@ impl Engine {
             }
             let key = self.key(key, None);
             if self.owns(key.partition) {
-                self.store_value(key, (value, 0), qs_store::StoreMode::Set, 0);
+                self.store_value(key, (value, 0), (qs_store::StoreMode::Set, fd), 0);
             }
         }
     }

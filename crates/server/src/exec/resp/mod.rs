@@ -23,8 +23,8 @@ fn time(out: &mut Vec<u8>) {
 }
 
 impl Engine {
-    /// Runs a RESP frame that is not a single-key command.
-    pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, out: &mut Vec<u8>) -> Exec {
+    /// Runs a RESP frame that is not a single-key command, for the connection `fd`.
+    pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) -> Exec {
         let resp3 = frame.resp3();
         match call(frame, &self.limits) {
             Call::Ping(None) => out.extend_from_slice(reply::PONG),
@@ -47,8 +47,8 @@ impl Engine {
                 return Exec::Close;
             }
             Call::Error(refusal) => reply::refusal(&refusal, out),
-            Call::Mget(frame) => self.resp_keys(&frame, true, out),
-            Call::ExistsMany(frame) => self.resp_keys(&frame, false, out),
+            Call::Mget(frame) => self.resp_keys(&frame, (true, fd), out),
+            Call::ExistsMany(frame) => self.resp_keys(&frame, (false, fd), out),
             Call::DbSize => {
                 // This worker's figures as of now, the others' as of their last loop turn.
                 self.publish();
@@ -58,7 +58,7 @@ impl Engine {
                 // As redis-server: authenticated first, then named, then the protocol switched.
                 let authenticated =
                     auth.map_or(true, |(user, password)| self.resp_auth(Some(user), password, out));
-                let info = self.shared.observers.registry.get(self.asking_fd);
+                let info = self.shared.observers.registry.get(fd);
                 let named =
                     authenticated && name.map_or(true, |name| name_client(info.as_deref(), name, out));
                 if named {
@@ -77,7 +77,7 @@ impl Engine {
             | Call::ClientGetName
             | Call::ClientList(_)
             | Call::ClientInfo
-            | Call::ClientKill { .. }) => return self.resp_client(call, resp3, out),
+            | Call::ClientKill { .. }) => return self.resp_client(call, (resp3, fd), out),
             Call::ConfigGet(frame) => self.config_get(&frame, out),
             Call::ConfigSet(frame) => match self.config_set(&frame, true) {
                 Ok(()) => out.extend_from_slice(reply::OK),
@@ -95,10 +95,10 @@ impl Engine {
                 self.flush_now(true);
                 out.extend_from_slice(reply::OK);
             }
-            Call::Owned(owned) => self.resp_owned(&owned, resp3, out),
-            Call::DelMany(frame) => self.del_many(&frame, out),
-            Call::Mset { frame, nx: false } => self.mset(&frame, out),
-            Call::Mset { frame, nx: true } => self.msetnx(&frame, out),
+            Call::Owned(owned) => self.resp_owned(&owned, (resp3, fd), out),
+            Call::DelMany(frame) => self.del_many(&frame, fd, out),
+            Call::Mset { frame, nx: false } => self.mset(&frame, fd, out),
+            Call::Mset { frame, nx: true } => self.msetnx(&frame, fd, out),
             Call::Time => time(out),
             Call::Keys(pattern) => self.resp_keys_matching(pattern, out),
             Call::Scan(scan) => self.resp_scan(&scan, out),
@@ -112,27 +112,25 @@ impl Engine {
                 reply::text(&text, resp3, out);
             }
             // The parser makes these `Request::RespKey`; a frame built otherwise runs the same.
-            Call::Key(command) => return self.run_command(&command, (None, self.asking_fd), out),
+            Call::Key(command) => return self.run_command(&command, (None, fd), out),
         }
         Exec::Done
     }
 
     /// CLIENT's subcommands: the connections are the registry's entries (names, protocol
-    /// versions), so any worker answers for all of them.
-    fn resp_client(&mut self, call: Call<'_>, resp3: bool, out: &mut Vec<u8>) -> Exec {
+    /// versions), so any worker answers for all of them; `fd` is the asking connection's.
+    fn resp_client(&mut self, call: Call<'_>, (resp3, fd): (bool, i32), out: &mut Vec<u8>) -> Exec {
         use crate::observe::clients;
         let registry = &self.shared.observers.registry;
-        let asking = (self.now.secs(), self.asking_fd);
+        let asking = (self.now.secs(), fd);
         match call {
-            Call::ClientId => {
-                reply::integer(registry.get(self.asking_fd).map_or(0, |info| info.id) as i64, out)
-            }
+            Call::ClientId => reply::integer(registry.get(fd).map_or(0, |info| info.id) as i64, out),
             Call::ClientSetName(name) => {
-                if name_client(registry.get(self.asking_fd).as_deref(), name, out) {
+                if name_client(registry.get(fd).as_deref(), name, out) {
                     out.extend_from_slice(reply::OK);
                 }
             }
-            Call::ClientGetName => match registry.get(self.asking_fd).map(|info| info.name()) {
+            Call::ClientGetName => match registry.get(fd).map(|info| info.name()) {
                 Some(name) if !name.is_empty() => reply::bulk(&name, out),
                 _ => out.extend_from_slice(reply::null(resp3)),
             },
@@ -147,7 +145,7 @@ impl Engine {
                     out.extend_from_slice(format!("-ERR No such user '{user}'\r\n").as_bytes());
                     return Exec::Done;
                 }
-                let (killed, itself) = clients::kill(registry, &clients, self.asking_fd);
+                let (killed, itself) = clients::kill(registry, &clients, fd);
                 match (old_form, killed) {
                     (true, 0) => out.extend_from_slice(b"-ERR No such client\r\n"),
                     (true, _) => out.extend_from_slice(reply::OK),
@@ -269,7 +267,7 @@ impl Engine {
     /// of the frame's keys. Routed after the connection's pending replies
     /// ([`Engine::reach`]): with CREW any worker reads any partition; without it, keys another
     /// worker owns are refused.
-    fn resp_keys(&mut self, frame: &Frame<'_>, values: bool, out: &mut Vec<u8>) {
+    fn resp_keys(&mut self, frame: &Frame<'_>, (values, fd): (bool, i32), out: &mut Vec<u8>) {
         let keys = frame.args().skip(1);
         if !self.crew && keys.clone().any(|key| !self.owns(self.key(key, None).partition)) {
             out.extend_from_slice(b"-ERR keys of other workers are read only with --access crew\r\n");
@@ -292,7 +290,7 @@ impl Engine {
             }
             let key = self.key(key, None);
             if values {
-                self.get(key, &Get::default(), Answer::Resp(wording), out);
+                self.get(key, &Get::default(), (Answer::Resp(wording), fd), out);
             } else {
                 present += i64::from(matches!(self.read_unchanged(key), Outcome::Hit(_)));
             }

@@ -27,8 +27,14 @@ const SPREAD: &[u8] = b"-ERR RENAME and COPY of keys owned by more than one work
 impl Engine {
     /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
     /// EXPIRETIME, which only read, may run at a CREW reader).
-    /// `resp3`: the connection speaks RESP3 (its nulls are `_`).
-    pub(in crate::exec) fn resp_owned(&mut self, owned: &Owned<'_>, resp3: bool, out: &mut Vec<u8>) {
+    /// `resp3`: the connection speaks RESP3 (its nulls are `_`); `fd` is its descriptor
+    /// (`watch` lines).
+    pub(in crate::exec) fn resp_owned(
+        &mut self,
+        owned: &Owned<'_>,
+        (resp3, fd): (bool, i32),
+        out: &mut Vec<u8>,
+    ) {
         let Owned { key, step } = *owned;
         if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
             return out.extend_from_slice(reply::BAD_KEY);
@@ -46,13 +52,13 @@ impl Engine {
                 self.counters.cmd_get += 1;
                 if current.is_some() {
                     let answer = Answer::Resp(RespReply::Deleted);
-                    self.delete_command(key, &cmd::Delete::default(), answer);
+                    self.delete_command(key, &cmd::Delete::default(), (answer, fd));
                 }
                 bulk_or_null(current.as_ref().map(|item| &item.value[..]), resp3, out);
             }
             Step::Set { value, mode, exptime, get } => {
                 let exptime = exptime.unwrap_or_else(|| keep(current.as_ref()));
-                let outcome = self.put(key, value, mode, exptime);
+                let outcome = self.put(key, value, (mode, fd), exptime);
                 match (get, reply::refused(&outcome)) {
                     (_, Some(text)) => out.extend_from_slice(text),
                     (true, None) => bulk_or_null(current.as_ref().map(|item| &item.value[..]), resp3, out),
@@ -77,7 +83,9 @@ impl Engine {
                 }
                 reply::integer(i64::from(had), out);
             }
-            Step::Expire { exptime, when } => self.expire_when(key, current.as_ref(), (exptime, when), out),
+            Step::Expire { exptime, when } => {
+                self.expire_when((key, fd), current.as_ref(), (exptime, when), out)
+            }
             Step::ExpireTime { millis } => {
                 let at = match &current {
                     None => -2,
@@ -92,10 +100,10 @@ impl Engine {
                 let value = current.as_ref().map_or(&[][..], |item| &item.value[..]);
                 reply::bulk(range(value, start, end), out);
             }
-            Step::SetRange { offset, value } => self.setrange(key, current, (offset, value), out),
-            Step::IncrByFloat(by) => self.incrbyfloat(key, current, by, out),
-            Step::Rename { to, nx } => self.rename(key, current, (to, nx), out),
-            Step::Copy { to, replace } => self.copy(current, (to, replace), out),
+            Step::SetRange { offset, value } => self.setrange((key, fd), current, (offset, value), out),
+            Step::IncrByFloat(by) => self.incrbyfloat((key, fd), current, by, out),
+            Step::Rename { to, nx } => self.rename((key, fd), current, (to, nx), out),
+            Step::Copy { to, replace } => self.copy(current, (to, replace), fd, out),
         }
     }
 
@@ -114,7 +122,13 @@ impl Engine {
     }
 
     /// RENAME and RENAMENX: the item moves to `to` (flags and expiry with it).
-    fn rename(&mut self, key: Key<'_>, current: Option<Current>, (to, nx): (&[u8], bool), out: &mut Vec<u8>) {
+    fn rename(
+        &mut self,
+        (key, fd): (Key<'_>, i32),
+        current: Option<Current>,
+        (to, nx): (&[u8], bool),
+        out: &mut Vec<u8>,
+    ) {
         let Some(to) = self.second_key(to, out) else { return };
         if !self.owns(key.partition) {
             return out.extend_from_slice(SPREAD);
@@ -128,11 +142,11 @@ impl Engine {
         if nx && self.current(to).is_some() {
             return reply::integer(0, out);
         }
-        let outcome = self.put_item(to, &current, StoreMode::Set);
+        let outcome = self.put_item(to, &current, (StoreMode::Set, fd));
         if let Some(text) = reply::refused(&outcome) {
             return out.extend_from_slice(text);
         }
-        self.delete_command(key, &cmd::Delete::default(), Answer::Resp(RespReply::Deleted));
+        self.delete_command(key, &cmd::Delete::default(), (Answer::Resp(RespReply::Deleted), fd));
         if nx {
             reply::integer(1, out);
         } else {
@@ -141,13 +155,13 @@ impl Engine {
     }
 
     /// COPY: `:1` when the item was copied to `to` (flags and expiry with it).
-    fn copy(&mut self, current: Option<Current>, (to, replace): (&[u8], bool), out: &mut Vec<u8>) {
+    fn copy(&mut self, current: Option<Current>, (to, replace): (&[u8], bool), fd: i32, out: &mut Vec<u8>) {
         let Some(to) = self.second_key(to, out) else { return };
         let Some(current) = current else {
             return reply::integer(0, out);
         };
         let mode = if replace { StoreMode::Set } else { StoreMode::Add };
-        let outcome = self.put_item(to, &current, mode);
+        let outcome = self.put_item(to, &current, (mode, fd));
         match reply::refused(&outcome) {
             Some(text) => out.extend_from_slice(text),
             None => reply::integer(i64::from(matches!(outcome, Outcome::Stored { .. })), out),
@@ -155,8 +169,8 @@ impl Engine {
     }
 
     /// Stores `item`'s value, flags and expiry under `key`.
-    fn put_item(&mut self, key: Key<'_>, item: &Current, mode: StoreMode) -> Outcome {
-        self.store_value(key, (&item.value, item.flags), mode, keep(Some(item)))
+    fn put_item(&mut self, key: Key<'_>, item: &Current, asked: (StoreMode, i32)) -> Outcome {
+        self.store_value(key, (&item.value, item.flags), asked, keep(Some(item)))
     }
 
     /// The key's item as it stands, if it is there.
@@ -195,17 +209,17 @@ impl Engine {
     }
 
     /// A store of `value` with flags 0, counted and logged as any store.
-    fn put(&mut self, key: Key<'_>, value: &[u8], mode: StoreMode, exptime: i64) -> Outcome {
-        self.store_value(key, (value, 0), mode, exptime)
+    fn put(&mut self, key: Key<'_>, value: &[u8], asked: (StoreMode, i32), exptime: i64) -> Outcome {
+        self.store_value(key, (value, 0), asked, exptime)
     }
 
     /// A store of `value` and its client `flags` for a Redis command (0 unless an item's own are kept),
-    /// through the one executor: counted and logged as any store.
+    /// through the one executor: counted and logged as any store (for the connection `fd`).
     pub(super) fn store_value(
         &mut self,
         key: Key<'_>,
         (value, flags): (&[u8], u32),
-        mode: StoreMode,
+        (mode, fd): (StoreMode, i32),
         exptime: i64,
     ) -> Outcome {
         let store = cmd::Store {
@@ -217,14 +231,14 @@ impl Engine {
             cas_in: None,
             drops_refused: false,
         };
-        self.store(key, &store, Answer::Resp(RespReply::Ok), &mut Vec::new())
+        self.store(key, &store, (Answer::Resp(RespReply::Ok), fd), &mut Vec::new())
     }
 
     /// EXPIRE with NX, XX, GT or LT: `:1` when the key took the new expiry (one in the past
     /// deletes it, as redis-server does).
     fn expire_when(
         &mut self,
-        key: Key<'_>,
+        (key, fd): (Key<'_>, i32),
         current: Option<&Current>,
         (exptime, when): (i64, When),
         out: &mut Vec<u8>,
@@ -237,7 +251,7 @@ impl Engine {
             return reply::integer(0, out);
         }
         if expiry.is_expired(self.now) {
-            self.delete_command(key, &cmd::Delete::default(), Answer::Resp(RespReply::Deleted));
+            self.delete_command(key, &cmd::Delete::default(), (Answer::Resp(RespReply::Deleted), fd));
         } else {
             self.counters.cmd_touch += 1;
             self.run(key, PartitionCommand::Touch { expiry }, &mut Vec::new());
@@ -249,7 +263,7 @@ impl Engine {
     /// kept; an empty `value` changes nothing. The length after.
     fn setrange(
         &mut self,
-        key: Key<'_>,
+        (key, fd): (Key<'_>, i32),
         current: Option<Current>,
         (offset, value): (usize, &[u8]),
         out: &mut Vec<u8>,
@@ -264,7 +278,7 @@ impl Engine {
             bytes.resize(end, 0);
         }
         bytes[offset..end].copy_from_slice(value);
-        match reply::refused(&self.put(key, &bytes, StoreMode::Set, exptime)) {
+        match reply::refused(&self.put(key, &bytes, (StoreMode::Set, fd), exptime)) {
             Some(text) => out.extend_from_slice(text),
             None => reply::integer(bytes.len() as i64, out),
         }
@@ -272,7 +286,13 @@ impl Engine {
 
     /// INCRBYFLOAT: the value read as a float plus `by`, stored as redis-server writes it,
     /// its expiry kept.
-    fn incrbyfloat(&mut self, key: Key<'_>, current: Option<Current>, by: f64, out: &mut Vec<u8>) {
+    fn incrbyfloat(
+        &mut self,
+        (key, fd): (Key<'_>, i32),
+        current: Option<Current>,
+        by: f64,
+        out: &mut Vec<u8>,
+    ) {
         let exptime = keep(current.as_ref());
         let base = match &current {
             None => 0.0,
@@ -287,7 +307,7 @@ impl Engine {
         }
         let mut text = Vec::with_capacity(24);
         format_float(sum, &mut text);
-        match reply::refused(&self.put(key, &text, StoreMode::Set, exptime)) {
+        match reply::refused(&self.put(key, &text, (StoreMode::Set, fd), exptime)) {
             Some(refusal) => out.extend_from_slice(refusal),
             None => reply::bulk(&text, out),
         }
