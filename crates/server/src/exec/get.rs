@@ -184,7 +184,7 @@ impl Engine {
         }
         let command = kind.command(key.bytes);
         if let cmd::Op::Get(get) = command.op {
-            self.get(key, &get, (command.answer, fd), out);
+            self.get(key, &get, command.answer, fd, out);
         }
         true
     }
@@ -198,7 +198,8 @@ impl Engine {
         &mut self,
         key: Key<'_>,
         get: &cmd::Get,
-        (answer, fd): (Answer<'_>, i32),
+        answer: Answer<'_>,
+        fd: i32,
         out: &mut Vec<u8>,
     ) -> Exec {
         self.counters.cmd_get += 1;

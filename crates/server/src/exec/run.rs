@@ -29,7 +29,7 @@ impl Engine {
             self.counters.meta_cmds += 1;
         }
         match op {
-            Op::Get(get) => return self.get(key, &get, (answer, fd), out),
+            Op::Get(get) => return self.get(key, &get, answer, fd, out),
             Op::Store(store) => {
                 self.store(key, &store, (answer, fd), out);
             }

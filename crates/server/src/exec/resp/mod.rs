@@ -290,7 +290,7 @@ impl Engine {
             }
             let key = self.key(key, None);
             if values {
-                self.get(key, &Get::default(), (Answer::Resp(wording), fd), out);
+                self.get(key, &Get::default(), Answer::Resp(wording), fd, out);
             } else {
                 present += i64::from(matches!(self.read_unchanged(key), Outcome::Hit(_)));
             }
