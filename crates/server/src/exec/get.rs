@@ -189,6 +189,48 @@ impl Engine {
         true
     }
 
+    /// A text get of one key that a partition of this worker owns, located by the window, with
+    /// no flash tier: its VALUE block and `END` (as [`Engine::execute`] would answer it).
+    /// `false`, with nothing done, for any other (the general path's).
+    #[inline(always)]
+    pub fn get_owned(
+        &mut self,
+        kind: qs_proto::GetKind,
+        (key, at, fd): (&[u8], Option<super::Located>, i32),
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some((hash, partition)) = at else { return false };
+        if self.flash_on || !self.owns(partition) {
+            return false;
+        }
+        let with_cas = match kind {
+            qs_proto::GetKind::Get => false,
+            qs_proto::GetKind::Gets => true,
+            _ => {
+                self.get_one(kind, (Key { bytes: key, hash, partition }, fd), out);
+                out.extend_from_slice(qs_proto::response::END);
+                return true;
+            }
+        };
+        // As `get` and `read_reply` run a plain get of a key owned here.
+        self.counters.cmd_get += 1;
+        self.offer(hash, key, &PartitionCommand::Get);
+        let now = self.now;
+        let answer = Answer::Text { noreply: false, with_cas };
+        let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, now.secs()));
+        sink.owned(partition);
+        let owned = self.partitions[partition].as_mut().expect("owned");
+        let outcome = owned.read_value(hash, key, None, now, &mut sink);
+        sink.finish(&outcome);
+        let size = match &outcome {
+            Outcome::Hit(hit) => Some(hit.value_len),
+            _ => None,
+        };
+        self.tell_get(&Key { bytes: key, hash, partition }, (size, answer.records_detail()), fd);
+        out.extend_from_slice(qs_proto::response::END);
+        true
+    }
+
     /// A get of `key` in any dialect (with a touch, a get-and-touch; meta's N, R and u),
     /// its reply written to `out`: counts it, records it for `stats detail` (where memcached
     /// does) and `watch fetchers`. A CREW read that must be the owner's after all (a win token
@@ -220,16 +262,23 @@ impl Engine {
             Outcome::Vivified { .. } => Some(0),
             _ => None,
         };
-        if answer.records_detail() {
-            self.shared.observers.detail.record_get(&key, size.is_some());
-        }
-        if self.shared.observers.watchers.wants(watch::FETCHERS) {
-            self.log_get(&key, size, fd);
-        }
+        self.tell_get(&key, (size, answer.records_detail()), fd);
         if size.is_none() {
             answer.miss(&key, out);
         }
         Exec::Done
+    }
+
+    /// Tells `stats detail` (where the dialect records it: `detail`) and `watch fetchers` of a
+    /// get of `key` that found a value of `size` bytes, or nothing, for the connection `fd`.
+    #[inline(always)]
+    fn tell_get(&self, key: &Key<'_>, (size, detail): (Option<usize>, bool), fd: i32) {
+        if detail {
+            self.shared.observers.detail.record_get(key, size.is_some());
+        }
+        if self.shared.observers.watchers.wants(watch::FETCHERS) {
+            self.log_get(key, size, fd);
+        }
     }
 
     /// A meta get's read, its reply written as the store reads the value (the head reports

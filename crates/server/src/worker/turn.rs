@@ -121,6 +121,17 @@ impl Turn<'_, '_> {
         pending: &[u8],
         here: &[u8],
     ) -> Flow {
+        if let Parsed::Request { request: Request::Get { kind, keys, single: true }, len } = parsed {
+            // The common request, straight to its read: none of the cases below applies to a
+            // get of one key this worker owns (no SASL gate, never oversized, routed here).
+            if self.engine.get_owned(*kind, (keys, located, self.hand.fd), self.output.reply_buf()) {
+                self.session.stacked = true;
+                *self.executed = true;
+                let shares = &mut self.engine.shares;
+                self.output.adopt(&mut shares.taken, &mut shares.segments);
+                return Flow::Next(*len);
+            }
+        }
         if !self.udp {
             match parsed {
                 Parsed::Request { request: Request::Metadump { classes, keys }, len } => {
