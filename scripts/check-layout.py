@@ -51,6 +51,7 @@ DIALECT_ROUTER = re.compile(r"\bfn\s+route_(text|meta|binary|bin|ascii|resp|redi
 UNSAFE_FILES = {
     "bench": ("src/probe.rs",),
     "net": ("src/lib.rs", "src/uring.rs"),
+    "proto": ("src/out.rs",),
     "server": (
         "src/flashio.rs",
         "src/net/ring.rs",

@@ -154,7 +154,7 @@ step "Miri on the engine's unsafe and shared-memory code"
 if command -v rustup >/dev/null 2>&1 && \
    rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1; then
     MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-disable-isolation" PROPTEST_CASES=2 \
-        cargo +nightly miri test -p qs-store --lib --quiet -- miri_
+        cargo +nightly miri test -p qs-store -p qs-proto --lib --quiet -- miri_
 else
     echo "SKIPPED: Miri is not installable on this machine (nightly toolchain unavailable)"
 fi

@@ -155,7 +155,7 @@ impl Answer<'_> {
     #[inline(always)]
     pub fn tail(&self, out: &mut Vec<u8>) {
         if let Answer::Text { .. } | Answer::Meta(_) | Answer::Resp(_) = self {
-            out.extend_from_slice(b"\r\n");
+            crate::out::append(out, b"\r\n");
         }
     }
 

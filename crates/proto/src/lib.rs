@@ -9,7 +9,7 @@
 //! line ends at `\n` with an optional `\r` before it, a line with no `\n` in its first
 //! [`LINE_BYTES_MAX`] bytes closes the connection unless it is a get (large multi-gets are
 //! allowed), numbers parse as memcached's `safe_strto*` do, truncation quirks included.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod answer;
 pub mod binary;
@@ -18,6 +18,7 @@ pub mod command;
 pub mod meta;
 pub mod native;
 pub mod number;
+pub mod out;
 pub mod packed;
 pub mod request;
 pub mod resp;

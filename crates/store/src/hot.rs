@@ -113,24 +113,31 @@ impl TopKeys {
         self.accesses = 0;
     }
 
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.positions.insert(self.heap[a].1, a);
-        self.positions.insert(self.heap[b].1, b);
+    /// Moves the entry at `from` to `to` in a sift (the sifted entry's own position is written
+    /// once, where it ends: one map write a level, not two).
+    #[inline(always)]
+    fn step(&mut self, from: usize, to: usize) {
+        self.heap.swap(from, to);
+        self.positions.insert(self.heap[to].1, to);
     }
 
     fn sift_up(&mut self, mut at: usize) {
+        let start = at;
         while at > 0 {
             let parent = (at - 1) / 2;
             if self.heap[parent].0.count <= self.heap[at].0.count {
                 break;
             }
-            self.swap(parent, at);
+            self.step(parent, at);
             at = parent;
+        }
+        if at != start {
+            self.positions.insert(self.heap[at].1, at);
         }
     }
 
     fn sift_down(&mut self, mut at: usize) {
+        let start = at;
         loop {
             let (left, right) = (2 * at + 1, 2 * at + 2);
             let mut smallest = at;
@@ -141,10 +148,13 @@ impl TopKeys {
                 smallest = right;
             }
             if smallest == at {
-                return;
+                break;
             }
-            self.swap(at, smallest);
+            self.step(smallest, at);
             at = smallest;
+        }
+        if at != start {
+            self.positions.insert(self.heap[at].1, at);
         }
     }
 }
@@ -199,6 +209,27 @@ mod tests {
             for (key, &count) in exact.iter().enumerate() {
                 if count > n / capacity as u64 {
                     prop_assert!(watched.iter().any(|hot| hot.key == [key as u8]), "key {} count {}", key, count);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_heap_and_its_positions_agree_after_every_access(
+            stream in proptest::collection::vec(0u8..60, 1..600),
+            capacity in 1usize..20,
+        ) {
+            let mut top = TopKeys::new(capacity);
+            for &key in &stream {
+                offer(&mut top, &[key]);
+                prop_assert_eq!(top.positions.len(), top.heap.len());
+                for (at, (hot, hash)) in top.heap.iter().enumerate() {
+                    prop_assert_eq!(top.positions.get(hash), Some(&at));
+                    prop_assert_eq!(*hash, KeyHash::of(&hot.key).0);
+                    if at > 0 {
+                        prop_assert!(top.heap[(at - 1) / 2].0.count <= hot.count);
+                    }
                 }
             }
         }

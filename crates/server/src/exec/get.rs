@@ -13,6 +13,7 @@ use super::{watch, Engine, Exec, Key};
 use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::command::{self as cmd, Answer};
+use qs_proto::Request;
 use qs_store::{Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, PartitionCommand, ValueSink};
 use std::sync::Arc;
 
@@ -189,20 +190,52 @@ impl Engine {
         true
     }
 
-    /// A text get of one key that a partition of this worker owns, located by the window, with
-    /// no flash tier: its VALUE block and `END` (as [`Engine::execute`] would answer it).
-    /// `false`, with nothing done, for any other (the general path's).
+    /// A get of one key that a partition of this worker owns, located by the window, with no
+    /// flash tier: a text get (its VALUE block and `END`), RESP's GET, or a binary get on a
+    /// connection the SASL gate has nothing to say to (`open`), answered as
+    /// [`Engine::execute`] would answer it. `false`, with nothing done, for any other request
+    /// (the general path's).
     #[inline(always)]
     pub fn get_owned(
         &mut self,
-        kind: qs_proto::GetKind,
-        (key, at, fd): (&[u8], Option<super::Located>, i32),
+        request: &Request<'_>,
+        (at, fd, open): (Option<super::Located>, i32, bool),
         out: &mut Vec<u8>,
     ) -> bool {
         let Some((hash, partition)) = at else { return false };
         if self.flash_on || !self.owns(partition) {
             return false;
         }
+        let (key, get, answer) = match *request {
+            Request::Get { kind, keys, single: true } => {
+                return self.text_get_owned(kind, (keys, hash, partition), fd, out)
+            }
+            Request::RespKey(cmd::Command { key, op: cmd::Op::Get(get), answer }) => (key, get, answer),
+            Request::Binary(ref binary) if open => match binary.key_command() {
+                Some(cmd::Command { key, op: cmd::Op::Get(get), answer }) => (key, get, answer),
+                _ => return false,
+            },
+            _ => return false,
+        };
+        if key.is_empty() {
+            // Refused by the general path (`run_command`).
+            return false;
+        }
+        self.get(Key { bytes: key, hash, partition }, &get, answer, fd, out);
+        true
+    }
+
+    /// [`Engine::get_owned`] for a text get: get and gets skip the command the general path
+    /// builds (as `get` and `read_reply` run them on a key owned here); the touching kinds take
+    /// it.
+    #[inline(always)]
+    fn text_get_owned(
+        &mut self,
+        kind: qs_proto::GetKind,
+        (key, hash, partition): (&[u8], KeyHash, usize),
+        fd: i32,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let with_cas = match kind {
             qs_proto::GetKind::Get => false,
             qs_proto::GetKind::Gets => true,
@@ -212,7 +245,6 @@ impl Engine {
                 return true;
             }
         };
-        // As `get` and `read_reply` run a plain get of a key owned here.
         self.counters.cmd_get += 1;
         self.offer(hash, key, &PartitionCommand::Get);
         let now = self.now;
@@ -227,7 +259,7 @@ impl Engine {
             _ => None,
         };
         self.tell_get(&Key { bytes: key, hash, partition }, (size, answer.records_detail()), fd);
-        out.extend_from_slice(qs_proto::response::END);
+        qs_proto::out::append(out, qs_proto::response::END);
         true
     }
 

@@ -121,10 +121,12 @@ impl Turn<'_, '_> {
         pending: &[u8],
         here: &[u8],
     ) -> Flow {
-        if let Parsed::Request { request: Request::Get { kind, keys, single: true }, len } = parsed {
+        if let Parsed::Request { request, len } = parsed {
             // The common request, straight to its read: none of the cases below applies to a
-            // get of one key this worker owns (no SASL gate, never oversized, routed here).
-            if self.engine.get_owned(*kind, (keys, located, self.hand.fd), self.output.reply_buf()) {
+            // get of one key this worker owns (never oversized, routed here, and a binary
+            // one only once the SASL gate is open).
+            let open = self.session.phase == crate::session::auth::Phase::Open;
+            if self.engine.get_owned(request, (located, self.hand.fd, open), self.output.reply_buf()) {
                 self.session.stacked = true;
                 *self.executed = true;
                 let shares = &mut self.engine.shares;
