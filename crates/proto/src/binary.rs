@@ -451,15 +451,19 @@ impl Reply<'_> {
     pub fn write_head(&self, out: &mut Vec<u8>) {
         let body_len = self.extras.len() + self.key.len() + self.value_len;
         out.reserve(HEADER_BYTES + body_len);
-        out.extend_from_slice(&[RESPONSE_MAGIC, self.opcode]);
-        out.extend_from_slice(&(self.key.len() as u16).to_be_bytes());
-        out.extend_from_slice(&[self.extras.len() as u8, 0]);
-        out.extend_from_slice(&self.status.to_be_bytes());
-        out.extend_from_slice(&(body_len as u32).to_be_bytes());
-        out.extend_from_slice(&self.opaque);
-        out.extend_from_slice(&self.cas.to_be_bytes());
-        out.extend_from_slice(self.extras);
-        out.extend_from_slice(self.key);
+        // The header is built whole and appended once (a copy of known length: stores).
+        let mut header = [0u8; HEADER_BYTES];
+        header[0] = RESPONSE_MAGIC;
+        header[1] = self.opcode;
+        header[2..4].copy_from_slice(&(self.key.len() as u16).to_be_bytes());
+        header[4] = self.extras.len() as u8;
+        header[6..8].copy_from_slice(&self.status.to_be_bytes());
+        header[8..12].copy_from_slice(&(body_len as u32).to_be_bytes());
+        header[12..16].copy_from_slice(&self.opaque);
+        header[16..24].copy_from_slice(&self.cas.to_be_bytes());
+        crate::out::append(out, &header);
+        crate::out::append(out, self.extras);
+        crate::out::append(out, self.key);
     }
 }
 

@@ -1,6 +1,7 @@
 //! RESP2 and RESP3 replies as redis-server 7.0 writes them ([`crate::command::Answer::Resp`]).
 
 use super::command::{Refusal, Reply};
+use crate::out::append;
 use crate::response::{push_i64, push_u64};
 use qs_store::{Hit, Now, Outcome};
 
@@ -78,14 +79,14 @@ pub const NOT_INTEGER: &[u8] = b"-ERR value is not an integer or out of range\r\
 pub fn integer(value: i64, out: &mut Vec<u8>) {
     out.push(b':');
     push_i64(out, value);
-    out.extend_from_slice(b"\r\n");
+    append(out, b"\r\n");
 }
 
 /// A bulk string.
 pub fn bulk(bytes: &[u8], out: &mut Vec<u8>) {
     bulk_head(bytes.len(), out);
-    out.extend_from_slice(bytes);
-    out.extend_from_slice(b"\r\n");
+    append(out, bytes);
+    append(out, b"\r\n");
 }
 
 /// A bulk string's length line.
@@ -93,7 +94,7 @@ pub fn bulk(bytes: &[u8], out: &mut Vec<u8>) {
 pub fn bulk_head(len: usize, out: &mut Vec<u8>) {
     out.push(b'$');
     push_u64(out, len as u64);
-    out.extend_from_slice(b"\r\n");
+    append(out, b"\r\n");
 }
 
 /// What a failed outcome says, if it is one of the store's refusals.
@@ -117,7 +118,7 @@ pub fn store(reply: Reply, outcome: &Outcome, size: usize, out: &mut Vec<u8>) {
         (Reply::Appended, false) => out.extend_from_slice(TOO_LARGE),
         (Reply::Appended, true) => integer(size as i64, out),
         (Reply::StoredInteger, _) => integer(i64::from(stored), out),
-        (_, true) => out.extend_from_slice(OK),
+        (_, true) => append(out, OK),
         (reply, false) => out.extend_from_slice(null_of(reply)),
     }
 }

@@ -6,8 +6,11 @@ use qs_store::{Hit, Outcome};
 /// A store's reply.
 #[inline]
 pub(crate) fn store(outcome: &Outcome, out: &mut Vec<u8>) {
+    if let Outcome::Stored { .. } = outcome {
+        // The common reply, a copy of known length.
+        return crate::out::append(out, reply::STORED);
+    }
     out.extend_from_slice(match outcome {
-        Outcome::Stored { .. } => reply::STORED,
         Outcome::NotStored => reply::NOT_STORED,
         Outcome::Exists => reply::EXISTS,
         Outcome::NotFound => reply::NOT_FOUND,

@@ -29,6 +29,20 @@ enum Large {
     Log(LogValue, u64),
 }
 
+/// A get that runs on a partition of this worker by the short way ([`Engine::owned_get`]).
+pub struct OwnedGet<'r> {
+    key: Key<'r>,
+    how: How<'r>,
+}
+
+/// How an [`OwnedGet`] was asked.
+enum How<'r> {
+    /// A text get of this kind.
+    Text(qs_proto::GetKind),
+    /// A command of another dialect: its options and wording.
+    Command(cmd::Get, Answer<'r>),
+}
+
 /// A get's reply, written as the store reads the value.
 pub(super) struct ReplySink<'a> {
     out: &'a mut Vec<u8>,
@@ -191,58 +205,61 @@ impl Engine {
     }
 
     /// A get of one key that a partition of this worker owns, located by the window, with no
-    /// flash tier: a text get (its VALUE block and `END`), RESP's GET, or a binary get on a
-    /// connection the SASL gate has nothing to say to (`open`), answered as
-    /// [`Engine::execute`] would answer it. `false`, with nothing done, for any other request
-    /// (the general path's).
+    /// flash tier: a text get, RESP's GET, or a binary get on a connection the SASL gate has
+    /// nothing to say to (`open`), to run by [`Engine::get_owned`] as [`Engine::execute`]
+    /// would run it. `None` for any other request (the general path's). Asks nothing of the
+    /// connection, so its caller takes the reply buffer only for a get that runs.
     #[inline(always)]
-    pub fn get_owned(
-        &mut self,
-        request: &Request<'_>,
-        (at, fd, open): (Option<super::Located>, i32, bool),
-        out: &mut Vec<u8>,
-    ) -> bool {
-        let Some((hash, partition)) = at else { return false };
+    pub fn owned_get<'r>(
+        &self,
+        request: &'r Request<'r>,
+        at: Option<super::Located>,
+        open: bool,
+    ) -> Option<OwnedGet<'r>> {
+        let (hash, partition) = at?;
         if self.flash_on || !self.owns(partition) {
-            return false;
+            return None;
         }
-        let (key, get, answer) = match *request {
-            Request::Get { kind, keys, single: true } => {
-                return self.text_get_owned(kind, (keys, hash, partition), fd, out)
+        let (key, how) = match *request {
+            Request::Get { kind, keys, single: true } => (keys, How::Text(kind)),
+            Request::RespKey(cmd::Command { key, op: cmd::Op::Get(get), answer }) => {
+                (key, How::Command(get, answer))
             }
-            Request::RespKey(cmd::Command { key, op: cmd::Op::Get(get), answer }) => (key, get, answer),
-            Request::Binary(ref binary) if open => match binary.key_command() {
-                Some(cmd::Command { key, op: cmd::Op::Get(get), answer }) => (key, get, answer),
-                _ => return false,
+            Request::Binary(ref binary) if open => match binary.key_command()? {
+                cmd::Command { key, op: cmd::Op::Get(get), answer } => (key, How::Command(get, answer)),
+                _ => return None,
             },
-            _ => return false,
+            _ => return None,
         };
-        if key.is_empty() {
-            // Refused by the general path (`run_command`).
-            return false;
+        // An empty key is refused by the general path (`run_command`).
+        (!key.is_empty()).then_some(OwnedGet { key: Key { bytes: key, hash, partition }, how })
+    }
+
+    /// Runs a get [`Engine::owned_get`] found, for the connection `fd`: its reply (a text
+    /// get's VALUE block and `END`) appended to `out`.
+    #[inline(always)]
+    pub fn get_owned(&mut self, get: OwnedGet<'_>, fd: i32, out: &mut Vec<u8>) {
+        match get.how {
+            How::Text(kind) => self.text_get_owned(kind, get.key, fd, out),
+            How::Command(options, answer) => {
+                self.get(get.key, &options, answer, fd, out);
+            }
         }
-        self.get(Key { bytes: key, hash, partition }, &get, answer, fd, out);
-        true
     }
 
     /// [`Engine::get_owned`] for a text get: get and gets skip the command the general path
     /// builds (as `get` and `read_reply` run them on a key owned here); the touching kinds take
     /// it.
     #[inline(always)]
-    fn text_get_owned(
-        &mut self,
-        kind: qs_proto::GetKind,
-        (key, hash, partition): (&[u8], KeyHash, usize),
-        fd: i32,
-        out: &mut Vec<u8>,
-    ) -> bool {
+    fn text_get_owned(&mut self, kind: qs_proto::GetKind, at: Key<'_>, fd: i32, out: &mut Vec<u8>) {
+        let Key { bytes: key, hash, partition } = at;
         let with_cas = match kind {
             qs_proto::GetKind::Get => false,
             qs_proto::GetKind::Gets => true,
             _ => {
-                self.get_one(kind, (Key { bytes: key, hash, partition }, fd), out);
+                self.get_one(kind, (at, fd), out);
                 out.extend_from_slice(qs_proto::response::END);
-                return true;
+                return;
             }
         };
         self.counters.cmd_get += 1;
@@ -258,9 +275,8 @@ impl Engine {
             Outcome::Hit(hit) => Some(hit.value_len),
             _ => None,
         };
-        self.tell_get(&Key { bytes: key, hash, partition }, (size, answer.records_detail()), fd);
+        self.tell_get(&at, (size, answer.records_detail()), fd);
         qs_proto::out::append(out, qs_proto::response::END);
-        true
     }
 
     /// A get of `key` in any dialect (with a touch, a get-and-touch; meta's N, R and u),

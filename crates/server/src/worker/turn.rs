@@ -126,7 +126,8 @@ impl Turn<'_, '_> {
             // get of one key this worker owns (never oversized, routed here, and a binary
             // one only once the SASL gate is open).
             let open = self.session.phase == crate::session::auth::Phase::Open;
-            if self.engine.get_owned(request, (located, self.hand.fd, open), self.output.reply_buf()) {
+            if let Some(get) = self.engine.owned_get(request, located, open) {
+                self.engine.get_owned(get, self.hand.fd, self.output.reply_buf());
                 self.session.stacked = true;
                 *self.executed = true;
                 let shares = &mut self.engine.shares;
