@@ -252,7 +252,7 @@ impl Engine {
     /// it.
     #[inline(always)]
     fn text_get_owned(&mut self, kind: qs_proto::GetKind, at: Key<'_>, fd: i32, out: &mut Vec<u8>) {
-        let Key { bytes: key, hash, partition } = at;
+        let Key { bytes: key, hash, .. } = at;
         let with_cas = match kind {
             qs_proto::GetKind::Get => false,
             qs_proto::GetKind::Gets => true,
@@ -264,13 +264,8 @@ impl Engine {
         };
         self.counters.cmd_get += 1;
         self.offer(hash, key, &PartitionCommand::Get);
-        let now = self.now;
         let answer = Answer::Text { noreply: false, with_cas };
-        let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, now.secs()));
-        sink.owned(partition);
-        let owned = self.partitions[partition].as_mut().expect("owned");
-        let outcome = owned.read_value(hash, key, None, now, &mut sink);
-        sink.finish(&outcome);
+        let outcome = self.read_owned(at, None, answer, out).expect("owned");
         let size = match &outcome {
             Outcome::Hit(hit) => Some(hit.value_len),
             _ => None,
@@ -418,22 +413,40 @@ impl Engine {
                 epochs.bump(hash.0);
             }
         }
-        let now = self.now;
-        let shared = &*self.shared;
-        let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now.secs()));
-        if let Some(owned) = &mut self.partitions[partition] {
-            sink.owned(partition);
-            let outcome = owned.read_value(hash, key, touch, now, &mut sink);
-            sink.finish(&outcome);
+        if let Some(outcome) = self.read_owned(Key { bytes: key, hash, partition }, touch, answer, out) {
             return outcome;
         }
         assert!(touch.is_none(), "touch of partition {partition} routed to worker {}", self.worker);
+        let now = self.now;
+        let shared = &*self.shared;
+        let mut sink = ReplySink::new(out, key, answer, shared, (&mut self.shares, now.secs()));
         let reader =
             shared.map.reader(partition).expect("a partition not owned here is read through its CREW reader");
         let (outcome, gone) = reader.read_telling(hash, key, now, &mut sink);
         sink.finish(&outcome);
         self.count_remote(partition, &outcome, gone);
         outcome
+    }
+
+    /// Reads `key` through its partition when this worker owns it (with `touch`, a
+    /// get-and-touch), writing the reply as it goes; `None`, with nothing done, when another
+    /// worker owns it.
+    #[inline(always)]
+    fn read_owned(
+        &mut self,
+        key: Key<'_>,
+        touch: Option<Expiry>,
+        answer: Answer<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Outcome> {
+        let Key { bytes: key, hash, partition } = key;
+        let owned = self.partitions[partition].as_mut()?;
+        let now = self.now;
+        let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, now.secs()));
+        sink.owned(partition);
+        let outcome = owned.read_value(hash, key, touch, now, &mut sink);
+        sink.finish(&outcome);
+        Some(outcome)
     }
 
     /// A plain get served from the record read from flash for it (the rare path: the record
