@@ -260,8 +260,9 @@ def dumped_instructions(path, before):
     sys.exit("callgrind wrote no dump")
 
 
-def run_server(server, binary, loads, seed):
-    """Each of `loads` (all of one worker count) against one `server` under callgrind."""
+def run_server(server, binary, loads, seed, keep=None):
+    """Each of `loads` (all of one worker count) against one `server` under callgrind; with
+    `keep`, each load's callgrind dump is copied there as SERVER-LOAD.callgrind."""
     workers = LOADS[loads[0]][5]
     port, resp_port = free_port(), free_port()
     out = tempfile.mkdtemp(prefix="qs-instructions-")
@@ -287,7 +288,10 @@ def run_server(server, binary, loads, seed):
             before = set(glob.glob(path + ".*"))
             answered = measured(load_port, load, seed)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-            instructions, _ = dumped_instructions(path, before)
+            instructions, dump = dumped_instructions(path, before)
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                shutil.copy(dump, os.path.join(keep, f"{server}-{load}.callgrind"))
             results[load] = instructions / answered
             print(f"  {server:12} {load:18} {answered:7} requests {instructions / answered:9,.0f} per request",
                   flush=True)
@@ -315,13 +319,13 @@ def find_binary(server):
     return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
-def measure(server, binary, loads, seed):
+def measure(server, binary, loads, seed, keep=None):
     speaks = SPEAKS[server]
     mine = [load for load in loads if LOADS[load][0] in speaks]
     results = {}
     for workers in sorted({LOADS[load][5] for load in mine}):
         group = [load for load in mine if LOADS[load][5] == workers]
-        results.update(run_server(server, binary, group, seed))
+        results.update(run_server(server, binary, group, seed, keep))
     return results
 
 
@@ -367,6 +371,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--check", action="store_true", help="compare with the budgets (quicksilver)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--keep", help="copy each load's callgrind dump into this folder (for callgrind_annotate)")
     args = parser.parse_args()
     loads = args.loads.split(",")
     unknown = [load for load in loads if load not in LOADS]
@@ -379,7 +384,7 @@ def main():
         if not binary:
             print(f"  {server}: not found here, skipped")
             continue
-        table[server] = measure(server, binary, loads, args.seed)
+        table[server] = measure(server, binary, loads, args.seed, args.keep)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(table, f, indent=2)

@@ -50,6 +50,19 @@ pub fn push_u64(out: &mut Vec<u8>, value: u64) {
             append(out, &[digit(high / 10), digit(high), digit(low / 10), digit(low)]);
         }
     } else {
+        push_u64_long(out, value);
+    }
+}
+
+/// [`push_u64`] for 10,000 and up, out of line: five digits (the lengths of values from 10 KB,
+/// which a large get's reply writes) by hand, more by the formatter.
+#[inline(never)]
+fn push_u64_long(out: &mut Vec<u8>, value: u64) {
+    if value < 100_000 {
+        let digit = |of: u64| b'0' + (of % 10) as u8;
+        let (high, low) = (value / 10_000, value % 10_000);
+        append(out, &[digit(high), digit(low / 1000), digit(low / 100), digit(low / 10), digit(low)]);
+    } else {
         append(out, itoa::Buffer::new().format(value).as_bytes());
     }
 }
@@ -211,7 +224,7 @@ mod tests {
     proptest! {
         #[test]
         fn numbers_are_written_in_decimal(
-            value in prop_oneof![0u64..20, 90u64..110, 990u64..1010, 9990u64..10_010, any::<u64>()],
+            value in prop_oneof![0u64..20, 90u64..110, 990u64..1010, 9990u64..10_010, 99_990u64..100_010, any::<u64>()],
         ) {
             let mut out = b"x".to_vec();
             push_u64(&mut out, value);

@@ -17,7 +17,10 @@ use std::sync::{Arc, OnceLock};
 /// The next partition's pin identity (a value names its partition by it).
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
-/// Pins kept before the ones no reply holds any more are dropped (checked as pins are made).
+/// Pins kept before the ones no reply holds any more are first dropped (checked as pins are
+/// made). After each pruning the next waits until the pins have doubled, so a partition whose
+/// replies hold many pins at once (many connections, each with a pipeline of large gets)
+/// scans them a bounded number of times per pin, not once per pin.
 const PINS_BEFORE_PRUNING: usize = 32;
 
 /// The memory values are pinned in (a partition's log).
@@ -42,6 +45,10 @@ struct Pinned {
     /// The value's first byte within the item, and its length.
     start: usize,
     len: usize,
+    /// Where the value's first byte lies: which ring, and its byte in that ring's memory
+    /// (fixed while the pin lives: a change of the rings' memory rescues every pin first).
+    ring: bool,
+    at: usize,
     /// The value's copy, once the memory it lay in was to be written again.
     rescued: OnceLock<Box<[u8]>>,
 }
@@ -69,11 +76,22 @@ pub(crate) struct Pins {
     /// This partition's identity, unique in the process.
     owner: u64,
     pinned: Vec<Arc<Pinned>>,
+    /// How many pins the next pruning waits for.
+    prune_at: usize,
+    /// Pins no reply holds any more, found by the last pruning: their allocations are reused
+    /// for the next pins (a large get pins its value each time; at depth 16 with 50
+    /// connections, malloc and free of the pin cost as much as the rest of the pin).
+    free: Vec<Arc<Pinned>>,
 }
 
 impl Default for Pins {
     fn default() -> Pins {
-        Pins { owner: NEXT_OWNER.fetch_add(1, Relaxed), pinned: Vec::new() }
+        Pins {
+            owner: NEXT_OWNER.fetch_add(1, Relaxed),
+            pinned: Vec::new(),
+            prune_at: PINS_BEFORE_PRUNING,
+            free: Vec::new(),
+        }
     }
 }
 
@@ -83,10 +101,20 @@ impl Pins {
     #[cold]
     #[inline(never)]
     pub(crate) fn pin(&mut self, log: &impl Memory, offset: u64, (start, len): (usize, usize)) -> LogValue {
-        if self.pinned.len() >= PINS_BEFORE_PRUNING {
+        if self.pinned.len() >= self.prune_at {
             self.prune();
         }
-        let pinned = Arc::new(Pinned { owner: self.owner, offset, start, len, rescued: OnceLock::new() });
+        let (ring, item_at) = log.place(offset);
+        let at = item_at + start;
+        let fresh = Pinned { owner: self.owner, offset, start, len, ring, at, rescued: OnceLock::new() };
+        let pinned = match self.free.pop() {
+            Some(mut pinned) => {
+                // Nothing else holds a pin on the free list (the pruning saw it so).
+                *Arc::get_mut(&mut pinned).expect("a pin no reply holds") = fresh;
+                pinned
+            }
+            None => Arc::new(fresh),
+        };
         if cfg!(loom) {
             // loom's atomics are not plain words: the value is copied at once.
             rescue(log, &pinned);
@@ -101,9 +129,24 @@ impl Pins {
         self.pinned.is_empty()
     }
 
-    /// Drops the pins no reply holds, and those rescued.
+    /// Drops the pins no reply holds (keeping their allocations for reuse, up to as many as
+    /// there were pins) and those rescued; the next pruning waits until the pins left have doubled.
     fn prune(&mut self) {
-        self.pinned.retain(|pinned| Arc::strong_count(pinned) > 1 && pinned.rescued.get().is_none());
+        let before = self.pinned.len();
+        let mut kept = 0;
+        for at in 0..self.pinned.len() {
+            let pinned = &self.pinned[at];
+            if Arc::strong_count(pinned) > 1 && pinned.rescued.get().is_none() {
+                self.pinned.swap(kept, at);
+                kept += 1;
+            }
+        }
+        for pinned in self.pinned.drain(kept..) {
+            if Arc::strong_count(&pinned) == 1 && Arc::weak_count(&pinned) == 0 && self.free.len() < before {
+                self.free.push(pinned);
+            }
+        }
+        self.prune_at = (2 * self.pinned.len()).max(PINS_BEFORE_PRUNING);
     }
 
     /// Before `bytes` bytes are written at item offset `offset` of `log`: copies out each
@@ -112,12 +155,10 @@ impl Pins {
     pub(crate) fn rescue_overlapping(&self, log: &impl Memory, offset: u64, bytes: usize) {
         let (ring, at) = log.place(offset);
         for pinned in &self.pinned {
-            let (pinned_ring, pinned_at) = log.place(pinned.offset);
-            let from = pinned_at + pinned.start;
             // A pin no reply holds any more needs no copy.
-            if pinned_ring == ring
-                && from < at + bytes
-                && at < from + pinned.len
+            if pinned.ring == ring
+                && pinned.at < at + bytes
+                && at < pinned.at + pinned.len
                 && Arc::strong_count(pinned) > 1
             {
                 rescue(log, pinned);
@@ -132,6 +173,7 @@ impl Pins {
             rescue(log, pinned);
         }
         self.pinned.clear();
+        self.prune_at = PINS_BEFORE_PRUNING;
     }
 }
 
@@ -153,4 +195,47 @@ pub(crate) fn rescued<'a>(pins: &Pins, value: &'a LogValue) -> Result<Option<&'a
 #[cfg(not(loom))]
 pub(crate) fn place(value: &LogValue) -> (u64, usize, usize) {
     (value.0.offset, value.0.start, value.0.len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log of one ring whose copies are zeros.
+    struct Zeros;
+
+    impl Memory for Zeros {
+        fn place(&self, offset: u64) -> (bool, usize) {
+            (false, offset as usize)
+        }
+        fn copy(&self, _offset: u64, _start: usize, len: usize) -> Box<[u8]> {
+            vec![0; len].into()
+        }
+    }
+
+    #[test]
+    fn pins_held_by_replies_are_scanned_a_bounded_number_of_times() {
+        let mut pins = Pins::default();
+        let mut held = Vec::new();
+        let mut prunings = 0;
+        for n in 0..10_000u64 {
+            let before = pins.prune_at;
+            held.push(pins.pin(&Zeros, n * 100, (8, 50)));
+            prunings += usize::from(pins.prune_at != before);
+        }
+        // Every pin is held: each pruning keeps them all and doubles the wait.
+        assert_eq!(pins.pinned.len(), 10_000);
+        assert!(prunings <= 10, "{prunings} prunings for 10,000 held pins");
+    }
+
+    #[test]
+    fn pins_no_reply_holds_are_dropped_at_the_next_pruning() {
+        let mut pins = Pins::default();
+        let held: Vec<LogValue> = (0..100).map(|n| pins.pin(&Zeros, n * 100, (8, 50))).collect();
+        drop(held);
+        for n in 0..PINS_BEFORE_PRUNING as u64 {
+            drop(pins.pin(&Zeros, n * 100, (8, 50)));
+        }
+        assert!(pins.pinned.len() <= PINS_BEFORE_PRUNING + 1, "{} pins kept", pins.pinned.len());
+    }
 }

@@ -11,8 +11,28 @@ use crate::session::SegmentPool;
 use qs_store::LogValue;
 use std::sync::{Arc, Weak};
 
-/// Recent shared copies kept for reuse (weakly: they live as long as a reply holds them).
+/// Recent shared copies kept for reuse (weakly: they live as long as a reply holds them), in
+/// a table indexed by the version's CAS sequence (unique per version in the process).
 const RECENT: usize = 16;
+
+/// Keys at most this long are remembered with their copies (kept inline: remembering a copy
+/// allocates nothing); a longer key's copies are not reused.
+const RECENT_KEY_BYTES_MAX: usize = qs_store::KEY_BYTES_MAX;
+
+/// A recent copy: its key, CAS sequence and the copy.
+struct Recent {
+    key: [u8; RECENT_KEY_BYTES_MAX],
+    key_len: u8,
+    cas: u64,
+    copy: Weak<SharedValue>,
+}
+
+/// The slot of version `cas` in the recent copies.
+#[inline(always)]
+fn recent_slot(cas: u64) -> usize {
+    // The low bits of a CAS sequence name its partition: the multiply spreads the rest.
+    (cas.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % RECENT
+}
 
 /// A worker's shared values.
 #[derive(Default)]
@@ -21,10 +41,8 @@ pub struct Shares {
     pub on: bool,
     /// The values the last execution left out of its reply buffer: (where, the copy).
     pub taken: Vec<(usize, Arc<SharedValue>)>,
-    /// Recent copies: key, CAS sequence, the copy.
-    recent: Vec<(Box<[u8]>, u64, Weak<SharedValue>)>,
-    /// Where the next copy goes in `recent`.
-    next: usize,
+    /// Recent copies, [`RECENT`] of them once the first is remembered.
+    recent: Vec<Recent>,
     /// Segments for the reply bytes behind shared values.
     pub segments: SegmentPool,
 }
@@ -63,22 +81,29 @@ impl Shares {
 
     /// A recent shared copy of the version `cas` of `key`, `len` bytes long, that a reply still holds.
     pub fn recent_copy(&self, key: &[u8], cas: u64, len: usize) -> Option<Arc<SharedValue>> {
-        self.recent
-            .iter()
-            .filter(|(seen, seen_cas, _)| *seen_cas == cas && **seen == *key)
-            .find_map(|(_, _, copy)| copy.upgrade())
-            .filter(|copy| copy.len() == len)
+        let recent = self.recent.get(recent_slot(cas))?;
+        if recent.cas != cas || recent.key.get(..usize::from(recent.key_len)) != Some(key) {
+            return None;
+        }
+        recent.copy.upgrade().filter(|copy| copy.len() == len)
     }
 
-    /// Keeps `copy` (the version `cas` of `key`) for reuse while a reply holds it.
+    /// Keeps `copy` (the version `cas` of `key`) for reuse while a reply holds it, in place
+    /// of the copy in its slot.
     fn remember(&mut self, key: &[u8], cas: u64, copy: &Arc<SharedValue>) {
-        let entry = (key.into(), cas, Arc::downgrade(copy));
-        if self.recent.len() < RECENT {
-            self.recent.push(entry);
-        } else {
-            self.recent[self.next] = entry;
-            self.next = (self.next + 1) % RECENT;
+        if key.len() > RECENT_KEY_BYTES_MAX {
+            return;
         }
+        if self.recent.is_empty() {
+            self.recent = (0..RECENT)
+                .map(|_| Recent { key: [0; RECENT_KEY_BYTES_MAX], key_len: 0, cas: 0, copy: Weak::new() })
+                .collect();
+        }
+        let recent = &mut self.recent[recent_slot(cas)];
+        recent.key[..key.len()].copy_from_slice(key);
+        recent.key_len = key.len() as u8;
+        recent.cas = cas;
+        recent.copy = Arc::downgrade(copy);
     }
 }
 
@@ -113,5 +138,29 @@ mod tests {
         assert_eq!(budget.used(), 0, "freed with the last reply holding them");
         shares.take(b"big", 5, &value, b"", &budget);
         assert_eq!(budget.used(), value.len(), "a copy no reply holds is not kept");
+    }
+
+    #[test]
+    fn a_recent_copy_answers_only_its_own_key_version_and_length() {
+        let budget = Arc::new(ClientMemory::default());
+        let mut shares = Shares { on: true, ..Shares::default() };
+        let value = vec![7u8; SHARED_VALUE_BYTES_MIN];
+        shares.take(b"big", 5, &value, b"", &budget);
+        assert!(shares.recent_copy(b"big", 5, value.len()).is_some());
+        assert!(shares.recent_copy(b"bog", 5, value.len()).is_none(), "another key");
+        assert!(shares.recent_copy(b"bi", 5, value.len()).is_none(), "a prefix of the key");
+        assert!(shares.recent_copy(b"big", 7, value.len()).is_none(), "another version");
+        assert!(shares.recent_copy(b"big", 5, value.len() + 1).is_none(), "another length");
+        // Copies of many versions: each slot keeps the last one remembered there.
+        for cas in 100..200 {
+            shares.take(b"big", cas, &value, b"", &budget);
+        }
+        for cas in 100..200 {
+            let kept = (cas + 1..200).all(|later| recent_slot(later) != recent_slot(cas));
+            assert_eq!(shares.recent_copy(b"big", cas, value.len()).is_some(), kept, "version {cas}");
+        }
+        let long = vec![b'k'; RECENT_KEY_BYTES_MAX + 1];
+        shares.take(&long, 300, &value, b"", &budget);
+        assert!(shares.recent_copy(&long, 300, value.len()).is_none(), "a long key is not remembered");
     }
 }

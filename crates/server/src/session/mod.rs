@@ -153,6 +153,14 @@ impl Input {
                     pool.budget().force(need - self.charged);
                     self.charged = need;
                 }
+                if let Some(mut kept) = pool.take_grown(need) {
+                    // Into a grown buffer kept from an earlier long store: no realloc.
+                    kept.extend_from_slice(&self.buf[..self.end]);
+                    kept.extend_from_slice(bytes);
+                    pool.replaced_read(std::mem::replace(&mut self.buf, kept));
+                    self.end = need;
+                    return true;
+                }
                 room = grown;
             }
             // Appended, not written into room: what lies past `end` is neither copied by the
@@ -468,14 +476,14 @@ mod tests {
         output.advance(output.held_bytes());
         output.lend_back(&mut pool, &mut segments);
         assert_eq!(output.held_bytes(), 0);
-        let pooled = segments.0.len();
+        let pooled = segments.len();
         assert!(pooled >= 3, "the emptied segments are pooled ({pooled})");
         // The next get takes its segment from the pool.
         output.borrow(&mut pool);
         output.reply_buf().extend_from_slice(b"h|end");
         output.adopt(&mut vec![(2, value(b"V"))], &mut segments);
         assert_eq!(output.unsent(), b"h|Vend");
-        assert_eq!(segments.0.len(), pooled - 1);
+        assert_eq!(segments.len(), pooled - 1);
     }
 
     #[test]
