@@ -50,19 +50,8 @@ pub fn push_u64(out: &mut Vec<u8>, value: u64) {
             append(out, &[digit(high / 10), digit(high), digit(low / 10), digit(low)]);
         }
     } else {
-        push_u64_long(out, value);
-    }
-}
-
-/// [`push_u64`] for 10,000 and up, out of line: five digits (the lengths of values from 10 KB,
-/// which a large get's reply writes) by hand, more by the formatter.
-#[inline(never)]
-fn push_u64_long(out: &mut Vec<u8>, value: u64) {
-    if value < 100_000 {
-        let digit = |of: u64| b'0' + (of % 10) as u8;
-        let (high, low) = (value / 10_000, value % 10_000);
-        append(out, &[digit(high), digit(low / 1000), digit(low / 100), digit(low / 10), digit(low)]);
-    } else {
+        // The formatter's two-digit table beats digits by hand here (59 against 33 a get of
+        // a 16 KiB value, callgrind).
         append(out, itoa::Buffer::new().format(value).as_bytes());
     }
 }

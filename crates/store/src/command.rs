@@ -143,15 +143,22 @@ pub trait ValueSink {
     /// `head` wrote and what was appended since.
     fn undo(&mut self);
     /// [`ValueSink::head`] for a read by the partition's owner, which may leave the value in
-    /// its log: `pin` pins it there and gives the [`LogValue`] a reply sends it from (return
-    /// `None` then: nothing is copied), or `None` where the log cannot keep it (store mode:
+    /// its log: `pin` pins it there, its hold charged where it says ([`crate::Charge`]), and
+    /// gives the [`LogValue`] a reply sends it from (return `None` then: nothing is copied), or `None` where the log cannot keep it (store mode:
     /// copy it). By default the value is copied as `head` says.
     #[inline(always)]
-    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> Option<LogValue>) -> Option<&mut Vec<u8>> {
+    fn head_pinnable(
+        &mut self,
+        hit: &Hit,
+        pin: impl FnOnce(PinCharge) -> Option<LogValue>,
+    ) -> Option<&mut Vec<u8>> {
         let _ = pin;
         self.head(hit)
     }
 }
+
+/// Where a pinned value's hold is charged ([`ValueSink::head_pinnable`]), if anywhere.
+pub type PinCharge = Option<std::sync::Arc<dyn crate::Charge>>;
 
 /// The plain sink: the value appended to a buffer, nothing before it.
 pub struct Append<'a> {

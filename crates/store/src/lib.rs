@@ -36,7 +36,8 @@ mod sync;
 pub mod words;
 
 pub use command::{
-    deliver, Append, Hit, MetaGet, Outcome, PartitionCommand, PartitionRequest, StoreMode, ValueSink,
+    deliver, Append, Hit, MetaGet, Outcome, PartitionCommand, PartitionRequest, PinCharge, StoreMode,
+    ValueSink,
 };
 pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
@@ -45,7 +46,7 @@ pub use keyhash::KeyHash;
 pub use partition::{
     Arriving, Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,
 };
-pub use pinned::LogValue;
+pub use pinned::{Charge, LogValue, WeakLogValue};
 pub use reader::{Gone, Reader};
 pub use region::{HugePages, PageKind};
 pub use stats::PartitionStats;

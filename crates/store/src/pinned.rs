@@ -11,8 +11,8 @@
 //! into the bytes handed back). A value rescued stays in its copy until the last reply
 //! holding it is dropped.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// The next partition's pin identity (a value names its partition by it).
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -31,10 +31,23 @@ pub(crate) trait Memory {
     fn copy(&self, offset: u64, start: usize, len: usize) -> Box<[u8]>;
 }
 
+/// Where the bytes a value's replies hold are charged: given back when the last reply that
+/// holds the value lets it go ([`LogValue::charge_to`]).
+pub trait Charge: std::fmt::Debug + Send + Sync {
+    /// Gives back `bytes` charged.
+    fn give(&self, bytes: usize);
+}
+
 /// A value left in the log of its partition for a reply to send from there: see the module
-/// page. Cheap to clone (the replies of one version share it).
+/// page. Cheap to clone (the replies of one version share it). The handles are its replies':
+/// the partition's own reference does not count, so the last handle dropped gives back the
+/// value's charge, if it has one.
 #[derive(Clone, Debug)]
 pub struct LogValue(Arc<Pinned>);
+
+/// A reference to a [`LogValue`] that does not keep it held ([`LogValue::downgrade`]).
+#[derive(Clone, Debug, Default)]
+pub struct WeakLogValue(Weak<Pinned>);
 
 #[derive(Debug)]
 struct Pinned {
@@ -51,6 +64,10 @@ struct Pinned {
     at: usize,
     /// The value's copy, once the memory it lay in was to be written again.
     rescued: OnceLock<Box<[u8]>>,
+    /// Whether the partition's pins hold a reference to it (besides its replies' handles).
+    listed: AtomicBool,
+    /// Where its replies' hold on it is charged, if anywhere.
+    charge: Option<Arc<dyn Charge>>,
 }
 
 impl LogValue {
@@ -67,6 +84,35 @@ impl LogValue {
     /// Whether it was copied out of the log (the memory was to be written again).
     pub fn rescued(&self) -> bool {
         self.0.rescued.get().is_some()
+    }
+
+    /// Whether this is the only handle (no other reply holds the value).
+    pub fn only_handle(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 + usize::from(self.0.listed.load(Relaxed))
+    }
+
+    /// A reference that does not hold the value.
+    pub fn downgrade(&self) -> WeakLogValue {
+        WeakLogValue(Arc::downgrade(&self.0))
+    }
+}
+
+impl Drop for LogValue {
+    fn drop(&mut self) {
+        if self.only_handle() {
+            if let Some(charge) = &self.0.charge {
+                charge.give(self.0.len);
+            }
+        }
+    }
+}
+
+impl WeakLogValue {
+    /// A handle on the value while the partition or a reply still holds it; `None` once it
+    /// is gone. A handle that is the only one holds a value whose charge was given back: the
+    /// caller charges it again.
+    pub fn upgrade(&self) -> Option<LogValue> {
+        self.0.upgrade().map(LogValue)
     }
 }
 
@@ -97,16 +143,33 @@ impl Default for Pins {
 
 impl Pins {
     /// Pins the `len` bytes from byte `start` of the item at `offset` of `log` (large values
-    /// only: kept off the read's inlined path).
+    /// only: kept off the read's inlined path), its replies' hold on it charged to `charge`
+    /// (its length, which the caller takes; given back when the last handle is dropped).
     #[cold]
     #[inline(never)]
-    pub(crate) fn pin(&mut self, log: &impl Memory, offset: u64, (start, len): (usize, usize)) -> LogValue {
+    pub(crate) fn pin(
+        &mut self,
+        log: &impl Memory,
+        offset: u64,
+        (start, len): (usize, usize),
+        charge: Option<Arc<dyn Charge>>,
+    ) -> LogValue {
         if self.pinned.len() >= self.prune_at {
             self.prune();
         }
         let (ring, item_at) = log.place(offset);
         let at = item_at + start;
-        let fresh = Pinned { owner: self.owner, offset, start, len, ring, at, rescued: OnceLock::new() };
+        let fresh = Pinned {
+            owner: self.owner,
+            offset,
+            start,
+            len,
+            ring,
+            at,
+            rescued: OnceLock::new(),
+            listed: AtomicBool::new(true),
+            charge,
+        };
         let pinned = match self.free.pop() {
             Some(mut pinned) => {
                 // Nothing else holds a pin on the free list (the pruning saw it so).
@@ -142,6 +205,7 @@ impl Pins {
             }
         }
         for pinned in self.pinned.drain(kept..) {
+            pinned.listed.store(false, Relaxed);
             if Arc::strong_count(&pinned) == 1 && Arc::weak_count(&pinned) == 0 && self.free.len() < before {
                 self.free.push(pinned);
             }
@@ -172,7 +236,9 @@ impl Pins {
         for pinned in self.pinned.iter().filter(|pinned| Arc::strong_count(pinned) > 1) {
             rescue(log, pinned);
         }
-        self.pinned.clear();
+        for pinned in self.pinned.drain(..) {
+            pinned.listed.store(false, Relaxed);
+        }
         self.prune_at = PINS_BEFORE_PRUNING;
     }
 }
@@ -220,7 +286,7 @@ mod tests {
         let mut prunings = 0;
         for n in 0..10_000u64 {
             let before = pins.prune_at;
-            held.push(pins.pin(&Zeros, n * 100, (8, 50)));
+            held.push(pins.pin(&Zeros, n * 100, (8, 50), None));
             prunings += usize::from(pins.prune_at != before);
         }
         // Every pin is held: each pruning keeps them all and doubles the wait.
@@ -231,11 +297,75 @@ mod tests {
     #[test]
     fn pins_no_reply_holds_are_dropped_at_the_next_pruning() {
         let mut pins = Pins::default();
-        let held: Vec<LogValue> = (0..100).map(|n| pins.pin(&Zeros, n * 100, (8, 50))).collect();
+        let held: Vec<LogValue> = (0..100).map(|n| pins.pin(&Zeros, n * 100, (8, 50), None)).collect();
         drop(held);
         for n in 0..PINS_BEFORE_PRUNING as u64 {
-            drop(pins.pin(&Zeros, n * 100, (8, 50)));
+            drop(pins.pin(&Zeros, n * 100, (8, 50), None));
         }
         assert!(pins.pinned.len() <= PINS_BEFORE_PRUNING + 1, "{} pins kept", pins.pinned.len());
+    }
+
+    /// Bytes charged now.
+    #[derive(Debug, Default)]
+    struct Charged(std::sync::atomic::AtomicUsize);
+
+    impl Charge for Charged {
+        fn give(&self, bytes: usize) {
+            self.0.fetch_sub(bytes, Relaxed);
+        }
+    }
+
+    impl Charged {
+        fn take(&self, bytes: usize) {
+            self.0.fetch_add(bytes, Relaxed);
+        }
+        fn now(&self) -> usize {
+            self.0.load(Relaxed)
+        }
+    }
+
+    #[test]
+    fn a_charge_is_given_back_with_the_last_reply_handle_listed_or_not() {
+        let charged = Arc::new(Charged::default());
+        let mut pins = Pins::default();
+        // Listed: the pins' own reference does not count as a handle.
+        let value = pins.pin(&Zeros, 0, (8, 50), Some(charged.clone()));
+        charged.take(50);
+        let again = value.clone();
+        assert!(!value.only_handle());
+        drop(value);
+        assert_eq!(charged.now(), 50, "another handle holds it");
+        assert!(again.only_handle());
+        drop(again);
+        assert_eq!(charged.now(), 0, "given back with the last handle");
+        // Rescued and unlisted by a pruning while replies hold it.
+        let value = pins.pin(&Zeros, 100, (8, 50), Some(charged.clone()));
+        charged.take(50);
+        let again = value.clone();
+        pins.rescue_all(&Zeros);
+        assert!(!value.only_handle());
+        drop(value);
+        assert_eq!(charged.now(), 50);
+        drop(again);
+        assert_eq!(charged.now(), 0);
+    }
+
+    #[test]
+    fn a_weak_reference_finds_a_value_while_the_pins_hold_it_and_its_charge_is_taken_again() {
+        let charged = Arc::new(Charged::default());
+        let mut pins = Pins::default();
+        let value = pins.pin(&Zeros, 0, (8, 50), Some(charged.clone()));
+        charged.take(50);
+        let weak = value.downgrade();
+        drop(value);
+        assert_eq!(charged.now(), 0);
+        // The pins still list it: the reference finds it, with no reply holding it.
+        let found = weak.upgrade().expect("listed");
+        assert!(found.only_handle(), "the finder charges it again");
+        charged.take(50);
+        drop(found);
+        assert_eq!(charged.now(), 0);
+        pins.rescue_all(&Zeros);
+        assert!(weak.upgrade().is_none(), "gone once neither the pins nor a reply hold it");
     }
 }

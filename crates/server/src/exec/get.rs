@@ -14,8 +14,7 @@ use crate::session::budget::SharedValue;
 use crate::shared::Shared;
 use qs_proto::command::{self as cmd, Answer};
 use qs_proto::Request;
-use qs_store::{Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, PartitionCommand, ValueSink};
-use std::sync::Arc;
+use qs_store::{Expiry, Hit, KeyHash, LogValue, MetaGet, Outcome, PartitionCommand, PinCharge, ValueSink};
 
 /// Where a large value went instead of the reply buffer.
 enum Large {
@@ -24,7 +23,7 @@ enum Large {
     /// A copy of its own, read straight from the log, of the version with this CAS.
     Fresh(Vec<u8>, u64),
     /// A recent copy of the same version, still held by a reply: nothing copied.
-    Reused(Arc<SharedValue>),
+    Reused(SharedValue),
     /// Left in the log of the owned partition: the version with this CAS.
     Log(LogValue, u64),
 }
@@ -111,13 +110,13 @@ impl<'a> ReplySink<'a> {
         match self.large {
             Large::No => {}
             Large::Fresh(bytes, cas) => {
-                let copy = Arc::new(SharedValue::from_vec(bytes, self.shared.client_memory.clone()));
+                let copy = SharedValue::from_vec(bytes, self.shared.client_memory.clone());
                 self.shares.take_new_copy(self.key, cas, copy, at);
             }
             Large::Reused(copy) => self.shares.taken.push((at, copy)),
             Large::Log(value, cas) => {
                 let partition = self.owned.expect("a value left in the log of an owned partition");
-                let copy = Arc::new(SharedValue::in_log(partition, value, self.shared.client_memory.clone()));
+                let copy = SharedValue::in_log(partition, value);
                 self.shares.take_new_copy(self.key, cas, copy, at);
             }
         }
@@ -139,7 +138,7 @@ impl ReplySink<'_> {
     /// copied (no value follows, a recent copy of the version is reused, or `pin` left it in
     /// the log).
     #[inline(always)]
-    fn place(&mut self, hit: &Hit, pin: Option<impl FnOnce() -> Option<LogValue>>) -> Option<&mut Vec<u8>> {
+    fn place(&mut self, hit: &Hit, pin: Option<impl FnOnce(PinCharge) -> Option<LogValue>>) -> Option<&mut Vec<u8>> {
         if !self.write_head(hit) {
             return None;
         }
@@ -154,13 +153,18 @@ impl ReplySink<'_> {
     fn place_large(
         &mut self,
         hit: &Hit,
-        pin: Option<impl FnOnce() -> Option<LogValue>>,
+        pin: Option<impl FnOnce(PinCharge) -> Option<LogValue>>,
     ) -> Option<&mut Vec<u8>> {
-        if let Some(copy) = self.shares.recent_copy(self.key, hit.cas, hit.value_len) {
+        if let Some(copy) =
+            self.shares.recent_copy(self.key, hit.cas, hit.value_len, &self.shared.client_memory)
+        {
             self.large = Large::Reused(copy);
             return None;
         }
-        if let Some(value) = pin.filter(|_| self.owned.is_some()).and_then(|pin| pin()) {
+        let budget = &self.shared.client_memory;
+        if let Some(value) = pin.filter(|_| self.owned.is_some()).and_then(|pin| pin(Some(budget.clone()))) {
+            // The replies' hold on it is charged as a copy would be, until the last lets it go.
+            budget.force(value.len());
             self.large = Large::Log(value, hit.cas);
             return None;
         }
@@ -175,11 +179,15 @@ impl ReplySink<'_> {
 impl ValueSink for ReplySink<'_> {
     #[inline(always)]
     fn head(&mut self, hit: &Hit) -> Option<&mut Vec<u8>> {
-        self.place(hit, None::<fn() -> Option<LogValue>>)
+        self.place(hit, None::<fn(PinCharge) -> Option<LogValue>>)
     }
 
     #[inline(always)]
-    fn head_pinnable(&mut self, hit: &Hit, pin: impl FnOnce() -> Option<LogValue>) -> Option<&mut Vec<u8>> {
+    fn head_pinnable(
+        &mut self,
+        hit: &Hit,
+        pin: impl FnOnce(PinCharge) -> Option<LogValue>,
+    ) -> Option<&mut Vec<u8>> {
         self.place(hit, Some(pin))
     }
 

@@ -6,10 +6,13 @@
 
 #[cfg(test)]
 use crate::session::budget::ClientMemory;
-use crate::session::budget::{LogBytes, SharedValue, SHARED_VALUE_BYTES_MIN};
+use crate::session::budget::{
+    ClientMemory as Budget, LogBytes, SharedValue, WeakShared, SHARED_VALUE_BYTES_MIN,
+};
 use crate::session::SegmentPool;
 use qs_store::LogValue;
-use std::sync::{Arc, Weak};
+#[cfg(test)]
+use std::sync::Arc;
 
 /// Recent shared copies kept for reuse (weakly: they live as long as a reply holds them), in
 /// a table indexed by the version's CAS sequence (unique per version in the process).
@@ -24,7 +27,7 @@ struct Recent {
     key: [u8; RECENT_KEY_BYTES_MAX],
     key_len: u8,
     cas: u64,
-    copy: Weak<SharedValue>,
+    copy: WeakShared,
 }
 
 /// The slot of version `cas` in the recent copies.
@@ -40,7 +43,7 @@ pub struct Shares {
     /// Whether replies now may share values (a stream connection's requests, run here).
     pub on: bool,
     /// The values the last execution left out of its reply buffer: (where, the copy).
-    pub taken: Vec<(usize, Arc<SharedValue>)>,
+    pub taken: Vec<(usize, SharedValue)>,
     /// Recent copies, [`RECENT`] of them once the first is remembered.
     recent: Vec<Recent>,
     /// Segments for the reply bytes behind shared values.
@@ -63,10 +66,10 @@ impl Shares {
     /// shared copy: a recent one of the same version, or a new one charged to `budget`.
     #[cfg(test)]
     fn take(&mut self, key: &[u8], cas: u64, value: &[u8], out: &[u8], budget: &Arc<ClientMemory>) {
-        match self.recent_copy(key, cas, value.len()) {
+        match self.recent_copy(key, cas, value.len(), budget) {
             Some(copy) => self.taken.push((out.len(), copy)),
             None => {
-                let copy = Arc::new(SharedValue::new(value, budget.clone()));
+                let copy = SharedValue::new(value, budget.clone());
                 self.take_new_copy(key, cas, copy, out.len());
             }
         }
@@ -74,36 +77,41 @@ impl Shares {
 
     /// Leaves the value at byte `at` of the reply buffer out, to be sent from `copy`, a new
     /// copy of the version `cas` of `key`, kept for reuse while a reply holds it.
-    pub fn take_new_copy(&mut self, key: &[u8], cas: u64, copy: Arc<SharedValue>, at: usize) {
+    pub fn take_new_copy(&mut self, key: &[u8], cas: u64, copy: SharedValue, at: usize) {
         self.remember(key, cas, &copy);
         self.taken.push((at, copy));
     }
 
     /// A recent shared copy of the version `cas` of `key`, `len` bytes long, that a reply still holds.
-    pub fn recent_copy(&self, key: &[u8], cas: u64, len: usize) -> Option<Arc<SharedValue>> {
+    pub fn recent_copy(&self, key: &[u8], cas: u64, len: usize, budget: &Budget) -> Option<SharedValue> {
         let recent = self.recent.get(recent_slot(cas))?;
         if recent.cas != cas || recent.key.get(..usize::from(recent.key_len)) != Some(key) {
             return None;
         }
-        recent.copy.upgrade().filter(|copy| copy.len() == len)
+        recent.copy.upgrade(budget).filter(|copy| copy.len() == len)
     }
 
     /// Keeps `copy` (the version `cas` of `key`) for reuse while a reply holds it, in place
     /// of the copy in its slot.
-    fn remember(&mut self, key: &[u8], cas: u64, copy: &Arc<SharedValue>) {
+    fn remember(&mut self, key: &[u8], cas: u64, copy: &SharedValue) {
         if key.len() > RECENT_KEY_BYTES_MAX {
             return;
         }
         if self.recent.is_empty() {
             self.recent = (0..RECENT)
-                .map(|_| Recent { key: [0; RECENT_KEY_BYTES_MAX], key_len: 0, cas: 0, copy: Weak::new() })
+                .map(|_| Recent {
+                    key: [0; RECENT_KEY_BYTES_MAX],
+                    key_len: 0,
+                    cas: 0,
+                    copy: WeakShared::Copy(std::sync::Weak::new()),
+                })
                 .collect();
         }
         let recent = &mut self.recent[recent_slot(cas)];
         recent.key[..key.len()].copy_from_slice(key);
         recent.key_len = key.len() as u8;
         recent.cas = cas;
-        recent.copy = Arc::downgrade(copy);
+        recent.copy = copy.downgrade();
     }
 }
 
@@ -130,7 +138,11 @@ mod tests {
         shares.take(b"big", 5, &value, b"VALUE big 0 16384\r\n", &budget);
         shares.take(b"big", 5, &value, b"", &budget);
         assert_eq!(budget.used(), value.len(), "the same version shares one copy");
-        assert!(Arc::ptr_eq(&shares.taken[0].1, &shares.taken[1].1));
+        let (SharedValue::Copy(first), SharedValue::Copy(second)) = (&shares.taken[0].1, &shares.taken[1].1)
+        else {
+            panic!("copies")
+        };
+        assert!(Arc::ptr_eq(first, second));
         assert_eq!((shares.taken[0].0, shares.taken[1].0), (19, 0));
         shares.take(b"big", 6, &value, b"", &budget);
         assert_eq!(budget.used(), 2 * value.len(), "a new version is a new copy");
@@ -146,21 +158,28 @@ mod tests {
         let mut shares = Shares { on: true, ..Shares::default() };
         let value = vec![7u8; SHARED_VALUE_BYTES_MIN];
         shares.take(b"big", 5, &value, b"", &budget);
-        assert!(shares.recent_copy(b"big", 5, value.len()).is_some());
-        assert!(shares.recent_copy(b"bog", 5, value.len()).is_none(), "another key");
-        assert!(shares.recent_copy(b"bi", 5, value.len()).is_none(), "a prefix of the key");
-        assert!(shares.recent_copy(b"big", 7, value.len()).is_none(), "another version");
-        assert!(shares.recent_copy(b"big", 5, value.len() + 1).is_none(), "another length");
+        assert!(shares.recent_copy(b"big", 5, value.len(), &budget).is_some());
+        assert!(shares.recent_copy(b"bog", 5, value.len(), &budget).is_none(), "another key");
+        assert!(shares.recent_copy(b"bi", 5, value.len(), &budget).is_none(), "a prefix of the key");
+        assert!(shares.recent_copy(b"big", 7, value.len(), &budget).is_none(), "another version");
+        assert!(shares.recent_copy(b"big", 5, value.len() + 1, &budget).is_none(), "another length");
         // Copies of many versions: each slot keeps the last one remembered there.
         for cas in 100..200 {
             shares.take(b"big", cas, &value, b"", &budget);
         }
         for cas in 100..200 {
             let kept = (cas + 1..200).all(|later| recent_slot(later) != recent_slot(cas));
-            assert_eq!(shares.recent_copy(b"big", cas, value.len()).is_some(), kept, "version {cas}");
+            assert_eq!(
+                shares.recent_copy(b"big", cas, value.len(), &budget).is_some(),
+                kept,
+                "version {cas}"
+            );
         }
         let long = vec![b'k'; RECENT_KEY_BYTES_MAX + 1];
         shares.take(&long, 300, &value, b"", &budget);
-        assert!(shares.recent_copy(&long, 300, value.len()).is_none(), "a long key is not remembered");
+        assert!(
+            shares.recent_copy(&long, 300, value.len(), &budget).is_none(),
+            "a long key is not remembered"
+        );
     }
 }

@@ -465,7 +465,7 @@ mod tests {
     #[test]
     fn values_left_out_of_one_execution_go_between_its_bytes_and_their_segments_are_reused() {
         let budget = std::sync::Arc::new(budget::ClientMemory::new(usize::MAX));
-        let value = |bytes: &[u8]| std::sync::Arc::new(budget::SharedValue::new(bytes, budget.clone()));
+        let value = |bytes: &[u8]| budget::SharedValue::new(bytes, budget.clone());
         let (mut output, mut pool, mut segments) =
             (Output::new(1), Buffers::default(), SegmentPool::default());
         output.borrow(&mut pool);
@@ -532,7 +532,7 @@ mod tests {
                         buf.extend_from_slice(b"<");
                         let at = buf.len();
                         buf.extend_from_slice(b">");
-                        let value = std::sync::Arc::new(budget::SharedValue::new(&reply, budget.clone()));
+                        let value = budget::SharedValue::new(&reply, budget.clone());
                         output.adopt(&mut vec![(at, value)], &mut SegmentPool::default());
                         model.push(Some([&b"<"[..], &reply, b">"].concat()));
                     }

@@ -24,7 +24,7 @@ pub enum Segment {
     /// A large value, sent from its one shared copy (`sent` bytes of it so far).
     Shared {
         /// The value.
-        value: std::sync::Arc<budget::SharedValue>,
+        value: budget::SharedValue,
         /// Bytes of it sent.
         sent: usize,
     },
@@ -292,22 +292,14 @@ impl Output {
     /// the value goes at byte `at` of the buffer [`Output::reply_buf`] gave it, in order): the
     /// bytes after each become a ready segment behind it, taken from `pool`.
     #[inline]
-    pub fn adopt(
-        &mut self,
-        shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>,
-        pool: &mut SegmentPool,
-    ) {
+    pub fn adopt(&mut self, shared: &mut Vec<(usize, budget::SharedValue)>, pool: &mut SegmentPool) {
         if !shared.is_empty() {
             self.adopt_taken(shared, pool);
         }
     }
 
     /// [`Output::adopt`] for an execution that left values out (the rare, large ones).
-    fn adopt_taken(
-        &mut self,
-        shared: &mut Vec<(usize, std::sync::Arc<budget::SharedValue>)>,
-        pool: &mut SegmentPool,
-    ) {
+    fn adopt_taken(&mut self, shared: &mut Vec<(usize, budget::SharedValue)>, pool: &mut SegmentPool) {
         let Some(&(first, _)) = shared.first() else { return };
         // The bytes after the first value move out of the buffer, into a segment behind it.
         let mut after = self.spare.pop().unwrap_or_else(|| pool.take_large());

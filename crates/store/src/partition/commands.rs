@@ -183,7 +183,8 @@ impl Partition {
         // writes freed memory itself, so its values are copied.
         let (log, pins, offset, copies) =
             (&self.shared.log, &mut self.pins, found.offset, self.store.is_some());
-        if let Some(buffer) = sink.head_pinnable(&hit, || (!copies).then(|| pins.pin(log, offset, value_at)))
+        if let Some(buffer) =
+            sink.head_pinnable(&hit, |charge| (!copies).then(|| pins.pin(log, offset, value_at, charge)))
         {
             hit.value_start = buffer.len();
             self.shared.log.read_bytes(found.offset, value_at.0, value_at.1, buffer);

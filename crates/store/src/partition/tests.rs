@@ -210,9 +210,9 @@ impl ValueSink for Pinning {
     fn head_pinnable(
         &mut self,
         _hit: &crate::Hit,
-        pin: impl FnOnce() -> Option<crate::LogValue>,
+        pin: impl FnOnce(crate::PinCharge) -> Option<crate::LogValue>,
     ) -> Option<&mut Vec<u8>> {
-        self.values.push(pin().expect("cache mode pins"));
+        self.values.push(pin(None).expect("cache mode pins"));
         None
     }
 }
