@@ -40,15 +40,15 @@ fn client_list_and_kill_forms_and_errors_answer_as_redis_server_does() {
 }
 
 /// The `name=value` fields of a CLIENT LIST or INFO reply's line for the connection named
-/// `web-1` (CLIENT LIST may still list a connection another worker has not yet seen close),
-/// and the line.
-fn fields(reply: &[u8]) -> (Vec<String>, String) {
+/// `name` (CLIENT LIST may still list a connection another worker has not yet seen close:
+/// each round names its connection its own way), and the line.
+fn fields(reply: &[u8], name: &str) -> (Vec<String>, String) {
     let text = String::from_utf8_lossy(reply).into_owned();
     let body = text.split_once("\r\n").expect("a length line").1;
     let body = body.strip_prefix("txt:").unwrap_or(body);
     let line = body
         .lines()
-        .find(|line| line.contains(" name=web-1 "))
+        .find(|line| line.contains(&format!(" name={name} ")))
         .expect("the named connection's line")
         .to_owned();
     let names = line.split(' ').map(|field| field.split('=').next().unwrap_or_default().to_owned()).collect();
@@ -61,15 +61,16 @@ fn client_list_and_info_carry_redis_servers_fields_in_its_order() {
     let (_server, port) = quicksilver(&["-t", "4"]);
     for version in ["2", "3"] {
         let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        let name = format!("web-{version}");
         for client in [&mut theirs, &mut ours] {
-            call(client, &frame(&["HELLO", version, "SETNAME", "web-1"]));
+            call(client, &frame(&["HELLO", version, "SETNAME", &name]));
         }
         for request in [&["CLIENT", "INFO"][..], &["CLIENT", "LIST"]] {
-            let (want, _) = fields(&call(&mut theirs, &frame(request)));
-            let (got, got_line) = fields(&call(&mut ours, &frame(request)));
+            let (want, _) = fields(&call(&mut theirs, &frame(request)), &name);
+            let (got, got_line) = fields(&call(&mut ours, &frame(request)), &name);
             assert_eq!(got, want, "{request:?}: {got_line}");
             assert_eq!(&got_line[..3], "id=");
-            for field in ["name=web-1 ", "flags=N db=0 ", "user=default redir=-1 "] {
+            for field in [&format!("name={name} ")[..], "flags=N db=0 ", "user=default redir=-1 "] {
                 assert!(got_line.contains(field), "{field} in {got_line}");
             }
             assert!(got_line.ends_with(&format!("resp={version}")), "{got_line}");

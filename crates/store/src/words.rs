@@ -26,17 +26,25 @@ pub fn load_bytes(words: &[AtomicU64], pos: usize, len: usize, out: &mut Vec<u8>
         out.truncate(start + len);
         return;
     }
-    let first_word = pos / WORD_BYTES;
+    // Whole words appended, each a fixed 8-byte move, and the excess cut off: no zeroing of
+    // the room first and no shifting after (callgrind, 32 B values: resize, copy and
+    // `copy_within` cost a `memset` and a `memmove` call a get; 16 KiB ones their bytes).
+    let mut word = pos / WORD_BYTES;
     let skip = pos % WORD_BYTES;
-    let word_count = (skip + len).div_ceil(WORD_BYTES);
-    out.resize(start + word_count * WORD_BYTES, 0);
-    for (chunk, word) in out[start..].chunks_exact_mut(WORD_BYTES).zip(&words[first_word..]) {
-        chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
-    }
+    out.reserve(len + WORD_BYTES);
+    let end = start + len;
     if skip != 0 {
-        out.copy_within(start + skip..start + skip + len, start);
+        // The first word's bytes from `skip` on, moved to its front.
+        let first = words[word].load(Relaxed) >> (8 * skip);
+        out.extend_from_slice(&first.to_le_bytes());
+        out.truncate(start + (WORD_BYTES - skip).min(len));
+        word += 1;
     }
-    out.truncate(start + len);
+    while out.len() < end {
+        out.extend_from_slice(&words[word].load(Relaxed).to_le_bytes());
+        word += 1;
+    }
+    out.truncate(end);
 }
 
 /// Writes `src` at byte position `pos`. Bytes of partially covered words outside the range are
@@ -135,6 +143,21 @@ mod tests {
             load_bytes(&words, 0, 128, &mut after);
             prop_assert_eq!(&after[..pos], &before[..pos]);
             prop_assert_eq!(&after[pos + data.len()..], &before[pos + data.len()..]);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn miri_loads_append_after_what_the_buffer_holds(
+            pos in 0usize..40, len in 0usize..80, held in 0usize..20
+        ) {
+            let words = memory(16);
+            let mut whole = Vec::new();
+            load_bytes(&words, 0, 128, &mut whole);
+            let mut out = vec![0xEE; held];
+            load_bytes(&words, pos, len, &mut out);
+            prop_assert_eq!(&out[..held], &vec![0xEE; held][..]);
+            prop_assert_eq!(&out[held..], &whole[pos..pos + len]);
         }
     }
 
