@@ -214,19 +214,22 @@ impl Pins {
     }
 
     /// Before `bytes` bytes are written at item offset `offset` of `log`: copies out each
-    /// pinned value those bytes would overwrite.
+    /// pinned value those bytes would overwrite. Pins no reply holds any more need no copy;
+    /// when they are most of the list, it is pruned (a burst of large gets over, the pins it
+    /// left are not scanned before every write until the next large get).
     #[cold]
-    pub(crate) fn rescue_overlapping(&self, log: &impl Memory, offset: u64, bytes: usize) {
+    pub(crate) fn rescue_overlapping(&mut self, log: &impl Memory, offset: u64, bytes: usize) {
         let (ring, at) = log.place(offset);
+        let mut unheld = 0;
         for pinned in &self.pinned {
-            // A pin no reply holds any more needs no copy.
-            if pinned.ring == ring
-                && pinned.at < at + bytes
-                && at < pinned.at + pinned.len
-                && Arc::strong_count(pinned) > 1
-            {
+            if Arc::strong_count(pinned) == 1 {
+                unheld += 1;
+            } else if pinned.ring == ring && pinned.at < at + bytes && at < pinned.at + pinned.len {
                 rescue(log, pinned);
             }
+        }
+        if 2 * unheld > self.pinned.len() {
+            self.prune();
         }
     }
 
@@ -292,6 +295,23 @@ mod tests {
         // Every pin is held: each pruning keeps them all and doubles the wait.
         assert_eq!(pins.pinned.len(), 10_000);
         assert!(prunings <= 10, "{prunings} prunings for 10,000 held pins");
+    }
+
+    #[test]
+    fn a_write_prunes_the_pins_once_most_are_held_no_more() {
+        let mut pins = Pins::default();
+        let held: Vec<LogValue> = (0..1000).map(|n| pins.pin(&Zeros, n * 100, (8, 50), None)).collect();
+        pins.rescue_overlapping(&Zeros, 1_000_000, 8);
+        assert_eq!(pins.pinned.len(), 1000, "all held: none pruned");
+        let (kept, gone) = held.split_at(400);
+        drop(gone.to_vec());
+        let kept = kept.to_vec();
+        drop(held);
+        pins.rescue_overlapping(&Zeros, 1_000_000, 8);
+        assert_eq!(pins.pinned.len(), 400, "most held no more: pruned");
+        assert!(kept.iter().all(|value| !value.rescued()), "nothing written over them");
+        pins.rescue_overlapping(&Zeros, 0, 200);
+        assert!(kept[0].rescued() && kept[1].rescued() && !kept[2].rescued());
     }
 
     #[test]

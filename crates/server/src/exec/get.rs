@@ -138,7 +138,11 @@ impl ReplySink<'_> {
     /// copied (no value follows, a recent copy of the version is reused, or `pin` left it in
     /// the log).
     #[inline(always)]
-    fn place(&mut self, hit: &Hit, pin: Option<impl FnOnce(PinCharge) -> Option<LogValue>>) -> Option<&mut Vec<u8>> {
+    fn place(
+        &mut self,
+        hit: &Hit,
+        pin: Option<impl FnOnce(PinCharge) -> Option<LogValue>>,
+    ) -> Option<&mut Vec<u8>> {
         if !self.write_head(hit) {
             return None;
         }

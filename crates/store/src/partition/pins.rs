@@ -46,7 +46,7 @@ impl super::Partition {
     /// Copies out the pinned values `bytes` bytes written at item offset `offset` would
     /// overwrite (nothing to do, and one branch, when none is pinned).
     #[inline(always)]
-    pub(super) fn before_writing(&self, offset: u64, bytes: usize) {
+    pub(super) fn before_writing(&mut self, offset: u64, bytes: usize) {
         if !self.pins.is_empty() {
             self.pins.rescue_overlapping(&self.shared.log, offset, bytes);
         }

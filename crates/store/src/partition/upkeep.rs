@@ -203,7 +203,7 @@ impl Partition {
     /// not written again.
     #[inline(always)]
     pub(super) fn write_item(
-        &self,
+        &mut self,
         offset: u64,
         key: &[u8],
         value: &[u8],
