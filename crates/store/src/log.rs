@@ -342,6 +342,23 @@ impl Log {
     #[inline(always)]
     pub fn header(&self, offset: u64) -> Header {
         let (words, at, mask) = self.locate(offset);
+        Self::header_in(words, at, mask)
+    }
+
+    /// The header of the item at `offset` if the item's key is `key` (the item located once
+    /// for both: a get's probe).
+    #[inline(always)]
+    pub fn header_if_key(&self, offset: u64, key: &[u8]) -> Option<Header> {
+        let (words, at, mask) = self.locate(offset);
+        let header = Self::header_in(words, at, mask);
+        (header.word0.key_len() == key.len()
+            && crate::words::bytes_equal(words, at + header.key_start(), key))
+        .then_some(header)
+    }
+
+    /// The header at byte `at` of `words` (a ring's memory, `mask` its word mask).
+    #[inline(always)]
+    fn header_in(words: &[AtomicU64], at: usize, mask: usize) -> Header {
         let at = at / 8;
         let word0 = Word0(words[at].load(Relaxed));
         let word1 = Word1(words[(at + 1) & mask].load(Relaxed));

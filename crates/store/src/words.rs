@@ -106,9 +106,23 @@ pub fn bytes_equal(words: &[AtomicU64], pos: usize, expected: &[u8]) -> bool {
             rest = tail;
             continue;
         }
+        // A part of a word (the key's first bytes past an unaligned start, or its tail): both
+        // sides as masked words, the expected bytes read as whole words from the key where it
+        // is that long (its tail from the last eight bytes, shifted), not byte by byte.
         let take = (WORD_BYTES - skip).min(rest.len());
-        let bytes = word.to_le_bytes();
-        if bytes[skip..skip + take].iter().zip(&rest[..take]).any(|(a, b)| a != b) {
+        let mask = (1u64 << (8 * take)) - 1;
+        let want = if rest.len() >= WORD_BYTES {
+            u64::from_le_bytes(rest[..WORD_BYTES].try_into().expect("8 bytes"))
+        } else if expected.len() >= WORD_BYTES {
+            // `rest` is the end of `expected`.
+            let last = &expected[expected.len() - WORD_BYTES..];
+            u64::from_le_bytes(last.try_into().expect("8 bytes")) >> (8 * (WORD_BYTES - rest.len()))
+        } else {
+            let mut bytes = [0u8; WORD_BYTES];
+            bytes[..take].copy_from_slice(&rest[..take]);
+            u64::from_le_bytes(bytes)
+        };
+        if (word >> (8 * skip)) & mask != want & mask {
             return false;
         }
         at += take;
@@ -158,6 +172,30 @@ mod tests {
             load_bytes(&words, pos, len, &mut out);
             prop_assert_eq!(&out[..held], &vec![0xEE; held][..]);
             prop_assert_eq!(&out[held..], &whole[pos..pos + len]);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn miri_bytes_equal_is_a_comparison_of_the_bytes(
+            pos in 0usize..40,
+            data in proptest::collection::vec(any::<u8>(), 0..40),
+            flip in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let words = memory(16);
+            store_bytes(&words, pos, &data);
+            prop_assert!(bytes_equal(&words, pos, &data));
+            if !data.is_empty() {
+                let mut other = data.clone();
+                other[flip.index(data.len())] ^= 1 << bit;
+                prop_assert!(!bytes_equal(&words, pos, &other));
+                // A neighbour's byte differing is no difference.
+                let mut shorter = data.clone();
+                shorter.pop();
+                prop_assert!(bytes_equal(&words, pos, &shorter));
+                prop_assert!(bytes_equal(&words, pos + 1, &data[1..]));
+            }
         }
     }
 

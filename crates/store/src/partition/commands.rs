@@ -64,9 +64,8 @@ impl Partition {
             return None;
         }
         let offset = slot.offset();
-        let header = self.shared.log.header(offset);
-        (header.word0.key_len() == key.len() && self.shared.log.bytes_equal(offset, header.key_start(), key))
-            .then_some(Found { bucket, slot_bucket, slot: slot_index, offset, header })
+        let header = self.shared.log.header_if_key(offset, key)?;
+        Some(Found { bucket, slot_bucket, slot: slot_index, offset, header })
     }
 
     /// Finds a key that still answers; an expired or flushed one is removed on the way.
