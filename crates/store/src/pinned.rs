@@ -32,7 +32,7 @@ pub(crate) trait Memory {
 }
 
 /// Where the bytes a value's replies hold are charged: given back when the last reply that
-/// holds the value lets it go ([`LogValue::charge_to`]).
+/// holds the value lets it go (a pin made with a charge: [`crate::ValueSink::head_pinnable`]).
 pub trait Charge: std::fmt::Debug + Send + Sync {
     /// Gives back `bytes` charged.
     fn give(&self, bytes: usize);
