@@ -196,20 +196,18 @@ impl Pins {
     /// there were pins) and those rescued; the next pruning waits until the pins left have doubled.
     fn prune(&mut self) {
         let before = self.pinned.len();
-        let mut kept = 0;
-        for at in 0..self.pinned.len() {
-            let pinned = &self.pinned[at];
+        let free = &mut self.free;
+        self.pinned.retain(|pinned| {
             if Arc::strong_count(pinned) > 1 && pinned.rescued.get().is_none() {
-                self.pinned.swap(kept, at);
-                kept += 1;
+                return true;
             }
-        }
-        for pinned in self.pinned.drain(kept..) {
             pinned.listed.store(false, Relaxed);
-            if Arc::strong_count(&pinned) == 1 && Arc::weak_count(&pinned) == 0 && self.free.len() < before {
-                self.free.push(pinned);
+            if Arc::strong_count(pinned) == 1 && Arc::weak_count(pinned) == 0 && free.len() < before {
+                // The list's reference moves to the free list (retain drops this one).
+                free.push(pinned.clone());
             }
-        }
+            false
+        });
         self.prune_at = (2 * self.pinned.len()).max(PINS_BEFORE_PRUNING);
     }
 

@@ -69,9 +69,8 @@ pub struct Buffers {
     small_replies: Vec<Vec<u8>>,
     /// Bytes of `small_reads` and `small_replies`.
     small_pooled_bytes: usize,
-    /// Grown read buffers kept whole ([`GROWN_READS_MAX`]), and their bytes (capacity).
+    /// Grown read buffers kept whole ([`GROWN_READS_MAX`]).
     grown_reads: Vec<Vec<u8>>,
-    grown_pooled_bytes: usize,
     /// Bytes the connections may hold together; `usize::MAX` without a limit.
     limit: usize,
     /// Read buffers lent now (each charged `READ_BUFFER_BYTES`, however far it grew: a large
@@ -137,7 +136,6 @@ impl Buffers {
             small_replies: Vec::new(),
             small_pooled_bytes: 0,
             grown_reads: Vec::new(),
-            grown_pooled_bytes: 0,
             limit,
             reads_lent: 0,
             replies_lent: 0,
@@ -206,7 +204,7 @@ impl Buffers {
         self.reads.len() * READ_BUFFER_BYTES
             + self.replies_pooled_bytes
             + self.small_pooled_bytes
-            + self.grown_pooled_bytes
+            + self.grown_reads.iter().map(Vec::capacity).sum::<usize>()
     }
 
     /// A read buffer, or `None` when the limit leaves no room for one.
@@ -252,30 +250,24 @@ impl Buffers {
 
     /// An empty grown read buffer with room for at least `bytes`, kept whole from an earlier
     /// long store, to replace a connection's read buffer (given back with
-    /// [`Buffers::replaced_read`]); `None` when none is kept.
+    /// [`Buffers::keep_read`]); `None` when none is kept.
     pub(super) fn take_grown(&mut self, bytes: usize) -> Option<Vec<u8>> {
         let at = self.grown_reads.iter().position(|grown| grown.capacity() >= bytes)?;
         let mut grown = self.grown_reads.swap_remove(at);
-        self.grown_pooled_bytes -= grown.capacity();
         grown.clear();
         Some(grown)
     }
 
-    /// Takes back the read buffer a connection held before [`Buffers::take_grown`] replaced it
-    /// (the connection still holds one: it is still lent one).
-    pub(super) fn replaced_read(&mut self, buf: Vec<u8>) {
-        self.keep_read(buf);
-    }
-
-    /// Keeps a read buffer no connection holds for lending again, if the pools take it.
-    fn keep_read(&mut self, mut buf: Vec<u8>) {
+    /// Keeps a read buffer no connection holds for lending again, if the pools take it
+    /// ([`Buffers::give_read`] for one lent; directly for one [`Buffers::take_grown`] replaced,
+    /// whose connection is still lent a buffer).
+    pub(super) fn keep_read(&mut self, mut buf: Vec<u8>) {
         let len = buf.len();
         if len > READ_BUFFER_BYTES
             && len <= READ_BUFFER_CUT_MAX
             && self.grown_reads.len() < GROWN_READS_MAX
             && !self.pool_full(0, buf.capacity())
         {
-            self.grown_pooled_bytes += buf.capacity();
             self.grown_reads.push(buf);
         } else if (READ_BUFFER_BYTES..=READ_BUFFER_CUT_MAX).contains(&len)
             && !self.pool_full(self.reads.len(), READ_BUFFER_BYTES)

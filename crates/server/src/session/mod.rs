@@ -157,7 +157,7 @@ impl Input {
                     // Into a grown buffer kept from an earlier long store: no realloc.
                     kept.extend_from_slice(&self.buf[..self.end]);
                     kept.extend_from_slice(bytes);
-                    pool.replaced_read(std::mem::replace(&mut self.buf, kept));
+                    pool.keep_read(std::mem::replace(&mut self.buf, kept));
                     self.end = need;
                     return true;
                 }
