@@ -19,6 +19,11 @@ thread of the server is counted; a request is one the client sent and read the r
                                                  pogocache or segcache (PATH with --binary)
     scripts/instructions.py --loads text-32-p1,resp-32-p1 --binary target/release/quicksilver
     scripts/instructions.py --server all         every server found here, side by side
+    scripts/instructions.py --server echo-epoll  the floor: `qs-bench probe-echo --answer end`,
+                                                 a server doing no work (echo-uring: io_uring)
+
+The floor answers `END` to every line: its loads send gets only (a set is sent as a get of its
+key) and nothing is preloaded, so it counts what the same traffic costs a bare event loop.
 """
 import argparse
 import glob
@@ -61,7 +66,11 @@ SPEAKS = {
     "pogocache": {"text", "resp"},
     "segcache": {"text"},
     "redis": {"resp"},
+    "echo-epoll": {"text"},
+    "echo-uring": {"text"},
 }
+# The floor's servers: qs-bench's bare event loops (no store, no parser), by I/O kind.
+ECHO = {"echo-epoll": "epoll", "echo-uring": "uring"}
 
 
 def key(load, n):
@@ -190,7 +199,7 @@ def preload(port, load, protocol):
     drive(port, protocol, [batches(c) for c in range(8)])
 
 
-def measured(port, load, seed):
+def measured(port, load, seed, gets_only=False):
     protocol, size, keys, pipeline, gets, _, per_connection = LOADS[load]
     value = b"x" * size
 
@@ -198,7 +207,7 @@ def measured(port, load, seed):
         rng = random.Random(seed * 1000 + c)
         requests = []
         for i in range(per_connection):
-            op = "set" if gets is None or i % (gets + 1) == 0 else "get"
+            op = "set" if not gets_only and (gets is None or i % (gets + 1) == 0) else "get"
             requests.append(encode(protocol, op, key(load, rng.randint(1, keys)), value))
         for at in range(0, len(requests), pipeline):
             yield requests[at:at + pipeline]
@@ -207,6 +216,8 @@ def measured(port, load, seed):
 
 
 def command_line(server, binary, port, resp_port, workers):
+    if server in ECHO:
+        return [binary, "probe-echo", "--io", ECHO[server], "--answer", "end", "--port", str(port)]
     if server == "quicksilver":
         listen = f"127.0.0.1,proto[resp]:127.0.0.1:{resp_port}"
         return [binary, "-t", str(workers), "-p", str(port), "-U", "0", "-m", "256", "-l", listen]
@@ -282,11 +293,11 @@ def run_server(server, binary, loads, seed, keep=None):
             if server == "redis":
                 # redis-server speaks only RESP; the others take the keys over text or binary.
                 preload(resp_port, load, "resp")
-            elif not any(LOADS[done][1:3] == LOADS[load][1:3] for done in results):
+            elif server not in ECHO and not any(LOADS[done][1:3] == LOADS[load][1:3] for done in results):
                 preload(port, load, "text" if protocol == "resp" else protocol)
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
             before = set(glob.glob(path + ".*"))
-            answered = measured(load_port, load, seed)
+            answered = measured(load_port, load, seed, gets_only=server in ECHO)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
             instructions, dump = dumped_instructions(path, before)
             if keep:
@@ -296,7 +307,12 @@ def run_server(server, binary, loads, seed, keep=None):
             print(f"  {server:12} {load:18} {answered:7} requests {instructions / answered:9,.0f} per request",
                   flush=True)
     finally:
-        proc.terminate()
+        # The echo servers wait in the kernel where valgrind holds SIGTERM back; the counts
+        # are dumped already.
+        if server in ECHO:
+            proc.kill()
+        else:
+            proc.terminate()
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -309,6 +325,8 @@ def run_server(server, binary, loads, seed, keep=None):
 def find_binary(server):
     if server == "quicksilver":
         return os.path.join(ROOT, "target", "release", "quicksilver")
+    if server in ECHO:
+        return os.path.join(ROOT, "target", "release", "qs-bench")
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")))
     candidates = {
         "memcached": [shutil.which("memcached")],

@@ -190,7 +190,7 @@ pub fn echo_server(listener: std::net::TcpListener, answer: Answer) -> io::Resul
     let mut buf = vec![0u8; 64 << 10];
     let mut reply = Vec::new();
     loop {
-        poll.poll(&mut events, None)?;
+        retry_interrupted(|| poll.poll(&mut events, None))?;
         for event in events.iter() {
             if event.token() == Token(usize::MAX) {
                 while let Ok((mut stream, _)) = listener.accept() {
@@ -254,6 +254,17 @@ struct UringConn {
     receiving: bool,
 }
 
+/// Runs `wait` again while a signal interrupts it (callgrind_control's requests, a profiler's
+/// timer): an interrupted wait has waited for nothing.
+fn retry_interrupted<T>(mut wait: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match wait() {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            done => return done,
+        }
+    }
+}
+
 /// The io_uring echo server: a receive always posted on every connection; each loop turn
 /// collects the completions, queues a send for every connection with output and no send in
 /// flight, and submits everything with one `io_uring_enter` that also waits for the next
@@ -285,7 +296,7 @@ pub fn echo_server_uring(listener: std::net::TcpListener, answer: Answer) -> io:
     let mut completions: Vec<(u64, i32)> = Vec::new();
     let mut dirty: Vec<usize> = Vec::new();
     loop {
-        ring.submit_and_wait(1)?;
+        retry_interrupted(|| ring.submit_and_wait(1))?;
         completions.extend(ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
         for (user_data, result) in completions.drain(..) {
             let (index, kind) = ((user_data >> 2) as usize, user_data & 3);
@@ -389,7 +400,7 @@ pub fn echo_server_uring_multishot(listener: std::net::TcpListener, answer: Answ
     let mut completions: Vec<(u64, i32, u32)> = Vec::new();
     let mut dirty: Vec<usize> = Vec::new();
     loop {
-        ring.submit_and_wait(1)?;
+        retry_interrupted(|| ring.submit_and_wait(1))?;
         completions.extend(ring.completion().map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags())));
         for (user_data, result, flags) in completions.drain(..) {
             let (index, kind) = ((user_data >> 2) as usize, user_data & 3);
