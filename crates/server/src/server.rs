@@ -451,6 +451,7 @@ fn new_shared(
         published: crate::shared::Published::new(partitions, workers),
         connections: Default::default(),
         wakeups: crate::shared::Wakeups::new(workers),
+        lending: crate::shared::lending::Lending::new(workers),
         running: crate::shared::Running::new(extended.lru_crawler),
         memory: crate::shared::Memory::of(
             first,

@@ -66,6 +66,24 @@ impl Reader {
         now: Now,
         sink: &mut impl ValueSink,
     ) -> (Outcome, Gone) {
+        self.read_checked(hash, key, now, sink, true)
+    }
+
+    /// [`Reader::get`] for the thread that holds the partition now (its owner, or the worker
+    /// running a step over it: partition/steps.rs), which does not wait for its own step.
+    pub fn get_held(&self, hash: KeyHash, key: &[u8], now: Now, out: &mut Vec<u8>) -> Outcome {
+        self.read_checked(hash, key, now, &mut Append::new(out), false).0
+    }
+
+    #[inline(always)]
+    fn read_checked(
+        &self,
+        hash: KeyHash,
+        key: &[u8],
+        now: Now,
+        sink: &mut impl ValueSink,
+        stepped: bool,
+    ) -> (Outcome, Gone) {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return (Outcome::BadKey, Gone::No);
         }
@@ -74,11 +92,15 @@ impl Reader {
             // A split publishes its shape before the buckets it changed are even again, so a
             // bucket read under an older shape is caught by the shape read after it.
             let shape = index.shape();
+            // Not in a step over several keys (partition/steps.rs) either: a read never sees
+            // part of a transaction.
+            let steps = if stepped { self.step() } else { self.shared.steps.load(Relaxed) };
             let bucket = index.bucket(shape.bucket(hash));
             let (before, head) = self.begin(bucket);
             let mut gone = Gone::No;
             let found = self.read_once(bucket, hash.tag(), key, head, now, sink, &mut gone);
-            if !self.unchanged(bucket, before, found.map(|(offset, _)| offset)) || !index.still(shape) {
+            let unchanged = self.unchanged(bucket, before, found.map(|(offset, _)| offset));
+            if !unchanged || !index.still(shape) || self.shared.steps.load(Relaxed) != steps {
                 sink.undo();
                 crate::sync::spin_hint();
                 continue;
@@ -89,6 +111,26 @@ impl Reader {
                 None => (Outcome::Miss, Gone::No),
             };
         }
+    }
+
+
+    /// The partition's step count (partition/steps.rs) once no step is under way (waits while one is), to give
+    /// [`Reader::step_unchanged`] after reading.
+    pub fn step(&self) -> u64 {
+        loop {
+            let steps = self.shared.steps.load(Acquire);
+            if steps & 1 == 0 {
+                return steps;
+            }
+            crate::sync::spin_hint();
+        }
+    }
+
+    /// Whether no step began since [`Reader::step`] returned `seen`: what was read in
+    /// between is what the partition held outside any step.
+    pub fn step_unchanged(&self, seen: u64) -> bool {
+        fence(Acquire);
+        self.shared.steps.load(Relaxed) == seen
     }
 
     /// Main index buckets in use now (the owner may grow them).

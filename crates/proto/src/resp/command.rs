@@ -107,6 +107,17 @@ pub enum Call<'a> {
     RandomKey,
     /// INFO of these sections (the frame's arguments after the name; none: the default).
     Info(Frame<'a>),
+    /// MULTI: the connection's commands are queued until EXEC.
+    Multi,
+    /// EXEC: the queued commands run as one step.
+    Exec,
+    /// DISCARD: the queued commands are dropped.
+    Discard,
+    /// WATCH of the frame's keys (its arguments after the name): EXEC runs nothing if one of
+    /// them changed before it.
+    Watch(Frame<'a>),
+    /// UNWATCH: no key is watched any more.
+    Unwatch,
     /// Refused: the reply's text after `-`.
     Error(Refusal<'a>),
 }
@@ -247,6 +258,11 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "copy" => owned::copy(frame),
         "scan" => scan(frame),
         "randomkey" => Call::RandomKey,
+        "multi" => Call::Multi,
+        "exec" => Call::Exec,
+        "discard" => Call::Discard,
+        "watch" => Call::Watch(*frame),
+        "unwatch" => Call::Unwatch,
         "incr" => key(first[0], Op::Count { by: 1 }, Reply::Counter),
         "decr" => key(first[0], Op::Count { by: -1 }, Reply::Counter),
         "incrby" => count(first[0], first[1], false),
@@ -316,6 +332,11 @@ const TABLE: &[(&str, i32)] = &[
     ("copy", -3),
     ("scan", -2),
     ("randomkey", 1),
+    ("multi", 1),
+    ("exec", 1),
+    ("discard", 1),
+    ("watch", -2),
+    ("unwatch", 1),
 ];
 
 pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {

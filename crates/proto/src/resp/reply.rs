@@ -52,6 +52,26 @@ pub fn text(text: &[u8], resp3: bool, out: &mut Vec<u8>) {
 pub const OK: &[u8] = b"+OK\r\n";
 /// RESET's answer.
 pub const RESET: &[u8] = b"+RESET\r\n";
+/// A command queued inside MULTI.
+pub const QUEUED: &[u8] = b"+QUEUED\r\n";
+/// EXEC of a transaction a queued command was refused in.
+pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+/// EXEC without MULTI.
+pub const EXEC_WITHOUT_MULTI: &[u8] = b"-ERR EXEC without MULTI\r\n";
+/// DISCARD without MULTI.
+pub const DISCARD_WITHOUT_MULTI: &[u8] = b"-ERR DISCARD without MULTI\r\n";
+/// MULTI inside MULTI.
+pub const MULTI_NESTED: &[u8] = b"-ERR MULTI calls can not be nested\r\n";
+/// WATCH inside MULTI.
+pub const WATCH_IN_MULTI: &[u8] = b"-ERR WATCH inside MULTI is not allowed\r\n";
+/// EXEC that ran nothing because a watched key changed: a null array.
+pub const fn exec_null(resp3: bool) -> &'static [u8] {
+    if resp3 {
+        NULL3
+    } else {
+        b"*-1\r\n"
+    }
+}
 /// `+PONG`.
 pub const PONG: &[u8] = b"+PONG\r\n";
 /// redis-server's answer when maxmemory leaves no room.

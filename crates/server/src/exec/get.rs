@@ -364,7 +364,9 @@ impl Engine {
             }
             let shared = &*self.shared;
             let mut sink = ReplySink::new(out, bytes, answer, shared, (&mut self.shares, now.secs()));
-            sink.owned(partition);
+            if !self.stepping {
+                sink.owned(partition);
+            }
             let owned = self.partitions[partition].as_mut().expect("owned");
             let outcome = owned.read_meta(hash, bytes, options, now, &mut sink);
             sink.finish(&outcome);
@@ -455,7 +457,9 @@ impl Engine {
         let owned = self.partitions[partition].as_mut()?;
         let now = self.now;
         let mut sink = ReplySink::new(out, key, answer, &self.shared, (&mut self.shares, now.secs()));
-        sink.owned(partition);
+        if !self.stepping {
+            sink.owned(partition);
+        }
         let outcome = owned.read_value(hash, key, touch, now, &mut sink);
         sink.finish(&outcome);
         Some(outcome)

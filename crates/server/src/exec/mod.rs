@@ -26,6 +26,8 @@ mod sample;
 pub mod share;
 mod update;
 
+pub use resp::Ran;
+
 /// Where a request must run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -209,6 +211,9 @@ pub struct Engine {
     flash_off_said: std::cell::Cell<u64>,
     /// Large values sent from shared copies ([`share`]).
     pub shares: share::Shares,
+    /// A step over several workers' partitions runs (exec/resp/tx.rs): the partitions held
+    /// now go back to their owners after it, so no value is left pinned in their logs.
+    stepping: bool,
 }
 
 impl Engine {
@@ -246,6 +251,7 @@ impl Engine {
             flash_resolved: Vec::new(),
             shares: share::Shares::default(),
             flash_off_said: std::cell::Cell::new(0),
+            stepping: false,
         }
     }
 

@@ -107,6 +107,11 @@ impl Engine {
         self.owner(self.locate(key).1)
     }
 
+    /// Whether `key` can be read here: this worker owns it, or CREW's readers read any key.
+    pub fn reads_here(&self, key: &[u8]) -> bool {
+        self.crew || self.owns(self.locate(key).1)
+    }
+
     /// Whether this worker owns `partition`.
     #[inline]
     pub fn owns(&self, partition: usize) -> bool {

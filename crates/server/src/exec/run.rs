@@ -185,6 +185,8 @@ impl Engine {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         let outcome = match self.shared.map.reader(key.partition) {
+            // Held here (owned, or lent to a step running here): no waiting for the step.
+            Some(reader) if self.owns(key.partition) => reader.get_held(key.hash, &key, self.now, &mut value),
             Some(reader) => reader.get(key.hash, &key, self.now, &mut value),
             None => self.run(key, PartitionCommand::Get, &mut value),
         };

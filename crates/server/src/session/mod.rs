@@ -10,6 +10,7 @@ pub mod dump;
 pub mod names;
 mod output;
 mod state;
+pub mod tx;
 
 pub use arriving::Arriving;
 pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX, READ_BUFFER_BYTES};
@@ -293,6 +294,8 @@ pub struct Session {
     pub info: Option<std::sync::Arc<crate::observe::registry::Info>>,
     /// A `watch` connection: the log lines waiting for it (what it sends is ignored).
     pub watch: Option<std::sync::Arc<crate::observe::watch::Sink>>,
+    /// A Redis transaction being built: MULTI's queue, WATCH's keys.
+    pub tx: Option<Box<tx::Tx>>,
 }
 
 impl Conn {
@@ -328,6 +331,7 @@ impl Conn {
                 error: false,
                 info: None,
                 watch: None,
+                tx: None,
             },
         }
     }

@@ -5,6 +5,7 @@
 pub mod cluster;
 mod connections;
 mod credentials;
+pub mod lending;
 mod map;
 mod memory;
 mod published;
@@ -61,6 +62,8 @@ pub struct Shared {
     pub connections: Connections,
     /// The workers' sleep flags and wakers, and the stop flag.
     pub wakeups: Wakeups,
+    /// Partitions lent for a step over several workers' keys (a transaction's EXEC).
+    pub lending: lending::Lending<Vec<(usize, qs_store::Partition)>>,
     /// The item memory: the logs' size (`cache_memlimit`), the index, the largest item.
     pub memory: Memory,
     /// The native protocol's directory epoch and cookie key.

@@ -69,6 +69,13 @@ impl Wakeups {
         false
     }
 
+    /// Wakes `worker`, asleep or not (a step waits for it: partitions lent, shared/lending.rs).
+    pub fn wake(&self, worker: usize) {
+        if let Some(waker) = self.wakers[worker].get() {
+            let _ = waker.wake();
+        }
+    }
+
     /// Wakes every worker.
     pub fn wake_all(&self) {
         for waker in self.wakers.iter().filter_map(OnceLock::get) {

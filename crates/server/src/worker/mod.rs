@@ -36,6 +36,7 @@ mod flash;
 mod handover;
 mod refusals;
 mod turn;
+mod tx;
 mod udp;
 mod uring;
 mod window;
@@ -328,6 +329,13 @@ impl Worker {
                 }
             }
             self.shared.wakeups.awake(self.index);
+            if self.shared.lending.asked(self.index) {
+                // Another worker's step over keys of several workers (a transaction's EXEC)
+                // runs on this worker's partitions: lent between two turns, and back.
+                let lent = self.engine.lend_out();
+                let back = self.shared.lending.lend(self.index, lent);
+                self.engine.take_in(back);
+            }
             self.engine.set_now(crate::sys::clock::now());
             self.engine.turn_ticks = crate::sys::ticks();
             // A wake-up with nothing to do is the publish the timeout asked for.
@@ -343,6 +351,7 @@ impl Worker {
                     // -e: the flash pages being filled go out, so the next start has them all.
                     self.engine.flash_write_partial();
                     self.engine.publish();
+                    self.shared.lending.leave(self.index);
                     return;
                 }
             }

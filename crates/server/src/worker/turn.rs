@@ -121,6 +121,11 @@ impl Turn<'_, '_> {
         pending: &[u8],
         here: &[u8],
     ) -> Flow {
+        if self.session.tx.is_some() {
+            if let Some(flow) = self.in_multi(parsed, here) {
+                return flow;
+            }
+        }
         if let Parsed::Request { request, len } = parsed {
             // The common request, straight to its read: none of the cases below applies to a
             // get of one key this worker owns (never oversized, routed here, and a binary
@@ -176,6 +181,14 @@ impl Turn<'_, '_> {
         }
         if let Some(flow) = self.oversized(request, len) {
             return flow;
+        }
+        if let Request::Resp(frame) = request {
+            if let Some(flow) = self.tx_command(frame, len) {
+                return flow;
+            }
+            if let Some(flow) = self.spread_write(frame, here, len) {
+                return flow;
+            }
         }
         match self.engine.route(request, located, &self.output.pending) {
             Route::Local => {}
@@ -427,6 +440,8 @@ impl Turn<'_, '_> {
             }
             Exec::Reset => {
                 self.dialect = Dialect::Resp;
+                // RESET ends MULTI and unwatches.
+                self.session.tx = None;
                 if let Some(info) = &self.session.info {
                     info.set_resp(2);
                     info.set_name(b"");

@@ -30,6 +30,7 @@ mod flash_tier;
 mod pins;
 mod requests;
 mod small_ring;
+mod steps;
 mod store_mode;
 use store_mode::StoreState;
 mod upkeep;
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) oldest_live: AtomicU32,
     /// Immediate flush_all: items whose CAS sequence is below this are flushed (0: none).
     pub(crate) oldest_cas_seq: AtomicU64,
+    /// Odd while a step over several keys changes this partition ([`Partition::begin_step`]).
+    pub(crate) steps: AtomicU64,
     pub(crate) partition_index: u16,
 }
 
@@ -326,6 +329,7 @@ impl Partition {
             small_head: AtomicU64::new(0),
             oldest_live: AtomicU32::new(0),
             oldest_cas_seq: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
             partition_index: config.partition_index,
         };
         let mut partition = Partition {

@@ -170,7 +170,8 @@ impl Engine {
     /// key was there and all are stored, `:0` when one was and none is.
     pub(super) fn msetnx(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) {
         let keys = frame.args().skip(1).step_by(2);
-        if self.one_owner(keys.clone()) != Some(self.worker) {
+        // Routed to the one owner of every key (or run in a step holding their partitions).
+        if !keys.clone().all(|key| self.owns(self.locate(key).1)) {
             return out.extend_from_slice(MSETNX_SPREAD);
         }
         if let Some(refusal) = self.mset_refusal(frame) {

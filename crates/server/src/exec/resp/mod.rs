@@ -8,6 +8,9 @@
 mod keys;
 mod owned;
 mod scan;
+mod tx;
+
+pub use tx::Ran;
 
 use super::*;
 use qs_proto::command::{Answer, Get, RespReply};
@@ -110,6 +113,13 @@ impl Engine {
                 let mut text = Vec::new();
                 crate::admin::info::write(&self.shared, &sections, &mut text);
                 reply::text(&text, resp3, out);
+            }
+            // The connection's turn runs these (worker/tx.rs): they never reach the engine.
+            // Queued inside MULTI, run by its EXEC: the watched keys go with the EXEC anyway.
+            Call::Unwatch => out.extend_from_slice(reply::OK),
+            Call::Multi | Call::Exec | Call::Discard | Call::Watch(_) => {
+                debug_assert!(false, "a transaction's command reached the engine: {frame:?}");
+                out.extend_from_slice(b"-ERR transaction commands run on the connection\r\n");
             }
             // The parser makes these `Request::RespKey`; a frame built otherwise runs the same.
             Call::Key(command) => return self.run_command(&command, (None, fd), out),
@@ -273,6 +283,35 @@ impl Engine {
             out.extend_from_slice(b"-ERR keys of other workers are read only with --access crew\r\n");
             return;
         }
+        // Other workers' partitions are read through CREW's readers: the keys are read again
+        // if a step over several keys (a transaction) changed one of them meanwhile, so the
+        // reply is of one moment (partition/steps.rs).
+        let mut others: Vec<(usize, u64)> = Vec::new();
+        let mark = out.len();
+        loop {
+            others.clear();
+            for key in keys.clone() {
+                let partition = self.locate(key).1;
+                if !self.owns(partition) && !others.iter().any(|&(seen, _)| seen == partition) {
+                    if let Some(reader) = self.shared.map.reader(partition) {
+                        others.push((partition, reader.step()));
+                    }
+                }
+            }
+            self.read_keys(frame, (values, fd), out);
+            let map = &self.shared.map;
+            let unchanged = |&(partition, seen): &(usize, u64)| map.reader(partition).map_or(true, |reader| reader.step_unchanged(seen));
+            if others.iter().all(unchanged) {
+                return;
+            }
+            out.truncate(mark);
+            self.shares.taken.retain(|(at, _)| *at < mark);
+        }
+    }
+
+    /// [`Engine::resp_keys`]'s reads, once.
+    fn read_keys(&mut self, frame: &Frame<'_>, (values, fd): (bool, i32), out: &mut Vec<u8>) {
+        let keys = frame.args().skip(1);
         if values {
             out.push(b'*');
             qs_proto::response::push_u64(out, keys.len() as u64);

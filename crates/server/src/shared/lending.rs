@@ -1,0 +1,206 @@
+//! Partitions lent to one worker for one step over keys several workers own (a transaction's
+//! EXEC): the step's worker asks their owners, each hands its partitions over at the top of its
+//! next loop turn and waits, the step runs on them as on the worker's own, and they go back.
+//! One such step runs at a time, server-wide, so two steps never wait for each other: a worker
+//! that finds one under way runs its own later ([`Lending::borrow`] answers `None`), and keeps
+//! lending meanwhile. An owner waits only for a step that holds everything it needs, which
+//! waits for nothing (docs/ARCHITECTURE.md, "Transactions").
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+
+/// The lending desk: generic over what is lent (a worker's partitions) so its protocol is
+/// tested on its own.
+pub struct Lending<T> {
+    /// Held by the worker running a step over other workers' partitions.
+    step: Mutex<()>,
+    /// Per worker: asked to lend (read at the top of every loop turn, so a relaxed flag).
+    asked: Vec<AtomicBool>,
+    desk: Mutex<Desk<T>>,
+    changed: Condvar,
+}
+
+struct Desk<T> {
+    /// What each worker lent, until the step's worker takes it.
+    lent: Vec<Option<T>>,
+    /// What goes back to each worker.
+    returned: Vec<Option<T>>,
+    /// Workers that stopped: they lend nothing any more.
+    gone: Vec<bool>,
+}
+
+/// A step's borrowed partitions, each with the worker it goes back to (on drop, if not before).
+pub struct Borrowed<'a, T> {
+    lending: &'a Lending<T>,
+    _step: MutexGuard<'a, ()>,
+    /// What was lent, by whom.
+    pub lent: Vec<(usize, T)>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<T> Lending<T> {
+    /// A desk for `workers` workers, none asked.
+    pub fn new(workers: usize) -> Lending<T> {
+        Lending {
+            step: Mutex::new(()),
+            asked: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            desk: Mutex::new(Desk {
+                lent: (0..workers).map(|_| None).collect(),
+                returned: (0..workers).map(|_| None).collect(),
+                gone: vec![false; workers],
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Whether `worker` is asked to lend its partitions (it then calls [`Lending::lend`]).
+    #[inline(always)]
+    pub fn asked(&self, worker: usize) -> bool {
+        self.asked[worker].load(Relaxed)
+    }
+
+    /// `worker` hands `lent` over and waits until the step gives it back; given back at once
+    /// when the step no longer wants it.
+    pub fn lend(&self, worker: usize, lent: T) -> T {
+        let mut desk = lock(&self.desk);
+        if !self.asked[worker].load(Relaxed) {
+            return lent;
+        }
+        desk.lent[worker] = Some(lent);
+        self.changed.notify_all();
+        loop {
+            if let Some(back) = desk.returned[worker].take() {
+                return back;
+            }
+            if !self.asked[worker].load(Relaxed) {
+                if let Some(back) = desk.lent[worker].take() {
+                    return back;
+                }
+            }
+            desk = self.changed.wait(desk).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// `worker` stopped: a step waiting for it gives up.
+    pub fn leave(&self, worker: usize) {
+        lock(&self.desk).gone[worker] = true;
+        self.changed.notify_all();
+    }
+
+    /// Starts a step over the partitions of `workers` (none of them the caller), asking each
+    /// and waking it with `wake`, and waits until all have lent theirs. `None` when another
+    /// step is under way (the caller tries again later) or one of them has stopped.
+    pub fn borrow(&self, workers: &[usize], wake: impl Fn(usize)) -> Option<Borrowed<'_, T>> {
+        let step = match self.step.try_lock() {
+            Ok(step) => step,
+            Err(TryLockError::WouldBlock) => return None,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        };
+        for &worker in workers {
+            self.asked[worker].store(true, Relaxed);
+            wake(worker);
+        }
+        let mut desk = lock(&self.desk);
+        let mut lent = Vec::with_capacity(workers.len());
+        loop {
+            for &worker in workers {
+                if let Some(partitions) = desk.lent[worker].take() {
+                    lent.push((worker, partitions));
+                }
+            }
+            if lent.len() == workers.len() {
+                drop(desk);
+                return Some(Borrowed { lending: self, _step: step, lent });
+            }
+            if workers.iter().any(|&worker| desk.gone[worker]) {
+                // Under the desk's lock: an owner not yet lending sees it is no longer asked.
+                for &worker in workers {
+                    self.asked[worker].store(false, Relaxed);
+                }
+                for (worker, partitions) in lent.drain(..) {
+                    desk.returned[worker] = Some(partitions);
+                }
+                self.changed.notify_all();
+                return None;
+            }
+            desk = self.changed.wait(desk).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+impl<T> Drop for Borrowed<'_, T> {
+    fn drop(&mut self) {
+        let mut desk = lock(&self.lending.desk);
+        for (worker, partitions) in self.lent.drain(..) {
+            // Cleared here, before the next step can ask again: the owner clearing it on its
+            // way back could clear that step's ask.
+            self.lending.asked[worker].store(false, Relaxed);
+            desk.returned[worker] = Some(partitions);
+        }
+        self.lending.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// An owner's loop: lends `mine` whenever asked, until told to stop; counts its turns.
+    fn owner(lending: Arc<Lending<Vec<u32>>>, worker: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<u32>> {
+        std::thread::spawn(move || {
+            let mut mine = vec![worker as u32 * 10, worker as u32 * 10 + 1];
+            while !stop.load(Relaxed) {
+                if lending.asked(worker) {
+                    mine = lending.lend(worker, mine);
+                }
+                std::thread::yield_now();
+            }
+            lending.leave(worker);
+            mine
+        })
+    }
+
+    #[test]
+    fn a_step_borrows_what_the_owners_lend_and_gives_it_back_changed() {
+        let lending = Arc::new(Lending::new(3));
+        let stop = Arc::new(AtomicBool::new(false));
+        let owners: Vec<_> = (1..3).map(|worker| owner(lending.clone(), worker, stop.clone())).collect();
+        for round in 0..100u32 {
+            let mut step = lending.borrow(&[1, 2], |_| {}).expect("no other step, no owner gone");
+            assert_eq!(step.lent.len(), 2);
+            for (_, partitions) in &mut step.lent {
+                partitions.push(round);
+            }
+        }
+        stop.store(true, Relaxed);
+        for (worker, handle) in (1..3).zip(owners) {
+            let mine = handle.join().expect("an owner");
+            assert_eq!(mine.len(), 102, "every step's change came back to worker {worker}");
+            assert_eq!(mine[2..], (0..100).collect::<Vec<_>>()[..]);
+        }
+    }
+
+    #[test]
+    fn a_second_step_waits_its_turn_and_an_owner_gone_ends_a_step() {
+        let lending = Arc::new(Lending::<Vec<u32>>::new(3));
+        let stop = Arc::new(AtomicBool::new(false));
+        let one = owner(lending.clone(), 1, stop.clone());
+        let step = lending.borrow(&[1], |_| {}).expect("worker 1 lends");
+        assert!(lending.borrow(&[1], |_| {}).is_none(), "one step at a time");
+        drop(step);
+        stop.store(true, Relaxed);
+        assert_eq!(one.join().expect("worker 1").len(), 2);
+        assert!(lending.borrow(&[1], |_| {}).is_none(), "worker 1 is gone: nothing to wait for");
+        assert!(!lending.asked(1), "no longer asked");
+    }
+
+    #[test]
+    fn an_owner_no_longer_asked_keeps_what_it_would_have_lent() {
+        let lending = Lending::<Vec<u32>>::new(2);
+        assert_eq!(lending.lend(1, vec![7]), vec![7], "not asked: kept");
+    }
+}

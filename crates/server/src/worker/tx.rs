@@ -1,0 +1,163 @@
+//! A Redis connection's transaction, run where its requests are read, as redis-server 7.0
+//! answers it (multi.c): MULTI starts queueing, each request after it is answered `+QUEUED`
+//! (or refused at once, for an unknown command or a wrong number of arguments, which makes
+//! EXEC answer EXECABORT), and EXEC runs the queue as one step (exec/resp/tx.rs); DISCARD
+//! drops it; WATCH records its keys' versions, and EXEC runs nothing when one has changed.
+//! EXEC and WATCH wait for the connection's requests still running on other workers, so they
+//! see its own writes.
+
+use super::turn::{Flow, Turn};
+use super::*;
+use crate::session::tx::Tx;
+use qs_proto::resp::command::{call, Call, Refusal};
+use qs_proto::resp::{reply, Frame};
+
+/// A queued request or a watched key the client memory budget has no room for.
+const NO_ROOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+/// WATCH of a key another worker owns, which only CREW's readers can read here.
+const WATCH_SPREAD: &[u8] = b"-ERR WATCH of keys other workers own needs --access crew (or -t 1)\r\n";
+
+impl Turn<'_, '_> {
+    /// Inside MULTI: the request is queued, or refused (the transaction then aborts at EXEC).
+    /// `None` outside MULTI, and for what runs even inside it (EXEC, DISCARD, MULTI, WATCH,
+    /// QUIT, RESET, and framing errors).
+    pub(super) fn in_multi(&mut self, parsed: &Parsed<'_>, here: &[u8]) -> Option<Flow> {
+        let tx = self.session.tx.as_mut().filter(|tx| tx.multi)?;
+        let Parsed::Request { request, len } = parsed else { return None };
+        match request {
+            Request::RespKey(_) => {}
+            Request::Resp(frame) => match call(frame, &self.engine.limits) {
+                Call::Exec | Call::Discard | Call::Multi | Call::Watch(_) | Call::Quit | Call::Reset => {
+                    return None;
+                }
+                Call::Error(refusal @ (Refusal::Unknown(_) | Refusal::Arity(_))) => {
+                    reply::refusal(&refusal, self.output.reply_buf());
+                    tx.aborted = true;
+                    *self.executed = true;
+                    return Some(Flow::Next(*len));
+                }
+                _ => {}
+            },
+            _ => return None,
+        }
+        let queued = here.get(..*len).is_some_and(|bytes| tx.queue(bytes));
+        if !queued {
+            tx.aborted = true;
+        }
+        self.output.reply_buf().extend_from_slice(if queued { reply::QUEUED } else { NO_ROOM });
+        *self.executed = true;
+        Some(Flow::Next(*len))
+    }
+
+    /// MULTI, EXEC, DISCARD, WATCH and UNWATCH; `None` for any other request.
+    pub(super) fn tx_command(&mut self, frame: &Frame<'_>, len: usize) -> Option<Flow> {
+        let name = frame.arg(0)?;
+        if !(4..=7).contains(&name.len()) {
+            return None;
+        }
+        let in_multi = self.session.tx.as_ref().is_some_and(|tx| tx.multi);
+        let answer: &[u8] = match call(frame, &self.engine.limits) {
+            Call::Multi if in_multi => reply::MULTI_NESTED,
+            Call::Multi => {
+                let budget = &self.shared.client_memory;
+                self.session.tx.get_or_insert_with(|| Box::new(Tx::new(budget.clone()))).multi = true;
+                reply::OK
+            }
+            Call::Exec => return Some(self.exec(len)),
+            Call::Discard if in_multi => {
+                // The watched keys go too.
+                self.session.tx = None;
+                reply::OK
+            }
+            Call::Discard => reply::DISCARD_WITHOUT_MULTI,
+            Call::Watch(_) if in_multi => reply::WATCH_IN_MULTI,
+            Call::Watch(_) if self.output.pending_total > 0 => {
+                // After the connection's writes still running elsewhere.
+                self.session.state.block(Wait::Replies);
+                return Some(Flow::Stop);
+            }
+            Call::Watch(frame) => self.watch(&frame),
+            Call::Unwatch => {
+                self.session.tx = None;
+                reply::OK
+            }
+            _ => return None,
+        };
+        self.output.reply_buf().extend_from_slice(answer);
+        *self.executed = true;
+        Some(Flow::Next(len))
+    }
+
+    /// MSET, MSETNX, DEL, UNLINK, RENAME, RENAMENX and COPY of keys several workers own: one
+    /// step, as EXEC's, once the connection's requests running elsewhere are answered; `None`
+    /// for any other request, and for keys this worker owns alone.
+    pub(super) fn spread_write(&mut self, frame: &Frame<'_>, here: &[u8], len: usize) -> Option<Flow> {
+        const WRITES: [&[u8]; 7] = [b"mset", b"msetnx", b"del", b"unlink", b"rename", b"renamenx", b"copy"];
+        let name = frame.arg(0)?;
+        if frame.argc() < 3 || !WRITES.iter().any(|write| name.eq_ignore_ascii_case(write)) {
+            return None;
+        }
+        let request = here.get(..len)?;
+        let others = self.engine.spread_write_workers(request, self.dialect)?;
+        if self.output.pending_total > 0 {
+            self.session.state.block(Wait::Replies);
+            return Some(Flow::Stop);
+        }
+        let at = (self.dialect, self.hand.fd);
+        if self.engine.run_spread_write(request, &others, at, self.output.reply_buf()) == crate::exec::Ran::Later {
+            // Another worker's step is under way: in a later turn (nothing was written).
+            self.retry.push(self.index);
+            self.session.state.block(Wait::Turn);
+            return Some(Flow::Stop);
+        }
+        *self.executed = true;
+        Some(Flow::Next(len))
+    }
+
+    /// WATCH of the frame's keys: each one's version now.
+    fn watch(&mut self, frame: &Frame<'_>) -> &'static [u8] {
+        let keys = frame.args().skip(1);
+        if keys.clone().any(|key| !self.engine.reads_here(key)) {
+            return WATCH_SPREAD;
+        }
+        let budget = &self.shared.client_memory;
+        let tx = self.session.tx.get_or_insert_with(|| Box::new(Tx::new(budget.clone())));
+        for key in keys {
+            let version = self.engine.version_of(key);
+            if !tx.watch(key, version) {
+                return NO_ROOM;
+            }
+        }
+        reply::OK
+    }
+
+    /// EXEC: the queue runs as one step, once the connection's requests running elsewhere are
+    /// answered; in a later turn while another worker's step holds partitions it needs.
+    fn exec(&mut self, len: usize) -> Flow {
+        if !self.session.tx.as_ref().is_some_and(|tx| tx.multi) {
+            self.output.reply_buf().extend_from_slice(reply::EXEC_WITHOUT_MULTI);
+            *self.executed = true;
+            return Flow::Next(len);
+        }
+        if self.output.pending_total > 0 {
+            self.session.state.block(Wait::Replies);
+            return Flow::Stop;
+        }
+        let tx = self.session.tx.take().expect("inside MULTI");
+        *self.executed = true;
+        if tx.aborted {
+            self.output.reply_buf().extend_from_slice(reply::EXECABORT);
+            return Flow::Next(len);
+        }
+        let ran = self.engine.run_transaction(&tx, (self.dialect, self.hand.fd), self.output.reply_buf());
+        if ran == crate::exec::Ran::Later {
+            self.session.tx = Some(tx);
+            self.retry.push(self.index);
+            self.session.state.block(Wait::Turn);
+            return Flow::Stop;
+        }
+        let shares = &mut self.engine.shares;
+        self.output.adopt(&mut shares.taken, &mut shares.segments);
+        Flow::Next(len)
+    }
+}
