@@ -452,6 +452,7 @@ fn new_shared(
         connections: Default::default(),
         wakeups: crate::shared::Wakeups::new(workers),
         lending: crate::shared::lending::Lending::new(workers),
+        watches: Default::default(),
         running: crate::shared::Running::new(extended.lru_crawler),
         memory: crate::shared::Memory::of(
             first,

@@ -5,7 +5,10 @@
 //! id). The streams come from a grammar of the string, counter, expiry and keyspace commands
 //! with valid and invalid arguments over a handful of keys, so commands meet each other's
 //! keys: an INCR of an appended value, a GETEX of a key RENAME moved, a SET KEEPTTL after
-//! EXPIRE. Half the streams speak RESP3 (`HELLO 3`).
+//! EXPIRE. Half the streams speak RESP3 (`HELLO 3`). MULTI, EXEC, DISCARD, WATCH and UNWATCH
+//! fall among them, so transactions hold whatever came between (refused commands too), and
+//! with four workers their keys, and those of MSETNX, RENAME and COPY across the groups, are
+//! owned by several workers.
 //!
 //! The keys share hash tags (`{a}1`, `{a}2`...), so the writes of several keys that quicksilver
 //! runs on one worker (MSETNX, RENAME, COPY) meet the same owner with four workers too.
@@ -58,7 +61,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(34) {
+    let words: Vec<String> = match rng.below(39) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -82,7 +85,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
         }
         12 => vec!["MGET".into(), k, key(rng, group), key(rng, other_group)],
         13 => vec!["MSET".into(), k, v, key(rng, other_group), n],
-        14 => vec!["MSETNX".into(), k, v, key(rng, group), n],
+        14 => vec!["MSETNX".into(), k, v, key(rng, other_group), n],
         15 => vec!["APPEND".into(), k, v],
         16 => vec!["STRLEN".into(), k],
         17 => vec!["GETRANGE".into(), k, n, rng.pick(NUMBERS).into()],
@@ -117,9 +120,9 @@ fn command(rng: &mut Rng) -> Vec<String> {
         }
         28 => vec!["PERSIST".into(), k],
         29 => vec!["TTL".into(), k],
-        30 => vec![rng.pick(&["RENAME", "RENAMENX"]).into(), k, key(rng, group)],
+        30 => vec![rng.pick(&["RENAME", "RENAMENX"]).into(), k, key(rng, other_group)],
         31 => {
-            let mut copy = vec!["COPY".into(), k, key(rng, group)];
+            let mut copy = vec!["COPY".into(), k, key(rng, other_group)];
             if rng.chance(50) {
                 copy.push("REPLACE".into());
             }
@@ -132,15 +135,40 @@ fn command(rng: &mut Rng) -> Vec<String> {
                 .expect("one of three");
             vec![command.into(), sub.into(), k]
         }
-        _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH"]).into()],
+        // Transactions: MULTI blocks end where an EXEC or DISCARD falls, with whatever came
+        // between them (refused commands too), over keys of either group.
+        34 => vec![rng.pick(&["MULTI", "multi"]).into()],
+        35 => vec!["EXEC".into()],
+        36 => vec!["DISCARD".into()],
+        37 => vec!["WATCH".into(), k, key(rng, other_group)],
+        38 if rng.chance(50) => vec!["UNWATCH".into()],
+        _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
     words
 }
 
 /// A reply with what cannot match masked: TTL's and OBJECT IDLETIME's positive answers (a
-/// second apart between the servers) and MEMORY USAGE's (each server's own sizes) read as one.
-fn normalize(request: &[String], reply: Vec<u8>) -> Vec<u8> {
-    let counted = ["TTL", "MEMORY", "OBJECT"].contains(&request[0].as_str());
+/// second apart between the servers) and MEMORY USAGE's (each server's own sizes) read as one;
+/// inside EXEC's array, each queued request's (`queued`: those answered `+QUEUED` since MULTI).
+fn normalize(request: &[String], reply: Vec<u8>, queued: &mut Option<Vec<Vec<String>>>) -> Vec<u8> {
+    let name = request[0].to_ascii_uppercase();
+    match (name.as_str(), reply.as_slice()) {
+        ("MULTI", b"+OK\r\n") => *queued = Some(Vec::new()),
+        ("EXEC" | "DISCARD", _) if !reply.starts_with(b"-ERR") => {
+            let requests = queued.take().unwrap_or_default();
+            if reply.starts_with(b"*") && !reply.starts_with(b"*-") {
+                let at = reply.windows(2).position(|w| w == b"\r\n").expect("a count line") + 2;
+                let mut masked = reply[..at].to_vec();
+                for (request, element) in requests.iter().zip(split_replies(&reply[at..])) {
+                    masked.extend(normalize(request, element, &mut None));
+                }
+                return masked;
+            }
+        }
+        (_, b"+QUEUED\r\n") => queued.get_or_insert_with(Vec::new).push(request.to_vec()),
+        _ => {}
+    }
+    let counted = ["TTL", "MEMORY", "OBJECT"].contains(&name.as_str());
     if counted && reply.starts_with(b":") && !reply.starts_with(b":-") {
         return b":<positive>\r\n".to_vec();
     }
@@ -171,6 +199,7 @@ fn run(port: u16, resp3: bool, steps: &[Vec<Vec<String>>], seed: u64) -> Vec<Vec
         replies.push(without_id(&call(&mut client, &frame(&["HELLO", "3"]))));
     }
     let mut rng = Rng(seed);
+    let mut queued = None;
     for step in steps {
         let mut bytes = Vec::new();
         for request in step {
@@ -182,7 +211,9 @@ fn run(port: u16, resp3: bool, steps: &[Vec<Vec<String>>], seed: u64) -> Vec<Vec
         let all = call(&mut client, b"");
         let split = split_replies(&all);
         assert_eq!(split.len(), step.len(), "one reply per request: {:?}", String::from_utf8_lossy(&all));
-        replies.extend(step.iter().zip(split).map(|(request, reply)| normalize(request, reply)));
+        for (request, reply) in step.iter().zip(split) {
+            replies.push(normalize(request, reply, &mut queued));
+        }
     }
     replies
 }
@@ -232,11 +263,22 @@ fn compare(workers: &str) {
             (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream.wrapping_mul(0x2545_f491_4f6c_dd1d)) | 1;
         let mut rng = Rng(stream_seed);
         let resp3 = rng.chance(50);
+        let mut in_multi = false;
         let steps: Vec<Vec<Vec<String>>> = (0..6 + rng.below(20))
             .map(|_| {
                 // A third of the steps are pipelines of several commands in one write.
                 let count = if rng.chance(33) { 2 + rng.below(7) } else { 1 };
-                (0..count).map(|_| command(&mut rng)).collect()
+                let mut step: Vec<Vec<String>> = (0..count).map(|_| command(&mut rng)).collect();
+                for request in &step {
+                    let name = request[0].to_ascii_uppercase();
+                    let ends = request.len() == 1 && (name == "EXEC" || name == "DISCARD");
+                    in_multi = (in_multi || name == "MULTI" && request.len() == 1) && !ends;
+                }
+                // A step ends outside MULTI, so the marker after it is answered, not queued.
+                if std::mem::take(&mut in_multi) {
+                    step.push(vec![rng.pick(&["EXEC", "EXEC", "DISCARD"]).into()]);
+                }
+                step
             })
             .collect();
         // Each stream starts from an empty keyspace on both.

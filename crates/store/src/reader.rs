@@ -113,7 +113,6 @@ impl Reader {
         }
     }
 
-
     /// The partition's step count (partition/steps.rs) once no step is under way (waits while one is), to give
     /// [`Reader::step_unchanged`] after reading.
     pub fn step(&self) -> u64 {

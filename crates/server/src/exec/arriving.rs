@@ -76,6 +76,9 @@ impl Engine {
         let now = self.now;
         let owner = self.partitions[partition].as_mut().expect("an owned partition");
         let outcome = if lost { Outcome::OutOfMemory } else { owner.finish_arriving(record, now) };
+        if matches!(outcome, Outcome::Stored { .. }) {
+            self.shared.watches.touch(&key);
+        }
         if matches!(outcome, Outcome::OutOfMemory) {
             // As memcached, a set it cannot store leaves no old value behind.
             self.counters.store_no_memory += 1;

@@ -370,6 +370,10 @@ impl Engine {
             let owned = self.partitions[partition].as_mut().expect("owned");
             let outcome = owned.read_meta(hash, bytes, options, now, &mut sink);
             sink.finish(&outcome);
+            let changed = options.touch.is_some() || options.vivify.is_some();
+            if changed && matches!(outcome, Outcome::Hit(_) | Outcome::Vivified { .. }) {
+                self.shared.watches.touch(bytes);
+            }
             outcome
         } else {
             let shared = &*self.shared;
@@ -462,6 +466,10 @@ impl Engine {
         }
         let outcome = owned.read_value(hash, key, touch, now, &mut sink);
         sink.finish(&outcome);
+        if touch.is_some() && matches!(outcome, Outcome::Hit(_)) {
+            // GETEX's new expiry: a WATCH of the key sees the write.
+            self.shared.watches.touch(key);
+        }
         Some(outcome)
     }
 

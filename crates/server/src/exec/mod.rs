@@ -105,6 +105,19 @@ impl TooLarge {
     }
 }
 
+/// Whether `command` changed its key, by its `outcome`.
+fn wrote(command: &PartitionCommand<'_>, outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Stored { .. }
+        | Outcome::Vivified { .. }
+        | Outcome::Deleted
+        | Outcome::Touched
+        | Outcome::Counter { .. } => true,
+        Outcome::Hit(_) => !matches!(command, PartitionCommand::Get),
+        _ => false,
+    }
+}
+
 /// A key's hash and partition, computed once per request.
 pub type Located = (KeyHash, usize);
 
@@ -396,6 +409,12 @@ impl Engine {
                 epochs.bump_all();
             }
         }
+        // The watched keys it empties (those there now, on partitions held here).
+        let watches = self.shared.watches.clone();
+        watches.touch_each(|key| {
+            let key = self.key(key, None);
+            key.len() <= qs_proto::KEY_BYTES_MAX && self.owns(key.partition) && self.look(key).is_some()
+        });
         // As an exptime: past 30 days, an absolute unix time (one already past flushes now).
         let delay = match i64::from(delay) {
             d if d <= 0 => 0,
@@ -450,10 +469,15 @@ impl Engine {
         }
         let request = qs_store::PartitionRequest { key, hash, command };
         let now = self.now;
-        match &mut self.partitions[partition] {
+        let outcome = match &mut self.partitions[partition] {
             Some(partition) => partition.run(&request, now, out),
             None => panic!("request for partition {partition} routed to worker {}", self.worker),
+        };
+        if self.shared.watches.any() && wrote(&request.command, &outcome) {
+            // A WATCH of it sees the write (a write refused is none).
+            self.shared.watches.touch(key);
         }
+        outcome
     }
 
     /// Counts a read made here through `partition`'s CREW reader.

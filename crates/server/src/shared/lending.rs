@@ -150,7 +150,11 @@ mod tests {
     use std::sync::Arc;
 
     /// An owner's loop: lends `mine` whenever asked, until told to stop; counts its turns.
-    fn owner(lending: Arc<Lending<Vec<u32>>>, worker: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<u32>> {
+    fn owner(
+        lending: Arc<Lending<Vec<u32>>>,
+        worker: usize,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<Vec<u32>> {
         std::thread::spawn(move || {
             let mut mine = vec![worker as u32 * 10, worker as u32 * 10 + 1];
             while !stop.load(Relaxed) {

@@ -59,8 +59,9 @@ impl Turn<'_, '_> {
         let answer: &[u8] = match call(frame, &self.engine.limits) {
             Call::Multi if in_multi => reply::MULTI_NESTED,
             Call::Multi => {
-                let budget = &self.shared.client_memory;
-                self.session.tx.get_or_insert_with(|| Box::new(Tx::new(budget.clone()))).multi = true;
+                let shared = self.shared;
+                let tx = || Box::new(Tx::new(shared.client_memory.clone(), shared.watches.clone()));
+                self.session.tx.get_or_insert_with(tx).multi = true;
                 reply::OK
             }
             Call::Exec => return Some(self.exec(len)),
@@ -104,7 +105,9 @@ impl Turn<'_, '_> {
             return Some(Flow::Stop);
         }
         let at = (self.dialect, self.hand.fd);
-        if self.engine.run_spread_write(request, &others, at, self.output.reply_buf()) == crate::exec::Ran::Later {
+        if self.engine.run_spread_write(request, &others, at, self.output.reply_buf())
+            == crate::exec::Ran::Later
+        {
             // Another worker's step is under way: in a later turn (nothing was written).
             self.retry.push(self.index);
             self.session.state.block(Wait::Turn);
@@ -120,11 +123,14 @@ impl Turn<'_, '_> {
         if keys.clone().any(|key| !self.engine.reads_here(key)) {
             return WATCH_SPREAD;
         }
-        let budget = &self.shared.client_memory;
-        let tx = self.session.tx.get_or_insert_with(|| Box::new(Tx::new(budget.clone())));
+        let shared = self.shared;
+        let tx = self
+            .session
+            .tx
+            .get_or_insert_with(|| Box::new(Tx::new(shared.client_memory.clone(), shared.watches.clone())));
         for key in keys {
-            let version = self.engine.version_of(key);
-            if !tx.watch(key, version) {
+            // Its writes count from before its version is read: none falls between.
+            if !tx.watch(key, || self.engine.version_of(key)) {
                 return NO_ROOM;
             }
         }

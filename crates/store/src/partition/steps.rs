@@ -48,9 +48,13 @@ mod tests {
     }
 
     fn set(partition: &mut Partition, key: &[u8], value: &[u8]) {
-        let command = PartitionCommand::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
-        let outcome =
-            partition.execute(&PartitionRequest::new(key, command), crate::Now::from_secs(100), &mut Vec::new());
+        let command =
+            PartitionCommand::Store { mode: StoreMode::Set, value, flags: 0, expiry: Expiry::NEVER };
+        let outcome = partition.execute(
+            &PartitionRequest::new(key, command),
+            crate::Now::from_secs(100),
+            &mut Vec::new(),
+        );
         assert!(matches!(outcome, Outcome::Stored { .. }), "{outcome:?}");
     }
 

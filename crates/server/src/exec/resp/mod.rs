@@ -300,7 +300,9 @@ impl Engine {
             }
             self.read_keys(frame, (values, fd), out);
             let map = &self.shared.map;
-            let unchanged = |&(partition, seen): &(usize, u64)| map.reader(partition).map_or(true, |reader| reader.step_unchanged(seen));
+            let unchanged = |&(partition, seen): &(usize, u64)| {
+                map.reader(partition).map_or(true, |reader| reader.step_unchanged(seen))
+            };
             if others.iter().all(unchanged) {
                 return;
             }

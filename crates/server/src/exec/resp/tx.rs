@@ -70,20 +70,32 @@ impl Engine {
     /// `None` when this worker owns them all, or with the flash tier (then routed as before:
     /// exec/resp/keys.rs).
     pub fn spread_write_workers(&self, request: &[u8], dialect: Dialect) -> Option<Vec<usize>> {
-        let tx = Tx::alone(request, self.shared.client_memory.clone());
+        let tx = Tx::alone(request, self.shared.client_memory.clone(), self.shared.watches.clone());
         let others = self.step_workers(&tx, dialect);
         (!others.is_empty() && !self.flash_on).then_some(others)
     }
 
     /// Runs `request` as a step over the partitions of `others` (its reply as outside a
     /// transaction).
-    pub fn run_spread_write(&mut self, request: &[u8], others: &[usize], (dialect, fd): (Dialect, i32), out: &mut Vec<u8>) -> Ran {
-        let tx = Tx::alone(request, self.shared.client_memory.clone());
+    pub fn run_spread_write(
+        &mut self,
+        request: &[u8],
+        others: &[usize],
+        (dialect, fd): (Dialect, i32),
+        out: &mut Vec<u8>,
+    ) -> Ran {
+        let tx = Tx::alone(request, self.shared.client_memory.clone(), self.shared.watches.clone());
         self.step_over(&tx, others, (dialect, fd, false), out)
     }
 
     /// `tx` as one step, the partitions of `others` borrowed for it; `array`: EXEC's reply.
-    fn step_over(&mut self, tx: &Tx, others: &[usize], (dialect, fd, array): (Dialect, i32, bool), out: &mut Vec<u8>) -> Ran {
+    fn step_over(
+        &mut self,
+        tx: &Tx,
+        others: &[usize],
+        (dialect, fd, array): (Dialect, i32, bool),
+        out: &mut Vec<u8>,
+    ) -> Ran {
         if others.is_empty() {
             self.run_step(tx, (dialect, fd, array), out);
             return Ran::Done;
@@ -126,8 +138,8 @@ impl Engine {
         }
         let mut needed = vec![false; workers];
         let owner_of = |key: &[u8]| self.owner(self.locate(key).1);
-        for (key, _) in &tx.watched {
-            needed[owner_of(key)] = true;
+        for watched in &tx.watched {
+            needed[owner_of(&watched.key)] = true;
         }
         for bytes in tx.requests() {
             let Parsed::Request { request, .. } = dialect.parse(bytes, &self.limits) else { continue };
@@ -146,7 +158,7 @@ impl Engine {
         for partition in self.partitions.iter().flatten() {
             partition.begin_step();
         }
-        let changed = tx.watched.iter().any(|(key, cas)| self.version_of(key) != *cas);
+        let changed = tx.watched_changed(|key| self.version_of(key));
         if changed {
             out.extend_from_slice(reply::exec_null(resp3));
         } else {
@@ -195,8 +207,12 @@ fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits) -> Names<'a> {
             Names::Keys(frame.args().skip(1).collect())
         }
         Call::Mset { frame, .. } => Names::Keys(frame.args().skip(1).step_by(2).collect()),
-        Call::Owned(owned) => Names::Keys([Some(owned.key), owned.other_key()].into_iter().flatten().collect()),
-        Call::Keys(_) | Call::Scan(_) | Call::RandomKey | Call::Flush | Call::ConfigSet(_) => Names::Everything,
+        Call::Owned(owned) => {
+            Names::Keys([Some(owned.key), owned.other_key()].into_iter().flatten().collect())
+        }
+        Call::Keys(_) | Call::Scan(_) | Call::RandomKey | Call::Flush | Call::ConfigSet(_) => {
+            Names::Everything
+        }
         _ => Names::Nothing,
     }
 }
