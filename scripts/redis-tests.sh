@@ -25,7 +25,7 @@ SUDO=""
 
 # Values up to 8 MiB (the suite sets 4 MB ones; redis-server's own limit is 512 MB).
 server_args=(-U 0 -m 1024 -I 8m)
-files=(unit/type/string unit/type/incr unit/expire unit/keyspace unit/protocol unit/quit unit/info-command)
+files=(unit/type/string unit/type/incr unit/expire unit/keyspace unit/protocol unit/quit unit/info-command unit/multi)
 [ $# -gt 0 ] && files=("$@")
 
 cache=${QS_CACHE:-$HOME/.cache/quicksilver}

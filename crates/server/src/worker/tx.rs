@@ -14,6 +14,8 @@ use qs_proto::resp::{reply, Frame};
 
 /// A queued request or a watched key the client memory budget has no room for.
 const NO_ROOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+/// A command redis-server refuses inside MULTI (its `no-multi` flag).
+const NOT_IN_MULTI: &[u8] = b"-ERR Command not allowed inside a transaction\r\n";
 /// WATCH of a key another worker owns, which only CREW's readers can read here.
 const WATCH_SPREAD: &[u8] = b"-ERR WATCH of keys other workers own needs --access crew (or -t 1)\r\n";
 
@@ -32,6 +34,13 @@ impl Turn<'_, '_> {
                 }
                 Call::Error(refusal @ (Refusal::Unknown(_) | Refusal::Arity(_))) => {
                     reply::refusal(&refusal, self.output.reply_buf());
+                    tx.aborted = true;
+                    *self.executed = true;
+                    return Some(Flow::Next(*len));
+                }
+                // redis-server's `no-multi` commands among those served.
+                Call::Shutdown => {
+                    self.output.reply_buf().extend_from_slice(NOT_IN_MULTI);
                     tx.aborted = true;
                     *self.executed = true;
                     return Some(Flow::Next(*len));
