@@ -167,3 +167,42 @@ pub fn users_file(test: &str) -> std::path::PathBuf {
     std::fs::write(&users, "app:pw\n").expect("users");
     users
 }
+
+/// Sends `request` and reads exactly one reply (inside MULTI, where [`call`]'s marker would be
+/// queued, not answered).
+pub fn one(client: &mut Client, request: &[u8]) -> Vec<u8> {
+    client.send(request);
+    read_value(client)
+}
+
+/// One whole RESP value from `client`.
+fn read_value(client: &mut Client) -> Vec<u8> {
+    let mut value = client.read_until(b"\r\n");
+    let count = || -> i64 {
+        std::str::from_utf8(&value[1..value.len() - 2]).ok().and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    match value[0] {
+        b'$' | b'=' | b'!' if count() >= 0 => {
+            let want = count() as usize + 2;
+            while client.buf.len() < want {
+                let mut chunk = [0u8; 65536];
+                match std::io::Read::read(&mut client.stream, &mut chunk) {
+                    Ok(0) => panic!("connection closed inside a bulk string"),
+                    Ok(n) => client.buf.extend_from_slice(&chunk[..n]),
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+            let rest = client.buf.split_off(want);
+            value.extend(std::mem::replace(&mut client.buf, rest));
+        }
+        b'*' | b'~' | b'>' | b'%' if count() > 0 => {
+            let elements = count() as usize * if value[0] == b'%' { 2 } else { 1 };
+            for _ in 0..elements {
+                let element = read_value(client);
+                value.extend(element);
+            }
+        }
+        _ => {}
+    }
+    value
+}

@@ -1,0 +1,238 @@
+//! Redis transactions end to end (issue 76): MULTI/EXEC/DISCARD/WATCH as redis-server 7.0
+//! answers them, compared byte for byte, including a watched key another connection writes;
+//! a memcached write of a watched key; EXEC over keys of several workers seen whole by every
+//! reader (`-t 4`: no MGET ever sees half of a transaction or of an MSET); and a client that
+//! queues without end, bounded by the client memory budget.
+
+mod common;
+
+use common::resp::{call, connect, frame, one, quicksilver, Redis};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Each request to redis-server and to quicksilver (one worker, then four), one reply read
+/// at a time on one connection each: the replies must match.
+fn same_replies(lines: &[&[&str]]) {
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        for words in lines {
+            let request = frame(words);
+            let (want, got) = (one(&mut theirs, &request), one(&mut ours, &request));
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "{words:?}, {workers} workers"
+            );
+        }
+    }
+}
+
+#[test]
+fn transactions_answer_as_redis_server_does() {
+    same_replies(&[
+        &["EXEC"],
+        &["DISCARD"],
+        &["MULTI"],
+        &["MULTI"],
+        &["WATCH", "x"],
+        &["SET", "{a}1", "1"],
+        &["NOSUCH"],
+        &["GET"],
+        &["EXEC"],
+        &["EXISTS", "{a}1"],
+        &["MULTI"],
+        &["SET", "a", "1"],
+        &["INCR", "a"],
+        &["SET", "b", "x"],
+        &["INCR", "b"],
+        &["SET", "a", "1", "EX", "abc"],
+        &["MSET", "a", "5", "b", "6", "c", "7"],
+        &["MGET", "a", "b", "c"],
+        &["DEL", "a", "c"],
+        &["EXEC"],
+        &["MULTI"],
+        &["DISCARD"],
+        &["MULTI"],
+        &["EXEC"],
+        &["WATCH"],
+        &["UNWATCH"],
+    ]);
+}
+
+#[test]
+fn watched_keys_abort_exec_when_written_as_redis_server_does() {
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        for server in [redis.port, port] {
+            call(&mut connect(server), &frame(&["FLUSHALL"]));
+        }
+        let run = |server: u16| -> Vec<Vec<u8>> {
+            let (mut watcher, mut writer) = (connect(server), connect(server));
+            let mut replies = Vec::new();
+            let mut ask =
+                |client: &mut common::Client, words: &[&str]| replies.push(one(client, &frame(words)));
+            // Written by another connection: EXEC runs nothing.
+            ask(&mut watcher, &["SET", "k", "1"]);
+            ask(&mut watcher, &["WATCH", "k", "other"]);
+            ask(&mut writer, &["SET", "k", "1"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["INCR", "k"]);
+            ask(&mut watcher, &["EXEC"]);
+            // Not written: it runs, and the watch ends with it.
+            ask(&mut watcher, &["WATCH", "k"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["INCR", "k"]);
+            ask(&mut watcher, &["EXEC"]);
+            ask(&mut writer, &["SET", "k", "9"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["GET", "k"]);
+            ask(&mut watcher, &["EXEC"]);
+            // Absent when watched, created and deleted again: still a write.
+            ask(&mut watcher, &["WATCH", "gone"]);
+            ask(&mut writer, &["SET", "gone", "1"]);
+            ask(&mut writer, &["DEL", "gone"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["PING"]);
+            ask(&mut watcher, &["EXEC"]);
+            // A write refused is none; an EXPIRE is one; FLUSHALL of an absent key is none.
+            ask(&mut watcher, &["WATCH", "k", "absent"]);
+            ask(&mut writer, &["INCRBY", "k", "x"]);
+            ask(&mut writer, &["FLUSHALL"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["PING"]);
+            ask(&mut watcher, &["EXEC"]);
+            ask(&mut writer, &["SET", "e", "1"]);
+            ask(&mut watcher, &["WATCH", "e"]);
+            ask(&mut writer, &["EXPIRE", "e", "100"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["PING"]);
+            ask(&mut watcher, &["EXEC"]);
+            // DISCARD unwatches.
+            ask(&mut watcher, &["WATCH", "e"]);
+            ask(&mut writer, &["SET", "e", "2"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["DISCARD"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["GET", "e"]);
+            ask(&mut watcher, &["EXEC"]);
+            replies
+        };
+        let (want, got) = (run(redis.port), run(port));
+        for (at, (want, got)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                String::from_utf8_lossy(got),
+                String::from_utf8_lossy(want),
+                "reply {at} with {workers} workers"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_memcached_write_of_a_watched_key_aborts_exec() {
+    let (server, port) = quicksilver(&["-t", "2"]);
+    let mut redis = connect(port);
+    assert_eq!(one(&mut redis, &frame(&["SET", "shared", "1"])), b"+OK\r\n");
+    assert_eq!(one(&mut redis, &frame(&["WATCH", "shared"])), b"+OK\r\n");
+    let mut memcached = server.connect();
+    common::set(&mut memcached, "shared", b"2");
+    assert_eq!(one(&mut redis, &frame(&["MULTI"])), b"+OK\r\n");
+    assert_eq!(one(&mut redis, &frame(&["GET", "shared"])), b"+QUEUED\r\n");
+    assert_eq!(one(&mut redis, &frame(&["EXEC"])), b"*-1\r\n", "the text protocol's set is a write");
+}
+
+/// Writers run `MULTI / INCR a / INCR b / EXEC` and `MSET a x b x` over pairs of keys that
+/// live on different workers while readers run `MGET a b`: a reader never sees the two differ.
+#[test]
+fn no_reader_sees_half_of_a_transaction_across_workers() {
+    let (_server, port) = quicksilver(&["-t", "4"]);
+    let pairs: Vec<(String, String)> = (0..8).map(|i| (format!("a{i}"), format!("b{i}"))).collect();
+    let mut setup = connect(port);
+    for (a, b) in &pairs {
+        assert_eq!(call(&mut setup, &frame(&["MSET", a, "0", b, "0"])), b"+OK\r\n");
+    }
+    let pairs = Arc::new(pairs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (steps, reads) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let writers: Vec<_> = (0..2)
+        .map(|writer| {
+            let (pairs, stop, steps) = (pairs.clone(), stop.clone(), steps.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(port);
+                for n in 0u64.. {
+                    if stop.load(Relaxed) {
+                        break;
+                    }
+                    let (a, b) = &pairs[n as usize % pairs.len()];
+                    if n % 2 == 0 {
+                        let mut batch = frame(&["MULTI"]);
+                        batch.extend(frame(&["INCR", a]));
+                        batch.extend(frame(&["INCR", b]));
+                        batch.extend(frame(&["EXEC"]));
+                        let reply = call(&mut client, &batch);
+                        assert!(reply.starts_with(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:"), "{reply:?}");
+                    } else {
+                        let value = (n * 10 + writer).to_string();
+                        assert_eq!(call(&mut client, &frame(&["MSET", a, &value, b, &value])), b"+OK\r\n");
+                    }
+                    steps.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (pairs, stop, reads) = (pairs.clone(), stop.clone(), reads.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(port);
+                for n in 0usize.. {
+                    if stop.load(Relaxed) {
+                        break;
+                    }
+                    let (a, b) = &pairs[n % pairs.len()];
+                    let reply = String::from_utf8(call(&mut client, &frame(&["MGET", a, b]))).expect("text");
+                    let values: Vec<&str> = reply.split("\r\n").skip(2).step_by(2).take(2).collect();
+                    assert_eq!(values[0], values[1], "MGET {a} {b} saw half of a step: {reply:?}");
+                    reads.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Enough of both to have met, however slow the machine: counted, not timed.
+    while steps.load(Relaxed) < 2_000 || reads.load(Relaxed) < 4_000 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!writers.iter().chain(&readers).any(|t| t.is_finished()), "a client thread failed");
+    }
+    stop.store(true, Relaxed);
+    for thread in writers.into_iter().chain(readers) {
+        thread.join().expect("no client saw a difference");
+    }
+}
+
+#[test]
+fn a_transaction_queued_without_end_is_bounded_by_the_client_memory_budget() {
+    // -m 8: a client memory budget of 4 MiB.
+    let (_server, port) = quicksilver(&["-t", "2", "-m", "8"]);
+    let mut client = connect(port);
+    assert_eq!(one(&mut client, &frame(&["MULTI"])), b"+OK\r\n");
+    let value = "v".repeat(64 << 10);
+    let mut refused = false;
+    for n in 0..200 {
+        let reply = one(&mut client, &frame(&["SET", &format!("k{n}"), &value]));
+        if reply.starts_with(b"-OOM") {
+            refused = true;
+            break;
+        }
+        assert_eq!(reply, b"+QUEUED\r\n");
+    }
+    assert!(refused, "12.5 MiB queued under a 4 MiB budget");
+    assert!(one(&mut client, &frame(&["EXEC"])).starts_with(b"-EXECABORT"));
+    // The queue's bytes went back with it: the budget serves another client's large set.
+    let mut other = connect(port);
+    let big = "w".repeat(256 << 10);
+    assert_eq!(one(&mut other, &frame(&["SET", "big", &big])), b"+OK\r\n");
+    assert_eq!(one(&mut client, &frame(&["PING"])), b"+PONG\r\n");
+}
