@@ -11,6 +11,7 @@ pub mod names;
 mod output;
 mod state;
 pub mod tx;
+pub mod watches;
 
 pub use arriving::Arriving;
 pub use buffers::{touched, BufferFigures, Buffers, POOL_BUFFERS_MAX, READ_BUFFER_BYTES};

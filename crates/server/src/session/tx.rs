@@ -4,7 +4,7 @@
 //! client that queues without end is bounded as one that sends an endless value is.
 
 use crate::session::budget::ClientMemory;
-use crate::shared::watches::Watches;
+use crate::session::watches::Watches;
 use std::sync::Arc;
 
 /// A watched key: its version when watched, and its writes then (shared/watches.rs).

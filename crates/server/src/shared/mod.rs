@@ -12,7 +12,6 @@ mod published;
 mod rings;
 mod wakeups;
 pub mod warming;
-pub mod watches;
 
 use crate::config::Config;
 use crate::observe::counters::WorkerCounters;
@@ -66,7 +65,7 @@ pub struct Shared {
     /// Partitions lent for a step over several workers' keys (a transaction's EXEC).
     pub lending: lending::Lending<Vec<(usize, qs_store::Partition)>>,
     /// The keys Redis connections WATCH, and their writes since.
-    pub watches: std::sync::Arc<watches::Watches>,
+    pub watches: std::sync::Arc<crate::session::watches::Watches>,
     /// The item memory: the logs' size (`cache_memlimit`), the index, the largest item.
     pub memory: Memory,
     /// The native protocol's directory epoch and cookie key.
