@@ -8,6 +8,7 @@ mod common;
 
 use common::resp::{call, connect, frame, one, quicksilver, Redis};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::process::Command;
 use std::sync::Arc;
 
 /// Each request to redis-server and to quicksilver (one worker, then four), one reply read
@@ -235,4 +236,25 @@ fn a_transaction_queued_without_end_is_bounded_by_the_client_memory_budget() {
     let big = "w".repeat(256 << 10);
     assert_eq!(one(&mut other, &frame(&["SET", "big", &big])), b"+OK\r\n");
     assert_eq!(one(&mut client, &frame(&["PING"])), b"+PONG\r\n");
+}
+
+/// redis-py's transactions (Django's set_many, WATCH-based optimistic locking under four
+/// threads), against redis-server and against quicksilver with four workers.
+#[test]
+fn redis_py_transactions_work_as_against_redis_server() {
+    let redis = Redis::start();
+    let (_server, port) = quicksilver(&["-t", "4"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/redis_py_transactions.py");
+    for (name, port) in [("redis-server", redis.port), ("quicksilver", port)] {
+        let output = Command::new("/usr/bin/python3")
+            .args([script, &port.to_string()])
+            .output()
+            .expect("python3 with redis-py (scripts/test.sh installs python3-redis)");
+        assert!(
+            output.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }
