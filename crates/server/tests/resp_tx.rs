@@ -7,8 +7,8 @@
 mod common;
 
 use common::resp::{call, connect, frame, one, quicksilver, Redis};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Each request to redis-server and to quicksilver (one worker, then four), one reply read

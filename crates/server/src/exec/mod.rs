@@ -26,8 +26,6 @@ mod sample;
 pub mod share;
 mod update;
 
-pub use resp::Ran;
-
 /// Where a request must run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {

@@ -2,8 +2,8 @@
 //! EXEC): the step's worker asks their owners, each hands its partitions over at the top of its
 //! next loop turn and waits, the step runs on them as on the worker's own, and they go back.
 //! One such step runs at a time, server-wide, so two steps never wait for each other: a worker
-//! that finds one under way runs its own later ([`Lending::borrow`] answers `None`), and keeps
-//! lending meanwhile. An owner waits only for a step that holds everything it needs, which
+//! that finds one under way waits its turn ([`Lending::borrow`]) and lends its own partitions
+//! meanwhile when asked. An owner waits only for a step that holds everything it needs, which
 //! waits for nothing (docs/ARCHITECTURE.md, "Transactions").
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -90,19 +90,39 @@ impl<T> Lending<T> {
         self.changed.notify_all();
     }
 
-    /// Starts a step over the partitions of `workers` (none of them the caller), asking each
-    /// and waking it with `wake`, and waits until all have lent theirs. `None` when another
-    /// step is under way (the caller tries again later) or one of them has stopped.
-    pub fn borrow(&self, workers: &[usize], wake: impl Fn(usize)) -> Option<Borrowed<'_, T>> {
-        let step = match self.step.try_lock() {
-            Ok(step) => step,
-            Err(TryLockError::WouldBlock) => return None,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+    /// Starts a step over the partitions of `workers` (none of them `me`, the caller), asking
+    /// each and waking it with `wake`, and waits until all have lent theirs. While another step
+    /// is under way it waits for it to end, lending its own partitions (`lend_own`, which calls
+    /// [`Lending::lend`]) when that step asks for them. `None` when one of them has stopped.
+    pub fn borrow(
+        &self,
+        me: usize,
+        workers: &[usize],
+        wake: impl Fn(usize),
+        mut lend_own: impl FnMut(),
+    ) -> Option<Borrowed<'_, T>> {
+        let step = loop {
+            match self.step.try_lock() {
+                Ok(step) => break step,
+                Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) if self.asked(me) => lend_own(),
+                Err(TryLockError::WouldBlock) => {
+                    // Woken when a step ends or asks (the bound only guards a missed wake-up).
+                    let desk = lock(&self.desk);
+                    if !self.asked(me) {
+                        let wait = std::time::Duration::from_millis(1);
+                        drop(self.changed.wait_timeout(desk, wait).unwrap_or_else(PoisonError::into_inner));
+                    }
+                }
+            }
         };
         for &worker in workers {
             self.asked[worker].store(true, Relaxed);
             wake(worker);
         }
+        // A worker waiting for the step lock waits on the desk, not its poll.
+        drop(lock(&self.desk));
+        self.changed.notify_all();
         let mut desk = lock(&self.desk);
         let mut lent = Vec::with_capacity(workers.len());
         loop {
@@ -174,7 +194,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let owners: Vec<_> = (1..3).map(|worker| owner(lending.clone(), worker, stop.clone())).collect();
         for round in 0..100u32 {
-            let mut step = lending.borrow(&[1, 2], |_| {}).expect("no other step, no owner gone");
+            let mut step = lending.borrow(0, &[1, 2], |_| {}, || {}).expect("no owner gone");
             assert_eq!(step.lent.len(), 2);
             for (_, partitions) in &mut step.lent {
                 partitions.push(round);
@@ -189,16 +209,23 @@ mod tests {
     }
 
     #[test]
-    fn a_second_step_waits_its_turn_and_an_owner_gone_ends_a_step() {
+    fn a_second_step_waits_for_the_first_and_an_owner_gone_ends_a_step() {
         let lending = Arc::new(Lending::<Vec<u32>>::new(3));
         let stop = Arc::new(AtomicBool::new(false));
         let one = owner(lending.clone(), 1, stop.clone());
-        let step = lending.borrow(&[1], |_| {}).expect("worker 1 lends");
-        assert!(lending.borrow(&[1], |_| {}).is_none(), "one step at a time");
+        let step = lending.borrow(0, &[1], |_| {}, || {}).expect("worker 1 lends");
+        // Worker 2 waits for the step to end, lending its own when asked meanwhile.
+        let waiting = {
+            let lending = lending.clone();
+            std::thread::spawn(move || lending.borrow(2, &[1], |_| {}, || {}).is_some())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!waiting.is_finished(), "one step at a time");
         drop(step);
+        assert!(waiting.join().expect("worker 2"), "its step ran once the first ended");
         stop.store(true, Relaxed);
         assert_eq!(one.join().expect("worker 1").len(), 2);
-        assert!(lending.borrow(&[1], |_| {}).is_none(), "worker 1 is gone: nothing to wait for");
+        assert!(lending.borrow(0, &[1], |_| {}, || {}).is_none(), "worker 1 is gone: nothing to wait for");
         assert!(!lending.asked(1), "no longer asked");
     }
 

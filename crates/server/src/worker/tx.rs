@@ -114,14 +114,7 @@ impl Turn<'_, '_> {
             return Some(Flow::Stop);
         }
         let at = (self.dialect, self.hand.fd);
-        if self.engine.run_spread_write(request, &others, at, self.output.reply_buf())
-            == crate::exec::Ran::Later
-        {
-            // Another worker's step is under way: in a later turn (nothing was written).
-            self.retry.push(self.index);
-            self.session.state.block(Wait::Turn);
-            return Some(Flow::Stop);
-        }
+        self.engine.run_spread_write(request, &others, at, self.output.reply_buf());
         *self.executed = true;
         Some(Flow::Next(len))
     }
@@ -147,7 +140,7 @@ impl Turn<'_, '_> {
     }
 
     /// EXEC: the queue runs as one step, once the connection's requests running elsewhere are
-    /// answered; in a later turn while another worker's step holds partitions it needs.
+    /// answered (after another worker's step under way, if one is: shared/lending.rs).
     fn exec(&mut self, len: usize) -> Flow {
         if !self.session.tx.as_ref().is_some_and(|tx| tx.multi) {
             self.output.reply_buf().extend_from_slice(reply::EXEC_WITHOUT_MULTI);
@@ -164,13 +157,7 @@ impl Turn<'_, '_> {
             self.output.reply_buf().extend_from_slice(reply::EXECABORT);
             return Flow::Next(len);
         }
-        let ran = self.engine.run_transaction(&tx, (self.dialect, self.hand.fd), self.output.reply_buf());
-        if ran == crate::exec::Ran::Later {
-            self.session.tx = Some(tx);
-            self.retry.push(self.index);
-            self.session.state.block(Wait::Turn);
-            return Flow::Stop;
-        }
+        self.engine.run_transaction(&tx, (self.dialect, self.hand.fd), self.output.reply_buf());
         let shares = &mut self.engine.shares;
         self.output.adopt(&mut shares.taken, &mut shares.segments);
         Flow::Next(len)

@@ -10,8 +10,6 @@ mod owned;
 mod scan;
 mod tx;
 
-pub use tx::Ran;
-
 use super::*;
 use qs_proto::command::{Answer, Get, RespReply};
 use qs_proto::resp::command::{call, Call};

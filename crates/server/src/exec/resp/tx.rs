@@ -16,15 +16,6 @@ use crate::session::tx::Tx;
 use qs_proto::resp::command::{call, Call};
 use qs_proto::Parsed;
 
-/// What EXEC did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ran {
-    /// It ran (or was refused): the reply is written.
-    Done,
-    /// Another worker's step is under way: EXEC runs in a later turn, nothing written.
-    Later,
-}
-
 /// Which keys a queued request names, as a step must hold them.
 enum Names<'a> {
     /// None: it runs anywhere (PING, TIME, CLIENT, ...).
@@ -60,7 +51,7 @@ impl Engine {
     /// EXEC of `tx` (its queued requests parsed as `dialect` speaks) for the connection `fd`:
     /// the watched keys checked and the requests run as one step, their replies an array
     /// (a null one when a watched key changed).
-    pub fn run_transaction(&mut self, tx: &Tx, (dialect, fd): (Dialect, i32), out: &mut Vec<u8>) -> Ran {
+    pub fn run_transaction(&mut self, tx: &Tx, (dialect, fd): (Dialect, i32), out: &mut Vec<u8>) {
         let others = self.step_workers(tx, dialect);
         self.step_over(tx, &others, (dialect, fd, true), out)
     }
@@ -83,7 +74,7 @@ impl Engine {
         others: &[usize],
         (dialect, fd): (Dialect, i32),
         out: &mut Vec<u8>,
-    ) -> Ran {
+    ) {
         let tx = Tx::alone(request, self.shared.client_memory.clone(), self.shared.watches.clone());
         self.step_over(&tx, others, (dialect, fd, false), out)
     }
@@ -95,22 +86,26 @@ impl Engine {
         others: &[usize],
         (dialect, fd, array): (Dialect, i32, bool),
         out: &mut Vec<u8>,
-    ) -> Ran {
+    ) {
         if others.is_empty() {
             self.run_step(tx, (dialect, fd, array), out);
-            return Ran::Done;
+            return;
         }
         if self.flash_on {
             out.extend_from_slice(FLASH_SPREAD);
-            return Ran::Done;
+            return;
         }
         let shared = self.shared.clone();
-        let Some(mut borrowed) = shared.lending.borrow(others, |worker| shared.wakeups.wake(worker)) else {
-            if shared.wakeups.stopping() {
-                out.extend_from_slice(STOPPING);
-                return Ran::Done;
-            }
-            return Ran::Later;
+        let me = self.worker;
+        let wake = |worker| shared.wakeups.wake(worker);
+        let lend_own = || {
+            let lent = self.lend_out();
+            let back = shared.lending.lend(me, lent);
+            self.take_in(back);
+        };
+        let Some(mut borrowed) = shared.lending.borrow(me, others, wake, lend_own) else {
+            out.extend_from_slice(STOPPING);
+            return;
         };
         let mut held = Vec::with_capacity(borrowed.lent.len());
         for (worker, partitions) in borrowed.lent.drain(..) {
@@ -127,7 +122,6 @@ impl Engine {
                 .collect();
             borrowed.lent.push((worker, partitions));
         }
-        Ran::Done
     }
 
     /// The workers other than this one whose partitions `tx` needs.
