@@ -8,6 +8,7 @@ and redis-server.
 
     scripts/bench-tx.py                  quicksilver -t 1 and -t 2, and redis-server
     scripts/bench-tx.py --batches 200    per connection (default 100)
+    scripts/bench-tx.py --keep DIR       each load's callgrind dump kept there
 """
 import argparse
 import glob
@@ -41,7 +42,7 @@ def batches(seed, count, exec_):
             yield sets
 
 
-def measure(cmd, port, count):
+def measure(cmd, port, count, keep=None, name=""):
     out = tempfile.mkdtemp(prefix="qs-bench-tx-")
     path = os.path.join(out, "cg.out")
     log = os.path.join(out, "valgrind.log")
@@ -56,7 +57,10 @@ def measure(cmd, port, count):
             before = set(glob.glob(path + ".*"))
             ins.drive(port, "resp", [batches(c, count, exec_) for c in range(ins.CONNECTIONS)])
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-            instructions, _ = ins.dumped_instructions(path, before)
+            instructions, dump = ins.dumped_instructions(path, before)
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                shutil.copy(dump, os.path.join(keep, f"{name}-{'exec' if exec_ else 'pipelined'}.callgrind"))
             results["exec" if exec_ else "pipelined"] = instructions / (ins.CONNECTIONS * count * SETS)
     finally:
         proc.terminate()
@@ -68,17 +72,18 @@ def measure(cmd, port, count):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--keep", help="copy each load's callgrind dump into this folder")
     args = parser.parse_args()
     binary = os.path.join(ins.ROOT, "target", "release", "quicksilver")
     rows = []
     for workers in ("1", "2"):
         port, resp = free_port(), free_port()
         cmd = [binary, "-t", workers, "-p", str(port), "-U", "0", "-m", "256", "-l", f"proto[resp]:127.0.0.1:{resp}"]
-        rows.append((f"quicksilver -t {workers}", measure(cmd, resp, args.batches)))
+        rows.append((f"quicksilver -t {workers}", measure(cmd, resp, args.batches, args.keep, f"qs-t{workers}")))
     if shutil.which("redis-server"):
         port = free_port()
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        rows.append(("redis-server 7.0", measure(cmd, port, args.batches)))
+        rows.append(("redis-server 7.0", measure(cmd, port, args.batches, args.keep, "redis")))
     print("| server | 10 SETs pipelined | the same in MULTI/EXEC | ratio |\n|---|---|---|---|")
     for name, r in rows:
         print(f"| {name} | {r['pipelined']:,.0f} | {r['exec']:,.0f} | {r['exec'] / r['pipelined']:.2f}x |")

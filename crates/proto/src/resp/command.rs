@@ -270,6 +270,26 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
     }
 }
 
+/// MULTI, EXEC, DISCARD, WATCH and UNWATCH, told from the name without looking it up among
+/// the other commands (the connection runs them, on every transaction); `None` for any other.
+pub fn transaction_call<'a>(frame: &Frame<'a>) -> Option<Call<'a>> {
+    let name = frame.arg(0)?;
+    let argc = frame.argc();
+    let only = |call: Call<'a>, spelled: &'static str| {
+        Some(if argc == 1 { call } else { Call::Error(Refusal::Arity(spelled)) })
+    };
+    match name.len() {
+        4 if name.eq_ignore_ascii_case(b"exec") => only(Call::Exec, "exec"),
+        5 if name.eq_ignore_ascii_case(b"multi") => only(Call::Multi, "multi"),
+        5 if name.eq_ignore_ascii_case(b"watch") => {
+            Some(if argc >= 2 { Call::Watch(*frame) } else { Call::Error(Refusal::Arity("watch")) })
+        }
+        7 if name.eq_ignore_ascii_case(b"discard") => only(Call::Discard, "discard"),
+        7 if name.eq_ignore_ascii_case(b"unwatch") => only(Call::Unwatch, "unwatch"),
+        _ => None,
+    }
+}
+
 /// The commands served, as redis-server's command table names them, with its arity.
 const TABLE: &[(&str, i32)] = &[
     ("ping", -1),

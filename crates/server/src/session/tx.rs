@@ -33,6 +33,8 @@ pub struct Tx {
     watches: Arc<Watches>,
 }
 
+/// The queue's first allocation: a transaction of a few small commands grows it no further.
+const QUEUED_BYTES_FIRST: usize = 1024;
 /// A queued request's bytes and bookkeeping, as charged.
 const QUEUED_OVERHEAD_BYTES: usize = std::mem::size_of::<usize>();
 /// A watched key's bookkeeping beyond its bytes, as charged.
@@ -44,8 +46,8 @@ impl Tx {
         Tx {
             multi: false,
             aborted: false,
-            queued: Vec::new(),
-            ends: Vec::new(),
+            queued: Vec::with_capacity(QUEUED_BYTES_FIRST),
+            ends: Vec::with_capacity(16),
             watched: Vec::new(),
             charged: 0,
             budget,

@@ -9,7 +9,7 @@
 use super::turn::{Flow, Turn};
 use super::*;
 use crate::session::tx::Tx;
-use qs_proto::resp::command::{call, Call, Refusal};
+use qs_proto::resp::command::{call, transaction_call, Call, Refusal};
 use qs_proto::resp::{reply, Frame};
 
 /// A queued request or a watched key the client memory budget has no room for.
@@ -24,31 +24,39 @@ impl Turn<'_, '_> {
     /// `None` outside MULTI, and for what runs even inside it (EXEC, DISCARD, MULTI, WATCH,
     /// QUIT, RESET, and framing errors).
     pub(super) fn in_multi(&mut self, parsed: &Parsed<'_>, here: &[u8]) -> Option<Flow> {
-        let tx = self.session.tx.as_mut().filter(|tx| tx.multi)?;
+        self.session.tx.as_ref().filter(|tx| tx.multi)?;
         let Parsed::Request { request, len } = parsed else { return None };
+        let refused = |turn: &mut Self, refusal: Option<&Refusal<'_>>| {
+            match refusal {
+                Some(refusal) => reply::refusal(refusal, turn.output.reply_buf()),
+                // redis-server's `no-multi` commands among those served (SHUTDOWN).
+                None => turn.output.reply_buf().extend_from_slice(NOT_IN_MULTI),
+            }
+            if let Some(tx) = turn.session.tx.as_mut() {
+                tx.aborted = true;
+            }
+            *turn.executed = true;
+            Some(Flow::Next(*len))
+        };
         match request {
             Request::RespKey(_) => {}
-            Request::Resp(frame) => match call(frame, &self.engine.limits) {
-                Call::Exec | Call::Discard | Call::Multi | Call::Watch(_) | Call::Quit | Call::Reset => {
-                    return None;
-                }
-                Call::Error(refusal @ (Refusal::Unknown(_) | Refusal::Arity(_))) => {
-                    reply::refusal(&refusal, self.output.reply_buf());
-                    tx.aborted = true;
-                    *self.executed = true;
-                    return Some(Flow::Next(*len));
-                }
-                // redis-server's `no-multi` commands among those served.
-                Call::Shutdown => {
-                    self.output.reply_buf().extend_from_slice(NOT_IN_MULTI);
-                    tx.aborted = true;
-                    *self.executed = true;
-                    return Some(Flow::Next(*len));
-                }
-                _ => {}
+            Request::Resp(frame) => match transaction_call(frame) {
+                Some(Call::Unwatch) => {}
+                Some(Call::Error(refusal)) => return refused(self, Some(&refusal)),
+                // The connection runs these as it would outside MULTI (tx_command).
+                Some(_) => return None,
+                None => match call(frame, &self.engine.limits) {
+                    Call::Quit | Call::Reset => return None,
+                    Call::Error(refusal @ (Refusal::Unknown(_) | Refusal::Arity(_))) => {
+                        return refused(self, Some(&refusal));
+                    }
+                    Call::Shutdown => return refused(self, None),
+                    _ => {}
+                },
             },
             _ => return None,
         }
+        let tx = self.session.tx.as_mut().expect("inside MULTI");
         let queued = here.get(..*len).is_some_and(|bytes| tx.queue(bytes));
         if !queued {
             tx.aborted = true;
@@ -60,12 +68,9 @@ impl Turn<'_, '_> {
 
     /// MULTI, EXEC, DISCARD, WATCH and UNWATCH; `None` for any other request.
     pub(super) fn tx_command(&mut self, frame: &Frame<'_>, len: usize) -> Option<Flow> {
-        let name = frame.arg(0)?;
-        if !(4..=7).contains(&name.len()) {
-            return None;
-        }
+        let call = transaction_call(frame)?;
         let in_multi = self.session.tx.as_ref().is_some_and(|tx| tx.multi);
-        let answer: &[u8] = match call(frame, &self.engine.limits) {
+        let answer: &[u8] = match call {
             Call::Multi if in_multi => reply::MULTI_NESTED,
             Call::Multi => {
                 let shared = self.shared;
@@ -80,6 +85,11 @@ impl Turn<'_, '_> {
                 reply::OK
             }
             Call::Discard => reply::DISCARD_WITHOUT_MULTI,
+            Call::Error(refusal) => {
+                reply::refusal(&refusal, self.output.reply_buf());
+                *self.executed = true;
+                return Some(Flow::Next(len));
+            }
             Call::Watch(_) if in_multi => reply::WATCH_IN_MULTI,
             Call::Watch(_) if self.output.pending_total > 0 => {
                 // After the connection's writes still running elsewhere.
