@@ -189,6 +189,11 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         }
         _ => {}
     }
+    // A transaction's MULTI and EXEC, told apart before the table's scan (they are its last
+    // rows).
+    if let Some(call) = transaction_call(frame) {
+        return call;
+    }
     let Some(&(spelled, arity)) =
         TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
     else {
