@@ -1,6 +1,7 @@
 // A cache workload through go-redis (github.com/redis/go-redis/v9) with its defaults: the
 // handshake it makes (HELLO 3: it speaks RESP3), SET with a TTL, GET, MGET, INCR, DEL,
-// EXPIRE, a pipeline, SCAN and, when QS_PASSWORD is set, AUTH. Exits non-zero on the first
+// EXPIRE, a pipeline, a transaction (TxPipelined) and optimistic locking (Watch), SCAN
+// and, when QS_PASSWORD is set, AUTH. Exits non-zero on the first
 // reply that is not what a Redis server answers.
 //
 //	go run . 6379
@@ -63,6 +64,55 @@ func main() {
 	for i, cmd := range gets {
 		check("pipelined GET", cmd.Val() == fmt.Sprintf("<p>%d</p>", i), cmd.Val())
 	}
+
+	// A transaction over keys of any worker, and WATCH-based optimistic locking as go-redis's
+	// docs show it: concurrent increments retried on TxFailedErr add up exactly.
+	cmds, err := client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i := 0; i < 20; i++ {
+			pipe.Set(ctx, fmt.Sprintf("tx:%d", i), i, time.Minute)
+		}
+		pipe.Incr(ctx, "tx:count")
+		return nil
+	})
+	check("TxPipelined", err == nil && len(cmds) == 21, err)
+	client.Set(ctx, "tx:counter", 0, 0)
+	increment := func() error {
+		return client.Watch(ctx, func(tx *redis.Tx) error {
+			n, err := tx.Get(ctx, "tx:counter").Int()
+			if err != nil {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.Set(ctx, "tx:counter", n+1, 0)
+				return nil
+			})
+			return err
+		}, "tx:counter")
+	}
+	done := make(chan error)
+	for w := 0; w < 4; w++ {
+		go func() {
+			for i := 0; i < 50; i++ {
+				for {
+					err := increment()
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, redis.TxFailedErr) {
+						done <- err
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+	}
+	for w := 0; w < 4; w++ {
+		err := <-done
+		check("optimistic increments", err == nil, err)
+	}
+	counter, _ := client.Get(ctx, "tx:counter").Int()
+	check("every increment counted once", counter == 200, counter)
 
 	var seen []string
 	iter := client.Scan(ctx, 0, "page:*", 10).Iterator()

@@ -1,5 +1,6 @@
 // A cache workload through ioredis with its defaults: its handshake (INFO when it connects),
-// SET with a TTL, GET, MGET, INCR, DEL, EXPIRE, a pipeline, SCAN (scanStream) and, when
+// SET with a TTL, GET, MGET, INCR, DEL, EXPIRE, a pipeline, a transaction (multi: what
+// @keyv/redis's setMany sends), a watched key, SCAN (scanStream) and, when
 // QS_PASSWORD is set, AUTH. Exits non-zero on the first reply that is not what a Redis server
 // answers.
 //
@@ -37,6 +38,22 @@ async function main() {
   for (let i = 0; i < 100; i++) pipeline.get(`page:${i}`);
   const results = await pipeline.exec();
   results.slice(100).forEach(([err, value], i) => check('pipelined GET', !err && value === `<p>${i}</p>`, value));
+  // A transaction over keys of any worker, as @keyv/redis's setMany and deleteMany send it.
+  const multi = redis.multi();
+  for (let i = 0; i < 20; i++) multi.set(`keyv:${i}`, `v${i}`, 'PX', 60000);
+  multi.incr('keyv:count');
+  multi.mget('keyv:0', 'keyv:19');
+  const done = await multi.exec();
+  check('MULTI/EXEC', done.length === 22 && done.every(([err]) => !err), done);
+  check('EXEC replies', done[20][1] === 1 && JSON.stringify(done[21][1]) === JSON.stringify(['v0', 'v19']), done);
+  // WATCH, a write by another connection, then EXEC: null, nothing run.
+  const other = new Redis({ port, host: '127.0.0.1', password: process.env.QS_PASSWORD || undefined });
+  await redis.watch('keyv:0');
+  await other.set('keyv:0', 'changed');
+  const aborted = await redis.multi().set('keyv:0', 'mine').exec();
+  check('EXEC after a watched write', aborted === null, aborted);
+  check('the other write stands', (await redis.get('keyv:0')) === 'changed');
+  await other.quit();
   const seen = new Set();
   await new Promise((resolve, reject) => {
     const stream = redis.scanStream({ match: 'page:*', count: 10 });
