@@ -115,6 +115,9 @@ impl Engine {
         self.stepping = true;
         self.run_step(tx, (dialect, fd, array), out);
         self.stepping = false;
+        // The borrowed partitions' figures as the step left them, for `stats` and DBSIZE
+        // asked anywhere (their owners publish again once they run something).
+        self.publish();
         for (worker, indices) in held {
             let partitions = indices
                 .into_iter()
