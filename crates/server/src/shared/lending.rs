@@ -6,7 +6,7 @@
 //! meanwhile when asked. An owner waits only for a step that holds everything it needs, which
 //! waits for nothing (docs/ARCHITECTURE.md, "Transactions").
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// The lending desk: generic over what is lent (a worker's partitions) so its protocol is
@@ -18,7 +18,18 @@ pub struct Lending<T> {
     asked: Vec<AtomicBool>,
     desk: Mutex<Desk<T>>,
     changed: Condvar,
+    /// Bumped (under the desk's lock) by every change a waiter waits for: one watches it a
+    /// moment before it sleeps, as a step lasts microseconds.
+    moves: AtomicU64,
+    /// How many times a waiter looks at `moves` before it sleeps: [`SPINS`] where every worker
+    /// has a core of its own, else none (a waiter spinning on the core the step needs would
+    /// only delay it).
+    spins: u32,
 }
+
+/// How many times a waiter looks at [`Lending::moves`] before it sleeps on the condition
+/// variable (tens of microseconds).
+const SPINS: u32 = 2_000;
 
 struct Desk<T> {
     /// What each worker lent, until the step's worker takes it.
@@ -53,7 +64,35 @@ impl<T> Lending<T> {
                 gone: vec![false; workers],
             }),
             changed: Condvar::new(),
+            moves: AtomicU64::new(0),
+            spins: match std::thread::available_parallelism() {
+                Ok(cores) if workers <= cores.get() => SPINS,
+                _ => 0,
+            },
         }
+    }
+
+    /// Tells the waiters the desk changed (its lock held).
+    fn moved(&self) {
+        self.moves.fetch_add(1, Relaxed);
+        self.changed.notify_all();
+    }
+
+    /// Waits for the desk to change: a moment watching [`Lending::moves`], then asleep.
+    fn wait_for_change<'a>(&'a self, desk: MutexGuard<'a, Desk<T>>) -> MutexGuard<'a, Desk<T>> {
+        let seen = self.moves.load(Relaxed);
+        drop(desk);
+        for _ in 0..self.spins {
+            if self.moves.load(Relaxed) != seen {
+                return lock(&self.desk);
+            }
+            std::hint::spin_loop();
+        }
+        let desk = lock(&self.desk);
+        if self.moves.load(Relaxed) != seen {
+            return desk;
+        }
+        self.changed.wait(desk).unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether `worker` is asked to lend its partitions (it then calls [`Lending::lend`]).
@@ -70,7 +109,7 @@ impl<T> Lending<T> {
             return lent;
         }
         desk.lent[worker] = Some(lent);
-        self.changed.notify_all();
+        self.moved();
         loop {
             if let Some(back) = desk.returned[worker].take() {
                 return back;
@@ -80,14 +119,15 @@ impl<T> Lending<T> {
                     return back;
                 }
             }
-            desk = self.changed.wait(desk).unwrap_or_else(PoisonError::into_inner);
+            desk = self.wait_for_change(desk);
         }
     }
 
     /// `worker` stopped: a step waiting for it gives up.
     pub fn leave(&self, worker: usize) {
-        lock(&self.desk).gone[worker] = true;
-        self.changed.notify_all();
+        let mut desk = lock(&self.desk);
+        desk.gone[worker] = true;
+        self.moved();
     }
 
     /// Starts a step over the partitions of `workers` (none of them `me`, the caller), asking
@@ -121,8 +161,9 @@ impl<T> Lending<T> {
             wake(worker);
         }
         // A worker waiting for the step lock waits on the desk, not its poll.
-        drop(lock(&self.desk));
-        self.changed.notify_all();
+        let desk = lock(&self.desk);
+        self.moved();
+        drop(desk);
         let mut desk = lock(&self.desk);
         let mut lent = Vec::with_capacity(workers.len());
         loop {
@@ -143,10 +184,10 @@ impl<T> Lending<T> {
                 for (worker, partitions) in lent.drain(..) {
                     desk.returned[worker] = Some(partitions);
                 }
-                self.changed.notify_all();
+                self.moved();
                 return None;
             }
-            desk = self.changed.wait(desk).unwrap_or_else(PoisonError::into_inner);
+            desk = self.wait_for_change(desk);
         }
     }
 }
@@ -160,7 +201,7 @@ impl<T> Drop for Borrowed<'_, T> {
             self.lending.asked[worker].store(false, Relaxed);
             desk.returned[worker] = Some(partitions);
         }
-        self.lending.changed.notify_all();
+        self.lending.moved();
     }
 }
 
