@@ -325,6 +325,8 @@ impl Worker {
             if let Err(error) = self.poll.poll(&mut events, timeout) {
                 if error.kind() != io::ErrorKind::Interrupted {
                     eprintln!("worker {}: poll failed: {error}", self.index);
+                    // A step waiting for this worker's partitions gives up.
+                    self.shared.lending.leave(self.index);
                     return;
                 }
             }
