@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, free_port  # noqa: E402
+from benchlib import ROOT, free_port, wait_port  # noqa: E402
 
 
 def frame(*words):
@@ -81,12 +81,7 @@ def summary(latencies, seconds):
 def run(name, cmd, port, seconds):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            try:
-                connect(port).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_port(port)
         setup = connect(port)
         setup.sendall(b"".join(frame(b"SET", b"single:%d" % i, b"x" * 32) for i in range(64)))
         got = b""

@@ -470,17 +470,7 @@ fn dbsize_counts_the_keys_as_memcacheds_curr_items_does_and_none_after_a_flush()
 #[test]
 fn redis_py_runs_a_cache_workload() {
     let (_server, port) = quicksilver(&["-t", "2"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/redis_py_cache.py");
-    let output = Command::new("/usr/bin/python3")
-        .args([script, &port.to_string()])
-        .output()
-        .expect("python3 with redis-py (scripts/test.sh installs python3-redis)");
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    common::resp::redis_py_script("redis_py_cache.py", port, "quicksilver");
 }
 
 /// Runs `program` with `args` in the interop directory `dir` against a quicksilver with two

@@ -7,7 +7,6 @@
 mod common;
 
 use common::resp::{call, connect, frame, one, quicksilver, Redis};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -244,17 +243,7 @@ fn a_transaction_queued_without_end_is_bounded_by_the_client_memory_budget() {
 fn redis_py_transactions_work_as_against_redis_server() {
     let redis = Redis::start();
     let (_server, port) = quicksilver(&["-t", "4"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/redis_py_transactions.py");
     for (name, port) in [("redis-server", redis.port), ("quicksilver", port)] {
-        let output = Command::new("/usr/bin/python3")
-            .args([script, &port.to_string()])
-            .output()
-            .expect("python3 with redis-py (scripts/test.sh installs python3-redis)");
-        assert!(
-            output.status.success(),
-            "{name}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        common::resp::redis_py_script("redis_py_transactions.py", port, name);
     }
 }

@@ -73,9 +73,7 @@ impl Turn<'_, '_> {
         let answer: &[u8] = match call {
             Call::Multi if in_multi => reply::MULTI_NESTED,
             Call::Multi => {
-                let shared = self.shared;
-                let tx = || Box::new(Tx::new(shared.client_memory.clone(), shared.watches.clone()));
-                self.session.tx.get_or_insert_with(tx).multi = true;
+                begun(self.session, self.shared).multi = true;
                 reply::OK
             }
             Call::Exec => return Some(self.exec(len)),
@@ -135,11 +133,7 @@ impl Turn<'_, '_> {
         if keys.clone().any(|key| !self.engine.reads_here(key)) {
             return WATCH_SPREAD;
         }
-        let shared = self.shared;
-        let tx = self
-            .session
-            .tx
-            .get_or_insert_with(|| Box::new(Tx::new(shared.client_memory.clone(), shared.watches.clone())));
+        let tx = begun(self.session, self.shared);
         for key in keys {
             // Its writes count from before its version is read: none falls between.
             if !tx.watch(key, || self.engine.version_of(key)) {
@@ -172,4 +166,9 @@ impl Turn<'_, '_> {
         self.output.adopt(&mut shares.taken, &mut shares.segments);
         Flow::Next(len)
     }
+}
+
+/// The connection's transaction, begun now if it has none (MULTI or a first WATCH).
+fn begun<'s>(session: &'s mut crate::session::Session, shared: &Shared) -> &'s mut Tx {
+    session.tx.get_or_insert_with(|| Box::new(Tx::new(shared.client_memory.clone(), shared.watches.clone())))
 }

@@ -206,3 +206,19 @@ fn read_value(client: &mut Client) -> Vec<u8> {
     }
     value
 }
+
+/// Runs the redis-py script `name` (in tests/interop/) against the RESP listener on `port`; it
+/// must exit successfully (`server` names the server in the failure).
+pub fn redis_py_script(name: &str, port: u16, server: &str) {
+    let script = format!("{}/tests/interop/{name}", env!("CARGO_MANIFEST_DIR"));
+    let output = std::process::Command::new("/usr/bin/python3")
+        .args([&script, &port.to_string()])
+        .output()
+        .expect("python3 with redis-py (scripts/test.sh installs python3-redis)");
+    assert!(
+        output.status.success(),
+        "{name} against {server}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

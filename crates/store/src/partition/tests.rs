@@ -344,3 +344,29 @@ fn values_near_half_the_log_never_walk_the_head_past_the_tail() {
         }
     }
 }
+
+#[test]
+fn a_step_moves_the_count_by_two_and_a_read_across_it_is_told() {
+    let mut partition = small(Access::Crew);
+    let reader = partition.reader();
+    let seen = reader.step();
+    assert!(reader.step_unchanged(seen), "no step: the read stands");
+    partition.begin_step();
+    set(&mut partition, b"a", b"1");
+    partition.end_step();
+    assert!(!reader.step_unchanged(seen), "a step since: read again");
+    assert_eq!(reader.step(), seen + 2);
+}
+
+#[test]
+fn a_reader_waits_for_the_step_under_way() {
+    let mut partition = small(Access::Crew);
+    let reader = partition.reader();
+    partition.begin_step();
+    let waiting = std::thread::spawn(move || reader.step());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(!waiting.is_finished(), "the reader waits while the step is under way");
+    set(&mut partition, b"a", b"1");
+    partition.end_step();
+    assert_eq!(waiting.join().expect("the reader"), 2);
+}

@@ -281,6 +281,10 @@ impl Engine {
             out.extend_from_slice(b"-ERR keys of other workers are read only with --access crew\r\n");
             return;
         }
+        if self.shared.map.workers() == 1 {
+            // Every partition is this worker's: no step runs beside the read.
+            return self.read_keys(frame, (values, fd), out);
+        }
         // Other workers' partitions are read through CREW's readers: the keys are read again
         // if a step over several keys (a transaction) changed one of them meanwhile, so the
         // reply is of one moment (partition/steps.rs).

@@ -52,7 +52,7 @@ impl Engine {
     /// the watched keys checked and the requests run as one step, their replies an array
     /// (a null one when a watched key changed).
     pub fn run_transaction(&mut self, tx: &Tx, (dialect, fd): (Dialect, i32), out: &mut Vec<u8>) {
-        let others = self.step_workers(tx, dialect);
+        let others = self.step_workers(tx.requests(), &tx.watched, dialect);
         self.step_over(tx, &others, (dialect, fd, true), out)
     }
 
@@ -61,8 +61,7 @@ impl Engine {
     /// `None` when this worker owns them all, or with the flash tier (then routed as before:
     /// exec/resp/keys.rs).
     pub fn spread_write_workers(&self, request: &[u8], dialect: Dialect) -> Option<Vec<usize>> {
-        let tx = Tx::alone(request, self.shared.client_memory.clone(), self.shared.watches.clone());
-        let others = self.step_workers(&tx, dialect);
+        let others = self.step_workers(std::iter::once(request), &[], dialect);
         (!others.is_empty() && !self.flash_on).then_some(others)
     }
 
@@ -127,18 +126,24 @@ impl Engine {
         }
     }
 
-    /// The workers other than this one whose partitions `tx` needs.
-    fn step_workers(&self, tx: &Tx, dialect: Dialect) -> Vec<usize> {
+    /// The workers other than this one whose partitions a step needs: those of `watched` and
+    /// of the keys `requests` name.
+    fn step_workers<'r>(
+        &self,
+        requests: impl Iterator<Item = &'r [u8]>,
+        watched: &[crate::session::tx::Watched],
+        dialect: Dialect,
+    ) -> Vec<usize> {
         let workers = self.shared.map.workers();
         if workers == 1 {
             return Vec::new();
         }
         let mut needed = vec![false; workers];
         let owner_of = |key: &[u8]| self.owner(self.locate(key).1);
-        for watched in &tx.watched {
+        for watched in watched {
             needed[owner_of(&watched.key)] = true;
         }
-        for bytes in tx.requests() {
+        for bytes in requests {
             let Parsed::Request { request, .. } = dialect.parse(bytes, &self.limits) else { continue };
             match names(&request, &self.limits) {
                 Names::Nothing => {}
