@@ -71,7 +71,7 @@ def rust_bytes(data):
 
 
 def main():
-    names = re.findall(r'^    \("([a-z]+)", -?\d+\),$', open(SOURCE).read(), re.M)
+    names = re.findall(r'^    \("([a-z_]+)", -?\d+\),$', open(SOURCE).read(), re.M)
     assert len(names) > 50, names
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))

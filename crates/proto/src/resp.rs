@@ -14,6 +14,7 @@ pub mod connection;
 pub mod glob;
 pub mod owned;
 pub mod reply;
+pub mod script;
 #[cfg(test)]
 mod tests;
 

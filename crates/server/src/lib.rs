@@ -7,7 +7,7 @@
 //! `exec::Engine::route` -> run here (`exec`) or hand over (`direct` rings) -> reply bytes in
 //! request order ([`session::Output`]) -> one send per connection per loop turn (`worker`).
 //! The components, bottom up: [`sys`], [`config`], [`observe`], `net`, [`session`], `codec`,
-//! `flashio`, `shared`, `admin`, `exec`, `direct`, `native`, `worker`, `warm`, [`server`];
+//! `flashio`, `script`, `shared`, `admin`, `exec`, `direct`, `native`, `worker`, `warm`, [`server`];
 //! none imports one above it (scripts/check-layout.py). Only the ones linked here are public:
 //! what the binary, the fuzz targets and the tests use; the rest are the crate's own.
 
@@ -19,6 +19,7 @@ pub(crate) mod direct;
 pub(crate) mod exec;
 pub(crate) mod flashio;
 pub(crate) mod native;
+pub(crate) mod script;
 pub(crate) mod net;
 pub mod observe;
 pub mod server;

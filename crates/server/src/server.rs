@@ -453,6 +453,7 @@ fn new_shared(
         wakeups: crate::shared::Wakeups::new(workers),
         lending: crate::shared::lending::Lending::new(workers),
         watches: Default::default(),
+        scripts: std::sync::Arc::new(crate::script::Scripts::new(workers, crate::script::MEMORY_MAX)),
         running: crate::shared::Running::new(extended.lru_crawler),
         memory: crate::shared::Memory::of(
             first,

@@ -118,6 +118,10 @@ pub enum Call<'a> {
     Watch(Frame<'a>),
     /// UNWATCH: no key is watched any more.
     Unwatch,
+    /// EVAL, EVALSHA, EVAL_RO or EVALSHA_RO.
+    Eval(super::script::Eval<'a>),
+    /// SCRIPT's subcommands.
+    Script(super::script::Script<'a>),
     /// Refused: the reply's text after `-`.
     Error(Refusal<'a>),
 }
@@ -268,6 +272,8 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "discard" => Call::Discard,
         "watch" => Call::Watch(*frame),
         "unwatch" => Call::Unwatch,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => super::script::eval(frame, spelled),
+        "script" => super::script::script(frame, first[0], argc),
         "incr" => key(first[0], Op::Count { by: 1 }, Reply::Counter),
         "decr" => key(first[0], Op::Count { by: -1 }, Reply::Counter),
         "incrby" => count(first[0], first[1], false),
@@ -362,6 +368,11 @@ const TABLE: &[(&str, i32)] = &[
     ("discard", 1),
     ("watch", -2),
     ("unwatch", 1),
+    ("eval", -3),
+    ("evalsha", -3),
+    ("eval_ro", -3),
+    ("evalsha_ro", -3),
+    ("script", -2),
 ];
 
 pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {

@@ -404,3 +404,43 @@ fn a_walk_goes_on_from_where_it_stopped() {
     };
     assert_eq!(progress(b"*2\r\n$3\r\nGET\r\n\r\nkey", first), Walked::Other, "walked on to an empty line");
 }
+
+#[test]
+fn script_forms_are_checked_as_redis_server_checks_them() {
+    use super::script::{called, Eval, Script};
+    let parse = |text: &[u8]| {
+        let args: Vec<&[u8]> = text.split(|&byte| byte == b' ').collect();
+        let bytes = frame_bytes(&args);
+        let (frame, _) = parsed_frame(&bytes);
+        let mut out = Vec::new();
+        match call(&frame, &LIMITS) {
+            Call::Eval(Eval { sha, read_only, keys, .. }) => format!("eval sha={sha} ro={read_only} keys={keys}"),
+            Call::Script(Script::Exists(_)) => "exists".into(),
+            Call::Script(script) => format!("{script:?}"),
+            Call::Error(refusal) => {
+                super::reply::refusal(&refusal, &mut out);
+                String::from_utf8(out).unwrap()
+            }
+            other => format!("{other:?}"),
+        }
+    };
+    assert_eq!(parse(b"EVAL s 1 k a"), "eval sha=false ro=false keys=1");
+    assert_eq!(parse(b"evalsha_ro s 0"), "eval sha=true ro=true keys=0");
+    assert_eq!(parse(b"EVAL s 2 k"), "-ERR Number of keys can't be greater than number of args\r\n");
+    assert_eq!(parse(b"EVAL s -1"), "-ERR Number of keys can't be negative\r\n");
+    assert_eq!(parse(b"EVAL s x"), "-ERR value is not an integer or out of range\r\n");
+    assert_eq!(parse(b"EVAL s"), "-ERR wrong number of arguments for 'eval' command\r\n");
+    assert_eq!(parse(b"SCRIPT LOAD"), "-ERR wrong number of arguments for 'script|load' command\r\n");
+    assert_eq!(parse(b"SCRIPT EXISTS"), "-ERR wrong number of arguments for 'script|exists' command\r\n");
+    assert_eq!(parse(b"SCRIPT FLUSH bad"), "-ERR SCRIPT FLUSH only support SYNC|ASYNC option\r\n");
+    assert_eq!(parse(b"SCRIPT foo"), "-ERR unknown subcommand 'foo'. Try SCRIPT HELP.\r\n");
+    assert_eq!(parse(b"script flush async"), "Flush");
+    assert_eq!(parse(b"SCRIPT EXISTS a b"), "exists");
+    let set = called(b"SET").expect("served");
+    assert!(set.write && !set.noscript && set.fits(3) && !set.fits(2));
+    let get = called(b"get").expect("served");
+    assert!(!get.write && get.fits(2) && !get.fits(3));
+    assert!(called(b"eval").expect("served").noscript);
+    assert!(called(b"multi").expect("served").noscript);
+    assert_eq!(called(b"nosuch"), None);
+}

@@ -66,6 +66,8 @@ pub struct Shared {
     pub lending: lending::Lending<Vec<(usize, qs_store::Partition)>>,
     /// The keys Redis connections WATCH, and their writes since.
     pub watches: std::sync::Arc<crate::session::watches::Watches>,
+    /// Redis scripts: the one cache, and each worker's script while one runs.
+    pub scripts: std::sync::Arc<crate::script::Scripts>,
     /// The item memory: the logs' size (`cache_memlimit`), the index, the largest item.
     pub memory: Memory,
     /// The native protocol's directory epoch and cookie key.

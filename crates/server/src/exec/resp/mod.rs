@@ -5,6 +5,7 @@
 //! commands the owner runs on one key's value (owned.rs), KEYS, SCAN and RANDOMKEY
 //! (scan.rs).
 
+mod eval;
 mod keys;
 mod owned;
 mod scan;
@@ -119,6 +120,8 @@ impl Engine {
                 debug_assert!(false, "a transaction's command reached the engine: {frame:?}");
                 out.extend_from_slice(b"-ERR transaction commands run on the connection\r\n");
             }
+            Call::Eval(eval) => self.eval(&eval, (resp3, fd), out),
+            Call::Script(script) => self.script(script, out),
             // The parser makes these `Request::RespKey`; a frame built otherwise runs the same.
             Call::Key(command) => return self.run_command(&command, (None, fd), out),
         }

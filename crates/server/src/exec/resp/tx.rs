@@ -17,7 +17,7 @@ use qs_proto::resp::command::{call, Call};
 use qs_proto::Parsed;
 
 /// Which keys a queued request names, as a step must hold them.
-enum Names<'a> {
+pub(super) enum Names<'a> {
     /// None: it runs anywhere (PING, TIME, CLIENT, ...).
     Nothing,
     /// These keys.
@@ -197,7 +197,7 @@ impl Engine {
 }
 
 /// The keys `request` names, for the partitions a step must hold.
-fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits) -> Names<'a> {
+pub(super) fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits) -> Names<'a> {
     let frame = match request {
         Request::RespKey(command) => return Names::Keys(vec![command.key]),
         Request::Resp(frame) => frame,
@@ -212,6 +212,8 @@ fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits) -> Names<'a> {
         Call::Owned(owned) => {
             Names::Keys([Some(owned.key), owned.other_key()].into_iter().flatten().collect())
         }
+        // A script's declared keys (what it reaches beyond them: exec/resp/eval.rs).
+        Call::Eval(eval) => Names::Keys(eval.keys().collect()),
         Call::Keys(_) | Call::Scan(_) | Call::RandomKey | Call::Flush | Call::ConfigSet(_) => {
             Names::Everything
         }

@@ -1,0 +1,152 @@
+//! EVAL, EVALSHA and SCRIPT on the engine: a script runs in this worker's Lua state
+//! (script/vm.rs) over partitions held here, and each `redis.call` runs as the connection's
+//! own command would, checked first as redis-server checks a script's calls (script.c): known,
+//! of the right arity, not one scripts may not call, not a write in a read-only script, and
+//! on keys whose partitions this worker holds for the script's step.
+//!
+//! The keys a script declares (KEYS) are held for it: the worker's turn runs the script as a
+//! step over their partitions (exec/resp/tx.rs), as EXEC runs a transaction, so no other
+//! client sees half of what it does. A key it did not declare is served where its partition
+//! is held here anyway (this worker owns it, or it shares a partition with a declared key),
+//! and refused otherwise: reaching another worker's partition in the middle of a step could
+//! wait on that worker's own step (a deadlock), and would not be isolated.
+
+use super::tx::{names, Names};
+use super::*;
+use crate::codec::Dialect;
+use crate::script::{self, vm, Kill};
+use qs_proto::resp::script::{called, Eval, Script};
+
+/// A script's call of a key no partition held here has.
+const NOT_HELD: &[u8] =
+    b"-ERR Script attempted to access a key another worker owns that it did not declare in KEYS (declare it, or run with -t 1)\r\n";
+
+impl Engine {
+    /// EVAL and its forms, for the connection `fd` (its replies RESP3 if `resp3`).
+    pub(super) fn eval(&mut self, eval: &Eval<'_>, (resp3, fd): (bool, i32), out: &mut Vec<u8>) {
+        let sha = if eval.sha {
+            match script::sha_named(eval.body()) {
+                Some(sha) => sha,
+                None => return out.extend_from_slice(vm::NOSCRIPT),
+            }
+        } else {
+            script::sha1_hex(eval.body())
+        };
+        let scripts = self.shared.scripts.clone();
+        let ran = vm::with(&scripts, self.worker, |state| {
+            let source = (!eval.sha).then(|| eval.body());
+            let compiled = match state.compiled(&sha, source) {
+                Ok(compiled) => compiled,
+                Err(reply) => return out.extend_from_slice(&reply),
+            };
+            let read_only = eval.read_only || compiled.read_only;
+            let mut calls = Calls { engine: self, fd, read_only, frame: Vec::new() };
+            state.run((&compiled, &sha), (eval.keys(), eval.argv()), resp3, &mut calls, out);
+        });
+        if let Err(error) = ran {
+            out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes());
+        }
+    }
+
+    /// SCRIPT's subcommands.
+    pub(super) fn script(&mut self, script: Script<'_>, out: &mut Vec<u8>) {
+        let scripts = self.shared.scripts.clone();
+        match script {
+            Script::Load(source) => {
+                let sha = script::sha1_hex(source);
+                let loaded = vm::with(&scripts, self.worker, |state| state.compiled(&sha, Some(source)).map(drop));
+                match loaded {
+                    Ok(Ok(())) => reply::bulk(&sha, out),
+                    Ok(Err(reply)) => out.extend_from_slice(&reply),
+                    Err(error) => out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes()),
+                }
+            }
+            Script::Exists(frame) => {
+                out.push(b'*');
+                out.extend_from_slice((frame.argc() - 2).to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for sha in frame.args().skip(2) {
+                    let known = script::sha_named(sha).is_some_and(|sha| scripts.exists(&sha));
+                    out.extend_from_slice(if known { b":1\r\n" } else { b":0\r\n" });
+                }
+            }
+            Script::Flush => {
+                scripts.flush();
+                out.extend_from_slice(reply::OK);
+            }
+            Script::Kill => out.extend_from_slice(match scripts.kill(self.worker) {
+                Kill::Stopped => reply::OK,
+                Kill::NotBusy => b"-NOTBUSY No scripts in execution right now.\r\n",
+                Kill::Unkillable => b"-UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.\r\n",
+            }),
+            Script::Help => {
+                let lines = qs_proto::resp::script::HELP;
+                out.push(b'*');
+                out.extend_from_slice(lines.len().to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for line in lines {
+                    out.push(b'+');
+                    out.extend_from_slice(line.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+    }
+}
+
+/// A running script's calls into the engine.
+struct Calls<'e> {
+    engine: &'e mut Engine,
+    fd: i32,
+    read_only: bool,
+    /// The call's request, as a RESP frame.
+    frame: Vec<u8>,
+}
+
+impl vm::Caller for Calls<'_> {
+    fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut Vec<u8>) {
+        let refuse = |out: &mut Vec<u8>, text: &[u8]| {
+            out.push(b'-');
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        };
+        let Some(command) = called(args[0]) else {
+            return refuse(out, b"ERR Unknown Redis command called from script");
+        };
+        if !command.fits(args.len()) {
+            return refuse(out, b"ERR Wrong number of args calling Redis command from script");
+        }
+        if command.noscript {
+            return refuse(out, b"ERR This Redis command is not allowed from script");
+        }
+        if command.write && self.read_only {
+            return refuse(out, b"ERR Write commands are not allowed from read-only scripts.");
+        }
+        self.frame.clear();
+        self.frame.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for arg in args {
+            self.frame.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            self.frame.extend_from_slice(arg);
+            self.frame.extend_from_slice(b"\r\n");
+        }
+        let engine = &mut *self.engine;
+        let dialect = if resp3 { Dialect::Resp3 } else { Dialect::Resp };
+        let request = match dialect.parse(&self.frame, &engine.limits) {
+            qs_proto::Parsed::Request { request, .. } => request,
+            qs_proto::Parsed::Refused { reply, .. } => return out.extend_from_slice(reply.as_bytes()),
+            _ => return refuse(out, b"ERR the script's call could not be read"),
+        };
+        let held = match names(&request, &engine.limits) {
+            Names::Nothing => true,
+            Names::Keys(keys) => keys.iter().all(|key| key.len() > qs_proto::KEY_BYTES_MAX || engine.owns(engine.locate(key).1)),
+            Names::Everything => engine.partitions.iter().all(Option::is_some),
+        };
+        if !held {
+            return out.extend_from_slice(NOT_HELD);
+        }
+        if command.write {
+            engine.shared.scripts.running[engine.worker].wrote.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let _ = engine.execute(&request, (None, self.fd), out);
+    }
+}

@@ -1,0 +1,204 @@
+//! Redis scripts: EVAL's Lua 5.1, as redis-server 7.0 embeds it (eval.c, script_lua.c).
+//!
+//! One script cache serves the whole server ([`Scripts`], in the shared state): a script's
+//! SHA1 and its source, loaded by EVAL or SCRIPT LOAD on any worker and run by EVALSHA on any
+//! other. Each worker thread runs scripts in a Lua state of its own ([`vm`]), which compiles
+//! a script the first time that worker runs it; SCRIPT FLUSH moves the cache's generation, and
+//! each state drops what it compiled when it next runs one. The state calls back into the
+//! worker's executor for `redis.call` (exec/resp/eval.rs), which runs the command as the
+//! connection's own would run and hands its reply here to become a Lua value ([`convert`]).
+//!
+//! A script's run is watched ([`Running`]): past `lua-time-limit` it can be stopped by
+//! SCRIPT KILL from any connection of another worker, unless it has written.
+
+pub(crate) mod convert;
+mod libs;
+pub(crate) mod vm;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+/// A script's SHA1 in lower-case hex, as scripts are named.
+pub type Sha = [u8; 40];
+
+/// redis-server's `lua-time-limit` (`busy-reply-threshold`) by default, milliseconds.
+pub(crate) const TIME_LIMIT_MS: u64 = 5_000;
+
+/// Each worker's Lua state may hold this much (its allocations past it fail: the script
+/// ends with an OOM error), bytes.
+pub(crate) const MEMORY_MAX: usize = 64 << 20;
+
+/// The server's script cache and the scripts running now.
+pub struct Scripts {
+    /// SHA1 -> source.
+    cache: Mutex<HashMap<Sha, Arc<[u8]>>>,
+    /// The sources' bytes (INFO's `used_memory_scripts_eval`).
+    bytes: AtomicUsize,
+    /// How many scripts (INFO's `number_of_cached_scripts`).
+    count: AtomicUsize,
+    /// Moved by SCRIPT FLUSH: a worker's Lua state drops what it compiled before.
+    generation: AtomicU64,
+    /// `lua-time-limit`, milliseconds (CONFIG SET changes it).
+    pub time_limit_ms: AtomicU64,
+    /// Each Lua state's memory limit, bytes.
+    pub memory_max: usize,
+    /// Each worker's script, while one runs.
+    pub running: Vec<Running>,
+    /// Each worker's Lua state's memory, bytes, as it last published it.
+    pub memory: Vec<AtomicUsize>,
+}
+
+/// What a worker's running script shows the others.
+#[derive(Default)]
+pub struct Running {
+    /// When it started, unix milliseconds (0: none runs).
+    pub since_ms: AtomicU64,
+    /// SCRIPT KILL asked it to stop.
+    pub kill: AtomicBool,
+    /// It has written: SCRIPT KILL cannot stop it.
+    pub wrote: AtomicBool,
+}
+
+/// What SCRIPT KILL found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Kill {
+    /// The script running was told to stop.
+    Stopped,
+    /// No script runs (besides the asking worker's own, which is this one's caller).
+    NotBusy,
+    /// The script running has written.
+    Unkillable,
+}
+
+impl Scripts {
+    /// The cache of a server of `workers` workers, each Lua state held to `memory_max` bytes.
+    pub fn new(workers: usize, memory_max: usize) -> Scripts {
+        Scripts {
+            cache: Mutex::default(),
+            bytes: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            time_limit_ms: AtomicU64::new(TIME_LIMIT_MS),
+            memory_max,
+            running: (0..workers).map(|_| Running::default()).collect(),
+            memory: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// The source of the script `sha`, if the cache holds it.
+    pub fn source(&self, sha: &Sha) -> Option<Arc<[u8]>> {
+        self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(sha).cloned()
+    }
+
+    /// Whether the cache holds `sha`.
+    pub fn exists(&self, sha: &[u8]) -> bool {
+        let Ok(sha) = <Sha>::try_from(sha) else { return false };
+        self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains_key(&sha)
+    }
+
+    /// Keeps `source` as the script `sha` (it compiled).
+    pub fn keep(&self, sha: Sha, source: &[u8]) {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let std::collections::hash_map::Entry::Vacant(entry) = cache.entry(sha) {
+            entry.insert(source.into());
+            self.bytes.fetch_add(source.len() + 40, Relaxed);
+            self.count.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// SCRIPT FLUSH: every script goes.
+    pub fn flush(&self) {
+        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        cache.clear();
+        self.bytes.store(0, Relaxed);
+        self.count.store(0, Relaxed);
+        self.generation.fetch_add(1, Release);
+    }
+
+    /// The cache's generation (moved by each flush).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Acquire)
+    }
+
+    /// The cache's scripts and their bytes.
+    pub fn figures(&self) -> (usize, usize) {
+        (self.count.load(Relaxed), self.bytes.load(Relaxed))
+    }
+
+    /// Every Lua state's memory, bytes.
+    pub fn lua_memory(&self) -> usize {
+        self.memory.iter().map(|bytes| bytes.load(Relaxed)).sum()
+    }
+
+    /// SCRIPT KILL, asked on worker `asking`: the longest-running script of another worker
+    /// is told to stop, unless it has written.
+    pub fn kill(&self, asking: usize) -> Kill {
+        let busy = self
+            .running
+            .iter()
+            .enumerate()
+            .filter(|(worker, running)| *worker != asking && running.since_ms.load(Acquire) != 0)
+            .min_by_key(|(_, running)| running.since_ms.load(Relaxed));
+        match busy {
+            None => Kill::NotBusy,
+            Some((_, running)) if running.wrote.load(Acquire) => Kill::Unkillable,
+            Some((_, running)) => {
+                running.kill.store(true, Release);
+                Kill::Stopped
+            }
+        }
+    }
+}
+
+/// The SHA1 of `bytes` in lower-case hex (`redis.sha1hex`, a script's name).
+pub(crate) fn sha1_hex(bytes: &[u8]) -> Sha {
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, bytes);
+    let mut hex = [0u8; 40];
+    for (at, byte) in digest.as_ref().iter().enumerate() {
+        hex[at * 2] = b"0123456789abcdef"[usize::from(byte >> 4)];
+        hex[at * 2 + 1] = b"0123456789abcdef"[usize::from(byte & 15)];
+    }
+    hex
+}
+
+/// A SHA1 as EVALSHA names it (any case), lower-cased; `None` unless it is 40 bytes.
+pub(crate) fn sha_named(text: &[u8]) -> Option<Sha> {
+    let mut sha = <Sha>::try_from(text).ok()?;
+    sha.make_ascii_lowercase();
+    Some(sha)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_is_redis_servers() {
+        assert_eq!(&sha1_hex(b""), b"da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(&sha1_hex(b"return 1"), b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        assert_eq!(sha_named(b"E0E1F9FABFC9D4800C877A703B823AC0578FF8DB"), Some(sha1_hex(b"return 1")));
+        assert_eq!(sha_named(b"abc"), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_flushes_and_kills() {
+        let scripts = Scripts::new(2, 1 << 20);
+        let sha = sha1_hex(b"return 1");
+        scripts.keep(sha, b"return 1");
+        scripts.keep(sha, b"return 1");
+        assert_eq!(scripts.figures(), (1, 48));
+        assert!(scripts.exists(&sha));
+        let before = scripts.generation();
+        scripts.flush();
+        assert!(!scripts.exists(&sha) && scripts.generation() > before);
+        assert_eq!(scripts.kill(0), Kill::NotBusy);
+        scripts.running[1].since_ms.store(5, Relaxed);
+        assert_eq!(scripts.kill(1), Kill::NotBusy, "a worker's own script is not its to kill");
+        assert_eq!(scripts.kill(0), Kill::Stopped);
+        assert!(scripts.running[1].kill.load(Relaxed));
+        scripts.running[1].wrote.store(true, Relaxed);
+        assert_eq!(scripts.kill(0), Kill::Unkillable);
+    }
+}
