@@ -146,7 +146,9 @@ impl Called {
 
 /// The command `name` as a script may call it; `None` when it is not served.
 pub fn called(name: &[u8]) -> Option<Called> {
-    let (_, entry, _) = super::command_table::INFO.iter().find(|(spelled, ..)| name.eq_ignore_ascii_case(spelled.as_bytes()))?;
+    let (_, entry, _) = super::command_table::INFO
+        .iter()
+        .find(|(spelled, ..)| name.eq_ignore_ascii_case(spelled.as_bytes()))?;
     // `*10`, `$len`, the name, `:arity`, `*flags`, then a `+flag` line each.
     let mut lines = entry.split(|&byte| byte == b'\n').map(|line| line.strip_suffix(b"\r").unwrap_or(line));
     let arity = lines.nth(3)?.strip_prefix(b":")?;

@@ -414,7 +414,9 @@ fn script_forms_are_checked_as_redis_server_checks_them() {
         let (frame, _) = parsed_frame(&bytes);
         let mut out = Vec::new();
         match call(&frame, &LIMITS) {
-            Call::Eval(Eval { sha, read_only, keys, .. }) => format!("eval sha={sha} ro={read_only} keys={keys}"),
+            Call::Eval(Eval { sha, read_only, keys, .. }) => {
+                format!("eval sha={sha} ro={read_only} keys={keys}")
+            }
             Call::Script(Script::Exists(_)) => "exists".into(),
             Call::Script(script) => format!("{script:?}"),
             Call::Error(refusal) => {

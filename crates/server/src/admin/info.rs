@@ -62,15 +62,7 @@ pub fn write(shared: &Shared, asked: &[&[u8]], out: &mut Vec<u8>) {
                 field("maxclients", &figure("max_connections"));
                 field("blocked_clients", &0);
             }
-            "memory" => {
-                let (used, max) = (number("bytes"), number("limit_maxbytes"));
-                field("used_memory", &used);
-                field("used_memory_human", &human(used));
-                field("maxmemory", &max);
-                field("maxmemory_human", &human(max));
-                field("maxmemory_policy", &"allkeys-lru");
-                field("mem_allocator", &"libc");
-            }
+            "memory" => memory(shared, (number("bytes"), number("limit_maxbytes")), &mut field),
             "persistence" => {
                 field("loading", &0);
                 field("rdb_bgsave_in_progress", &0);
@@ -123,6 +115,22 @@ pub fn write(shared: &Shared, asked: &[&[u8]], out: &mut Vec<u8>) {
             _ => {}
         }
     }
+}
+
+/// INFO's memory section: the items' bytes and the limit (`used`, `max`), the scripts'.
+fn memory(shared: &Shared, (used, max): (u64, u64), field: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    field("used_memory", &used);
+    field("used_memory_human", &human(used));
+    field("maxmemory", &max);
+    field("maxmemory_human", &human(max));
+    field("maxmemory_policy", &"allkeys-lru");
+    field("mem_allocator", &"libc");
+    let lua = shared.scripts.lua_memory() as u64;
+    let (scripts, script_bytes) = shared.scripts.figures();
+    field("used_memory_lua", &lua);
+    field("used_memory_lua_human", &human(lua));
+    field("used_memory_scripts_eval", &script_bytes);
+    field("number_of_cached_scripts", &scripts);
 }
 
 /// The sections to list, each once, in redis-server's order.

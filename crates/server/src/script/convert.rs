@@ -13,7 +13,7 @@ use mlua::{Lua, Result, Table, Value};
 
 /// Tables nested deeper than this in a script's reply are cut off with an error in their
 /// place (redis-server stops where its Lua stack runs out: a table that holds itself).
-const DEPTH_MAX: usize = 1_000;
+const DEPTH_MAX: usize = 128;
 
 /// The reply `bytes` (one whole RESP value) as `redis.call` returns it.
 pub(crate) fn reply_to_lua(lua: &Lua, bytes: &[u8]) -> Result<Value> {
@@ -128,13 +128,11 @@ fn write_value(value: &Value, protocols: (bool, bool), depth: usize, out: &mut V
     let (script_resp3, resp3) = protocols;
     match value {
         Value::String(text) => bulk(&text.as_bytes(), out),
-        Value::Boolean(truth) if !script_resp3 => {
-            out.extend_from_slice(match (truth, resp3) {
-                (true, _) => b":1\r\n",
-                (false, false) => b"$-1\r\n",
-                (false, true) => b"_\r\n",
-            })
-        }
+        Value::Boolean(truth) if !script_resp3 => out.extend_from_slice(match (truth, resp3) {
+            (true, _) => b":1\r\n",
+            (false, false) => b"$-1\r\n",
+            (false, true) => b"_\r\n",
+        }),
         Value::Boolean(truth) => out.extend_from_slice(match (truth, resp3) {
             (true, false) => b":1\r\n",
             (false, false) => b":0\r\n",
@@ -162,7 +160,8 @@ fn write_table(table: &Table, protocols: (bool, bool), depth: usize, out: &mut V
         return double(number.as_f64().unwrap_or(0.0), resp3, out);
     }
     if let Value::String(text) = get("big_number") {
-        let digits: Vec<u8> = text.as_bytes().iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }).collect();
+        let digits: Vec<u8> =
+            text.as_bytes().iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }).collect();
         return if resp3 { line(b'(', &digits, out) } else { bulk(&digits, out) };
     }
     if let Value::Table(verbatim) = get("verbatim_string") {
@@ -182,7 +181,8 @@ fn write_table(table: &Table, protocols: (bool, bool), depth: usize, out: &mut V
         return;
     }
     if let Value::Table(set) = get("set") {
-        let members: Vec<Value> = set.pairs::<Value, Value>().filter_map(|pair| pair.ok().map(|(key, _)| key)).collect();
+        let members: Vec<Value> =
+            set.pairs::<Value, Value>().filter_map(|pair| pair.ok().map(|(key, _)| key)).collect();
         head(if resp3 { b'~' } else { b'*' }, members.len(), out);
         for member in &members {
             write_value(member, protocols, depth + 1, out);
@@ -240,7 +240,11 @@ fn line(kind: u8, text: &[u8], out: &mut Vec<u8>) {
 
 fn double(number: f64, resp3: bool, out: &mut Vec<u8>) {
     let text = if number.is_infinite() {
-        if number > 0.0 { "inf".to_string() } else { "-inf".to_string() }
+        if number > 0.0 {
+            "inf".to_string()
+        } else {
+            "-inf".to_string()
+        }
     } else {
         g17(number)
     };
@@ -330,7 +334,10 @@ mod tests {
         assert_eq!(roundtrip(b"$-1\r\n", false), "$-1\r\n");
         assert_eq!(roundtrip(b"+OK\r\n", false), "+OK\r\n");
         assert_eq!(roundtrip(b"-WRONGTYPE bad\r\n", false), "-WRONGTYPE bad\r\n");
-        assert_eq!(roundtrip(b"*3\r\n:1\r\n$1\r\nx\r\n*1\r\n+OK\r\n", false), "*3\r\n:1\r\n$1\r\nx\r\n*1\r\n+OK\r\n");
+        assert_eq!(
+            roundtrip(b"*3\r\n:1\r\n$1\r\nx\r\n*1\r\n+OK\r\n", false),
+            "*3\r\n:1\r\n$1\r\nx\r\n*1\r\n+OK\r\n"
+        );
         assert_eq!(roundtrip(b"_\r\n", true), "_\r\n");
         assert_eq!(roundtrip(b"#t\r\n", true), "#t\r\n");
         assert_eq!(roundtrip(b",1.5\r\n", true), ",1.5\r\n");

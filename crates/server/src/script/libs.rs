@@ -69,8 +69,9 @@ fn cjson(lua: &Lua) -> Result<Table> {
     table.raw_set(
         "decode",
         lua.create_function(|lua, text: mlua::LuaString| {
-            let json: serde_json::Value = serde_json::from_slice(&text.as_bytes())
-                .map_err(|error| mlua::Error::runtime(format!("Expected value but found invalid token: {error}")))?;
+            let json: serde_json::Value = serde_json::from_slice(&text.as_bytes()).map_err(|error| {
+                mlua::Error::runtime(format!("Expected value but found invalid token: {error}"))
+            })?;
             decode(lua, &json)
         })?,
     )?;
@@ -80,8 +81,8 @@ fn cjson(lua: &Lua) -> Result<Table> {
 /// lua-cjson's `encode`: a table whose keys are 1..n is an array, any other an object;
 /// numbers as `%.14g`.
 fn encode(value: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
-    if depth > 1000 {
-        return Err(mlua::Error::runtime("Cannot serialise, excessive nesting (1001)"));
+    if depth > 128 {
+        return Err(mlua::Error::runtime("Cannot serialise, excessive nesting (129)"));
     }
     match value {
         Value::Nil => out.extend_from_slice(b"null"),
@@ -112,7 +113,11 @@ fn encode(value: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
                         Value::String(text) => string(&text.as_bytes(), out),
                         Value::Integer(number) => string(number.to_string().as_bytes(), out),
                         Value::Number(number) => string(g14(*number)?.as_bytes(), out),
-                        _ => return Err(mlua::Error::runtime("Cannot serialise table: table key must be a number or string")),
+                        _ => {
+                            return Err(mlua::Error::runtime(
+                                "Cannot serialise table: table key must be a number or string",
+                            ))
+                        }
                     }
                     out.push(b':');
                     encode(value, depth + 1, out)?;
@@ -121,7 +126,10 @@ fn encode(value: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
             }
         }
         other => {
-            return Err(mlua::Error::runtime(format!("Cannot serialise {}: type not supported", other.type_name())))
+            return Err(mlua::Error::runtime(format!(
+                "Cannot serialise {}: type not supported",
+                other.type_name()
+            )))
         }
     }
     Ok(())

@@ -16,8 +16,8 @@ mod libs;
 pub(crate) mod vm;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 /// A script's SHA1 in lower-case hex, as scripts are named.
@@ -29,6 +29,10 @@ pub(crate) const TIME_LIMIT_MS: u64 = 5_000;
 /// Each worker's Lua state may hold this much (its allocations past it fail: the script
 /// ends with an OOM error), bytes.
 pub(crate) const MEMORY_MAX: usize = 64 << 20;
+
+/// The answer to a request for a worker whose script runs past `lua-time-limit`.
+pub(crate) const BUSY: &[u8] =
+    b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
 
 /// The server's script cache and the scripts running now.
 pub struct Scripts {
@@ -55,10 +59,51 @@ pub struct Scripts {
 pub struct Running {
     /// When it started, unix milliseconds (0: none runs).
     pub since_ms: AtomicU64,
-    /// SCRIPT KILL asked it to stop.
-    pub kill: AtomicBool,
-    /// It has written: SCRIPT KILL cannot stop it.
-    pub wrote: AtomicBool,
+    /// [`CLEAN`], [`KILLED`] or [`WROTE`]: one of the last two, whichever came first, for
+    /// good (SCRIPT KILL and the script's first write race for it).
+    state: AtomicU8,
+}
+
+/// A running script that has neither written nor been told to stop.
+const CLEAN: u8 = 0;
+/// SCRIPT KILL told it to stop: it may not write, and ends at its next look.
+const KILLED: u8 = 1;
+/// It has written: SCRIPT KILL cannot stop it.
+const WROTE: u8 = 2;
+
+impl Running {
+    /// A script starts: clean.
+    pub fn start(&self, now_ms: u64) {
+        self.state.store(CLEAN, Relaxed);
+        self.since_ms.store(now_ms.max(1), Release);
+    }
+
+    /// The script ended.
+    pub fn end(&self) {
+        self.since_ms.store(0, Release);
+    }
+
+    /// Whether SCRIPT KILL stopped it.
+    pub fn killed(&self) -> bool {
+        self.state.load(Acquire) == KILLED
+    }
+
+    /// The script is about to write: `false` once it was told to stop (it may not, then).
+    pub fn writes(&self) -> bool {
+        match self.state.compare_exchange(CLEAN, WROTE, AcqRel, Acquire) {
+            Ok(_) => true,
+            Err(state) => state == WROTE,
+        }
+    }
+
+    /// SCRIPT KILL: told to stop unless it has written.
+    fn stop(&self) -> Kill {
+        match self.state.compare_exchange(CLEAN, KILLED, AcqRel, Acquire) {
+            Ok(_) => Kill::Stopped,
+            Err(KILLED) => Kill::Stopped,
+            Err(_) => Kill::Unkillable,
+        }
+    }
 }
 
 /// What SCRIPT KILL found.
@@ -132,6 +177,14 @@ impl Scripts {
         self.memory.iter().map(|bytes| bytes.load(Relaxed)).sum()
     }
 
+    /// Whether worker `worker` runs a script past `lua-time-limit` at `now_ms` (its clients'
+    /// requests from other workers are answered [`BUSY`] meanwhile).
+    #[inline]
+    pub fn busy(&self, worker: usize, now_ms: u64) -> bool {
+        let since = self.running[worker].since_ms.load(Relaxed);
+        since != 0 && now_ms.saturating_sub(since) >= self.time_limit_ms.load(Relaxed)
+    }
+
     /// SCRIPT KILL, asked on worker `asking`: the longest-running script of another worker
     /// is told to stop, unless it has written.
     pub fn kill(&self, asking: usize) -> Kill {
@@ -141,14 +194,7 @@ impl Scripts {
             .enumerate()
             .filter(|(worker, running)| *worker != asking && running.since_ms.load(Acquire) != 0)
             .min_by_key(|(_, running)| running.since_ms.load(Relaxed));
-        match busy {
-            None => Kill::NotBusy,
-            Some((_, running)) if running.wrote.load(Acquire) => Kill::Unkillable,
-            Some((_, running)) => {
-                running.kill.store(true, Release);
-                Kill::Stopped
-            }
-        }
+        busy.map_or(Kill::NotBusy, |(_, running)| running.stop())
     }
 }
 
@@ -194,11 +240,16 @@ mod tests {
         scripts.flush();
         assert!(!scripts.exists(&sha) && scripts.generation() > before);
         assert_eq!(scripts.kill(0), Kill::NotBusy);
-        scripts.running[1].since_ms.store(5, Relaxed);
+        scripts.running[1].start(5);
         assert_eq!(scripts.kill(1), Kill::NotBusy, "a worker's own script is not its to kill");
         assert_eq!(scripts.kill(0), Kill::Stopped);
-        assert!(scripts.running[1].kill.load(Relaxed));
-        scripts.running[1].wrote.store(true, Relaxed);
+        assert!(scripts.running[1].killed());
+        assert!(!scripts.running[1].writes(), "a script told to stop may not write");
+        scripts.running[1].start(6);
+        assert!(scripts.running[1].writes() && scripts.running[1].writes());
         assert_eq!(scripts.kill(0), Kill::Unkillable);
+        assert!(!scripts.running[1].killed());
+        scripts.running[1].end();
+        assert_eq!(scripts.kill(0), Kill::NotBusy);
     }
 }

@@ -6,7 +6,7 @@ use super::{sha1_hex, Scripts, Sha};
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::{Relaxed, Release};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// Lua instructions between two looks at SCRIPT KILL (redis-server's count hook's).
@@ -20,7 +20,11 @@ thread_local! {
 }
 
 /// Runs `f` on this thread's Lua state (made now if it has none), for worker `worker`.
-pub(crate) fn with<R>(scripts: &Arc<Scripts>, worker: usize, f: impl FnOnce(&mut Vm) -> R) -> Result<R, String> {
+pub(crate) fn with<R>(
+    scripts: &Arc<Scripts>,
+    worker: usize,
+    f: impl FnOnce(&mut Vm) -> R,
+) -> Result<R, String> {
     VM.with(|cell| {
         let mut held = cell.borrow_mut();
         if held.is_none() {
@@ -74,27 +78,41 @@ impl Vm {
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         super::libs::register(&lua)?;
         let hidden = lua.create_table()?;
-        hidden.raw_set("sha1hex", lua.create_function(|lua, text: mlua::LuaString| lua.create_string(sha1_hex(&text.as_bytes())))?)?;
-        hidden.raw_set("log", lua.create_function(|_, (level, text): (i64, String)| {
-            if level >= 2 {
-                eprintln!("quicksilver: script: {text}");
-            }
-            Ok(())
-        })?)?;
-        hidden.raw_set("known", lua.create_function(|_, name: mlua::LuaString| Ok(qs_proto::resp::script::called(&name.as_bytes()).is_some()))?)?;
+        hidden.raw_set(
+            "sha1hex",
+            lua.create_function(|lua, text: mlua::LuaString| lua.create_string(sha1_hex(&text.as_bytes())))?,
+        )?;
+        hidden.raw_set(
+            "log",
+            lua.create_function(|_, (level, text): (i64, String)| {
+                if level >= 2 {
+                    eprintln!("quicksilver: script: {text}");
+                }
+                Ok(())
+            })?,
+        )?;
+        hidden.raw_set(
+            "known",
+            lua.create_function(|_, name: mlua::LuaString| {
+                Ok(qs_proto::resp::script::called(&name.as_bytes()).is_some())
+            })?,
+        )?;
         hidden.raw_set("where", lua.create_function(|lua, ()| Ok(script_line(lua)))?)?;
         let resp = std::rc::Rc::new(std::cell::Cell::new(2u8));
         let asked = resp.clone();
-        hidden.raw_set("setresp", lua.create_function(move |_, version: u8| {
-            asked.set(version);
-            Ok(())
-        })?)?;
+        hidden.raw_set(
+            "setresp",
+            lua.create_function(move |_, version: u8| {
+                asked.set(version);
+                Ok(())
+            })?,
+        )?;
         let prelude = lua.load(include_str!("prelude.lua")).set_name("@prelude");
         let (run, env, redis): (Function, Table, Table) = prelude.call((hidden.clone(), lua.globals()))?;
         lua.set_memory_limit(scripts.memory_max)?;
         let watched = scripts.clone();
         lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
-            if watched.running[worker].kill.load(Relaxed) {
+            if watched.running[worker].killed() {
                 return Err(mlua::Error::runtime(KILLED));
             }
             Ok(VmState::Continue)
@@ -155,17 +173,21 @@ impl Vm {
         out: &mut Vec<u8>,
     ) {
         let running = &self.scripts.running[self.worker];
-        running.kill.store(false, Relaxed);
-        running.wrote.store(false, Relaxed);
-        running.since_ms.store(crate::sys::clock::now().ms().max(1), Release);
+        running.start(crate::sys::clock::now().ms());
         let outcome = self.run_inner(&script.function, (keys, argv), caller);
-        let killed = running.kill.load(Relaxed);
-        running.since_ms.store(0, Release);
+        let killed = running.killed();
+        running.end();
+        // What a failed or greedy script left goes now, not when the collector gets to it: the
+        // next script must find the room it had.
+        if !matches!(outcome, Ok((true, _))) || self.lua.used_memory() > self.scripts.memory_max / 2 {
+            let _ = self.lua.gc_collect();
+        }
         self.scripts.memory[self.worker].store(self.lua.used_memory(), Relaxed);
         match outcome {
             Ok((true, value)) => lua_to_reply(&value, (self.resp.get() == 3, resp3), out),
             Ok((false, value)) => failure(&value, (sha, killed), out),
-            Err(error) => out.extend_from_slice(&error_line(&format!("ERR Error running script {}: {error}", text(sha)))),
+            Err(error) => out
+                .extend_from_slice(&error_line(&format!("ERR Error running script {}: {error}", text(sha)))),
         }
     }
 

@@ -189,6 +189,9 @@ impl Turn<'_, '_> {
             if let Some(flow) = self.spread_write(frame, here, len) {
                 return flow;
             }
+            if let Some(flow) = self.script_step(frame, here, len) {
+                return flow;
+            }
         }
         match self.engine.route(request, located, &self.output.pending) {
             Route::Local => {}
@@ -322,6 +325,12 @@ impl Turn<'_, '_> {
     /// the front cache (unless an earlier request of this connection waits on the owner), a
     /// get of one key goes as that key alone, anything else as its bytes.
     fn forward(&mut self, owner: usize, request: &Request<'_>, at: Option<Located>, bytes: &[u8]) -> Flow {
+        let resp = matches!(self.dialect, Dialect::Resp | Dialect::Resp3);
+        if resp && self.shared.scripts.busy(owner, self.engine.limits.now_ms) {
+            self.output.reply_buf().extend_from_slice(crate::script::BUSY);
+            *self.executed = true;
+            return Flow::Next(bytes.len());
+        }
         let single = match *request {
             Request::Get { kind, keys, single: true } => Some((kind, keys)),
             _ => None,

@@ -127,6 +127,25 @@ impl Turn<'_, '_> {
         Some(Flow::Next(len))
     }
 
+    /// EVAL, EVALSHA, EVAL_RO and EVALSHA_RO: the script runs as one step over the partitions
+    /// of the keys it declares (exec/resp/eval.rs), once the connection's requests running
+    /// elsewhere are answered; `None` for any other request.
+    pub(super) fn script_step(&mut self, frame: &Frame<'_>, here: &[u8], len: usize) -> Option<Flow> {
+        const EVALS: [&[u8]; 4] = [b"eval", b"evalsha", b"eval_ro", b"evalsha_ro"];
+        let name = frame.arg(0)?;
+        if !EVALS.iter().any(|eval| name.eq_ignore_ascii_case(eval)) {
+            return None;
+        }
+        let request = here.get(..len)?;
+        if self.output.pending_total > 0 {
+            self.session.state.block(Wait::Replies);
+            return Some(Flow::Stop);
+        }
+        self.engine.run_script(request, (self.dialect, self.hand.fd), self.output.reply_buf());
+        *self.executed = true;
+        Some(Flow::Next(len))
+    }
+
     /// WATCH of the frame's keys: each one's version now.
     fn watch(&mut self, frame: &Frame<'_>) -> &'static [u8] {
         let keys = frame.args().skip(1);

@@ -33,6 +33,8 @@ impl Engine {
             script::sha1_hex(eval.body())
         };
         let scripts = self.shared.scripts.clone();
+        // A call's reply must be bytes the script reads, never a value sent from a shared copy.
+        let shares = std::mem::replace(&mut self.shares.on, false);
         let ran = vm::with(&scripts, self.worker, |state| {
             let source = (!eval.sha).then(|| eval.body());
             let compiled = match state.compiled(&sha, source) {
@@ -43,6 +45,7 @@ impl Engine {
             let mut calls = Calls { engine: self, fd, read_only, frame: Vec::new() };
             state.run((&compiled, &sha), (eval.keys(), eval.argv()), resp3, &mut calls, out);
         });
+        self.shares.on = shares;
         if let Err(error) = ran {
             out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes());
         }
@@ -138,14 +141,17 @@ impl vm::Caller for Calls<'_> {
         };
         let held = match names(&request, &engine.limits) {
             Names::Nothing => true,
-            Names::Keys(keys) => keys.iter().all(|key| key.len() > qs_proto::KEY_BYTES_MAX || engine.owns(engine.locate(key).1)),
+            Names::Keys(keys) => keys
+                .iter()
+                .all(|key| key.len() > qs_proto::KEY_BYTES_MAX || engine.owns(engine.locate(key).1)),
             Names::Everything => engine.partitions.iter().all(Option::is_some),
         };
         if !held {
             return out.extend_from_slice(NOT_HELD);
         }
-        if command.write {
-            engine.shared.scripts.running[engine.worker].wrote.store(true, std::sync::atomic::Ordering::Relaxed);
+        if command.write && !engine.shared.scripts.running[engine.worker].writes() {
+            // SCRIPT KILL came first: the script ends at its next look, having written nothing.
+            return refuse(out, b"ERR Script killed by user with SCRIPT KILL...");
         }
         let _ = engine.execute(&request, (None, self.fd), out);
     }

@@ -197,6 +197,11 @@ impl Engine {
                     name,
                     "quicksilver keeps no snapshot or append-only file (its warm restart is -e)",
                 ));
+            } else if is("lua-time-limit") || is("busy-reply-threshold") {
+                let limit = qs_proto::resp::command::integer(value)
+                    .filter(|&limit| limit >= 0)
+                    .ok_or_else(|| failed(name, "argument couldn't be parsed into an integer"))?;
+                self.shared.scripts.time_limit_ms.store(limit as u64, std::sync::atomic::Ordering::Relaxed);
             } else if !(is("maxmemory-policy") || is("save") || is("appendonly")) {
                 let name = String::from_utf8_lossy(name);
                 return Err(format!(
@@ -245,13 +250,17 @@ impl Engine {
     /// pattern a glob, without case).
     fn config_get(&self, frame: &Frame<'_>, out: &mut Vec<u8>) {
         let maxmemory = self.shared.memory.maxbytes().to_string();
-        let settings: [(&str, &str); 5] = [
+        let time_limit =
+            self.shared.scripts.time_limit_ms.load(std::sync::atomic::Ordering::Relaxed).to_string();
+        let settings: [(&str, &str); 7] = [
             ("maxmemory", &maxmemory),
             // Every key may be evicted, the least useful first (S3-FIFO here).
             ("maxmemory-policy", "allkeys-lru"),
             ("save", ""),
             ("appendonly", "no"),
             ("databases", "1"),
+            ("lua-time-limit", &time_limit),
+            ("busy-reply-threshold", &time_limit),
         ];
         // A pattern without wildcards names one setting and is echoed as the client spelled
         // it; a glob shows the names it matches (redis-server 7.0's CONFIG GET).

@@ -78,6 +78,13 @@ impl Engine {
         self.step_over(&tx, others, (dialect, fd, false), out)
     }
 
+    /// EVAL (or one of its forms) in `request`, as a step over the partitions of the keys it
+    /// declares (its reply as outside a transaction).
+    pub fn run_script(&mut self, request: &[u8], (dialect, fd): (Dialect, i32), out: &mut Vec<u8>) {
+        let others = self.step_workers(std::iter::once(request), &[], dialect);
+        self.run_spread_write(request, &others, (dialect, fd), out)
+    }
+
     /// `tx` as one step, the partitions of `others` borrowed for it; `array`: EXEC's reply.
     fn step_over(
         &mut self,

@@ -1,0 +1,339 @@
+//! Redis scripts end to end (issue 76): EVAL, EVALSHA and SCRIPT as redis-server 7.0 answers
+//! them, compared byte for byte with one worker and with four (a script's declared keys then
+//! live on other workers and are borrowed for its step); no reader ever sees half of a
+//! script's writes across workers; a script past its memory is stopped with an error and the
+//! server serves on; a script running too long answers other workers' clients BUSY and is
+//! stopped by SCRIPT KILL from another worker, unless it has written; redis-py's Lock and
+//! registered scripts work as against redis-server.
+
+mod common;
+
+use common::resp::{call, connect, frame, one, quicksilver, redis_py_script, without_id, Redis};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Each request to redis-server and to quicksilver (one worker, then four), one reply read
+/// at a time on one connection each: the replies must match.
+fn same_replies(lines: &[&[&str]]) {
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        for words in lines {
+            let request = frame(words);
+            let (mut want, mut got) = (one(&mut theirs, &request), one(&mut ours, &request));
+            if words[0] == "HELLO" {
+                (want, got) = (without_id(&want), without_id(&got));
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "{words:?}, {workers} workers"
+            );
+        }
+    }
+}
+
+#[test]
+fn scripts_answer_as_redis_server_does() {
+    const RELEASE: &str =
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+    same_replies(&[
+        &["SET", "k", "v"],
+        &["EVAL", "return redis.call('get', KEYS[1])", "1", "k"],
+        &["EVAL", "return redis.call('incr', KEYS[1])", "1", "k"],
+        &["EVAL", "return redis.pcall('incr', KEYS[1])", "1", "k"],
+        &["EVAL", "return {KEYS[1], KEYS[2], ARGV[1], {1, 2.9, true, false}, nil, 5}", "2", "a", "b", "c"],
+        &["EVAL", "return redis.call('mset', KEYS[1], ARGV[1], KEYS[2], ARGV[2])", "2", "x1", "y1", "1", "2"],
+        &["EVAL", "return redis.call('mget', KEYS[1], KEYS[2])", "2", "x1", "y1"],
+        &["EVAL", "return redis.call('del', KEYS[1], KEYS[2], KEYS[3])", "3", "x1", "y1", "k"],
+        &["EVAL", "return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])", "1", "lock", "token", "60000"],
+        &["EVAL", RELEASE, "1", "lock", "other"],
+        &["EVAL", RELEASE, "1", "lock", "token"],
+        &["EVAL", RELEASE, "1", "lock", "token"],
+        &["SCRIPT", "LOAD", RELEASE],
+        &["SCRIPT", "EXISTS", "8d6e3bfa2a8d7ad1bc2abac2e6d4c3ba1be2b1d3", "ffff"],
+        &["EVALSHA", "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", "0"],
+        &["EVAL", "return 1", "0"],
+        &["EVALSHA", "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", "0"],
+        &["EVALSHA_RO", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        &["SCRIPT", "FLUSH"],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        &["EVALSHA", "abc", "0"],
+        &["EVAL", "return 1", "-1"],
+        &["EVAL", "return 1", "2", "a"],
+        &["EVAL", "return 1", "x"],
+        &["EVAL", "return 1"],
+        &["EVAL", "return syntax error", "0"],
+        &["EVAL", "x = 1", "0"],
+        &["EVAL", "return undefined_name", "0"],
+        &["EVAL", "string.rep = nil", "0"],
+        &["EVAL", "error('boom')", "0"],
+        &["EVAL", "error({err='CUSTOM failure'})", "0"],
+        &["EVAL", "return redis.call('nosuch')", "0"],
+        &["EVAL", "return redis.call('get')", "0"],
+        &["EVAL", "return redis.call('multi')", "0"],
+        &["EVAL", "return redis.call('eval', 'return 1', '0')", "0"],
+        &["EVAL", "return redis.call('set', KEYS[1], {})", "1", "k"],
+        &["EVAL", "return redis.call()", "0"],
+        &["EVAL", "return redis.pcall()", "0"],
+        &["EVAL_RO", "return redis.call('set', KEYS[1], 'v')", "1", "k"],
+        &["EVAL", "#!lua flags=no-writes\nreturn redis.call('set', KEYS[1], 'v')", "1", "k"],
+        &["EVAL", "#!lua\nreturn redis.call('set', KEYS[1], 'v')", "1", "k"],
+        &["EVAL", "#!python\nreturn 1", "0"],
+        &["EVAL", "return redis.status_reply('FINE')", "0"],
+        &["EVAL", "return redis.error_reply('BAD thing')", "0"],
+        &["EVAL", "return redis.error_reply('NOCODE')", "0"],
+        &["EVAL", "return {err='ERR x\\r\\ny'}", "0"],
+        &["EVAL", "return {double=1.5}", "0"],
+        &["EVAL", "return redis.sha1hex('')", "0"],
+        &[
+            "EVAL",
+            "local ok, err = pcall(function() redis.call('incr', KEYS[1]) end) return err",
+            "1",
+            "lock",
+        ],
+        &["EVAL", "return redis.call('set', KEYS[1], 1.5)", "1", "f"],
+        &["EVAL", "return redis.call('incrbyfloat', KEYS[1], 0.25)", "1", "f"],
+        &["EVAL", "redis.setresp(3) return redis.call('get', KEYS[1])", "1", "missing"],
+        &["EVAL", "redis.setresp(4)", "0"],
+        &["EVAL", "return bit.bxor(5, 3) .. cjson.encode({1, 'a'})", "0"],
+        &["EVAL", "return cjson.decode('{\"a\":[1,2]}').a[2]", "0"],
+        &["EVAL", "return loadstring('return 7')()", "0"],
+        &["EVAL", "return tostring(print)", "0"],
+        &["EVAL", "local t = {} for i = 1, 5 do t[i] = redis.call('incr', KEYS[1]) end return t", "1", "n"],
+        &["EVAL", "return redis.call('exists', KEYS[1], KEYS[2])", "2", "n", "missing"],
+        &["SCRIPT", "KILL"],
+        &["SCRIPT", "DEBUG", "x"],
+        &["SCRIPT", "LOAD"],
+        &["SCRIPT", "nosuch"],
+        &["MULTI"],
+        &["EVAL", "return redis.call('incr', KEYS[1])", "1", "n"],
+        &["EVAL", "return redis.call('get', KEYS[1])", "1", "n"],
+        &["EXEC"],
+    ]);
+}
+
+#[test]
+fn resp3_connections_get_resp3_replies_from_scripts() {
+    same_replies(&[
+        &["HELLO", "3"],
+        &["EVAL", "return {map={a=1}}", "0"],
+        &["EVAL", "return {set={x=true}}", "0"],
+        &["EVAL", "return {double=2.5}", "0"],
+        &["EVAL", "return nil", "0"],
+        &["EVAL", "return false", "0"],
+        &["EVAL", "redis.setresp(3) return false", "0"],
+        &["EVAL", "redis.setresp(3) return true", "0"],
+        &["EVAL", "redis.setresp(3) local v = redis.call('get', KEYS[1]) return v == nil", "1", "missing"],
+        &["EVAL", "return {big_number='123456789012345678901234567890'}", "0"],
+    ]);
+}
+
+#[test]
+fn no_reader_sees_half_of_a_script_across_workers() {
+    let (_server, port) = quicksilver(&["-t", "4"]);
+    let pairs: Vec<(String, String)> = (0..8).map(|i| (format!("a{i}"), format!("b{i}"))).collect();
+    let mut setup = connect(port);
+    for (a, b) in &pairs {
+        assert_eq!(call(&mut setup, &frame(&["MSET", a, "0", b, "0"])), b"+OK\r\n");
+    }
+    let pairs = Arc::new(pairs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (steps, reads) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    const BOTH: &str = "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])";
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (pairs, stop, steps) = (pairs.clone(), stop.clone(), steps.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(port);
+                for n in 0usize.. {
+                    if stop.load(Relaxed) {
+                        break;
+                    }
+                    let (a, b) = &pairs[n % pairs.len()];
+                    let reply = call(&mut client, &frame(&["EVAL", BOTH, "2", a, b]));
+                    assert!(reply.starts_with(b":"), "{}", String::from_utf8_lossy(&reply));
+                    steps.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (pairs, stop, reads) = (pairs.clone(), stop.clone(), reads.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(port);
+                for n in 0usize.. {
+                    if stop.load(Relaxed) {
+                        break;
+                    }
+                    let (a, b) = &pairs[n % pairs.len()];
+                    let reply = String::from_utf8(call(&mut client, &frame(&["MGET", a, b]))).expect("text");
+                    let values: Vec<&str> = reply.split("\r\n").skip(2).step_by(2).take(2).collect();
+                    assert_eq!(values[0], values[1], "MGET {a} {b} saw half of a script: {reply:?}");
+                    reads.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Enough of both to have met, however slow the machine: counted, not timed.
+    while steps.load(Relaxed) < 2_000 || reads.load(Relaxed) < 4_000 {
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!writers.iter().chain(&readers).any(|t| t.is_finished()), "a client thread failed");
+    }
+    stop.store(true, Relaxed);
+    for thread in writers.into_iter().chain(readers) {
+        thread.join().expect("no client saw a difference");
+    }
+}
+
+#[test]
+fn undeclared_keys_of_other_workers_are_refused_and_one_workers_are_served() {
+    let script = "return redis.call('set', ARGV[1], 'v')";
+    let (_one, port) = quicksilver(&["-t", "1"]);
+    let mut client = connect(port);
+    for n in 0..16 {
+        let key = format!("u{n}");
+        assert_eq!(call(&mut client, &frame(&["EVAL", script, "0", &key])), b"+OK\r\n");
+    }
+    let (_four, port) = quicksilver(&["-t", "4"]);
+    let mut client = connect(port);
+    let replies: Vec<Vec<u8>> =
+        (0..16).map(|n| call(&mut client, &frame(&["EVAL", script, "0", &format!("u{n}")]))).collect();
+    assert!(replies.iter().any(|reply| reply == b"+OK\r\n"), "keys this worker owns are served");
+    let refused = replies.iter().find(|reply| reply != &b"+OK\r\n").expect("some key is another worker's");
+    let refused = String::from_utf8_lossy(refused);
+    assert!(refused.starts_with("-ERR Script attempted to access a key another worker owns"), "{refused}");
+    assert!(refused.contains("script: "), "{refused}");
+}
+
+#[test]
+fn a_script_past_its_memory_fails_and_the_server_serves_on() {
+    let (_server, port) = quicksilver(&["-t", "1"]);
+    let mut client = connect(port);
+    let greedy = "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 64) .. i end return #t";
+    let reply = String::from_utf8(call(&mut client, &frame(&["EVAL", greedy, "0"]))).expect("text");
+    assert!(reply.starts_with("-OOM the script ran out of memory"), "{reply}");
+    assert_eq!(call(&mut client, &frame(&["EVAL", "return 1", "0"])), b":1\r\n");
+    let info = String::from_utf8(call(&mut client, &frame(&["INFO", "memory"]))).expect("text");
+    let lua: u64 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory_lua:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("used_memory_lua");
+    assert!(lua > 0 && lua <= 64 << 20, "{lua}");
+}
+
+/// SCRIPT KILL on `stream`, once; `None` when no answer came within a moment (the
+/// connection shares the busy worker: its answer comes once the script ends).
+fn kill(stream: &mut TcpStream) -> Option<String> {
+    stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    stream.write_all(&frame(&["SCRIPT", "KILL"])).expect("send");
+    let mut reply = [0u8; 512];
+    match stream.read(&mut reply) {
+        Ok(n) if n > 0 => Some(String::from_utf8_lossy(&reply[..n]).into_owned()),
+        _ => None,
+    }
+}
+
+/// SCRIPT KILL from a connection another worker serves, once a script runs: connections are
+/// opened until one answers other than NOTBUSY; that answer, and the connection.
+fn kill_from_another_worker(port: u16) -> (String, TcpStream) {
+    let started = Instant::now();
+    let mut stuck = Vec::new();
+    while started.elapsed() < Duration::from_secs(120) {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        loop {
+            match kill(&mut stream) {
+                Some(reply) if reply.starts_with("-NOTBUSY") => continue,
+                Some(reply) => return (reply, stream),
+                None => break,
+            }
+        }
+        stuck.push(stream);
+    }
+    panic!("no connection reached another worker");
+}
+
+#[test]
+fn a_long_script_answers_busy_elsewhere_and_is_killed_unless_it_wrote() {
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    let mut setup = connect(port);
+    assert_eq!(call(&mut setup, &frame(&["CONFIG", "SET", "lua-time-limit", "50"])), b"+OK\r\n");
+    let mut runner = connect(port);
+    runner.send(&frame(&["EVAL", "while true do end", "0"]));
+    // Kill a script that is not running yet: opened until one reaches the other worker.
+    let (reply, mut other) = kill_from_another_worker(port);
+    assert_eq!(reply, "+OK\r\n");
+    let killed = String::from_utf8(one(&mut runner, b"")).expect("text");
+    assert!(killed.starts_with("-ERR Script killed by user with SCRIPT KILL... script: "), "{killed}");
+    assert_eq!(one(&mut runner, &frame(&["PING"])), b"+PONG\r\n");
+    // Past lua-time-limit, the other worker answers BUSY for the busy worker's keys.
+    runner.send(&frame(&["EVAL", "while true do end", "0"]));
+    let busy = wait_busy(port);
+    assert_eq!(busy, crate_busy());
+    let stopped = loop {
+        match kill(&mut other).expect("the other worker answers") {
+            reply if reply.starts_with("-NOTBUSY") => continue,
+            reply => break reply,
+        }
+    };
+    assert_eq!(stopped, "+OK\r\n");
+    assert!(one(&mut runner, b"").starts_with(b"-ERR Script killed by user"));
+    // A script that wrote runs to its end: SCRIPT KILL cannot stop it.
+    // (It writes a key of its own worker, undeclared: a declared key of the other worker
+    // would hold that worker for the script's whole run.)
+    let wrote = "for i = 1, 64 do if redis.pcall('set', 'w' .. i, '1').ok then break end end \
+                 local t = redis.call('time')[1] while redis.call('time')[1] - t < 3 do end return 'done'";
+    runner.send(&frame(&["EVAL", wrote, "0"]));
+    wait_busy(port);
+    let reply = loop {
+        match kill(&mut other).expect("the other worker answers") {
+            reply if reply.starts_with("-NOTBUSY") => continue,
+            reply => break reply,
+        }
+    };
+    assert!(reply.starts_with("-UNKILLABLE Sorry the script already executed write commands"), "{reply}");
+    assert_eq!(one(&mut runner, b""), b"$4\r\ndone\r\n");
+}
+
+/// Once a script runs past lua-time-limit, a write of a key its worker owns, sent from
+/// another worker, is answered BUSY: that answer. A SET of each key goes on a connection of
+/// its own, so one handed to the busy worker before its script counted as busy waits there,
+/// and its connection is left.
+fn wait_busy(port: u16) -> Vec<u8> {
+    let started = Instant::now();
+    let mut left = Vec::new();
+    for n in 0u32.. {
+        assert!(started.elapsed() < Duration::from_secs(120), "no BUSY");
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        stream.write_all(&frame(&["SET", &format!("k{}", n % 32), "v"])).expect("send");
+        let mut reply = [0u8; 512];
+        if let Ok(read @ 1..) = stream.read(&mut reply) {
+            if reply.starts_with(b"-BUSY") {
+                return reply[..read].to_vec();
+            }
+        }
+        left.push(stream);
+    }
+    unreachable!()
+}
+
+fn crate_busy() -> Vec<u8> {
+    b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n".to_vec()
+}
+
+#[test]
+fn redis_py_locks_and_scripts_work_as_against_redis_server() {
+    let redis = Redis::start();
+    redis_py_script("redis_py_scripts.py", redis.port, "redis-server");
+    for workers in ["1", "4"] {
+        let (_server, port) = quicksilver(&["-t", workers]);
+        redis_py_script("redis_py_scripts.py", port, &format!("quicksilver -t {workers}"));
+    }
+}
