@@ -8,7 +8,9 @@
 //! EXPIRE. Half the streams speak RESP3 (`HELLO 3`). MULTI, EXEC, DISCARD, WATCH and UNWATCH
 //! fall among them, so transactions hold whatever came between (refused commands too), and
 //! with four workers their keys, and those of MSETNX, RENAME and COPY across the groups, are
-//! owned by several workers.
+//! owned by several workers. So do EVAL of small generated scripts over two keys of the two
+//! groups, EVALSHA of a few (loaded by SCRIPT LOAD in the streams, or answered NOSCRIPT), and
+//! SCRIPT EXISTS and FLUSH.
 //!
 //! The keys share hash tags (`{a}1`, `{a}2`...), so the writes of several keys that quicksilver
 //! runs on one worker (MSETNX, RENAME, COPY) meet the same owner with four workers too.
@@ -61,7 +63,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(39) {
+    let words: Vec<String> = match rng.below(43) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -142,9 +144,73 @@ fn command(rng: &mut Rng) -> Vec<String> {
         36 => vec!["DISCARD".into()],
         37 => vec!["WATCH".into(), k, key(rng, other_group)],
         38 if rng.chance(50) => vec!["UNWATCH".into()],
+        39 | 40 => {
+            let mut eval = vec!["EVAL".into(), script(rng), "2".into(), k, key(rng, other_group)];
+            eval.push(v);
+            eval
+        }
+        41 => {
+            let (sha, _) = SCRIPTS[rng.below(SCRIPTS.len())];
+            vec![
+                rng.pick(&["EVALSHA", "evalsha", "EVALSHA_RO"]).into(),
+                sha.into(),
+                "2".into(),
+                k,
+                key(rng, other_group),
+            ]
+        }
+        42 => match rng.below(3) {
+            0 => vec!["SCRIPT".into(), "LOAD".into(), SCRIPTS[rng.below(SCRIPTS.len())].1.into()],
+            1 => vec![
+                "SCRIPT".into(),
+                "EXISTS".into(),
+                SCRIPTS[rng.below(SCRIPTS.len())].0.into(),
+                "0".repeat(40),
+            ],
+            _ => vec!["SCRIPT".into(), "FLUSH".into()],
+        },
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
     words
+}
+
+/// Scripts EVALSHA names, with their SHA1s (SCRIPT LOAD in the streams loads them).
+const SCRIPTS: &[(&str, &str)] = &[
+    ("2bab3b661081db58bd2341920e0ba7cf5dc77b25", "return redis.call('incr', KEYS[1])"),
+    (
+        "9a1d7f0bf19c99a659979fc7a4ad2521cabf45ca",
+        "return {redis.call('get', KEYS[1]), redis.pcall('incr', KEYS[2])}",
+    ),
+    ("206396248e12c6e742fd7296250433c8d7343b74", "return redis.call('nosuch')"),
+];
+
+/// A small script over KEYS[1], KEYS[2] and ARGV[1]: a few calls, their replies returned (an
+/// error of `redis.call` ends it, one of `redis.pcall` is a value).
+fn script(rng: &mut Rng) -> String {
+    const CALLS: &[&str] = &[
+        "redis.call('incr', KEYS[1])",
+        "redis.call('set', KEYS[1], ARGV[1])",
+        "redis.pcall('get', KEYS[2])",
+        "redis.call('append', KEYS[2], ARGV[1])",
+        "redis.call('del', KEYS[1])",
+        "redis.pcall('incrby', KEYS[2], ARGV[1])",
+        "redis.call('mget', KEYS[1], KEYS[2])",
+        "redis.call('exists', KEYS[1], KEYS[2])",
+        "redis.call('getset', KEYS[2], 'x')",
+        "redis.call('strlen', KEYS[1])",
+        "redis.call('ttl', KEYS[1])",
+        "(redis.call('get', KEYS[1]) == ARGV[1] and redis.call('del', KEYS[1]) or 0)",
+        "redis.call('set', KEYS[1], ARGV[1], 'NX')",
+        "tonumber(redis.call('get', KEYS[2]) or '0')",
+        "redis.call('nosuch')",
+        "redis.status_reply('DONE')",
+    ];
+    let mut text = String::from("local r = {} ");
+    for _ in 0..1 + rng.below(3) {
+        text.push_str(&format!("r[#r + 1] = {} ", rng.pick(CALLS)));
+    }
+    text.push_str(if rng.chance(50) { "return r" } else { "return r[#r]" });
+    text
 }
 
 /// A reply with what cannot match masked: TTL's and OBJECT IDLETIME's positive answers (a

@@ -192,23 +192,32 @@ fn no_reader_sees_half_of_a_script_across_workers() {
 }
 
 #[test]
-fn undeclared_keys_of_other_workers_are_refused_and_one_workers_are_served() {
-    let script = "return redis.call('set', ARGV[1], 'v')";
-    let (_one, port) = quicksilver(&["-t", "1"]);
-    let mut client = connect(port);
-    for n in 0..16 {
-        let key = format!("u{n}");
-        assert_eq!(call(&mut client, &frame(&["EVAL", script, "0", &key])), b"+OK\r\n");
+fn undeclared_keys_are_served_and_refused_only_inside_exec() {
+    let script = "redis.call('get', 'probe') return redis.call('set', ARGV[1], 'v')";
+    for workers in ["1", "4"] {
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let mut client = connect(port);
+        // Alone, a script reaching another worker's key before it writes runs again over
+        // every partition.
+        for n in 0..16 {
+            let key = format!("u{n}");
+            assert_eq!(call(&mut client, &frame(&["EVAL", script, "0", &key])), b"+OK\r\n", "{workers}");
+            assert_eq!(call(&mut client, &frame(&["GET", &key])), b"$1\r\nv\r\n");
+        }
+        let keys = (0..16).map(|n| format!("u{n}")).collect::<Vec<_>>().join(" ");
+        let everything = "return #redis.call('keys', '*') .. ':' .. redis.call('dbsize')";
+        assert_eq!(call(&mut client, &frame(&["EVAL", everything, "0"])), b"$5\r\n16:16\r\n", "{keys}");
     }
-    let (_four, port) = quicksilver(&["-t", "4"]);
+    // Inside EXEC the step holds what the transaction names: another worker's key is refused.
+    let (_server, port) = quicksilver(&["-t", "4"]);
     let mut client = connect(port);
-    let replies: Vec<Vec<u8>> =
-        (0..16).map(|n| call(&mut client, &frame(&["EVAL", script, "0", &format!("u{n}")]))).collect();
-    assert!(replies.iter().any(|reply| reply == b"+OK\r\n"), "keys this worker owns are served");
-    let refused = replies.iter().find(|reply| reply != &b"+OK\r\n").expect("some key is another worker's");
-    let refused = String::from_utf8_lossy(refused);
-    assert!(refused.starts_with("-ERR Script attempted to access a key another worker owns"), "{refused}");
-    assert!(refused.contains("script: "), "{refused}");
+    let mut batch = frame(&["MULTI"]);
+    for n in 0..16 {
+        batch.extend(frame(&["EVAL", script, "0", &format!("u{n}")]));
+    }
+    batch.extend(frame(&["EXEC"]));
+    let reply = String::from_utf8(call(&mut client, &batch)).expect("text");
+    assert!(reply.contains("-ERR Script attempted to access a key another worker owns"), "{reply}");
 }
 
 #[test]

@@ -225,6 +225,8 @@ pub struct Engine {
     /// A step over several workers' partitions runs (exec/resp/tx.rs): the partitions held
     /// now go back to their owners after it, so no value is left pinned in their logs.
     stepping: bool,
+    /// A script's run may be made again over every partition (exec/resp/eval.rs).
+    retry: resp::Retry,
 }
 
 impl Engine {
@@ -263,6 +265,7 @@ impl Engine {
             shares: share::Shares::default(),
             flash_off_said: std::cell::Cell::new(0),
             stepping: false,
+            retry: resp::Retry::Off,
         }
     }
 

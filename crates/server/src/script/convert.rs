@@ -140,7 +140,7 @@ fn write_value(value: &Value, protocols: (bool, bool), depth: usize, out: &mut V
             (false, true) => b"#f\r\n",
         }),
         Value::Integer(number) => integer(*number, out),
-        Value::Number(number) => integer(*number as i64, out),
+        Value::Number(number) => integer(c_cast(*number), out),
         Value::Table(_) if depth >= DEPTH_MAX => out.extend_from_slice(b"-ERR reached lua stack limit\r\n"),
         Value::Table(table) => write_table(table, protocols, depth, out),
         _ => null(resp3, out),
@@ -156,8 +156,10 @@ fn write_table(table: &Table, protocols: (bool, bool), depth: usize, out: &mut V
     if let Value::String(text) = get("ok") {
         return line(b'+', &text.as_bytes(), out);
     }
-    if let number @ (Value::Number(_) | Value::Integer(_)) = get("double") {
-        return double(number.as_f64().unwrap_or(0.0), resp3, out);
+    match get("double") {
+        Value::Number(number) => return double(number, resp3, out),
+        Value::Integer(number) => return double(number as f64, resp3, out),
+        _ => {}
     }
     if let Value::String(text) = get("big_number") {
         let digits: Vec<u8> =
@@ -199,6 +201,16 @@ fn write_table(table: &Table, protocols: (bool, bool), depth: usize, out: &mut V
     head(b'*', items.len(), out);
     for item in &items {
         write_value(item, protocols, depth + 1, out);
+    }
+}
+
+/// C's `(long long)` of a double on x86-64, as redis-server converts a Lua number: truncated,
+/// and the "integer indefinite" (the smallest) where it does not fit.
+fn c_cast(number: f64) -> i64 {
+    if number.is_nan() || !(-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&number) {
+        i64::MIN
+    } else {
+        number as i64
     }
 }
 

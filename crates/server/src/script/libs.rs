@@ -3,6 +3,8 @@
 //! (`encode`, `decode`, `null`). `struct` and `cmsgpack` are not given (docs/COMPATIBILITY.md).
 
 use mlua::{LightUserData, Lua, Result, Table, Value, Variadic};
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// Registers `bit` and `cjson` as globals of `lua`.
 pub(super) fn register(lua: &Lua) -> Result<()> {
@@ -55,40 +57,101 @@ fn null() -> Value {
     Value::LightUserData(LightUserData(std::ptr::null_mut()))
 }
 
+/// lua-cjson's settings a script may change (they last for the Lua state, as lua-cjson's).
+#[derive(Clone, Copy)]
+struct Settings {
+    encode_depth: usize,
+    decode_depth: usize,
+    invalid_numbers: bool,
+}
+
 fn cjson(lua: &Lua) -> Result<Table> {
     let table = lua.create_table()?;
+    let settings =
+        Rc::new(Cell::new(Settings { encode_depth: 1000, decode_depth: 1000, invalid_numbers: false }));
     table.raw_set("null", null())?;
+    let with = settings.clone();
     table.raw_set(
         "encode",
-        lua.create_function(|lua, value: Value| {
+        lua.create_function(move |lua, value: Value| {
             let mut out = Vec::new();
-            encode(&value, 0, &mut out)?;
+            encode(&value, (0, with.get()), &mut out)?;
             lua.create_string(&out)
         })?,
     )?;
+    let with = settings.clone();
     table.raw_set(
         "decode",
-        lua.create_function(|lua, text: mlua::LuaString| {
+        lua.create_function(move |lua, text: mlua::LuaString| {
             let json: serde_json::Value = serde_json::from_slice(&text.as_bytes()).map_err(|error| {
                 mlua::Error::runtime(format!("Expected value but found invalid token: {error}"))
             })?;
+            if depth(&json) > with.get().decode_depth {
+                return Err(mlua::Error::runtime("Found too many nested data structures"));
+            }
             decode(lua, &json)
         })?,
+    )?;
+    let set = |change: fn(&mut Settings, Option<f64>)| {
+        let settings = settings.clone();
+        move |_: &Lua, value: Value| {
+            let mut now = settings.get();
+            let number = match value {
+                Value::Integer(number) => Some(number as f64),
+                Value::Number(number) => Some(number),
+                Value::Boolean(truth) => Some(f64::from(u8::from(truth))),
+                _ => None,
+            };
+            change(&mut now, number);
+            settings.set(now);
+            Ok(())
+        }
+    };
+    table.raw_set("encode_keep_buffer", lua.create_function(|_, _: Value| Ok(()))?)?;
+    table.raw_set(
+        "encode_max_depth",
+        lua.create_function(set(|s, n| s.encode_depth = n.map_or(1000, |n| n as usize)))?,
+    )?;
+    table.raw_set(
+        "decode_max_depth",
+        lua.create_function(set(|s, n| s.decode_depth = n.map_or(1000, |n| n as usize)))?,
+    )?;
+    table.raw_set(
+        "encode_invalid_numbers",
+        lua.create_function(set(|s, n| s.invalid_numbers = n.unwrap_or(0.0) != 0.0))?,
     )?;
     Ok(table)
 }
 
+/// How deeply `json` nests (a scalar: 0).
+fn depth(json: &serde_json::Value) -> usize {
+    match json {
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// lua-cjson's `encode`: a table whose keys are 1..n is an array, any other an object;
 /// numbers as `%.14g`.
-fn encode(value: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
-    if depth > 128 {
-        return Err(mlua::Error::runtime("Cannot serialise, excessive nesting (129)"));
+fn encode(value: &Value, (depth, settings): (usize, Settings), out: &mut Vec<u8>) -> Result<()> {
+    if matches!(value, Value::Table(_)) && depth >= settings.encode_depth.min(128) {
+        return Err(mlua::Error::runtime(format!("Cannot serialise, excessive nesting ({})", depth + 1)));
     }
     match value {
         Value::Nil => out.extend_from_slice(b"null"),
         Value::LightUserData(data) if data.0.is_null() => out.extend_from_slice(b"null"),
         Value::Boolean(truth) => out.extend_from_slice(if *truth { b"true" } else { b"false" }),
         Value::Integer(number) => out.extend_from_slice(number.to_string().as_bytes()),
+        Value::Number(number) if !number.is_finite() && settings.invalid_numbers => {
+            out.extend_from_slice(if number.is_nan() {
+                b"nan"
+            } else if *number > 0.0 {
+                b"inf"
+            } else {
+                b"-inf"
+            })
+        }
         Value::Number(number) => out.extend_from_slice(g14(*number)?.as_bytes()),
         Value::String(text) => string(&text.as_bytes(), out),
         Value::Table(table) => {
@@ -100,7 +163,7 @@ fn encode(value: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
                     if index > 1 {
                         out.push(b',');
                     }
-                    encode(&table.raw_get::<Value>(index)?, depth + 1, out)?;
+                    encode(&table.raw_get::<Value>(index)?, (depth + 1, settings), out)?;
                 }
                 out.push(b']');
             } else {
@@ -120,7 +183,7 @@ fn encode(value: &Value, depth: usize, out: &mut Vec<u8>) -> Result<()> {
                         }
                     }
                     out.push(b':');
-                    encode(value, depth + 1, out)?;
+                    encode(value, (depth + 1, settings), out)?;
                 }
                 out.push(b'}');
             }

@@ -88,6 +88,11 @@ impl Running {
         self.state.load(Acquire) == KILLED
     }
 
+    /// Whether the script has written.
+    pub fn has_written(&self) -> bool {
+        self.state.load(Acquire) == WROTE
+    }
+
     /// The script is about to write: `false` once it was told to stop (it may not, then).
     pub fn writes(&self) -> bool {
         match self.state.compare_exchange(CLEAN, WROTE, AcqRel, Acquire) {

@@ -33,8 +33,11 @@ local function readonly()
   error('Attempt to modify a readonly table', 2)
 end
 
+-- What getmetatable answers for a protected table (and a string): read-only itself.
+local locked = setmetatable({}, {__newindex = readonly, __metatable = false})
+
 local function protect(t)
-  return setmetatable({}, {__index = t, __newindex = readonly, __metatable = false})
+  return setmetatable({}, {__index = t, __newindex = readonly, __metatable = locked})
 end
 
 local function raise(text)
@@ -152,6 +155,26 @@ local function loadstring(text, name)
   return loaded, err
 end
 
+-- Lua 5.1's unpack counts its results in an int and never checks the stack: a range of 2^31
+-- overflows, a wide one writes past the stack (redis-server patches its Lua the same way).
+local raw_unpack = unpack
+G.unpack = function(...)
+  local t, i, j = ...
+  local first = tonumber(i) or 1
+  local last = tonumber(j) or (type(t) == 'table' and #t or 0)
+  if first <= last and last - first >= 7999 then
+    error('too many results to unpack', 2)
+  end
+  return raw_unpack(...)
+end
+local raw_setmetatable, raw_getmetatable = setmetatable, getmetatable
+G.setmetatable = function(t, mt)
+  if raw_getmetatable(t) == locked then
+    error('Attempt to modify a readonly table', 2)
+  end
+  return raw_setmetatable(t, mt)
+end
+raw_getmetatable('').__metatable = locked
 G.pcall = function(f, ...)
   return caught(raw_pcall(f, ...))
 end
@@ -180,9 +203,9 @@ setmetatable(G, {
     error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
   end,
   __newindex = readonly,
-  __metatable = false,
+  __metatable = locked,
 })
-env = setmetatable({}, {__index = G, __newindex = readonly, __metatable = false})
+env = setmetatable({}, {__index = G, __newindex = readonly, __metatable = locked})
 
 local function run(script)
   H.raised = nil

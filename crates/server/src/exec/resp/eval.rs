@@ -17,6 +17,23 @@ use crate::codec::Dialect;
 use crate::script::{self, vm, Kill};
 use qs_proto::resp::script::{called, Eval, Script};
 
+/// Whether a script's run may be made again, over every partition, when it reaches a key no
+/// partition held here has: only a script run alone (not inside EXEC), and only while it has
+/// written nothing; the run that reaches such a key makes no call after it, and its reply is
+/// dropped (exec/resp/tx.rs runs it again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::exec) enum Retry {
+    /// Not this run: such a key is refused.
+    Off,
+    /// This run may be made again.
+    Possible,
+    /// This run reached such a key: made again over every partition.
+    Wanted,
+}
+
+/// A call after its run reached a key no partition held here has (the run is made again).
+const RETRYING: &[u8] = b"-ERR the script runs again over every partition\r\n";
+
 /// A script's call of a key no partition held here has.
 const NOT_HELD: &[u8] =
     b"-ERR Script attempted to access a key another worker owns that it did not declare in KEYS (declare it, or run with -t 1)\r\n";
@@ -108,6 +125,9 @@ struct Calls<'e> {
 
 impl vm::Caller for Calls<'_> {
     fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut Vec<u8>) {
+        if self.engine.retry == Retry::Wanted {
+            return out.extend_from_slice(RETRYING);
+        }
         let refuse = |out: &mut Vec<u8>, text: &[u8]| {
             out.push(b'-');
             out.extend_from_slice(text);
@@ -147,6 +167,11 @@ impl vm::Caller for Calls<'_> {
             Names::Everything => engine.partitions.iter().all(Option::is_some),
         };
         if !held {
+            let running = &engine.shared.scripts.running[engine.worker];
+            if engine.retry == Retry::Possible && !running.has_written() {
+                engine.retry = Retry::Wanted;
+                return out.extend_from_slice(RETRYING);
+            }
             return out.extend_from_slice(NOT_HELD);
         }
         if command.write && !engine.shared.scripts.running[engine.worker].writes() {

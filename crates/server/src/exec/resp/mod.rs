@@ -6,6 +6,7 @@
 //! (scan.rs).
 
 mod eval;
+pub(super) use eval::Retry;
 mod keys;
 mod owned;
 mod scan;

@@ -80,9 +80,20 @@ impl Engine {
 
     /// EVAL (or one of its forms) in `request`, as a step over the partitions of the keys it
     /// declares (its reply as outside a transaction).
+    /// A script that reaches a key of a partition not held here before it writes is run
+    /// again over every worker's partitions (exec/resp/eval.rs's [`Retry`]).
     pub fn run_script(&mut self, request: &[u8], (dialect, fd): (Dialect, i32), out: &mut Vec<u8>) {
         let others = self.step_workers(std::iter::once(request), &[], dialect);
-        self.run_spread_write(request, &others, (dialect, fd), out)
+        let start = out.len();
+        self.retry = super::Retry::Possible;
+        self.run_spread_write(request, &others, (dialect, fd), out);
+        if self.retry == super::Retry::Wanted {
+            out.truncate(start);
+            self.retry = super::Retry::Off;
+            let everyone: Vec<usize> = (0..self.shared.map.workers()).filter(|&w| w != self.worker).collect();
+            self.run_spread_write(request, &everyone, (dialect, fd), out);
+        }
+        self.retry = super::Retry::Off;
     }
 
     /// `tx` as one step, the partitions of `others` borrowed for it; `array`: EXEC's reply.
