@@ -207,7 +207,9 @@ fn write_table(table: &Table, protocols: (bool, bool), depth: usize, out: &mut V
 /// C's `(long long)` of a double on x86-64, as redis-server converts a Lua number: truncated,
 /// and the "integer indefinite" (the smallest) where it does not fit.
 fn c_cast(number: f64) -> i64 {
-    if number.is_nan() || !(-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&number) {
+    // 2^63: the doubles from -2^63 up to, not including, 2^63 fit.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if number.is_nan() || !(-LIMIT..LIMIT).contains(&number) {
         i64::MIN
     } else {
         number as i64
