@@ -63,7 +63,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(43) {
+    let words: Vec<String> = match rng.below(41) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -144,22 +144,22 @@ fn command(rng: &mut Rng) -> Vec<String> {
         36 => vec!["DISCARD".into()],
         37 => vec!["WATCH".into(), k, key(rng, other_group)],
         38 if rng.chance(50) => vec!["UNWATCH".into()],
-        39 | 40 => {
-            let mut eval = vec!["EVAL".into(), script(rng), "2".into(), k, key(rng, other_group)];
-            eval.push(v);
-            eval
-        }
-        41 => {
+        39 | 40 => script_command(rng, k, key(rng, other_group), v),
+        _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
+    };
+    words
+}
+
+/// EVAL of a generated script over `k` and `other` with `v` its argument, EVALSHA of a known
+/// script, or SCRIPT LOAD, EXISTS or FLUSH.
+fn script_command(rng: &mut Rng, k: String, other: String, v: String) -> Vec<String> {
+    match rng.below(4) {
+        0 | 1 => vec!["EVAL".into(), script(rng), "2".into(), k, other, v],
+        2 => {
             let (sha, _) = SCRIPTS[rng.below(SCRIPTS.len())];
-            vec![
-                rng.pick(&["EVALSHA", "evalsha", "EVALSHA_RO"]).into(),
-                sha.into(),
-                "2".into(),
-                k,
-                key(rng, other_group),
-            ]
+            vec![rng.pick(&["EVALSHA", "evalsha", "EVALSHA_RO"]).into(), sha.into(), "2".into(), k, other]
         }
-        42 => match rng.below(3) {
+        _ => match rng.below(3) {
             0 => vec!["SCRIPT".into(), "LOAD".into(), SCRIPTS[rng.below(SCRIPTS.len())].1.into()],
             1 => vec![
                 "SCRIPT".into(),
@@ -169,9 +169,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
             ],
             _ => vec!["SCRIPT".into(), "FLUSH".into()],
         },
-        _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
-    };
-    words
+    }
 }
 
 /// Scripts EVALSHA names, with their SHA1s (SCRIPT LOAD in the streams loads them).
