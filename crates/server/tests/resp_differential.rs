@@ -144,7 +144,10 @@ fn command(rng: &mut Rng) -> Vec<String> {
         36 => vec!["DISCARD".into()],
         37 => vec!["WATCH".into(), k, key(rng, other_group)],
         38 if rng.chance(50) => vec!["UNWATCH".into()],
-        39 | 40 => script_command(rng, k, key(rng, other_group), v),
+        39 | 40 => {
+            let other = key(rng, other_group);
+            script_command(rng, k, other, v)
+        }
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
     words
