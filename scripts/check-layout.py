@@ -56,6 +56,7 @@ UNSAFE_FILES = {
         "src/flashio.rs",
         "src/net/ring.rs",
         "src/observe/clients.rs",
+        "src/script/current.rs",
         "src/sys/daemon.rs",
         "src/sys/mod.rs",
         "src/worker/flash.rs",

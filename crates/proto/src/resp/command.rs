@@ -198,6 +198,11 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
     if let Some(call) = transaction_call(frame) {
         return call;
     }
+    // EVAL and EVALSHA, what lock and rate-limit libraries send on every call: before the
+    // table's scan too (they are among its last rows).
+    if let Some(call) = super::script::early(frame, name) {
+        return call;
+    }
     let Some(&(spelled, arity)) =
         TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
     else {
@@ -272,7 +277,6 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "discard" => Call::Discard,
         "watch" => Call::Watch(*frame),
         "unwatch" => Call::Unwatch,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => super::script::eval(frame, spelled),
         "script" => super::script::script(frame, first[0], argc),
         "incr" => key(first[0], Op::Count { by: 1 }, Reply::Counter),
         "decr" => key(first[0], Op::Count { by: -1 }, Reply::Counter),

@@ -71,6 +71,18 @@ pub const HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
+/// EVAL or one of its forms, told from the name `name` of `frame` without the command
+/// table's scan; `None` for any other command.
+#[inline]
+pub(super) fn early<'a>(frame: &Frame<'a>, name: &[u8]) -> Option<Call<'a>> {
+    if name.len() < 4 || name[0] | 0x20 != b'e' {
+        return None;
+    }
+    let forms = ["eval", "evalsha", "eval_ro", "evalsha_ro"];
+    let spelled = forms.into_iter().find(|spelled| name.eq_ignore_ascii_case(spelled.as_bytes()))?;
+    Some(if frame.argc() < 3 { Call::Error(Refusal::Arity(spelled)) } else { eval(frame, spelled) })
+}
+
 /// EVAL and its forms (`spelled`: the command's name; the arity is checked).
 pub(super) fn eval<'a>(frame: &Frame<'a>, spelled: &str) -> Call<'a> {
     let Some(keys) = integer(frame.arg(2).unwrap_or_default()) else {
@@ -146,9 +158,18 @@ impl Called {
 
 /// The command `name` as a script may call it; `None` when it is not served.
 pub fn called(name: &[u8]) -> Option<Called> {
-    let (_, entry, _) = super::command_table::INFO
-        .iter()
-        .find(|(spelled, ..)| name.eq_ignore_ascii_case(spelled.as_bytes()))?;
+    static TABLE: std::sync::OnceLock<Vec<(&'static str, Called)>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        super::command_table::INFO
+            .iter()
+            .filter_map(|(spelled, entry, _)| Some((*spelled, read_entry(entry)?)))
+            .collect()
+    });
+    table.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes())).map(|(_, called)| *called)
+}
+
+/// The arity and flags of a COMMAND INFO entry.
+fn read_entry(entry: &[u8]) -> Option<Called> {
     // `*10`, `$len`, the name, `:arity`, `*flags`, then a `+flag` line each.
     let mut lines = entry.split(|&byte| byte == b'\n').map(|line| line.strip_suffix(b"\r").unwrap_or(line));
     let arity = lines.nth(3)?.strip_prefix(b":")?;

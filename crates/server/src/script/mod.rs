@@ -12,6 +12,7 @@
 //! SCRIPT KILL from any connection of another worker, unless it has written.
 
 pub(crate) mod convert;
+mod current;
 mod libs;
 pub(crate) mod vm;
 

@@ -1,7 +1,7 @@
 -- What a worker's Lua state runs once, before any script: redis-server 7.0's script
 -- environment (script_lua.c, eval.c) over the functions the server gives (H).
---   redis.call and redis.pcall are set for each run (the server's own functions: a call in a
---   script's tail position keeps its line); a call that fails leaves its error in H.raised
+--   H.call and H.pcall: redis.call and redis.pcall (the server's own functions, so a call in a
+--   script's tail position keeps its line); a call that fails raises, its error in H.raised
 --   H.sha1hex(s), H.log(level, text), H.known(name)
 --   H.setresp(version): the RESP version of the calls from now on and of the reply
 --   H.where(): the line the innermost function of the script is at (nil: none runs)
@@ -44,7 +44,7 @@ local function raise(text)
   error({err = text})
 end
 
-local redis = {}
+local redis = {call = H.call, pcall = H.pcall}
 redis.setresp = function(...)
   if select('#', ...) ~= 1 then
     raise('ERR redis.setresp() requires one argument.')
@@ -207,8 +207,17 @@ setmetatable(G, {
 })
 env = setmetatable({}, {__index = G, __newindex = readonly, __metatable = locked})
 
-local function run(script)
+local rawset = rawset
+-- One script's run: KEYS are the first `keys` arguments after it, ARGV the rest.
+local function run(script, keys, ...)
   H.raised = nil
+  local declared, argv = {...}, {}
+  for at = keys + 1, select('#', ...) do
+    argv[at - keys] = declared[at]
+    declared[at] = nil
+  end
+  rawset(env, 'KEYS', declared)
+  rawset(env, 'ARGV', argv)
   return xpcall(script, handler)
 end
-return run, env, redis
+return run, env

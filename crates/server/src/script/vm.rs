@@ -4,8 +4,9 @@
 use super::convert::{lua_to_reply, reply_to_lua};
 use super::{sha1_hex, Scripts, Sha};
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -47,13 +48,8 @@ pub(crate) struct Vm {
     lua: Lua,
     /// prelude.lua's runner: (script) -> ok, value.
     run: Function,
-    /// The `redis` table scripts see (through a read-only view): `call` and `pcall` are set
-    /// for each run.
-    redis: Table,
     /// The RESP version the running script asked for (`redis.setresp`).
-    resp: std::rc::Rc<std::cell::Cell<u8>>,
-    /// What prelude.lua's functions call into (`rcall` is set for each run).
-    hidden: Table,
+    resp: Rc<Cell<u8>>,
     /// The environment scripts run in.
     env: Table,
     compiled: HashMap<Sha, Compiled>,
@@ -66,10 +62,10 @@ pub(crate) struct Vm {
 /// What a run needs of its caller: the command each `redis.call` asks for, run, and its
 /// reply's bytes.
 pub(crate) trait Caller {
-    /// Runs `args` (a command and its arguments, each a string) as the script's
-    /// `redis.call` asks, speaking RESP3 if `resp3`; its reply's bytes, or an error's text
-    /// (without `-`) where the script may not call it.
-    fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut Vec<u8>);
+    /// Runs `frame` (a RESP array of the command's name, `name`, and its arguments) as the
+    /// script's `redis.call` asks, speaking RESP3 if `resp3`: its reply's bytes, or an error
+    /// where the script may not call it, written to `out`.
+    fn call(&mut self, frame: &[u8], name: &[u8], resp3: bool, out: &mut Vec<u8>);
 }
 
 impl Vm {
@@ -78,6 +74,7 @@ impl Vm {
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         super::libs::register(&lua)?;
         let hidden = lua.create_table()?;
+        let resp = Rc::new(Cell::new(2u8));
         hidden.raw_set(
             "sha1hex",
             lua.create_function(|lua, text: mlua::LuaString| lua.create_string(sha1_hex(&text.as_bytes())))?,
@@ -98,7 +95,10 @@ impl Vm {
             })?,
         )?;
         hidden.raw_set("where", lua.create_function(|lua, ()| Ok(script_line(lua)))?)?;
-        let resp = std::rc::Rc::new(std::cell::Cell::new(2u8));
+        hidden
+            .raw_set("call", redis_call(&lua, (resp.clone(), hidden.clone(), scripts.memory_max), true)?)?;
+        hidden
+            .raw_set("pcall", redis_call(&lua, (resp.clone(), hidden.clone(), scripts.memory_max), false)?)?;
         let asked = resp.clone();
         hidden.raw_set(
             "setresp",
@@ -108,8 +108,7 @@ impl Vm {
             })?,
         )?;
         let prelude = lua.load(include_str!("prelude.lua")).set_name("@prelude");
-        let (run, env, redis): (Function, Table, Table) = prelude.call((hidden.clone(), lua.globals()))?;
-        lua.set_memory_limit(scripts.memory_max)?;
+        let (run, env): (Function, Table) = prelude.call((hidden.clone(), lua.globals()))?;
         let watched = scripts.clone();
         lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
             if watched.running[worker].killed() {
@@ -118,7 +117,7 @@ impl Vm {
             Ok(VmState::Continue)
         })?;
         let generation = scripts.generation();
-        Ok(Vm { lua, run, redis, resp, hidden, env, compiled: HashMap::new(), generation, scripts, worker })
+        Ok(Vm { lua, run, resp, env, compiled: HashMap::new(), generation, scripts, worker })
     }
 
     /// The script `sha`, compiled from `source` if this state has not compiled it (from the
@@ -198,58 +197,108 @@ impl Vm {
         caller: &mut dyn Caller,
     ) -> mlua::Result<(bool, Value)> {
         let lua = &self.lua;
-        self.env.raw_set("KEYS", strings(lua, keys)?)?;
-        self.env.raw_set("ARGV", strings(lua, argv)?)?;
+        // The runner makes KEYS and ARGV of its arguments (tables made in Lua cost less than
+        // mlua's calls that would make them here).
+        let mut args = vec![Value::Function(function.clone()), Value::Integer(0)];
+        for key in keys {
+            args.push(Value::String(lua.create_string(key)?));
+        }
+        args[1] = Value::Integer(args.len() as i64 - 2);
+        for arg in argv {
+            args.push(Value::String(lua.create_string(arg)?));
+        }
         self.resp.set(2);
-        let calls = RefCell::new(Calls { caller, args: Vec::new(), reply: Vec::new() });
-        lua.scope(|scope| {
-            let call = scope.create_function(|lua, values: MultiValue| {
-                let (value, failed) = calls.borrow_mut().call(lua, self.resp.get() == 3, values)?;
-                if failed {
-                    // Raised as the error table (prelude.lua's handler takes it from here).
-                    self.hidden.raw_set("raised", value)?;
-                    return Err(mlua::Error::runtime("redis.call failed"));
-                }
-                Ok(value)
-            })?;
-            let pcall = scope.create_function(|lua, values: MultiValue| {
-                Ok(calls.borrow_mut().call(lua, self.resp.get() == 3, values)?.0)
-            })?;
-            self.redis.raw_set("call", call)?;
-            self.redis.raw_set("pcall", pcall)?;
-            self.run.call::<(bool, Value)>(function.clone())
+        super::current::with_caller(caller, || {
+            // The script's own allocations are held to its limit; the server's (made while
+            // no limit is set) are not, and `redis.call` lifts it while it runs: mlua guards
+            // each of its own allocations with a protected call while a limit is set.
+            lua.set_memory_limit(self.scripts.memory_max)?;
+            let ran = self.run.call::<(bool, Value)>(MultiValue::from_iter(args));
+            lua.set_memory_limit(0)?;
+            ran
         })
     }
 }
 
-/// A run's `redis.call` and `redis.pcall`: the arguments read, the call made, its reply read.
-struct Calls<'c> {
-    caller: &'c mut dyn Caller,
-    args: Vec<Vec<u8>>,
-    reply: Vec<u8>,
+/// `redis.call` (`raise`: its errors are raised) or `redis.pcall`, made once for a state
+/// (`resp`: the version `redis.setresp` chose; `hidden`: prelude.lua's table; `max`: the
+/// state's memory limit, lifted while the call runs).
+fn redis_call(
+    lua: &Lua,
+    (resp, hidden, max): (Rc<Cell<u8>>, Table, usize),
+    raise: bool,
+) -> mlua::Result<Function> {
+    let mut frame = Vec::new();
+    let mut reply = Vec::new();
+    lua.create_function_mut(move |lua, values: MultiValue| {
+        lua.set_memory_limit(0)?;
+        let answer = call_once(lua, (&mut frame, &mut reply), resp.get() == 3, values);
+        let answer = answer.and_then(|(value, failed)| {
+            if failed && raise {
+                // Raised as the error table (prelude.lua's handler takes it from there).
+                hidden.raw_set("raised", value)?;
+                return Err(mlua::Error::runtime("redis.call failed"));
+            }
+            Ok(value)
+        });
+        lua.set_memory_limit(max)?;
+        answer
+    })
 }
 
-impl Calls<'_> {
-    /// The reply of the call `values` asks for, and whether it is an error.
-    fn call(&mut self, lua: &Lua, resp3: bool, values: MultiValue) -> mlua::Result<(Value, bool)> {
-        if values.is_empty() {
-            return failed(lua, "ERR Please specify at least one argument for this redis lib call");
-        }
-        self.args.clear();
-        for value in values {
-            match value {
-                Value::String(text) => self.args.push(text.as_bytes().to_vec()),
-                Value::Integer(number) => self.args.push(number.to_string().into_bytes()),
-                Value::Number(number) => self.args.push(super::convert::g17(number).into_bytes()),
-                _ => return failed(lua, "ERR Lua redis lib command arguments must be strings or integers"),
-            }
-        }
-        let named: Vec<&[u8]> = self.args.iter().map(Vec::as_slice).collect();
-        self.reply.clear();
-        self.caller.call(&named, resp3, &mut self.reply);
-        let value = reply_to_lua(lua, &self.reply)?;
-        Ok((value, self.reply.first() == Some(&b'-')))
+/// One call: `values` written as a RESP frame, run by the current caller, its reply made a
+/// Lua value; and whether the reply is an error.
+fn call_once(
+    lua: &Lua,
+    (frame, reply): (&mut Vec<u8>, &mut Vec<u8>),
+    resp3: bool,
+    values: MultiValue,
+) -> mlua::Result<(Value, bool)> {
+    if values.is_empty() {
+        return failed(lua, "ERR Please specify at least one argument for this redis lib call");
     }
+    frame.clear();
+    frame.push(b'*');
+    push_decimal(frame, values.len());
+    let mut name = 0..0;
+    for (at, value) in values.iter().enumerate() {
+        let (text, number);
+        let bytes: &[u8] = match value {
+            Value::String(string) => {
+                text = string.as_bytes();
+                &text
+            }
+            Value::Integer(integer) => {
+                number = integer.to_string();
+                number.as_bytes()
+            }
+            Value::Number(float) => {
+                number = super::convert::g17(*float);
+                number.as_bytes()
+            }
+            _ => return failed(lua, "ERR Lua redis lib command arguments must be strings or integers"),
+        };
+        frame.push(b'$');
+        push_decimal(frame, bytes.len());
+        if at == 0 {
+            name = frame.len()..frame.len() + bytes.len();
+        }
+        frame.extend_from_slice(bytes);
+        frame.extend_from_slice(b"\r\n");
+    }
+    reply.clear();
+    let ran = super::current::with_current(|caller| caller.call(frame, &frame[name.clone()], resp3, reply));
+    if ran.is_none() {
+        return failed(lua, "ERR redis.call/pcall can only be called inside a script invocation");
+    }
+    let value = reply_to_lua(lua, reply)?;
+    Ok((value, reply.first() == Some(&b'-')))
+}
+
+/// `number` in decimal and a line end.
+fn push_decimal(out: &mut Vec<u8>, number: usize) {
+    out.extend_from_slice(itoa::Buffer::new().format(number).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The line the innermost function of the running script is at (`None`: no script's
@@ -268,15 +317,6 @@ pub(crate) const NOSCRIPT: &[u8] = b"-NOSCRIPT No matching script. Please use EV
 /// `redis.call`'s answer for a call refused before it ran: the error, raised.
 fn failed(lua: &Lua, text: &str) -> mlua::Result<(Value, bool)> {
     Ok((super::convert::error_table(lua, text.as_bytes())?, true))
-}
-
-/// A Lua array of `items`.
-fn strings<'k>(lua: &Lua, items: impl Iterator<Item = &'k [u8]>) -> mlua::Result<Table> {
-    let table = lua.create_table()?;
-    for (at, item) in items.enumerate() {
-        table.raw_set(at + 1, lua.create_string(item)?)?;
-    }
-    Ok(table)
 }
 
 fn text(sha: &Sha) -> &str {

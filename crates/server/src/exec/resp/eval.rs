@@ -59,7 +59,7 @@ impl Engine {
                 Err(reply) => return out.extend_from_slice(&reply),
             };
             let read_only = eval.read_only || compiled.read_only;
-            let mut calls = Calls { engine: self, fd, read_only, frame: Vec::new() };
+            let mut calls = Calls { engine: self, fd, read_only };
             state.run((&compiled, &sha), (eval.keys(), eval.argv()), resp3, &mut calls, out);
         });
         self.shares.on = shares;
@@ -119,12 +119,10 @@ struct Calls<'e> {
     engine: &'e mut Engine,
     fd: i32,
     read_only: bool,
-    /// The call's request, as a RESP frame.
-    frame: Vec<u8>,
 }
 
 impl vm::Caller for Calls<'_> {
-    fn call(&mut self, args: &[&[u8]], resp3: bool, out: &mut Vec<u8>) {
+    fn call(&mut self, frame: &[u8], name: &[u8], resp3: bool, out: &mut Vec<u8>) {
         if self.engine.retry == Retry::Wanted {
             return out.extend_from_slice(RETRYING);
         }
@@ -133,10 +131,15 @@ impl vm::Caller for Calls<'_> {
             out.extend_from_slice(text);
             out.extend_from_slice(b"\r\n");
         };
-        let Some(command) = called(args[0]) else {
+        let Some(command) = called(name) else {
             return refuse(out, b"ERR Unknown Redis command called from script");
         };
-        if !command.fits(args.len()) {
+        let argc = frame
+            .iter()
+            .skip(1)
+            .take_while(|&&b| b != b'\r')
+            .fold(0usize, |n, &b| n * 10 + usize::from(b - b'0'));
+        if !command.fits(argc) {
             return refuse(out, b"ERR Wrong number of args calling Redis command from script");
         }
         if command.noscript {
@@ -145,16 +148,9 @@ impl vm::Caller for Calls<'_> {
         if command.write && self.read_only {
             return refuse(out, b"ERR Write commands are not allowed from read-only scripts.");
         }
-        self.frame.clear();
-        self.frame.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for arg in args {
-            self.frame.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            self.frame.extend_from_slice(arg);
-            self.frame.extend_from_slice(b"\r\n");
-        }
         let engine = &mut *self.engine;
         let dialect = if resp3 { Dialect::Resp3 } else { Dialect::Resp };
-        let request = match dialect.parse(&self.frame, &engine.limits) {
+        let request = match dialect.parse(frame, &engine.limits) {
             qs_proto::Parsed::Request { request, .. } => request,
             qs_proto::Parsed::Refused { reply, .. } => return out.extend_from_slice(reply.as_bytes()),
             _ => return refuse(out, b"ERR the script's call could not be read"),

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""What a script costs (issue 76): user-space instructions under callgrind (every server
+thread), as scripts/instructions.py counts them, for 50 connections each sending batches of
+`depth` lock releases, redis-py's and Redlock's script (GET the key, compare it with the token,
+DEL it if it matches) sent with EVALSHA, each after the SET that took the lock
+(`SET key token PX 30000`), over 100,000 keys, against quicksilver (`-t 1`) and
+redis-server; and the same SETs alone, so the EVALSHA's own share is their difference.
+
+    scripts/bench-scripts.py                 depth 1 and 16
+    scripts/bench-scripts.py --batches 400   per connection (default 200 at depth 1, 20 at 16)
+"""
+import argparse
+import glob
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import instructions as ins  # noqa: E402
+from benchlib import free_port  # noqa: E402
+
+RELEASE = (b"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+           b"else return 0 end")
+
+
+def frame(*words):
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+def batches(seed, count, depth, sha, release):
+    rng = random.Random(seed)
+    for _ in range(count):
+        batch = []
+        for _ in range(depth):
+            key = b"lock:%d" % rng.randint(1, 100_000)
+            batch.append(frame(b"SET", key, b"token", b"PX", b"30000"))
+            if release:
+                batch.append(frame(b"EVALSHA", sha, b"1", key, b"token"))
+        yield batch
+
+
+def load_script(port):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(frame(b"SCRIPT", b"LOAD", RELEASE))
+        reply = s.recv(1024)
+    assert reply.startswith(b"$40\r\n"), reply
+    return reply[5:45]
+
+
+def measure(cmd, port, count, depth):
+    out = tempfile.mkdtemp(prefix="qs-bench-scripts-")
+    path = os.path.join(out, "cg.out")
+    log = os.path.join(out, "valgrind.log")
+    with open(log, "w") as f:
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", *cmd],
+                                stdout=subprocess.DEVNULL, stderr=f)
+    results = {}
+    try:
+        ins.wait_listening(port, proc, log)
+        sha = load_script(port)
+        for release in (False, True):
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+            before = set(glob.glob(path + ".*"))
+            ins.drive(port, "resp", [batches(c, count, depth, sha, release) for c in range(ins.CONNECTIONS)])
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+            instructions, _ = ins.dumped_instructions(path, before)
+            results["release" if release else "set"] = instructions / (ins.CONNECTIONS * count * depth)
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, help="batches per connection")
+    args = parser.parse_args()
+    binary = os.path.join(ins.ROOT, "target", "release", "quicksilver")
+    print("| server | depth | SET | SET + EVALSHA release | the EVALSHA |\n|---|---|---|---|---|")
+    for depth in (1, 16):
+        count = args.batches or (200 if depth == 1 else 20)
+        servers = []
+        port, resp = free_port(), free_port()
+        servers.append(("quicksilver -t 1", resp, [binary, "-t", "1", "-p", str(port), "-U", "0", "-m", "256",
+                                                  "-l", f"proto[resp]:127.0.0.1:{resp}"]))
+        if shutil.which("redis-server"):
+            port = free_port()
+            servers.append(("redis-server 7.0", port, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                                       "--save", "", "--appendonly", "no"]))
+        for name, port, cmd in servers:
+            r = measure(cmd, port, count, depth)
+            print(f"| {name} | {depth} | {r['set']:,.0f} | {r['release']:,.0f} | {r['release'] - r['set']:,.0f} |",
+                  flush=True)
+    print("(user-space instructions per lock: per SET, and per SET and its release)")
+
+
+if __name__ == "__main__":
+    main()
