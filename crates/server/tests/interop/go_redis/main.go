@@ -1,6 +1,6 @@
 // A cache workload through go-redis (github.com/redis/go-redis/v9) with its defaults: the
 // handshake it makes (HELLO 3: it speaks RESP3), SET with a TTL, GET, MGET, INCR, DEL,
-// EXPIRE, a pipeline, a transaction (TxPipelined) and optimistic locking (Watch), SCAN
+// EXPIRE, a pipeline, a transaction (TxPipelined) and optimistic locking (Watch), a script, SCAN
 // and, when QS_PASSWORD is set, AUTH. Exits non-zero on the first
 // reply that is not what a Redis server answers.
 //
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,6 +114,21 @@ func main() {
 	}
 	counter, _ := client.Get(ctx, "tx:counter").Int()
 	check("every increment counted once", counter == 200, counter)
+
+	// A script as go-redis's Script runs it (EVALSHA, then EVAL on NOSCRIPT), a fixed-window
+	// rate limiter as rate limiters write them: the count and the window's remaining time.
+	limiter := redis.NewScript(`
+local n = redis.call('incr', KEYS[1])
+if n == 1 then redis.call('pexpire', KEYS[1], ARGV[1]) end
+return {n, redis.call('pttl', KEYS[1])}`)
+	for i := 1; i <= 5; i++ {
+		got, err := limiter.Run(ctx, client, []string{"rate:{go}"}, 60000).Int64Slice()
+		check("script", err == nil && len(got) == 2 && got[0] == int64(i) && got[1] > 0 && got[1] <= 60000, fmt.Sprint(err, got))
+	}
+	exists, err := client.ScriptExists(ctx, limiter.Hash()).Result()
+	check("SCRIPT EXISTS", err == nil && len(exists) == 1 && exists[0], fmt.Sprint(err, exists))
+	_, err = client.Eval(ctx, "return redis.call('incr', KEYS[1])", []string{"page:1"}).Result()
+	check("a script's error", err != nil && strings.Contains(err.Error(), "not an integer"), err)
 
 	var seen []string
 	iter := client.Scan(ctx, 0, "page:*", 10).Iterator()

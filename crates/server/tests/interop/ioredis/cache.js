@@ -54,6 +54,19 @@ async function main() {
   check('EXEC after a watched write', aborted === null, aborted);
   check('the other write stands', (await redis.get('keyv:0')) === 'changed');
   await other.quit();
+  // A lock released by a script, as Redlock libraries release one: ioredis's defineCommand
+  // sends EVALSHA, then EVAL on NOSCRIPT.
+  redis.defineCommand('release', {
+    numberOfKeys: 1,
+    lua: "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
+  });
+  await redis.set('lock:{io}', 'token', 'PX', 30000);
+  check('release by another', (await redis.release('lock:{io}', 'other')) === 0);
+  check('release by the holder', (await redis.release('lock:{io}', 'token')) === 1);
+  check('released', (await redis.get('lock:{io}')) === null);
+  await redis.script('FLUSH');
+  await redis.set('lock:{io}', 'token', 'PX', 30000);
+  check('release after SCRIPT FLUSH', (await redis.release('lock:{io}', 'token')) === 1);
   const seen = new Set();
   await new Promise((resolve, reject) => {
     const stream = redis.scanStream({ match: 'page:*', count: 10 });
