@@ -333,6 +333,16 @@ fn wait_busy(port: u16) -> Vec<u8> {
     unreachable!()
 }
 
+#[test]
+fn sigterm_stops_a_server_whose_only_worker_runs_a_script_without_end() {
+    let (server, port) = quicksilver(&["-t", "1"]);
+    let mut runner = connect(port);
+    runner.send(&frame(&["EVAL", "while true do end", "0"]));
+    // Not a deadline: the script is likelier under way when the signal comes.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(server.terminate().success());
+}
+
 fn crate_busy() -> Vec<u8> {
     b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n".to_vec()
 }

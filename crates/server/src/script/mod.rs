@@ -18,7 +18,7 @@ pub(crate) mod vm;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 /// A script's SHA1 in lower-case hex, as scripts are named.
@@ -53,6 +53,9 @@ pub struct Scripts {
     pub running: Vec<Running>,
     /// Each worker's Lua state's memory, bytes, as it last published it.
     pub memory: Vec<AtomicUsize>,
+    /// The server is stopping: a running script ends at its next look (else SIGTERM could
+    /// never stop a server whose only worker runs a script without end).
+    stopping: AtomicBool,
 }
 
 /// What a worker's running script shows the others.
@@ -135,6 +138,7 @@ impl Scripts {
             memory_max,
             running: (0..workers).map(|_| Running::default()).collect(),
             memory: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+            stopping: AtomicBool::new(false),
         }
     }
 
@@ -181,6 +185,16 @@ impl Scripts {
     /// Every Lua state's memory, bytes.
     pub fn lua_memory(&self) -> usize {
         self.memory.iter().map(|bytes| bytes.load(Relaxed)).sum()
+    }
+
+    /// The server stops: running scripts end at their next look.
+    pub fn stop(&self) {
+        self.stopping.store(true, Release);
+    }
+
+    /// Whether the server is stopping.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Relaxed)
     }
 
     /// Whether worker `worker` runs a script past `lua-time-limit` at `now_ms` (its clients'

@@ -114,6 +114,9 @@ impl Vm {
             if watched.running[worker].killed() {
                 return Err(mlua::Error::runtime(KILLED));
             }
+            if watched.stopping() {
+                return Err(mlua::Error::runtime("ERR the server is stopping"));
+            }
             Ok(VmState::Continue)
         })?;
         let generation = scripts.generation();

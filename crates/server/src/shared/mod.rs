@@ -229,6 +229,7 @@ impl Shared {
 
     /// Asks every worker to stop: no new connections; what was received is answered.
     pub fn request_stop(&self) {
+        self.scripts.stop();
         self.wakeups.request_stop();
     }
 
