@@ -269,7 +269,11 @@ fn a_stopped_or_slow_backend_times_out_at_the_proxy_and_its_backlog_stays_bounde
         assert!(took < Duration::from_secs(3), "get key:{i} waited {took:?} on the stopped backend");
     }
     let (reply, took) = timed(&mut client, b"set late 0 0 1\r\nx\r\n");
-    assert!(reply.starts_with(b"SERVER_ERROR"), "{}", String::from_utf8_lossy(&reply));
+    // The write times out at the stopped backend (SERVER_ERROR), or, once the proxy has marked
+    // that backend down after the reads' timeouts (which a busy machine's slower turns can
+    // bring about), goes to the other alone (STORED): either way it does not wait.
+    let answered = reply.starts_with(b"SERVER_ERROR") || reply == b"STORED\r\n";
+    assert!(answered, "{}", String::from_utf8_lossy(&reply));
     assert!(took < Duration::from_secs(3), "the write waited {took:?}");
     // A client of its own pipelines 48 MB of sets too large to store at the stopped backend
     // (the socket buffers take what they can; the rest waits in the writer thread).
