@@ -2,7 +2,7 @@
 """Writes crates/proto/src/resp/command_table.rs: COMMAND INFO's entry of every command the
 RESP listener serves, in RESP2 and RESP3, as redis-server 7.0 writes them (its flags, key
 positions, ACL categories, tips and key specs are facts about each command, which clients read
-to route and to discover), with the subcommands of CLIENT, CONFIG, COMMAND, FUNCTION, MEMORY
+to route and to discover), with the subcommands of CLIENT, CONFIG, COMMAND, FUNCTION, MEMORY, SCRIPT
 and OBJECT left out (this server serves only some of them).
 
     python3 scripts/redis/command-table.py        # needs redis-server 7.0 on PATH

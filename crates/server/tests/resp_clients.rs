@@ -206,7 +206,7 @@ fn command_info_describes_the_commands_served_as_redis_server_does() {
         .map(|entry| entry.split("\r\n").nth(1).expect("a name").to_owned())
         .collect();
     assert_eq!(names.len(), count);
-    let with_subcommands = ["client", "config", "command", "function", "memory", "object"];
+    let with_subcommands = ["client", "config", "command", "function", "memory", "object", "script"];
     let mut requests: Vec<Vec<u8>> = names
         .iter()
         .filter(|name| !with_subcommands.contains(&name.as_str()))
