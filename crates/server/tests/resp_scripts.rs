@@ -8,11 +8,11 @@
 
 mod common;
 
-use common::resp::{call, connect, frame, one, quicksilver, redis_py_script, without_id, Redis};
+use common::resp::{
+    call, connect, frame, no_reader_sees_half, one, quicksilver, redis_py_script, without_id, Redis,
+};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Each request to redis-server and to quicksilver (one worker, then four), one reply read
@@ -135,60 +135,11 @@ fn resp3_connections_get_resp3_replies_from_scripts() {
 
 #[test]
 fn no_reader_sees_half_of_a_script_across_workers() {
-    let (_server, port) = quicksilver(&["-t", "4"]);
-    let pairs: Vec<(String, String)> = (0..8).map(|i| (format!("a{i}"), format!("b{i}"))).collect();
-    let mut setup = connect(port);
-    for (a, b) in &pairs {
-        assert_eq!(call(&mut setup, &frame(&["MSET", a, "0", b, "0"])), b"+OK\r\n");
-    }
-    let pairs = Arc::new(pairs);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (steps, reads) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     const BOTH: &str = "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])";
-    let writers: Vec<_> = (0..2)
-        .map(|_| {
-            let (pairs, stop, steps) = (pairs.clone(), stop.clone(), steps.clone());
-            std::thread::spawn(move || {
-                let mut client = connect(port);
-                for n in 0usize.. {
-                    if stop.load(Relaxed) {
-                        break;
-                    }
-                    let (a, b) = &pairs[n % pairs.len()];
-                    let reply = call(&mut client, &frame(&["EVAL", BOTH, "2", a, b]));
-                    assert!(reply.starts_with(b":"), "{}", String::from_utf8_lossy(&reply));
-                    steps.fetch_add(1, Relaxed);
-                }
-            })
-        })
-        .collect();
-    let readers: Vec<_> = (0..2)
-        .map(|_| {
-            let (pairs, stop, reads) = (pairs.clone(), stop.clone(), reads.clone());
-            std::thread::spawn(move || {
-                let mut client = connect(port);
-                for n in 0usize.. {
-                    if stop.load(Relaxed) {
-                        break;
-                    }
-                    let (a, b) = &pairs[n % pairs.len()];
-                    let reply = String::from_utf8(call(&mut client, &frame(&["MGET", a, b]))).expect("text");
-                    let values: Vec<&str> = reply.split("\r\n").skip(2).step_by(2).take(2).collect();
-                    assert_eq!(values[0], values[1], "MGET {a} {b} saw half of a script: {reply:?}");
-                    reads.fetch_add(1, Relaxed);
-                }
-            })
-        })
-        .collect();
-    // Enough of both to have met, however slow the machine: counted, not timed.
-    while steps.load(Relaxed) < 2_000 || reads.load(Relaxed) < 4_000 {
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(!writers.iter().chain(&readers).any(|t| t.is_finished()), "a client thread failed");
-    }
-    stop.store(true, Relaxed);
-    for thread in writers.into_iter().chain(readers) {
-        thread.join().expect("no client saw a difference");
-    }
+    no_reader_sees_half(|client, _, a, b| {
+        let reply = call(client, &frame(&["EVAL", BOTH, "2", a, b]));
+        assert!(reply.starts_with(b":"), "{}", String::from_utf8_lossy(&reply));
+    });
 }
 
 #[test]

@@ -6,9 +6,7 @@
 
 mod common;
 
-use common::resp::{call, connect, frame, one, quicksilver, Redis};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use common::resp::{call, connect, frame, no_reader_sees_half, one, quicksilver, Redis};
 
 /// Each request to redis-server and to quicksilver (one worker, then four), one reply read
 /// at a time on one connection each: the replies must match.
@@ -148,68 +146,19 @@ fn a_memcached_write_of_a_watched_key_aborts_exec() {
 /// live on different workers while readers run `MGET a b`: a reader never sees the two differ.
 #[test]
 fn no_reader_sees_half_of_a_transaction_across_workers() {
-    let (_server, port) = quicksilver(&["-t", "4"]);
-    let pairs: Vec<(String, String)> = (0..8).map(|i| (format!("a{i}"), format!("b{i}"))).collect();
-    let mut setup = connect(port);
-    for (a, b) in &pairs {
-        assert_eq!(call(&mut setup, &frame(&["MSET", a, "0", b, "0"])), b"+OK\r\n");
-    }
-    let pairs = Arc::new(pairs);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (steps, reads) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let writers: Vec<_> = (0..2)
-        .map(|writer| {
-            let (pairs, stop, steps) = (pairs.clone(), stop.clone(), steps.clone());
-            std::thread::spawn(move || {
-                let mut client = connect(port);
-                for n in 0u64.. {
-                    if stop.load(Relaxed) {
-                        break;
-                    }
-                    let (a, b) = &pairs[n as usize % pairs.len()];
-                    if n % 2 == 0 {
-                        let mut batch = frame(&["MULTI"]);
-                        batch.extend(frame(&["INCR", a]));
-                        batch.extend(frame(&["INCR", b]));
-                        batch.extend(frame(&["EXEC"]));
-                        let reply = call(&mut client, &batch);
-                        assert!(reply.starts_with(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:"), "{reply:?}");
-                    } else {
-                        let value = (n * 10 + writer).to_string();
-                        assert_eq!(call(&mut client, &frame(&["MSET", a, &value, b, &value])), b"+OK\r\n");
-                    }
-                    steps.fetch_add(1, Relaxed);
-                }
-            })
-        })
-        .collect();
-    let readers: Vec<_> = (0..2)
-        .map(|_| {
-            let (pairs, stop, reads) = (pairs.clone(), stop.clone(), reads.clone());
-            std::thread::spawn(move || {
-                let mut client = connect(port);
-                for n in 0usize.. {
-                    if stop.load(Relaxed) {
-                        break;
-                    }
-                    let (a, b) = &pairs[n % pairs.len()];
-                    let reply = String::from_utf8(call(&mut client, &frame(&["MGET", a, b]))).expect("text");
-                    let values: Vec<&str> = reply.split("\r\n").skip(2).step_by(2).take(2).collect();
-                    assert_eq!(values[0], values[1], "MGET {a} {b} saw half of a step: {reply:?}");
-                    reads.fetch_add(1, Relaxed);
-                }
-            })
-        })
-        .collect();
-    // Enough of both to have met, however slow the machine: counted, not timed.
-    while steps.load(Relaxed) < 2_000 || reads.load(Relaxed) < 4_000 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert!(!writers.iter().chain(&readers).any(|t| t.is_finished()), "a client thread failed");
-    }
-    stop.store(true, Relaxed);
-    for thread in writers.into_iter().chain(readers) {
-        thread.join().expect("no client saw a difference");
-    }
+    no_reader_sees_half(|client, n, a, b| {
+        if n % 4 < 2 {
+            let mut batch = frame(&["MULTI"]);
+            batch.extend(frame(&["INCR", a]));
+            batch.extend(frame(&["INCR", b]));
+            batch.extend(frame(&["EXEC"]));
+            let reply = call(client, &batch);
+            assert!(reply.starts_with(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:"), "{reply:?}");
+        } else {
+            let value = n.to_string();
+            assert_eq!(call(client, &frame(&["MSET", a, &value, b, &value])), b"+OK\r\n");
+        }
+    });
 }
 
 #[test]

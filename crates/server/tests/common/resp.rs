@@ -222,3 +222,63 @@ pub fn redis_py_script(name: &str, port: u16, server: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Under `-t 4`, two writer threads each call `write(client, n, a, b)` (its n-th write, over
+/// one pair of keys on different workers, which must leave the two equal) while two readers
+/// run `MGET a b`: no reader may ever see the two differ. Counted, not timed: it ends once
+/// both have run enough to have met, however slow the machine.
+pub fn no_reader_sees_half(write: fn(&mut Client, u64, &str, &str)) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let (_server, port) = quicksilver(&["-t", "4"]);
+    let pairs: Vec<(String, String)> = (0..8).map(|i| (format!("a{i}"), format!("b{i}"))).collect();
+    let mut setup = connect(port);
+    for (a, b) in &pairs {
+        assert_eq!(call(&mut setup, &frame(&["MSET", a, "0", b, "0"])), b"+OK\r\n");
+    }
+    let pairs = Arc::new(pairs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (steps, reads) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let writers: Vec<_> = (0..2u64)
+        .map(|writer| {
+            let (pairs, stop, steps) = (pairs.clone(), stop.clone(), steps.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(port);
+                for n in 0u64.. {
+                    if stop.load(Relaxed) {
+                        break;
+                    }
+                    let (a, b) = &pairs[n as usize % pairs.len()];
+                    write(&mut client, n * 2 + writer, a, b);
+                    steps.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (pairs, stop, reads) = (pairs.clone(), stop.clone(), reads.clone());
+            std::thread::spawn(move || {
+                let mut client = connect(port);
+                for n in 0usize.. {
+                    if stop.load(Relaxed) {
+                        break;
+                    }
+                    let (a, b) = &pairs[n % pairs.len()];
+                    let reply = String::from_utf8(call(&mut client, &frame(&["MGET", a, b]))).expect("text");
+                    let values: Vec<&str> = reply.split("\r\n").skip(2).step_by(2).take(2).collect();
+                    assert_eq!(values[0], values[1], "MGET {a} {b} saw half of a step: {reply:?}");
+                    reads.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+    while steps.load(Relaxed) < 2_000 || reads.load(Relaxed) < 4_000 {
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!writers.iter().chain(&readers).any(|t| t.is_finished()), "a client thread failed");
+    }
+    stop.store(true, Relaxed);
+    for thread in writers.into_iter().chain(readers) {
+        thread.join().expect("no client saw a difference");
+    }
+}
