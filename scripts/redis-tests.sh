@@ -3,7 +3,10 @@
 # with a deb-src line and `apt-get source redis` into a cache directory outside the repository)
 # against quicksilver's RESP listener, in the harness's external-server mode:
 #
-#   ./runtest --host H --port P --singledb --single unit/... --tags "-needs:debug -needs:repl"
+#   ./runtest --host H --port P --single unit/... --tags "-needs:debug -needs:repl -needs:save"
+#
+# Without --singledb: the harness selects database 9 (and 10 where a test moves keys), as it
+# does against redis-server.
 #
 # The unit files of what a cache serves are run one after another against one quicksilver each.
 # Tests of what quicksilver does not serve are skipped by name, each with its reason, in
@@ -26,7 +29,7 @@ SUDO=""
 # Values up to 8 MiB (the suite sets 4 MB ones; redis-server's own limit is 512 MB).
 server_args=(-U 0 -m 1024 -I 8m)
 files=(unit/type/string unit/type/incr unit/expire unit/keyspace unit/protocol unit/quit unit/info-command unit/multi
-    unit/scripting-eval)
+    unit/scripting-eval unit/other)
 [ $# -gt 0 ] && files=("$@")
 
 cache=${QS_CACHE:-$HOME/.cache/quicksilver}
@@ -70,8 +73,8 @@ for file in "${files[@]}"; do
     done
     log="$run/$(basename "$file").log"
     status=0
-    (cd "$src" && timeout 900 ./runtest --host 127.0.0.1 --port "$port" --singledb --single "$file" \
-        --tags "-needs:debug -needs:repl" --skipfile "$run/skip" --clients 1 >"$log" 2>&1) || status=$?
+    (cd "$src" && timeout 900 ./runtest --host 127.0.0.1 --port "$port" --single "$file" \
+        --tags "-needs:debug -needs:repl -needs:save" --skipfile "$run/skip" --clients 1 >"$log" 2>&1) || status=$?
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     pid=""

@@ -19,7 +19,7 @@ fuzz_target!(|input: &[u8]| {
             splits.push(data.len() - rest.len() / 2);
         }
     }
-    let limits = Limits { item_bytes_max: 100, now_ms: 0 };
+    let limits = Limits { item_bytes_max: 100, now_ms: 0, databases: 16 };
     if let Err(broken) = check::check_stream(&data, &splits, &limits) {
         panic!("{broken}");
     }

@@ -11,7 +11,7 @@ use qs_proto::{Limits, Parsed, Request};
 
 fuzz_target!(|input: &[u8]| {
     // A small item limit so the invalid bulk length past it is reached with small inputs.
-    let limits = Limits { item_bytes_max: 100, now_ms: 0 };
+    let limits = Limits { item_bytes_max: 100, now_ms: 0, databases: 16 };
     // The prefetch's guess reads inside the buffer, whatever it holds.
     if let Some(key) = qs_proto::key_guess(input) {
         assert!(input.as_ptr_range().contains(&key.as_ptr()) || key.is_empty());

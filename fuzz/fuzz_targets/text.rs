@@ -11,7 +11,7 @@ fuzz_target!(|input: &[u8]| {
         _ => (Vec::new(), input),
     };
     // A small item limit so the too-large paths are reached with small inputs.
-    let limits = Limits { item_bytes_max: 100, now_ms: 0 };
+    let limits = Limits { item_bytes_max: 100, now_ms: 0, databases: 16 };
     if let Err(broken) = check::check_stream(data, &splits, &limits) {
         panic!("{broken}");
     }

@@ -234,7 +234,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits { item_bytes_max: 150, now_ms: 0 }
+        Limits { item_bytes_max: 150, now_ms: 0, databases: 16 }
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Limits {
     /// The turn's time, in unix milliseconds: what a relative expiry (Redis's EX and PX)
     /// counts from. The parsers read no clock; the executor sets this once per turn.
     pub now_ms: u64,
+    /// Redis's databases (`--databases`): SELECT's and COPY's DB take 0 to one less.
+    pub databases: u32,
 }
 
 /// memcached's item header on a 64-bit build with CAS on: what an item costs besides its key
@@ -65,7 +67,7 @@ impl Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { item_bytes_max: 1 << 20, now_ms: 0 }
+        Limits { item_bytes_max: 1 << 20, now_ms: 0, databases: 16 }
     }
 }
 

@@ -11,6 +11,7 @@
 pub mod command;
 mod command_table;
 pub mod connection;
+pub mod db;
 pub mod glob;
 pub mod owned;
 pub mod reply;
@@ -225,6 +226,13 @@ fn bulk_at(buf: &[u8], at: usize, bulk_max: u64) -> Option<(&[u8], usize)> {
     let len = number(&rest[1..cr]).filter(|&len| (0..=bulk_max as i64).contains(&len))? as usize;
     let end = cr + 2 + len + 2;
     (rest.len() >= end).then(|| (&rest[cr + 2..cr + 2 + len], at + end))
+}
+
+/// The request at the front of `buf` as a frame, whatever command it names, and its length
+/// (`None` while it is not all here; an error for what [`parse`] refuses, or skips: an empty
+/// request's length is how much is skipped).
+pub fn frame_of(buf: &[u8]) -> Option<(Result<Frame<'_>, Framing>, usize)> {
+    frame_at(buf, BULK_BYTES_MAX)
 }
 
 /// The frame at the front of `buf`, its bulk strings at most `bulk_max` bytes each.

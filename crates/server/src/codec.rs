@@ -54,12 +54,13 @@ impl Dialect {
     }
 
     /// Whether the request may change how the connection's next requests are parsed: a RESP
-    /// `HELLO` (its protocol version) or `RESET` (that, and its authentication). Its window
-    /// ends with it.
+    /// `HELLO` (its protocol version), `RESET` (that, its authentication and its database),
+    /// `SELECT`, `EXEC` or `DISCARD` (its database: qs_proto::resp::db). Its window ends with
+    /// it.
     #[inline]
     pub fn switches_after(parsed: &Parsed<'_>) -> bool {
         matches!(parsed, Parsed::Request { request: Request::Resp(frame), .. }
-            if frame.arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"hello") || name.eq_ignore_ascii_case(b"reset")))
+            if frame.arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"hello") || qs_proto::resp::db::fences(name)))
     }
 
     /// Parses the request at the start of `bytes`.
@@ -171,7 +172,7 @@ mod tests {
 
     #[test]
     fn oversized_stores_name_their_key_and_whether_the_old_value_goes() {
-        let limits = qs_proto::Limits { item_bytes_max: 1024, now_ms: 0 };
+        let limits = qs_proto::Limits { item_bytes_max: 1024, now_ms: 0, databases: 16 };
         let refused = |bytes: &[u8]| match qs_proto::parse(bytes, &limits) {
             Parsed::Request { request, .. } => {
                 oversized_store(&request, &limits).map(|(key, drop)| (key.to_vec(), drop))

@@ -443,7 +443,10 @@ fn new_shared(
         Vec::new()
     };
     let first = &partitions[0];
+    // Items that came from elsewhere may be in any database.
+    let databases_used = config.memory_file.is_some() || config.warm_from.is_some();
     Shared {
+        databases_used: std::sync::atomic::AtomicBool::new(databases_used),
         explicit_cas: Default::default(),
         rings: crate::shared::IoRings::new(flash_on.then(|| flashio::FlashIo::new(workers))),
         front_epochs,

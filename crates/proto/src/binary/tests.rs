@@ -144,7 +144,7 @@ fn malformed_frames_get_memcached_s_refusals() {
 
 #[test]
 fn a_value_over_the_item_limit_is_refused_before_it_arrives() {
-    let limits = Limits { item_bytes_max: 1024, now_ms: 0 };
+    let limits = Limits { item_bytes_max: 1024, now_ms: 0, databases: 16 };
     let mut buf = frame(opcode::SET, &set_extras(0, 0), b"big", &[b'x'; 2000]);
     buf.truncate(100);
     let Parsed::Request { request: Request::Binary(binary), len } = parse(&buf, &limits) else { panic!() };
@@ -213,7 +213,7 @@ proptest! {
         if let Some(first) = bytes.first_mut() {
             *first = REQUEST_MAGIC;
         }
-        match parse(&bytes, &Limits { item_bytes_max: 256, now_ms: 0 }) {
+        match parse(&bytes, &Limits { item_bytes_max: 256, now_ms: 0, databases: 16 }) {
             Parsed::Request { len, request } => {
                 // A request's bytes are in the buffer unless it is skipped.
                 let skipped = matches!(

@@ -98,7 +98,7 @@ fn meta_commands_become_the_one_vocabulary() {
     let add = meta(b"ms key 1 ME C99\r\na\r\n");
     let Op::Store(store) = add.key_command(&limits).op else { panic!() };
     assert_eq!(store.mode, StoreMode::Add);
-    let small = Limits { item_bytes_max: 100, now_ms: 0 };
+    let small = Limits { item_bytes_max: 100, now_ms: 0, databases: 16 };
     let Parsed::Request { request: Request::Meta(large), .. } = parse(b"ms key 500\r\n", &small) else {
         panic!()
     };

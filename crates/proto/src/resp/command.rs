@@ -22,8 +22,8 @@ pub enum Call<'a> {
     Echo(&'a [u8]),
     /// QUIT: `+OK`, then the connection closes.
     Quit,
-    /// SELECT of database 0 (the only one).
-    Select,
+    /// SELECT of a database (one of `--databases`).
+    Select(u8),
     /// MGET: the keys are the frame's arguments after the name.
     Mget(Frame<'a>),
     /// EXISTS of several keys: how many are there (a key named twice counts twice).
@@ -84,8 +84,9 @@ pub enum Call<'a> {
     Accepted,
     /// COMMAND DOCS: no documents yet (an empty map; clients then use their own tables).
     CommandDocs,
-    /// FLUSHALL or FLUSHDB (SYNC or ASYNC alike): every key goes.
-    Flush,
+    /// FLUSHALL (`db` None: every key goes) or FLUSHDB of database `db` (its keys go), SYNC
+    /// or ASYNC alike.
+    Flush { db: Option<u8> },
     /// A command on one key run at its owner as a few steps (read, then write).
     Owned(Owned<'a>),
     /// DEL or UNLINK of several keys: how many of them went.
@@ -206,7 +207,7 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
     let Some(&(spelled, arity)) =
         TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
     else {
-        return Call::Error(Refusal::Unknown(*frame));
+        return unknown(frame, name);
     };
     // redis-server's arity: exactly N, or at least -N.
     let fits = if arity > 0 { argc == arity as usize } else { argc >= arity.unsigned_abs() as usize };
@@ -224,7 +225,7 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "reset" => Call::Reset,
         "debug" => connection::debug(frame),
         "shutdown" => connection::shutdown(frame),
-        "select" => select(first[0]),
+        "select" => select(first[0], limits.databases),
         "get" => key(first[0], Op::Get(Get::default()), Reply::Bulk),
         "set" => set(first, frame.args().skip(3), now),
         "setnx" => key(first[0], store(StoreMode::Add, first[1], 0), Reply::StoredInteger),
@@ -238,7 +239,8 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "type" => key(first[0], Op::Inspect, Reply::Type),
         "append" => key(first[0], append(first[1]), Reply::Appended),
         "dbsize" => Call::DbSize,
-        "flushall" | "flushdb" => flush(argc, first[0]),
+        "flushall" => flush(argc, first[0], None),
+        "flushdb" => flushdb(frame),
         "hello" => connection::hello(frame),
         "auth" => connection::auth(argc, first),
         "client" => connection::client(frame, first[0], argc),
@@ -270,6 +272,7 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "keys" => Call::Keys(first[0]),
         "rename" | "renamenx" => owned::rename(first[0], first[1], spelled == "renamenx"),
         "copy" => owned::copy(frame),
+        "move" => owned::move_key(frame, limits.databases),
         "scan" => scan(frame),
         "randomkey" => Call::RandomKey,
         "multi" => Call::Multi,
@@ -283,6 +286,17 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "incrby" => count(first[0], first[1], false),
         _ => count(first[0], first[1], true),
     }
+}
+
+/// A command not in the table: SWAPDB refused by name (databases are namespaces of keys in
+/// one store, super::db: swapping two would rewrite every key), anything else unknown.
+fn unknown<'a>(frame: &Frame<'a>, name: &[u8]) -> Call<'a> {
+    if name.eq_ignore_ascii_case(b"swapdb") {
+        return Call::Error(Refusal::Unsupported(
+            "SWAPDB is not served: databases share one store, and swapping them would rewrite every key",
+        ));
+    }
+    Call::Error(Refusal::Unknown(*frame))
 }
 
 /// MULTI, EXEC, DISCARD, WATCH and UNWATCH, told from the name without looking it up among
@@ -365,6 +379,9 @@ const TABLE: &[(&str, i32)] = &[
     ("rename", 3),
     ("renamenx", 3),
     ("copy", -3),
+    // MOVE key db: exactly 3 as redis-server counts it (the 4th of a mapped one is checked
+    // by owned::move_key).
+    ("move", -3),
     ("scan", -2),
     ("randomkey", 1),
     ("multi", 1),
@@ -401,19 +418,33 @@ pub fn served_count() -> usize {
 }
 
 /// FLUSHALL and FLUSHDB take SYNC or ASYNC, nothing else.
-fn flush(argc: usize, option: &[u8]) -> Call<'_> {
+fn flush(argc: usize, option: &[u8], db: Option<u8>) -> Call<'_> {
     let known = option.eq_ignore_ascii_case(b"sync") || option.eq_ignore_ascii_case(b"async");
     match argc {
-        1 => Call::Flush,
-        2 if known => Call::Flush,
+        1 => Call::Flush { db },
+        2 if known => Call::Flush { db },
         _ => Call::Error(Refusal::Syntax),
     }
 }
 
-fn select(index: &[u8]) -> Call<'_> {
+/// FLUSHDB of database 0, or of the database its last argument names where a connection in
+/// another database sent it (super::db::map adds it).
+fn flushdb<'a>(frame: &Frame<'a>) -> Call<'a> {
+    let argc = frame.argc();
+    let last = frame.arg(argc - 1).unwrap_or_default();
+    let db = match last {
+        [0xFF, 0xFF, db] if argc > 1 && *db != 0 => Some(*db),
+        _ => None,
+    };
+    let argc = if db.is_some() { argc - 1 } else { argc };
+    flush(argc, frame.arg(1).filter(|_| argc > 1).unwrap_or_default(), Some(db.unwrap_or(0)))
+}
+
+/// SELECT of one of `databases` databases.
+fn select(index: &[u8], databases: u32) -> Call<'_> {
     match integer(index) {
         None => Call::Error(Refusal::NotInteger),
-        Some(0) => Call::Select,
+        Some(db) if (0..i64::from(databases)).contains(&db) => Call::Select(db as u8),
         Some(_) => Call::Error(Refusal::DbIndex),
     }
 }

@@ -85,6 +85,9 @@ pub enum Step<'a> {
         to: &'a [u8],
         /// RENAMENX: only when the new name is free.
         nx: bool,
+        /// MOVE to another database (`to` is the key there): as RENAMENX, and `:0` where
+        /// there is no such key.
+        moving: bool,
     },
     /// COPY to this key (REPLACE: over a key already there).
     Copy {
@@ -238,7 +241,25 @@ pub(super) fn incrbyfloat<'a>(key: &'a [u8], by: &[u8]) -> Call<'a> {
 
 /// RENAME key newkey, RENAMENX key newkey.
 pub(super) fn rename<'a>(key: &'a [u8], to: &'a [u8], nx: bool) -> Call<'a> {
-    owned(key, Step::Rename { to, nx })
+    owned(key, Step::Rename { to, nx, moving: false })
+}
+
+/// MOVE key db, as db.c's moveCommand checks it: `db` an integer, one of the `databases`,
+/// not the connection's own. A MOVE that passes is mapped (super::db) into
+/// `MOVE key key-in-db [FF FF db]`: both keys as the store has them.
+pub(super) fn move_key<'a>(frame: &Frame<'a>, databases: u32) -> Call<'a> {
+    let (key, second) = (frame.arg(1).unwrap_or_default(), frame.arg(2).unwrap_or_default());
+    match (frame.argc(), frame.arg(3)) {
+        (4, Some([0xFF, 0xFF, _])) => return owned(key, Step::Rename { to: second, nx: true, moving: true }),
+        (3, _) => {}
+        _ => return Call::Error(Refusal::Arity("move")),
+    }
+    match integer(second) {
+        None => Call::Error(Refusal::NotInteger),
+        Some(db) if !(0..i64::from(databases)).contains(&db) => Call::Error(Refusal::DbIndex),
+        // A MOVE to another database is mapped before it is read: this one names its own.
+        Some(_) => Call::Error(Refusal::Message("source and destination objects are the same")),
+    }
 }
 
 /// COPY source destination [DB 0] [REPLACE], as db.c's copyCommand reads it (database 0 is

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 /// The turn's time the tests parse at (2025-12-02), in unix milliseconds.
 const NOW_MS: u64 = 1_764_633_600_000;
-const LIMITS: crate::Limits = crate::Limits { item_bytes_max: 1 << 20, now_ms: NOW_MS };
+const LIMITS: crate::Limits = crate::Limits { item_bytes_max: 1 << 20, now_ms: NOW_MS, databases: 16 };
 
 fn parse_default(bytes: &[u8]) -> Parsed<'_> {
     parse(bytes, &crate::Limits::default())
@@ -279,7 +279,7 @@ fn client_names_are_read_from_client_and_hello_and_checked_as_redis_server_check
 
 #[test]
 fn a_resp3_connections_requests_answer_nulls_and_maps_as_resp3_does() {
-    let limits = crate::Limits { item_bytes_max: 1 << 20, now_ms: 0 };
+    let limits = crate::Limits { item_bytes_max: 1 << 20, now_ms: 0, databases: 16 };
     let get = frame_bytes(&[b"GET", b"k"]);
     let Parsed::Request { request: Request::RespKey(command), .. } = super::parse3(&get, &limits) else {
         panic!("GET is a command on one key")

@@ -24,7 +24,9 @@ const DEFAULT: &[&str] = &[
 const MORE: &[&str] = &["commandstats", "latencystats"];
 
 /// INFO's text for the sections `asked` names (none: the default ones), without case.
-pub fn write(shared: &Shared, asked: &[&[u8]], out: &mut Vec<u8>) {
+/// `keyspace`: each database's keys where databases other than 0 are in use (else every
+/// item is database 0's).
+pub fn write(shared: &Shared, asked: &[&[u8]], keyspace: Option<&[u64]>, out: &mut Vec<u8>) {
     let mut general = Vec::new();
     super::stats::write(shared, b"", &mut general);
     let text = String::from_utf8_lossy(&general);
@@ -91,8 +93,12 @@ pub fn write(shared: &Shared, asked: &[&[u8]], out: &mut Vec<u8>) {
                 field("used_cpu_user_children", &"0.000000");
             }
             "cluster" => field("cluster_enabled", &0),
-            "keyspace" if number("curr_items") > 0 => {
-                field("db0", &format_args!("keys={},expires=0,avg_ttl=0", number("curr_items")));
+            "keyspace" => {
+                let every = [number("curr_items")];
+                for (db, &keys) in keyspace.unwrap_or(&every).iter().enumerate().filter(|(_, &keys)| keys > 0)
+                {
+                    field(&format!("db{db}"), &format_args!("keys={keys},expires=0,avg_ttl=0"));
+                }
             }
             "commandstats" => {
                 for (name, counter) in [

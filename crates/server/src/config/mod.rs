@@ -191,6 +191,10 @@ pub struct Config {
     /// while serving; /readyz and `stats warm` say when it is done (-o warm_rate=MB a second).
     #[arg(long = "warm-from", value_name = "HOST:PORT", value_parser = |v: &str| admin::warm_source(Some(v)))]
     pub warm_from: Option<String>,
+    /// Redis's numbered databases (SELECT 0 to one less; redis-server's `databases`), each a
+    /// keyspace of its own in the one store; memcached's protocols see database 0.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub databases: u32,
 }
 
 /// -B: the protocol client connections speak.

@@ -227,6 +227,10 @@ pub struct Engine {
     stepping: bool,
     /// A script's run may be made again over every partition (exec/resp/eval.rs).
     retry: resp::Retry,
+    /// The Redis database of the connection whose RESP request runs (SELECT sets it; the
+    /// worker's turn reads it back into the connection): what KEYS, SCAN, RANDOMKEY, DBSIZE
+    /// and FLUSHDB see. Keys arrive already in their database (qs_proto::resp::db).
+    pub db: u8,
 }
 
 impl Engine {
@@ -241,7 +245,11 @@ impl Engine {
     pub fn new(worker: usize, partitions: Vec<Option<Partition>>, shared: Arc<Shared>) -> Engine {
         let count = partitions.len();
         let now = crate::sys::clock::now();
-        let limits = qs_proto::Limits { item_bytes_max: shared.memory.item_bytes_max(), now_ms: now.ms() };
+        let limits = qs_proto::Limits {
+            item_bytes_max: shared.memory.item_bytes_max(),
+            now_ms: now.ms(),
+            databases: shared.config.databases,
+        };
         let crew = shared.map.crew();
         let flash_on = shared.published.flash_on();
         let front = (!shared.front_epochs.is_empty())
@@ -266,6 +274,7 @@ impl Engine {
             flash_off_said: std::cell::Cell::new(0),
             stepping: false,
             retry: resp::Retry::Off,
+            db: 0,
         }
     }
 

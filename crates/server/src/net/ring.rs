@@ -2,8 +2,8 @@
 //! multishot receive per connection drawing from a provided-buffer ring
 //! ([`qs_net::uring::BufRing`]), so an idle connection holds no receive buffer and epoll never
 //! reports its reads; every send of a loop turn goes in one `io_uring_enter`, and a socket
-//! that refuses one is polled by the ring. Completions are deferred task work, run when the
-//! worker enters the ring; an eventfd the worker's epoll watches says there is some.
+//! that refuses one is polled by the ring. Completions are cooperative task work, run when the
+//! worker next enters the kernel; an eventfd the worker's epoll watches says there is some.
 //!
 //! A receive's bytes are copied into the connection's own input at once and the buffer is
 //! given back in the same turn: a slow or silent client never holds ring buffers.
@@ -168,13 +168,16 @@ impl NetRing {
     /// A ring with its buffers, eventfd and a table of `files` registered files (none where the
     /// kernel refuses one); an error where the kernel refuses io_uring.
     pub fn new(files: u32) -> io::Result<NetRing> {
-        // Completions are posted only when the worker enters the ring (deferred task work: no
-        // interrupt of its epoll wait per message), which it does when the eventfd says work
-        // is queued. Made disabled: the worker thread enables it, becoming its one issuer.
+        // Completions are posted when the worker next enters the kernel (cooperative task
+        // work: no interrupt of its epoll wait per message), and the eventfd says so. Deferred
+        // task work (posted only when the worker enters the ring) left a worker asleep in
+        // epoll_wait for ~16 ms a request on this machine's kernel (6.18): its eventfd signal
+        // did not come for every receive. Made disabled: the worker thread enables it,
+        // becoming its one issuer.
         let ring = IoUring::builder()
             .setup_cqsize(8192)
             .setup_single_issuer()
-            .setup_defer_taskrun()
+            .setup_coop_taskrun()
             .setup_taskrun_flag()
             .setup_r_disabled()
             .build(1024)?;

@@ -47,13 +47,14 @@ fn line(fd: i32, info: &Info, (now_secs, asking, command): (u32, i32, &str), out
     let cmd = if fd == asking { command } else { "NULL" };
     let _ = writeln!(
         out,
-        "id={} addr={} laddr={local} fd={fd} name={name} age={} idle={} flags=N db=0 sub=0 psub=0 \
+        "id={} addr={} laddr={local} fd={fd} name={name} age={} idle={} flags=N db={} sub=0 psub=0 \
          ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
          tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={}",
         info.id,
         redis_addr(&info.addr),
         now_secs.saturating_sub(info.created_secs),
         info.idle_secs(now_secs),
+        info.db(),
         info.resp(),
     );
 }

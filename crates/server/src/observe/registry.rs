@@ -85,6 +85,8 @@ pub struct Info {
     name: Mutex<Box<[u8]>>,
     /// CLIENT KILL shut its socket down: it is leaving (its worker closes it on its next turn).
     pub killed: std::sync::atomic::AtomicBool,
+    /// A RESP connection's database (SELECT): CLIENT LIST's `db`.
+    db: AtomicU8,
 }
 
 impl Info {
@@ -102,7 +104,18 @@ impl Info {
             resp: AtomicU8::new(0),
             name: Mutex::new(Box::default()),
             killed: std::sync::atomic::AtomicBool::new(false),
+            db: AtomicU8::new(0),
         }
+    }
+
+    /// Records a RESP connection's database (SELECT).
+    pub fn set_db(&self, db: u8) {
+        self.db.store(db, Relaxed);
+    }
+
+    /// A RESP connection's database.
+    pub fn db(&self) -> u8 {
+        self.db.load(Relaxed)
     }
 
     /// Records a RESP connection's protocol version (2 or 3).

@@ -40,7 +40,7 @@ pub fn admit_resp(
             state.close();
             return (Admission::Done, true);
         }
-        let limits = qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX, now_ms: 0 };
+        let limits = qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX, now_ms: 0, databases: 16 };
         let (frame, len) = match qs_proto::resp::parse(pending, &limits) {
             Parsed::Incomplete => {
                 if eof {
@@ -105,7 +105,7 @@ fn gate(
     out: &mut Vec<u8>,
 ) -> Step {
     let (user, password, hello) =
-        match call(frame, &qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX, now_ms: 0 }) {
+        match call(frame, &qs_proto::Limits { item_bytes_max: BULK_BYTES_MAX, now_ms: 0, databases: 16 }) {
             Call::Auth { user, password } => (user, password, None),
             Call::Hello { proto, auth: Some((user, password)), name } => {
                 (Some(user), password, Some((proto, name)))

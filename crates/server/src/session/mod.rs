@@ -7,6 +7,7 @@ pub mod auth_resp;
 pub mod budget;
 mod buffers;
 pub mod dump;
+mod mapping;
 pub mod names;
 mod output;
 mod state;
@@ -50,6 +51,14 @@ pub struct Input {
     /// walks it on from there, not from its start ([`qs_proto::resp::progress`]). Reset
     /// whenever the front moves.
     pub frame: std::cell::Cell<qs_proto::resp::Progress>,
+    /// RESP requests at the front already in their database (qs_proto::resp::db::map): this
+    /// many bytes from `start`.
+    pub mapped: usize,
+    /// The mapped requests end with one that may change the database (SELECT, EXEC): none
+    /// after it is mapped until it has run.
+    pub map_fence: bool,
+    /// The request at the front must be mapped even in database 0 (a COPY with `DB`).
+    pub map_next: bool,
 }
 
 impl Input {
@@ -66,6 +75,9 @@ impl Input {
             arriving: None,
             since: 0,
             frame: Default::default(),
+            mapped: 0,
+            map_fence: false,
+            map_next: false,
         }
     }
 
@@ -78,6 +90,8 @@ impl Input {
     pub fn consume(&mut self, len: usize) {
         if len > 0 {
             self.frame.set(Default::default());
+            self.mapped = self.mapped.saturating_sub(len);
+            self.map_fence &= self.mapped > 0;
         }
         let available = self.end - self.start;
         if len <= available {
@@ -297,6 +311,16 @@ pub struct Session {
     pub watch: Option<std::sync::Arc<crate::observe::watch::Sink>>,
     /// A Redis transaction being built: MULTI's queue, WATCH's keys.
     pub tx: Option<Box<tx::Tx>>,
+    /// Its Redis database (SELECT; qs_proto::resp::db).
+    pub db: u8,
+}
+
+impl Session {
+    /// The database the next requests' keys belong to: one a SELECT queued inside MULTI
+    /// names (the requests after it are queued for it), else the connection's.
+    pub fn db_ahead(&self) -> u8 {
+        self.tx.as_ref().filter(|tx| tx.multi).and_then(|tx| tx.db).unwrap_or(self.db)
+    }
 }
 
 impl Conn {
@@ -333,6 +357,7 @@ impl Conn {
                 info: None,
                 watch: None,
                 tx: None,
+                db: 0,
             },
         }
     }
@@ -392,6 +417,9 @@ mod tests {
             arriving: None,
             since: 0,
             frame: Default::default(),
+            mapped: 0,
+            map_fence: false,
+            map_next: false,
         };
         let peer = "127.0.0.1:1".parse().unwrap();
         let transport = Transport::Udp { peer, request_id: 0, socket: 0 };

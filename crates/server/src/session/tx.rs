@@ -27,6 +27,9 @@ pub struct Tx {
     ends: Vec<usize>,
     /// The watched keys.
     pub watched: Vec<Watched>,
+    /// The database a SELECT queued inside MULTI moves to (the requests after it are mapped
+    /// into it as they are queued).
+    pub db: Option<u8>,
     /// What is charged to the budget for this transaction.
     charged: usize,
     budget: Arc<ClientMemory>,
@@ -49,6 +52,7 @@ impl Tx {
             queued: Vec::with_capacity(QUEUED_BYTES_FIRST),
             ends: Vec::with_capacity(16),
             watched: Vec::new(),
+            db: None,
             charged: 0,
             budget,
             watches,

@@ -87,6 +87,24 @@ pub struct Shared {
     pub cluster: cluster::Cluster,
     /// Warming from a live node (`--warm-from`): `stats warm`, `/readyz`.
     pub warming: warming::Warming,
+    /// A Redis database other than 0 may hold keys (a request was mapped into one, or the
+    /// items came from elsewhere: -e, --warm-from): DBSIZE, INFO's keyspace and FLUSHDB of
+    /// database 0 then tell its keys from the others' (a walk) rather than take every item.
+    pub databases_used: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// Whether a database other than 0 may hold keys.
+    pub fn databases_used(&self) -> bool {
+        self.databases_used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A request was mapped into a database other than 0.
+    pub fn use_databases(&self) {
+        if !self.databases_used() {
+            self.databases_used.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// The start's loading: a memory file's items taken back (-e) and the flash tier attached.

@@ -6,7 +6,8 @@ use super::*;
 
 /// Limits under which every store is "too large": the parser then returns it from its command
 /// line or header alone, with the length of its whole frame.
-pub(super) const HEADER_ONLY: qs_proto::Limits = qs_proto::Limits { item_bytes_max: 0, now_ms: 0 };
+pub(super) const HEADER_ONLY: qs_proto::Limits =
+    qs_proto::Limits { item_bytes_max: 0, now_ms: 0, databases: 16 };
 
 /// The length of the store whose command line (or header) is at the front of `pending`, when
 /// its frame is longer than a read buffer; `None` for anything else. Looked for only once half

@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn a_refused_store_is_answered_in_its_dialect() {
-        let limits = qs_proto::Limits { item_bytes_max: 1024, now_ms: 0 };
+        let limits = qs_proto::Limits { item_bytes_max: 1024, now_ms: 0, databases: 16 };
         let answer = |bytes: &[u8], why| match qs_proto::parse(bytes, &limits) {
             qs_proto::Parsed::Request { request, .. } => {
                 let mut out = Vec::new();

@@ -183,13 +183,13 @@ impl Turn<'_, '_> {
             return flow;
         }
         if let Request::Resp(frame) = request {
-            if let Some(flow) = self.tx_command(frame, len) {
-                return flow;
-            }
-            if let Some(flow) = self.spread_write(frame, here, len) {
-                return flow;
-            }
-            if let Some(flow) = self.script_step(frame, here, len) {
+            // The database KEYS, SCAN, DBSIZE and FLUSHDB see, and SELECT (here or in EXEC)
+            // changes: read back once the request has run.
+            self.engine.db = self.session.db;
+            let flow = self.tx_command(frame, len);
+            let flow = flow.or_else(|| self.spread_write(frame, here, len));
+            if let Some(flow) = flow.or_else(|| self.script_step(frame, here, len)) {
+                self.db_back();
                 return flow;
             }
         }
@@ -449,8 +449,9 @@ impl Turn<'_, '_> {
             }
             Exec::Reset => {
                 self.dialect = Dialect::Resp;
-                // RESET ends MULTI and unwatches.
+                // RESET ends MULTI and unwatches, and goes back to database 0.
                 self.session.tx = None;
+                self.engine.db = 0;
                 if let Some(info) = &self.session.info {
                     info.set_resp(2);
                     info.set_name(b"");
@@ -460,7 +461,20 @@ impl Turn<'_, '_> {
                 self.session.phase = crate::session::auth::Phase::at_accept(self.shared.auth_modes());
             }
         }
+        if let Request::Resp(_) = request {
+            self.db_back();
+        }
         Flow::Next(len)
+    }
+
+    /// The connection's database as its RESP request left it (SELECT).
+    fn db_back(&mut self) {
+        if self.engine.db != self.session.db {
+            self.session.db = self.engine.db;
+            if let Some(info) = &self.session.info {
+                info.set_db(self.session.db);
+            }
+        }
     }
 
     /// The reply bytes a get of several keys may add now: the output bound, the read buffer

@@ -47,6 +47,13 @@ impl Turn<'_, '_> {
                 Some(_) => return None,
                 None => match call(frame, &self.engine.limits) {
                     Call::Quit | Call::Reset => return None,
+                    // The requests after it are mapped into its database as they arrive (the
+                    // window ends with it); EXEC moves the connection there.
+                    Call::Select(db) => {
+                        if let Some(tx) = self.session.tx.as_mut() {
+                            tx.db = Some(db);
+                        }
+                    }
                     Call::Error(refusal @ (Refusal::Unknown(_) | Refusal::Arity(_))) => {
                         return refused(self, Some(&refusal));
                     }
@@ -106,11 +113,12 @@ impl Turn<'_, '_> {
         Some(Flow::Next(len))
     }
 
-    /// MSET, MSETNX, DEL, UNLINK, RENAME, RENAMENX and COPY of keys several workers own: one
+    /// MSET, MSETNX, DEL, UNLINK, RENAME, RENAMENX, COPY and MOVE of keys several workers own: one
     /// step, as EXEC's, once the connection's requests running elsewhere are answered; `None`
     /// for any other request, and for keys this worker owns alone.
     pub(super) fn spread_write(&mut self, frame: &Frame<'_>, here: &[u8], len: usize) -> Option<Flow> {
-        const WRITES: [&[u8]; 7] = [b"mset", b"msetnx", b"del", b"unlink", b"rename", b"renamenx", b"copy"];
+        const WRITES: [&[u8]; 8] =
+            [b"mset", b"msetnx", b"del", b"unlink", b"rename", b"renamenx", b"copy", b"move"];
         let name = frame.arg(0)?;
         if frame.argc() < 3 || !WRITES.iter().any(|write| name.eq_ignore_ascii_case(write)) {
             return None;

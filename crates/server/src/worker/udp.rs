@@ -51,7 +51,7 @@ impl Worker {
                     charged: 0,
                     arriving: None,
                     since: self.engine.turn_ticks,
-                    frame: Default::default(),
+                    ..Input::new(end)
                 },
                 Output::new(self.shared.map.workers()),
                 protocol,

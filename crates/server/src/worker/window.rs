@@ -181,6 +181,14 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool) {
             turn.session.starved = true;
             return;
         }
+        if turn.dialect.is_resp() {
+            // Keys into the connection's database before they are parsed (qs_proto::resp::db).
+            let db = turn.session.db_ahead();
+            if (db != 0 || input.map_next) && input.map_databases(db, turn.engine.limits.databases) {
+                turn.shared.use_databases();
+            }
+        }
+        let mut map_next = false;
         // The window borrows the read buffer: it lives in this block, dropped in place.
         let (mut consumed, stop, resume, long) = 'window: {
             let pending = input.pending();
@@ -194,7 +202,12 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool) {
             // Filled in place: a window returned by value is copied whole (16 entries) twice a
             // turn at depth 1 (callgrind: 650 instructions a request).
             let mut window = ArrayVec::new();
-            fill_window(&mut window, pending, turn.dialect, turn.engine, turn.output);
+            let dialect = turn.dialect;
+            map_next = fill_window(&mut window, (pending, input.mapped), dialect, turn.engine, turn.output);
+            if window.is_empty() && map_next {
+                // A request at the front to map first.
+                break 'window (0, false, None, None);
+            }
             if window.is_empty() {
                 match ran_dry(turn, input, on_ring) {
                     Some(long) => break 'window (0, false, None, Some(long)),
@@ -235,6 +248,7 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool) {
             consumed = resume.apply(input);
         }
         input.consume(consumed);
+        input.map_next |= map_next;
         if stop {
             return;
         }
@@ -360,14 +374,16 @@ fn resp_arriving(input: &Input) -> Option<usize> {
 /// lookup). A request that must wait for other workers' replies ends the window (what
 /// follows would be parsed again after the wait), as do a close and a refused block running
 /// past the buffer.
+/// A RESP request past the `mapped` bytes that must be put into its database though the
+/// connection is in database 0 (a COPY with `DB`) ends the window before it: true then.
 #[inline(always)]
 fn fill_window<'p>(
     window: &mut ArrayVec<(Parsed<'p>, Option<Located>), WINDOW>,
-    pending: &'p [u8],
+    (pending, mapped): (&'p [u8], usize),
     dialect: Dialect,
     engine: &mut Engine,
     output: &Output,
-) {
+) -> bool {
     let mut ahead = 0;
     // Workers this connection will be waiting on.
     let mut waiting_on = output
@@ -382,6 +398,11 @@ fn fill_window<'p>(
             Parsed::Incomplete => break,
             Parsed::Close => (usize::MAX, None, false),
             Parsed::Refused { len, .. } => (*len, None, false),
+            Parsed::Request { request: Request::Resp(frame), .. }
+                if ahead >= mapped && qs_proto::resp::db::needs_map(frame) =>
+            {
+                return true;
+            }
             Parsed::Request { request, len } => {
                 let located = engine.locate_request(request);
                 (*len, located, engine.stalls(request, located, &mut waiting_on))
@@ -404,6 +425,7 @@ fn fill_window<'p>(
             }
         }
     }
+    false
 }
 
 /// Runs a window's requests in order until one stops it: the bytes consumed, whether the

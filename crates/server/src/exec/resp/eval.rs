@@ -52,6 +52,9 @@ impl Engine {
         let scripts = self.shared.scripts.clone();
         // A call's reply must be bytes the script reads, never a value sent from a shared copy.
         let shares = std::mem::replace(&mut self.shares.on, false);
+        // A SELECT the script makes is its own (redis-server 7.0): the connection's database
+        // is as it was after it.
+        let db = self.db;
         let ran = vm::with(&scripts, self.worker, |state| {
             let source = (!eval.sha).then(|| eval.body());
             let compiled = match state.compiled(&sha, source) {
@@ -63,6 +66,7 @@ impl Engine {
             state.run((&compiled, &sha), (eval.keys(), eval.argv()), resp3, &mut calls, out);
         });
         self.shares.on = shares;
+        self.db = db;
         if let Err(error) = ran {
             out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes());
         }
@@ -150,12 +154,28 @@ impl vm::Caller for Calls<'_> {
         }
         let engine = &mut *self.engine;
         let dialect = if resp3 { Dialect::Resp3 } else { Dialect::Resp };
+        // Its keys into the script's database, as a connection's requests are
+        // (qs_proto::resp::db).
+        let mut mapped = Vec::new();
+        let frame = match qs_proto::resp::frame_of(frame) {
+            Some((Ok(parsed), _)) if engine.db != 0 || qs_proto::resp::db::needs_map(&parsed) => {
+                let databases = engine.limits.databases;
+                match qs_proto::resp::db::map(&parsed, engine.db, databases, &mut mapped) {
+                    qs_proto::resp::db::Mapped::Rewritten => {
+                        engine.shared.use_databases();
+                        &mapped[..]
+                    }
+                    _ => frame,
+                }
+            }
+            _ => frame,
+        };
         let request = match dialect.parse(frame, &engine.limits) {
             qs_proto::Parsed::Request { request, .. } => request,
             qs_proto::Parsed::Refused { reply, .. } => return out.extend_from_slice(reply.as_bytes()),
             _ => return refuse(out, b"ERR the script's call could not be read"),
         };
-        let held = match names(&request, &engine.limits) {
+        let held = match names(&request, &engine.limits, 0) {
             Names::Nothing => true,
             Names::Keys(keys) => keys
                 .iter()

@@ -36,8 +36,8 @@ impl Engine {
             | Call::Scan(_)
             | Call::RandomKey => Reach::AfterPending,
             // -F: refused where it arrives.
-            Call::Flush if self.shared.config.disable_flush_all => Reach::Here,
-            Call::Flush => Reach::Everywhere,
+            Call::Flush { .. } if self.shared.config.disable_flush_all => Reach::Here,
+            Call::Flush { .. } => Reach::Everywhere,
             // maxmemory: each worker resizes its own partitions.
             Call::ConfigSet(_) => Reach::Everywhere,
             Call::Owned(owned) => match owned.other_key() {
@@ -84,7 +84,7 @@ impl Engine {
     /// (another worker's).
     pub(in crate::exec) fn resp_everywhere(&mut self, frame: &Frame<'_>, fd: i32) {
         match call(frame, &self.limits) {
-            Call::Flush => self.flush_now(false),
+            Call::Flush { db } => self.flush_db(db, fd, false),
             Call::DelMany(frame) => {
                 self.delete_owned(frame.args().skip(1), fd);
             }
@@ -131,7 +131,7 @@ impl Engine {
     }
 
     /// Deletes the keys of `keys` this worker owns; how many went.
-    fn delete_owned<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>, fd: i32) -> i64 {
+    pub(super) fn delete_owned<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>, fd: i32) -> i64 {
         let mut gone = 0;
         for key in keys {
             if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {

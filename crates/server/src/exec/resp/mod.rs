@@ -32,7 +32,11 @@ impl Engine {
         match call(frame, &self.limits) {
             Call::Ping(None) => out.extend_from_slice(reply::PONG),
             Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
-            Call::Select => out.extend_from_slice(reply::OK),
+            Call::Select(db) => {
+                // The turn reads it back into the connection (worker/turn.rs).
+                self.db = db;
+                out.extend_from_slice(reply::OK);
+            }
             Call::Reset => {
                 out.extend_from_slice(reply::RESET);
                 return Exec::Reset;
@@ -52,11 +56,7 @@ impl Engine {
             Call::Error(refusal) => reply::refusal(&refusal, out),
             Call::Mget(frame) => self.resp_keys(&frame, (true, fd), out),
             Call::ExistsMany(frame) => self.resp_keys(&frame, (false, fd), out),
-            Call::DbSize => {
-                // This worker's figures as of now, the others' as of their last loop turn.
-                self.publish();
-                reply::integer(crate::admin::stats::current_items(&self.shared) as i64, out);
-            }
+            Call::DbSize => reply::integer(self.db_size(self.db) as i64, out),
             Call::Hello { proto, auth, name } => {
                 // As redis-server: authenticated first, then named, then the protocol switched.
                 let authenticated =
@@ -90,12 +90,12 @@ impl Engine {
             Call::Accepted => out.extend_from_slice(reply::OK),
             Call::CommandDocs => reply::map_head(0, resp3, out),
             Call::CommandInfo(names) => connection::command_info(names.as_ref(), resp3, out),
-            Call::Flush if self.shared.config.disable_flush_all => {
+            Call::Flush { .. } if self.shared.config.disable_flush_all => {
                 out.extend_from_slice(b"-ERR flush_all not allowed\r\n");
             }
-            Call::Flush => {
+            Call::Flush { db } => {
                 // Routed to every worker: each empties its own partitions.
-                self.flush_now(true);
+                self.flush_db(db, fd, true);
                 out.extend_from_slice(reply::OK);
             }
             Call::Owned(owned) => self.resp_owned(&owned, (resp3, fd), out),
@@ -110,8 +110,9 @@ impl Engine {
                 // This worker's figures as of now, the others' as of their last loop turn.
                 self.publish();
                 let sections: Vec<&[u8]> = frame.args().skip(1).collect();
+                let keyspace = self.shared.databases_used().then(|| self.db_sizes());
                 let mut text = Vec::new();
-                crate::admin::info::write(&self.shared, &sections, &mut text);
+                crate::admin::info::write(&self.shared, &sections, keyspace.as_deref(), &mut text);
                 reply::text(&text, resp3, out);
             }
             // The connection's turn runs these (worker/tx.rs): they never reach the engine.
@@ -251,6 +252,7 @@ impl Engine {
     /// pattern a glob, without case).
     fn config_get(&self, frame: &Frame<'_>, out: &mut Vec<u8>) {
         let maxmemory = self.shared.memory.maxbytes().to_string();
+        let databases = self.shared.config.databases.to_string();
         let time_limit =
             self.shared.scripts.time_limit_ms.load(std::sync::atomic::Ordering::Relaxed).to_string();
         let settings: [(&str, &str); 7] = [
@@ -259,7 +261,7 @@ impl Engine {
             ("maxmemory-policy", "allkeys-lru"),
             ("save", ""),
             ("appendonly", "no"),
-            ("databases", "1"),
+            ("databases", &databases),
             ("lua-time-limit", &time_limit),
             ("busy-reply-threshold", &time_limit),
         ];

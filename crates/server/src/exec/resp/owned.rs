@@ -102,7 +102,7 @@ impl Engine {
             }
             Step::SetRange { offset, value } => self.setrange((key, fd), current, (offset, value), out),
             Step::IncrByFloat(by) => self.incrbyfloat((key, fd), current, by, out),
-            Step::Rename { to, nx } => self.rename((key, fd), current, (to, nx), out),
+            Step::Rename { to, nx, moving } => self.rename((key, fd), current, (to, nx, moving), out),
             Step::Copy { to, replace } => self.copy(current, (to, replace), fd, out),
         }
     }
@@ -126,7 +126,7 @@ impl Engine {
         &mut self,
         (key, fd): (Key<'_>, i32),
         current: Option<Current>,
-        (to, nx): (&[u8], bool),
+        (to, nx, moving): (&[u8], bool, bool),
         out: &mut Vec<u8>,
     ) {
         let Some(to) = self.second_key(to, out) else { return };
@@ -134,6 +134,9 @@ impl Engine {
             return out.extend_from_slice(SPREAD);
         }
         let Some(current) = current else {
+            if moving {
+                return reply::integer(0, out);
+            }
             return out.extend_from_slice(b"-ERR no such key\r\n");
         };
         if key.bytes == to.bytes {

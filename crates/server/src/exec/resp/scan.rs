@@ -31,13 +31,68 @@ impl Engine {
         }
     }
 
+    /// [`Engine::walk`] of the keys of the connection's database, as its clients name them.
+    fn walk_db(&self, partition: usize, buckets: std::ops::Range<usize>, visit: &mut dyn FnMut(&[u8])) {
+        let db = self.db;
+        self.walk(partition, buckets, &mut |stored| {
+            if let Some(key) = qs_proto::resp::db::in_db(stored, db) {
+                visit(key);
+            }
+        });
+    }
+
+    /// DBSIZE of database `db`: every item when no other database is in use (this worker's
+    /// figures as of now, the others' as of their last loop turn), else its keys counted.
+    pub(super) fn db_size(&mut self, db: u8) -> u64 {
+        if db == 0 && !self.shared.databases_used() {
+            self.publish();
+            return crate::admin::stats::current_items(&self.shared);
+        }
+        self.db_sizes().get(usize::from(db)).copied().unwrap_or(0)
+    }
+
+    /// How many keys each database holds, counted over every partition this worker reads.
+    pub(super) fn db_sizes(&self) -> Vec<u64> {
+        let mut sizes = vec![0; self.shared.config.databases as usize];
+        for partition in 0..self.partitions.len() {
+            self.walk(partition, 0..self.shared.memory.main_buckets(), &mut |stored| {
+                if let Some(size) = sizes.get_mut(usize::from(qs_proto::resp::db::split(stored).0)) {
+                    *size += 1;
+                }
+            });
+        }
+        sizes
+    }
+
+    /// FLUSHALL (`db` None) or FLUSHDB of database `db`, on this worker's partitions: every
+    /// item goes at once where that is every key, else the database's keys are deleted one
+    /// by one, for the connection `fd`.
+    pub(in crate::exec) fn flush_db(&mut self, db: Option<u8>, fd: i32, asked_here: bool) {
+        let db = match db {
+            Some(db) if db != 0 || self.shared.databases_used() => db,
+            _ => return self.flush_now(asked_here),
+        };
+        if asked_here {
+            self.counters.cmd_flush += 1;
+        }
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for partition in (0..self.partitions.len()).filter(|&partition| self.owns(partition)) {
+            self.walk(partition, 0..self.shared.memory.main_buckets(), &mut |stored| {
+                if qs_proto::resp::db::split(stored).0 == db {
+                    keys.push(stored.to_vec());
+                }
+            });
+        }
+        self.delete_owned(keys.iter().map(Vec::as_slice), fd);
+    }
+
     /// KEYS: every key matching `pattern`, in one array (as redis-server: SCAN walks a
     /// large keyspace in steps).
     pub(super) fn resp_keys_matching(&self, pattern: &[u8], out: &mut Vec<u8>) {
         let mut keys: Vec<Vec<u8>> = Vec::new();
         let every = pattern == b"*";
         for partition in 0..self.partitions.len() {
-            self.walk(partition, 0..self.shared.memory.main_buckets(), &mut |key| {
+            self.walk_db(partition, 0..self.shared.memory.main_buckets(), &mut |key| {
                 if every || glob::matches(pattern, key, false) {
                     keys.push(key.to_vec());
                 }
@@ -60,7 +115,7 @@ impl Engine {
                 at = (partition as u64 + 1) * buckets;
                 continue;
             };
-            self.walk(partition, next..next + 1, &mut |key| {
+            self.walk_db(partition, next..next + 1, &mut |key| {
                 seen += 1;
                 if scan.strings && scan.pattern.map_or(true, |pattern| glob::matches(pattern, key, false)) {
                     keys.push(key.to_vec());
@@ -99,7 +154,7 @@ impl Engine {
             let (partition, bucket) = (at / buckets, at % buckets);
             let chunk = (buckets - bucket).min(total - walked).min(4096);
             let mut found = None;
-            self.walk(partition, bucket..bucket + chunk, &mut |key| {
+            self.walk_db(partition, bucket..bucket + chunk, &mut |key| {
                 if found.is_none() {
                     found = Some(key.to_vec());
                 }

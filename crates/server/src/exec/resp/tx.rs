@@ -20,8 +20,8 @@ use qs_proto::Parsed;
 pub(super) enum Names<'a> {
     /// None: it runs anywhere (PING, TIME, CLIENT, ...).
     Nothing,
-    /// These keys.
-    Keys(Vec<&'a [u8]>),
+    /// These keys (as the store has them: a script's declared keys put into its database).
+    Keys(Vec<std::borrow::Cow<'a, [u8]>>),
     /// Every partition (FLUSHALL, KEYS, SCAN, RANDOMKEY, CONFIG SET).
     Everything,
 }
@@ -163,9 +163,9 @@ impl Engine {
         }
         for bytes in requests {
             let Parsed::Request { request, .. } = dialect.parse(bytes, &self.limits) else { continue };
-            match names(&request, &self.limits) {
+            match names(&request, &self.limits, self.db) {
                 Names::Nothing => {}
-                Names::Keys(keys) => keys.into_iter().for_each(|key| needed[owner_of(key)] = true),
+                Names::Keys(keys) => keys.into_iter().for_each(|key| needed[owner_of(&key)] = true),
                 Names::Everything => needed.iter_mut().for_each(|worker| *worker = true),
             }
         }
@@ -214,25 +214,30 @@ impl Engine {
     }
 }
 
-/// The keys `request` names, for the partitions a step must hold.
-pub(super) fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits) -> Names<'a> {
+/// The keys `request` names, for the partitions a step must hold; `db`: the database its
+/// connection is in (a script's declared keys arrive as its clients name them).
+pub(super) fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits, db: u8) -> Names<'a> {
+    use std::borrow::Cow;
     let frame = match request {
-        Request::RespKey(command) => return Names::Keys(vec![command.key]),
+        Request::RespKey(command) => return Names::Keys(vec![Cow::Borrowed(command.key)]),
         Request::Resp(frame) => frame,
         _ => return Names::Nothing,
     };
+    let borrowed = |keys: &mut dyn Iterator<Item = &'a [u8]>| Names::Keys(keys.map(Cow::Borrowed).collect());
     match call(frame, limits) {
-        Call::Key(command) => Names::Keys(vec![command.key]),
+        Call::Key(command) => Names::Keys(vec![Cow::Borrowed(command.key)]),
         Call::Mget(frame) | Call::ExistsMany(frame) | Call::DelMany(frame) => {
-            Names::Keys(frame.args().skip(1).collect())
+            borrowed(&mut frame.args().skip(1))
         }
-        Call::Mset { frame, .. } => Names::Keys(frame.args().skip(1).step_by(2).collect()),
-        Call::Owned(owned) => {
-            Names::Keys([Some(owned.key), owned.other_key()].into_iter().flatten().collect())
-        }
+        Call::Mset { frame, .. } => borrowed(&mut frame.args().skip(1).step_by(2)),
+        Call::Owned(owned) => borrowed(&mut [Some(owned.key), owned.other_key()].into_iter().flatten()),
         // A script's declared keys (what it reaches beyond them: exec/resp/eval.rs).
-        Call::Eval(eval) => Names::Keys(eval.keys().collect()),
-        Call::Keys(_) | Call::Scan(_) | Call::RandomKey | Call::Flush | Call::ConfigSet(_) => {
+        Call::Eval(eval) if db == 0 => borrowed(&mut eval.keys()),
+        Call::Eval(eval) => {
+            let prefix = qs_proto::resp::db::prefix(db);
+            Names::Keys(eval.keys().map(|key| Cow::Owned([prefix, key].concat())).collect())
+        }
+        Call::Keys(_) | Call::Scan(_) | Call::RandomKey | Call::Flush { .. } | Call::ConfigSet(_) => {
             Names::Everything
         }
         _ => Names::Nothing,
