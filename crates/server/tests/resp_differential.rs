@@ -10,7 +10,8 @@
 //! with four workers their keys, and those of MSETNX, RENAME and COPY across the groups, are
 //! owned by several workers. So do EVAL of small generated scripts over two keys of the two
 //! groups, EVALSHA of a few (loaded by SCRIPT LOAD in the streams, or answered NOSCRIPT), and
-//! SCRIPT EXISTS and FLUSH.
+//! SCRIPT EXISTS and FLUSH. SELECT moves a stream among databases 0 to 2 (inside MULTI too),
+//! where MOVE, COPY ... DB, DBSIZE and FLUSHDB meet its keys.
 //!
 //! The keys share hash tags (`{a}1`, `{a}2`...), so the writes of several keys that quicksilver
 //! runs on one worker (MSETNX, RENAME, COPY) meet the same owner with four workers too.
@@ -63,7 +64,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(41) {
+    let words: Vec<String> = match rng.below(45) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -148,6 +149,19 @@ fn command(rng: &mut Rng) -> Vec<String> {
             let other = key(rng, other_group);
             script_command(rng, k, other, v)
         }
+        // Databases: the stream moves among three (and is refused past the sixteenth), and
+        // keys move and are copied between them.
+        41 => vec!["SELECT".into(), rng.pick(&["0", "1", "2", "2", "16", "x"]).into()],
+        42 => vec!["MOVE".into(), k, rng.pick(&["0", "1", "2", "x"]).into()],
+        43 => {
+            let mut copy = vec!["COPY".into(), k, key(rng, other_group), "DB".into()];
+            copy.push(rng.pick(&["0", "1", "2", "99"]).into());
+            if rng.chance(50) {
+                copy.push("REPLACE".into());
+            }
+            copy
+        }
+        44 => vec![rng.pick(&["DBSIZE", "DBSIZE", "DBSIZE", "FLUSHDB"]).into()],
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
     words

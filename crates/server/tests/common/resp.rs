@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A redis-server on a free port with one database and 64 MiB (as quicksilver serves), stopped
+/// A redis-server on a free port with 16 databases and 64 MiB (as quicksilver serves), stopped
 /// when dropped.
 pub struct Redis {
     pub child: Child,
@@ -32,7 +32,7 @@ impl Redis {
                     "--appendonly",
                     "no",
                     "--databases",
-                    "1",
+                    "16",
                 ])
                 // As quicksilver's defaults: 64 MiB, any key evicted.
                 .args(["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
