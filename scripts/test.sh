@@ -14,7 +14,7 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, Prometheus and PyYAML for the metrics, valgrind for the instruction budget, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
+step "system packages: memcached (the oracle), libmemcached-tools, twemproxy, pymemcache (and pytest for its suite), pylibmc, python-binary-memcached, openssl, Perl's IO::Socket::SSL, redis-server, redis-cli and redis-py, Go, Node.js, Java and Maven for the Redis clients, PHP with phpredis (Laravel's store), Prometheus and PyYAML for the metrics, valgrind for the instruction budget, and for the package and the guides dpkg-dev, man-db, strace, netcat-openbsd, systemd"
 missing=()
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v memccapable >/dev/null 2>&1 || missing+=(libmemcached-tools)
@@ -44,6 +44,9 @@ command -v go >/dev/null 2>&1 || missing+=(golang-go)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v java >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
+# Laravel's Redis cache store through phpredis (crates/server/tests/resp_libraries.rs).
+command -v php >/dev/null 2>&1 || missing+=(php-cli)
+php -r 'exit(extension_loaded("redis") ? 0 : 1);' >/dev/null 2>&1 || missing+=(php-redis)
 # The metrics endpoint's judges (scripts/test-metrics.py): Prometheus and promtool, and PyYAML
 # for the Kubernetes example.
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
@@ -100,9 +103,9 @@ step "cargo test"
 cargo test --workspace --quiet 2>&1 | tee /tmp/qs-test-output.txt
 test "${PIPESTATUS[0]}" -eq 0
 
-step "the epoll backend (-o io_backend=epoll; io_uring is the default): the end-to-end, hostile-client, TLS, interop, binary, UDP, Redis transaction and script suites again"
+step "the epoll backend (-o io_backend=epoll; io_uring is the default): the end-to-end, hostile-client, TLS, interop, binary, UDP, Redis transaction, script and database suites again"
 QS_IO_BACKEND=epoll cargo test -p qs-server --quiet --test e2e --test hostile --test tls --test interop \
-    --test binary --test udp --test budget --test resp_tx --test resp_scripts 2>&1 | tail -n 40
+    --test binary --test udp --test budget --test resp_tx --test resp_scripts --test resp_db 2>&1 | tail -n 40
 
 step "memcached 1.6.45's own t/ suite against quicksilver (its wire-protocol files, each starting its server)"
 cargo build --release --quiet -p qs-server
