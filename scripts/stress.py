@@ -189,7 +189,7 @@ def chaos(port, resp_port, rng, deadline, errors):
             sock.settimeout(REPLY_TIMEOUT)
             batch = b""
             for _ in range(rng.randint(1, 30)):
-                key = rng.choice([f"c:{rng.randint(0, 40)}", "k" * rng.choice([250, 251, 300])])
+                key = rng.choice([f"c:{rng.randint(0, 40)}", "k" * rng.choice([250, 251, 300, 70000])])
                 if which == port:
                     batch += rng.choice(CHAOS_TEXT).replace(b"%s", key.encode())
                 else:

@@ -33,6 +33,10 @@ pub use text::{crawler_classes, GetKind, Request, ShutdownMode, StoreMode};
 
 /// Longest key, in bytes.
 pub const KEY_BYTES_MAX: usize = 250;
+/// Longest key a Redis client may name (64 KiB, as redis-server stores them and Django's own
+/// cache tests expect), plus its database's prefix (`resp::db`): the store keeps keys this long
+/// (`qs_store::LONG_KEY_BYTES_MAX`), and memcached's protocols keep [`KEY_BYTES_MAX`].
+pub const RESP_KEY_BYTES_MAX: usize = 64 * 1024 + resp::db::PREFIX_BYTES;
 /// Longest command line other than a get's before the connection is closed (memcached: 2048).
 pub const LINE_BYTES_MAX: usize = 2048;
 /// Longest get/gets/gat/gats line; memcached allows long multi-gets, a bound keeps memory finite.

@@ -201,3 +201,47 @@ fn redis_py_with_a_database_works_as_against_redis_server() {
         redis_py_script("redis_py_databases.py", port, &format!("quicksilver -t {workers}"));
     }
 }
+
+/// Keys as long as Redis clients send them: past memcached's 250 bytes, up to 64 KiB, in any
+/// database, answered as redis-server answers them (one worker and four); memcached's
+/// protocols still refuse a key over 250 bytes.
+#[test]
+fn long_keys_are_stored_as_redis_server_stores_them() {
+    let keys: Vec<String> = [251, 255, 1000, 65536].iter().map(|&n| "k".repeat(n - 1) + "!").collect();
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    let words = |line: &[&str]| line.iter().map(|word| word.to_string()).collect::<Vec<_>>();
+    for (i, key) in keys.iter().enumerate() {
+        lines.push(words(&["SET", key, &format!("value {i}"), "EX", "100"]));
+        lines.push(words(&["GET", key]));
+        lines.push(words(&["APPEND", key, "+"]));
+        lines.push(words(&["STRLEN", key]));
+        lines.push(words(&["TTL", key]));
+    }
+    lines.push(words(&["MGET", &keys[0], &keys[3], "short"]));
+    lines.push(words(&["EXISTS", &keys[1], &keys[2]]));
+    lines.push(words(&["RENAME", &keys[3], "renamed"]));
+    lines.push(words(&["GET", "renamed"]));
+    lines.push(words(&["RENAME", "renamed", &keys[3]]));
+    lines.push(words(&["INCR", &keys[2]]));
+    lines.push(words(&["SET", &keys[2], "41"]));
+    lines.push(words(&["INCR", &keys[2]]));
+    lines.push(words(&["SELECT", "2"]));
+    lines.push(words(&["GET", &keys[3]]));
+    lines.push(words(&["SET", &keys[3], "in two"]));
+    lines.push(words(&["KEYS", "k*!"]));
+    lines.push(words(&["MOVE", &keys[3], "0"]));
+    lines.push(words(&["SELECT", "0"]));
+    lines.push(words(&["GET", &keys[3]]));
+    lines.push(words(&["DEL", &keys[0], &keys[1], &keys[2]]));
+    lines.push(words(&["DBSIZE"]));
+    let borrowed: Vec<Vec<&str>> =
+        lines.iter().map(|line| line.iter().map(String::as_str).collect()).collect();
+    let lines: Vec<&[&str]> = borrowed.iter().map(Vec::as_slice).collect();
+    same_replies(&lines);
+    let (server, port) = quicksilver(&[]);
+    let mut resp = connect(port);
+    assert_eq!(one(&mut resp, &frame(&["SET", &keys[0], "v"])), b"+OK\r\n");
+    let mut text = connect(server.port);
+    text.send(format!("get {}\r\n", keys[0]).as_bytes());
+    assert_eq!(text.read_until(b"\r\n"), b"CLIENT_ERROR bad command line format\r\n");
+}

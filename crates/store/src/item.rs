@@ -17,6 +17,8 @@
 //!        +----------------------------+------------------------------------------+
 //! (if P) |        expiry (unix milliseconds, when not a whole second)            |
 //!        +-----------------------------------------------------------------------+
+//! (long  |        key length (a key over 254 bytes: word 0's key len is 255)     |
+//!  key)  +-----------------------------------------------------------------------+
 //! then   key bytes, value bytes, zero padding to a word, `slack` spare words
 //! ```
 //! Flags and expiry are stored only when either is non-zero, so a tiny item (8-byte key, 8-byte
@@ -35,8 +37,28 @@ pub const PRECISE_BYTES: usize = 8;
 /// Bytes after the header of every item in store mode, which keeps both words on each so a
 /// new expiry never moves one.
 pub const STORE_EXT_BYTES: usize = EXT_BYTES + PRECISE_BYTES;
-/// Longest key, as memcached.
+/// Longest key, as memcached (its protocols refuse longer ones before the store sees them).
 pub const KEY_BYTES_MAX: usize = 250;
+/// Longest key the store keeps: a Redis key of 64 KiB in its database (qs_proto::resp::db's
+/// prefix) with room to spare. A key over [`SHORT_KEY_BYTES_MAX`] is a long key: word 0's key
+/// length says [`KEY_LEN_LONG`] and a word after the extension holds its length.
+pub const LONG_KEY_BYTES_MAX: usize = 64 * 1024 + 64;
+/// Longest key whose length word 0 holds itself.
+pub const SHORT_KEY_BYTES_MAX: usize = 254;
+/// Word 0's key length of a long key.
+pub const KEY_LEN_LONG: usize = 255;
+/// Bytes of a long key's length word.
+pub const LONG_KEY_WORD_BYTES: usize = 8;
+
+/// Bytes a key of `key_len` adds before itself: its length word, if it is a long key.
+#[inline(always)]
+pub const fn long_key_bytes(key_len: usize) -> usize {
+    if key_len > SHORT_KEY_BYTES_MAX {
+        LONG_KEY_WORD_BYTES
+    } else {
+        0
+    }
+}
 /// Longest value the header can describe.
 pub const VALUE_BYTES_MAX: usize = (1 << VALUE_LEN_BITS) - 1;
 /// Most spare words an item keeps after shrinking in place.
@@ -74,8 +96,9 @@ const FREQ_SHIFT: u32 = 6;
 pub struct Word0(pub u64);
 
 impl Word0 {
-    /// Packs the fields.
+    /// Packs the fields (a long key's length as [`KEY_LEN_LONG`]).
     pub const fn new(cas_seq: u64, key_len: usize, bits: u8) -> Word0 {
+        let key_len = if key_len > SHORT_KEY_BYTES_MAX { KEY_LEN_LONG } else { key_len };
         Word0((cas_seq & CAS_MASK) | (key_len as u64) << 48 | (bits as u64) << 56)
     }
     /// A padding record.
@@ -84,9 +107,14 @@ impl Word0 {
     pub const fn cas_seq(self) -> u64 {
         self.0 & CAS_MASK
     }
-    /// Key length in bytes.
+    /// Key length in bytes, or [`KEY_LEN_LONG`] for a long key (whose length
+    /// [`crate::log::Header::key_len`] reads).
     pub const fn key_len(self) -> usize {
         (self.0 >> 48) as u8 as usize
+    }
+    /// Whether the key is a long key (its length in a word of its own).
+    pub const fn long_key(self) -> bool {
+        self.key_len() == KEY_LEN_LONG
     }
     /// Header bits (`BIT_*`).
     pub const fn bits(self) -> u8 {
@@ -214,7 +242,7 @@ impl Ext {
 /// [`Ext::bytes`].
 #[inline(always)]
 pub const fn item_bytes(key_len: usize, value_len: usize, ext_bytes: usize) -> usize {
-    HEADER_BYTES + ext_bytes + (key_len + value_len).next_multiple_of(8)
+    HEADER_BYTES + ext_bytes + long_key_bytes(key_len) + (key_len + value_len).next_multiple_of(8)
 }
 
 /// Now, as the store reads it: one reading of the clock in unix seconds and milliseconds.
@@ -428,6 +456,11 @@ mod tests {
         assert_eq!(item_bytes(8, 8, 0), 32);
         assert_eq!(item_bytes(8, 8, EXT_BYTES), 40);
         assert_eq!(item_bytes(1, 0, 0), 24);
+        assert_eq!(item_bytes(254, 2, 0), 16 + 256);
+        assert_eq!(item_bytes(255, 1, 0), 16 + 8 + 256);
+        assert_eq!(Word0::new(7, 300, BIT_EXT).key_len(), KEY_LEN_LONG);
+        assert!(Word0::new(7, 300, BIT_EXT).long_key() && Word0::new(7, 300, BIT_EXT).has(BIT_EXT));
+        assert_eq!(Word0::new(7, 300, BIT_EXT).cas_seq(), 7);
         assert_eq!(item_bytes(0, 0, 0), 16);
     }
 

@@ -41,7 +41,7 @@ pub use command::{
 };
 pub use config::{Access, Config, Eviction};
 pub use crcw::SharedPartition;
-pub use item::{Expiry, Now, KEY_BYTES_MAX};
+pub use item::{Expiry, Now, KEY_BYTES_MAX, LONG_KEY_BYTES_MAX};
 pub use keyhash::KeyHash;
 pub use partition::{
     Arriving, Dumped, Evicted, FlashCounters, FlashRead, Partition, Promoted, Resolved, FLASH_READ_BYTES,

@@ -98,6 +98,8 @@ pub struct Header {
     pub word1: Word1,
     /// Flags and expiry (zero when absent).
     pub ext: Ext,
+    /// A long key's length (its word after the extension); 0 for any other key.
+    pub long_key_len: usize,
 }
 
 impl Header {
@@ -123,7 +125,16 @@ impl Header {
     /// Byte offset of the key from the item's start.
     #[inline(always)]
     pub fn key_start(&self) -> usize {
-        HEADER_BYTES + self.ext_bytes()
+        HEADER_BYTES + self.ext_bytes() + crate::item::long_key_bytes(self.key_len())
+    }
+    /// Key length in bytes (a long key's from its own word).
+    #[inline(always)]
+    pub fn key_len(&self) -> usize {
+        if self.word0.long_key() {
+            self.long_key_len
+        } else {
+            self.word0.key_len()
+        }
     }
     /// Bytes of the extension and precise expiry words, as the header says they follow.
     #[inline(always)]
@@ -134,7 +145,7 @@ impl Header {
     /// Bytes the item occupies, its slack included.
     #[inline(always)]
     pub fn capacity(&self) -> usize {
-        crate::item::item_bytes(self.word0.key_len(), self.word1.value_len(), self.ext_bytes())
+        crate::item::item_bytes(self.key_len(), self.word1.value_len(), self.ext_bytes())
             + self.word1.slack_words() * 8
     }
 }
@@ -351,9 +362,8 @@ impl Log {
     pub fn header_if_key(&self, offset: u64, key: &[u8]) -> Option<Header> {
         let (words, at, mask) = self.locate(offset);
         let header = Self::header_in(words, at, mask);
-        (header.word0.key_len() == key.len()
-            && crate::words::bytes_equal(words, at + header.key_start(), key))
-        .then_some(header)
+        (header.key_len() == key.len() && crate::words::bytes_equal(words, at + header.key_start(), key))
+            .then_some(header)
     }
 
     /// The header at byte `at` of `words` (a ring's memory, `mask` its word mask).
@@ -368,7 +378,13 @@ impl Log {
         } else {
             Ext::NONE
         };
-        Header { word0, word1, ext }
+        let mut header = Header { word0, word1, ext, long_key_len: 0 };
+        if word0.long_key() {
+            // Bounded: a CREW reader racing the owner may read any length here.
+            let long = words[(at + 2 + header.ext_bytes() / 8) & mask].load(Relaxed);
+            header.long_key_len = (long as usize).min(crate::item::LONG_KEY_BYTES_MAX + 1);
+        }
+        header
     }
 
     /// Whether the record at `offset` is padding: a padding record, or the part of a lap past

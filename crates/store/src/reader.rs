@@ -17,7 +17,7 @@
 use crate::command::{Append, Hit, Outcome, ValueSink};
 use crate::index::Slot;
 use crate::item::Now;
-use crate::item::KEY_BYTES_MAX;
+use crate::item::LONG_KEY_BYTES_MAX;
 use crate::keyhash::KeyHash;
 use crate::log::Heads;
 use crate::partition::{Dumped, Shared};
@@ -84,7 +84,7 @@ impl Reader {
         sink: &mut impl ValueSink,
         stepped: bool,
     ) -> (Outcome, Gone) {
-        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        if key.is_empty() || key.len() > LONG_KEY_BYTES_MAX {
             return (Outcome::BadKey, Gone::No);
         }
         let index = &self.shared.index;
@@ -169,8 +169,10 @@ impl Reader {
                     }
                     let header = log.header(slot.offset());
                     // A racing write can tear the header: bound the lengths before use.
-                    let key_len = header.word0.key_len();
-                    if key_len == 0 || key_len > KEY_BYTES_MAX || !log.fits(slot.offset(), header.capacity())
+                    let key_len = header.key_len();
+                    if key_len == 0
+                        || key_len > LONG_KEY_BYTES_MAX
+                        || !log.fits(slot.offset(), header.capacity())
                     {
                         continue;
                     }
@@ -323,7 +325,7 @@ impl Reader {
             let offset = slot.offset();
             let header = log.header(offset);
             // A racing write can tear the header: bound every length before using it.
-            if header.word0.key_len() != key.len() || !log.fits(offset, header.capacity()) {
+            if header.key_len() != key.len() || !log.fits(offset, header.capacity()) {
                 continue;
             }
             if !log.bytes_equal(offset, header.key_start(), key) {

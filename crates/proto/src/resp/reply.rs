@@ -79,7 +79,7 @@ pub const OOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'
 /// A value over the item size limit (-I); redis-server has no such limit.
 pub const TOO_LARGE: &[u8] = b"-ERR object too large for cache\r\n";
 /// A key over memcached's 250 bytes; redis-server has no such limit.
-pub const BAD_KEY: &[u8] = b"-ERR key is empty or longer than 250 bytes\r\n";
+pub const BAD_KEY: &[u8] = b"-ERR key is empty or longer than 65536 bytes\r\n";
 /// AUTH's refusal of a wrong user or password.
 pub const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 /// AUTH of a password where none is configured.

@@ -423,7 +423,7 @@ impl Engine {
         let watches = self.shared.watches.clone();
         watches.touch_each(|key| {
             let key = self.key(key, None);
-            key.len() <= qs_proto::KEY_BYTES_MAX && self.owns(key.partition) && self.look(key).is_some()
+            key.len() <= qs_proto::RESP_KEY_BYTES_MAX && self.owns(key.partition) && self.look(key).is_some()
         });
         // As an exptime: past 30 days, an absolute unix time (one already past flushes now).
         let delay = match i64::from(delay) {

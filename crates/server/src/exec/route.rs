@@ -22,7 +22,7 @@ impl Engine {
     /// too long to look up.
     pub fn locate_request(&self, request: &Request<'_>) -> Option<Located> {
         let key = single_key_of(request)?;
-        (key.len() <= qs_proto::KEY_BYTES_MAX).then(|| self.locate(key))
+        (key.len() <= qs_proto::RESP_KEY_BYTES_MAX).then(|| self.locate(key))
     }
 
     /// Prefetch stage 1: start loading the key's bucket.
@@ -202,7 +202,7 @@ impl Engine {
                 None => self.route_keys(keys, read_only, pending),
             },
             // Answered here with an error, no key read.
-            Reach::Key { key, .. } if key.len() > qs_proto::KEY_BYTES_MAX => Route::Local,
+            Reach::Key { key, .. } if key.len() > qs_proto::RESP_KEY_BYTES_MAX => Route::Local,
             Reach::Key { key, read_only } => {
                 let owner = self.owner(self.key(key, at).partition);
                 if self.runs_here(owner, read_only, pending) {

@@ -18,7 +18,10 @@ impl Engine {
         out: &mut Vec<u8>,
     ) -> Exec {
         let KeyCommand { key, op, answer } = *command;
-        if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+        // memcached's keys are refused past 250 bytes by their parsers; Redis's go to 64 KiB.
+        let longest =
+            if let Answer::Resp(_) = answer { qs_proto::RESP_KEY_BYTES_MAX } else { qs_proto::KEY_BYTES_MAX };
+        if key.is_empty() || key.len() > longest {
             // Refused before any partition is asked: such a key hashes to a partition that
             // routing did not send it to (it is answered where it arrives).
             answer.bad_key(out);

@@ -92,7 +92,11 @@ impl Partition {
         (flags, expiry): (u32, Expiry),
         now: Now,
     ) -> Option<Arriving> {
-        if self.store.is_some() || self.flash.is_some() || key.is_empty() || key.len() > KEY_BYTES_MAX {
+        if self.store.is_some()
+            || self.flash.is_some()
+            || key.is_empty()
+            || key.len() > crate::item::KEY_BYTES_MAX
+        {
             return None;
         }
         let ext = Ext::new(flags, expiry);

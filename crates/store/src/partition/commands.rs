@@ -8,7 +8,7 @@ use crate::item::Now;
 impl Partition {
     pub(super) fn key_of(&self, offset: u64, header: &Header) -> Vec<u8> {
         let mut key = Vec::new();
-        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        self.shared.log.read_bytes(offset, header.key_start(), header.key_len(), &mut key);
         key
     }
 
@@ -177,7 +177,7 @@ impl Partition {
             found.header.word0 = word0;
             hit.won = true;
         }
-        let value_at = (header.key_start() + header.word0.key_len(), header.word1.value_len());
+        let value_at = (header.key_start() + header.key_len(), header.word1.value_len());
         // Cache mode's writes rescue the pins they would overwrite; store mode's allocator
         // writes freed memory itself, so its values are copied.
         let (log, pins, offset, copies) =
@@ -252,7 +252,7 @@ impl Partition {
         let header = found.header;
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let key_len = header.word0.key_len();
+        let key_len = header.key_len();
         self.shared.log.read_bytes(
             found.offset,
             header.key_start(),
@@ -376,7 +376,7 @@ impl Partition {
         if !append {
             scratch.extend_from_slice(data);
         }
-        let value_at = header.key_start() + header.word0.key_len();
+        let value_at = header.key_start() + header.key_len();
         self.shared.log.read_bytes(found.offset, value_at, old_len, &mut scratch);
         if append {
             scratch.extend_from_slice(data);
@@ -503,7 +503,7 @@ impl Partition {
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let key_len = header.word0.key_len();
+        let key_len = header.key_len();
         let data_len = key_len + header.word1.value_len();
         self.shared.log.read_bytes(found.offset, header.key_start(), data_len, &mut scratch);
         let (key, value) = scratch.split_at(key_len);
@@ -617,7 +617,7 @@ impl Partition {
     fn counter_value(&mut self, found: &Found) -> Vec<u8> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let value_at = found.header.key_start() + found.header.word0.key_len();
+        let value_at = found.header.key_start() + found.header.key_len();
         self.shared.log.read_bytes(found.offset, value_at, found.header.word1.value_len(), &mut scratch);
         scratch
     }

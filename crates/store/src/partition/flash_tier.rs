@@ -75,7 +75,12 @@ fn record_header(record: &[u8]) -> Header {
     } else {
         Ext::from_words(word(HEADER_BYTES), 0)
     };
-    Header { word0, word1, ext }
+    let mut header = Header { word0, word1, ext, long_key_len: 0 };
+    let long_at = HEADER_BYTES + header.ext_bytes();
+    if word0.long_key() && record.len() >= long_at + 8 {
+        header.long_key_len = (word(long_at) as usize).min(crate::item::LONG_KEY_BYTES_MAX + 1);
+    }
+    header
 }
 
 /// Takes every flash slot out of an index left in a file (bucket, word) and empties the
@@ -180,14 +185,17 @@ impl Partition {
     pub(super) fn demote(&mut self, offset: u64, header: &Header) -> bool {
         let capacity = header.capacity();
         let Some(tier) = self.flash.as_mut() else { return false };
-        if capacity < tier.min_item_bytes || capacity > tier.log.page_bytes() || !tier.log.is_on() {
+        // A long key's item stays a plain eviction: a flash read's first FLASH_READ_BYTES
+        // must hold the key, which the lookup compares before it reads more.
+        let long = header.word0.long_key();
+        if long || capacity < tier.min_item_bytes || capacity > tier.log.page_bytes() || !tier.log.is_on() {
             return false;
         }
         let mut record = std::mem::take(&mut self.scratch);
         record.clear();
         self.shared.log.read_bytes(offset, 0, capacity, &mut record);
         let key_start = header.key_start();
-        let hash = KeyHash::of(&record[key_start..key_start + header.word0.key_len()]);
+        let hash = KeyHash::of(&record[key_start..key_start + header.key_len()]);
         let bucket = self.shape.bucket(hash);
         let dram = Slot::new(hash.tag(), offset & self.geometry.offset_mask);
         let slot = self.shared.index.bucket(bucket)[1..].iter().position(|word| word.load(Relaxed) == dram.0);
@@ -404,7 +412,7 @@ impl Partition {
             return true;
         }
         let header = record_header(&record);
-        let (start, len) = (header.key_start(), header.word0.key_len());
+        let (start, len) = (header.key_start(), header.key_len());
         let Some(key) = record.get(start..start + len).filter(|key| !key.is_empty()) else { return true };
         self.find(KeyHash::of(key), key).is_some()
     }
@@ -441,7 +449,7 @@ impl Partition {
             Checked::NeedBytes(len) => return Promoted::NeedBytes(len),
         };
         let key_start = header.key_start();
-        let key_len = header.word0.key_len();
+        let key_len = header.key_len();
         let value_len = header.word1.value_len();
         let new_item = NewItem {
             cas_seq: header.word0.cas_seq(),
@@ -510,7 +518,7 @@ impl Partition {
             return Checked::NeedBytes(capacity);
         }
         let key_start = header.key_start();
-        let key_len = header.word0.key_len();
+        let key_len = header.key_len();
         if key_len != key.len() || &record[key_start..key_start + key_len] != key {
             return Checked::Absent;
         }
@@ -547,7 +555,7 @@ impl Partition {
             Checked::NeedBytes(len) => return Some(Err(len)),
             Checked::Absent => return None,
         };
-        let value_from = header.key_start() + header.word0.key_len();
+        let value_from = header.key_start() + header.key_len();
         let value_start = out.len();
         out.extend_from_slice(&record[value_from..value_from + header.word1.value_len()]);
         self.stats.gets += 1;

@@ -14,7 +14,7 @@ use crate::index::{Index, Shape, Slot, BUCKET_WORDS, SLOTS_PER_BUCKET};
 use crate::item::Now;
 use crate::item::{
     self, parse_counter, Expiry, Ext, Word0, Word1, BIT_DEAD, BIT_EXT, BIT_FETCHED, BIT_STALE, BIT_WIN_SENT,
-    KEY_BYTES_MAX, SLACK_WORDS_MAX, VALUE_BYTES_MAX,
+    LONG_KEY_BYTES_MAX, SLACK_WORDS_MAX, VALUE_BYTES_MAX,
 };
 use crate::keyhash::KeyHash;
 use crate::log::{Header, Heads, Log, LogGeometry};
@@ -393,10 +393,10 @@ impl Partition {
                 continue;
             }
             let header = self.shared.log.header(at);
-            let key_len = header.word0.key_len();
+            let key_len = header.key_len();
             let capacity = header.capacity() as u64;
             let sane = key_len > 0
-                && key_len <= KEY_BYTES_MAX
+                && key_len <= LONG_KEY_BYTES_MAX
                 && header.word1.value_len() <= VALUE_BYTES_MAX
                 && at + capacity <= window.tail
                 && self.geometry.physical(at) as u64 + capacity <= self.geometry.log_bytes;
@@ -504,7 +504,7 @@ impl Partition {
     fn note_eviction(&mut self, offset: u64, header: &Header) {
         let Some(evicted) = self.evicted.as_mut() else { return };
         let mut key = Vec::new();
-        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        self.shared.log.read_bytes(offset, header.key_start(), header.key_len(), &mut key);
         evicted.push(Evicted {
             key,
             value_len: header.word1.value_len(),
@@ -802,12 +802,7 @@ impl Partition {
                         continue;
                     }
                     key.clear();
-                    self.shared.log.read_bytes(
-                        slot.offset(),
-                        header.key_start(),
-                        header.word0.key_len(),
-                        &mut key,
-                    );
+                    self.shared.log.read_bytes(slot.offset(), header.key_start(), header.key_len(), &mut key);
                     visit(&Dumped {
                         key: &key,
                         value_len: header.word1.value_len(),

@@ -9,7 +9,7 @@ impl Partition {
     /// Runs one request. A hit's value is appended to `out`.
     #[inline]
     pub fn execute(&mut self, request: &PartitionRequest<'_>, now: Now, out: &mut Vec<u8>) -> Outcome {
-        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+        if request.key.is_empty() || request.key.len() > LONG_KEY_BYTES_MAX {
             return Outcome::BadKey;
         }
         let (hash, key) = (request.hash, request.key);
@@ -136,7 +136,7 @@ impl Partition {
         now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
-        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        if key.is_empty() || key.len() > LONG_KEY_BYTES_MAX {
             return Outcome::BadKey;
         }
         let Some(found) = self.find(hash, key) else {
@@ -168,7 +168,7 @@ impl Partition {
         now: Now,
         sink: &mut impl ValueSink,
     ) -> Outcome {
-        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        if key.is_empty() || key.len() > LONG_KEY_BYTES_MAX {
             return Outcome::BadKey;
         }
         self.clock = now;
@@ -193,7 +193,7 @@ impl Partition {
     ) -> Outcome {
         let outcome = match touch {
             None => self.plain_get(hash, key, now, sink),
-            Some(_) if key.is_empty() || key.len() > KEY_BYTES_MAX => return Outcome::BadKey,
+            Some(_) if key.is_empty() || key.len() > LONG_KEY_BYTES_MAX => return Outcome::BadKey,
             Some(expiry) => {
                 self.clock = now;
                 self.keep_ahead(item::item_bytes(key.len(), 0, 0));
@@ -218,7 +218,7 @@ impl Partition {
         now: Now,
         out: &mut Vec<u8>,
     ) -> Outcome {
-        if request.key.is_empty() || request.key.len() > KEY_BYTES_MAX {
+        if request.key.is_empty() || request.key.len() > LONG_KEY_BYTES_MAX {
             return self.execute(request, now, out);
         }
         self.clock = now;

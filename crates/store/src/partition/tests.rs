@@ -370,3 +370,53 @@ fn a_reader_waits_for_the_step_under_way() {
     partition.end_step();
     assert_eq!(waiting.join().expect("the reader"), 2);
 }
+
+/// Keys past 254 bytes (a Redis key up to 64 KiB) are long keys: their length in a word of its
+/// own. Written, read by the owner and by a CREW reader, updated in place and grown, listed by
+/// a dump, deleted, and packed among short keys without either reading the other's bytes.
+#[test]
+fn long_keys_are_kept_read_listed_and_deleted() {
+    let mut config = Config::new(1 << 20, 64);
+    config.access = Access::Crew;
+    config.huge_pages = HugePages::Off;
+    let mut partition = Partition::new(config);
+    let reader = partition.reader();
+    let now = crate::Now::from_secs(100);
+    let long: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).take(64 * 1024).collect();
+    let edge = vec![b'e'; 255];
+    let short = vec![b's'; 254];
+    for (key, value) in [(&long, &b"v-long"[..]), (&edge, b"v-edge"), (&short, b"v-short")] {
+        set(&mut partition, key, value);
+    }
+    for (key, value) in [(&long, &b"v-long"[..]), (&edge, b"v-edge"), (&short, b"v-short")] {
+        assert_eq!(get(&mut partition, key).as_deref(), Some(value), "key of {} bytes", key.len());
+        let mut out = Vec::new();
+        match reader.get(KeyHash::of(key), key, now, &mut out) {
+            Outcome::Hit(hit) => assert_eq!(&out[hit.value_start..hit.value_start + hit.value_len], value),
+            other => panic!("reader: {other:?} for a key of {} bytes", key.len()),
+        }
+    }
+    // A prefix of a long key is another key.
+    assert_eq!(get(&mut partition, &long[..long.len() - 1]), None);
+    // Updated in place (shorter), then grown (moved).
+    set(&mut partition, &long, b"v");
+    assert_eq!(get(&mut partition, &long).as_deref(), Some(&b"v"[..]));
+    set(&mut partition, &long, &[7; 300]);
+    assert_eq!(get(&mut partition, &long).as_deref(), Some(&[7; 300][..]));
+    let mut listed: Vec<usize> = Vec::new();
+    partition.dump(0..partition.main_buckets(), now, |item| listed.push(item.key.len()));
+    listed.sort_unstable();
+    assert_eq!(listed, vec![254, 255, 64 * 1024]);
+    let mut read: Vec<Vec<u8>> = Vec::new();
+    reader
+        .dump(0..partition.main_buckets(), now, &mut |item: &crate::Dumped<'_>| read.push(item.key.to_vec()));
+    assert!(read.contains(&long) && read.contains(&edge) && read.contains(&short));
+    let deleted = partition.execute(
+        &PartitionRequest::new(&long, PartitionCommand::Delete { cas: 0 }),
+        now,
+        &mut Vec::new(),
+    );
+    assert!(matches!(deleted, Outcome::Deleted), "{deleted:?}");
+    assert_eq!(get(&mut partition, &long), None);
+    assert_eq!(get(&mut partition, &edge).as_deref(), Some(&b"v-edge"[..]));
+}

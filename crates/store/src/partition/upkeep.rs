@@ -214,7 +214,8 @@ impl Partition {
         let ext = new_item.ext();
         let ext_bytes = self.ext_bytes(ext);
         let bits = if ext_bytes > 0 { new_item.bits | BIT_EXT } else { new_item.bits & !BIT_EXT };
-        let key_start = item::HEADER_BYTES + ext_bytes;
+        let long_key = item::long_key_bytes(key.len());
+        let key_start = item::HEADER_BYTES + ext_bytes + long_key;
         let words = (key_start + key.len() + value.len()).div_ceil(8);
         self.before_writing(offset, words * 8);
         // The item's words, bounds-checked once (an item never straddles the end of memory).
@@ -228,6 +229,9 @@ impl Partition {
         if precise_slot {
             item[3].store(ext.expiry().ms(), Relaxed);
         }
+        if long_key > 0 {
+            item[(item::HEADER_BYTES + ext_bytes) / 8].store(key.len() as u64, Relaxed);
+        }
         if !key_in_place {
             crate::words::store_bytes(item, key_start, key);
         }
@@ -239,7 +243,7 @@ impl Partition {
     pub(super) fn key_hash_at(&mut self, offset: u64, header: &Header) -> KeyHash {
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
-        self.shared.log.read_bytes(offset, header.key_start(), header.word0.key_len(), &mut key);
+        self.shared.log.read_bytes(offset, header.key_start(), header.key_len(), &mut key);
         let hash = KeyHash::of(&key);
         self.scratch = key;
         hash

@@ -179,7 +179,7 @@ impl vm::Caller for Calls<'_> {
             Names::Nothing => true,
             Names::Keys(keys) => keys
                 .iter()
-                .all(|key| key.len() > qs_proto::KEY_BYTES_MAX || engine.owns(engine.locate(key).1)),
+                .all(|key| key.len() > qs_proto::RESP_KEY_BYTES_MAX || engine.owns(engine.locate(key).1)),
             Names::Everything => engine.partitions.iter().all(Option::is_some),
         };
         if !held {

@@ -108,8 +108,9 @@ impl Engine {
     /// DEL or UNLINK of several keys: how many of them went (a key named twice counts once).
     pub(super) fn del_many(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) {
         let keys = frame.args().skip(1);
-        let spread =
-            keys.clone().any(|key| key.len() <= qs_proto::KEY_BYTES_MAX && !self.owns(self.locate(key).1));
+        let spread = keys
+            .clone()
+            .any(|key| key.len() <= qs_proto::RESP_KEY_BYTES_MAX && !self.owns(self.locate(key).1));
         if spread && !self.crew {
             return out.extend_from_slice(SPREAD);
         }
@@ -118,7 +119,7 @@ impl Engine {
         let mut others: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
         let mut gone = 0;
         for key in keys.clone() {
-            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
                 continue;
             }
             let located = self.key(key, None);
@@ -134,7 +135,7 @@ impl Engine {
     pub(super) fn delete_owned<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>, fd: i32) -> i64 {
         let mut gone = 0;
         for key in keys {
-            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
                 continue;
             }
             let key = self.key(key, None);
@@ -155,7 +156,7 @@ impl Engine {
             .args()
             .skip(1)
             .step_by(2)
-            .any(|key| key.len() <= qs_proto::KEY_BYTES_MAX && !self.owns(self.locate(key).1));
+            .any(|key| key.len() <= qs_proto::RESP_KEY_BYTES_MAX && !self.owns(self.locate(key).1));
         if spread && !self.crew {
             return out.extend_from_slice(SPREAD);
         }
@@ -191,7 +192,7 @@ impl Engine {
     fn mset_refusal(&self, frame: &Frame<'_>) -> Option<&'static [u8]> {
         let mut pairs = frame.args().skip(1);
         while let (Some(key), Some(value)) = (pairs.next(), pairs.next()) {
-            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
                 return Some(reply::BAD_KEY);
             }
             if value.len() > self.limits.item_bytes_max {
@@ -205,7 +206,7 @@ impl Engine {
     fn mset_owned(&mut self, frame: &Frame<'_>, fd: i32) {
         let mut pairs = frame.args().skip(1);
         while let (Some(key), Some(value)) = (pairs.next(), pairs.next()) {
-            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
                 continue;
             }
             let key = self.key(key, None);

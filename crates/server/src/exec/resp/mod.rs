@@ -339,7 +339,7 @@ impl Engine {
         let mut present = 0;
         let wording = if frame.resp3() { RespReply::Bulk3 } else { RespReply::Bulk };
         for key in keys {
-            if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+            if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
                 // Never stored here: a miss.
                 if values {
                     out.extend_from_slice(reply::null_of(wording));

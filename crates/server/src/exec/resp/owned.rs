@@ -36,7 +36,7 @@ impl Engine {
         out: &mut Vec<u8>,
     ) {
         let Owned { key, step } = *owned;
-        if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+        if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
             return out.extend_from_slice(reply::BAD_KEY);
         }
         let key = self.key(key, None);
@@ -109,7 +109,7 @@ impl Engine {
 
     /// The second key of RENAME or COPY, when this worker owns it too.
     fn second_key<'k>(&self, to: &'k [u8], out: &mut Vec<u8>) -> Option<Key<'k>> {
-        if to.is_empty() || to.len() > qs_proto::KEY_BYTES_MAX {
+        if to.is_empty() || to.len() > qs_proto::RESP_KEY_BYTES_MAX {
             out.extend_from_slice(reply::BAD_KEY);
             return None;
         }

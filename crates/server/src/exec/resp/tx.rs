@@ -204,7 +204,7 @@ impl Engine {
 
     /// The CAS of `key`'s version now (`None`: absent), as WATCH records it.
     pub fn version_of(&mut self, key: &[u8]) -> Option<u64> {
-        if key.is_empty() || key.len() > qs_proto::KEY_BYTES_MAX {
+        if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
             return None;
         }
         match self.read_unchanged(self.key(key, None)) {
