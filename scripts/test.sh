@@ -153,6 +153,10 @@ step "loom model of the CREW read/write protocol"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
     cargo test -p qs-store --release --quiet --test loom_crew --target-dir target/loom
 
+step "loom model of the lending desk (a step over several workers' partitions: no deadlock, nothing lost)"
+RUSTFLAGS="--cfg lending_loom" LOOM_MAX_PREEMPTIONS=3 \
+    cargo test -p qs-server --release --quiet --lib loom_model --target-dir target/loom
+
 step "Miri on the engine's unsafe and shared-memory code"
 if command -v rustup >/dev/null 2>&1 && \
    rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1; then

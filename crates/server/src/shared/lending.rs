@@ -6,14 +6,24 @@
 //! meanwhile when asked. An owner waits only for a step that holds everything it needs, which
 //! waits for nothing (docs/ARCHITECTURE.md, "Transactions").
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+// std's locks and atomics; loom's where the protocol is model-checked (the loom_model tests
+// below, under `--cfg lending_loom`: a cfg of its own, so the rest of the build, the store's
+// loom switches among it, keeps std's).
+#[cfg(lending_loom)]
+use loom::sync::{
+    atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    Condvar, Mutex, MutexGuard,
+};
+use std::sync::PoisonError;
+#[cfg(not(lending_loom))]
+use std::sync::{
+    atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    Condvar, Mutex, MutexGuard,
+};
 
 /// The lending desk: generic over what is lent (a worker's partitions) so its protocol is
 /// tested on its own.
 pub struct Lending<T> {
-    /// Held by the worker running a step over other workers' partitions.
-    step: Mutex<()>,
     /// Per worker: asked to lend (read at the top of every loop turn, so a relaxed flag).
     asked: Vec<AtomicBool>,
     desk: Mutex<Desk<T>>,
@@ -38,12 +48,14 @@ struct Desk<T> {
     returned: Vec<Option<T>>,
     /// Workers that stopped: they lend nothing any more.
     gone: Vec<bool>,
+    /// A step over other workers' partitions runs (one at a time, server-wide).
+    stepping: bool,
 }
 
-/// A step's borrowed partitions, each with the worker it goes back to (on drop, if not before).
+/// A step's borrowed partitions, each with the worker it goes back to (on drop, if not before);
+/// the step ends with it.
 pub struct Borrowed<'a, T> {
     lending: &'a Lending<T>,
-    _step: MutexGuard<'a, ()>,
     /// What was lent, by whom.
     pub lent: Vec<(usize, T)>,
 }
@@ -56,17 +68,18 @@ impl<T> Lending<T> {
     /// A desk for `workers` workers, none asked.
     pub fn new(workers: usize) -> Lending<T> {
         Lending {
-            step: Mutex::new(()),
             asked: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             desk: Mutex::new(Desk {
                 lent: (0..workers).map(|_| None).collect(),
                 returned: (0..workers).map(|_| None).collect(),
                 gone: vec![false; workers],
+                stepping: false,
             }),
             changed: Condvar::new(),
             moves: AtomicU64::new(0),
+            // Under loom a waiter sleeps at once: spinning only multiplies the schedules.
             spins: match std::thread::available_parallelism() {
-                Ok(cores) if workers <= cores.get() => SPINS,
+                Ok(cores) if workers <= cores.get() && !cfg!(lending_loom) => SPINS,
                 _ => 0,
             },
         }
@@ -134,6 +147,9 @@ impl<T> Lending<T> {
     /// each and waking it with `wake`, and waits until all have lent theirs. While another step
     /// is under way it waits for it to end, lending its own partitions (`lend_own`, which calls
     /// [`Lending::lend`]) when that step asks for them. `None` when one of them has stopped.
+    /// (Until 2026-12-07 the step was a mutex of its own, tried in a loop: a step's end
+    /// released it after the desk's last change, so a waiter that had just looked could sleep
+    /// through it, bounded by a 1 ms wake-up; the loom model found it.)
     pub fn borrow(
         &self,
         me: usize,
@@ -141,30 +157,25 @@ impl<T> Lending<T> {
         wake: impl Fn(usize),
         mut lend_own: impl FnMut(),
     ) -> Option<Borrowed<'_, T>> {
-        let step = loop {
-            match self.step.try_lock() {
-                Ok(step) => break step,
-                Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) if self.asked(me) => lend_own(),
-                Err(TryLockError::WouldBlock) => {
-                    // Woken when a step ends or asks (the bound only guards a missed wake-up).
-                    let desk = lock(&self.desk);
-                    if !self.asked(me) {
-                        let wait = std::time::Duration::from_millis(1);
-                        drop(self.changed.wait_timeout(desk, wait).unwrap_or_else(PoisonError::into_inner));
-                    }
-                }
+        let mut desk = lock(&self.desk);
+        // One step at a time: the desk says whether one runs, and its end is a change of the
+        // desk, so a waiter cannot miss it.
+        while desk.stepping {
+            if self.asked(me) {
+                drop(desk);
+                lend_own();
+                desk = lock(&self.desk);
+            } else {
+                desk = self.wait_for_change(desk);
             }
-        };
+        }
+        desk.stepping = true;
         for &worker in workers {
             self.asked[worker].store(true, Relaxed);
             wake(worker);
         }
         // A worker waiting for the step lock waits on the desk, not its poll.
-        let desk = lock(&self.desk);
         self.moved();
-        drop(desk);
-        let mut desk = lock(&self.desk);
         let mut lent = Vec::with_capacity(workers.len());
         loop {
             for &worker in workers {
@@ -174,7 +185,7 @@ impl<T> Lending<T> {
             }
             if lent.len() == workers.len() {
                 drop(desk);
-                return Some(Borrowed { lending: self, _step: step, lent });
+                return Some(Borrowed { lending: self, lent });
             }
             if workers.iter().any(|&worker| desk.gone[worker]) {
                 // Under the desk's lock: an owner not yet lending sees it is no longer asked.
@@ -184,6 +195,7 @@ impl<T> Lending<T> {
                 for (worker, partitions) in lent.drain(..) {
                     desk.returned[worker] = Some(partitions);
                 }
+                desk.stepping = false;
                 self.moved();
                 return None;
             }
@@ -201,11 +213,12 @@ impl<T> Drop for Borrowed<'_, T> {
             self.lending.asked[worker].store(false, Relaxed);
             desk.returned[worker] = Some(partitions);
         }
+        desk.stepping = false;
         self.lending.moved();
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(lending_loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -274,5 +287,83 @@ mod tests {
     fn an_owner_no_longer_asked_keeps_what_it_would_have_lent() {
         let lending = Lending::<Vec<u32>>::new(2);
         assert_eq!(lending.lend(1, vec![7]), vec![7], "not asked: kept");
+    }
+}
+
+/// The lending protocol under loom, every interleaving of its threads (within
+/// LOOM_MAX_PREEMPTIONS): a step gets what its owner lends and gives it back changed; two steps
+/// that each need the other's worker both end (the one waiting for the step lock lends its own
+/// when asked), each seeing the other's change. A deadlock or a lost partition fails the model.
+///
+///     RUSTFLAGS="--cfg lending_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p qs-server --release --lib \
+///         loom_model --target-dir target/loom
+#[cfg(all(test, lending_loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A worker's loop between its own steps: lends `mine` whenever asked until `done`.
+    fn lend_until(
+        lending: &Lending<Vec<u32>>,
+        worker: usize,
+        mut mine: Vec<u32>,
+        done: &AtomicBool,
+    ) -> Vec<u32> {
+        while !done.load(Relaxed) {
+            if lending.asked(worker) {
+                mine = lending.lend(worker, mine);
+            }
+            loom::thread::yield_now();
+        }
+        mine
+    }
+
+    #[test]
+    fn a_step_gets_what_the_owner_lends_and_gives_it_back() {
+        loom::model(|| {
+            let lending = Arc::new(Lending::new(2));
+            let done = Arc::new(AtomicBool::new(false));
+            let owner = {
+                let (lending, done) = (lending.clone(), done.clone());
+                loom::thread::spawn(move || lend_until(&lending, 1, vec![10], &done))
+            };
+            let mut step = lending.borrow(0, &[1], |_| {}, || {}).expect("the owner lends");
+            assert_eq!(step.lent, vec![(1, vec![10])]);
+            step.lent[0].1.push(99);
+            drop(step);
+            done.store(true, Relaxed);
+            let mine = owner.join().expect("the owner");
+            assert_eq!(mine, vec![10, 99], "the step's change came back");
+        });
+    }
+
+    #[test]
+    fn two_steps_over_each_others_worker_both_end() {
+        loom::model(|| {
+            let lending = Arc::new(Lending::new(2));
+            let done = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+            let worker = |me: usize| {
+                let (lending, done) = (lending.clone(), done.clone());
+                loom::thread::spawn(move || {
+                    let other = 1 - me;
+                    let mine = std::cell::RefCell::new(vec![me as u32]);
+                    let lend_own = || {
+                        let lent = std::mem::take(&mut *mine.borrow_mut());
+                        *mine.borrow_mut() = lending.lend(me, lent);
+                    };
+                    let mut step = lending.borrow(me, &[other], |_| {}, lend_own).expect("both stay");
+                    step.lent[0].1.push(100 + me as u32);
+                    drop(step);
+                    done[me].store(true, Relaxed);
+                    // Lends on until the other worker's step has ended too.
+                    let mine = std::mem::take(&mut *mine.borrow_mut());
+                    lend_until(&lending, me, mine, &done[other])
+                })
+            };
+            let (zero, one) = (worker(0), worker(1));
+            let (zero, one) = (zero.join().expect("worker 0"), one.join().expect("worker 1"));
+            assert_eq!(zero, vec![0, 101], "worker 1's step changed worker 0's");
+            assert_eq!(one, vec![1, 100], "worker 0's step changed worker 1's");
+        });
     }
 }
