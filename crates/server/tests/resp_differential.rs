@@ -11,7 +11,8 @@
 //! owned by several workers. So do EVAL of small generated scripts over two keys of the two
 //! groups, EVALSHA of a few (loaded by SCRIPT LOAD in the streams, or answered NOSCRIPT), and
 //! SCRIPT EXISTS and FLUSH. SELECT moves a stream among databases 0 to 2 (inside MULTI too),
-//! where MOVE, COPY ... DB, DBSIZE and FLUSHDB meet its keys.
+//! where MOVE, COPY ... DB, DBSIZE and FLUSHDB meet its keys. Between steps, another connection
+//! writes one of the keys now and then, so a WATCH the stream holds sees a concurrent change.
 //!
 //! The keys share hash tags (`{a}1`, `{a}2`...), so the writes of several keys that quicksilver
 //! runs on one worker (MSETNX, RENAME, COPY) meet the same owner with four workers too.
@@ -167,6 +168,23 @@ fn command(rng: &mut Rng) -> Vec<String> {
     words
 }
 
+/// The first word of a step that another connection sends (database 0), between two steps of
+/// the stream.
+const SIDE: &str = "@side";
+
+/// Another client's write of one of the stream's keys: what a WATCH in the stream must see.
+fn side_write(rng: &mut Rng) -> Vec<String> {
+    let group = rng.pick(GROUPS);
+    let k = key(rng, group);
+    let write: Vec<String> = match rng.below(4) {
+        0 => vec!["SET".into(), k, rng.pick(VALUES).into()],
+        1 => vec!["INCR".into(), k],
+        2 => vec!["DEL".into(), k],
+        _ => vec!["EXPIRE".into(), k, "1000".into()],
+    };
+    std::iter::once(SIDE.to_string()).chain(write).collect()
+}
+
 /// EVAL of a generated script over `k` and `other` with `v` its argument, EVALSHA of a known
 /// script, or SCRIPT LOAD, EXISTS or FLUSH.
 fn script_command(rng: &mut Rng, k: String, other: String, v: String) -> Vec<String> {
@@ -281,7 +299,18 @@ fn run(port: u16, resp3: bool, steps: &[Vec<Vec<String>>], seed: u64) -> Vec<Vec
     }
     let mut rng = Rng(seed);
     let mut queued = None;
+    let mut side: Option<Client> = None;
     for step in steps {
+        if let [request] = &step[..] {
+            if request[0] == SIDE {
+                // Another client's write between the stream's steps (a watched key changed
+                // under a WATCH the stream holds, say), on a connection of its own.
+                let side = side.get_or_insert_with(|| connect(port));
+                let words: Vec<&str> = request[1..].iter().map(String::as_str).collect();
+                replies.push(call(side, &frame(&words)));
+                continue;
+            }
+        }
         let mut bytes = Vec::new();
         for request in step {
             let words: Vec<&str> = request.iter().map(String::as_str).collect();
@@ -347,6 +376,9 @@ fn compare(workers: &str) {
         let mut in_multi = false;
         let steps: Vec<Vec<Vec<String>>> = (0..6 + rng.below(20))
             .map(|_| {
+                if rng.chance(12) {
+                    return vec![side_write(&mut rng)];
+                }
                 // A third of the steps are pipelines of several commands in one write.
                 let count = if rng.chance(33) { 2 + rng.below(7) } else { 1 };
                 let mut step: Vec<Vec<String>> = (0..count).map(|_| command(&mut rng)).collect();

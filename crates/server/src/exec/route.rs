@@ -22,7 +22,14 @@ impl Engine {
     /// too long to look up.
     pub fn locate_request(&self, request: &Request<'_>) -> Option<Located> {
         let key = single_key_of(request)?;
-        (key.len() <= qs_proto::RESP_KEY_BYTES_MAX).then(|| self.locate(key))
+        // A Redis key may be 64 KiB; memcached's longer than 250 bytes are refused where they
+        // run (a text get's by `get_one`), never located.
+        let longest = if let Request::RespKey(_) = request {
+            qs_proto::RESP_KEY_BYTES_MAX
+        } else {
+            qs_proto::KEY_BYTES_MAX
+        };
+        (key.len() <= longest).then(|| self.locate(key))
     }
 
     /// Prefetch stage 1: start loading the key's bucket.
