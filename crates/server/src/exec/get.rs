@@ -466,9 +466,12 @@ impl Engine {
         }
         let outcome = owned.read_value(hash, key, touch, now, &mut sink);
         sink.finish(&outcome);
-        if touch.is_some() && matches!(outcome, Outcome::Hit(_)) {
-            // GETEX's new expiry: a WATCH of the key sees the write.
-            self.shared.watches.touch(key);
+        if let (Some(expiry), Outcome::Hit(hit)) = (touch, &outcome) {
+            // GETEX's new expiry: a WATCH of the key sees the write; a PERSIST of a key with
+            // no expiry writes nothing (redis-server's `removeExpire` signals no change).
+            if expiry != Expiry::NEVER || hit.expiry_before != Expiry::NEVER {
+                self.shared.watches.touch(key);
+            }
         }
         Some(outcome)
     }
