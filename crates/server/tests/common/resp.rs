@@ -62,12 +62,10 @@ impl Drop for Redis {
 pub fn answers_ping(port: u16) -> bool {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut client = Client::from_stream(stream);
-            client.stream.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
-            client.send(b"PING\r\n");
+        // A server still starting (or one that took the port first and went) may refuse, reset
+        // or close: tried again, never a panic.
+        if let Some(reply) = ping(port) {
             // A server with a password answers, refusing.
-            let reply = client.read_until(b"\r\n");
             if reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH") {
                 return true;
             }
@@ -75,6 +73,23 @@ pub fn answers_ping(port: u16) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// PING's reply line from `port`, if a server there answers one.
+fn ping(port: u16) -> Option<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"PING\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !reply.ends_with(b"\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some(reply)
 }
 
 /// quicksilver with a RESP listener: the server and that listener's port.
