@@ -7,30 +7,11 @@
 
 mod common;
 
-use common::resp::{connect, frame, one, quicksilver, redis_py_script, Redis};
-
-/// Each request to redis-server and to quicksilver (one worker, then four), one reply read
-/// at a time on one connection each: the replies must match.
-fn same_replies(lines: &[&[&str]]) {
-    for workers in ["1", "4"] {
-        let redis = Redis::start();
-        let (_server, port) = quicksilver(&["-t", workers]);
-        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
-        for words in lines {
-            let request = frame(words);
-            let (want, got) = (one(&mut theirs, &request), one(&mut ours, &request));
-            assert_eq!(
-                String::from_utf8_lossy(&got),
-                String::from_utf8_lossy(&want),
-                "{words:?}, {workers} workers"
-            );
-        }
-    }
-}
+use common::resp::{connect, frame, one, quicksilver, redis_py_script, same_single_replies, Redis};
 
 #[test]
 fn databases_answer_as_redis_server_does() {
-    same_replies(&[
+    same_single_replies(&[
         &["SET", "k", "zero"],
         &["SELECT", "1"],
         &["GET", "k"],
@@ -237,7 +218,7 @@ fn long_keys_are_stored_as_redis_server_stores_them() {
     let borrowed: Vec<Vec<&str>> =
         lines.iter().map(|line| line.iter().map(String::as_str).collect()).collect();
     let lines: Vec<&[&str]> = borrowed.iter().map(Vec::as_slice).collect();
-    same_replies(&lines);
+    same_single_replies(&lines);
     let (server, port) = quicksilver(&[]);
     let mut resp = connect(port);
     assert_eq!(one(&mut resp, &frame(&["SET", &keys[0], "v"])), b"+OK\r\n");

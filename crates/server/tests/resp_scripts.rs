@@ -9,39 +9,17 @@
 mod common;
 
 use common::resp::{
-    call, connect, frame, no_reader_sees_half, one, quicksilver, redis_py_script, without_id, Redis,
+    call, connect, frame, no_reader_sees_half, one, quicksilver, redis_py_script, same_single_replies, Redis,
 };
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// Each request to redis-server and to quicksilver (one worker, then four), one reply read
-/// at a time on one connection each: the replies must match.
-fn same_replies(lines: &[&[&str]]) {
-    for workers in ["1", "4"] {
-        let redis = Redis::start();
-        let (_server, port) = quicksilver(&["-t", workers]);
-        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
-        for words in lines {
-            let request = frame(words);
-            let (mut want, mut got) = (one(&mut theirs, &request), one(&mut ours, &request));
-            if words[0] == "HELLO" {
-                (want, got) = (without_id(&want), without_id(&got));
-            }
-            assert_eq!(
-                String::from_utf8_lossy(&got),
-                String::from_utf8_lossy(&want),
-                "{words:?}, {workers} workers"
-            );
-        }
-    }
-}
-
 #[test]
 fn scripts_answer_as_redis_server_does() {
     const RELEASE: &str =
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
-    same_replies(&[
+    same_single_replies(&[
         &["SET", "k", "v"],
         &["EVAL", "return redis.call('get', KEYS[1])", "1", "k"],
         &["EVAL", "return redis.call('incr', KEYS[1])", "1", "k"],
@@ -119,7 +97,7 @@ fn scripts_answer_as_redis_server_does() {
 
 #[test]
 fn resp3_connections_get_resp3_replies_from_scripts() {
-    same_replies(&[
+    same_single_replies(&[
         &["HELLO", "3"],
         &["EVAL", "return {map={a=1}}", "0"],
         &["EVAL", "return {set={x=true}}", "0"],

@@ -6,30 +6,11 @@
 
 mod common;
 
-use common::resp::{call, connect, frame, no_reader_sees_half, one, quicksilver, Redis};
-
-/// Each request to redis-server and to quicksilver (one worker, then four), one reply read
-/// at a time on one connection each: the replies must match.
-fn same_replies(lines: &[&[&str]]) {
-    for workers in ["1", "4"] {
-        let redis = Redis::start();
-        let (_server, port) = quicksilver(&["-t", workers]);
-        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
-        for words in lines {
-            let request = frame(words);
-            let (want, got) = (one(&mut theirs, &request), one(&mut ours, &request));
-            assert_eq!(
-                String::from_utf8_lossy(&got),
-                String::from_utf8_lossy(&want),
-                "{words:?}, {workers} workers"
-            );
-        }
-    }
-}
+use common::resp::{call, connect, frame, no_reader_sees_half, one, quicksilver, same_single_replies, Redis};
 
 #[test]
 fn transactions_answer_as_redis_server_does() {
-    same_replies(&[
+    same_single_replies(&[
         &["EXEC"],
         &["DISCARD"],
         &["MULTI"],

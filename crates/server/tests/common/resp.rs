@@ -164,6 +164,29 @@ pub fn same_replies_after(hello: Option<&str>, requests: &[Vec<u8>]) {
     }
 }
 
+/// Each request to redis-server and to quicksilver (one worker, then four), one reply read at a
+/// time on one connection each (so MULTI's queued replies are read as they come): the replies
+/// must match, HELLO's but for the connection's id.
+pub fn same_single_replies(lines: &[&[&str]]) {
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let (mut theirs, mut ours) = (connect(redis.port), connect(port));
+        for words in lines {
+            let request = frame(words);
+            let (mut want, mut got) = (one(&mut theirs, &request), one(&mut ours, &request));
+            if words[0] == "HELLO" {
+                (want, got) = (without_id(&want), without_id(&got));
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "{words:?}, {workers} workers"
+            );
+        }
+    }
+}
+
 /// HELLO's reply with its `id` (the connection's number, which differs between servers) cut
 /// out (a refusal as it is).
 pub fn without_id(reply: &[u8]) -> Vec<u8> {
