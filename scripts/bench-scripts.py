@@ -8,6 +8,7 @@ redis-server; and the same SETs alone, so the EVALSHA's own share is their diffe
 
     scripts/bench-scripts.py                 depth 1 and 16
     scripts/bench-scripts.py --batches 400   per connection (default 200 at depth 1, 20 at 16)
+    scripts/bench-scripts.py --depths 1 --keep /tmp/cg   one depth, its callgrind dumps kept
 """
 import argparse
 import glob
@@ -51,12 +52,13 @@ def load_script(port):
     return reply[5:45]
 
 
-def measure(cmd, port, count, depth):
+def measure(cmd, port, count, depth, keep=None, name=""):
     out = tempfile.mkdtemp(prefix="qs-bench-scripts-")
     path = os.path.join(out, "cg.out")
     log = os.path.join(out, "valgrind.log")
     with open(log, "w") as f:
-        proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", *cmd],
+        # Names written whole in every dump, so a kept one reads on its own.
+        proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--compress-strings=no", f"--callgrind-out-file={path}", *cmd],
                                 stdout=subprocess.DEVNULL, stderr=f)
     results = {}
     try:
@@ -67,7 +69,11 @@ def measure(cmd, port, count, depth):
             before = set(glob.glob(path + ".*"))
             ins.drive(port, "resp", [batches(c, count, depth, sha, release) for c in range(ins.CONNECTIONS)])
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
-            instructions, _ = ins.dumped_instructions(path, before)
+            instructions, dump = ins.dumped_instructions(path, before)
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                label = f"{name.split()[0]}-{depth}-{'release' if release else 'set'}.callgrind"
+                shutil.copy(dump, os.path.join(keep, label))
             results["release" if release else "set"] = instructions / (ins.CONNECTIONS * count * depth)
     finally:
         proc.terminate()
@@ -79,10 +85,12 @@ def measure(cmd, port, count, depth):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, help="batches per connection")
+    parser.add_argument("--keep", help="copy each callgrind dump into this folder (for callgrind_annotate)")
+    parser.add_argument("--depths", default="1,16", help="the depths to measure (default 1,16)")
     args = parser.parse_args()
     binary = os.path.join(ins.ROOT, "target", "release", "quicksilver")
     print("| server | depth | SET | SET + EVALSHA release | the EVALSHA |\n|---|---|---|---|---|")
-    for depth in (1, 16):
+    for depth in (int(depth) for depth in args.depths.split(",")):
         count = args.batches or (200 if depth == 1 else 20)
         servers = []
         port, resp = free_port(), free_port()
@@ -93,7 +101,7 @@ def main():
             servers.append(("redis-server 7.0", port, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                                                        "--save", "", "--appendonly", "no"]))
         for name, port, cmd in servers:
-            r = measure(cmd, port, count, depth)
+            r = measure(cmd, port, count, depth, args.keep, name)
             print(f"| {name} | {depth} | {r['set']:,.0f} | {r['release']:,.0f} | {r['release'] - r['set']:,.0f} |",
                   flush=True)
     print("(user-space instructions per lock: per SET, and per SET and its release)")

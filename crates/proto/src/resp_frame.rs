@@ -74,11 +74,22 @@ impl<'a> Iterator for Args<'a> {
             self.rest = after;
             return Some(word);
         }
-        // Checked by `parse`: `$<len>\r?<len bytes>??`.
-        let cr = find_cr(self.rest)?;
-        let len = digits(&self.rest[1..cr])? as usize;
-        let data = &self.rest[cr + 2..cr + 2 + len];
-        self.rest = &self.rest[cr + 2 + len + 2..];
+        // Checked by `parse`: `$<len>\r?<len bytes>??`, `len` in plain decimal digits. Read
+        // here without checking again (a request's arguments are read several times): a
+        // frame that broke the promise would read wrong bytes, never out of bounds.
+        let rest = self.rest;
+        let mut at = 1;
+        let mut len = 0usize;
+        while let Some(&byte) = rest.get(at) {
+            if byte == b'\r' {
+                break;
+            }
+            len = len.wrapping_mul(10).wrapping_add(usize::from(byte.wrapping_sub(b'0')));
+            at += 1;
+        }
+        let start = at + 2;
+        let data = rest.get(start..start.checked_add(len)?)?;
+        self.rest = rest.get(start + len + 2..).unwrap_or_default();
         Some(data)
     }
 

@@ -1,5 +1,6 @@
 //! Values between Redis and Lua, by redis-server 7.0's rules (script_lua.c): a command's RESP
-//! reply becomes what `redis.call` returns, and what a script returns becomes its reply.
+//! reply becomes what `redis.call` returns (pushed onto Lua's stack by call.rs), and what a
+//! script returns becomes its reply (here).
 //!
 //! Reply to Lua: an integer is a number, a bulk string a string, a null bulk or null array
 //! `false`, an array a table, a status `{ok=...}`, an error `{err=...}`; RESP3's null is
@@ -9,199 +10,214 @@
 //! `false` null (or RESP3 booleans, once the script called `redis.setresp(3)`), an array up to
 //! its first `nil`.
 
-use mlua::{Lua, Result, Table, Value};
+use mlua::ffi;
+use std::os::raw::c_int;
 
 /// Tables nested deeper than this in a script's reply are cut off with an error in their
 /// place (redis-server stops where its Lua stack runs out: a table that holds itself).
 const DEPTH_MAX: usize = 128;
 
-/// The reply `bytes` (one whole RESP value) as `redis.call` returns it.
-pub(crate) fn reply_to_lua(lua: &Lua, bytes: &[u8]) -> Result<Value> {
-    let mut at = 0;
-    value(lua, bytes, &mut at)
+/// Writes the value at `index` of Lua's stack, what the script returned, as its reply:
+/// `script_resp3` once the script called `redis.setresp(3)`, `resp3` for a connection that
+/// speaks RESP3. Read off the stack, not made an mlua `Value` (a reference slot for each
+/// table and string).
+///
+/// # Safety
+/// `state` is a valid Lua state with a value at `index`, run by this thread, whose
+/// allocations cannot fail (no memory limit is set): this only reads, and pushes the names
+/// of the fields it reads (interned already).
+pub(crate) unsafe fn lua_to_reply(
+    state: *mut ffi::lua_State,
+    index: c_int,
+    protocols: (bool, bool),
+    out: &mut Vec<u8>,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { write_value(state, ffi::lua_absindex(state, index), protocols, 0, out) }
 }
 
-/// The line at `*at` without its `\r\n`, and `*at` moved past it.
-fn read_line<'b>(bytes: &'b [u8], at: &mut usize) -> &'b [u8] {
-    let rest = &bytes[(*at).min(bytes.len())..];
-    let end = rest.windows(2).position(|pair| pair == b"\r\n").unwrap_or(rest.len());
-    *at += end + 2;
-    &rest[..end]
-}
-
-fn number(text: &[u8]) -> i64 {
-    std::str::from_utf8(text).ok().and_then(|text| text.parse().ok()).unwrap_or(0)
-}
-
-fn field(lua: &Lua, name: &str, value: Value) -> Result<Value> {
-    let table = lua.create_table_with_capacity(0, 1)?;
-    table.raw_set(name, value)?;
-    Ok(Value::Table(table))
-}
-
-/// The RESP value at `*at`.
-fn value(lua: &Lua, bytes: &[u8], at: &mut usize) -> Result<Value> {
-    let Some(&kind) = bytes.get(*at) else { return Ok(Value::Nil) };
-    *at += 1;
-    let head = read_line(bytes, at);
-    Ok(match kind {
-        b':' => Value::Number(number(head) as f64),
-        b'$' | b'=' if head.first() == Some(&b'-') => Value::Boolean(false),
-        b'$' | b'=' => {
-            let len = usize::try_from(number(head)).unwrap_or(0);
-            let data = &bytes[(*at).min(bytes.len())..(*at + len).min(bytes.len())];
-            *at += len + 2;
-            if kind == b'$' {
-                Value::String(lua.create_string(data)?)
-            } else {
-                let (format, text) = data.split_at(data.len().min(4));
-                let verbatim = lua.create_table_with_capacity(0, 2)?;
-                verbatim.raw_set("string", lua.create_string(text)?)?;
-                verbatim.raw_set("format", lua.create_string(&format[..format.len().min(3)])?)?;
-                field(lua, "verbatim_string", Value::Table(verbatim))?
+/// # Safety
+/// As [`lua_to_reply`]; `index` is absolute.
+unsafe fn write_value(
+    state: *mut ffi::lua_State,
+    index: c_int,
+    protocols: (bool, bool),
+    depth: usize,
+    out: &mut Vec<u8>,
+) {
+    let (script_resp3, resp3) = protocols;
+    // SAFETY: each Lua call below: reading a valid index of a valid state, with room for the
+    // values a table's fields push (checked first).
+    unsafe {
+        match ffi::lua_type(state, index) {
+            ffi::LUA_TSTRING => bulk(string_at(state, index), out),
+            ffi::LUA_TBOOLEAN => {
+                let truth = ffi::lua_toboolean(state, index) != 0;
+                out.extend_from_slice(match (script_resp3, truth, resp3) {
+                    (false, true, _) => b":1\r\n",
+                    (false, false, false) => b"$-1\r\n",
+                    (false, false, true) => b"_\r\n",
+                    (true, true, false) => b":1\r\n",
+                    (true, false, false) => b":0\r\n",
+                    (true, true, true) => b"#t\r\n",
+                    (true, false, true) => b"#f\r\n",
+                })
             }
-        }
-        b'+' => field(lua, "ok", Value::String(lua.create_string(head)?))?,
-        b'-' => error_table(lua, head)?,
-        b'*' | b'>' if head.first() == Some(&b'-') => Value::Boolean(false),
-        b'*' | b'>' => {
-            let count = usize::try_from(number(head)).unwrap_or(0);
-            let table = lua.create_table_with_capacity(count.min(1 << 16), 0)?;
-            for index in 1..=count {
-                table.raw_set(index, value(lua, bytes, at)?)?;
+            ffi::LUA_TNUMBER => integer(c_cast(ffi::lua_tonumber(state, index)), out),
+            ffi::LUA_TTABLE if depth >= DEPTH_MAX || ffi::lua_checkstack(state, 4) == 0 => {
+                out.extend_from_slice(b"-ERR reached lua stack limit\r\n")
             }
-            Value::Table(table)
+            ffi::LUA_TTABLE => write_table(state, index, protocols, depth, out),
+            _ => null(resp3, out),
         }
-        b'%' | b'~' => {
-            let count = usize::try_from(number(head)).unwrap_or(0);
-            let inner = lua.create_table()?;
-            for _ in 0..count {
-                let key = value(lua, bytes, at)?;
-                let member = if kind == b'%' { value(lua, bytes, at)? } else { Value::Boolean(true) };
-                if !key.is_nil() {
-                    inner.raw_set(key, member)?;
+    }
+}
+
+/// The bytes of the string at `index`, valid while it stays on the stack.
+///
+/// # Safety
+/// The value at `index` of the valid `state` is a string.
+unsafe fn string_at<'s>(state: *mut ffi::lua_State, index: c_int) -> &'s [u8] {
+    let mut len = 0;
+    // SAFETY: a string's bytes, `len` of them (the caller's promise).
+    unsafe { std::slice::from_raw_parts(ffi::lua_tolstring(state, index, &mut len).cast::<u8>(), len) }
+}
+
+/// Pushes the table at `table`'s field `name` (raw: no metamethod runs), and its type.
+///
+/// # Safety
+/// `table` is an absolute index of a table of the valid `state`, with room for one value.
+unsafe fn field(state: *mut ffi::lua_State, table: c_int, name: &std::ffi::CStr) -> c_int {
+    // SAFETY: the caller's promise; the name is a constant of prelude.lua's (interned).
+    unsafe {
+        ffi::lua_pushstring(state, name.as_ptr());
+        ffi::lua_rawget(state, table);
+        ffi::lua_type(state, -1)
+    }
+}
+
+/// # Safety
+/// As [`write_value`], with room for four more values.
+unsafe fn write_table(
+    state: *mut ffi::lua_State,
+    table: c_int,
+    protocols: (bool, bool),
+    depth: usize,
+    out: &mut Vec<u8>,
+) {
+    let (_, resp3) = protocols;
+    // SAFETY: each Lua call below: `table` is a table of the valid `state`; each field pushed is
+    // popped before the next (`lua_settop` back to `top`).
+    unsafe {
+        let top = ffi::lua_gettop(state);
+        let done = 'special: {
+            if field(state, table, c"err") == ffi::LUA_TSTRING {
+                line(b'-', string_at(state, -1), out);
+                break 'special true;
+            }
+            ffi::lua_settop(state, top);
+            if field(state, table, c"ok") == ffi::LUA_TSTRING {
+                line(b'+', string_at(state, -1), out);
+                break 'special true;
+            }
+            ffi::lua_settop(state, top);
+            if field(state, table, c"double") == ffi::LUA_TNUMBER {
+                double(ffi::lua_tonumber(state, -1), resp3, out);
+                break 'special true;
+            }
+            ffi::lua_settop(state, top);
+            if field(state, table, c"big_number") == ffi::LUA_TSTRING {
+                let digits: Vec<u8> = string_at(state, -1)
+                    .iter()
+                    .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+                    .collect();
+                if resp3 {
+                    line(b'(', &digits, out)
+                } else {
+                    bulk(&digits, out)
+                }
+                break 'special true;
+            }
+            ffi::lua_settop(state, top);
+            if field(state, table, c"verbatim_string") == ffi::LUA_TTABLE {
+                let verbatim = top + 1;
+                if field(state, verbatim, c"format") == ffi::LUA_TSTRING
+                    && field(state, verbatim, c"string") == ffi::LUA_TSTRING
+                {
+                    verbatim_string(string_at(state, -2), string_at(state, -1), resp3, out);
+                    break 'special true;
                 }
             }
-            field(lua, if kind == b'%' { "map" } else { "set" }, Value::Table(inner))?
-        }
-        b'|' => {
-            // An attribute: read past, then the value it qualifies.
-            for _ in 0..usize::try_from(number(head)).unwrap_or(0) * 2 {
-                value(lua, bytes, at)?;
+            ffi::lua_settop(state, top);
+            for (name, map) in [(c"map", true), (c"set", false)] {
+                if field(state, table, name) == ffi::LUA_TTABLE {
+                    break 'special write_pairs(state, top + 1, map, (protocols, depth), out);
+                }
+                ffi::lua_settop(state, top);
             }
-            value(lua, bytes, at)?
+            false
+        };
+        ffi::lua_settop(state, top);
+        if done {
+            return;
         }
-        b'_' => Value::Nil,
-        b'#' => Value::Boolean(head == b"t"),
-        b',' => {
-            let parsed = std::str::from_utf8(head).ok().and_then(|text| text.parse::<f64>().ok());
-            field(lua, "double", Value::Number(parsed.unwrap_or(0.0)))?
+        // An array, up to its first nil.
+        let mut items = 0;
+        while {
+            ffi::lua_rawgeti(state, table, items as ffi::lua_Integer + 1);
+            ffi::lua_type(state, -1) != ffi::LUA_TNIL
+        } {
+            ffi::lua_settop(state, top);
+            items += 1;
         }
-        b'(' => field(lua, "big_number", Value::String(lua.create_string(head)?))?,
-        _ => Value::Nil,
-    })
-}
-
-/// An error reply's text (after `-`) as the table `redis.pcall` returns: `{err="CODE msg"}`.
-pub(crate) fn error_table(lua: &Lua, text: &[u8]) -> Result<Value> {
-    let message = error_text(text);
-    field(lua, "err", Value::String(lua.create_string(&message)?))
-}
-
-/// redis-server's form of an error's text: its code, a space, its message (`ERR` where the
-/// text has no code), without a line end.
-pub(crate) fn error_text(text: &[u8]) -> Vec<u8> {
-    let text = text.strip_suffix(b"\r\n").unwrap_or(text);
-    match text.iter().position(|&byte| byte == b' ') {
-        Some(_) => text.to_vec(),
-        None => [&b"ERR "[..], text].concat(),
+        ffi::lua_settop(state, top);
+        head(b'*', items, out);
+        for item in 1..=items {
+            ffi::lua_rawgeti(state, table, item as ffi::lua_Integer);
+            write_value(state, top + 1, protocols, depth + 1, out);
+            ffi::lua_settop(state, top);
+        }
     }
 }
 
-/// Writes the script's returned `value` as its reply: `script_resp3` once the script called
-/// `redis.setresp(3)`, `resp3` for a connection that speaks RESP3.
-pub(crate) fn lua_to_reply(value: &Value, (script_resp3, resp3): (bool, bool), out: &mut Vec<u8>) {
-    write_value(value, (script_resp3, resp3), 0, out);
-}
-
-fn write_value(value: &Value, protocols: (bool, bool), depth: usize, out: &mut Vec<u8>) {
-    let (script_resp3, resp3) = protocols;
-    match value {
-        Value::String(text) => bulk(&text.as_bytes(), out),
-        Value::Boolean(truth) if !script_resp3 => out.extend_from_slice(match (truth, resp3) {
-            (true, _) => b":1\r\n",
-            (false, false) => b"$-1\r\n",
-            (false, true) => b"_\r\n",
-        }),
-        Value::Boolean(truth) => out.extend_from_slice(match (truth, resp3) {
-            (true, false) => b":1\r\n",
-            (false, false) => b":0\r\n",
-            (true, true) => b"#t\r\n",
-            (false, true) => b"#f\r\n",
-        }),
-        Value::Integer(number) => integer(*number, out),
-        Value::Number(number) => integer(c_cast(*number), out),
-        Value::Table(_) if depth >= DEPTH_MAX => out.extend_from_slice(b"-ERR reached lua stack limit\r\n"),
-        Value::Table(table) => write_table(table, protocols, depth, out),
-        _ => null(resp3, out),
-    }
-}
-
-fn write_table(table: &Table, protocols: (bool, bool), depth: usize, out: &mut Vec<u8>) {
+/// A `{map=...}` table's pairs (`map`) or a `{set=...}` table's members, at `table`; `true`.
+///
+/// # Safety
+/// As [`write_table`].
+unsafe fn write_pairs(
+    state: *mut ffi::lua_State,
+    table: c_int,
+    map: bool,
+    (protocols, depth): ((bool, bool), usize),
+    out: &mut Vec<u8>,
+) -> bool {
     let (_, resp3) = protocols;
-    let get = |name: &str| table.raw_get::<Value>(name).unwrap_or(Value::Nil);
-    if let Value::String(text) = get("err") {
-        return line(b'-', &text.as_bytes(), out);
-    }
-    if let Value::String(text) = get("ok") {
-        return line(b'+', &text.as_bytes(), out);
-    }
-    match get("double") {
-        Value::Number(number) => return double(number, resp3, out),
-        Value::Integer(number) => return double(number as f64, resp3, out),
-        _ => {}
-    }
-    if let Value::String(text) = get("big_number") {
-        let digits: Vec<u8> =
-            text.as_bytes().iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }).collect();
-        return if resp3 { line(b'(', &digits, out) } else { bulk(&digits, out) };
-    }
-    if let Value::Table(verbatim) = get("verbatim_string") {
-        let format = verbatim.raw_get::<Value>("format").unwrap_or(Value::Nil);
-        let text = verbatim.raw_get::<Value>("string").unwrap_or(Value::Nil);
-        if let (Value::String(format), Value::String(text)) = (format, text) {
-            return verbatim_string(&format.as_bytes(), &text.as_bytes(), resp3, out);
+    // SAFETY: each Lua call below: `lua_next` over a table of the valid `state`, its key left as
+    // it is between steps (only read, never converted in place).
+    unsafe {
+        let mut count = 0;
+        ffi::lua_pushnil(state);
+        while ffi::lua_next(state, table) != 0 {
+            count += 1;
+            ffi::lua_settop(state, -2);
+        }
+        match (map, resp3) {
+            (true, true) => head(b'%', count, out),
+            (true, false) => head(b'*', count * 2, out),
+            (false, true) => head(b'~', count, out),
+            (false, false) => head(b'*', count, out),
+        }
+        ffi::lua_pushnil(state);
+        while ffi::lua_next(state, table) != 0 {
+            let value = ffi::lua_gettop(state);
+            write_value(state, value - 1, protocols, depth + 1, out);
+            if map {
+                write_value(state, value, protocols, depth + 1, out);
+            }
+            ffi::lua_settop(state, -2);
         }
     }
-    if let Value::Table(map) = get("map") {
-        let pairs: Vec<(Value, Value)> = map.pairs::<Value, Value>().filter_map(Result::ok).collect();
-        head(if resp3 { b'%' } else { b'*' }, pairs.len() * if resp3 { 1 } else { 2 }, out);
-        for (key, value) in &pairs {
-            write_value(key, protocols, depth + 1, out);
-            write_value(value, protocols, depth + 1, out);
-        }
-        return;
-    }
-    if let Value::Table(set) = get("set") {
-        let members: Vec<Value> =
-            set.pairs::<Value, Value>().filter_map(|pair| pair.ok().map(|(key, _)| key)).collect();
-        head(if resp3 { b'~' } else { b'*' }, members.len(), out);
-        for member in &members {
-            write_value(member, protocols, depth + 1, out);
-        }
-        return;
-    }
-    let mut items = Vec::new();
-    for index in 1.. {
-        match table.raw_get::<Value>(index) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(item) => items.push(item),
-        }
-    }
-    head(b'*', items.len(), out);
-    for item in &items {
-        write_value(item, protocols, depth + 1, out);
-    }
+    true
 }
 
 /// C's `(long long)` of a double on x86-64, as redis-server converts a Lua number: truncated,
@@ -316,6 +332,7 @@ fn trim_zeros(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlua::Lua;
 
     #[test]
     fn g17_is_c_printf() {
@@ -334,15 +351,25 @@ mod tests {
         }
     }
 
+    /// The reply `bytes` as `redis.call` returns it to a script.
+    fn reply_to_lua(lua: &Lua, bytes: &[u8]) -> mlua::Result<mlua::Value> {
+        // SAFETY: push_reply's one value is all this pushes; it holds nothing with a destructor.
+        unsafe { lua.exec_raw((), |state| super::super::call::push_reply(state, bytes)) }
+    }
+
+    /// `value` as a script's reply.
+    fn reply_of(lua: &Lua, value: mlua::Value, protocols: (bool, bool)) -> String {
+        let mut out = Vec::new();
+        // SAFETY: `value` is the one value on the stack; no memory limit is set.
+        unsafe { lua.exec_raw::<()>(value, |state| lua_to_reply(state, -1, protocols, &mut out)) }.unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn replies_become_lua_values_and_back() {
         let lua = Lua::new();
-        let roundtrip = |bytes: &[u8], resp3: bool| {
-            let value = reply_to_lua(&lua, bytes).unwrap();
-            let mut out = Vec::new();
-            lua_to_reply(&value, (resp3, resp3), &mut out);
-            String::from_utf8(out).unwrap()
-        };
+        let roundtrip =
+            |bytes: &[u8], resp3: bool| reply_of(&lua, reply_to_lua(&lua, bytes).unwrap(), (resp3, resp3));
         assert_eq!(roundtrip(b":42\r\n", false), ":42\r\n");
         assert_eq!(roundtrip(b"$3\r\nabc\r\n", false), "$3\r\nabc\r\n");
         assert_eq!(roundtrip(b"$-1\r\n", false), "$-1\r\n");
@@ -354,22 +381,45 @@ mod tests {
         );
         assert_eq!(roundtrip(b"_\r\n", true), "_\r\n");
         assert_eq!(roundtrip(b"#t\r\n", true), "#t\r\n");
+        assert_eq!(roundtrip(b"#f\r\n", false), "$-1\r\n");
         assert_eq!(roundtrip(b",1.5\r\n", true), ",1.5\r\n");
         assert_eq!(roundtrip(b",1.5\r\n", false), "$3\r\n1.5\r\n");
         assert_eq!(roundtrip(b"%1\r\n$1\r\na\r\n:1\r\n", true), "%1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(roundtrip(b"%1\r\n$1\r\na\r\n:1\r\n", false), "*2\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(roundtrip(b"~1\r\n$1\r\na\r\n", true), "~1\r\n$1\r\na\r\n");
         assert_eq!(roundtrip(b"=8\r\ntxt:abcd\r\n", true), "=8\r\ntxt:abcd\r\n");
+        assert_eq!(roundtrip(b"(12345678901234567890\r\n", true), "(12345678901234567890\r\n");
+        assert_eq!(roundtrip(b"*-1\r\n", false), "$-1\r\n");
         let error = reply_to_lua(&lua, b"-NOCODE\r\n").unwrap();
-        let Value::Table(error) = error else { panic!() };
+        let mlua::Value::Table(error) = error else { panic!() };
         assert_eq!(error.raw_get::<String>("err").unwrap(), "ERR NOCODE");
+    }
+
+    #[test]
+    fn lua_values_become_replies() {
+        let lua = Lua::new();
+        let reply = |source: &str, protocols| reply_of(&lua, lua.load(source).eval().unwrap(), protocols);
+        assert_eq!(reply("return 3.99", (false, false)), ":3\r\n");
+        assert_eq!(reply("return -0.5", (false, false)), ":0\r\n");
+        assert_eq!(reply("return true", (false, false)), ":1\r\n");
+        assert_eq!(reply("return false", (false, true)), "_\r\n");
+        assert_eq!(reply("return nil", (false, false)), "$-1\r\n");
+        assert_eq!(reply("return {1, 'a', nil, 4}", (false, false)), "*2\r\n:1\r\n$1\r\na\r\n");
+        assert_eq!(reply("return {err='bad\\r\\nline'}", (false, false)), "-bad  line\r\n");
+        assert_eq!(reply("return {ok='fine'}", (false, false)), "+fine\r\n");
+        assert_eq!(reply("return {double=2.5}", (true, true)), ",2.5\r\n");
+        assert_eq!(reply("return {map={a=1}}", (true, true)), "%1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(reply("return {set={b=true}}", (true, false)), "*1\r\n$1\r\nb\r\n");
+        assert_eq!(
+            reply("return setmetatable({}, {__index = function() error('no') end})", (false, false)),
+            "*0\r\n"
+        );
     }
 
     #[test]
     fn a_table_that_holds_itself_is_cut_off() {
         let lua = Lua::new();
-        let table: Value = lua.load("local t = {} t[1] = t return t").eval().unwrap();
-        let mut out = Vec::new();
-        lua_to_reply(&table, (false, false), &mut out);
-        assert!(out.ends_with(b"-ERR reached lua stack limit\r\n"));
+        let table = lua.load("local t = {} t[1] = t return t").eval().unwrap();
+        assert!(reply_of(&lua, table, (false, false)).ends_with("-ERR reached lua stack limit\r\n"));
     }
 }

@@ -11,9 +11,11 @@
 //! A script's run is watched ([`Running`]): past `lua-time-limit` it can be stopped by
 //! SCRIPT KILL from any connection of another worker, unless it has written.
 
+mod call;
 pub(crate) mod convert;
 mod current;
 mod libs;
+mod run;
 pub(crate) mod vm;
 
 use std::collections::HashMap;

@@ -1,24 +1,21 @@
 -- What a worker's Lua state runs once, before any script: redis-server 7.0's script
 -- environment (script_lua.c, eval.c) over the functions the server gives (H).
---   H.call and H.pcall: redis.call and redis.pcall (the server's own functions, so a call in a
---   script's tail position keeps its line); a call that fails raises, its error in H.raised
+--   H.call and H.pcall: redis.call and redis.pcall (the server's own C functions, so a call in
+--   a script's tail position keeps its line); a call that fails raises its error table
 --   H.sha1hex(s), H.log(level, text), H.known(name)
 --   H.setresp(version): the RESP version of the calls from now on and of the reply
 --   H.where(): the line the innermost function of the script is at (nil: none runs)
--- Returns the runner, which runs one script and answers (its RESP version, ok, value), and the
--- environment every script runs in (globals readable, none writable; KEYS and ARGV set raw).
+-- Returns the error handler scripts run under, and the environment every script runs in
+-- (globals readable, none writable; KEYS and ARGV set raw).
 local H, G = ...
 local where = H.where
 local type, tostring, tonumber, error, select = type, tostring, tonumber, error, select
-local xpcall, raw_pcall, setmetatable, setfenv = xpcall, pcall, setmetatable, setfenv
+local raw_pcall, setmetatable, setfenv = pcall, setmetatable, setfenv
 local raw_loadstring, concat, sub, find = loadstring, table.concat, string.sub, string.find
 
 -- A script's error as redis-server reports it: a table with err, and the script's line.
 local function handler(err)
   local line = where()
-  if type(err) == 'userdata' and H.raised then
-    err, H.raised = H.raised, nil
-  end
   if type(err) ~= 'table' then
     err = {err = 'ERR ' .. tostring(err)}
   end
@@ -134,9 +131,6 @@ local function caught(ok, ...)
     return ok, ...
   end
   local err = ...
-  if type(err) == 'userdata' and H.raised then
-    err, H.raised = H.raised, nil
-  end
   if type(err) == 'table' and type(err.err) == 'string' then
     return false, err.err
   end
@@ -197,7 +191,8 @@ G.redis = protect(redis)
 for _, name in ipairs({'string', 'table', 'math', 'bit', 'cjson', 'coroutine'}) do
   G[name] = protect(G[name])
 end
-G.print, G.dofile, G.loadfile, G.require, G.module = nil, nil, nil, nil, nil, nil
+-- newproxy too, as redis-server: a userdata's __gc function would run inside any allocation.
+G.print, G.dofile, G.loadfile, G.require, G.module, G.newproxy = nil, nil, nil, nil, nil, nil
 setmetatable(G, {
   __index = function(_, name)
     error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
@@ -207,17 +202,6 @@ setmetatable(G, {
 })
 env = setmetatable({}, {__index = G, __newindex = readonly, __metatable = locked})
 
-local rawset = rawset
--- One script's run: KEYS are the first `keys` arguments after it, ARGV the rest.
-local function run(script, keys, ...)
-  H.raised = nil
-  local declared, argv = {...}, {}
-  for at = keys + 1, select('#', ...) do
-    argv[at - keys] = declared[at]
-    declared[at] = nil
-  end
-  rawset(env, 'KEYS', declared)
-  rawset(env, 'ARGV', argv)
-  return xpcall(script, handler)
-end
-return run, env
+-- The handler a script runs under (run.rs calls the script with lua_pcall and it), and the
+-- environment (KEYS and ARGV set raw there before each run).
+return handler, env

@@ -1,11 +1,13 @@
 //! A worker thread's Lua state: redis-server's script environment (prelude.lua) over Lua 5.1,
 //! the scripts this worker compiled, and one script's run.
 
-use super::convert::{lua_to_reply, reply_to_lua};
-use super::{sha1_hex, Scripts, Sha};
-use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
-use std::cell::{Cell, RefCell};
+use super::run::{self, Ended, Refs};
+use super::{call, sha1_hex, Scripts, Sha};
+use mlua::{Function, HookTriggers, Lua, LuaOptions, StdLib, Table, VmState};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::os::raw::c_int;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -36,23 +38,40 @@ pub(crate) fn with<R>(
 }
 
 /// A script compiled here.
-#[derive(Clone)]
 pub(crate) struct Compiled {
-    function: Function,
+    /// Its function's reference in the state's registry.
+    reference: c_int,
     /// Its shebang's `flags=no-writes`.
     pub read_only: bool,
+}
+
+/// Hashes a script's name by its first eight hex digits: it is a SHA1 already (a map from
+/// names to scripts needs no keyed hash; SipHash cost 190 instructions a lookup).
+#[derive(Default)]
+pub(crate) struct ShaHasher(u64);
+
+impl Hasher for ShaHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut word = [0u8; 8];
+        let len = bytes.len().min(8);
+        word[..len].copy_from_slice(&bytes[..len]);
+        self.0 = self.0.rotate_left(29) ^ u64::from_le_bytes(word);
+    }
 }
 
 /// A worker's Lua state.
 pub(crate) struct Vm {
     lua: Lua,
-    /// prelude.lua's runner: (script) -> ok, value.
-    run: Function,
-    /// The RESP version the running script asked for (`redis.setresp`).
-    resp: Rc<Cell<u8>>,
+    /// prelude.lua's error handler and the environment scripts run in, in the registry.
+    handler: c_int,
+    env_ref: c_int,
     /// The environment scripts run in.
     env: Table,
-    compiled: HashMap<Sha, Compiled>,
+    compiled: HashMap<Sha, Rc<Compiled>, BuildHasherDefault<ShaHasher>>,
     /// The cache's generation when `compiled` was last emptied.
     generation: u64,
     scripts: Arc<Scripts>,
@@ -74,7 +93,6 @@ impl Vm {
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         super::libs::register(&lua)?;
         let hidden = lua.create_table()?;
-        let resp = Rc::new(Cell::new(2u8));
         hidden.raw_set(
             "sha1hex",
             lua.create_function(|lua, text: mlua::LuaString| lua.create_string(sha1_hex(&text.as_bytes())))?,
@@ -95,20 +113,17 @@ impl Vm {
             })?,
         )?;
         hidden.raw_set("where", lua.create_function(|lua, ()| Ok(script_line(lua)))?)?;
-        hidden
-            .raw_set("call", redis_call(&lua, (resp.clone(), hidden.clone(), scripts.memory_max), true)?)?;
-        hidden
-            .raw_set("pcall", redis_call(&lua, (resp.clone(), hidden.clone(), scripts.memory_max), false)?)?;
-        let asked = resp.clone();
+        call::register(&lua, &hidden)?;
         hidden.raw_set(
             "setresp",
-            lua.create_function(move |_, version: u8| {
-                asked.set(version);
+            lua.create_function(|_, version: u8| {
+                call::set_resp(version);
                 Ok(())
             })?,
         )?;
         let prelude = lua.load(include_str!("prelude.lua")).set_name("@prelude");
-        let (run, env): (Function, Table) = prelude.call((hidden.clone(), lua.globals()))?;
+        let (handler, env): (Function, Table) = prelude.call((hidden.clone(), lua.globals()))?;
+        let (handler, env_ref) = (run::refer(&lua, handler)?, run::refer(&lua, &env)?);
         let watched = scripts.clone();
         lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
             if watched.running[worker].killed() {
@@ -120,16 +135,20 @@ impl Vm {
             Ok(VmState::Continue)
         })?;
         let generation = scripts.generation();
-        Ok(Vm { lua, run, resp, env, compiled: HashMap::new(), generation, scripts, worker })
+        Ok(Vm { lua, handler, env_ref, env, compiled: HashMap::default(), generation, scripts, worker })
     }
 
     /// The script `sha`, compiled from `source` if this state has not compiled it (from the
     /// server's cache when `source` is `None`: EVALSHA); `Err` is the reply: NOSCRIPT, or why
     /// it does not compile.
-    pub fn compiled(&mut self, sha: &Sha, source: Option<&[u8]>) -> Result<Compiled, Vec<u8>> {
+    pub fn compiled(&mut self, sha: &Sha, source: Option<&[u8]>) -> Result<Rc<Compiled>, Vec<u8>> {
         let generation = self.scripts.generation();
         if generation != self.generation {
-            self.compiled.clear();
+            // No run holds one of them: this is not called while a script runs (scripts may
+            // not call EVAL or SCRIPT).
+            for (_, compiled) in self.compiled.drain() {
+                run::forget(&self.lua, compiled.reference);
+            }
             self.generation = generation;
         }
         if let Some(compiled) = self.compiled.get(sha) {
@@ -143,7 +162,7 @@ impl Vm {
                 &cached[..]
             }
         };
-        let compiled = self.compile(source)?;
+        let compiled = Rc::new(self.compile(source)?);
         self.scripts.keep(*sha, source);
         self.compiled.insert(*sha, compiled.clone());
         Ok(compiled)
@@ -153,7 +172,11 @@ impl Vm {
         let (body, read_only) = shebang(source).map_err(|text| error_line(&text))?;
         let chunk = self.lua.load(&body[..]).set_name("@user_script").set_mode(mlua::chunk::ChunkMode::Text);
         match chunk.set_environment(self.env.clone()).into_function() {
-            Ok(function) => Ok(Compiled { function, read_only }),
+            Ok(function) => {
+                let reference = run::refer(&self.lua, function)
+                    .map_err(|error| error_line(&format!("ERR Error compiling script: {error}")))?;
+                Ok(Compiled { reference, read_only })
+            }
             Err(error) => {
                 let text = match error {
                     mlua::Error::SyntaxError { message, .. } => message,
@@ -176,132 +199,24 @@ impl Vm {
     ) {
         let running = &self.scripts.running[self.worker];
         running.start(crate::sys::clock::now().ms());
-        let outcome = self.run_inner(&script.function, (keys, argv), caller);
+        call::set_resp(2);
+        let refs = Refs { handler: self.handler, env: self.env_ref, script: script.reference };
+        let ended = super::current::with_caller(caller, || {
+            run::run(&self.lua, refs, (keys, argv), self.scripts.memory_max, (call::resp, resp3), out)
+        });
         let killed = running.killed();
         running.end();
+        let failed = matches!(ended, Ended::Failed(_));
+        if let Ended::Failed(error) = ended {
+            failure(error, (sha, killed), out);
+        }
         // What a failed or greedy script left goes now, not when the collector gets to it: the
         // next script must find the room it had.
-        if !matches!(outcome, Ok((true, _))) || self.lua.used_memory() > self.scripts.memory_max / 2 {
+        if failed || self.lua.used_memory() > self.scripts.memory_max / 2 {
             let _ = self.lua.gc_collect();
         }
         self.scripts.memory[self.worker].store(self.lua.used_memory(), Relaxed);
-        match outcome {
-            Ok((true, value)) => lua_to_reply(&value, (self.resp.get() == 3, resp3), out),
-            Ok((false, value)) => failure(&value, (sha, killed), out),
-            Err(error) => out
-                .extend_from_slice(&error_line(&format!("ERR Error running script {}: {error}", text(sha)))),
-        }
     }
-
-    fn run_inner<'k>(
-        &self,
-        function: &Function,
-        (keys, argv): (impl Iterator<Item = &'k [u8]>, impl Iterator<Item = &'k [u8]>),
-        caller: &mut dyn Caller,
-    ) -> mlua::Result<(bool, Value)> {
-        let lua = &self.lua;
-        // The runner makes KEYS and ARGV of its arguments (tables made in Lua cost less than
-        // mlua's calls that would make them here).
-        let mut args = vec![Value::Function(function.clone()), Value::Integer(0)];
-        for key in keys {
-            args.push(Value::String(lua.create_string(key)?));
-        }
-        args[1] = Value::Integer(args.len() as i64 - 2);
-        for arg in argv {
-            args.push(Value::String(lua.create_string(arg)?));
-        }
-        self.resp.set(2);
-        super::current::with_caller(caller, || {
-            // The script's own allocations are held to its limit; the server's (made while
-            // no limit is set) are not, and `redis.call` lifts it while it runs: mlua guards
-            // each of its own allocations with a protected call while a limit is set.
-            lua.set_memory_limit(self.scripts.memory_max)?;
-            let ran = self.run.call::<(bool, Value)>(MultiValue::from_iter(args));
-            lua.set_memory_limit(0)?;
-            ran
-        })
-    }
-}
-
-/// `redis.call` (`raise`: its errors are raised) or `redis.pcall`, made once for a state
-/// (`resp`: the version `redis.setresp` chose; `hidden`: prelude.lua's table; `max`: the
-/// state's memory limit, lifted while the call runs).
-fn redis_call(
-    lua: &Lua,
-    (resp, hidden, max): (Rc<Cell<u8>>, Table, usize),
-    raise: bool,
-) -> mlua::Result<Function> {
-    let mut frame = Vec::new();
-    let mut reply = Vec::new();
-    lua.create_function_mut(move |lua, values: MultiValue| {
-        lua.set_memory_limit(0)?;
-        let answer = call_once(lua, (&mut frame, &mut reply), resp.get() == 3, values);
-        let answer = answer.and_then(|(value, failed)| {
-            if failed && raise {
-                // Raised as the error table (prelude.lua's handler takes it from there).
-                hidden.raw_set("raised", value)?;
-                return Err(mlua::Error::runtime("redis.call failed"));
-            }
-            Ok(value)
-        });
-        lua.set_memory_limit(max)?;
-        answer
-    })
-}
-
-/// One call: `values` written as a RESP frame, run by the current caller, its reply made a
-/// Lua value; and whether the reply is an error.
-fn call_once(
-    lua: &Lua,
-    (frame, reply): (&mut Vec<u8>, &mut Vec<u8>),
-    resp3: bool,
-    values: MultiValue,
-) -> mlua::Result<(Value, bool)> {
-    if values.is_empty() {
-        return failed(lua, "ERR Please specify at least one argument for this redis lib call");
-    }
-    frame.clear();
-    frame.push(b'*');
-    push_decimal(frame, values.len());
-    let mut name = 0..0;
-    for (at, value) in values.iter().enumerate() {
-        let (text, number);
-        let bytes: &[u8] = match value {
-            Value::String(string) => {
-                text = string.as_bytes();
-                &text
-            }
-            Value::Integer(integer) => {
-                number = integer.to_string();
-                number.as_bytes()
-            }
-            Value::Number(float) => {
-                number = super::convert::g17(*float);
-                number.as_bytes()
-            }
-            _ => return failed(lua, "ERR Lua redis lib command arguments must be strings or integers"),
-        };
-        frame.push(b'$');
-        push_decimal(frame, bytes.len());
-        if at == 0 {
-            name = frame.len()..frame.len() + bytes.len();
-        }
-        frame.extend_from_slice(bytes);
-        frame.extend_from_slice(b"\r\n");
-    }
-    reply.clear();
-    let ran = super::current::with_current(|caller| caller.call(frame, &frame[name.clone()], resp3, reply));
-    if ran.is_none() {
-        return failed(lua, "ERR redis.call/pcall can only be called inside a script invocation");
-    }
-    let value = reply_to_lua(lua, reply)?;
-    Ok((value, reply.first() == Some(&b'-')))
-}
-
-/// `number` in decimal and a line end.
-fn push_decimal(out: &mut Vec<u8>, number: usize) {
-    out.extend_from_slice(itoa::Buffer::new().format(number).as_bytes());
-    out.extend_from_slice(b"\r\n");
 }
 
 /// The line the innermost function of the running script is at (`None`: no script's
@@ -317,11 +232,6 @@ fn script_line(lua: &Lua) -> Option<usize> {
 /// EVALSHA of a script the cache does not hold.
 pub(crate) const NOSCRIPT: &[u8] = b"-NOSCRIPT No matching script. Please use EVAL.\r\n";
 
-/// `redis.call`'s answer for a call refused before it ran: the error, raised.
-fn failed(lua: &Lua, text: &str) -> mlua::Result<(Value, bool)> {
-    Ok((super::convert::error_table(lua, text.as_bytes())?, true))
-}
-
 fn text(sha: &Sha) -> &str {
     std::str::from_utf8(sha).unwrap_or_default()
 }
@@ -335,32 +245,30 @@ fn error_line(text: &str) -> Vec<u8> {
     line
 }
 
-/// The reply of a script that failed with `value` (prelude.lua's handler's table, or the
-/// text of an error no handler saw: out of memory).
-fn failure(value: &Value, (sha, killed): (&Sha, bool), out: &mut Vec<u8>) {
-    let Value::Table(error) = value else {
-        let what = match value {
-            Value::String(text) => text.to_string_lossy(),
-            _ => "execution failure".to_string(),
-        };
-        let text = if what.contains("not enough memory") {
-            "OOM the script ran out of memory (-o lua_memory_max)".to_string()
-        } else {
-            format!("ERR Error running script {}, {what}", text(sha))
-        };
-        return out.extend_from_slice(&error_line(&text));
+/// The reply of a script that failed: prelude.lua's handler's table's fields (`err`,
+/// `source`, `line`), or the text of an error no handler saw (out of memory).
+fn failure(
+    error: Result<[Option<String>; 3], Option<String>>,
+    (sha, killed): (&Sha, bool),
+    out: &mut Vec<u8>,
+) {
+    let [err, source, line] = match error {
+        Ok(fields) => fields,
+        Err(what) => {
+            let what = what.unwrap_or_else(|| "execution failure".to_string());
+            let text = if what.contains("not enough memory") {
+                "OOM the script ran out of memory (-o lua_memory_max)".to_string()
+            } else {
+                format!("ERR Error running script {}, {what}", text(sha))
+            };
+            return out.extend_from_slice(&error_line(&text));
+        }
     };
-    let field = |name: &str| match error.raw_get::<Value>(name) {
-        Ok(Value::String(text)) => Some(text.to_string_lossy()),
-        Ok(Value::Integer(number)) => Some(number.to_string()),
-        Ok(Value::Number(number)) => Some((number as i64).to_string()),
-        _ => None,
-    };
-    let mut message = if killed { KILLED.to_string() } else { field("err").unwrap_or_default() };
+    let mut message = if killed { KILLED.to_string() } else { err.unwrap_or_default() };
     if let Some(stripped) = message.strip_prefix('-') {
         message = stripped.to_string();
     }
-    if let (Some(source), Some(line)) = (field("source"), field("line")) {
+    if let (Some(source), Some(line)) = (source, line) {
         message = format!("{message} script: {}, on {source}:{line}.", text(sha));
     }
     out.extend_from_slice(&error_line(&message));

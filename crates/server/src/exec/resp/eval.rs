@@ -118,6 +118,12 @@ impl Engine {
     }
 }
 
+/// Whether a script's call may reach `key` here: its partition is held (a key too long to
+/// be one is refused by its command).
+fn key_held(engine: &Engine, key: &[u8]) -> bool {
+    key.len() > qs_proto::RESP_KEY_BYTES_MAX || engine.owns(engine.locate(key).1)
+}
+
 /// A running script's calls into the engine.
 struct Calls<'e> {
     engine: &'e mut Engine,
@@ -155,9 +161,12 @@ impl vm::Caller for Calls<'_> {
         let engine = &mut *self.engine;
         let dialect = if resp3 { Dialect::Resp3 } else { Dialect::Resp };
         // Its keys into the script's database, as a connection's requests are
-        // (qs_proto::resp::db).
+        // (qs_proto::resp::db): in database 0 only a MOVE's or a COPY's.
         let mut mapped = Vec::new();
-        let frame = match qs_proto::resp::frame_of(frame) {
+        let mappable =
+            engine.db != 0 || name.eq_ignore_ascii_case(b"move") || name.eq_ignore_ascii_case(b"copy");
+        let parsed = if mappable { qs_proto::resp::frame_of(frame) } else { None };
+        let frame = match parsed {
             Some((Ok(parsed), _)) if engine.db != 0 || qs_proto::resp::db::needs_map(&parsed) => {
                 let databases = engine.limits.databases;
                 match qs_proto::resp::db::map(&parsed, engine.db, databases, &mut mapped) {
@@ -175,12 +184,14 @@ impl vm::Caller for Calls<'_> {
             qs_proto::Parsed::Refused { reply, .. } => return out.extend_from_slice(reply.as_bytes()),
             _ => return refuse(out, b"ERR the script's call could not be read"),
         };
-        let held = match names(&request, &engine.limits, 0) {
-            Names::Nothing => true,
-            Names::Keys(keys) => keys
-                .iter()
-                .all(|key| key.len() > qs_proto::RESP_KEY_BYTES_MAX || engine.owns(engine.locate(key).1)),
-            Names::Everything => engine.partitions.iter().all(Option::is_some),
+        let held = match &request {
+            // One key (what most calls name), without making a list of it.
+            qs_proto::Request::RespKey(command) => key_held(engine, command.key),
+            _ => match names(&request, &engine.limits, 0) {
+                Names::Nothing => true,
+                Names::Keys(keys) => keys.iter().all(|key| key_held(engine, key)),
+                Names::Everything => engine.partitions.iter().all(Option::is_some),
+            },
         };
         if !held {
             let running = &engine.shared.scripts.running[engine.worker];
