@@ -360,3 +360,81 @@ fn skip_values(bytes: &[u8], at: &mut usize, values: usize) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::current::with_caller;
+    use super::super::vm::Caller;
+    use mlua::{Lua, Table};
+
+    /// Keeps each frame it is called with, and answers with `reply`.
+    struct Recorder {
+        frames: Vec<String>,
+        reply: &'static [u8],
+    }
+
+    impl Caller for Recorder {
+        fn call(&mut self, frame: &[u8], name: &[u8], _resp3: bool, out: &mut Vec<u8>) {
+            assert!(frame.windows(name.len()).any(|window| window == name));
+            self.frames.push(String::from_utf8_lossy(frame).into_owned());
+            out.extend_from_slice(self.reply);
+        }
+    }
+
+    fn state() -> (Lua, Table) {
+        let lua = Lua::new();
+        let table = lua.create_table().unwrap();
+        super::register(&lua, &table).unwrap();
+        lua.globals().set("H", table.clone()).unwrap();
+        (lua, table)
+    }
+
+    #[test]
+    fn arguments_become_a_frame_as_redis_server_writes_them() {
+        let (lua, _) = state();
+        let mut recorder = Recorder { frames: Vec::new(), reply: b"+OK\r\n" };
+        let answer: String = with_caller(&mut recorder, || {
+            lua.load("return H.call('set', 'k', 1.5, 3, -0.0, 1e20, 2^53).ok").eval().unwrap()
+        });
+        assert_eq!(answer, "OK");
+        assert_eq!(
+            recorder.frames,
+            ["*7\r\n$3\r\nset\r\n$1\r\nk\r\n$3\r\n1.5\r\n$1\r\n3\r\n$2\r\n-0\r\n$5\r\n1e+20\r\n$16\r\n9007199254740992\r\n"]
+        );
+        let refused: String = with_caller(&mut recorder, || {
+            lua.load("local ok, err = pcall(H.call, 'set', {}) return err.err").eval().unwrap()
+        });
+        assert_eq!(refused, "ERR Lua redis lib command arguments must be strings or integers");
+        let empty: String = with_caller(&mut recorder, || lua.load("return H.pcall().err").eval().unwrap());
+        assert_eq!(empty, "ERR Please specify at least one argument for this redis lib call");
+        assert_eq!(recorder.frames.len(), 1, "refused calls reach no command");
+    }
+
+    #[test]
+    fn a_failed_call_raises_its_error_table_and_pcall_returns_it() {
+        let (lua, _) = state();
+        let mut recorder = Recorder { frames: Vec::new(), reply: b"-WRONGTYPE Operation against a key\r\n" };
+        let (raised, returned): (String, String) = with_caller(&mut recorder, || {
+            lua.load(
+                "local ok, err = pcall(H.call, 'get', 'k') assert(not ok)
+                 return err.err, H.pcall('get', 'k').err",
+            )
+            .eval()
+            .unwrap()
+        });
+        assert_eq!(raised, "WRONGTYPE Operation against a key");
+        assert_eq!(returned, "WRONGTYPE Operation against a key");
+        // Inside a coroutine too (its own Lua thread's stack).
+        let in_coroutine: String = with_caller(&mut recorder, || {
+            lua.load("return coroutine.wrap(function() return H.pcall('get', 'k').err end)()").eval().unwrap()
+        });
+        assert_eq!(in_coroutine, "WRONGTYPE Operation against a key");
+    }
+
+    #[test]
+    fn outside_a_run_a_call_is_refused() {
+        let (lua, _) = state();
+        let text: String = lua.load("return H.pcall('get', 'k').err").eval().unwrap();
+        assert_eq!(text, "ERR redis.call/pcall can only be called inside a script invocation");
+    }
+}
