@@ -9,6 +9,8 @@ redis-server; and the same SETs alone, so the EVALSHA's own share is their diffe
     scripts/bench-scripts.py                 depth 1 and 16
     scripts/bench-scripts.py --batches 400   per connection (default 200 at depth 1, 20 at 16)
     scripts/bench-scripts.py --depths 1 --keep /tmp/cg   one depth, its callgrind dumps kept
+    scripts/bench-scripts.py --cpu           server CPU time per EVALSHA instead, under
+                                             redis-benchmark (rounds interleaved; see cpu_main)
 """
 import argparse
 import glob
@@ -22,7 +24,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import instructions as ins  # noqa: E402
-from benchlib import free_port  # noqa: E402
+from benchlib import cpu_seconds, free_port, wait_port  # noqa: E402
 
 RELEASE = (b"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
            b"else return 0 end")
@@ -82,12 +84,68 @@ def measure(cmd, port, count, depth, keep=None, name=""):
     return results
 
 
+def preload(port, count):
+    """`SET lock:N token` for N below `count`: every lock taken, so a release finds its token."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        for start in range(0, count, 1000):
+            batch = b"".join(frame(b"SET", b"lock:%012d" % n, b"token") for n in range(start, min(start + 1000, count)))
+            s.sendall(batch)
+            want, got = b"+OK\r\n" * (min(start + 1000, count) - start), b""
+            while len(got) < len(want):
+                got += s.recv(65536)
+
+
+def cpu_main(args):
+    """Server CPU time (user + system, /proc) per EVALSHA of the release script, sent by
+    redis-benchmark (50 connections, random keys lock:N of 100,000, each taken first with
+    `SET lock:N token`: a release finds its token and deletes it, a second one of the same key
+    finds none), quicksilver `-t 1` and redis-server 7.0 both running, their rounds
+    interleaved; the median of `--rounds` per server and depth."""
+    binary = os.path.join(ins.ROOT, "target", "release", "quicksilver")
+    servers = []
+    try:
+        port, resp = free_port(), free_port()
+        proc = subprocess.Popen([binary, "-t", "1", "-p", str(port), "-U", "0", "-m", "256",
+                                 "-l", f"proto[resp]:127.0.0.1:{resp}"], stdout=subprocess.DEVNULL)
+        servers.append(("quicksilver -t 1", resp, proc))
+        port = free_port()
+        proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        servers.append(("redis-server 7.0", port, proc))
+        for _, port, _ in servers:
+            wait_port(port)
+        shas = {name: load_script(port) for name, port, _ in servers}
+        print("| server | depth | CPU µs per EVALSHA (median) | rounds |\n|---|---|---|---|")
+        for depth in (int(depth) for depth in args.depths.split(",")):
+            requests = 200_000 if depth > 1 else 60_000
+            results = {name: [] for name, _, _ in servers}
+            for _ in range(args.rounds):
+                for name, port, proc in servers:
+                    preload(port, 100_000)
+                    before = cpu_seconds(proc.pid)
+                    subprocess.run(["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(requests), "-P", str(depth),
+                                    "-r", "100000", "-q", "EVALSHA", shas[name].decode(), "1", "lock:__rand_int__",
+                                    "token"], check=True, capture_output=True)
+                    results[name].append((cpu_seconds(proc.pid) - before) / requests * 1e6)
+            for name, samples in results.items():
+                print(f"| {name} | {depth} | {sorted(samples)[len(samples) // 2]:.2f} | "
+                      f"{', '.join(f'{x:.2f}' for x in samples)} |", flush=True)
+    finally:
+        for _, _, proc in servers:
+            proc.terminate()
+            proc.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, help="batches per connection")
     parser.add_argument("--keep", help="copy each callgrind dump into this folder (for callgrind_annotate)")
     parser.add_argument("--depths", default="1,16", help="the depths to measure (default 1,16)")
+    parser.add_argument("--cpu", action="store_true", help="CPU time per EVALSHA under redis-benchmark instead")
+    parser.add_argument("--rounds", type=int, default=5, help="with --cpu: rounds per server and depth")
     args = parser.parse_args()
+    if args.cpu:
+        return cpu_main(args)
     binary = os.path.join(ins.ROOT, "target", "release", "quicksilver")
     print("| server | depth | SET | SET + EVALSHA release | the EVALSHA |\n|---|---|---|---|---|")
     for depth in (int(depth) for depth in args.depths.split(",")):
