@@ -144,10 +144,7 @@ impl Answer<'_> {
                 true
             }
             Answer::Meta(meta) => crate::meta::reply::hit_head(meta, hit, cas, now_secs, out),
-            Answer::Resp(_) => {
-                crate::resp::reply::head(hit, out);
-                true
-            }
+            Answer::Resp(reply) => crate::resp::reply::hit_head(reply, hit, out),
         }
     }
 

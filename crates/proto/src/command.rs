@@ -191,6 +191,10 @@ pub enum RespReply {
     Bulk,
     /// GET on a RESP3 connection (`HELLO 3`): a miss is RESP3's null, `_`.
     Bulk3,
+    /// One of MGET's values: as GET's, but a key holding a collection answers null.
+    Element,
+    /// MGET's value on a RESP3 connection.
+    Element3,
     /// SET: `+OK`, or the null bulk string when NX or XX kept it from storing.
     Ok,
     /// SET on a RESP3 connection: `+OK`, or `_`.
@@ -223,6 +227,7 @@ impl RespReply {
     pub const fn resp3(self) -> RespReply {
         match self {
             RespReply::Bulk => RespReply::Bulk3,
+            RespReply::Element => RespReply::Element3,
             RespReply::Ok => RespReply::Ok3,
             other => other,
         }

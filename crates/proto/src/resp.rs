@@ -8,6 +8,7 @@
 //!
 //! Which commands a frame names, their arity and options: [`command`]. Replies: [`reply`].
 
+pub mod collection;
 pub mod command;
 mod command_table;
 pub mod connection;

@@ -65,7 +65,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(45) {
+    let words: Vec<String> = match rng.below(50) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -163,8 +163,40 @@ fn command(rng: &mut Rng) -> Vec<String> {
             copy
         }
         44 => vec![rng.pick(&["DBSIZE", "DBSIZE", "DBSIZE", "FLUSHDB"]).into()],
+        45..=49 => hash_command(rng, k, v, n),
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
+    words
+}
+
+/// A hash command on `k` (which may hold a string: WRONGTYPE), over a few fields.
+fn hash_command(rng: &mut Rng, k: String, v: String, n: String) -> Vec<String> {
+    const FIELDS: &[&str] = &["f", "g", "h", "", "x\r\ny"];
+    let field = rng.pick(FIELDS).to_owned();
+    let other = rng.pick(FIELDS).to_owned();
+    let mut words: Vec<String> = match rng.below(12) {
+        0 | 1 => vec!["HSET".into(), k, field, v],
+        2 => vec!["HSET".into(), k, field, v, other, n],
+        3 => vec![rng.pick(&["HGET", "HEXISTS", "HSTRLEN"]).into(), k, field],
+        4 => vec!["HMGET".into(), k, field, other],
+        5 => vec![rng.pick(&["HGETALL", "HKEYS", "HVALS", "HLEN"]).into(), k],
+        6 => vec!["HDEL".into(), k, field, other],
+        7 => vec!["HINCRBY".into(), k, rng.pick(&["n", "f"]).into(), n],
+        // Steps a double adds exactly (redis-server adds in `long double`).
+        8 => vec![
+            "HINCRBYFLOAT".into(),
+            k,
+            "fl".into(),
+            rng.pick(&["1.5", "-2", "0.25", "x", "1e3", "inf"]).into(),
+        ],
+        9 => vec!["HSETNX".into(), k, field, v],
+        10 => vec!["HMSET".into(), k, field, v, other],
+        _ => vec!["HSCAN".into(), k, rng.pick(&["0", "x"]).into()],
+    };
+    if rng.chance(10) {
+        // Arity and syntax errors: a word short.
+        words.pop();
+    }
     words
 }
 

@@ -265,6 +265,9 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
             owned::setrange(first[0], first[1], frame.arg(3).unwrap_or_default(), limits.item_bytes_max)
         }
         "incrbyfloat" => owned::incrbyfloat(first[0], first[1]),
+        name if super::collection::COMMANDS.contains(&name) => {
+            super::collection::call(spelled, first[0], frame)
+        }
         "mset" | "msetnx" if argc % 2 == 0 => Call::Error(Refusal::Arity(spelled)),
         "mset" | "msetnx" => Call::Mset { frame: *frame, nx: spelled == "msetnx" },
         "time" => Call::Time,
@@ -394,6 +397,22 @@ const TABLE: &[(&str, i32)] = &[
     ("eval_ro", -3),
     ("evalsha_ro", -3),
     ("script", -2),
+    ("hset", -4),
+    ("hsetnx", 4),
+    ("hmset", -4),
+    ("hget", 3),
+    ("hmget", -3),
+    ("hgetall", 2),
+    ("hdel", -3),
+    ("hexists", 3),
+    ("hlen", 2),
+    ("hkeys", 2),
+    ("hvals", 2),
+    ("hstrlen", 3),
+    ("hincrby", 4),
+    ("hincrbyfloat", 4),
+    ("hrandfield", -2),
+    ("hscan", -3),
 ];
 
 pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {

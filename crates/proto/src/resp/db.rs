@@ -123,7 +123,7 @@ fn keys_of(name: &[u8], argc: usize) -> Keys {
         "incrby",
         "decrby",
     ];
-    if single.iter().any(|word| lower(word)) {
+    if single.iter().any(|word| lower(word)) || super::collection::is_command(name) {
         return ONE;
     }
     if ["del", "unlink", "exists", "mget", "watch"].iter().any(|word| lower(word)) {

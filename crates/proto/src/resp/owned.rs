@@ -77,6 +77,9 @@ pub enum Step<'a> {
         /// What.
         value: &'a [u8],
     },
+    /// A command on a collection (a hash), run on the key's item by the collection's rules
+    /// (super::collection).
+    Collection(super::collection::Command<'a>),
     /// INCRBYFLOAT: the value read as a float plus this.
     IncrByFloat(f64),
     /// RENAME (`nx`: RENAMENX) to this key: the value, flags and expiry move.
@@ -101,6 +104,9 @@ pub enum Step<'a> {
 impl<'a> Owned<'a> {
     /// Whether it only reads (a CREW reader may run it).
     pub fn read_only(&self) -> bool {
+        if let Step::Collection(command) = self.step {
+            return command.read_only();
+        }
         matches!(
             self.step,
             Step::GetRange { .. }

@@ -21,7 +21,7 @@ pub const fn null(resp3: bool) -> &'static [u8] {
 
 /// The null `reply` writes: `$-1` in RESP2, `_` in RESP3.
 pub const fn null_of(reply: Reply) -> &'static [u8] {
-    null(matches!(reply, Reply::Bulk3 | Reply::Ok3))
+    null(matches!(reply, Reply::Bulk3 | Reply::Ok3 | Reply::Element3))
 }
 
 /// The head of a map of `pairs` names and values: RESP3's map, or RESP2's flat array of
@@ -162,10 +162,19 @@ pub(crate) fn arith(outcome: &Outcome, out: &mut Vec<u8>) {
     }
 }
 
-/// What goes before a hit's value: the bulk string's length line.
+/// What goes before a hit's value: the bulk string's length line; whether the value
+/// follows. A collection is no string: GET answers WRONGTYPE, and MGET null in its place.
 #[inline(always)]
-pub(crate) fn head(hit: &Hit, out: &mut Vec<u8>) {
+pub(crate) fn hit_head(reply: Reply, hit: &Hit, out: &mut Vec<u8>) -> bool {
+    if super::collection::is_collection(hit.flags) {
+        out.extend_from_slice(match reply {
+            Reply::Element | Reply::Element3 => null_of(reply),
+            _ => super::collection::WRONGTYPE,
+        });
+        return false;
+    }
     bulk_head(hit.value_len, out);
+    true
 }
 
 /// EXPIRE's reply: whether the key was there.
@@ -190,7 +199,19 @@ pub(crate) fn inspect(reply: Reply, found: Option<&Hit>, now: Now, out: &mut Vec
             ms => (ms + 500) / 1000,
         },
         (Reply::Type, found) => {
-            return out.extend_from_slice(if found.is_some() { b"+string\r\n" } else { b"+none\r\n" });
+            let kind = found.and_then(|hit| super::collection::Kind::of_flags(hit.flags));
+            return match (found, kind) {
+                (_, Some(kind)) => {
+                    out.push(b'+');
+                    out.extend_from_slice(kind.name().as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                (Some(_), None) => out.extend_from_slice(b"+string\r\n"),
+                (None, _) => out.extend_from_slice(b"+none\r\n"),
+            };
+        }
+        (Reply::Strlen, Some(hit)) if super::collection::is_collection(hit.flags) => {
+            return out.extend_from_slice(super::collection::WRONGTYPE);
         }
         (Reply::Strlen, found) => found.map_or(0, |hit| hit.value_len as i64),
         (Reply::Pttl, Some(hit)) => left(hit),

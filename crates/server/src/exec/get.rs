@@ -234,7 +234,8 @@ impl Engine {
         }
         let (key, how) = match *request {
             Request::Get { kind, keys, single: true } => (keys, How::Text(kind)),
-            Request::RespKey(cmd::Command { key, op: cmd::Op::Get(get), answer }) => {
+            // GETEX's touch takes the general path, which refuses it on a collection first.
+            Request::RespKey(cmd::Command { key, op: cmd::Op::Get(get), answer }) if get.touch.is_none() => {
                 (key, How::Command(get, answer))
             }
             Request::Binary(ref binary) if open => match binary.key_command()? {

@@ -28,6 +28,17 @@ impl Engine {
             return Exec::Done;
         }
         let key = self.key(key, at);
+        if let Answer::Resp(_) = answer {
+            // INCR's kin and APPEND read the value as a string, and GETEX touches only a
+            // string: a collection is not one.
+            let string_write = matches!(op, Op::Count { .. } | Op::Arith(_))
+                || matches!(op, Op::Store(store) if store.mode == StoreMode::Append)
+                || matches!(op, Op::Get(get) if get.touch.is_some());
+            if string_write && self.holds_collection(key) {
+                out.extend_from_slice(qs_proto::resp::collection::WRONGTYPE);
+                return Exec::Done;
+            }
+        }
         if let (Answer::Meta(_), false) = (answer, matches!(op, Op::TooLarge { .. })) {
             self.counters.meta_cmds += 1;
         }
@@ -184,6 +195,11 @@ impl Engine {
 
     /// The item as it stands, read without changing it (through the reader when there is
     /// one, else a plain get); its value is left in the scratch buffer.
+    /// Whether `key`'s item is a Redis collection (a hash), which string commands refuse.
+    fn holds_collection(&mut self, key: Key<'_>) -> bool {
+        matches!(self.read_unchanged(key), Outcome::Hit(hit) if qs_proto::resp::collection::is_collection(hit.flags))
+    }
+
     pub(super) fn read_unchanged(&mut self, key: Key<'_>) -> Outcome {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();

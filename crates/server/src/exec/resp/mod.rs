@@ -6,6 +6,7 @@
 //! (scan.rs).
 
 mod eval;
+mod hash;
 pub(super) use eval::Retry;
 mod keys;
 mod owned;
@@ -337,7 +338,7 @@ impl Engine {
             out.extend_from_slice(b"\r\n");
         }
         let mut present = 0;
-        let wording = if frame.resp3() { RespReply::Bulk3 } else { RespReply::Bulk };
+        let wording = if frame.resp3() { RespReply::Element3 } else { RespReply::Element };
         for key in keys {
             if key.is_empty() || key.len() > qs_proto::RESP_KEY_BYTES_MAX {
                 // Never stored here: a miss.

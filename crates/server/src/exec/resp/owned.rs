@@ -9,12 +9,12 @@ use qs_proto::resp::owned::{format_float, Owned, Step, When};
 use qs_proto::resp::reply;
 
 /// The item as it stood: its value, flags and expiry (0: never).
-struct Current {
-    value: Vec<u8>,
-    flags: u32,
-    expiry: Expiry,
+pub(super) struct Current {
+    pub value: Vec<u8>,
+    pub flags: u32,
+    pub expiry: Expiry,
     /// Last read or written, unix seconds.
-    last_access: u32,
+    pub last_access: u32,
 }
 
 /// OBJECT FREQ's refusal, as redis-server's under an LRU policy (CONFIG GET maxmemory-policy
@@ -47,6 +47,20 @@ impl Engine {
             return out.extend_from_slice(SPREAD);
         }
         let current = self.current(key);
+        let string_only = matches!(
+            step,
+            Step::GetDel
+                | Step::Set { get: true, .. }
+                | Step::GetRange { .. }
+                | Step::SetRange { .. }
+                | Step::IncrByFloat(_)
+                | Step::GetExRefused { .. }
+        );
+        if string_only
+            && current.as_ref().is_some_and(|item| qs_proto::resp::collection::is_collection(item.flags))
+        {
+            return out.extend_from_slice(qs_proto::resp::collection::WRONGTYPE);
+        }
         match step {
             Step::GetDel => {
                 self.counters.cmd_get += 1;
@@ -104,6 +118,7 @@ impl Engine {
             Step::IncrByFloat(by) => self.incrbyfloat((key, fd), current, by, out),
             Step::Rename { to, nx, moving } => self.rename((key, fd), current, (to, nx, moving), out),
             Step::Copy { to, replace } => self.copy(current, (to, replace), fd, out),
+            Step::Collection(command) => self.hash_command((key, fd), current, (command, resp3), out),
         }
     }
 
@@ -319,7 +334,7 @@ impl Engine {
 
 /// The exptime that keeps an item's expiry: its unix time in milliseconds (which the store
 /// reads as one), or 0 for none.
-fn keep(current: Option<&Current>) -> i64 {
+pub(super) fn keep(current: Option<&Current>) -> i64 {
     current.map_or(0, |item| item.expiry.ms() as i64)
 }
 

@@ -180,7 +180,7 @@ fn array<'a>(items: impl Iterator<Item = &'a [u8]>, len: usize, out: &mut Vec<u8
 
 /// A number below `bound` (not 0), from the clock's nanoseconds mixed (splitmix64): RANDOMKEY
 /// needs spread, not secrecy.
-fn random_below(bound: usize) -> usize {
+pub(super) fn random_below(bound: usize) -> usize {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let mut z = nanos.as_nanos() as u64 ^ 0x9E37_79B9_7F4A_7C15;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -1,0 +1,206 @@
+//! Redis's collections as cache items (issue 77): a hash is an item like any other, its
+//! fields and values encoded in its value and its type in its client flags, so it lives in the
+//! log, is evicted, expires, is charged to `-m` and survives a restart as one key.
+//!
+//! The value is the collection's elements in order, each a length (LEB128, one byte up to
+//! 127) and its bytes; a hash's are its fields and values in turn, in the order redis-server's
+//! listpack keeps them (a new field at the end, an updated one in its place). A command reads
+//! the item, changes the elements and writes the item back whole: the compact form Redis
+//! keeps small collections in, at every size; the largest collection is the largest item
+//! (`-I`), and a write past it is refused (`-ERR object too large for cache`).
+//!
+//! The flags say the type: `FLAGS_BASE` plus the type's number. memcached's protocols read
+//! such an item as any other (`get` answers the encoded value with those flags); a memcached
+//! client that stores an item with them makes a key Redis's commands read as that type, and
+//! one whose value does not decode answers [`CORRUPT`].
+
+use super::command::{Call, Refusal};
+use super::owned::{Owned, Step};
+use super::Frame;
+
+/// The flags of a collection's item, less its type's number (`QS` and `0xC0`).
+pub const FLAGS_BASE: u32 = 0x5153_C000;
+
+/// `WRONGTYPE`, as redis-server words it.
+pub const WRONGTYPE: &[u8] = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+
+/// The answer for an item whose flags name a collection and whose value does not decode as
+/// one (a memcached client's item with those flags).
+pub const CORRUPT: &[u8] = b"-ERR the key's item has a collection's flags but not its encoding\r\n";
+
+/// A collection's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A hash: fields and their values.
+    Hash = 1,
+}
+
+impl Kind {
+    /// The flags of an item of this type.
+    pub const fn flags(self) -> u32 {
+        FLAGS_BASE | self as u32
+    }
+
+    /// The type an item's `flags` say it holds (`None`: a string).
+    #[inline(always)]
+    pub const fn of_flags(flags: u32) -> Option<Kind> {
+        match flags {
+            f if f == Kind::Hash.flags() => Some(Kind::Hash),
+            _ => None,
+        }
+    }
+
+    /// TYPE's answer.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Hash => "hash",
+        }
+    }
+}
+
+/// Whether an item of `flags` is a collection (Redis's string commands refuse it).
+#[inline(always)]
+pub const fn is_collection(flags: u32) -> bool {
+    flags & !0xff == FLAGS_BASE && Kind::of_flags(flags).is_some()
+}
+
+/// Appends `element` to an encoded collection.
+pub fn push(out: &mut Vec<u8>, element: &[u8]) {
+    let mut len = element.len();
+    while len >= 0x80 {
+        out.push((len as u8 & 0x7f) | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+    out.extend_from_slice(element);
+}
+
+/// The bytes [`push`] writes for an element of `len` bytes.
+pub const fn encoded_len(len: usize) -> usize {
+    let mut head = 1;
+    let mut rest = len >> 7;
+    while rest > 0 {
+        head += 1;
+        rest >>= 7;
+    }
+    head + len
+}
+
+/// The elements of an encoded collection, in order; `None` if it does not decode.
+pub fn elements(mut bytes: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut elements = Vec::new();
+    while !bytes.is_empty() {
+        let (mut len, mut shift, mut at) = (0usize, 0u32, 0);
+        loop {
+            let byte = *bytes.get(at)?;
+            at += 1;
+            len |= usize::from(byte & 0x7f).checked_shl(shift)?;
+            if byte & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+            if shift > 35 {
+                return None;
+            }
+        }
+        let element = bytes.get(at..at.checked_add(len)?)?;
+        elements.push(element);
+        bytes = &bytes[at + len..];
+    }
+    Some(elements)
+}
+
+/// The commands on collections served, as the command table spells them (each names its key
+/// first).
+pub const COMMANDS: &[&str] = &[
+    "hset",
+    "hsetnx",
+    "hmset",
+    "hget",
+    "hmget",
+    "hgetall",
+    "hdel",
+    "hexists",
+    "hlen",
+    "hkeys",
+    "hvals",
+    "hstrlen",
+    "hincrby",
+    "hincrbyfloat",
+    "hrandfield",
+    "hscan",
+];
+
+/// Whether `name` is one of [`COMMANDS`] (any case).
+pub fn is_command(name: &[u8]) -> bool {
+    COMMANDS.iter().any(|spelled| name.eq_ignore_ascii_case(spelled.as_bytes()))
+}
+
+/// A command on a collection: routed to its key's owner as an [`Owned`] step, its arguments
+/// read there from the frame (the arity is checked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Command<'a> {
+    /// The command's name as the table spells it (`hset`).
+    pub name: &'static str,
+    /// The request: the key is argument 1.
+    pub frame: Frame<'a>,
+}
+
+impl<'a> Command<'a> {
+    /// The arguments after the key.
+    pub fn args(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
+        self.frame.args().skip(2)
+    }
+
+    /// Whether it only reads (a CREW reader may run it).
+    pub fn read_only(&self) -> bool {
+        matches!(
+            self.name,
+            "hget"
+                | "hmget"
+                | "hgetall"
+                | "hexists"
+                | "hlen"
+                | "hkeys"
+                | "hvals"
+                | "hstrlen"
+                | "hrandfield"
+                | "hscan"
+        )
+    }
+}
+
+/// The call of the collection command `name` (its arity checked) on `key`; HSET's and HMSET's
+/// pairs are counted here, as redis-server counts them before it looks at the key.
+pub(super) fn call<'a>(name: &'static str, key: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
+    if matches!(name, "hset" | "hmset") && frame.argc() % 2 == 1 {
+        return Call::Error(Refusal::Arity(name));
+    }
+    Call::Owned(Owned { key, step: Step::Collection(Command { name, frame: *frame }) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_round_trip_with_their_lengths() {
+        let long = vec![b'x'; 300];
+        let mut bytes = Vec::new();
+        for element in [&b""[..], b"a", &long, &[0x80, 0xff]] {
+            push(&mut bytes, element);
+        }
+        assert_eq!(bytes.len(), encoded_len(0) + encoded_len(1) + encoded_len(300) + encoded_len(2));
+        assert_eq!(elements(&bytes).unwrap(), vec![&b""[..], b"a", &long, &[0x80, 0xff]]);
+        assert_eq!(elements(&bytes[..bytes.len() - 1]), None, "cut short");
+        assert_eq!(elements(&[0x85]), None, "a length without its end");
+        assert_eq!(elements(&[0xff; 8]), None, "a length past 2^35");
+    }
+
+    #[test]
+    fn flags_name_the_type() {
+        assert_eq!(Kind::of_flags(Kind::Hash.flags()), Some(Kind::Hash));
+        assert!(is_collection(0x5153_C001));
+        assert!(!is_collection(0) && !is_collection(0x5153_C000) && !is_collection(0x5153_C0ff));
+    }
+}
