@@ -447,6 +447,8 @@ fn new_shared(
     let databases_used = config.memory_file.is_some() || config.warm_from.is_some();
     Shared {
         databases_used: std::sync::atomic::AtomicBool::new(databases_used),
+        encoding_settings: qs_proto::resp::collection::SETTING_DEFAULTS
+            .map(std::sync::atomic::AtomicI64::new),
         explicit_cas: Default::default(),
         rings: crate::shared::IoRings::new(flash_on.then(|| flashio::FlashIo::new(workers))),
         front_epochs,

@@ -136,6 +136,29 @@ pub fn is_command(name: &[u8]) -> bool {
     COMMANDS.iter().any(|spelled| name.eq_ignore_ascii_case(spelled.as_bytes()))
 }
 
+/// redis-server 7.0's thresholds between a collection's compact encoding and its larger ones,
+/// each with the slot of [`SETTING_DEFAULTS`] it shares with its alias: CONFIG SET takes an
+/// integer for each and CONFIG GET reads it back, and they change nothing here (one compact
+/// encoding at every size).
+pub const SETTINGS: &[(&str, usize)] = &[
+    ("hash-max-listpack-entries", 0),
+    ("hash-max-ziplist-entries", 0),
+    ("hash-max-listpack-value", 1),
+    ("hash-max-ziplist-value", 1),
+    ("set-max-intset-entries", 2),
+    ("zset-max-listpack-entries", 3),
+    ("zset-max-ziplist-entries", 3),
+    ("zset-max-listpack-value", 4),
+    ("zset-max-ziplist-value", 4),
+    ("list-max-listpack-size", 5),
+    ("list-max-ziplist-size", 5),
+    ("list-compress-depth", 6),
+];
+/// How many values [`SETTINGS`] keeps.
+pub const SETTINGS_KEPT: usize = 7;
+/// redis-server's defaults of [`SETTINGS`]' values.
+pub const SETTING_DEFAULTS: [i64; SETTINGS_KEPT] = [128, 64, 512, 128, 64, -2, 0];
+
 /// A command on a collection: routed to its key's owner as an [`Owned`] step, its arguments
 /// read there from the frame (the arity is checked).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +224,6 @@ mod tests {
     fn flags_name_the_type() {
         assert_eq!(Kind::of_flags(Kind::Hash.flags()), Some(Kind::Hash));
         assert!(is_collection(0x5153_C001));
-        assert!(!is_collection(0) && !is_collection(0x5153_C000) && !is_collection(0x5153_C0ff));
+        assert!(!is_collection(0) && !is_collection(0x5153_C000) && !is_collection(0x5153_C0FF));
     }
 }

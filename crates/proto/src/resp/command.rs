@@ -204,16 +204,10 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
     if let Some(call) = super::script::early(frame, name) {
         return call;
     }
-    let Some(&(spelled, arity)) =
-        TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
-    else {
-        return unknown(frame, name);
+    let spelled = match looked_up(frame, name) {
+        Ok(spelled) => spelled,
+        Err(refused) => return refused,
     };
-    // redis-server's arity: exactly N, or at least -N.
-    let fits = if arity > 0 { argc == arity as usize } else { argc >= arity.unsigned_abs() as usize };
-    if !fits {
-        return Call::Error(Refusal::Arity(spelled));
-    }
     // The arguments after the name (the arity is checked: the ones named are there).
     let first =
         [args.next().unwrap_or_default(), args.next().unwrap_or_default(), args.next().unwrap_or_default()];
@@ -289,6 +283,22 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "incrby" => count(first[0], first[1], false),
         _ => count(first[0], first[1], true),
     }
+}
+
+/// The command table's spelling of `name`, once its arity is checked (redis-server's: exactly
+/// N, or at least -N); else the refusal.
+fn looked_up<'a>(frame: &Frame<'a>, name: &[u8]) -> Result<&'static str, Call<'a>> {
+    let Some(&(spelled, arity)) =
+        TABLE.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes()))
+    else {
+        return Err(unknown(frame, name));
+    };
+    let argc = frame.argc();
+    let fits = if arity > 0 { argc == arity as usize } else { argc >= arity.unsigned_abs() as usize };
+    if !fits {
+        return Err(Call::Error(Refusal::Arity(spelled)));
+    }
+    Ok(spelled)
 }
 
 /// A command not in the table: SWAPDB refused by name (databases are namespaces of keys in

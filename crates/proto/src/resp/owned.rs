@@ -42,6 +42,9 @@ pub enum Step<'a> {
     IdleTime,
     /// OBJECT FREQ: refused for a key there, as redis-server refuses it under an LRU policy.
     Freq,
+    /// OBJECT ENCODING: the encoding redis-server would name for the value (a string's by its
+    /// length and whether it is an integer; a collection's is compact at every size here).
+    Encoding,
     /// GETEX with an expiry redis-server refuses: as t_string.c's getexCommand, a missing key
     /// answers null before the time is checked; a key there gets the refusal
     /// (`not_integer`: not a number, else an invalid expire time).
@@ -115,6 +118,7 @@ impl<'a> Owned<'a> {
                 | Step::MemoryUsage
                 | Step::IdleTime
                 | Step::Freq
+                | Step::Encoding
         )
     }
 
@@ -327,15 +331,17 @@ pub(super) fn memory<'a>(frame: &Frame<'a>) -> Call<'a> {
 pub(super) fn object<'a>(frame: &Frame<'a>) -> Call<'a> {
     let sub = frame.arg(1).unwrap_or_default();
     let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
-    let step =
-        match () {
-            _ if is("idletime") => Step::IdleTime,
-            _ if is("freq") => Step::Freq,
-            _ if is("encoding") || is("refcount") || is("help") => return Call::Error(Refusal::Unsupported(
-                "of OBJECT only IDLETIME and FREQ are served (redis-server's encodings do not exist here)",
-            )),
-            _ => return Call::Error(Refusal::UnknownSubcommand(*frame)),
-        };
+    let step = match () {
+        _ if is("idletime") => Step::IdleTime,
+        _ if is("freq") => Step::Freq,
+        _ if is("encoding") => Step::Encoding,
+        _ if is("refcount") || is("help") => {
+            return Call::Error(Refusal::Unsupported(
+                "of OBJECT only IDLETIME, FREQ and ENCODING are served (no value is shared here)",
+            ))
+        }
+        _ => return Call::Error(Refusal::UnknownSubcommand(*frame)),
+    };
     if frame.argc() != 3 {
         return Call::Error(Refusal::SubcommandArity(*frame));
     }

@@ -91,6 +91,9 @@ pub struct Shared {
     /// items came from elsewhere: -e, --warm-from): DBSIZE, INFO's keyspace and FLUSHDB of
     /// database 0 then tell its keys from the others' (a walk) rather than take every item.
     pub databases_used: std::sync::atomic::AtomicBool,
+    /// redis-server's encoding thresholds as CONFIG SET last set them (read back by CONFIG
+    /// GET; they change nothing here: qs_proto::resp::collection::SETTINGS).
+    pub encoding_settings: [std::sync::atomic::AtomicI64; qs_proto::resp::collection::SETTINGS_KEPT],
 }
 
 impl Shared {

@@ -26,6 +26,8 @@ fn time(out: &mut Vec<u8>) {
     reply::bulk(now.subsec_micros().to_string().as_bytes(), out);
 }
 
+use qs_proto::resp::collection::SETTINGS;
+
 impl Engine {
     /// Runs a RESP frame that is not a single-key command, for the connection `fd`.
     pub(super) fn resp_keyless(&mut self, frame: &Frame<'_>, fd: i32, out: &mut Vec<u8>) -> Exec {
@@ -205,6 +207,11 @@ impl Engine {
                     .filter(|&limit| limit >= 0)
                     .ok_or_else(|| failed(name, "argument couldn't be parsed into an integer"))?;
                 self.shared.scripts.time_limit_ms.store(limit as u64, std::sync::atomic::Ordering::Relaxed);
+            } else if let Some(&(_, slot)) = SETTINGS.iter().find(|(setting, _)| is(setting)) {
+                // Kept for CONFIG GET, and no more: a collection is compact at every size here.
+                let number = qs_proto::resp::command::integer(value)
+                    .ok_or_else(|| failed(name, "argument couldn't be parsed into an integer"))?;
+                self.shared.encoding_settings[slot].store(number, std::sync::atomic::Ordering::Relaxed);
             } else if !(is("maxmemory-policy") || is("save") || is("appendonly")) {
                 let name = String::from_utf8_lossy(name);
                 return Err(format!(
@@ -256,7 +263,18 @@ impl Engine {
         let databases = self.shared.config.databases.to_string();
         let time_limit =
             self.shared.scripts.time_limit_ms.load(std::sync::atomic::Ordering::Relaxed).to_string();
-        let settings: [(&str, &str); 7] = [
+        let kept: Vec<(&str, String)> = SETTINGS
+            .iter()
+            .map(|&(name, slot)| {
+                (
+                    name,
+                    self.shared.encoding_settings[slot]
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        .to_string(),
+                )
+            })
+            .collect();
+        let mut settings: Vec<(&str, &str)> = vec![
             ("maxmemory", &maxmemory),
             // Every key may be evicted, the least useful first (S3-FIFO here).
             ("maxmemory-policy", "allkeys-lru"),
@@ -266,6 +284,7 @@ impl Engine {
             ("lua-time-limit", &time_limit),
             ("busy-reply-threshold", &time_limit),
         ];
+        settings.extend(kept.iter().map(|(name, value)| (*name, value.as_str())));
         // A pattern without wildcards names one setting and is echoed as the client spelled
         // it; a glob shows the names it matches (redis-server 7.0's CONFIG GET).
         let mut shown: Vec<(&[u8], &str)> = Vec::new();

@@ -82,7 +82,7 @@ impl Engine {
                     }
                 }
             }
-            Step::MemoryUsage | Step::IdleTime | Step::Freq => {
+            Step::MemoryUsage | Step::IdleTime | Step::Freq | Step::Encoding => {
                 self.describe(step, key.bytes.len(), current.as_ref(), resp3, out);
             }
             Step::GetExRefused { not_integer } => match current {
@@ -222,6 +222,12 @@ impl Engine {
             Step::IdleTime => {
                 reply::integer(i64::from(self.now.secs().saturating_sub(item.last_access)), out)
             }
+            Step::Encoding => {
+                let setting = |slot: usize| {
+                    self.shared.encoding_settings[slot].load(std::sync::atomic::Ordering::Relaxed)
+                };
+                reply::bulk(encoding(item, [setting(0), setting(1)]).as_bytes(), out)
+            }
             _ => out.extend_from_slice(LFU_NOT_SELECTED),
         }
     }
@@ -336,6 +342,26 @@ impl Engine {
 /// reads as one), or 0 for none.
 pub(super) fn keep(current: Option<&Current>) -> i64 {
     current.map_or(0, |item| item.expiry.ms() as i64)
+}
+
+/// OBJECT ENCODING's answer: the encoding redis-server would report for the value as it is now
+/// (this server keeps every collection in one compact form, qs_proto::resp::collection). A
+/// hash is `listpack` while it has at most `hash-max-listpack-entries` fields and no field
+/// or value longer than `hash-max-listpack-value` bytes (`limits`), else `hashtable`; a
+/// string is named by its length and whether it is an integer, as SET stores it (`int` for an
+/// integer of at most 20 characters, `embstr` up to 44 bytes, longer `raw`).
+fn encoding(item: &Current, limits: [i64; 2]) -> &'static str {
+    if qs_proto::resp::collection::is_collection(item.flags) {
+        let elements = qs_proto::resp::collection::elements(&item.value).unwrap_or_default();
+        let small = elements.len() / 2 <= limits[0].max(0) as usize
+            && elements.iter().all(|element| element.len() <= limits[1].max(0) as usize);
+        return if small { "listpack" } else { "hashtable" };
+    }
+    match item.value.len() {
+        0..=20 if qs_proto::resp::command::integer(&item.value).is_some() => "int",
+        0..=44 => "embstr",
+        _ => "raw",
+    }
 }
 
 fn bulk_or_null(value: Option<&[u8]>, resp3: bool, out: &mut Vec<u8>) {
