@@ -65,7 +65,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(50) {
+    let words: Vec<String> = match rng.below(55) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -164,8 +164,41 @@ fn command(rng: &mut Rng) -> Vec<String> {
         }
         44 => vec![rng.pick(&["DBSIZE", "DBSIZE", "DBSIZE", "FLUSHDB"]).into()],
         45..=49 => hash_command(rng, k, v, n),
+        50..=54 => {
+            let same_group = key(rng, group);
+            list_command(rng, (k, same_group), v, n)
+        }
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
+    words
+}
+
+/// A list command on `k` (which may hold a string or a hash: WRONGTYPE); LMOVE's and
+/// RPOPLPUSH's destination `to` is a key of the same group (one worker owns both).
+fn list_command(rng: &mut Rng, (k, to): (String, String), v: String, n: String) -> Vec<String> {
+    const INDEXES: &[&str] = &["0", "1", "-1", "-2", "2", "5", "-9", "x"];
+    let index = rng.pick(INDEXES).to_owned();
+    let other = rng.pick(INDEXES).to_owned();
+    let mut words: Vec<String> = match rng.below(14) {
+        0..=2 => vec![rng.pick(&["LPUSH", "RPUSH", "LPUSHX", "RPUSHX"]).into(), k, v, n],
+        3 => vec![rng.pick(&["LPOP", "RPOP"]).into(), k],
+        4 => vec![rng.pick(&["LPOP", "RPOP"]).into(), k, rng.pick(&["0", "1", "3", "-1", "x"]).into()],
+        5 => vec!["LRANGE".into(), k, index, other],
+        6 => vec![rng.pick(&["LLEN", "LINDEX"]).into(), k, index],
+        7 => vec!["LSET".into(), k, index, v],
+        8 => vec!["LINSERT".into(), k, rng.pick(&["BEFORE", "after", "x"]).into(), n, v],
+        9 => vec!["LREM".into(), k, rng.pick(&["0", "1", "-1", "x"]).into(), v],
+        10 => vec!["LTRIM".into(), k, index, other],
+        11 => vec!["LPOS".into(), k, v, rng.pick(&["RANK", "COUNT", "MAXLEN"]).into(), rng.pick(INDEXES).into()],
+        12 => vec!["LMOVE".into(), k, to, rng.pick(&["LEFT", "RIGHT", "UP"]).into(), rng.pick(&["LEFT", "right"]).into()],
+        _ => vec!["RPOPLPUSH".into(), k, to],
+    };
+    if words[0] == "LLEN" {
+        words.pop();
+    }
+    if rng.chance(10) {
+        words.pop();
+    }
     words
 }
 

@@ -33,6 +33,8 @@ pub const CORRUPT: &[u8] = b"-ERR the key's item has a collection's flags but no
 pub enum Kind {
     /// A hash: fields and their values.
     Hash = 1,
+    /// A list: elements in order.
+    List = 2,
 }
 
 impl Kind {
@@ -46,6 +48,7 @@ impl Kind {
     pub const fn of_flags(flags: u32) -> Option<Kind> {
         match flags {
             f if f == Kind::Hash.flags() => Some(Kind::Hash),
+            f if f == Kind::List.flags() => Some(Kind::List),
             _ => None,
         }
     }
@@ -54,6 +57,7 @@ impl Kind {
     pub const fn name(self) -> &'static str {
         match self {
             Kind::Hash => "hash",
+            Kind::List => "list",
         }
     }
 }
@@ -129,7 +133,26 @@ pub const COMMANDS: &[&str] = &[
     "hincrbyfloat",
     "hrandfield",
     "hscan",
+    "lpush",
+    "rpush",
+    "lpushx",
+    "rpushx",
+    "lpop",
+    "rpop",
+    "llen",
+    "lrange",
+    "lindex",
+    "lset",
+    "linsert",
+    "lrem",
+    "ltrim",
+    "lpos",
+    "lmove",
+    "rpoplpush",
 ];
+
+/// The blocking commands on lists, refused by name (a later issue).
+pub const BLOCKING: &[&str] = &["blpop", "brpop", "brpoplpush", "blmove", "blmpop", "lmpop"];
 
 /// Whether `name` is one of [`COMMANDS`] (any case).
 pub fn is_command(name: &[u8]) -> bool {
@@ -189,7 +212,25 @@ impl<'a> Command<'a> {
                 | "hstrlen"
                 | "hrandfield"
                 | "hscan"
+                | "llen"
+                | "lrange"
+                | "lindex"
+                | "lpos"
         )
+    }
+
+    /// The type it works on.
+    pub fn kind(&self) -> Kind {
+        if self.name.starts_with('h') {
+            Kind::Hash
+        } else {
+            Kind::List
+        }
+    }
+
+    /// The second key it writes (LMOVE's and RPOPLPUSH's destination).
+    pub fn other_key(&self) -> Option<&'a [u8]> {
+        matches!(self.name, "lmove" | "rpoplpush").then(|| self.frame.arg(2).unwrap_or_default())
     }
 }
 

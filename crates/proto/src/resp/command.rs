@@ -304,6 +304,9 @@ fn looked_up<'a>(frame: &Frame<'a>, name: &[u8]) -> Result<&'static str, Call<'a
 /// A command not in the table: SWAPDB refused by name (databases are namespaces of keys in
 /// one store, super::db: swapping two would rewrite every key), anything else unknown.
 fn unknown<'a>(frame: &Frame<'a>, name: &[u8]) -> Call<'a> {
+    if super::collection::BLOCKING.iter().any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes())) {
+        return Call::Error(Refusal::Unsupported("blocking list commands (and LMPOP) are not served yet"));
+    }
     if name.eq_ignore_ascii_case(b"swapdb") {
         return Call::Error(Refusal::Unsupported(
             "SWAPDB is not served: databases share one store, and swapping them would rewrite every key",
@@ -423,6 +426,22 @@ const TABLE: &[(&str, i32)] = &[
     ("hincrbyfloat", 4),
     ("hrandfield", -2),
     ("hscan", -3),
+    ("lpush", -3),
+    ("rpush", -3),
+    ("lpushx", -3),
+    ("rpushx", -3),
+    ("lpop", -2),
+    ("rpop", -2),
+    ("llen", 2),
+    ("lrange", 4),
+    ("lindex", 3),
+    ("lset", 4),
+    ("linsert", 5),
+    ("lrem", 4),
+    ("ltrim", 4),
+    ("lpos", -3),
+    ("lmove", 5),
+    ("rpoplpush", 3),
 ];
 
 pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {

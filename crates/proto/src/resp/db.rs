@@ -132,7 +132,7 @@ fn keys_of(name: &[u8], argc: usize) -> Keys {
     if lower("mset") || lower("msetnx") {
         return Keys::From { first: 1, step: 2, count: usize::MAX };
     }
-    if lower("rename") || lower("renamenx") {
+    if lower("rename") || lower("renamenx") || lower("lmove") || lower("rpoplpush") {
         return Keys::From { first: 1, step: 1, count: 2 };
     }
     if lower("copy") {

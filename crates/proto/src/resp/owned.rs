@@ -126,6 +126,7 @@ impl<'a> Owned<'a> {
     pub fn other_key(&self) -> Option<&'a [u8]> {
         match self.step {
             Step::Rename { to, .. } | Step::Copy { to, .. } => Some(to),
+            Step::Collection(command) => command.other_key(),
             _ => None,
         }
     }

@@ -4,9 +4,10 @@
 //! The arguments are checked in redis-server's order: those it checks before it looks the key
 //! up first, then the key's type (WRONGTYPE), then the rest.
 
-use super::owned::{keep, Current};
+use super::collection::{array_head, decoded};
+use super::owned::Current;
 use super::*;
-use qs_proto::resp::collection::{self, Command, Kind, CORRUPT, WRONGTYPE};
+use qs_proto::resp::collection::{Command, Kind, CORRUPT};
 use qs_proto::resp::command::integer;
 use qs_proto::resp::owned::{float, format_float};
 
@@ -29,13 +30,12 @@ impl Engine {
         if let Some(refusal) = refused_first(&command) {
             return out.extend_from_slice(refusal.as_bytes());
         }
-        let pairs = match current.as_ref().map(|item| (Kind::of_flags(item.flags), &item.value)) {
-            None => None,
-            Some((Some(Kind::Hash), value)) => match decode(value) {
-                Some(pairs) => Some(pairs),
-                None => return out.extend_from_slice(CORRUPT),
+        let pairs = match decoded(current.as_ref(), Kind::Hash) {
+            Ok(elements) => match elements.map(|elements| pairs_of(&elements)) {
+                Some(None) => return out.extend_from_slice(CORRUPT),
+                pairs => pairs.flatten(),
             },
-            Some(_) => return out.extend_from_slice(WRONGTYPE),
+            Err(refusal) => return out.extend_from_slice(refusal),
         };
         let mut args = command.args();
         let mut arg = || args.next().unwrap_or_default();
@@ -129,28 +129,12 @@ impl Engine {
     /// refusal, if it refused (a hash past the item size limit).
     fn write_hash(
         &mut self,
-        (key, fd): (Key<'_>, i32),
+        at: (Key<'_>, i32),
         current: Option<&Current>,
         pairs: &[(&[u8], &[u8])],
     ) -> Option<&'static [u8]> {
-        if pairs.is_empty() {
-            if current.is_some() {
-                let answer = Answer::Resp(qs_proto::command::RespReply::Deleted);
-                self.delete_command(key, &qs_proto::command::Delete::default(), (answer, fd));
-            }
-            return None;
-        }
-        let bytes = pairs.iter().map(|(field, value)| {
-            collection::encoded_len(field.len()) + collection::encoded_len(value.len())
-        });
-        let mut value = Vec::with_capacity(bytes.sum());
-        for (field, element) in pairs {
-            collection::push(&mut value, field);
-            collection::push(&mut value, element);
-        }
-        let outcome =
-            self.store_value(key, (&value, Kind::Hash.flags()), (StoreMode::Set, fd), keep(current));
-        reply::refused(&outcome)
+        let elements: Vec<&[u8]> = pairs.iter().flat_map(|&(field, value)| [field, value]).collect();
+        self.write_elements(at, current, (Kind::Hash, &elements))
     }
 }
 
@@ -201,13 +185,9 @@ fn refused_first(command: &Command<'_>) -> Option<String> {
     }
 }
 
-/// The hash's fields and values, or `None` if the value does not decode as a hash.
-fn decode(value: &[u8]) -> Option<Pairs<'_>> {
-    let elements = collection::elements(value)?;
-    if elements.len() % 2 == 1 || elements.is_empty() {
-        return None;
-    }
-    Some(elements.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect())
+/// A hash's elements as fields and values, or `None` if they are not pairs.
+fn pairs_of<'v>(elements: &[&'v [u8]]) -> Option<Pairs<'v>> {
+    (elements.len() % 2 == 0).then(|| elements.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect())
 }
 
 /// Where `field` is in `pairs`.
@@ -343,10 +323,4 @@ fn scan<'a>(pairs: &[(&[u8], &[u8])], mut options: impl Iterator<Item = &'a [u8]
         reply::bulk(field, out);
         reply::bulk(value, out);
     }
-}
-
-fn array_head(len: usize, out: &mut Vec<u8>) {
-    out.push(b'*');
-    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-    out.extend_from_slice(b"\r\n");
 }

@@ -5,8 +5,10 @@
 //! commands the owner runs on one key's value (owned.rs), KEYS, SCAN and RANDOMKEY
 //! (scan.rs).
 
+mod collection;
 mod eval;
 mod hash;
+mod list;
 pub(super) use eval::Retry;
 mod keys;
 mod owned;

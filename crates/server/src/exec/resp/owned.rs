@@ -22,7 +22,7 @@ pub(super) struct Current {
 const LFU_NOT_SELECTED: &[u8] = b"-ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.\r\n";
 
 /// RENAME or COPY of keys that more than one worker owns.
-const SPREAD: &[u8] = b"-ERR RENAME and COPY of keys owned by more than one worker are not served (give both keys one hash tag, or run with -t 1)\r\n";
+pub(super) const SPREAD: &[u8] = b"-ERR RENAME, COPY and LMOVE of keys owned by more than one worker are not served (give both keys one hash tag, or run with -t 1)\r\n";
 
 impl Engine {
     /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
@@ -118,12 +118,19 @@ impl Engine {
             Step::IncrByFloat(by) => self.incrbyfloat((key, fd), current, by, out),
             Step::Rename { to, nx, moving } => self.rename((key, fd), current, (to, nx, moving), out),
             Step::Copy { to, replace } => self.copy(current, (to, replace), fd, out),
-            Step::Collection(command) => self.hash_command((key, fd), current, (command, resp3), out),
+            Step::Collection(command) => match command.kind() {
+                qs_proto::resp::collection::Kind::Hash => {
+                    self.hash_command((key, fd), current, (command, resp3), out)
+                }
+                qs_proto::resp::collection::Kind::List => {
+                    self.list_command((key, fd), current, (command, resp3), out)
+                }
+            },
         }
     }
 
     /// The second key of RENAME or COPY, when this worker owns it too.
-    fn second_key<'k>(&self, to: &'k [u8], out: &mut Vec<u8>) -> Option<Key<'k>> {
+    pub(super) fn second_key<'k>(&self, to: &'k [u8], out: &mut Vec<u8>) -> Option<Key<'k>> {
         if to.is_empty() || to.len() > qs_proto::RESP_KEY_BYTES_MAX {
             out.extend_from_slice(reply::BAD_KEY);
             return None;
@@ -192,7 +199,7 @@ impl Engine {
     }
 
     /// The key's item as it stands, if it is there.
-    fn current(&mut self, key: Key<'_>) -> Option<Current> {
+    pub(super) fn current(&mut self, key: Key<'_>) -> Option<Current> {
         match self.read_unchanged(key) {
             Outcome::Hit(hit) => {
                 let (flags, expiry, last_access) = (hit.flags, hit.expiry, hit.last_access_secs);
@@ -351,6 +358,9 @@ pub(super) fn keep(current: Option<&Current>) -> i64 {
 /// string is named by its length and whether it is an integer, as SET stores it (`int` for an
 /// integer of at most 20 characters, `embstr` up to 44 bytes, longer `raw`).
 fn encoding(item: &Current, limits: [i64; 2]) -> &'static str {
+    if qs_proto::resp::collection::Kind::of_flags(item.flags) == Some(qs_proto::resp::collection::Kind::List) {
+        return "quicklist";
+    }
     if qs_proto::resp::collection::is_collection(item.flags) {
         let elements = qs_proto::resp::collection::elements(&item.value).unwrap_or_default();
         let small = elements.len() / 2 <= limits[0].max(0) as usize
