@@ -150,19 +150,10 @@ fn command(rng: &mut Rng) -> Vec<String> {
             let other = key(rng, other_group);
             script_command(rng, k, other, v)
         }
-        // Databases: the stream moves among three (and is refused past the sixteenth), and
-        // keys move and are copied between them.
-        41 => vec!["SELECT".into(), rng.pick(&["0", "1", "2", "2", "16", "x"]).into()],
-        42 => vec!["MOVE".into(), k, rng.pick(&["0", "1", "2", "x"]).into()],
-        43 => {
-            let mut copy = vec!["COPY".into(), k, key(rng, other_group), "DB".into()];
-            copy.push(rng.pick(&["0", "1", "2", "99"]).into());
-            if rng.chance(50) {
-                copy.push("REPLACE".into());
-            }
-            copy
+        41..=44 => {
+            let other = key(rng, other_group);
+            database_command(rng, k, other)
         }
-        44 => vec![rng.pick(&["DBSIZE", "DBSIZE", "DBSIZE", "FLUSHDB"]).into()],
         45..=49 => hash_command(rng, k, v, n),
         50..=54 => {
             let same_group = key(rng, group);
@@ -171,6 +162,24 @@ fn command(rng: &mut Rng) -> Vec<String> {
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
     words
+}
+
+/// Databases: the stream moves among three (and is refused past the sixteenth), and keys move
+/// and are copied between them.
+fn database_command(rng: &mut Rng, k: String, other: String) -> Vec<String> {
+    match rng.below(4) {
+        0 => vec!["SELECT".into(), rng.pick(&["0", "1", "2", "2", "16", "x"]).into()],
+        1 => vec!["MOVE".into(), k, rng.pick(&["0", "1", "2", "x"]).into()],
+        2 => {
+            let mut copy = vec!["COPY".into(), k, other, "DB".into()];
+            copy.push(rng.pick(&["0", "1", "2", "99"]).into());
+            if rng.chance(50) {
+                copy.push("REPLACE".into());
+            }
+            copy
+        }
+        _ => vec![rng.pick(&["DBSIZE", "DBSIZE", "DBSIZE", "FLUSHDB"]).into()],
+    }
 }
 
 /// A list command on `k` (which may hold a string or a hash: WRONGTYPE); LMOVE's and
@@ -189,8 +198,16 @@ fn list_command(rng: &mut Rng, (k, to): (String, String), v: String, n: String) 
         8 => vec!["LINSERT".into(), k, rng.pick(&["BEFORE", "after", "x"]).into(), n, v],
         9 => vec!["LREM".into(), k, rng.pick(&["0", "1", "-1", "x"]).into(), v],
         10 => vec!["LTRIM".into(), k, index, other],
-        11 => vec!["LPOS".into(), k, v, rng.pick(&["RANK", "COUNT", "MAXLEN"]).into(), rng.pick(INDEXES).into()],
-        12 => vec!["LMOVE".into(), k, to, rng.pick(&["LEFT", "RIGHT", "UP"]).into(), rng.pick(&["LEFT", "right"]).into()],
+        11 => {
+            vec!["LPOS".into(), k, v, rng.pick(&["RANK", "COUNT", "MAXLEN"]).into(), rng.pick(INDEXES).into()]
+        }
+        12 => vec![
+            "LMOVE".into(),
+            k,
+            to,
+            rng.pick(&["LEFT", "RIGHT", "UP"]).into(),
+            rng.pick(&["LEFT", "right"]).into(),
+        ],
         _ => vec!["RPOPLPUSH".into(), k, to],
     };
     if words[0] == "LLEN" {

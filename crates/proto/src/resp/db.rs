@@ -123,6 +123,9 @@ fn keys_of(name: &[u8], argc: usize) -> Keys {
         "incrby",
         "decrby",
     ];
+    if lower("lmove") || lower("rpoplpush") {
+        return Keys::From { first: 1, step: 1, count: 2 };
+    }
     if single.iter().any(|word| lower(word)) || super::collection::is_command(name) {
         return ONE;
     }
@@ -132,7 +135,7 @@ fn keys_of(name: &[u8], argc: usize) -> Keys {
     if lower("mset") || lower("msetnx") {
         return Keys::From { first: 1, step: 2, count: usize::MAX };
     }
-    if lower("rename") || lower("renamenx") || lower("lmove") || lower("rpoplpush") {
+    if lower("rename") || lower("renamenx") {
         return Keys::From { first: 1, step: 1, count: 2 };
     }
     if lower("copy") {
@@ -300,6 +303,13 @@ mod tests {
         );
         let (_, out) = mapped(b"RENAME a b\r\n", 1);
         assert_eq!(out, b"*3\r\n$6\r\nRENAME\r\n$4\r\n\xff\xff\x01a\r\n$4\r\n\xff\xff\x01b\r\n");
+        let (_, out) = mapped(b"LMOVE a b LEFT RIGHT\r\n", 1);
+        assert_eq!(
+            out,
+            b"*5\r\n$5\r\nLMOVE\r\n$4\r\n\xff\xff\x01a\r\n$4\r\n\xff\xff\x01b\r\n$4\r\nLEFT\r\n$5\r\nRIGHT\r\n"
+        );
+        let (_, out) = mapped(b"HSET h f v\r\n", 1);
+        assert_eq!(out, b"*4\r\n$4\r\nHSET\r\n$4\r\n\xff\xff\x01h\r\n$1\r\nf\r\n$1\r\nv\r\n");
         let (_, out) = mapped(b"OBJECT ENCODING k\r\n", 1);
         assert_eq!(out, b"*3\r\n$6\r\nOBJECT\r\n$8\r\nENCODING\r\n$4\r\n\xff\xff\x01k\r\n");
         assert_eq!(mapped(b"PING\r\n", 1).0, Mapped::Same);

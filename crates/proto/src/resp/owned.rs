@@ -45,6 +45,9 @@ pub enum Step<'a> {
     /// OBJECT ENCODING: the encoding redis-server would name for the value (a string's by its
     /// length and whether it is an integer; a collection's is compact at every size here).
     Encoding,
+    /// OBJECT REFCOUNT: 1 (no value is shared here; nor does redis-server share one under an
+    /// LRU policy, which CONFIG GET maxmemory-policy reports).
+    RefCount,
     /// GETEX with an expiry redis-server refuses: as t_string.c's getexCommand, a missing key
     /// answers null before the time is checked; a key there gets the refusal
     /// (`not_integer`: not a number, else an invalid expire time).
@@ -119,6 +122,7 @@ impl<'a> Owned<'a> {
                 | Step::IdleTime
                 | Step::Freq
                 | Step::Encoding
+                | Step::RefCount
         )
     }
 
@@ -327,8 +331,7 @@ pub(super) fn memory<'a>(frame: &Frame<'a>) -> Call<'a> {
     owned(frame.arg(2).unwrap_or_default(), Step::MemoryUsage)
 }
 
-/// OBJECT IDLETIME key and OBJECT FREQ key (ENCODING and REFCOUNT name redis-server's
-/// internals, which do not exist here).
+/// OBJECT IDLETIME, FREQ, ENCODING and REFCOUNT of a key (HELP is refused by name).
 pub(super) fn object<'a>(frame: &Frame<'a>) -> Call<'a> {
     let sub = frame.arg(1).unwrap_or_default();
     let is = |name: &str| sub.eq_ignore_ascii_case(name.as_bytes());
@@ -336,9 +339,10 @@ pub(super) fn object<'a>(frame: &Frame<'a>) -> Call<'a> {
         _ if is("idletime") => Step::IdleTime,
         _ if is("freq") => Step::Freq,
         _ if is("encoding") => Step::Encoding,
-        _ if is("refcount") || is("help") => {
+        _ if is("refcount") => Step::RefCount,
+        _ if is("help") => {
             return Call::Error(Refusal::Unsupported(
-                "of OBJECT only IDLETIME, FREQ and ENCODING are served (no value is shared here)",
+                "of OBJECT only IDLETIME, FREQ, ENCODING and REFCOUNT are served",
             ))
         }
         _ => return Call::Error(Refusal::UnknownSubcommand(*frame)),

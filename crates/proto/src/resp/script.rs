@@ -158,6 +158,10 @@ impl Called {
 
 /// The command `name` as a script may call it; `None` when it is not served.
 pub fn called(name: &[u8]) -> Option<Called> {
+    // The blocking list commands are not served, and a script may not call them anyway.
+    if super::collection::BLOCKING.iter().any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes())) {
+        return Some(Called { arity: -2, write: true, noscript: true });
+    }
     static TABLE: std::sync::OnceLock<Vec<(&'static str, Called)>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
         super::command_table::INFO

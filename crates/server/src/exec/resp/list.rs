@@ -78,7 +78,13 @@ impl Engine {
                 if let Some(at) = found {
                     items.insert(at + usize::from(after), element);
                 }
-                let len = if found.is_some() { items.len() as i64 } else if existed { -1 } else { 0 };
+                let len = if found.is_some() {
+                    items.len() as i64
+                } else if existed {
+                    -1
+                } else {
+                    0
+                };
                 reply::integer(len, &mut answer);
                 found.is_some()
             }
@@ -100,7 +106,11 @@ impl Engine {
                 existed && items.len() != before
             }
         };
-        let refused = if changed { self.write_elements((key, fd), current.as_ref(), (Kind::List, &items)) } else { None };
+        let refused = if changed {
+            self.write_elements((key, fd), current.as_ref(), (Kind::List, &items))
+        } else {
+            None
+        };
         out.extend_from_slice(refused.unwrap_or(&answer));
     }
 
@@ -117,8 +127,10 @@ impl Engine {
     ) {
         let Some(mut items) = items else { return out.extend_from_slice(reply::null(resp3)) };
         let mut sides = command.args().skip(1);
-        let from_left = command.name == "lmove" && sides.next().is_some_and(|side| side.eq_ignore_ascii_case(b"left"));
-        let to_left = command.name == "rpoplpush" || sides.next().is_some_and(|side| side.eq_ignore_ascii_case(b"left"));
+        let from_left =
+            command.name == "lmove" && sides.next().is_some_and(|side| side.eq_ignore_ascii_case(b"left"));
+        let to_left = command.name == "rpoplpush"
+            || sides.next().is_some_and(|side| side.eq_ignore_ascii_case(b"left"));
         let Some(to) = self.second_key(to, out) else { return };
         if !self.owns(key.partition) {
             return out.extend_from_slice(super::owned::SPREAD);
@@ -164,7 +176,9 @@ fn refused_first(command: &Command<'_>) -> Option<&'static [u8]> {
             Some(Some(count)) if count < 0 => Some(NOT_POSITIVE),
             _ => None,
         },
-        "lrange" | "ltrim" => (not_integer(args.next()) || not_integer(args.next())).then_some(reply::NOT_INTEGER),
+        "lrange" | "ltrim" => {
+            (not_integer(args.next()) || not_integer(args.next())).then_some(reply::NOT_INTEGER)
+        }
         "lrem" => not_integer(args.next()).then_some(reply::NOT_INTEGER),
         "linsert" => {
             let side = args.next().unwrap_or_default();
@@ -173,7 +187,9 @@ fn refused_first(command: &Command<'_>) -> Option<&'static [u8]> {
         }
         "lmove" => {
             let side = |side: Option<&[u8]>| {
-                side.is_some_and(|side| side.eq_ignore_ascii_case(b"left") || side.eq_ignore_ascii_case(b"right"))
+                side.is_some_and(|side| {
+                    side.eq_ignore_ascii_case(b"left") || side.eq_ignore_ascii_case(b"right")
+                })
             };
             let mut sides = args.skip(1);
             (!side(sides.next()) || !side(sides.next())).then_some(b"-ERR syntax error\r\n")
@@ -184,7 +200,12 @@ fn refused_first(command: &Command<'_>) -> Option<&'static [u8]> {
 }
 
 /// LPOP and RPOP (their count checked): the element, or up to `count` of them.
-fn pop(items: &mut Vec<&[u8]>, (command, existed): (Command<'_>, bool), resp3: bool, answer: &mut Vec<u8>) -> bool {
+fn pop(
+    items: &mut Vec<&[u8]>,
+    (command, existed): (Command<'_>, bool),
+    resp3: bool,
+    answer: &mut Vec<u8>,
+) -> bool {
     let count = command.args().next().map(|count| integer(count).unwrap_or_default());
     let left = command.name == "lpop";
     match (existed, count) {

@@ -82,7 +82,7 @@ impl Engine {
                     }
                 }
             }
-            Step::MemoryUsage | Step::IdleTime | Step::Freq | Step::Encoding => {
+            Step::MemoryUsage | Step::IdleTime | Step::Freq | Step::Encoding | Step::RefCount => {
                 self.describe(step, key.bytes.len(), current.as_ref(), resp3, out);
             }
             Step::GetExRefused { not_integer } => match current {
@@ -229,6 +229,7 @@ impl Engine {
             Step::IdleTime => {
                 reply::integer(i64::from(self.now.secs().saturating_sub(item.last_access)), out)
             }
+            Step::RefCount => reply::integer(1, out),
             Step::Encoding => {
                 let setting = |slot: usize| {
                     self.shared.encoding_settings[slot].load(std::sync::atomic::Ordering::Relaxed)
@@ -358,7 +359,8 @@ pub(super) fn keep(current: Option<&Current>) -> i64 {
 /// string is named by its length and whether it is an integer, as SET stores it (`int` for an
 /// integer of at most 20 characters, `embstr` up to 44 bytes, longer `raw`).
 fn encoding(item: &Current, limits: [i64; 2]) -> &'static str {
-    if qs_proto::resp::collection::Kind::of_flags(item.flags) == Some(qs_proto::resp::collection::Kind::List) {
+    if qs_proto::resp::collection::Kind::of_flags(item.flags) == Some(qs_proto::resp::collection::Kind::List)
+    {
         return "quicklist";
     }
     if qs_proto::resp::collection::is_collection(item.flags) {
