@@ -14,7 +14,7 @@
 //! client that stores an item with them makes a key Redis's commands read as that type, and
 //! one whose value does not decode answers [`CORRUPT`].
 
-use super::command::{Call, Refusal};
+use super::command::Call;
 use super::owned::{Owned, Step};
 use super::Frame;
 
@@ -234,12 +234,10 @@ impl<'a> Command<'a> {
     }
 }
 
-/// The call of the collection command `name` (its arity checked) on `key`; HSET's and HMSET's
-/// pairs are counted here, as redis-server counts them before it looks at the key.
+/// The call of the collection command `name` (its arity checked) on `key`. What else its
+/// arguments must be is checked where it runs, as redis-server checks it (inside MULTI a
+/// command is queued once its arity fits: HSET's pairs are counted when it runs).
 pub(super) fn call<'a>(name: &'static str, key: &'a [u8], frame: &Frame<'a>) -> Call<'a> {
-    if matches!(name, "hset" | "hmset") && frame.argc() % 2 == 1 {
-        return Call::Error(Refusal::Arity(name));
-    }
     Call::Owned(Owned { key, step: Step::Collection(Command { name, frame: *frame }) })
 }
 

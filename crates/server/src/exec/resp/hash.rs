@@ -143,6 +143,9 @@ impl Engine {
 fn refused_first(command: &Command<'_>) -> Option<String> {
     let mut args = command.args();
     match command.name {
+        "hset" | "hmset" if command.frame.argc() % 2 == 1 => {
+            Some(format!("-ERR wrong number of arguments for '{}' command\r\n", command.name))
+        }
         "hincrby" => {
             integer(args.nth(1)?).is_none().then(|| String::from_utf8_lossy(reply::NOT_INTEGER).into())
         }
