@@ -155,8 +155,9 @@ fn a_copy_pipelined_after_a_set_sees_it() {
             let copied = reply == b"+OK\r\n:1\r\n";
             // Without CREW, keys of two workers are refused (and nothing else).
             let refused = erew
-                && reply
-                    .starts_with(b"+OK\r\n-ERR RENAME, COPY and LMOVE of keys owned by more than one worker");
+                && reply.starts_with(
+                    b"+OK\r\n-ERR RENAME, COPY, LMOVE and SMOVE of keys owned by more than one worker",
+                );
             assert!(copied || refused, "{args:?}, pair {n}: {:?}", String::from_utf8_lossy(&reply));
             if copied {
                 assert_eq!(call(&mut client, &frame(&["GET", &to])), b"$1\r\nv\r\n");

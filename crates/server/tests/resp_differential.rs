@@ -65,7 +65,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(55) {
+    let words: Vec<String> = match rng.below(60) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -159,6 +159,10 @@ fn command(rng: &mut Rng) -> Vec<String> {
             let same_group = key(rng, group);
             list_command(rng, (k, same_group), v, n)
         }
+        55..=59 => {
+            let same_group = key(rng, group);
+            set_command(rng, (k, same_group))
+        }
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
     words
@@ -180,6 +184,38 @@ fn database_command(rng: &mut Rng, k: String, other: String) -> Vec<String> {
         }
         _ => vec![rng.pick(&["DBSIZE", "DBSIZE", "DBSIZE", "FLUSHDB"]).into()],
     }
+}
+
+/// A set command on `k` (which may hold another type: WRONGTYPE); the other keys of SINTER,
+/// SUNION, SDIFF, their STORE forms and SMOVE are of the same group (one worker owns them).
+/// Members are integers mostly (an intset's order is redis-server's too); replies that list a
+/// set's members are compared sorted (normalize).
+fn set_command(rng: &mut Rng, (k, other): (String, String)) -> Vec<String> {
+    const MEMBERS: &[&str] = &["1", "2", "3", "-7", "10", "a", "x\r\ny", ""];
+    let member = rng.pick(MEMBERS).to_owned();
+    let another = rng.pick(MEMBERS).to_owned();
+    let mut words: Vec<String> = match rng.below(12) {
+        0..=2 => vec!["SADD".into(), k, member, another],
+        3 => vec!["SREM".into(), k, member, another],
+        4 => vec![rng.pick(&["SMEMBERS", "SCARD"]).into(), k],
+        5 => vec![rng.pick(&["SISMEMBER", "SMISMEMBER"]).into(), k, member],
+        6 => vec![rng.pick(&["SINTER", "SUNION", "SDIFF"]).into(), k, other],
+        7 => vec![rng.pick(&["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]).into(), k, other.clone(), other],
+        8 => vec!["SMOVE".into(), k, other, member],
+        9 => vec![rng.pick(&["SPOP", "SRANDMEMBER"]).into(), k, rng.pick(&["0", "-1", "x"]).into()],
+        10 => vec![
+            "SSCAN".into(),
+            k,
+            rng.pick(&["0", "x"]).into(),
+            "COUNT".into(),
+            rng.pick(&["5", "0"]).into(),
+        ],
+        _ => vec!["SINTER".into(), k],
+    };
+    if rng.chance(10) {
+        words.pop();
+    }
+    words
 }
 
 /// A list command on `k` (which may hold a string or a hash: WRONGTYPE); LMOVE's and
@@ -348,6 +384,15 @@ fn normalize(request: &[String], reply: Vec<u8>, queued: &mut Option<Vec<Vec<Str
         }
         (_, b"+QUEUED\r\n") => queued.get_or_insert_with(Vec::new).push(request.to_vec()),
         _ => {}
+    }
+    let listed = ["SMEMBERS", "SINTER", "SUNION", "SDIFF"].contains(&name.as_str());
+    if listed && (reply.starts_with(b"*") || reply.starts_with(b"~")) && !reply.starts_with(b"*-") {
+        let at = reply.windows(2).position(|w| w == b"\r\n").expect("a count line") + 2;
+        let mut members = split_replies(&reply[at..]);
+        members.sort();
+        let mut sorted = reply[..at].to_vec();
+        sorted.extend(members.concat());
+        return sorted;
     }
     let counted = ["TTL", "MEMORY", "OBJECT"].contains(&name.as_str());
     if counted && reply.starts_with(b":") && !reply.starts_with(b":-") {

@@ -35,6 +35,8 @@ pub enum Kind {
     Hash = 1,
     /// A list: elements in order.
     List = 2,
+    /// A set: distinct members.
+    Set = 3,
 }
 
 impl Kind {
@@ -49,6 +51,7 @@ impl Kind {
         match flags {
             f if f == Kind::Hash.flags() => Some(Kind::Hash),
             f if f == Kind::List.flags() => Some(Kind::List),
+            f if f == Kind::Set.flags() => Some(Kind::Set),
             _ => None,
         }
     }
@@ -58,6 +61,7 @@ impl Kind {
         match self {
             Kind::Hash => "hash",
             Kind::List => "list",
+            Kind::Set => "set",
         }
     }
 }
@@ -149,6 +153,22 @@ pub const COMMANDS: &[&str] = &[
     "lpos",
     "lmove",
     "rpoplpush",
+    "sadd",
+    "srem",
+    "smembers",
+    "sismember",
+    "smismember",
+    "scard",
+    "spop",
+    "srandmember",
+    "sscan",
+    "sinter",
+    "sunion",
+    "sdiff",
+    "sinterstore",
+    "sunionstore",
+    "sdiffstore",
+    "smove",
 ];
 
 /// The blocking commands on lists, refused by name (a later issue).
@@ -216,21 +236,48 @@ impl<'a> Command<'a> {
                 | "lrange"
                 | "lindex"
                 | "lpos"
+                | "smembers"
+                | "sismember"
+                | "smismember"
+                | "scard"
+                | "srandmember"
+                | "sscan"
+                | "sinter"
+                | "sunion"
+                | "sdiff"
         )
     }
 
     /// The type it works on.
     pub fn kind(&self) -> Kind {
-        if self.name.starts_with('h') {
-            Kind::Hash
-        } else {
-            Kind::List
+        match self.name.as_bytes()[0] {
+            b'h' => Kind::Hash,
+            b's' => Kind::Set,
+            _ => Kind::List,
         }
     }
 
-    /// The second key it writes (LMOVE's and RPOPLPUSH's destination).
+    /// The second key it writes (LMOVE's, RPOPLPUSH's and SMOVE's destination).
     pub fn other_key(&self) -> Option<&'a [u8]> {
-        matches!(self.name, "lmove" | "rpoplpush").then(|| self.frame.arg(2).unwrap_or_default())
+        matches!(self.name, "lmove" | "rpoplpush" | "smove").then(|| self.frame.arg(2).unwrap_or_default())
+    }
+
+    /// Whether it names several keys: SINTER, SUNION, SDIFF and their STORE forms (every
+    /// argument a key).
+    pub fn many_keys(&self) -> bool {
+        matches!(self.name, "sinter" | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore")
+    }
+
+    /// Every key it names: the first, then the other one or the others.
+    pub fn keys(&self) -> impl Iterator<Item = &'a [u8]> + Clone {
+        let count = if self.many_keys() {
+            self.frame.argc() - 1
+        } else if self.other_key().is_some() {
+            2
+        } else {
+            1
+        };
+        self.frame.args().skip(1).take(count)
     }
 }
 

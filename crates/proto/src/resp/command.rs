@@ -442,6 +442,22 @@ const TABLE: &[(&str, i32)] = &[
     ("lpos", -3),
     ("lmove", 5),
     ("rpoplpush", 3),
+    ("sadd", -3),
+    ("srem", -3),
+    ("smembers", 2),
+    ("sismember", 3),
+    ("smismember", -3),
+    ("scard", 2),
+    ("spop", -2),
+    ("srandmember", -2),
+    ("sscan", -3),
+    ("sinter", -2),
+    ("sunion", -2),
+    ("sdiff", -2),
+    ("sinterstore", -3),
+    ("sunionstore", -3),
+    ("sdiffstore", -3),
+    ("smove", 4),
 ];
 
 pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {

@@ -123,8 +123,12 @@ fn keys_of(name: &[u8], argc: usize) -> Keys {
         "incrby",
         "decrby",
     ];
-    if lower("lmove") || lower("rpoplpush") {
+    if lower("lmove") || lower("rpoplpush") || lower("smove") {
         return Keys::From { first: 1, step: 1, count: 2 };
+    }
+    let many = ["sinter", "sunion", "sdiff", "sinterstore", "sunionstore", "sdiffstore"];
+    if many.iter().any(|word| lower(word)) {
+        return ALL;
     }
     if single.iter().any(|word| lower(word)) || super::collection::is_command(name) {
         return ONE;

@@ -193,13 +193,13 @@ impl Engine {
         answer.touch(&outcome, cas, out);
     }
 
-    /// The item as it stands, read without changing it (through the reader when there is
-    /// one, else a plain get); its value is left in the scratch buffer.
-    /// Whether `key`'s item is a Redis collection (a hash), which string commands refuse.
+    /// Whether `key`'s item is a Redis collection, which string commands refuse.
     fn holds_collection(&mut self, key: Key<'_>) -> bool {
         matches!(self.read_unchanged(key), Outcome::Hit(hit) if qs_proto::resp::collection::is_collection(hit.flags))
     }
 
+    /// The item as it stands, read without changing it (through the reader when there is
+    /// one, else a plain get); its value is left in the scratch buffer.
     pub(super) fn read_unchanged(&mut self, key: Key<'_>) -> Outcome {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();

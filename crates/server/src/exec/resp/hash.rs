@@ -216,6 +216,7 @@ fn set_pairs<'v>(pairs: &mut Pairs<'v>, mut args: impl Iterator<Item = &'v [u8]>
 
 /// The commands that only read (`pairs`: the hash, none for a missing key).
 fn read(command: Command<'_>, pairs: Option<&[(&[u8], &[u8])]>, resp3: bool, out: &mut Vec<u8>) {
+    let missing = pairs.is_none();
     let pairs = pairs.unwrap_or_default();
     let mut args = command.args();
     let value_of = |field: &[u8]| find(pairs, field).map(|at| pairs[at].1);
@@ -252,6 +253,8 @@ fn read(command: Command<'_>, pairs: Option<&[(&[u8], &[u8])]>, resp3: bool, out
             reply::integer(value_of(args.next().unwrap_or_default()).map_or(0, <[u8]>::len) as i64, out)
         }
         "hrandfield" => random_fields(pairs, (args.next(), args.next().is_some()), resp3, out),
+        // A missing key's scan is answered before its options are read, as redis-server does.
+        _ if missing => out.extend_from_slice(b"*2\r\n$1\r\n0\r\n*0\r\n"),
         _ => scan(pairs, args.skip(1), out),
     }
 }

@@ -40,6 +40,19 @@ impl Engine {
             Call::Flush { .. } => Reach::Everywhere,
             // maxmemory: each worker resizes its own partitions.
             Call::ConfigSet(_) => Reach::Everywhere,
+            // SINTER and its kin over keys of several workers: at the first key's owner (the
+            // destination's, for the STORE forms), reading the others through CREW's readers
+            // once the connection's requests pending elsewhere are answered; without CREW,
+            // refused where it arrives.
+            Call::Owned(qs_proto::resp::owned::Owned { key, step: Step::Collection(command) })
+                if command.many_keys() && self.one_owner(command.keys()).is_none() =>
+            {
+                if self.crew {
+                    Reach::KeyAfterPending(key)
+                } else {
+                    Reach::Here
+                }
+            }
             Call::Owned(owned) => match owned.other_key() {
                 // Both keys' owner runs it. Else a COPY runs at its target's owner, reading
                 // its source through a CREW reader once the connection's requests pending

@@ -9,6 +9,7 @@ mod collection;
 mod eval;
 mod hash;
 mod list;
+mod set;
 pub(super) use eval::Retry;
 mod keys;
 mod owned;

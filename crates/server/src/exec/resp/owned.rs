@@ -22,7 +22,7 @@ pub(super) struct Current {
 const LFU_NOT_SELECTED: &[u8] = b"-ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.\r\n";
 
 /// RENAME or COPY of keys that more than one worker owns.
-pub(super) const SPREAD: &[u8] = b"-ERR RENAME, COPY and LMOVE of keys owned by more than one worker are not served (give both keys one hash tag, or run with -t 1)\r\n";
+pub(super) const SPREAD: &[u8] = b"-ERR RENAME, COPY, LMOVE and SMOVE of keys owned by more than one worker are not served (give both keys one hash tag, or run with -t 1)\r\n";
 
 impl Engine {
     /// Runs a RESP command of a few steps on one key (routed to its owner; GETRANGE and
@@ -124,6 +124,9 @@ impl Engine {
                 }
                 qs_proto::resp::collection::Kind::List => {
                     self.list_command((key, fd), current, (command, resp3), out)
+                }
+                qs_proto::resp::collection::Kind::Set => {
+                    self.set_command((key, fd), current, (command, resp3), out)
                 }
             },
         }
@@ -234,7 +237,7 @@ impl Engine {
                 let setting = |slot: usize| {
                     self.shared.encoding_settings[slot].load(std::sync::atomic::Ordering::Relaxed)
                 };
-                reply::bulk(encoding(item, [setting(0), setting(1)]).as_bytes(), out)
+                reply::bulk(encoding(item, [setting(0), setting(1), setting(2)]).as_bytes(), out)
             }
             _ => out.extend_from_slice(LFU_NOT_SELECTED),
         }
@@ -358,10 +361,17 @@ pub(super) fn keep(current: Option<&Current>) -> i64 {
 /// or value longer than `hash-max-listpack-value` bytes (`limits`), else `hashtable`; a
 /// string is named by its length and whether it is an integer, as SET stores it (`int` for an
 /// integer of at most 20 characters, `embstr` up to 44 bytes, longer `raw`).
-fn encoding(item: &Current, limits: [i64; 2]) -> &'static str {
-    if qs_proto::resp::collection::Kind::of_flags(item.flags) == Some(qs_proto::resp::collection::Kind::List)
-    {
-        return "quicklist";
+fn encoding(item: &Current, limits: [i64; 3]) -> &'static str {
+    use qs_proto::resp::collection::{elements, Kind};
+    match Kind::of_flags(item.flags) {
+        Some(Kind::List) => return "quicklist",
+        Some(Kind::Set) => {
+            let members = elements(&item.value).unwrap_or_default();
+            let intset = members.len() <= limits[2].max(0) as usize
+                && members.iter().all(|member| qs_proto::resp::command::integer(member).is_some());
+            return if intset { "intset" } else { "hashtable" };
+        }
+        _ => {}
     }
     if qs_proto::resp::collection::is_collection(item.flags) {
         let elements = qs_proto::resp::collection::elements(&item.value).unwrap_or_default();

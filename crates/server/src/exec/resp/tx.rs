@@ -230,6 +230,10 @@ pub(super) fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits, db: u8
             borrowed(&mut frame.args().skip(1))
         }
         Call::Mset { frame, .. } => borrowed(&mut frame.args().skip(1).step_by(2)),
+        Call::Owned(qs_proto::resp::owned::Owned {
+            step: qs_proto::resp::owned::Step::Collection(command),
+            ..
+        }) => borrowed(&mut command.keys()),
         Call::Owned(owned) => borrowed(&mut [Some(owned.key), owned.other_key()].into_iter().flatten()),
         // A script's declared keys (what it reaches beyond them: exec/resp/eval.rs).
         Call::Eval(eval) if db == 0 => borrowed(&mut eval.keys()),
