@@ -157,9 +157,9 @@ impl Engine {
                 continue;
             }
             let source = self.key(source, None);
-            if !self.owns(source.partition)
-                && !(self.crew && self.shared.map.reader(source.partition).is_some())
-            {
+            let readable = self.owns(source.partition)
+                || self.crew && self.shared.map.reader(source.partition).is_some();
+            if !readable {
                 return out
                     .extend_from_slice(b"-ERR keys of other workers are read only with --access crew\r\n");
             }
