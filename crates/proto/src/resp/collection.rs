@@ -306,6 +306,32 @@ mod tests {
         assert_eq!(elements(&[0xff; 8]), None, "a length past 2^35");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_elements_round_trip(items in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..300), 0..20)) {
+            let mut bytes = Vec::new();
+            for item in &items {
+                push(&mut bytes, item);
+            }
+            let expected: usize = items.iter().map(|item| encoded_len(item.len())).sum();
+            proptest::prop_assert_eq!(bytes.len(), expected);
+            let decoded = elements(&bytes).expect("decodes");
+            proptest::prop_assert_eq!(decoded, items.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        }
+
+        #[test]
+        fn any_bytes_decode_or_refuse_without_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            if let Some(decoded) = elements(&bytes) {
+                let mut again = Vec::new();
+                for element in &decoded {
+                    push(&mut again, element);
+                }
+                // A length may be written longer than it needs: what decodes is at most as long.
+                proptest::prop_assert!(again.len() <= bytes.len());
+            }
+        }
+    }
+
     #[test]
     fn flags_name_the_type() {
         assert_eq!(Kind::of_flags(Kind::Hash.flags()), Some(Kind::Hash));
