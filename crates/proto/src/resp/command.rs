@@ -136,8 +136,8 @@ pub struct Scan<'a> {
     pub pattern: Option<&'a [u8]>,
     /// COUNT: how many buckets to walk (redis-server's hint; 10 by default).
     pub count: usize,
-    /// TYPE: false when it names a type other than string (no key has one).
-    pub strings: bool,
+    /// TYPE: only keys of this type (`string`, `hash`, `list`, `set`; any case).
+    pub kind: Option<&'a [u8]>,
 }
 
 /// Why a command is refused, worded as redis-server words it.
@@ -561,7 +561,7 @@ fn scan<'a>(frame: &Frame<'a>) -> Call<'a> {
     let Some(cursor) = std::str::from_utf8(cursor).ok().and_then(|text| text.parse::<u64>().ok()) else {
         return Call::Error(Refusal::Message("invalid cursor"));
     };
-    let mut scan = Scan { cursor, pattern: None, count: 10, strings: true };
+    let mut scan = Scan { cursor, pattern: None, count: 10, kind: None };
     let mut options = frame.args().skip(2);
     while let Some(option) = options.next() {
         let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
@@ -577,7 +577,7 @@ fn scan<'a>(frame: &Frame<'a>) -> Call<'a> {
         } else if is("match") {
             scan.pattern = (value != b"*").then_some(value);
         } else if is("type") {
-            scan.strings = value.eq_ignore_ascii_case(b"string");
+            scan.kind = Some(value);
         } else {
             return Call::Error(Refusal::Syntax);
         }

@@ -23,7 +23,17 @@ const SCAN_BUCKETS_MIN: usize = 1024;
 impl Engine {
     /// Calls `visit` with each key held in buckets `buckets` of partition `partition`.
     fn walk(&self, partition: usize, buckets: std::ops::Range<usize>, visit: &mut dyn FnMut(&[u8])) {
-        let mut visit_item = |item: &qs_store::Dumped<'_>| visit(item.key);
+        self.walk_items(partition, buckets, &mut |key, _| visit(key));
+    }
+
+    /// [`Engine::walk`], each key with its item's client flags (a collection's type).
+    fn walk_items(
+        &self,
+        partition: usize,
+        buckets: std::ops::Range<usize>,
+        visit: &mut dyn FnMut(&[u8], u32),
+    ) {
+        let mut visit_item = |item: &qs_store::Dumped<'_>| visit(item.key, item.flags);
         match (&self.partitions[partition], self.shared.map.reader(partition)) {
             (Some(owned), _) => owned.dump(buckets, self.now, &mut visit_item),
             (None, Some(reader)) if self.crew => reader.dump(buckets, self.now, &mut visit_item),
@@ -115,9 +125,14 @@ impl Engine {
                 at = (partition as u64 + 1) * buckets;
                 continue;
             };
-            self.walk_db(partition, next..next + 1, &mut |key| {
+            let db = self.db;
+            self.walk_items(partition, next..next + 1, &mut |stored, flags| {
+                let Some(key) = qs_proto::resp::db::in_db(stored, db) else { return };
                 seen += 1;
-                if scan.strings && scan.pattern.map_or(true, |pattern| glob::matches(pattern, key, false)) {
+                let kind =
+                    qs_proto::resp::collection::Kind::of_flags(flags).map_or("string", |kind| kind.name());
+                let typed = scan.kind.map_or(true, |wanted| wanted.eq_ignore_ascii_case(kind.as_bytes()));
+                if typed && scan.pattern.map_or(true, |pattern| glob::matches(pattern, key, false)) {
                     keys.push(key.to_vec());
                 }
             });
