@@ -65,7 +65,7 @@ fn command(rng: &mut Rng) -> Vec<String> {
     let n = rng.pick(NUMBERS).to_owned();
     let s = rng.pick(SECONDS).to_owned();
     let other_group = rng.pick(GROUPS);
-    let words: Vec<String> = match rng.below(60) {
+    let words: Vec<String> = match rng.below(65) {
         0..=3 => vec!["GET".into(), k],
         4..=6 => {
             let mut set = vec!["SET".into(), k, v];
@@ -154,14 +154,9 @@ fn command(rng: &mut Rng) -> Vec<String> {
             let other = key(rng, other_group);
             database_command(rng, k, other)
         }
-        45..=49 => hash_command(rng, k, v, n),
-        50..=54 => {
+        choice @ 45..=64 => {
             let same_group = key(rng, group);
-            list_command(rng, (k, same_group), v, n)
-        }
-        55..=59 => {
-            let same_group = key(rng, group);
-            set_command(rng, (k, same_group))
+            collection_command(rng, choice, (k, same_group), (v, n))
         }
         _ => vec![rng.pick(&["PING", "get", "set", "INCR", "NOSUCH", "WATCH", "EXEC x"]).into()],
     };
@@ -211,6 +206,106 @@ fn set_command(rng: &mut Rng, (k, other): (String, String)) -> Vec<String> {
             rng.pick(&["5", "0"]).into(),
         ],
         _ => vec!["SINTER".into(), k],
+    };
+    if rng.chance(10) {
+        words.pop();
+    }
+    words
+}
+
+/// A command on a collection (`choice` 45 to 64 picks the type), on `k`; `to` is a key of
+/// the same group for the commands of several keys.
+fn collection_command(
+    rng: &mut Rng,
+    choice: usize,
+    (k, to): (String, String),
+    (v, n): (String, String),
+) -> Vec<String> {
+    match choice {
+        45..=49 => hash_command(rng, k, v, n),
+        50..=54 => list_command(rng, (k, to), v, n),
+        55..=59 => set_command(rng, (k, to)),
+        _ => zset_command(rng, k),
+    }
+}
+
+/// A sorted-set command on `k` (which may hold another type: WRONGTYPE), with scores a double
+/// holds exactly and ranges of every kind.
+fn zset_command(rng: &mut Rng, k: String) -> Vec<String> {
+    const SCORES: &[&str] = &["1", "2", "2.5", "-3", "0", "inf", "-inf", "x", "1e400"];
+    const BOUNDS: &[&str] = &["-inf", "+inf", "(1", "2", "(2.5", "x", "0"];
+    const LEX: &[&str] = &["-", "+", "[a", "(b", "[c", "x"];
+    const MEMBERS: &[&str] = &["a", "b", "c", "d", ""];
+    let member = rng.pick(MEMBERS).to_owned();
+    let mut words: Vec<String> = match rng.below(16) {
+        0..=2 => {
+            let mut zadd = vec!["ZADD".into(), k];
+            for _ in 0..rng.below(3) {
+                zadd.push(rng.pick(&["NX", "XX", "GT", "LT", "CH", "INCR"]).into());
+            }
+            zadd.extend([rng.pick(SCORES).into(), member]);
+            if rng.chance(40) {
+                zadd.extend([rng.pick(SCORES).into(), rng.pick(MEMBERS).into()]);
+            }
+            zadd
+        }
+        3 => vec!["ZINCRBY".into(), k, rng.pick(SCORES).into(), member],
+        4 => vec!["ZREM".into(), k, member, rng.pick(MEMBERS).into()],
+        5 => vec![rng.pick(&["ZSCORE", "ZRANK", "ZREVRANK"]).into(), k, member],
+        6 => vec![rng.pick(&["ZMSCORE", "ZCARD"]).into(), k, member],
+        7 => vec![
+            rng.pick(&["ZCOUNT", "ZREMRANGEBYSCORE"]).into(),
+            k,
+            rng.pick(BOUNDS).into(),
+            rng.pick(BOUNDS).into(),
+        ],
+        8 => vec![
+            rng.pick(&["ZLEXCOUNT", "ZREMRANGEBYLEX", "ZRANGEBYLEX", "ZREVRANGEBYLEX"]).into(),
+            k,
+            rng.pick(LEX).into(),
+            rng.pick(LEX).into(),
+        ],
+        9 => vec![
+            rng.pick(&["ZRANGE", "ZREVRANGE", "ZREMRANGEBYRANK"]).into(),
+            k,
+            rng.pick(&["0", "1", "-1", "x"]).into(),
+            rng.pick(&["-1", "2", "0"]).into(),
+        ],
+        10 => {
+            let mut zrange = vec!["ZRANGE".into(), k];
+            match rng.below(3) {
+                0 => zrange.extend([rng.pick(BOUNDS).into(), rng.pick(BOUNDS).into(), "BYSCORE".into()]),
+                1 => zrange.extend([rng.pick(LEX).into(), rng.pick(LEX).into(), "BYLEX".into()]),
+                _ => zrange.extend(["0".into(), "-1".into()]),
+            }
+            for _ in 0..rng.below(3) {
+                match rng.below(3) {
+                    0 => zrange.push("REV".into()),
+                    1 => zrange.push("WITHSCORES".into()),
+                    _ => zrange.extend([
+                        "LIMIT".into(),
+                        rng.pick(&["0", "1", "-1"]).into(),
+                        rng.pick(&["1", "2", "-1"]).into(),
+                    ]),
+                }
+            }
+            zrange
+        }
+        11 => {
+            let mut by = vec![
+                rng.pick(&["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"]).into(),
+                k,
+                rng.pick(BOUNDS).into(),
+                rng.pick(BOUNDS).into(),
+            ];
+            if rng.chance(50) {
+                by.push("WITHSCORES".into());
+            }
+            by
+        }
+        12 => vec![rng.pick(&["ZPOPMIN", "ZPOPMAX"]).into(), k, rng.pick(&["1", "2", "0", "-1", "x"]).into()],
+        13 => vec!["ZSCAN".into(), k, "0".into()],
+        _ => vec!["ZCARD".into(), k],
     };
     if rng.chance(10) {
         words.pop();
@@ -393,6 +488,12 @@ fn normalize(request: &[String], reply: Vec<u8>, queued: &mut Option<Vec<Vec<Str
         let mut sorted = reply[..at].to_vec();
         sorted.extend(members.concat());
         return sorted;
+    }
+    // SSCAN's members after its cursor, sorted as well.
+    let scan_head = b"*2\r\n$1\r\n0\r\n";
+    if name == "SSCAN" && reply.starts_with(scan_head) {
+        let inner = normalize(&["SMEMBERS".to_owned()], reply[scan_head.len()..].to_vec(), &mut None);
+        return [&scan_head[..], &inner].concat();
     }
     let counted = ["TTL", "MEMORY", "OBJECT"].contains(&name.as_str());
     if counted && reply.starts_with(b":") && !reply.starts_with(b":-") {

@@ -37,6 +37,8 @@ pub enum Kind {
     List = 2,
     /// A set: distinct members.
     Set = 3,
+    /// A sorted set: members and their scores.
+    Zset = 4,
 }
 
 impl Kind {
@@ -52,6 +54,7 @@ impl Kind {
             f if f == Kind::Hash.flags() => Some(Kind::Hash),
             f if f == Kind::List.flags() => Some(Kind::List),
             f if f == Kind::Set.flags() => Some(Kind::Set),
+            f if f == Kind::Zset.flags() => Some(Kind::Zset),
             _ => None,
         }
     }
@@ -62,6 +65,7 @@ impl Kind {
             Kind::Hash => "hash",
             Kind::List => "list",
             Kind::Set => "set",
+            Kind::Zset => "zset",
         }
     }
 }
@@ -169,6 +173,28 @@ pub const COMMANDS: &[&str] = &[
     "sunionstore",
     "sdiffstore",
     "smove",
+    "zadd",
+    "zincrby",
+    "zrem",
+    "zscore",
+    "zmscore",
+    "zcard",
+    "zcount",
+    "zlexcount",
+    "zrank",
+    "zrevrank",
+    "zrange",
+    "zrevrange",
+    "zrangebyscore",
+    "zrevrangebyscore",
+    "zrangebylex",
+    "zrevrangebylex",
+    "zremrangebyscore",
+    "zremrangebyrank",
+    "zremrangebylex",
+    "zpopmin",
+    "zpopmax",
+    "zscan",
 ];
 
 /// The blocking commands on lists, refused by name (a later issue).
@@ -245,6 +271,20 @@ impl<'a> Command<'a> {
                 | "sinter"
                 | "sunion"
                 | "sdiff"
+                | "zscore"
+                | "zmscore"
+                | "zcard"
+                | "zcount"
+                | "zlexcount"
+                | "zrank"
+                | "zrevrank"
+                | "zrange"
+                | "zrevrange"
+                | "zrangebyscore"
+                | "zrevrangebyscore"
+                | "zrangebylex"
+                | "zrevrangebylex"
+                | "zscan"
         )
     }
 
@@ -253,6 +293,7 @@ impl<'a> Command<'a> {
         match self.name.as_bytes()[0] {
             b'h' => Kind::Hash,
             b's' => Kind::Set,
+            b'z' => Kind::Zset,
             _ => Kind::List,
         }
     }

@@ -10,6 +10,7 @@ mod eval;
 mod hash;
 mod list;
 mod set;
+mod zset;
 pub(super) use eval::Retry;
 mod keys;
 mod owned;

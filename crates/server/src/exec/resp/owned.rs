@@ -128,6 +128,9 @@ impl Engine {
                 qs_proto::resp::collection::Kind::Set => {
                     self.set_command((key, fd), current, (command, resp3), out)
                 }
+                qs_proto::resp::collection::Kind::Zset => {
+                    self.zset_command((key, fd), current, (command, resp3), out)
+                }
             },
         }
     }
@@ -237,7 +240,10 @@ impl Engine {
                 let setting = |slot: usize| {
                     self.shared.encoding_settings[slot].load(std::sync::atomic::Ordering::Relaxed)
                 };
-                reply::bulk(encoding(item, [setting(0), setting(1), setting(2)]).as_bytes(), out)
+                reply::bulk(
+                    encoding(item, [setting(0), setting(1), setting(2), setting(3), setting(4)]).as_bytes(),
+                    out,
+                )
             }
             _ => out.extend_from_slice(LFU_NOT_SELECTED),
         }
@@ -361,7 +367,7 @@ pub(super) fn keep(current: Option<&Current>) -> i64 {
 /// or value longer than `hash-max-listpack-value` bytes (`limits`), else `hashtable`; a
 /// string is named by its length and whether it is an integer, as SET stores it (`int` for an
 /// integer of at most 20 characters, `embstr` up to 44 bytes, longer `raw`).
-fn encoding(item: &Current, limits: [i64; 3]) -> &'static str {
+fn encoding(item: &Current, limits: [i64; 5]) -> &'static str {
     use qs_proto::resp::collection::{elements, Kind};
     match Kind::of_flags(item.flags) {
         Some(Kind::List) => return "quicklist",
@@ -370,6 +376,12 @@ fn encoding(item: &Current, limits: [i64; 3]) -> &'static str {
             let intset = members.len() <= limits[2].max(0) as usize
                 && members.iter().all(|member| qs_proto::resp::command::integer(member).is_some());
             return if intset { "intset" } else { "hashtable" };
+        }
+        Some(Kind::Zset) => {
+            let elements = elements(&item.value).unwrap_or_default();
+            let small = elements.len() / 2 <= limits[3].max(0) as usize
+                && elements.iter().step_by(2).all(|member| member.len() <= limits[4].max(0) as usize);
+            return if small { "listpack" } else { "skiplist" };
         }
         _ => {}
     }
