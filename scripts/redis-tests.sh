@@ -28,7 +28,7 @@ SUDO=""
 
 # Values up to 8 MiB (the suite sets 4 MB ones; redis-server's own limit is 512 MB).
 server_args=(-U 0 -m 1024 -I 8m)
-files=(unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/set unit/expire unit/keyspace unit/protocol unit/quit unit/info-command unit/multi
+files=(unit/type/string unit/type/incr unit/type/hash unit/type/list unit/type/set unit/type/zset unit/expire unit/keyspace unit/protocol unit/quit unit/info-command unit/multi
     unit/scripting-eval unit/other)
 [ $# -gt 0 ] && files=("$@")
 

@@ -136,9 +136,12 @@ fn entries_of<'v>(elements: &[&'v [u8]]) -> Option<Entries<'v>> {
         .collect()
 }
 
-/// A score as redis-server reads one for ZADD and ZINCRBY: as [`bound_score`], and refused
-/// where strtod overflows or underflows to zero (getDoubleFromObject's ERANGE).
+/// A score as redis-server reads one for ZADD and ZINCRBY: as [`bound_score`], but neither
+/// empty nor where strtod overflows or underflows to zero (getDoubleFromObject's ERANGE).
 fn score(text: &[u8]) -> Option<f64> {
+    if text.is_empty() {
+        return None;
+    }
     let value = bound_score(text)?;
     let spelled_infinite =
         std::str::from_utf8(text).is_ok_and(|text| text.to_ascii_lowercase().contains("inf"));
