@@ -6,9 +6,10 @@ interleaved, 50 connections at depth 1 and 16, over 1,000 keys (`__rand_int__`):
     HSET of a 10-field hash (all ten fields each time), then HGET of one field
     SADD of one member of 100, then SISMEMBER
     LPUSH of one element, then LRANGE 0 9
+    ZADD of one member, then ZRANGEBYSCORE 0 100
 
 and, once per server, the bytes each holds per element (INFO memory's used_memory, less the
-empty server's) for 1,000 hashes, sets and lists of 10 and 100 elements.
+empty server's) for 1,000 hashes, sets, lists and sorted sets of 10 and 100 elements.
 
     scripts/bench-collections.py                 the table (the median of 3 rounds)
     scripts/bench-collections.py --rounds 5
@@ -32,6 +33,8 @@ LOADS = [
     ("SISMEMBER", ["SISMEMBER", "s:__rand_int__", "m5"]),
     ("LPUSH", ["LPUSH", "l:__rand_int__", "element"]),
     ("LRANGE 0 9", ["LRANGE", "l:__rand_int__", "0", "9"]),
+    ("ZADD", ["ZADD", "z:__rand_int__", "__rand_int__", "m__rand_int__"]),
+    ("ZRANGEBYSCORE", ["ZRANGEBYSCORE", "z:__rand_int__", "0", "100"]),
 ]
 
 
@@ -58,7 +61,8 @@ def memory_per_element(port, pid, kind, size):
         for key in range(KEYS):
             words = {"hash": [b"HSET", b"h%d" % key] + [w for i in range(size) for w in (b"field%d" % i, b"value%d" % i)],
                      "set": [b"SADD", b"s%d" % key] + [b"member%d" % i for i in range(size)],
-                     "list": [b"RPUSH", b"l%d" % key] + [b"element%d" % i for i in range(size)]}[kind]
+                     "list": [b"RPUSH", b"l%d" % key] + [b"element%d" % i for i in range(size)],
+                     "zset": [b"ZADD", b"z%d" % key] + [w for i in range(size) for w in (b"%d" % i, b"member%d" % i)]}[kind]
             s.sendall(b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words))
             got = b""
             while not got.endswith(b"\r\n"):
@@ -98,7 +102,7 @@ def main():
                 ours, theirs = (sorted(v)[len(v) // 2] for v in results.values())
                 print(f"| {name} | {depth} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} |", flush=True)
         print("\n| collection | elements | quicksilver bytes/element | redis-server bytes/element |\n|---|---|---|---|")
-        for kind in ("hash", "set", "list"):
+        for kind in ("hash", "set", "list", "zset"):
             for size in (10, 100):
                 ours, theirs = (memory_per_element(port, proc.pid, kind, size) for _, port, proc in servers)
                 print(f"| {kind} | {size} | {ours:.1f} | {theirs:.1f} |", flush=True)
