@@ -105,7 +105,7 @@ test "${PIPESTATUS[0]}" -eq 0
 
 step "the epoll backend (-o io_backend=epoll; io_uring is the default): the end-to-end, hostile-client, TLS, interop, binary, UDP, Redis transaction, script and database suites again"
 QS_IO_BACKEND=epoll cargo test -p qs-server --quiet --test e2e --test hostile --test tls --test interop \
-    --test binary --test udp --test budget --test resp_tx --test resp_scripts --test resp_db 2>&1 | tail -n 40
+    --test binary --test udp --test budget --test resp_tx --test resp_scripts --test resp_db --test resp_types 2>&1 | tail -n 40
 
 step "memcached 1.6.45's own t/ suite against quicksilver (its wire-protocol files, each starting its server)"
 cargo build --release --quiet -p qs-server
