@@ -195,6 +195,7 @@ pub const COMMANDS: &[&str] = &[
     "zpopmin",
     "zpopmax",
     "zscan",
+    "zrandmember",
 ];
 
 /// The blocking commands on lists, refused by name (a later issue).
@@ -285,6 +286,7 @@ impl<'a> Command<'a> {
                 | "zrangebylex"
                 | "zrevrangebylex"
                 | "zscan"
+                | "zrandmember"
         )
     }
 

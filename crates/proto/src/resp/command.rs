@@ -480,6 +480,7 @@ const TABLE: &[(&str, i32)] = &[
     ("zpopmin", -2),
     ("zpopmax", -2),
     ("zscan", -3),
+    ("zrandmember", -2),
 ];
 
 pub(super) fn key<'a>(key: &'a [u8], op: Op<'a>, reply: Reply) -> Call<'a> {

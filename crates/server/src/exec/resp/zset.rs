@@ -208,6 +208,7 @@ fn asked<'a>(command: &Command<'a>) -> Result<Option<RangeAsk<'a>>, &'static [u8
                 _ => Ok(None),
             };
         }
+        "zrandmember" => return random_asked(command).map(|_| None),
         "zscan" => {
             let cursor = std::str::from_utf8(args.next().unwrap_or_default())
                 .ok()
@@ -579,6 +580,9 @@ fn read(
         "zcount" | "zlexcount" => {
             reply::integer(asked.map_or(0, |asked| picked(set, &asked).len()) as i64, out);
         }
+        "zrandmember" => {
+            random_members(entries, (args.next().and_then(integer), args.next().is_some()), resp3, out)
+        }
         "zscan" if entries.is_none() => out.extend_from_slice(b"*2\r\n$1\r\n0\r\n*0\r\n"),
         "zscan" => scan(set, args.skip(1), out),
         _ => {
@@ -587,6 +591,56 @@ fn read(
             push_entries(set, &picks, asked.scores, resp3, out);
         }
     }
+}
+
+/// ZRANDMEMBER's count and WITHSCORES, checked as redis-server checks them before it looks
+/// the key up.
+fn random_asked(command: &Command<'_>) -> Result<(), &'static [u8]> {
+    let mut args = command.args();
+    let Some(count) = args.next() else { return Ok(()) };
+    let count = integer(count).ok_or(reply::NOT_INTEGER)?;
+    if count == i64::MIN {
+        return Err(b"-ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807\r\n");
+    }
+    match args.next() {
+        Some(option) if !option.eq_ignore_ascii_case(b"withscores") || args.next().is_some() => Err(SYNTAX),
+        Some(_) if !(-i64::MAX / 2..=i64::MAX / 2).contains(&count) => Err(b"-ERR value is out of range\r\n"),
+        _ if count < 0 && count.unsigned_abs() > 1 << 20 => {
+            Err(b"-ERR a negative count answers at most 1048576 members here\r\n")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// ZRANDMEMBER: one member (no count: a bulk string, or null for no key), `count` distinct
+/// ones, or (a negative count) that many, each drawn anew; with their scores if asked.
+fn random_members(
+    entries: Option<&[Entry<'_>]>,
+    (count, scores): (Option<i64>, bool),
+    resp3: bool,
+    out: &mut Vec<u8>,
+) {
+    let set = entries.unwrap_or_default();
+    let Some(count) = count else {
+        return match set.len() {
+            0 => out.extend_from_slice(reply::null(resp3)),
+            len => reply::bulk(set[scan::random_below(len)].1, out),
+        };
+    };
+    let picks: Vec<usize> = if set.is_empty() {
+        Vec::new()
+    } else if count < 0 {
+        (0..count.unsigned_abs()).map(|_| scan::random_below(set.len())).collect()
+    } else {
+        let mut order: Vec<usize> = (0..set.len()).collect();
+        let wanted = (count as usize).min(set.len());
+        for at in 0..wanted {
+            order.swap(at, at + scan::random_below(set.len() - at));
+        }
+        order.truncate(wanted);
+        order
+    };
+    push_entries(set, &picks, scores, resp3, out);
 }
 
 /// ZSCAN: every member and its score in one answer (cursor 0); MATCH filters the members.
