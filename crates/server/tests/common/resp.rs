@@ -247,7 +247,7 @@ fn read_value(client: &mut Client) -> Vec<u8> {
 
 /// Runs the redis-py script `name` (in tests/interop/) against the RESP listener on `port`; it
 /// must exit successfully (`server` names the server in the failure).
-pub fn redis_py_script(name: &str, port: u16, server: &str) {
+pub fn redis_py_script(name: &str, port: u16, server: &str) -> String {
     let script = format!("{}/tests/interop/{name}", env!("CARGO_MANIFEST_DIR"));
     let output = std::process::Command::new("/usr/bin/python3")
         .args([&script, &port.to_string()])
@@ -259,6 +259,7 @@ pub fn redis_py_script(name: &str, port: u16, server: &str) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Under `-t 4`, two writer threads each call `write(client, n, a, b)` (its n-th write, over

@@ -4,7 +4,7 @@
 //! The arguments are checked in redis-server's order: those it checks before it looks the key
 //! up first, then the key's type (WRONGTYPE), then the rest.
 
-use super::collection::{array_head, decoded};
+use super::collection::{array_head, decoded, random_picks, scan_matches, scan_pattern};
 use super::owned::Current;
 use super::*;
 use qs_proto::resp::collection::{Command, Kind, CORRUPT};
@@ -282,19 +282,7 @@ fn random_fields(
             reply::bulk(value, out);
         }
     };
-    let picks: Vec<usize> = if count < 0 {
-        (0..count.unsigned_abs()).map(|_| scan::random_below(pairs.len())).collect()
-    } else {
-        // Distinct fields: a random choice of them, in a random order.
-        let mut order: Vec<usize> = (0..pairs.len()).collect();
-        let wanted = (count as usize).min(pairs.len());
-        for at in 0..wanted {
-            order.swap(at, at + scan::random_below(pairs.len() - at));
-        }
-        order.truncate(wanted);
-        order
-    };
-    let picks = if pairs.is_empty() { Vec::new() } else { picks };
+    let picks = random_picks(pairs.len(), count);
     array_head(picks.len() * if values && !resp3 { 2 } else { 1 }, out);
     for at in picks {
         write(pairs[at], out);
@@ -303,26 +291,13 @@ fn random_fields(
 
 /// HSCAN: every field and value in one answer (cursor 0), as redis-server answers a hash it
 /// keeps compact; MATCH filters the fields, COUNT is checked and read past.
-fn scan<'a>(pairs: &[(&[u8], &[u8])], mut options: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
-    let mut pattern = None;
-    while let Some(option) = options.next() {
-        let Some(value) = options.next() else {
-            return out.extend_from_slice(b"-ERR syntax error\r\n");
-        };
-        if option.eq_ignore_ascii_case(b"count") {
-            match integer(value) {
-                None => return out.extend_from_slice(reply::NOT_INTEGER),
-                Some(count) if count < 1 => return out.extend_from_slice(b"-ERR syntax error\r\n"),
-                Some(_) => {}
-            }
-        } else if option.eq_ignore_ascii_case(b"match") {
-            pattern = (value != b"*").then_some(value);
-        } else {
-            return out.extend_from_slice(b"-ERR syntax error\r\n");
-        }
-    }
+fn scan<'a>(pairs: &[(&[u8], &[u8])], options: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
+    let pattern = match scan_pattern(options) {
+        Ok(pattern) => pattern,
+        Err(refusal) => return out.extend_from_slice(refusal),
+    };
     let matching: Vec<&(&[u8], &[u8])> =
-        pairs.iter().filter(|(field, _)| pattern.map_or(true, |p| glob::matches(p, field, false))).collect();
+        pairs.iter().filter(|(field, _)| scan_matches(pattern, field)).collect();
     out.extend_from_slice(b"*2\r\n$1\r\n0\r\n");
     array_head(matching.len() * 2, out);
     for (field, value) in matching {

@@ -8,7 +8,7 @@
 //! `set-max-intset-entries` of them), its intset, is in ascending order; any other set is in
 //! the order its members came, where redis-server's hashtable has an order of its own.
 
-use super::collection::{array_head, decoded};
+use super::collection::{array_head, decoded, random_picks, scan_matches, scan_pattern};
 use super::owned::Current;
 use super::*;
 use qs_proto::resp::collection::{Command, Kind};
@@ -331,19 +331,7 @@ fn random_members(members: Option<&[&[u8]]>, count: Option<i64>, resp3: bool, ou
             len => reply::bulk(set[scan::random_below(len)], out),
         };
     };
-    let picks: Vec<usize> = if set.is_empty() {
-        Vec::new()
-    } else if count < 0 {
-        (0..count.unsigned_abs()).map(|_| scan::random_below(set.len())).collect()
-    } else {
-        let mut order: Vec<usize> = (0..set.len()).collect();
-        let wanted = (count as usize).min(set.len());
-        for at in 0..wanted {
-            order.swap(at, at + scan::random_below(set.len() - at));
-        }
-        order.truncate(wanted);
-        order
-    };
+    let picks = random_picks(set.len(), count);
     array_head(picks.len(), out);
     for at in picks {
         reply::bulk(set[at], out);
@@ -351,26 +339,12 @@ fn random_members(members: Option<&[&[u8]]>, count: Option<i64>, resp3: bool, ou
 }
 
 /// SSCAN: every member in one answer (cursor 0); MATCH filters them, COUNT is checked.
-fn scan<'a>(set: &[&[u8]], mut options: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
-    let mut pattern = None;
-    while let Some(option) = options.next() {
-        let Some(value) = options.next() else {
-            return out.extend_from_slice(b"-ERR syntax error\r\n");
-        };
-        if option.eq_ignore_ascii_case(b"count") {
-            match integer(value) {
-                None => return out.extend_from_slice(reply::NOT_INTEGER),
-                Some(count) if count < 1 => return out.extend_from_slice(b"-ERR syntax error\r\n"),
-                Some(_) => {}
-            }
-        } else if option.eq_ignore_ascii_case(b"match") {
-            pattern = (value != b"*").then_some(value);
-        } else {
-            return out.extend_from_slice(b"-ERR syntax error\r\n");
-        }
-    }
-    let matching: Vec<&&[u8]> =
-        set.iter().filter(|member| pattern.map_or(true, |p| glob::matches(p, member, false))).collect();
+fn scan<'a>(set: &[&[u8]], options: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
+    let pattern = match scan_pattern(options) {
+        Ok(pattern) => pattern,
+        Err(refusal) => return out.extend_from_slice(refusal),
+    };
+    let matching: Vec<&&[u8]> = set.iter().filter(|member| scan_matches(pattern, member)).collect();
     out.extend_from_slice(b"*2\r\n$1\r\n0\r\n");
     array_head(matching.len(), out);
     for member in matching {

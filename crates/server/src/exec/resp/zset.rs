@@ -4,7 +4,7 @@
 //! its expiry, at the key's owner; a sorted set left empty goes with its key. Arguments
 //! redis-server reads before it looks the key up are checked first.
 
-use super::collection::{array_head, decoded};
+use super::collection::{array_head, decoded, random_picks, scan_matches, scan_pattern};
 use super::owned::Current;
 use super::*;
 use crate::script::convert::g17;
@@ -627,41 +627,18 @@ fn random_members(
             len => reply::bulk(set[scan::random_below(len)].1, out),
         };
     };
-    let picks: Vec<usize> = if set.is_empty() {
-        Vec::new()
-    } else if count < 0 {
-        (0..count.unsigned_abs()).map(|_| scan::random_below(set.len())).collect()
-    } else {
-        let mut order: Vec<usize> = (0..set.len()).collect();
-        let wanted = (count as usize).min(set.len());
-        for at in 0..wanted {
-            order.swap(at, at + scan::random_below(set.len() - at));
-        }
-        order.truncate(wanted);
-        order
-    };
+    let picks = random_picks(set.len(), count);
     push_entries(set, &picks, scores, resp3, out);
 }
 
 /// ZSCAN: every member and its score in one answer (cursor 0); MATCH filters the members.
-fn scan<'a>(set: &[(f64, &[u8])], mut options: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
-    let mut pattern = None;
-    while let Some(option) = options.next() {
-        let Some(value) = options.next() else { return out.extend_from_slice(SYNTAX) };
-        if option.eq_ignore_ascii_case(b"count") {
-            match integer(value) {
-                None => return out.extend_from_slice(reply::NOT_INTEGER),
-                Some(count) if count < 1 => return out.extend_from_slice(SYNTAX),
-                Some(_) => {}
-            }
-        } else if option.eq_ignore_ascii_case(b"match") {
-            pattern = (value != b"*").then_some(value);
-        } else {
-            return out.extend_from_slice(SYNTAX);
-        }
-    }
+fn scan<'a>(set: &[(f64, &[u8])], options: impl Iterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
+    let pattern = match scan_pattern(options) {
+        Ok(pattern) => pattern,
+        Err(refusal) => return out.extend_from_slice(refusal),
+    };
     let matching: Vec<&(f64, &[u8])> =
-        set.iter().filter(|(_, member)| pattern.map_or(true, |p| glob::matches(p, member, false))).collect();
+        set.iter().filter(|(_, member)| scan_matches(pattern, member)).collect();
     out.extend_from_slice(b"*2\r\n$1\r\n0\r\n");
     array_head(matching.len() * 2, out);
     for (score, member) in matching {
