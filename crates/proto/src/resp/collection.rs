@@ -198,8 +198,10 @@ pub const COMMANDS: &[&str] = &[
     "zrandmember",
 ];
 
-/// The blocking commands on lists, refused by name (a later issue).
-pub const BLOCKING: &[&str] = &["blpop", "brpop", "brpoplpush", "blmove", "blmpop", "lmpop"];
+/// The blocking pops of lists and sorted sets, and LMPOP and ZMPOP, refused by name (a later
+/// issue).
+pub const BLOCKING: &[&str] =
+    &["blpop", "brpop", "brpoplpush", "blmove", "blmpop", "lmpop", "bzpopmin", "bzpopmax", "bzmpop", "zmpop"];
 
 /// Whether `name` is one of [`COMMANDS`] (any case).
 pub fn is_command(name: &[u8]) -> bool {

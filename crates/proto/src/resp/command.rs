@@ -75,6 +75,8 @@ pub enum Call<'a> {
     ConfigGet(Frame<'a>),
     /// CONFIG SET of these names and values (the frame's arguments after `CONFIG SET`).
     ConfigSet(Frame<'a>),
+    /// CONFIG RESETSTAT: the counters count from zero (memcached's `stats reset`).
+    ResetStat,
     /// COMMAND COUNT: how many commands are served.
     CommandCount,
     /// COMMAND, or COMMAND INFO of the names after `COMMAND INFO` (none: every command).
@@ -159,6 +161,9 @@ pub enum Refusal<'a> {
     DecrementOverflow,
     /// A form redis-server has that this server does not serve yet (the text after `ERR `).
     Unsupported(&'static str),
+    /// A command not served here that redis-server refuses inside MULTI (its `no-multi`
+    /// flag): there `ERR Command not allowed inside a transaction`, else `ERR <text>`.
+    NoMulti(&'static str),
     /// `ERR <text>`, as redis-server words it.
     Message(&'static str),
     /// `NOPROTO sorry, this protocol version is not supported.`
@@ -305,7 +310,12 @@ fn looked_up<'a>(frame: &Frame<'a>, name: &[u8]) -> Result<&'static str, Call<'a
 /// one store, super::db: swapping two would rewrite every key), anything else unknown.
 fn unknown<'a>(frame: &Frame<'a>, name: &[u8]) -> Call<'a> {
     if super::collection::BLOCKING.iter().any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes())) {
-        return Call::Error(Refusal::Unsupported("blocking list commands (and LMPOP) are not served yet"));
+        return Call::Error(Refusal::Unsupported("blocking pops (and LMPOP, ZMPOP) are not served yet"));
+    }
+    if name.eq_ignore_ascii_case(b"save") || name.eq_ignore_ascii_case(b"bgsave") {
+        return Call::Error(Refusal::NoMulti(
+            "SAVE is not served: the warm restart (-e) keeps the cache across a restart",
+        ));
     }
     if name.eq_ignore_ascii_case(b"swapdb") {
         return Call::Error(Refusal::Unsupported(

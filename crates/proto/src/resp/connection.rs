@@ -173,8 +173,10 @@ pub(super) fn config<'a>(frame: &Frame<'a>, sub: &[u8], argc: usize) -> Call<'a>
         _ if is("set") && argc % 2 == 1 => Call::Error(Refusal::SubcommandArity(*frame)),
         _ if is("set") => Call::ConfigSet(*frame),
         // redis-server 7.0's other subcommands, refused by name; anything else is not one.
-        _ if is("resetstat") || is("rewrite") || is("help") => {
-            Call::Error(Refusal::Unsupported("of CONFIG only GET and SET are served"))
+        2 if is("resetstat") => Call::ResetStat,
+        _ if is("resetstat") => Call::Error(Refusal::SubcommandArity(*frame)),
+        _ if is("rewrite") || is("help") => {
+            Call::Error(Refusal::Unsupported("of CONFIG only GET, SET and RESETSTAT are served"))
         }
         _ => Call::Error(Refusal::UnknownSubcommand(*frame)),
     }

@@ -56,6 +56,9 @@ pub const RESET: &[u8] = b"+RESET\r\n";
 pub const QUEUED: &[u8] = b"+QUEUED\r\n";
 /// EXEC of a transaction a queued command was refused in.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+/// EXEC of a transaction that may use memory, while the server is out of memory.
+pub const EXECABORT_OOM: &[u8] =
+    b"-EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.\r\n";
 /// EXEC without MULTI.
 pub const EXEC_WITHOUT_MULTI: &[u8] = b"-ERR EXEC without MULTI\r\n";
 /// DISCARD without MULTI.
@@ -259,7 +262,7 @@ pub fn refusal(refusal: &Refusal<'_>, out: &mut Vec<u8>) {
         }
         Refusal::DbIndex => out.extend_from_slice(b"-ERR DB index is out of range\r\n"),
         Refusal::DecrementOverflow => out.extend_from_slice(b"-ERR decrement would overflow\r\n"),
-        Refusal::Unsupported(text) | Refusal::Message(text) => {
+        Refusal::Unsupported(text) | Refusal::Message(text) | Refusal::NoMulti(text) => {
             out.extend_from_slice(b"-ERR ");
             out.extend_from_slice(text.as_bytes());
             out.extend_from_slice(b"\r\n");

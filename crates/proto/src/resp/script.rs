@@ -143,6 +143,8 @@ pub struct Called {
     pub write: bool,
     /// Scripts may not call it (`noscript`: EVAL, MULTI, AUTH, ...).
     pub noscript: bool,
+    /// It may use memory (`denyoom`): refused while the server is out of memory.
+    pub denyoom: bool,
 }
 
 impl Called {
@@ -158,9 +160,14 @@ impl Called {
 
 /// The command `name` as a script may call it; `None` when it is not served.
 pub fn called(name: &[u8]) -> Option<Called> {
-    // The blocking list commands are not served, and a script may not call them anyway.
+    // The blocking pops are not served, and a script may not call them anyway. CLUSTER is not
+    // served yet (Redis Cluster, a later issue), and its subcommands that change the cluster
+    // (RESET, FAILOVER, ...) a script may not call: refused as redis-server refuses those.
     if super::collection::BLOCKING.iter().any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes())) {
-        return Some(Called { arity: -2, write: true, noscript: true });
+        return Some(Called { arity: -2, write: true, noscript: true, denyoom: true });
+    }
+    if name.eq_ignore_ascii_case(b"cluster") {
+        return Some(Called { arity: -2, write: false, noscript: true, denyoom: false });
     }
     static TABLE: std::sync::OnceLock<Vec<(&'static str, Called)>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
@@ -172,6 +179,25 @@ pub fn called(name: &[u8]) -> Option<Called> {
     table.iter().find(|(spelled, _)| name.eq_ignore_ascii_case(spelled.as_bytes())).map(|(_, called)| *called)
 }
 
+/// Whether the command `name` may use memory (redis-server's `denyoom` flag): refused while
+/// the server is out of memory. False for a command not served.
+pub fn denies_oom(name: &[u8]) -> bool {
+    called(name).is_some_and(|called| called.denyoom)
+}
+
+/// Whether a RESP request may use memory (redis-server's `denyoom`): a store or a count on
+/// one key, or a command so flagged.
+pub fn uses_memory(request: &crate::Request<'_>) -> bool {
+    use crate::command::Op;
+    match request {
+        crate::Request::RespKey(command) => {
+            matches!(command.op, Op::Store(_) | Op::Count { .. } | Op::Arith(_))
+        }
+        crate::Request::Resp(frame) => frame.arg(0).is_some_and(denies_oom),
+        _ => false,
+    }
+}
+
 /// The arity and flags of a COMMAND INFO entry.
 fn read_entry(entry: &[u8]) -> Option<Called> {
     // `*10`, `$len`, the name, `:arity`, `*flags`, then a `+flag` line each.
@@ -179,10 +205,11 @@ fn read_entry(entry: &[u8]) -> Option<Called> {
     let arity = lines.nth(3)?.strip_prefix(b":")?;
     let arity = integer(arity).or_else(|| integer(arity.strip_prefix(b"-")?).map(|n| -n))? as i32;
     let count = integer(lines.next()?.strip_prefix(b"*")?)? as usize;
-    let mut called = Called { arity, write: false, noscript: false };
+    let mut called = Called { arity, write: false, noscript: false, denyoom: false };
     for flag in lines.take(count) {
         called.write |= flag == b"+write";
         called.noscript |= flag == b"+noscript";
+        called.denyoom |= flag == b"+denyoom";
     }
     Some(called)
 }

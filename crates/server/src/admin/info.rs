@@ -64,7 +64,7 @@ pub fn write(shared: &Shared, asked: &[&[u8]], keyspace: Option<&[u64]>, out: &m
                 field("maxclients", &figure("max_connections"));
                 field("blocked_clients", &0);
             }
-            "memory" => memory(shared, (number("bytes"), number("limit_maxbytes")), &mut field),
+            "memory" => memory(shared, (number("bytes"), shared.memory.redis_maxmemory()), &mut field),
             "persistence" => {
                 field("loading", &0);
                 field("rdb_bgsave_in_progress", &0);

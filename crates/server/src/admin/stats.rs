@@ -60,7 +60,7 @@ pub fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionS
 
 /// `stats reset`: from now on the counters count from zero (the figures that describe the
 /// present, items and bytes, stay).
-fn reset(shared: &Shared) {
+pub(crate) fn reset(shared: &Shared) {
     let baseline = StatsBaseline {
         partitions: shared.published.partitions(),
         workers: shared.published.workers(),

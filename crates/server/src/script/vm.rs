@@ -43,6 +43,11 @@ pub(crate) struct Compiled {
     reference: c_int,
     /// Its shebang's `flags=no-writes`.
     pub read_only: bool,
+    /// What redis-server calls its flags' out-of-memory rule: `None` for a script without a
+    /// shebang (its calls that may use memory are refused while out of memory); `Some(true)`
+    /// for one whose flags say `allow-oom` or `no-writes` (it runs, and may write); `Some(false)`
+    /// for any other (refused as a whole while out of memory).
+    pub allow_oom: Option<bool>,
 }
 
 /// Hashes a script's name by its first eight hex digits: it is a SHA1 already (a map from
@@ -169,13 +174,13 @@ impl Vm {
     }
 
     fn compile(&self, source: &[u8]) -> Result<Compiled, Vec<u8>> {
-        let (body, read_only) = shebang(source).map_err(|text| error_line(&text))?;
+        let (body, (read_only, allow_oom)) = shebang(source).map_err(|text| error_line(&text))?;
         let chunk = self.lua.load(&body[..]).set_name("@user_script").set_mode(mlua::chunk::ChunkMode::Text);
         match chunk.set_environment(self.env.clone()).into_function() {
             Ok(function) => {
                 let reference = run::refer(&self.lua, function)
                     .map_err(|error| error_line(&format!("ERR Error compiling script: {error}")))?;
-                Ok(Compiled { reference, read_only })
+                Ok(Compiled { reference, read_only, allow_oom })
             }
             Err(error) => {
                 let text = match error {
@@ -275,10 +280,12 @@ fn failure(
 }
 
 /// A script's `#!lua` line read: the body to compile (the line blanked, its line end kept so
-/// line numbers hold) and whether its flags say `no-writes`; `Err` is why it is refused.
-fn shebang(source: &[u8]) -> Result<(std::borrow::Cow<'_, [u8]>, bool), String> {
+/// line numbers hold), whether its flags say `no-writes`, and its out-of-memory rule
+/// ([`Compiled::allow_oom`]); `Err` is why it is refused.
+type Flags = (bool, Option<bool>);
+fn shebang(source: &[u8]) -> Result<(std::borrow::Cow<'_, [u8]>, Flags), String> {
     if !source.starts_with(b"#!") {
-        return Ok((source.into(), false));
+        return Ok((source.into(), (false, None)));
     }
     let end = source.iter().position(|&b| b == b'\n').ok_or("ERR Invalid script shebang")?;
     let line = String::from_utf8_lossy(&source[..end]);
@@ -287,7 +294,7 @@ fn shebang(source: &[u8]) -> Result<(std::borrow::Cow<'_, [u8]>, bool), String> 
     if engine != "#!lua" {
         return Err(format!("ERR Unexpected engine in script shebang: {engine}"));
     }
-    let mut read_only = false;
+    let (mut read_only, mut allow_oom) = (false, false);
     for part in parts {
         let Some(flags) = part.strip_prefix("flags=") else {
             return Err(format!("ERR Unknown lua shebang option: {part}"));
@@ -295,10 +302,11 @@ fn shebang(source: &[u8]) -> Result<(std::borrow::Cow<'_, [u8]>, bool), String> 
         for flag in flags.split(',').filter(|flag| !flag.is_empty()) {
             match flag {
                 "no-writes" => read_only = true,
-                "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                "allow-oom" => allow_oom = true,
+                "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
                 other => return Err(format!("ERR Unexpected flag in script shebang: {other}")),
             }
         }
     }
-    Ok((source[end..].to_vec().into(), read_only))
+    Ok((source[end..].to_vec().into(), (read_only, Some(allow_oom || read_only))))
 }

@@ -3,7 +3,7 @@
 //! the pages the memory got, and store mode (whose arenas cannot change size).
 
 use qs_store::{PageKind, Partition};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// The item memory's figures and its one run-time change.
@@ -29,7 +29,16 @@ pub struct Memory {
     page_kinds: (PageKind, PageKind),
     /// Main index buckets a partition may grow to.
     main_buckets: usize,
+    /// Log bytes per partition at start (Redis's `maxmemory 0` goes back to it).
+    started_log_bytes: usize,
+    /// Redis's `maxmemory` set below the smallest cache ([`FLOOR_BYTES`]): the bytes asked,
+    /// else 0. The logs keep their size, and commands that may use memory are refused (OOM),
+    /// as redis-server refuses them when eviction cannot bring it under its limit.
+    below_floor: AtomicU64,
 }
+
+/// The smallest item memory `cache_memlimit` sets (memcached's).
+pub const FLOOR_BYTES: u64 = 8 << 20;
 
 /// Why `cache_memlimit` could not set a size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +59,34 @@ impl Memory {
             item_bytes_max,
             page_kinds: first.page_kinds(),
             main_buckets: first.room_buckets(),
+            started_log_bytes: first.log_bytes(),
+            below_floor: AtomicU64::new(0),
+        }
+    }
+
+    /// The item memory at start, in megabytes (what Redis's `maxmemory 0` sets).
+    pub fn started_megabytes(&self) -> u32 {
+        u32::try_from(((self.started_log_bytes * self.partitions) as u64).div_ceil(1 << 20)).unwrap_or(u32::MAX)
+    }
+
+    /// Whether commands that may use memory are refused: Redis's `maxmemory` is below the
+    /// smallest cache.
+    #[inline]
+    pub fn refusing(&self) -> bool {
+        self.below_floor.load(Relaxed) != 0
+    }
+
+    /// Redis's `maxmemory` of `bytes` (1 to [`FLOOR_BYTES`]): commands that may use memory are
+    /// refused from now on; 0: served again.
+    pub fn set_below_floor(&self, bytes: u64) {
+        self.below_floor.store(bytes, Relaxed);
+    }
+
+    /// Redis's `maxmemory`: the bytes asked while below the floor, else the item memory.
+    pub fn redis_maxmemory(&self) -> u64 {
+        match self.below_floor.load(Relaxed) {
+            0 => self.maxbytes(),
+            asked => asked,
         }
     }
 

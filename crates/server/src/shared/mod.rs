@@ -18,7 +18,7 @@ use crate::observe::counters::WorkerCounters;
 pub use connections::Connections;
 pub use credentials::Credentials;
 pub use map::PartitionMap;
-pub use memory::Memory;
+pub use memory::{Memory, FLOOR_BYTES};
 pub use published::Published;
 use qs_store::PartitionStats;
 pub use rings::IoRings;

@@ -182,6 +182,11 @@ impl Turn<'_, '_> {
         if let Some(flow) = self.oversized(request, len) {
             return flow;
         }
+        if self.shared.memory.refusing() && matches!(self.dialect, Dialect::Resp | Dialect::Resp3) {
+            if let Some(flow) = self.out_of_memory(request, len) {
+                return flow;
+            }
+        }
         if let Request::Resp(frame) = request {
             // The database KEYS, SCAN, DBSIZE and FLUSHDB see, and SELECT (here or in EXEC)
             // changes: read back once the request has run.

@@ -57,11 +57,15 @@ impl Turn<'_, '_> {
                     Call::Error(refusal @ (Refusal::Unknown(_) | Refusal::Arity(_))) => {
                         return refused(self, Some(&refusal));
                     }
-                    Call::Shutdown => return refused(self, None),
+                    Call::Shutdown | Call::Error(Refusal::NoMulti(_)) => return refused(self, None),
                     _ => {}
                 },
             },
             _ => return None,
+        }
+        if self.shared.memory.refusing() && qs_proto::resp::script::uses_memory(request) {
+            self.output.reply_buf().extend_from_slice(reply::OOM);
+            return refused_after(self, *len);
         }
         let tx = self.session.tx.as_mut().expect("inside MULTI");
         let queued = here.get(..*len).is_some_and(|bytes| tx.queue(bytes));
@@ -154,6 +158,25 @@ impl Turn<'_, '_> {
         Some(Flow::Next(len))
     }
 
+    /// Out of memory (maxmemory below the smallest cache): a request that may use memory is
+    /// refused, as redis-server refuses it; `None` for any other.
+    pub(super) fn out_of_memory(&mut self, request: &Request<'_>, len: usize) -> Option<Flow> {
+        if !qs_proto::resp::script::uses_memory(request) {
+            return None;
+        }
+        self.output.reply_buf().extend_from_slice(reply::OOM);
+        *self.executed = true;
+        Some(Flow::Next(len))
+    }
+
+    /// Whether a request of the transaction's queue may use memory.
+    fn queue_uses_memory(&self, tx: &Tx) -> bool {
+        tx.requests().any(|bytes| match self.dialect.parse(bytes, &self.engine.limits) {
+            Parsed::Request { request, .. } => qs_proto::resp::script::uses_memory(&request),
+            _ => false,
+        })
+    }
+
     /// WATCH of the frame's keys: each one's version now.
     fn watch(&mut self, frame: &Frame<'_>) -> &'static [u8] {
         let keys = frame.args().skip(1);
@@ -188,11 +211,24 @@ impl Turn<'_, '_> {
             self.output.reply_buf().extend_from_slice(reply::EXECABORT);
             return Flow::Next(len);
         }
+        if self.shared.memory.refusing() && self.queue_uses_memory(&tx) {
+            self.output.reply_buf().extend_from_slice(reply::EXECABORT_OOM);
+            return Flow::Next(len);
+        }
         self.engine.run_transaction(&tx, (self.dialect, self.hand.fd), self.output.reply_buf());
         let shares = &mut self.engine.shares;
         self.output.adopt(&mut shares.taken, &mut shares.segments);
         Flow::Next(len)
     }
+}
+
+/// A request refused while queued (its reply written): EXEC answers EXECABORT.
+fn refused_after(turn: &mut Turn<'_, '_>, len: usize) -> Option<Flow> {
+    if let Some(tx) = turn.session.tx.as_mut() {
+        tx.aborted = true;
+    }
+    *turn.executed = true;
+    Some(Flow::Next(len))
 }
 
 /// The connection's transaction, begun now if it has none (MULTI or a first WATCH).

@@ -62,7 +62,13 @@ impl Engine {
                 Err(reply) => return out.extend_from_slice(&reply),
             };
             let read_only = eval.read_only || compiled.read_only;
-            let mut calls = Calls { engine: self, fd, read_only };
+            let refusing = self.shared.memory.refusing();
+            if refusing && compiled.allow_oom == Some(false) && !read_only {
+                // A script with flags that do not allow it, while out of memory.
+                return out.extend_from_slice(reply::OOM);
+            }
+            let oom = refusing && compiled.allow_oom != Some(true);
+            let mut calls = Calls { engine: self, fd, read_only, oom };
             state.run((&compiled, &sha), (eval.keys(), eval.argv()), resp3, &mut calls, out);
         });
         self.shares.on = shares;
@@ -129,6 +135,9 @@ struct Calls<'e> {
     engine: &'e mut Engine,
     fd: i32,
     read_only: bool,
+    /// Calls that may use memory are refused (out of memory, and the script's flags do not
+    /// allow it).
+    oom: bool,
 }
 
 impl vm::Caller for Calls<'_> {
@@ -157,6 +166,9 @@ impl vm::Caller for Calls<'_> {
         }
         if command.write && self.read_only {
             return refuse(out, b"ERR Write commands are not allowed from read-only scripts.");
+        }
+        if command.denyoom && self.oom && self.engine.shared.memory.refusing() {
+            return out.extend_from_slice(reply::OOM);
         }
         let engine = &mut *self.engine;
         let dialect = if resp3 { Dialect::Resp3 } else { Dialect::Resp };

@@ -89,6 +89,10 @@ impl Engine {
             | Call::ClientInfo
             | Call::ClientKill { .. }) => return self.resp_client(call, (resp3, fd), out),
             Call::ConfigGet(frame) => self.config_get(&frame, out),
+            Call::ResetStat => {
+                crate::admin::stats::reset(&self.shared);
+                out.extend_from_slice(reply::OK);
+            }
             Call::ConfigSet(frame) => match self.config_set(&frame, true) {
                 Ok(()) => out.extend_from_slice(reply::OK),
                 Err(error) => out.extend_from_slice(error.as_bytes()),
@@ -181,7 +185,10 @@ impl Engine {
     }
 
     /// CONFIG SET of the settings that mean something here: maxmemory (as `cache_memlimit`, in
-    /// whole megabytes up; each worker resizes its own partitions: routed to every worker),
+    /// whole megabytes up; each worker resizes its own partitions: routed to every worker; 0,
+    /// redis-server's "no limit", is the size the server started with; below the smallest
+    /// cache, 8 MiB, the size stays and commands that may use memory are refused, as
+    /// redis-server refuses them when it cannot evict its way under the limit),
     /// and the values quicksilver has already (maxmemory-policy allkeys-lru, save "",
     /// appendonly no). Every pair is checked before any is applied, as redis-server does.
     pub(super) fn config_set(&mut self, frame: &Frame<'_>, asked_here: bool) -> Result<(), String> {
@@ -196,7 +203,11 @@ impl Engine {
             if is("maxmemory") {
                 let bytes = connection::memory_bytes(value)
                     .ok_or_else(|| failed(name, "argument must be a memory value"))?;
-                megabytes = Some(u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX));
+                megabytes = Some(match bytes {
+                    0 => (0, self.shared.memory.started_megabytes()),
+                    _ if bytes < crate::shared::FLOOR_BYTES => (bytes, 0),
+                    _ => (0, u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)),
+                });
             } else if is("maxmemory-policy") && !value.eq_ignore_ascii_case(b"allkeys-lru") {
                 return Err(failed(name, "quicksilver evicts by S3-FIFO, as allkeys-lru reads"));
             } else if (is("save") && !value.is_empty())
@@ -223,12 +234,16 @@ impl Engine {
                 ));
             }
         }
-        if let Some(megabytes) = megabytes {
-            let said = self.cache_memlimit(megabytes, asked_here);
-            if said != b"OK\r\n" {
-                let why = String::from_utf8_lossy(said).trim_end().to_owned();
-                return Err(failed(b"maxmemory", &why));
+        if let Some((below_floor, megabytes)) = megabytes {
+            let unchanged = u64::from(megabytes) << 20 == self.shared.memory.maxbytes();
+            if megabytes > 0 && !unchanged {
+                let said = self.cache_memlimit(megabytes, asked_here);
+                if said != b"OK\r\n" {
+                    let why = String::from_utf8_lossy(said).trim_end().to_owned();
+                    return Err(failed(b"maxmemory", &why));
+                }
             }
+            self.shared.memory.set_below_floor(below_floor);
         }
         Ok(())
     }
@@ -263,7 +278,7 @@ impl Engine {
     /// CONFIG GET: the settings clients and tools ask for, as redis-server names them (each
     /// pattern a glob, without case).
     fn config_get(&self, frame: &Frame<'_>, out: &mut Vec<u8>) {
-        let maxmemory = self.shared.memory.maxbytes().to_string();
+        let maxmemory = self.shared.memory.redis_maxmemory().to_string();
         let databases = self.shared.config.databases.to_string();
         let time_limit =
             self.shared.scripts.time_limit_ms.load(std::sync::atomic::Ordering::Relaxed).to_string();
