@@ -177,3 +177,56 @@ fn redis_py_transactions_work_as_against_redis_server() {
         common::resp::redis_py_script("redis_py_transactions.py", port, name);
     }
 }
+
+#[test]
+fn out_of_memory_refuses_what_may_use_memory_as_redis_server_does() {
+    // maxmemory below what the server holds: redis-server refuses every command that may use
+    // memory, as quicksilver does for a limit below its smallest cache. Quicksilver keeps its
+    // items meanwhile, as redis-server's noeviction does (its allkeys-lru would evict them all).
+    let redis = Redis::start();
+    call(&mut connect(redis.port), &frame(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]));
+    let (_server, port) = quicksilver(&["-t", "2"]);
+    let run = |server: u16| -> Vec<Vec<u8>> {
+        let (mut client, mut admin) = (connect(server), connect(server));
+        let mut replies = Vec::new();
+        let mut ask = |client: &mut common::Client, words: &[&str]| replies.push(one(client, &frame(words)));
+        ask(&mut admin, &["FLUSHALL"]);
+        ask(&mut client, &["SET", "x", "1"]);
+        ask(&mut client, &["MULTI"]);
+        ask(&mut client, &["SET", "queued", "1"]);
+        ask(&mut admin, &["CONFIG", "SET", "maxmemory", "1"]);
+        ask(&mut client, &["EXEC"]);
+        for words in [
+            &["SET", "y", "1"][..],
+            &["GET", "x"],
+            &["INCR", "n"],
+            &["APPEND", "x", "more"],
+            &["LPUSH", "l", "a"],
+            &["HSET", "h", "f", "v"],
+            &["EXPIRE", "x", "100"],
+            &["MULTI"],
+            &["SET", "a", "1"],
+            &["GET", "x"],
+            &["EXEC"],
+            &["MULTI"],
+            &["GET", "x"],
+            &["EXEC"],
+            &["EVAL", "return redis.call('set', KEYS[1], '2')", "1", "x"],
+            &["EVAL", "return redis.call('get', KEYS[1])", "1", "x"],
+            &["EVAL", "#!lua\nreturn 1", "0"],
+            &["EVAL", "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])", "1", "x"],
+            &["EVAL", "#!lua flags=allow-oom\nreturn redis.call('set', KEYS[1], '3')", "1", "x"],
+            &["DEL", "x"],
+        ] {
+            ask(&mut client, words);
+        }
+        ask(&mut admin, &["CONFIG", "SET", "maxmemory", "0"]);
+        ask(&mut client, &["SET", "y", "2"]);
+        ask(&mut client, &["GET", "y"]);
+        replies
+    };
+    let (want, got) = (run(redis.port), run(port));
+    for (at, (want, got)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(String::from_utf8_lossy(got), String::from_utf8_lossy(want), "reply {at}");
+    }
+}

@@ -63,7 +63,9 @@ impl Turn<'_, '_> {
             },
             _ => return None,
         }
-        if self.shared.memory.refusing() && qs_proto::resp::script::uses_memory(request) {
+        if self.shared.memory.refusing() {
+            // Out of memory, nothing more is queued (redis-server's queue could grow without
+            // end): refused, as redis-server refuses it.
             self.output.reply_buf().extend_from_slice(reply::OOM);
             return refused_after(self, *len);
         }
