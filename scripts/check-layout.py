@@ -59,6 +59,7 @@ UNSAFE_FILES = {
         "src/script/call.rs",
         "src/script/convert.rs",
         "src/script/current.rs",
+        "src/script/door.rs",
         "src/script/run.rs",
         "src/sys/daemon.rs",
         "src/sys/mod.rs",

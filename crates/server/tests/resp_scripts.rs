@@ -288,6 +288,87 @@ fn wait_busy(port: u16) -> Vec<u8> {
 }
 
 #[test]
+fn a_long_script_answers_every_client_busy_as_redis_server_does() {
+    // Past lua-time-limit, redis-server answers every client BUSY but for what it lets
+    // through (MULTI, DISCARD, SCRIPT KILL...); quicksilver does on every worker, the script's
+    // own among them (one worker: all of these connections share it). The replies are
+    // redis-server 7.0.15's to the same requests, written out (Redis's own unit/multi and
+    // unit/scripting tests of a script past its limit run in CI too).
+    const BUSY: &str =
+        "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+    const EXECABORT: &str = "-EXECABORT Transaction discarded because of: BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+    let want = [
+        "+OK\r\n",
+        "+OK\r\n",
+        "+OK\r\n",
+        "+QUEUED\r\n",
+        BUSY,
+        BUSY,
+        EXECABORT,
+        "+OK\r\n",
+        BUSY,
+        "-ERR unknown command 'NOSUCH', with args beginning with: \r\n",
+        "+OK\r\n",
+        "-ERR DISCARD without MULTI\r\n",
+        BUSY,
+        EXECABORT,
+        "+OK\r\n",
+        "$1\r\n1\r\n",
+        "+PONG\r\n",
+        "+PONG\r\n",
+    ];
+    for workers in ["1", "4"] {
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let (mut admin, mut tx, mut runner) = (connect(port), connect(port), connect(port));
+        let mut replies = vec![
+            one(&mut admin, &frame(&["CONFIG", "SET", "lua-time-limit", "20"])),
+            one(&mut tx, &frame(&["SET", "xx", "1"])),
+            one(&mut tx, &frame(&["MULTI"])),
+            one(&mut tx, &frame(&["INCR", "xx"])),
+        ];
+        // A script that catches the kill's error: its end comes at its next instruction outside
+        // the pcall (redis-server's, at its next line).
+        let script = "local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end";
+        runner.send(&frame(&["EVAL", script, "0"]));
+        // Until the script is past its limit: BUSY once it is.
+        let busy = loop {
+            let reply = one(&mut admin, &frame(&["PING"]));
+            if reply != b"+PONG\r\n" {
+                break reply;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        replies.push(busy);
+        for words in [
+            &["INCR", "xx"][..],
+            &["EXEC"],
+            &["MULTI"],
+            &["GET", "xx"],
+            &["NOSUCH"],
+            &["DISCARD"],
+            &["DISCARD"],
+            &["SET", "yy", "1"],
+            &["EXEC"],
+        ] {
+            replies.push(one(&mut tx, &frame(words)));
+        }
+        replies.push(one(&mut admin, &frame(&["SCRIPT", "KILL"])));
+        let killed = one(&mut runner, b"");
+        assert!(
+            killed.starts_with(b"-ERR Script killed by user with SCRIPT KILL..."),
+            "{}",
+            String::from_utf8_lossy(&killed)
+        );
+        replies.push(one(&mut tx, &frame(&["GET", "xx"])));
+        replies.push(one(&mut admin, &frame(&["PING"])));
+        replies.push(one(&mut runner, &frame(&["PING"])));
+        for (at, (want, got)) in want.iter().zip(&replies).enumerate() {
+            assert_eq!(String::from_utf8_lossy(got), *want, "reply {at} with {workers} workers");
+        }
+    }
+}
+
+#[test]
 fn sigterm_stops_a_server_whose_only_worker_runs_a_script_without_end() {
     let (server, port) = quicksilver(&["-t", "1"]);
     let mut runner = connect(port);

@@ -14,6 +14,7 @@
 mod call;
 pub(crate) mod convert;
 mod current;
+pub(crate) mod door;
 mod libs;
 mod run;
 pub(crate) mod vm;
@@ -58,6 +59,9 @@ pub struct Scripts {
     /// The server is stopping: a running script ends at its next look (else SIGTERM could
     /// never stop a server whose only worker runs a script without end).
     stopping: AtomicBool,
+    /// Scripts past `lua-time-limit` now: while any is, every worker answers its RESP
+    /// clients `-BUSY` (worker/busy.rs), as redis-server answers all of its clients.
+    overdue: AtomicUsize,
 }
 
 /// What a worker's running script shows the others.
@@ -68,6 +72,8 @@ pub struct Running {
     /// [`CLEAN`], [`KILLED`] or [`WROTE`]: one of the last two, whichever came first, for
     /// good (SCRIPT KILL and the script's first write race for it).
     state: AtomicU8,
+    /// It ran past `lua-time-limit` (counted in [`Scripts::overdue`]).
+    overdue: AtomicBool,
 }
 
 /// A running script that has neither written nor been told to stop.
@@ -87,6 +93,11 @@ impl Running {
     /// The script ended.
     pub fn end(&self) {
         self.since_ms.store(0, Release);
+    }
+
+    /// Whether it ran past `lua-time-limit`.
+    pub fn is_overdue(&self) -> bool {
+        self.overdue.load(Relaxed)
     }
 
     /// Whether SCRIPT KILL stopped it.
@@ -141,6 +152,7 @@ impl Scripts {
             running: (0..workers).map(|_| Running::default()).collect(),
             memory: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
             stopping: AtomicBool::new(false),
+            overdue: AtomicUsize::new(0),
         }
     }
 
@@ -199,6 +211,29 @@ impl Scripts {
         self.stopping.load(Relaxed)
     }
 
+    /// Worker `worker`'s script found itself past `lua-time-limit` (its hook's look): every
+    /// worker answers its RESP clients [`BUSY`] from now until it ends.
+    pub fn overdue(&self, worker: usize) {
+        if !self.running[worker].overdue.swap(true, AcqRel) {
+            self.overdue.fetch_add(1, AcqRel);
+        }
+    }
+
+    /// Worker `worker`'s script ended.
+    pub fn ended(&self, worker: usize) {
+        let running = &self.running[worker];
+        running.end();
+        if running.overdue.swap(false, AcqRel) {
+            self.overdue.fetch_sub(1, AcqRel);
+        }
+    }
+
+    /// Whether a script runs past `lua-time-limit` (its worker's hook has seen it).
+    #[inline]
+    pub fn any_overdue(&self) -> bool {
+        self.overdue.load(Relaxed) != 0
+    }
+
     /// Whether worker `worker` runs a script past `lua-time-limit` at `now_ms` (its clients'
     /// requests from other workers are answered [`BUSY`] meanwhile).
     #[inline]
@@ -208,13 +243,17 @@ impl Scripts {
     }
 
     /// SCRIPT KILL, asked on worker `asking`: the longest-running script of another worker
-    /// is told to stop, unless it has written.
+    /// (or of its own, while that one lets its connections in) is told to stop, unless it has
+    /// written.
     pub fn kill(&self, asking: usize) -> Kill {
         let busy = self
             .running
             .iter()
             .enumerate()
-            .filter(|(worker, running)| *worker != asking && running.since_ms.load(Acquire) != 0)
+            .filter(|(worker, running)| {
+                // Its own runs only while it lets its connections in (worker/busy.rs).
+                (*worker != asking || running.is_overdue()) && running.since_ms.load(Acquire) != 0
+            })
             .min_by_key(|(_, running)| running.since_ms.load(Relaxed));
         busy.map_or(Kill::NotBusy, |(_, running)| running.stop())
     }

@@ -40,6 +40,18 @@ pub(super) fn forget(lua: &Lua, reference: c_int) {
     unsafe { ffi::luaL_unref(lua.state(), ffi::LUA_REGISTRYINDEX, reference) };
 }
 
+/// Makes the hook set on `lua`'s main state run every `count` instructions (its function and
+/// what it does kept): a killed script's hook runs at every one, so the script's own `pcall`
+/// cannot catch its end for good (redis-server's hook does the same, at every line).
+pub(super) fn hook_every(lua: &Lua, count: c_int) {
+    // SAFETY: lua_gethook and lua_sethook only read and set the state's hook fields; they push
+    // nothing and never raise. The main state is valid while `lua` lives.
+    unsafe {
+        let state = lua.state();
+        ffi::lua_sethook(state, ffi::lua_gethook(state), ffi::LUA_MASKCOUNT, count);
+    }
+}
+
 /// How a run ended.
 pub(super) enum Ended {
     /// Its reply is written.

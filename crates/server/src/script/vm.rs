@@ -20,6 +20,8 @@ const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 thread_local! {
     /// This worker thread's state, made at its first script.
     static VM: RefCell<Option<Vm>> = const { RefCell::new(None) };
+    /// Its hook runs at every instruction (a script was killed): set back at the next run.
+    static HOOK_TIGHT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` on this thread's Lua state (made now if it has none), for worker `worker`.
@@ -130,12 +132,22 @@ impl Vm {
         let (handler, env): (Function, Table) = prelude.call((hidden.clone(), lua.globals()))?;
         let (handler, env_ref) = (run::refer(&lua, handler)?, run::refer(&lua, &env)?);
         let watched = scripts.clone();
-        lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
-            if watched.running[worker].killed() {
-                return Err(mlua::Error::runtime(KILLED));
+        lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |lua, _| {
+            let (killed, stopping) = (watched.running[worker].killed(), watched.stopping());
+            if killed || stopping {
+                // At every instruction from now on: a pcall in the script catches this error,
+                // and the next instruction outside it raises it again.
+                if !HOOK_TIGHT.replace(true) {
+                    run::hook_every(lua, 1);
+                }
+                let error = if killed { KILLED } else { "ERR the server is stopping" };
+                return Err(mlua::Error::runtime(error));
             }
-            if watched.stopping() {
-                return Err(mlua::Error::runtime("ERR the server is stopping"));
+            if watched.busy(worker, crate::sys::clock::now().ms()) {
+                // Past lua-time-limit: every worker's RESP clients are answered -BUSY, this
+                // worker's from here (a SCRIPT KILL among them is looked at next).
+                watched.overdue(worker);
+                super::door::serve();
             }
             Ok(VmState::Continue)
         })?;
@@ -202,6 +214,9 @@ impl Vm {
         caller: &mut dyn Caller,
         out: &mut Vec<u8>,
     ) {
+        if HOOK_TIGHT.take() {
+            run::hook_every(&self.lua, HOOK_INSTRUCTIONS as c_int);
+        }
         let running = &self.scripts.running[self.worker];
         running.start(crate::sys::clock::now().ms());
         call::set_resp(2);
@@ -210,7 +225,7 @@ impl Vm {
             run::run(&self.lua, refs, (keys, argv), self.scripts.memory_max, (call::resp, resp3), out)
         });
         let killed = running.killed();
-        running.end();
+        self.scripts.ended(self.worker);
         let failed = matches!(ended, Ended::Failed(_));
         if let Ended::Failed(error) = ended {
             failure(error, (sha, killed), out);

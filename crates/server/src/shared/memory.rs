@@ -3,8 +3,8 @@
 //! the pages the memory got, and store mode (whose arenas cannot change size).
 
 use qs_store::{PageKind, Partition};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 /// The item memory's figures and its one run-time change.
 #[derive(Debug)]
@@ -66,7 +66,8 @@ impl Memory {
 
     /// The item memory at start, in megabytes (what Redis's `maxmemory 0` sets).
     pub fn started_megabytes(&self) -> u32 {
-        u32::try_from(((self.started_log_bytes * self.partitions) as u64).div_ceil(1 << 20)).unwrap_or(u32::MAX)
+        u32::try_from(((self.started_log_bytes * self.partitions) as u64).div_ceil(1 << 20))
+            .unwrap_or(u32::MAX)
     }
 
     /// Whether commands that may use memory are refused: Redis's `maxmemory` is below the

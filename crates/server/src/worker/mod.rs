@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 mod accept;
 mod budget;
+mod busy;
 mod flash;
 mod handover;
 mod refusals;
@@ -134,6 +135,8 @@ pub struct Worker {
     net: Option<crate::net::ring::NetRing>,
     /// What a turn's work on `net` reuses.
     ring: RingScratch,
+    /// What a script's door took and left for the next turn (busy.rs).
+    later: busy::Later,
 }
 
 /// A worker's UDP sockets (memcached's -U, bound by every worker).
@@ -290,6 +293,7 @@ impl Worker {
             flash,
             net,
             ring: RingScratch::default(),
+            later: busy::Later::default(),
         })
     }
 
@@ -363,35 +367,52 @@ impl Worker {
     /// Notes what this turn's events report: readiness of connections, listeners, UDP and
     /// native ports, and finished flash reads; accepts new connections.
     fn take_events(&mut self, events: &Events) {
+        if !self.later.is_empty() {
+            // What a script's door took while it ran (busy.rs), before what came since.
+            let later = std::mem::take(&mut self.later.events);
+            for &(token, ready) in &later {
+                self.take_event(token, ready);
+            }
+            self.later.events = recycle_events(later);
+        }
+        if self.later.bytes_read + self.later.bytes_written > 0 {
+            self.engine.counters.bytes_read += std::mem::take(&mut self.later.bytes_read);
+            self.engine.counters.bytes_written += std::mem::take(&mut self.later.bytes_written);
+        }
         for event in events.iter() {
-            match event.token() {
-                WAKER | NET => {}
-                FLASH => {
-                    if let Some(uring) = self.flash.uring.as_ref() {
-                        uring.clear_eventfd();
-                    }
+            self.take_event(event.token(), busy::Ready::of(event));
+        }
+    }
+
+    /// One event's readiness noted (a listener's: its connections accepted).
+    fn take_event(&mut self, token: Token, event: busy::Ready) {
+        match token {
+            WAKER | NET => {}
+            FLASH => {
+                if let Some(uring) = self.flash.uring.as_ref() {
+                    uring.clear_eventfd();
                 }
-                Token(token) if (UDP_BASE..UDP_BASE + UDP_SOCKETS_MAX).contains(&token) => {
-                    self.udp.ready |= 1 << (token - UDP_BASE);
+            }
+            Token(token) if (UDP_BASE..UDP_BASE + UDP_SOCKETS_MAX).contains(&token) => {
+                self.udp.ready |= 1 << (token - UDP_BASE);
+            }
+            Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
+            Token(token) if token >= NATIVE_BASE => {
+                if let Some(port) = self.native.ports.get_mut(token - NATIVE_BASE) {
+                    port.ready = true;
                 }
-                Token(token) if token < CONN_BASE => self.accept(token - LISTENER_BASE),
-                Token(token) if token >= NATIVE_BASE => {
-                    if let Some(port) = self.native.ports.get_mut(token - NATIVE_BASE) {
-                        port.ready = true;
+            }
+            Token(token) => {
+                let index = token - CONN_BASE;
+                if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                    if event.readable || event.read_closed || event.error {
+                        conn.read_ready = true;
                     }
-                }
-                Token(token) => {
-                    let index = token - CONN_BASE;
-                    if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
-                        if event.is_readable() || event.is_read_closed() || event.is_error() {
-                            conn.read_ready = true;
-                        }
-                        conn.peer_closed |= event.is_read_closed();
-                        if event.is_writable() {
-                            conn.write_blocked = false;
-                        }
-                        queue(&mut self.work, conn, index);
+                    conn.peer_closed |= event.read_closed;
+                    if event.writable {
+                        conn.write_blocked = false;
                     }
+                    queue(&mut self.work, conn, index);
                 }
             }
         }
@@ -489,7 +510,9 @@ impl Worker {
             || self.udp.ready != 0
             || self.native.ready()
             || self.handover.outgoing.iter().any(Option::is_some)
-            || self.handover.unsent_replies.iter().any(|queue| !queue.is_empty());
+            || self.handover.unsent_replies.iter().any(|queue| !queue.is_empty())
+            || !self.later.is_empty()
+            || !self.later.completions.is_empty();
         if busy {
             return Some(Duration::ZERO);
         }
@@ -645,6 +668,12 @@ fn read_once(
     true
 }
 
+/// An emptied list of events, its allocation kept.
+fn recycle_events(mut events: Vec<(Token, busy::Ready)>) -> Vec<(Token, busy::Ready)> {
+    events.clear();
+    events
+}
+
 fn queue(work: &mut Vec<usize>, conn: &mut Conn, index: usize) {
     if !conn.queued {
         conn.queued = true;
@@ -693,6 +722,11 @@ impl Flush {
         let index = self.list.pop()?;
         self.queued[index] = false;
         Some(index)
+    }
+
+    /// The connections queued, in order.
+    fn queued(&self) -> &[usize] {
+        &self.list
     }
 
     /// Whether no connection is queued.

@@ -49,6 +49,16 @@ pub(super) struct Turn<'t, 'h> {
     /// memcached's -R: requests before the connection waits for the next turn.
     pub reqs_per_event: u32,
     pub served: u32,
+    /// The worker's other connections, its poll and io_uring, and what a script's door left:
+    /// what a script of this connection past lua-time-limit lets in (busy.rs).
+    pub others: super::busy::Others<'t>,
+    pub poll: &'t mut Poll,
+    pub net: &'t mut Option<crate::net::ring::NetRing>,
+    pub later: &'t mut super::busy::Later,
+    /// The connections queued for this turn.
+    pub work: &'t mut Vec<usize>,
+    /// The connections whose replies this turn sends.
+    pub flushing: &'t [usize],
 }
 
 impl Turn<'_, '_> {
@@ -121,6 +131,9 @@ impl Turn<'_, '_> {
         pending: &[u8],
         here: &[u8],
     ) -> Flow {
+        if let Some(flow) = self.shared.scripts.any_overdue().then(|| self.while_busy(parsed)).flatten() {
+            return flow;
+        }
         if self.session.tx.is_some() {
             if let Some(flow) = self.in_multi(parsed, here) {
                 return flow;
@@ -182,10 +195,9 @@ impl Turn<'_, '_> {
         if let Some(flow) = self.oversized(request, len) {
             return flow;
         }
-        if self.shared.memory.refusing() && matches!(self.dialect, Dialect::Resp | Dialect::Resp3) {
-            if let Some(flow) = self.out_of_memory(request, len) {
-                return flow;
-            }
+        if let Some(flow) = self.shared.memory.refusing().then(|| self.out_of_memory(request, len)).flatten()
+        {
+            return flow;
         }
         if let Request::Resp(frame) = request {
             // The database KEYS, SCAN, DBSIZE and FLUSHDB see, and SELECT (here or in EXEC)
@@ -280,6 +292,23 @@ impl Turn<'_, '_> {
             self.session.state.close();
         }
         Flow::StopAll
+    }
+
+    /// A RESP request while a script runs past `lua-time-limit`: answered as redis-server
+    /// answers it then (busy.rs); `None` for what is served as ever (memcached's requests, and
+    /// what redis-server lets through that busy.rs leaves to the turn).
+    #[inline(never)]
+    fn while_busy(&mut self, parsed: &Parsed<'_>) -> Option<Flow> {
+        let Parsed::Request { request, len } = parsed else { return None };
+        if !self.dialect.is_resp() {
+            return None;
+        }
+        let at = (self.shared, self.me, &self.engine.limits);
+        if !super::busy::answer(request, self.session, at, self.output.reply_buf()) {
+            return None;
+        }
+        *self.executed = true;
+        Some(Flow::Next(*len))
     }
 
     /// Under -S, a binary request before authentication is answered here (SASL's own

@@ -155,7 +155,21 @@ impl Turn<'_, '_> {
             self.session.state.block(Wait::Replies);
             return Some(Flow::Stop);
         }
-        self.engine.run_script(request, (self.dialect, self.hand.fd), self.output.reply_buf());
+        // Past lua-time-limit, the script lets the worker's other connections in (busy.rs).
+        let mut door = super::busy::BusyDoor {
+            others: &mut self.others,
+            poll: &mut *self.poll,
+            net: &mut *self.net,
+            buffers: &mut *self.buffers,
+            later: &mut *self.later,
+            work: self.work,
+            flushing: self.flushing,
+            shared: self.shared,
+            limits: self.engine.limits,
+            me: self.me,
+        };
+        let (engine, out, at) = (&mut *self.engine, self.output.reply_buf(), (self.dialect, self.hand.fd));
+        crate::script::door::with_door(&mut door, || engine.run_script(request, at, out));
         *self.executed = true;
         Some(Flow::Next(len))
     }
@@ -163,7 +177,7 @@ impl Turn<'_, '_> {
     /// Out of memory (maxmemory below the smallest cache): a request that may use memory is
     /// refused, as redis-server refuses it; `None` for any other.
     pub(super) fn out_of_memory(&mut self, request: &Request<'_>, len: usize) -> Option<Flow> {
-        if !qs_proto::resp::script::uses_memory(request) {
+        if !self.dialect.is_resp() || !qs_proto::resp::script::uses_memory(request) {
             return None;
         }
         self.output.reply_buf().extend_from_slice(reply::OOM);
@@ -234,6 +248,6 @@ fn refused_after(turn: &mut Turn<'_, '_>, len: usize) -> Option<Flow> {
 }
 
 /// The connection's transaction, begun now if it has none (MULTI or a first WATCH).
-fn begun<'s>(session: &'s mut crate::session::Session, shared: &Shared) -> &'s mut Tx {
+pub(super) fn begun<'s>(session: &'s mut crate::session::Session, shared: &Shared) -> &'s mut Tx {
     session.tx.get_or_insert_with(|| Box::new(Tx::new(shared.client_memory.clone(), shared.watches.clone())))
 }

@@ -17,6 +17,9 @@ impl Worker {
             let _ = net.run_work();
         }
         let mut done = std::mem::take(&mut self.ring.done);
+        // What a script's door left (busy.rs), before what came since.
+        done.append(&mut self.later.completions);
+        self.later.forget_stalled();
         net.reap(&mut done);
         for completion in done.drain(..) {
             self.net_completion(completion);

@@ -113,9 +113,17 @@ impl Worker {
             watching,
             buffers,
             flash,
+            poll,
+            net,
+            later,
+            work,
+            flush,
             ..
         } = self;
-        let Some(conn) = conns[index].as_mut() else { return };
+        // The connection's slot apart from the others: a script of its past lua-time-limit lets
+        // them in (busy.rs).
+        let (before, rest) = conns.split_at_mut(index);
+        let Some((Some(conn), after)) = rest.split_first_mut() else { return };
         if conn.session.state.blocked(Wait::Flash) {
             return;
         }
@@ -147,6 +155,12 @@ impl Worker {
             dialect,
             reqs_per_event: if udp { u32::MAX } else { shared.config.reqs_per_event },
             served: 0,
+            others: super::busy::Others { before, after },
+            poll,
+            net,
+            later,
+            work,
+            flushing: flush.queued(),
         };
         windows(&mut turn, input, *ring != RingIo::Off);
     }
@@ -570,7 +584,7 @@ fn admit(conn: &mut Conn, shared: &Shared, engine: &mut Engine, executed: &mut b
 /// A RESP connection's dialect: RESP3 once it said HELLO 3 (its registry entry keeps the
 /// version), else RESP2. Kept out of line: memcached's connections never ask.
 #[inline(never)]
-fn resp_version(conn: &Conn) -> Dialect {
+pub(super) fn resp_version(conn: &Conn) -> Dialect {
     if conn.session.info.as_ref().is_some_and(|info| info.resp() == 3) {
         Dialect::Resp3
     } else {
