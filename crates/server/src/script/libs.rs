@@ -1,6 +1,7 @@
 //! The libraries redis-server 7.0 gives scripts beyond Lua's own, as far as cache and lock
 //! libraries use them: `bit` (LuaBitOp's operations on 32-bit integers) and `cjson`
-//! (`encode`, `decode`, `null`). `struct` and `cmsgpack` are not given (docs/COMPATIBILITY.md).
+//! (`encode`, `decode`, `null`); `cmsgpack` is in msgpack.rs. `struct` is not given
+//! (docs/COMPATIBILITY.md).
 
 use mlua::{LightUserData, Lua, Result, Table, Value, Variadic};
 use std::cell::Cell;
@@ -10,7 +11,7 @@ use std::rc::Rc;
 pub(super) fn register(lua: &Lua) -> Result<()> {
     lua.globals().raw_set("bit", bit(lua)?)?;
     lua.globals().raw_set("cjson", cjson(lua)?)?;
-    Ok(())
+    super::msgpack::register(lua)
 }
 
 /// LuaBitOp's conversion of a number to a 32-bit integer: rounded, then taken modulo 2^32.

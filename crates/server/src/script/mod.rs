@@ -16,6 +16,7 @@ pub(crate) mod convert;
 mod current;
 pub(crate) mod door;
 mod libs;
+mod msgpack;
 mod run;
 pub(crate) mod vm;
 

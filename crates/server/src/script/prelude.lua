@@ -188,7 +188,7 @@ G.load = function(reader, name)
   return loadstring(concat(parts), name)
 end
 G.redis = protect(redis)
-for _, name in ipairs({'string', 'table', 'math', 'bit', 'cjson', 'coroutine'}) do
+for _, name in ipairs({'string', 'table', 'math', 'bit', 'cjson', 'cmsgpack', 'coroutine'}) do
   G[name] = protect(G[name])
 end
 -- newproxy too, as redis-server: a userdata's __gc function would run inside any allocation.
