@@ -49,7 +49,7 @@ fn pack(value: &Value, level: usize, out: &mut Vec<u8>) -> Result<()> {
     match value {
         Value::Boolean(true) => out.push(0xc3),
         Value::Boolean(false) => out.push(0xc2),
-        Value::Integer(n) => integer(*n as i64, out),
+        Value::Integer(n) => integer(*n, out),
         Value::Number(n) => number(*n, out),
         Value::String(text) => bytes(&text.as_bytes(), out),
         Value::Table(table) if level < NESTING_MAX => self::table(table, level, out)?,
@@ -192,7 +192,7 @@ fn unpack(lua: &Lua, text: &[u8], (limit, offset): (i64, i64), all: bool) -> Res
     }
     if !all {
         let next = if cursor.at == text.len() { -1 } else { cursor.at as i64 };
-        values.insert(0, Value::Integer(next as _));
+        values.insert(0, Value::Integer(next));
     }
     Ok(values.into_iter().collect())
 }
