@@ -447,6 +447,7 @@ fn new_shared(
     let databases_used = config.memory_file.is_some() || config.warm_from.is_some();
     Shared {
         databases_used: std::sync::atomic::AtomicBool::new(databases_used),
+        db_spaces: crate::shared::DbSpaces::new(config.databases),
         encoding_settings: qs_proto::resp::collection::SETTING_DEFAULTS
             .map(std::sync::atomic::AtomicI64::new),
         explicit_cas: Default::default(),

@@ -1,7 +1,8 @@
 //! Redis's numbered databases end to end (issue 76): SELECT, and every command that reads or
 //! writes keys, in databases 0 to 15 as redis-server 7.0 answers them (compared byte for byte
 //! with one worker and with four); KEYS, SCAN, RANDOMKEY, DBSIZE and FLUSHDB see their own
-//! database; COPY ... DB and MOVE carry keys between them; SELECT inside MULTI and inside a
+//! database; COPY ... DB and MOVE carry keys between them; SWAPDB exchanges two (and touches
+//! the watched keys either holds); SELECT inside MULTI and inside a
 //! script; memcached's protocols see database 0; redis-py given `db=N` (what `redis://host/N`
 //! asks) works as against redis-server.
 
@@ -153,9 +154,13 @@ fn keyspace_walks_see_their_own_database() {
     assert_eq!(one(&mut client, &frame(&["DBSIZE"])), b":3\r\n");
     let keys = String::from_utf8(one(&mut client, &frame(&["KEYS", "*"]))).expect("text");
     assert!(keys.starts_with("*3\r\n") && !keys.contains("key:4:"), "{keys}");
-    // The one difference from redis-server's commands on databases: SWAPDB is refused by name.
-    let swap = String::from_utf8(one(&mut client, &frame(&["SWAPDB", "0", "4"]))).expect("text");
-    assert!(swap.starts_with("-ERR SWAPDB is not served"), "{swap}");
+    // SWAPDB: each database's keys are the other's, for every walk.
+    assert_eq!(one(&mut client, &frame(&["SWAPDB", "0", "4"])), b"+OK\r\n");
+    assert_eq!(one(&mut client, &frame(&["DBSIZE"])), b":5\r\n");
+    let keys = String::from_utf8(one(&mut client, &frame(&["KEYS", "*"]))).expect("text");
+    assert!(keys.starts_with("*5\r\n") && keys.contains("key:4:"), "{keys}");
+    let info = String::from_utf8(one(&mut client, &frame(&["INFO", "keyspace"]))).expect("text");
+    assert!(info.contains("db0:keys=5,") && info.contains("db4:keys=3,"), "{info}");
 }
 
 #[test]
@@ -225,4 +230,89 @@ fn long_keys_are_stored_as_redis_server_stores_them() {
     let mut text = connect(server.port);
     text.send(format!("get {}\r\n", keys[0]).as_bytes());
     assert_eq!(text.read_until(b"\r\n"), b"CLIENT_ERROR bad command line format\r\n");
+}
+
+#[test]
+fn swapdb_exchanges_databases_as_redis_server_does() {
+    // One connection's view, then a second connection's (in the other database) and a
+    // watcher's: SWAPDB moves every connection's view at once, and touches watched keys that
+    // either database holds.
+    same_single_replies(&[
+        &["SET", "a", "in0"],
+        &["SELECT", "1"],
+        &["SET", "a", "in1"],
+        &["SET", "b", "only1"],
+        &["SWAPDB", "0", "1"],
+        &["GET", "a"],
+        &["GET", "b"],
+        &["DBSIZE"],
+        &["SELECT", "0"],
+        &["GET", "a"],
+        &["GET", "b"],
+        &["DBSIZE"],
+        &["KEYS", "*"],
+        &["MOVE", "a", "1"],
+        &["MOVE", "b", "1"],
+        &["SELECT", "1"],
+        &["GET", "b"],
+        &["SWAPDB", "1", "1"],
+        &["SWAPDB", "x", "1"],
+        &["SWAPDB", "1", "y"],
+        &["SWAPDB", "0", "16"],
+        &["SWAPDB", "0"],
+        &["MULTI"],
+        &["SWAPDB", "0", "1"],
+        &["DBSIZE"],
+        &["EXEC"],
+        &["DBSIZE"],
+        &["FLUSHDB"],
+        &["SELECT", "0"],
+        &["DBSIZE"],
+        &["SWAPDB", "0", "1"],
+        &["FLUSHALL"],
+    ]);
+    for workers in ["1", "4"] {
+        let redis = Redis::start();
+        let (_server, port) = quicksilver(&["-t", workers]);
+        let run = |server: u16| -> Vec<Vec<u8>> {
+            let (mut watcher, mut other) = (connect(server), connect(server));
+            let mut replies = Vec::new();
+            let mut ask =
+                |client: &mut common::Client, words: &[&str]| replies.push(one(client, &frame(words)));
+            ask(&mut other, &["FLUSHALL"]);
+            // A watched key that exists: the swap writes it.
+            ask(&mut watcher, &["SET", "x", "30"]);
+            ask(&mut watcher, &["WATCH", "x"]);
+            ask(&mut other, &["SWAPDB", "0", "1"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["PING"]);
+            ask(&mut watcher, &["EXEC"]);
+            // One missing here that the other database holds: written too.
+            ask(&mut watcher, &["GET", "x"]);
+            ask(&mut watcher, &["WATCH", "x"]);
+            ask(&mut other, &["SWAPDB", "0", "1"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["GET", "x"]);
+            ask(&mut watcher, &["EXEC"]);
+            // Neither holds it, or another pair swapped: not written.
+            ask(&mut watcher, &["WATCH", "nothing", "x"]);
+            ask(&mut other, &["SWAPDB", "2", "3"]);
+            ask(&mut watcher, &["MULTI"]);
+            ask(&mut watcher, &["GET", "x"]);
+            ask(&mut watcher, &["EXEC"]);
+            ask(&mut other, &["SELECT", "1"]);
+            ask(&mut other, &["DBSIZE"]);
+            ask(&mut other, &["SWAPDB", "0", "1"]);
+            ask(&mut other, &["DBSIZE"]);
+            replies
+        };
+        let (want, got) = (run(redis.port), run(port));
+        for (at, (want, got)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                String::from_utf8_lossy(got),
+                String::from_utf8_lossy(want),
+                "reply {at} with {workers} workers"
+            );
+        }
+    }
 }

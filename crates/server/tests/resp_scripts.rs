@@ -273,7 +273,9 @@ fn wait_busy(port: u16) -> Vec<u8> {
     for n in 0u32.. {
         assert!(started.elapsed() < Duration::from_secs(120), "no BUSY");
         let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        // Not a deadline on the answer: a connection the busy worker took waits for the
+        // script, and the next one is tried (any other worker answers BUSY at once).
+        stream.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
         stream.write_all(&frame(&["SET", &format!("k{}", n % 32), "v"])).expect("send");
         let mut reply = [0u8; 512];
         match stream.read(&mut reply) {

@@ -24,6 +24,8 @@ pub enum Call<'a> {
     Quit,
     /// SELECT of a database (one of `--databases`).
     Select(u8),
+    /// SWAPDB of two databases (each one of `--databases`).
+    SwapDb(u8, u8),
     /// MGET: the keys are the frame's arguments after the name.
     Mget(Frame<'a>),
     /// EXISTS of several keys: how many are there (a key named twice counts twice).
@@ -225,6 +227,7 @@ pub fn call<'a>(frame: &Frame<'a>, limits: &crate::Limits) -> Call<'a> {
         "debug" => connection::debug(frame),
         "shutdown" => connection::shutdown(frame),
         "select" => select(first[0], limits.databases),
+        "swapdb" => swapdb([first[0], first[1]], limits.databases),
         "get" => key(first[0], Op::Get(Get::default()), Reply::Bulk),
         "set" => set(first, frame.args().skip(3), now),
         "setnx" => key(first[0], store(StoreMode::Add, first[1], 0), Reply::StoredInteger),
@@ -306,8 +309,8 @@ fn looked_up<'a>(frame: &Frame<'a>, name: &[u8]) -> Result<&'static str, Call<'a
     Ok(spelled)
 }
 
-/// A command not in the table: SWAPDB refused by name (databases are namespaces of keys in
-/// one store, super::db: swapping two would rewrite every key), anything else unknown.
+/// A command not in the table: the blocking pops and SAVE refused by name, anything else
+/// unknown.
 fn unknown<'a>(frame: &Frame<'a>, name: &[u8]) -> Call<'a> {
     if super::collection::BLOCKING.iter().any(|blocking| name.eq_ignore_ascii_case(blocking.as_bytes())) {
         return Call::Error(Refusal::Unsupported("blocking pops (and LMPOP, ZMPOP) are not served yet"));
@@ -315,11 +318,6 @@ fn unknown<'a>(frame: &Frame<'a>, name: &[u8]) -> Call<'a> {
     if name.eq_ignore_ascii_case(b"save") || name.eq_ignore_ascii_case(b"bgsave") {
         return Call::Error(Refusal::NoMulti(
             "SAVE is not served: the warm restart (-e) keeps the cache across a restart",
-        ));
-    }
-    if name.eq_ignore_ascii_case(b"swapdb") {
-        return Call::Error(Refusal::Unsupported(
-            "SWAPDB is not served: databases share one store, and swapping them would rewrite every key",
         ));
     }
     Call::Error(Refusal::Unknown(*frame))
@@ -356,6 +354,7 @@ const TABLE: &[(&str, i32)] = &[
     ("debug", -2),
     ("shutdown", -1),
     ("select", 2),
+    ("swapdb", 3),
     ("get", 2),
     ("set", -3),
     ("setnx", 3),
@@ -538,6 +537,20 @@ fn flushdb<'a>(frame: &Frame<'a>) -> Call<'a> {
 }
 
 /// SELECT of one of `databases` databases.
+/// SWAPDB's two databases, refused as redis-server refuses them.
+fn swapdb(indices: [&[u8]; 2], databases: u32) -> Call<'static> {
+    let (Some(first), Some(second)) = (integer(indices[0]), integer(indices[1])) else {
+        let which =
+            if integer(indices[0]).is_none() { "invalid first DB index" } else { "invalid second DB index" };
+        return Call::Error(Refusal::Message(which));
+    };
+    let range = 0..i64::from(databases);
+    if !range.contains(&first) || !range.contains(&second) {
+        return Call::Error(Refusal::DbIndex);
+    }
+    Call::SwapDb(first as u8, second as u8)
+}
+
 fn select(index: &[u8], databases: u32) -> Call<'_> {
     match integer(index) {
         None => Call::Error(Refusal::NotInteger),

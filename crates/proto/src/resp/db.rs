@@ -161,7 +161,9 @@ fn keys_of(name: &[u8], argc: usize) -> Keys {
 /// Whether a request that names `name` changes the connection's database or ends what a
 /// change inside MULTI applies to.
 pub fn fences(name: &[u8]) -> bool {
-    ["select", "exec", "discard", "reset"].iter().any(|word| name.eq_ignore_ascii_case(word.as_bytes()))
+    ["select", "exec", "discard", "reset", "swapdb"]
+        .iter()
+        .any(|word| name.eq_ignore_ascii_case(word.as_bytes()))
 }
 
 /// Whether a request of a connection in database 0 must be mapped all the same: a COPY with
@@ -178,10 +180,32 @@ pub fn needs_map(frame: &crate::resp::Frame<'_>) -> bool {
     }
 }
 
-/// Rewrites `frame`, a request of a connection in database `db`, into `out` as a multibulk
-/// request whose keys are the store's keys of that database. `databases`: how many there
-/// are (a COPY's `DB` option outside them is left for COPY to refuse).
-pub fn map(frame: &crate::resp::Frame<'_>, db: u8, databases: u32, out: &mut Vec<u8>) -> Mapped {
+/// Where a database's keys are in the store: which namespace (prefix) each database number
+/// names now (SWAPDB exchanges two), and how many databases there are.
+pub trait Namespaces {
+    /// The namespace of database `db`.
+    fn of(&self, db: u8) -> u8;
+    /// How many databases there are.
+    fn count(&self) -> u32;
+}
+
+/// Each database its own namespace, as at start.
+impl Namespaces for u32 {
+    fn of(&self, db: u8) -> u8 {
+        db
+    }
+
+    fn count(&self) -> u32 {
+        *self
+    }
+}
+
+/// Rewrites `frame`, a request of a connection whose database's keys are in namespace `db`,
+/// into `out` as a multibulk request whose keys are the store's keys of that namespace.
+/// `spaces`: how many databases there are (a COPY's `DB` option outside them is left for COPY
+/// to refuse) and where each one's keys are (a MOVE's or COPY's target).
+pub fn map(frame: &crate::resp::Frame<'_>, db: u8, spaces: &dyn Namespaces, out: &mut Vec<u8>) -> Mapped {
+    let databases = spaces.count();
     let name = frame.arg(0).unwrap_or_default();
     if fences(name) {
         return Mapped::Fence;
@@ -205,12 +229,13 @@ pub fn map(frame: &crate::resp::Frame<'_>, db: u8, databases: u32, out: &mut Vec
             write(frame.args().map(|arg| (None, arg)).chain([(None, &flag[..])]), argc + 1, out);
             Mapped::Rewritten
         }
-        Keys::Copy => map_copy(frame, db, databases, out),
+        Keys::Copy => map_copy(frame, db, spaces, out),
         Keys::Move => {
             let key = frame.arg(1).unwrap_or_default();
             match frame.arg(2).and_then(crate::resp::command::integer) {
                 // Another database: both keys as the store has them, and the target's mark.
-                Some(to) if (0..i64::from(databases)).contains(&to) && to != i64::from(db) => {
+                Some(to) if (0..i64::from(databases)).contains(&to) && spaces.of(to as u8) != db => {
+                    let to = i64::from(spaces.of(to as u8));
                     let mark = flush_arg(to as u8);
                     let args = [
                         (None, &b"MOVE"[..]),
@@ -230,7 +255,8 @@ pub fn map(frame: &crate::resp::Frame<'_>, db: u8, databases: u32, out: &mut Vec
 
 /// COPY source destination [DB n] [REPLACE]: both keys in the connection's database, the
 /// destination moved to database `n` and the option dropped, where `n` is one.
-fn map_copy(frame: &crate::resp::Frame<'_>, db: u8, databases: u32, out: &mut Vec<u8>) -> Mapped {
+fn map_copy(frame: &crate::resp::Frame<'_>, db: u8, spaces: &dyn Namespaces, out: &mut Vec<u8>) -> Mapped {
+    let databases = spaces.count();
     let args: Vec<&[u8]> = frame.args().collect();
     let mut to_db = db;
     let mut kept: Vec<&[u8]> = Vec::with_capacity(args.len());
@@ -240,7 +266,7 @@ fn map_copy(frame: &crate::resp::Frame<'_>, db: u8, databases: u32, out: &mut Ve
         if option.eq_ignore_ascii_case(b"db") {
             let target = args.get(index + 1).and_then(|n| crate::resp::command::integer(n));
             match target {
-                Some(n) if (0..i64::from(databases)).contains(&n) => to_db = n as u8,
+                Some(n) if (0..i64::from(databases)).contains(&n) => to_db = spaces.of(n as u8),
                 // Left as it is: COPY refuses it (not an integer, out of range, missing).
                 _ => return if db == 0 { Mapped::Same } else { plain_copy(&args, db, out) },
             }
@@ -291,7 +317,7 @@ mod tests {
         let (frame, _) = frame_of(request).expect("a whole request");
         let frame = frame.expect("framed");
         let mut out = Vec::new();
-        let how = map(&frame, db, 16, &mut out);
+        let how = map(&frame, db, &16u32, &mut out);
         (how, out)
     }
 

@@ -58,9 +58,15 @@ pub fn totals(shared: &Shared) -> (PartitionStats, WorkerFigures, Vec<PartitionS
     (partitions, workers, per_partition)
 }
 
+/// CONFIG RESETSTAT: `stats reset`; redis-server's answer.
+pub(crate) fn reset_for_redis(shared: &Shared) -> &'static [u8] {
+    reset(shared);
+    b"+OK\r\n"
+}
+
 /// `stats reset`: from now on the counters count from zero (the figures that describe the
 /// present, items and bytes, stay).
-pub(crate) fn reset(shared: &Shared) {
+fn reset(shared: &Shared) {
     let baseline = StatsBaseline {
         partitions: shared.published.partitions(),
         workers: shared.published.workers(),

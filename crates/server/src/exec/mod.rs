@@ -227,10 +227,13 @@ pub struct Engine {
     stepping: bool,
     /// A script's run may be made again over every partition (exec/resp/eval.rs).
     retry: resp::Retry,
-    /// The Redis database of the connection whose RESP request runs (SELECT sets it; the
-    /// worker's turn reads it back into the connection): what KEYS, SCAN, RANDOMKEY, DBSIZE
-    /// and FLUSHDB see. Keys arrive already in their database (qs_proto::resp::db).
+    /// The namespace of the Redis database of the connection whose RESP request runs
+    /// (shared::DbSpaces: the database's own unless SWAPDB exchanged it): what KEYS, SCAN,
+    /// RANDOMKEY, DBSIZE and FLUSHDB see. Keys arrive already in it (qs_proto::resp::db).
     pub db: u8,
+    /// The database a SELECT (or RESET) of the request moved the connection to: the worker's
+    /// turn reads it back into the connection.
+    pub selected: Option<u8>,
 }
 
 impl Engine {
@@ -275,6 +278,7 @@ impl Engine {
             stepping: false,
             retry: resp::Retry::Off,
             db: 0,
+            selected: None,
         }
     }
 

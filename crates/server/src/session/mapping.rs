@@ -3,7 +3,7 @@
 //! once, up to the first one that may change the database.
 
 use super::Input;
-use qs_proto::resp::db::{map, Mapped};
+use qs_proto::resp::db::{map, Mapped, Namespaces};
 use qs_proto::resp::{frame_of, Framing};
 
 impl Input {
@@ -12,7 +12,7 @@ impl Input {
     /// the parser refuses). True when one was rewritten. The bytes a rewrite adds (a key's
     /// three-byte prefix and its length's digits) are not asked of the client memory budget:
     /// at most three sevenths more than the request it rewrites, which was.
-    pub fn map_databases(&mut self, db: u8, databases: u32) -> bool {
+    pub fn map_databases(&mut self, db: u8, spaces: &dyn Namespaces) -> bool {
         let from = self.start + self.mapped;
         let mut at = from;
         let mut out = Vec::new();
@@ -30,7 +30,7 @@ impl Input {
                 Err(Framing::Error(_)) => break,
             };
             frame_out.clear();
-            match map(&frame, db, databases, &mut frame_out) {
+            match map(&frame, db, spaces, &mut frame_out) {
                 Mapped::Same => out.extend_from_slice(&self.buf[at..at + len]),
                 Mapped::Fence => {
                     out.extend_from_slice(&self.buf[at..at + len]);
@@ -72,16 +72,16 @@ mod tests {
     #[test]
     fn requests_are_mapped_once_up_to_a_select() {
         let mut input = input(b"GET a\r\n*2\r\n$3\r\nGET\r\n$1\r\nb\r\nSELECT 0\r\nGET c\r\n*1\r\n$4\r\nPI");
-        assert!(input.map_databases(1, 16));
+        assert!(input.map_databases(1, &16u32));
         let expect = b"*2\r\n$3\r\nGET\r\n$4\r\n\xff\xff\x01a\r\n*2\r\n$3\r\nGET\r\n$4\r\n\xff\xff\x01b\r\nSELECT 0\r\n";
         assert_eq!(&input.buf[..input.mapped], &expect[..]);
         assert!(input.map_fence);
         // Nothing more until the SELECT has run.
-        assert!(!input.map_databases(2, 16));
+        assert!(!input.map_databases(2, &16u32));
         assert_eq!(&input.pending()[input.mapped..], b"GET c\r\n*1\r\n$4\r\nPI");
         input.consume(input.mapped);
         assert!(!input.map_fence);
-        assert!(!input.map_databases(0, 16));
+        assert!(!input.map_databases(0, &16u32));
         assert_eq!(input.mapped, 7, "GET c in database 0 stays as it is; the half request waits");
         input.consume(7);
         assert_eq!(input.pending(), b"*1\r\n$4\r\nPI");

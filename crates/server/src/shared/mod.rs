@@ -10,6 +10,7 @@ mod map;
 mod memory;
 mod published;
 mod rings;
+mod spaces;
 mod wakeups;
 pub mod warming;
 
@@ -22,6 +23,7 @@ pub use memory::{Memory, FLOOR_BYTES};
 pub use published::Published;
 use qs_store::PartitionStats;
 pub use rings::IoRings;
+pub use spaces::DbSpaces;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 pub use wakeups::Wakeups;
@@ -91,6 +93,8 @@ pub struct Shared {
     /// items came from elsewhere: -e, --warm-from): DBSIZE, INFO's keyspace and FLUSHDB of
     /// database 0 then tell its keys from the others' (a walk) rather than take every item.
     pub databases_used: std::sync::atomic::AtomicBool,
+    /// Which namespace each database's keys are in (SWAPDB exchanges two).
+    pub db_spaces: DbSpaces,
     /// redis-server's encoding thresholds as CONFIG SET last set them (read back by CONFIG
     /// GET; they change nothing here: qs_proto::resp::collection::SETTINGS).
     pub encoding_settings: [std::sync::atomic::AtomicI64; qs_proto::resp::collection::SETTINGS_KEPT],

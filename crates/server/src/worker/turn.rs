@@ -202,7 +202,7 @@ impl Turn<'_, '_> {
         if let Request::Resp(frame) = request {
             // The database KEYS, SCAN, DBSIZE and FLUSHDB see, and SELECT (here or in EXEC)
             // changes: read back once the request has run.
-            self.engine.db = self.session.db;
+            self.engine.db = self.shared.db_spaces.space(self.session.db);
             let flow = self.tx_command(frame, len);
             let flow = flow.or_else(|| self.spread_write(frame, here, len));
             if let Some(flow) = flow.or_else(|| self.script_step(frame, here, len)) {
@@ -485,7 +485,7 @@ impl Turn<'_, '_> {
                 self.dialect = Dialect::Resp;
                 // RESET ends MULTI and unwatches, and goes back to database 0.
                 self.session.tx = None;
-                self.engine.db = 0;
+                self.engine.selected = Some(0);
                 if let Some(info) = &self.session.info {
                     info.set_resp(2);
                     info.set_name(b"");
@@ -503,8 +503,9 @@ impl Turn<'_, '_> {
 
     /// The connection's database as its RESP request left it (SELECT).
     fn db_back(&mut self) {
-        if self.engine.db != self.session.db {
-            self.session.db = self.engine.db;
+        let Some(db) = self.engine.selected.take() else { return };
+        if db != self.session.db {
+            self.session.db = db;
             if let Some(info) = &self.session.info {
                 info.set_db(self.session.db);
             }

@@ -197,8 +197,9 @@ fn windows(turn: &mut Turn<'_, '_>, input: &mut Input, on_ring: bool) {
         }
         if turn.dialect.is_resp() {
             // Keys into the connection's database before they are parsed (qs_proto::resp::db).
-            let db = turn.session.db_ahead();
-            if (db != 0 || input.map_next) && input.map_databases(db, turn.engine.limits.databases) {
+            let spaces = &turn.shared.db_spaces;
+            let db = spaces.space(turn.session.db_ahead());
+            if (db != 0 || input.map_next) && input.map_databases(db, spaces) {
                 turn.shared.use_databases();
             }
         }

@@ -54,7 +54,7 @@ impl Engine {
         let shares = std::mem::replace(&mut self.shares.on, false);
         // A SELECT the script makes is its own (redis-server 7.0): the connection's database
         // is as it was after it.
-        let db = self.db;
+        let (db, selected) = (self.db, self.selected);
         let ran = vm::with(&scripts, self.worker, |state| {
             let source = (!eval.sha).then(|| eval.body());
             let compiled = match state.compiled(&sha, source) {
@@ -72,7 +72,7 @@ impl Engine {
             state.run((&compiled, &sha), (eval.keys(), eval.argv()), resp3, &mut calls, out);
         });
         self.shares.on = shares;
-        self.db = db;
+        (self.db, self.selected) = (db, selected);
         if let Err(error) = ran {
             out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes());
         }
@@ -180,8 +180,8 @@ impl vm::Caller for Calls<'_> {
         let parsed = if mappable { qs_proto::resp::frame_of(frame) } else { None };
         let frame = match parsed {
             Some((Ok(parsed), _)) if engine.db != 0 || qs_proto::resp::db::needs_map(&parsed) => {
-                let databases = engine.limits.databases;
-                match qs_proto::resp::db::map(&parsed, engine.db, databases, &mut mapped) {
+                let spaces = &engine.shared.db_spaces;
+                match qs_proto::resp::db::map(&parsed, engine.db, spaces, &mut mapped) {
                     qs_proto::resp::db::Mapped::Rewritten => {
                         engine.shared.use_databases();
                         &mapped[..]

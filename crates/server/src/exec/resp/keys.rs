@@ -40,6 +40,8 @@ impl Engine {
             Call::Flush { .. } => Reach::Everywhere,
             // maxmemory: each worker resizes its own partitions.
             Call::ConfigSet(_) => Reach::Everywhere,
+            // Each worker writes the watched keys it holds.
+            Call::SwapDb(..) => Reach::Everywhere,
             // SINTER and its kin over keys of several workers: at the first key's owner (the
             // destination's, for the STORE forms), reading the others through CREW's readers
             // once the connection's requests pending elsewhere are answered; without CREW,
@@ -105,6 +107,7 @@ impl Engine {
             Call::ConfigSet(frame) => {
                 let _ = self.config_set(&frame, false);
             }
+            Call::SwapDb(a, b) => self.swap_dbs((a, b), false),
             _ => debug_assert!(false, "not a frame for every worker: {frame:?}"),
         }
     }

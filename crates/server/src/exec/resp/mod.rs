@@ -41,7 +41,8 @@ impl Engine {
             Call::Ping(Some(message)) | Call::Echo(message) => reply::bulk(message, out),
             Call::Select(db) => {
                 // The turn reads it back into the connection (worker/turn.rs).
-                self.db = db;
+                self.db = self.shared.db_spaces.space(db);
+                self.selected = Some(db);
                 out.extend_from_slice(reply::OK);
             }
             Call::Reset => {
@@ -89,10 +90,12 @@ impl Engine {
             | Call::ClientInfo
             | Call::ClientKill { .. }) => return self.resp_client(call, (resp3, fd), out),
             Call::ConfigGet(frame) => self.config_get(&frame, out),
-            Call::ResetStat => {
-                crate::admin::stats::reset(&self.shared);
+            Call::SwapDb(a, b) => {
+                // Routed to every worker: each writes the watched keys it holds.
+                self.swap_dbs((a, b), true);
                 out.extend_from_slice(reply::OK);
             }
+            Call::ResetStat => out.extend_from_slice(crate::admin::stats::reset_for_redis(&self.shared)),
             Call::ConfigSet(frame) => match self.config_set(&frame, true) {
                 Ok(()) => out.extend_from_slice(reply::OK),
                 Err(error) => out.extend_from_slice(error.as_bytes()),

@@ -51,27 +51,66 @@ impl Engine {
         });
     }
 
-    /// DBSIZE of database `db`: every item when no other database is in use (this worker's
+    /// DBSIZE of the database whose keys are in namespace `db`: every item when no other database is in use (this worker's
     /// figures as of now, the others' as of their last loop turn), else its keys counted.
     pub(super) fn db_size(&mut self, db: u8) -> u64 {
         if db == 0 && !self.shared.databases_used() {
             self.publish();
             return crate::admin::stats::current_items(&self.shared);
         }
-        self.db_sizes().get(usize::from(db)).copied().unwrap_or(0)
+        // `db` is a namespace: the database whose keys are there.
+        let database = self.shared.db_spaces.database_of(db);
+        self.db_sizes().get(usize::from(database)).copied().unwrap_or(0)
     }
 
     /// How many keys each database holds, counted over every partition this worker reads.
     pub(super) fn db_sizes(&self) -> Vec<u64> {
-        let mut sizes = vec![0; self.shared.config.databases as usize];
+        let mut spaces = vec![0; self.shared.config.databases as usize];
         for partition in 0..self.partitions.len() {
             self.walk(partition, 0..self.shared.memory.main_buckets(), &mut |stored| {
-                if let Some(size) = sizes.get_mut(usize::from(qs_proto::resp::db::split(stored).0)) {
+                if let Some(size) = spaces.get_mut(usize::from(qs_proto::resp::db::split(stored).0)) {
                     *size += 1;
                 }
             });
         }
-        sizes
+        // Each database's keys are where its namespace is (SWAPDB exchanges them).
+        (0..spaces.len()).map(|db| spaces[usize::from(self.shared.db_spaces.space(db as u8))]).collect()
+    }
+
+    /// SWAPDB `a` `b` on this worker's partitions: the watched keys of either database that
+    /// either holds (here) are written, as redis-server's `touchAllWatchedKeysInDb`; where the
+    /// client asked (`asked_here`), the two databases' namespaces are exchanged.
+    pub(in crate::exec) fn swap_dbs(&mut self, (a, b): (u8, u8), asked_here: bool) {
+        let spaces = &self.shared.db_spaces;
+        let (space_a, space_b) = (spaces.space(a), spaces.space(b));
+        if space_a != space_b {
+            let watches = self.shared.watches.clone();
+            watches.touch_each(|stored| {
+                let (space, key) = qs_proto::resp::db::split(stored);
+                let other = match space {
+                    _ if space == space_a => space_b,
+                    _ if space == space_b => space_a,
+                    _ => return false,
+                };
+                let counterpart = [qs_proto::resp::db::prefix(other), key].concat();
+                self.holds(stored) || self.holds(&counterpart)
+            });
+        }
+        if asked_here {
+            // The connection's database stays its own: its namespace is the one it names now
+            // (a transaction's requests after it see the swap).
+            let spaces = &self.shared.db_spaces;
+            let database = spaces.database_of(self.db);
+            spaces.swap(a, b);
+            self.db = spaces.space(database);
+            self.shared.use_databases();
+        }
+    }
+
+    /// Whether the store's key `stored` is on a partition held here, and there.
+    fn holds(&self, stored: &[u8]) -> bool {
+        let key = self.key(stored, None);
+        key.len() <= qs_proto::RESP_KEY_BYTES_MAX && self.owns(key.partition) && self.look(key).is_some()
     }
 
     /// FLUSHALL (`db` None) or FLUSHDB of database `db`, on this worker's partitions: every

@@ -241,9 +241,12 @@ pub(super) fn names<'a>(request: &Request<'a>, limits: &qs_proto::Limits, db: u8
             let prefix = qs_proto::resp::db::prefix(db);
             Names::Keys(eval.keys().map(|key| Cow::Owned([prefix, key].concat())).collect())
         }
-        Call::Keys(_) | Call::Scan(_) | Call::RandomKey | Call::Flush { .. } | Call::ConfigSet(_) => {
-            Names::Everything
-        }
+        Call::Keys(_)
+        | Call::Scan(_)
+        | Call::RandomKey
+        | Call::Flush { .. }
+        | Call::ConfigSet(_)
+        | Call::SwapDb(..) => Names::Everything,
         _ => Names::Nothing,
     }
 }
