@@ -10,7 +10,8 @@
 //! before and after the running one's), the poll, the io_uring and the read buffers. What it
 //! takes and does not serve (the events of anything but a served connection, the ring's
 //! completions for the connections it leaves alone, in order) waits in [`Later`] for the
-//! worker's next turn, so nothing is lost. Connections it leaves alone: memcached's, one not
+//! worker's next turn, so nothing is lost; past [`KEPT_EVENTS_MAX`] events it keeps none and
+//! the next turn looks at everything. New connections are accepted after the script. Connections it leaves alone: memcached's, one not
 //! yet authenticated, one waiting on other workers' replies, a dump, a watch, a value arriving.
 
 use super::*;
@@ -26,6 +27,10 @@ use qs_proto::resp::script::Script;
 const EXECABORT_BUSY: &[u8] = b"-EXECABORT Transaction discarded because of: BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
 /// The events a door takes at a time.
 const EVENTS: usize = 64;
+/// The most events a door keeps for the next turn; past them it keeps none and the next turn
+/// looks at everything (every connection, listener and port), so a client that sends without
+/// end while a script runs holds no more than this.
+const KEPT_EVENTS_MAX: usize = 4096;
 
 /// What an event reported.
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,6 +58,8 @@ pub(super) struct Later {
     /// Events taken meanwhile, in order: every one is taken again next turn (one a served
     /// connection's only queues it to be looked at again).
     pub events: Vec<(Token, Ready)>,
+    /// More events came than are kept: the next turn looks at everything.
+    pub overflowed: bool,
     /// The ring's completions for connections the door left alone, in order.
     pub completions: Vec<Completion>,
     /// Bytes read and written meanwhile (the worker's counters are the script's).
@@ -69,7 +76,17 @@ pub(super) struct Later {
 impl Later {
     /// Whether the door left any event.
     pub(super) fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.events.is_empty() && !self.overflowed
+    }
+
+    /// Keeps an event for the next turn.
+    fn keep(&mut self, token: Token, ready: Ready) {
+        if self.events.len() < KEPT_EVENTS_MAX {
+            self.events.push((token, ready));
+        } else {
+            self.events.clear();
+            self.overflowed = true;
+        }
     }
 
     /// Its completions are taken: no connection's wait any more.
@@ -167,7 +184,9 @@ impl BusyDoor<'_, '_> {
         if self.poll.poll(&mut events, Some(Duration::ZERO)).is_ok() {
             for event in events.iter() {
                 let got = Ready::of(event);
-                self.later.events.push((event.token(), got));
+                if !self.later.overflowed {
+                    self.later.keep(event.token(), got);
+                }
                 let Some(slot) = conn_slot(event.token()) else { continue };
                 let Some(conn) = self.others.get(slot).filter(|conn| conn.ring == RingIo::Off) else {
                     continue;

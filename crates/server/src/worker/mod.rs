@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 mod accept;
 mod budget;
 mod busy;
+use busy::Ready;
 mod flash;
 mod handover;
 mod refusals;
@@ -375,17 +376,33 @@ impl Worker {
             }
             self.later.events = recycle_events(later);
         }
+        if std::mem::take(&mut self.later.overflowed) {
+            // More came while a script ran than its door kept: everything is looked at.
+            let every = Ready { readable: true, writable: true, read_closed: false, error: false };
+            for listener in 0..self.listeners.len() {
+                self.take_event(Token(LISTENER_BASE + listener), every);
+            }
+            for socket in 0..self.udp.sockets.len() {
+                self.take_event(Token(UDP_BASE + socket), every);
+            }
+            for port in 0..self.native.ports.len() {
+                self.take_event(Token(NATIVE_BASE + port), every);
+            }
+            for index in 0..self.conns.len() {
+                self.take_event(Token(CONN_BASE + index), every);
+            }
+        }
         if self.later.bytes_read + self.later.bytes_written > 0 {
             self.engine.counters.bytes_read += std::mem::take(&mut self.later.bytes_read);
             self.engine.counters.bytes_written += std::mem::take(&mut self.later.bytes_written);
         }
         for event in events.iter() {
-            self.take_event(event.token(), busy::Ready::of(event));
+            self.take_event(event.token(), Ready::of(event));
         }
     }
 
     /// One event's readiness noted (a listener's: its connections accepted).
-    fn take_event(&mut self, token: Token, event: busy::Ready) {
+    fn take_event(&mut self, token: Token, event: Ready) {
         match token {
             WAKER | NET => {}
             FLASH => {
@@ -669,7 +686,7 @@ fn read_once(
 }
 
 /// An emptied list of events, its allocation kept.
-fn recycle_events(mut events: Vec<(Token, busy::Ready)>) -> Vec<(Token, busy::Ready)> {
+fn recycle_events(mut events: Vec<(Token, Ready)>) -> Vec<(Token, Ready)> {
     events.clear();
     events
 }
