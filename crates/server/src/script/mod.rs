@@ -140,6 +140,17 @@ pub enum Kill {
     Unkillable,
 }
 
+impl Kill {
+    /// SCRIPT KILL's answer, as redis-server words it.
+    pub fn reply(&self) -> &'static [u8] {
+        match self {
+            Kill::Stopped => b"+OK\r\n",
+            Kill::NotBusy => b"-NOTBUSY No scripts in execution right now.\r\n",
+            Kill::Unkillable => b"-UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.\r\n",
+        }
+    }
+}
+
 impl Scripts {
     /// The cache of a server of `workers` workers, each Lua state held to `memory_max` bytes.
     pub fn new(workers: usize, memory_max: usize) -> Scripts {

@@ -17,7 +17,6 @@
 use super::*;
 use crate::net::ring::{Completion, NetRing, Op};
 use crate::script::door::Door;
-use crate::script::Kill;
 use crate::session::Session;
 use qs_proto::resp::command::{call, transaction_call, Call, Refusal};
 use qs_proto::resp::reply;
@@ -328,11 +327,7 @@ pub(super) fn answer(
         return true;
     }
     match call(frame, limits) {
-        Call::Script(Script::Kill) => out.extend_from_slice(match shared.scripts.kill(me) {
-            Kill::Stopped => reply::OK,
-            Kill::NotBusy => b"-NOTBUSY No scripts in execution right now.\r\n",
-            Kill::Unkillable => b"-UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.\r\n",
-        }),
+        Call::Script(Script::Kill) => out.extend_from_slice(shared.scripts.kill(me).reply()),
         // The script ends at its next look, and the connection with the server.
         Call::Shutdown if shared.config.enable_shutdown => shared.request_stop(),
         Call::Shutdown => out.extend_from_slice(b"-ERR shutdown not enabled (memcached's -A allows it)\r\n"),
@@ -383,11 +378,7 @@ fn write_now(conn: &mut Conn) -> u64 {
 
 /// Posts a ring connection's receive again once its last one ended.
 fn repost(net: &mut NetRing, conn: &mut Conn, slot: usize) {
-    let overshoot = NetRing::BUFFER_BYTES - 1;
-    if conn.ring == RingIo::Idle
-        && conn.wants_input(overshoot)
-        && net.receive(conn.fd, slot, conn.generation, conn.input_room(overshoot)).is_ok()
-    {
-        conn.ring = RingIo::Receiving;
+    if conn.ring == RingIo::Idle && conn.wants_input(NetRing::BUFFER_BYTES - 1) {
+        super::uring::post_receive(net, conn, slot);
     }
 }

@@ -12,8 +12,9 @@ use crate::session::tx::Tx;
 use qs_proto::resp::command::{call, transaction_call, Call, Refusal};
 use qs_proto::resp::{reply, Frame};
 
-/// A queued request or a watched key the client memory budget has no room for.
-const NO_ROOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+/// A queued request or a watched key the client memory budget has no room for: redis-server's
+/// out-of-memory answer.
+const NO_ROOM: &[u8] = reply::OOM;
 /// A command redis-server refuses inside MULTI (its `no-multi` flag).
 const NOT_IN_MULTI: &[u8] = b"-ERR Command not allowed inside a transaction\r\n";
 /// WATCH of a key another worker owns, which only CREW's readers can read here.

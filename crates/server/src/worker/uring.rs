@@ -109,15 +109,10 @@ impl Worker {
         if conn.ring == RingIo::Off {
             return;
         }
-        let fd = conn.fd;
         // A receive's last buffer may take up to a buffer more than its limit.
         let overshoot = NetRing::BUFFER_BYTES - 1;
         match (conn.ring, conn.wants_input(overshoot)) {
-            (RingIo::Idle, true)
-                if net.receive(fd, index, conn.generation, conn.input_room(overshoot)).is_ok() =>
-            {
-                conn.ring = RingIo::Receiving;
-            }
+            (RingIo::Idle, true) => post_receive(net, conn, index),
             (RingIo::Receiving, false) if net.cancel(index, conn.generation).is_ok() => {
                 conn.ring = RingIo::Cancelling;
             }
@@ -219,5 +214,14 @@ impl Worker {
         }
         self.ring.done = done;
         self.ring.offered = offered;
+    }
+}
+
+/// Posts an idle ring connection's receive (for up to its input's room); its state says so
+/// once posted.
+pub(super) fn post_receive(net: &mut NetRing, conn: &mut Conn, index: usize) {
+    let overshoot = NetRing::BUFFER_BYTES - 1;
+    if net.receive(conn.fd, index, conn.generation, conn.input_room(overshoot)).is_ok() {
+        conn.ring = RingIo::Receiving;
     }
 }

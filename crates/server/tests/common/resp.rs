@@ -164,6 +164,14 @@ pub fn same_replies_after(hello: Option<&str>, requests: &[Vec<u8>]) {
     }
 }
 
+/// The replies quicksilver gave (`got`) are redis-server's (`want`), one by one; `label` names
+/// the run in a failure.
+pub fn replies_match(want: &[Vec<u8>], got: &[Vec<u8>], label: &str) {
+    for (at, (want, got)) in want.iter().zip(got).enumerate() {
+        assert_eq!(String::from_utf8_lossy(got), String::from_utf8_lossy(want), "reply {at} {label}");
+    }
+}
+
 /// Each request to redis-server and to quicksilver (one worker, then four), one reply read at a
 /// time on one connection each (so MULTI's queued replies are read as they come): the replies
 /// must match, HELLO's but for the connection's id.

@@ -14,7 +14,7 @@
 use super::tx::{names, Names};
 use super::*;
 use crate::codec::Dialect;
-use crate::script::{self, vm, Kill};
+use crate::script::{self, vm};
 use qs_proto::resp::script::{called, Eval, Script};
 
 /// Whether a script's run may be made again, over every partition, when it reaches a key no
@@ -84,11 +84,14 @@ impl Engine {
         match script {
             Script::Load(source) => {
                 let sha = script::sha1_hex(source);
-                let loaded = vm::with(&scripts, self.worker, |state| state.compiled(&sha, Some(source)).map(drop));
+                let loaded =
+                    vm::with(&scripts, self.worker, |state| state.compiled(&sha, Some(source)).map(drop));
                 match loaded {
                     Ok(Ok(())) => reply::bulk(&sha, out),
                     Ok(Err(reply)) => out.extend_from_slice(&reply),
-                    Err(error) => out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes()),
+                    Err(error) => {
+                        out.extend_from_slice(format!("-ERR scripts cannot run here: {error}\r\n").as_bytes())
+                    }
                 }
             }
             Script::Exists(frame) => {
@@ -104,11 +107,7 @@ impl Engine {
                 scripts.flush();
                 out.extend_from_slice(reply::OK);
             }
-            Script::Kill => out.extend_from_slice(match scripts.kill(self.worker) {
-                Kill::Stopped => reply::OK,
-                Kill::NotBusy => b"-NOTBUSY No scripts in execution right now.\r\n",
-                Kill::Unkillable => b"-UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.\r\n",
-            }),
+            Script::Kill => out.extend_from_slice(scripts.kill(self.worker).reply()),
             Script::Help => {
                 let lines = qs_proto::resp::script::HELP;
                 out.push(b'*');
